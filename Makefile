@@ -1,0 +1,39 @@
+# The two commands that matter on a fresh machine: `make run` and `make test`.
+VENV        := .venv
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.installed
+CONFIG      ?= config/default.yaml
+ENV_FILE    ?= config/default.env
+CERTS       ?= certs
+LISTEN      ?= 127.0.0.1:8080
+METRICS     ?= 127.0.0.1:9464
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint clean
+
+install: $(STAMP)
+
+# Re-installs only when the project's metadata changes; a broken venv is rebuilt.
+$(STAMP): pyproject.toml
+	@py=$$(./scripts/find-python) || exit 1; \
+	if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		rm -rf $(VENV); echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; \
+	fi
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	@touch $(STAMP)
+
+run: install
+	@set -a; . ./$(ENV_FILE); set +a; \
+	exec $(BIN)/egress-proxy run --config $(CONFIG) --listen $(LISTEN) --metrics $(METRICS) --certs $(CERTS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check proxy addons hookrunner tests
+	$(BIN)/ruff format --check proxy addons hookrunner tests
+	$(BIN)/mypy proxy addons hookrunner
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
