@@ -1,0 +1,78 @@
+"""`egress-proxy run|check|ca` (SPEC 5). The only place that chooses exit codes.
+
+Exit codes: 0 success; 1 `check` found problems; 2 the proxy could not start
+(configuration error, unreadable CA, address in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from proxy import config as configuration
+from proxy.launcher import LaunchError, Settings, ensure_ca, parse_hostport, serve
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="egress-proxy", description="Egress proxy with allowlist and token transformation."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the proxy")
+    run.add_argument("--config", required=True, help="environment file (YAML or JSON)")
+    run.add_argument("--mode", choices=["regular"], default="regular")
+    run.add_argument("--listen", default="127.0.0.1:8080", type=parse_hostport)
+    run.add_argument("--metrics", default="127.0.0.1:9464", type=parse_hostport)
+    run.add_argument("--certs", default="certs", type=Path, help="CA directory")
+    run.add_argument("--audit-log", default="-", help="audit log file, or - for stdout")
+    run.add_argument("--upstream-ca", type=Path, help="extra CA for upstream certificates")
+
+    check = sub.add_parser("check", help="validate a configuration file")
+    check.add_argument("file")
+
+    ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
+    ca.add_argument("--certs", default="certs", type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "check":
+        try:
+            network = configuration.load(args.file)
+        except configuration.ConfigError as exc:
+            for problem in exc.problems:
+                print(f"error: {problem}", file=sys.stderr)
+            return 1
+        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
+        return 0
+    if args.command == "ca":
+        print(ensure_ca(args.certs).resolve())
+        return 0
+    settings = Settings(
+        config_path=args.config,
+        mode=args.mode,
+        listen=args.listen,
+        metrics=args.metrics,
+        certs=args.certs,
+        audit_log=args.audit_log,
+        upstream_ca=args.upstream_ca,
+    )
+    try:
+        return asyncio.run(serve(settings))
+    except configuration.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+        return 2
+    except LaunchError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The outcome of the egress policy: a verdict, a reason from a closed set, the deciding entry.
+
+Invariants:
+* A `Decision` is immutable. The zero value a caller can build without thinking
+  (`Decision.deny(...)`) is a refusal; an allow always names the entry that allowed it.
+* `Reason` is the complete set of codes that can appear in a response header, an
+  audit line or a metric label. Adding one is a documented change (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.config import Entry
+
+
+class Reason(StrEnum):
+    """Why a request was allowed or refused (SPEC 1.5 and 5)."""
+
+    ALLOWLISTED = "allowlisted"
+    NOT_ALLOWLISTED = "not_allowlisted"
+    LOOPBACK = "loopback"
+    INTERNAL_ADDRESS = "internal_address"
+    PORT_NOT_ALLOWED = "port_not_allowed"
+    PLAINTEXT_CREDENTIALS = "plaintext_credentials"
+    HOST_MISMATCH = "host_mismatch"
+    NO_SNI = "no_sni"
+    BAD_REQUEST = "bad_request"
+    DNS_FAILURE = "dns_failure"
+    POLICY_ERROR = "policy_error"
+
+
+# A human sentence for each refusal, shown in the JSON body. Never includes secrets.
+MESSAGES: dict[Reason, str] = {
+    Reason.ALLOWLISTED: "The destination is allowlisted.",
+    Reason.NOT_ALLOWLISTED: "The destination host is not in network.allowlist.",
+    Reason.LOOPBACK: "Loopback and unspecified addresses can never be reached through the proxy.",
+    Reason.INTERNAL_ADDRESS: (
+        "The destination is an internal, link-local, metadata or reserved address "
+        "and no IP/CIDR entry of network.allowlist opens it."
+    ),
+    Reason.PORT_NOT_ALLOWED: "The destination port is not in the allowlist entry's ports.",
+    Reason.PLAINTEXT_CREDENTIALS: (
+        "This host receives injected credentials, which are only sent over TLS; use https://."
+    ),
+    Reason.HOST_MISMATCH: (
+        "The HTTP Host/:authority does not name the host the connection was opened for."
+    ),
+    Reason.NO_SNI: "The TLS ClientHello carries no server name and the address is not allowlisted.",
+    Reason.BAD_REQUEST: "The destination host or port is malformed.",
+    Reason.DNS_FAILURE: "The destination host name could not be resolved.",
+    Reason.POLICY_ERROR: "The proxy failed to evaluate its policy; the request was refused.",
+}
+
+# Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
+STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: Reason
+    entry: Entry | None = None
+
+    @classmethod
+    def allow(cls, entry: Entry) -> Decision:
+        return cls(True, Reason.ALLOWLISTED, entry)
+
+    @classmethod
+    def deny(cls, reason: Reason, entry: Entry | None = None) -> Decision:
+        if reason is Reason.ALLOWLISTED:
+            raise ValueError("a refusal needs a refusal reason")
+        return cls(False, reason, entry)
+
+    @property
+    def verdict(self) -> str:
+        return "allow" if self.allowed else "deny"
+
+    @property
+    def rule(self) -> str:
+        """The deciding entry's pattern, a bounded label value ("" when none decided)."""
+        return self.entry.pattern if self.entry is not None else ""
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.reason, 403)
+
+    @property
+    def message(self) -> str:
+        return MESSAGES[self.reason]

@@ -1,0 +1,169 @@
+"""Starts mitmproxy with the egress addon: CA, upstream trust, options, metrics, reload.
+
+This is the one module of `proxy/` that imports mitmproxy; the policy core does not.
+
+Invariants:
+* Nothing listens before the configuration, the CA and the upstream trust have
+  been loaded; any of them failing ends the process with a message and exit 2.
+* Upstream certificates are always verified (`ssl_insecure` stays off); an
+  `--upstream-ca` is added to the public roots, never replaces them.
+* Upstream connections are opened only after the policy ran (`connection_strategy=lazy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import certifi
+from cryptography import x509
+
+from proxy import config as configuration
+from proxy.audit import AuditLog
+from proxy.hosts import HostError, IPAddress, canonical_host
+from proxy.metrics import MetricsServer, ProxyMetrics
+from proxy.policy import Policy
+
+log = logging.getLogger("egress")
+
+CA_BASENAME = "mitmproxy"  # the file names mitmproxy's tlsconfig looks for in confdir
+CA_CERT = f"{CA_BASENAME}-ca-cert.pem"
+UPSTREAM_TRUST = "upstream-trust.pem"
+
+
+class LaunchError(Exception):
+    """The proxy cannot start; the message says why (never with a secret)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    config_path: str
+    mode: str
+    listen: tuple[str, int]
+    metrics: tuple[str, int]
+    certs: Path
+    audit_log: str
+    upstream_ca: Path | None
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def ensure_ca(certs: Path) -> Path:
+    """Create the interception CA in `certs` when missing; return the public certificate's path."""
+    from mitmproxy.certs import CertStore
+
+    certs.mkdir(parents=True, exist_ok=True)
+    certs.chmod(0o700)
+    if not (certs / f"{CA_BASENAME}-ca.pem").exists():
+        CertStore.create_store(
+            certs, CA_BASENAME, 2048, organization="sandbox-egress", cn="sandbox egress proxy CA"
+        )
+    return certs / CA_CERT
+
+
+def upstream_trust(certs: Path, extra_ca: Path) -> Path:
+    """The public roots plus the operator's CA, as one bundle mitmproxy verifies against."""
+    try:
+        pem = extra_ca.read_bytes()
+        if not x509.load_pem_x509_certificates(pem):
+            raise ValueError("no certificate")
+    except (OSError, ValueError) as exc:
+        raise LaunchError(
+            f"--upstream-ca {extra_ca}: not a readable PEM certificate ({exc})"
+        ) from exc
+    bundle = certs / UPSTREAM_TRUST
+    bundle.write_bytes(Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem)
+    return bundle
+
+
+def self_addresses(settings: Settings) -> list[tuple[IPAddress, int]]:
+    found = []
+    for host, port in (settings.listen, settings.metrics):
+        try:
+            ip = canonical_host(host).ip
+        except HostError:
+            continue
+        if ip is not None:
+            found.append((ip, port))
+    return found
+
+
+async def serve(settings: Settings) -> int:
+    from mitmproxy.options import Options
+    from mitmproxy.tools.dump import DumpMaster
+
+    from addons.egress import EgressPolicy
+
+    network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
+    ca_cert = ensure_ca(settings.certs)
+    trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
+    metrics = ProxyMetrics()
+    metrics.allowlist_entries.set(len(network.allowlist))
+    try:
+        metrics_server = MetricsServer(settings.metrics, metrics.registry)
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot listen for metrics on {settings.metrics}: {exc.strerror}"
+        ) from exc
+    audit = AuditLog.open(settings.audit_log)
+
+    options = Options()
+    master = DumpMaster(options, with_termlog=True, with_dumper=False)
+    options.update(  # after DumpMaster: its addons declare most of these options
+        mode=[settings.mode],
+        listen_host=settings.listen[0],
+        listen_port=settings.listen[1],
+        confdir=str(settings.certs),
+        connection_strategy="lazy",
+        termlog_verbosity="warn",
+        ssl_verify_upstream_trusted_ca=str(trust) if trust else None,
+    )
+    listen_text = f"{settings.listen[0]}:{settings.listen[1]}"
+    metrics_text = f"{settings.metrics[0]}:{settings.metrics[1]}"
+
+    def on_running() -> None:
+        metrics_server.ready.set()
+        print(
+            f"egress-proxy: {settings.mode} proxy listening on {listen_text}\n"
+            f"egress-proxy: metrics on http://{metrics_text}/metrics (health: /healthz)\n"
+            f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
+            f"egress-proxy: {len(network.allowlist)} allowlist entries from {settings.config_path}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    addon = EgressPolicy(Policy(network, self_addresses(settings)), metrics, audit, on_running)
+    master.addons.add(addon)
+
+    def reload() -> None:
+        try:
+            fresh = configuration.load(settings.config_path)
+        except configuration.ConfigError as exc:
+            metrics.config_reloads.labels("failed").inc()
+            for problem in exc.problems:
+                log.error("reload refused, keeping the running configuration: %s", problem)
+            return
+        addon.policy = Policy(fresh, self_addresses(settings))  # one assignment: atomic
+        metrics.allowlist_entries.set(len(fresh.allowlist))
+        metrics.config_reloads.labels("ok").inc()
+        log.warning("configuration reloaded: %d allowlist entries", len(fresh.allowlist))
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, master.shutdown)
+    metrics_server.start()
+    try:
+        await master.run()
+    finally:
+        metrics_server.stop()
+    return 0 if metrics_server.ready.is_set() else 1

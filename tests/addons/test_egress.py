@@ -1,0 +1,207 @@
+"""Addon wiring with mitmproxy's test flows: fail closed, pin, refuse, clean responses.
+
+The end-to-end suite drives the real process; these cover the paths a real
+network cannot force on demand (an exception in the policy, a resolver that
+answers a rebinding sequence, a connection nobody decided).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import ipaddress
+import json
+import socket
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.connection import Server
+from mitmproxy.proxy import server_hooks
+from mitmproxy.test import taddons, tflow
+
+from addons.egress import EgressPolicy
+from proxy.audit import AuditLog
+from proxy.config import parse
+from proxy.metrics import ProxyMetrics
+from proxy.policy import Policy
+
+SECRET = "s3cr3t-addon-test"
+
+
+class Resolver:
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, name: str, port: int) -> list[Any]:
+        self.asked.append(name)
+        if name not in self.answers:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [ipaddress.ip_address(a) for a in self.answers[name]]
+
+
+def make_addon(
+    resolver: Resolver, *allowlist: dict[str, object]
+) -> tuple[EgressPolicy, ProxyMetrics, io.StringIO]:
+    config = parse({"network": {"allowlist": list(allowlist)}}, "env.yaml", {"TOKEN": SECRET})
+    metrics = ProxyMetrics()
+    audit = io.StringIO()
+    return EgressPolicy(Policy(config), metrics, AuditLog(audit), resolver=resolver), metrics, audit
+
+
+def https_flow(host: str, headers: list[tuple[bytes, bytes]] | None = None) -> http.HTTPFlow:
+    flow = tflow.tflow()
+    flow.request.scheme = "https"
+    flow.request.host = host
+    flow.request.port = 443
+    flow.request.headers = http.Headers(headers or [(b"Host", host.encode())])
+    return flow
+
+
+def count(metrics: ProxyMetrics, decision: str, reason: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "egress_requests_total", {"decision": decision, "reason": reason}
+    )
+    return value or 0.0
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_exception_in_policy_is_a_counted_refusal() -> None:
+    addon, metrics, _ = make_addon(Resolver({}), {"domain": "api.example"})
+
+    def explode(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    addon.policy.decide = explode  # type: ignore[method-assign]
+    flow = https_flow("api.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+    assert flow.response is not None and flow.response.status_code == 403
+    assert flow.response.headers["X-Egress-Denied"] == "policy_error"
+    assert json.loads(flow.response.content)["reason"] == "policy_error"
+    assert metrics.registry.get_sample_value("egress_policy_errors_total") == 1.0
+    assert count(metrics, "deny", "policy_error") == 1.0
+
+
+def test_rebinding_answer_pins_the_checked_public_address() -> None:
+    resolver = Resolver({"api.example": ["93.184.216.34", "127.0.0.1"]})
+    addon, _, _ = make_addon(
+        resolver, {"domain": "api.example", "transform": {"Authorization": "Bearer ${TOKEN}"}}
+    )
+    flow = https_flow(
+        "api.example",
+        [(b"Host", b"api.example"), (b"authorization", b"mine"), (b"AUTHORIZATION", b"also")],
+    )
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+        assert flow.response is None
+        assert flow.request.headers.get_all("authorization") == [f"Bearer {SECRET}"]
+        server = Server(address=("api.example", 443))
+        data = server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
+        addon.server_connect(data)
+        assert server.error is None
+        assert server.address == ("93.184.216.34", 443)
+        addon.server_connected(data)
+        assert server.address == ("api.example", 443)  # so mitmproxy reuses it for the next request
+
+
+def test_a_connection_nobody_decided_is_never_opened() -> None:
+    addon, _, _ = make_addon(Resolver({}), {"domain": "*"})
+    flow = https_flow("api.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        server = Server(address=("elsewhere.example", 443))
+        addon.server_connect(
+            server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
+        )
+    assert server.error == "egress: no policy decision for this destination"
+    assert server.address == ("elsewhere.example", 443)
+
+
+def test_name_that_does_not_resolve_is_a_502_dns_failure() -> None:
+    addon, metrics, audit = make_addon(Resolver({}), {"domain": "*"})
+    flow = https_flow("nowhere.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+        addon.response(flow)
+    assert flow.response is not None and flow.response.status_code == 502
+    assert flow.response.headers["X-Egress-Denied"] == "dns_failure"
+    assert json.loads(flow.response.content)["error"] == "egress_failed"
+    assert count(metrics, "deny", "dns_failure") == 1.0
+    line = json.loads(audit.getvalue())
+    assert (line["reason"], line["status"], line["host"], line["rule"]) == (
+        "dns_failure",
+        502,
+        "nowhere.example",
+        "*",
+    )
+
+
+def test_only_loopback_answers_are_refused_as_loopback() -> None:
+    addon, _, _ = make_addon(Resolver({"evil.example": ["127.0.0.1", "::1"]}), {"domain": "*"})
+    flow = https_flow("evil.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+    assert flow.response is not None
+    assert flow.response.headers["X-Egress-Denied"] == "loopback"
+
+
+def test_response_headers_are_cleaned_before_the_sandbox_sees_them() -> None:
+    addon, _, _ = make_addon(
+        Resolver({"api.example": ["93.184.216.34"]}),
+        {"domain": "api.example", "transform": {"Authorization": "Bearer ${TOKEN}"}},
+    )
+    flow = https_flow("api.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+        flow.response = http.Response.make(
+            200,
+            b"ok",
+            {
+                "X-Egress-Denied": "fake",
+                "X-Echo": f"token=Bearer {SECRET};",
+                "X-Echo-Token": f"t={SECRET}",
+                "Other": "kept",
+            },
+        )
+        addon.responseheaders(flow)
+    assert "X-Egress-Denied" not in flow.response.headers
+    assert flow.response.headers["X-Echo"] == "token=[redacted];"
+    assert flow.response.headers["X-Echo-Token"] == "t=[redacted]"
+    assert flow.response.headers["Other"] == "kept"
+
+
+def test_our_own_refusal_keeps_its_header() -> None:
+    addon, _, _ = make_addon(Resolver({}), {"domain": "api.example"})
+    flow = https_flow("other.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+        addon.responseheaders(flow)
+    assert flow.response is not None
+    assert flow.response.headers["X-Egress-Denied"] == "not_allowlisted"
+
+
+def test_raw_tcp_inside_a_named_tunnel_is_closed() -> None:
+    addon, metrics, _ = make_addon(
+        Resolver({"git.example": ["93.184.216.34"]}), {"domain": "git.example"}
+    )
+    connect = tflow.tflow()
+    connect.request.method = "CONNECT"
+    connect.request.host, connect.request.port = "git.example", 22
+    tcp_flow = tflow.ttcpflow(client_conn=connect.client_conn)
+    with taddons.context(addon):
+        addon.client_connected(connect.client_conn)
+        run(addon.http_connect(connect))
+        assert connect.response is None  # the CONNECT itself was allowed
+        addon.tcp_start(tcp_flow)
+    assert tcp_flow.killable is False or tcp_flow.error is not None or not tcp_flow.live
+    assert count(metrics, "deny", "not_allowlisted") == 1.0

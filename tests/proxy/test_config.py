@@ -1,0 +1,319 @@
+"""Configuration loading: every validation rule has a named case, and secrets never leak."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, PatternKind, load, parse
+
+SECRET = "tok-3f9a1c-never-print-me"
+ENV = {"TOKEN": SECRET, "OTHER": "x"}
+
+
+def entries(*allowlist: object) -> object:
+    return {"network": {"allowlist": list(allowlist)}}
+
+
+def problems_of(document: object, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse(document, "env.yaml", ENV if environ is None else environ)
+    return [str(p) for p in info.value.problems]
+
+
+INVALID = [
+    ("not-a-mapping", ["a", "b"], "env.yaml: the file must be a mapping with a 'network' section"),
+    ("network-not-mapping", {"network": []}, "env.yaml: network: must be a mapping"),
+    (
+        "allowlist-not-list",
+        {"network": {"allowlist": {"domain": "a.com"}}},
+        "network.allowlist: must be a list",
+    ),
+    (
+        "unknown-network-key",
+        {"network": {"allowlist": [], "denylist": []}},
+        "network.denylist: unknown key",
+    ),
+    ("entry-not-mapping", entries("a.com"), "network.allowlist[0]: an entry must be a mapping"),
+    ("missing-domain", entries({"ports": [443]}), "network.allowlist[0].domain: required"),
+    ("empty-domain", entries({"domain": "  "}), "network.allowlist[0].domain: required"),
+    ("domain-not-string", entries({"domain": 42}), "network.allowlist[0].domain: required"),
+    (
+        "unknown-key",
+        entries({"domain": "a.com", "transfrom": {}}),
+        "network.allowlist[0]: unknown key 'transfrom'",
+    ),
+    (
+        "glob-not-label",
+        entries({"domain": "*foo.com"}),
+        "network.allowlist[0].domain: a wildcard may only be",
+    ),
+    (
+        "double-star",
+        entries({"domain": "**"}),
+        "network.allowlist[0].domain: a wildcard may only be",
+    ),
+    (
+        "star-dot-star",
+        entries({"domain": "*.*.com"}),
+        "network.allowlist[0].domain: a wildcard may only be",
+    ),
+    (
+        "wildcard-middle",
+        entries({"domain": "a.*.com"}),
+        "network.allowlist[0].domain: a wildcard may only be",
+    ),
+    ("empty-label", entries({"domain": "a..com"}), "network.allowlist[0].domain: invalid host"),
+    ("bad-cidr", entries({"domain": "10.0.0.1/8"}), "network.allowlist[0].domain: invalid CIDR"),
+    (
+        "loopback-ip",
+        entries({"domain": "127.0.0.1"}),
+        "loopback and unspecified addresses can never be opened",
+    ),
+    (
+        "loopback-cidr",
+        entries({"domain": "127.0.0.0/8"}),
+        "loopback and unspecified addresses can never be opened",
+    ),
+    (
+        "loopback-v6",
+        entries({"domain": "::1"}),
+        "loopback and unspecified addresses can never be opened",
+    ),
+    (
+        "loopback-decimal",
+        entries({"domain": "2130706433"}),
+        "loopback and unspecified addresses can never be opened",
+    ),
+    ("localhost", entries({"domain": "localhost"}), "loopback names can never be opened"),
+    ("localhost-sub", entries({"domain": "a.localhost"}), "loopback names can never be opened"),
+    (
+        "localhost-wildcard",
+        entries({"domain": "*.localhost"}),
+        "loopback names can never be opened",
+    ),
+    (
+        "ports-not-list",
+        entries({"domain": "a.com", "ports": 443}),
+        "network.allowlist[0].ports: must be a non-empty list",
+    ),
+    (
+        "ports-empty",
+        entries({"domain": "a.com", "ports": []}),
+        "network.allowlist[0].ports: must be a non-empty list",
+    ),
+    (
+        "port-zero",
+        entries({"domain": "a.com", "ports": [0]}),
+        "network.allowlist[0].ports[0]: port must be an integer",
+    ),
+    (
+        "port-too-big",
+        entries({"domain": "a.com", "ports": [443, 70000]}),
+        "network.allowlist[0].ports[1]: port must be",
+    ),
+    (
+        "port-bool",
+        entries({"domain": "a.com", "ports": [True]}),
+        "network.allowlist[0].ports[0]: port must be",
+    ),
+    (
+        "plaintext-not-bool",
+        entries({"domain": "a.com", "allow_plaintext": "yes"}),
+        "network.allowlist[0].allow_plaintext: must be true or false",
+    ),
+    (
+        "transform-not-map",
+        entries({"domain": "a.com", "transform": ["Authorization"]}),
+        "network.allowlist[0].transform: must be a non-empty mapping",
+    ),
+    (
+        "header-name-space",
+        entries({"domain": "a.com", "transform": {"Bad Name": "v"}}),
+        "invalid header name 'Bad Name'",
+    ),
+    (
+        "header-name-crlf",
+        entries({"domain": "a.com", "transform": {"X-A\r\nX-B": "v"}}),
+        "invalid header name",
+    ),
+    (
+        "header-host",
+        entries({"domain": "a.com", "transform": {"Host": "b.com"}}),
+        "transform.Host: this header frames or routes",
+    ),
+    (
+        "header-twice",
+        entries({"domain": "a.com", "transform": {"X-K": "1", "x-k": "2"}}),
+        "transform.x-k: header given twice",
+    ),
+    (
+        "value-not-string",
+        entries({"domain": "a.com", "transform": {"X-K": 5}}),
+        "transform.X-K: value must be a string",
+    ),
+    (
+        "value-crlf",
+        entries({"domain": "a.com", "transform": {"X-K": "a\r\nInjected: 1"}}),
+        "transform.X-K: value contains CR, LF or NUL",
+    ),
+    (
+        "value-nul",
+        entries({"domain": "a.com", "transform": {"X-K": "a\0b"}}),
+        "transform.X-K: value contains CR, LF or NUL",
+    ),
+    (
+        "unset-var",
+        entries({"domain": "a.com", "transform": {"Authorization": "Bearer ${MISSING}"}}),
+        "transform.Authorization: environment variable MISSING is not set",
+    ),
+    (
+        "bad-reference",
+        entries({"domain": "a.com", "transform": {"X-K": "${not a name}"}}),
+        "invalid reference ${not a name}",
+    ),
+    (
+        "missing-file",
+        entries({"domain": "a.com", "transform": {"X-K": "${file:/nonexistent/tok}"}}),
+        "cannot read ${file:/nonexistent/tok}",
+    ),
+    (
+        "transform-on-star",
+        entries({"domain": "*", "transform": {"X-K": "${TOKEN}"}}),
+        "a transform on '*' would send the credential to every host",
+    ),
+    (
+        "duplicate",
+        entries({"domain": "A.com"}, {"domain": "a.com."}),
+        "network.allowlist[1]: duplicate of network.allowlist[0] (a.com)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_configuration_names_the_location(document: object, expected: str) -> None:
+    problems = problems_of(document)
+    assert any(expected in p for p in problems), problems
+    assert all(p.startswith("env.yaml") for p in problems)
+
+
+def test_every_problem_is_reported_not_only_the_first() -> None:
+    problems = problems_of(entries({"domain": "*foo.com"}, {"domain": "ok.com", "ports": [0]}, 3))
+    assert [p.split(":")[1].strip() for p in problems] == [
+        "network.allowlist[0].domain",
+        "network.allowlist[1].ports[0]",
+        "network.allowlist[2]",
+    ]
+
+
+def test_a_value_with_crlf_from_the_environment_is_refused_without_printing_it() -> None:
+    problems = problems_of(
+        entries({"domain": "a.com", "transform": {"Authorization": "Bearer ${TOKEN}"}}),
+        {"TOKEN": SECRET + "\r\nX-Evil: 1"},
+    )
+    assert problems == [
+        "env.yaml: network.allowlist[0].transform.Authorization: "
+        "value contains CR, LF or NUL (after resolving references)"
+    ]
+
+
+def test_secrets_never_appear_in_problems_or_reprs() -> None:
+    document = entries(
+        {"domain": "a.com", "transform": {"Authorization": f"Bearer {SECRET}", "X-Ok": "${TOKEN}"}},
+        {"domain": "b.com", "transform": {"X-K": "${TOKEN}\n"}},
+        {"domain": "*", "transform": {"X-K": "${TOKEN}"}},
+    )
+    with pytest.raises(ConfigError) as info:
+        parse(document, "env.yaml", ENV)
+    assert SECRET not in str(info.value)
+    good = parse(entries({"domain": "a.com", "transform": {"X-K": "${TOKEN}"}}), "env.yaml", ENV)
+    assert SECRET not in repr(good)
+    assert SECRET not in str(good.allowlist[0].transform)
+    assert good.secrets() == (SECRET,)  # the value is the reference alone
+
+
+KINDS = [
+    ("exact", "API.Example.COM.", PatternKind.EXACT, "api.example.com", "api.example.com"),
+    ("idn", "Bücher.example", PatternKind.EXACT, "xn--bcher-kva.example", "xn--bcher-kva.example"),
+    ("wildcard", "*.Example.com", PatternKind.WILDCARD, "*.example.com", "example.com"),
+    ("any", "*", PatternKind.ANY, "*", None),
+    ("ipv4", "203.0.113.7", PatternKind.ADDRESS, "203.0.113.7", None),
+    ("ipv6", "2001:DB8::1", PatternKind.ADDRESS, "2001:db8::1", None),
+    ("cidr", "10.20.0.0/16", PatternKind.ADDRESS, "10.20.0.0/16", None),
+    ("wide-cidr", "0.0.0.0/0", PatternKind.ADDRESS, "0.0.0.0/0", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("domain", "kind", "pattern", "name"), [c[1:] for c in KINDS], ids=[c[0] for c in KINDS]
+)
+def test_domain_forms(domain: str, kind: PatternKind, pattern: str, name: str | None) -> None:
+    (entry,) = parse(entries({"domain": domain}), "env.yaml", ENV).allowlist
+    assert (entry.kind, entry.pattern, entry.name) == (kind, pattern, name)
+
+
+def test_full_entry_is_parsed_into_typed_values(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    config_file = tmp_path / "env.yaml"
+    config_file.write_text(
+        "network:\n"
+        "  allowlist:\n"
+        "    - domain: telemetry.example.com\n"
+        "      ports: [443, 8443]\n"
+        "      allow_plaintext: true\n"
+        "      transform:\n"
+        '        Authorization: "Bearer ${TOKEN}"\n'
+        '        X-From-File: "${file:' + str(token_file) + '}"\n'
+        '        X-Literal: "literal$value"\n'
+    )
+    network = load(config_file, ENV)
+    (entry,) = network.allowlist
+    assert entry.ports == frozenset({443, 8443})
+    assert entry.allow_plaintext is True
+    assert [(t.header, t.value.reveal()) for t in entry.transform] == [
+        ("Authorization", f"Bearer {SECRET}"),
+        ("X-From-File", "from-file"),
+        ("X-Literal", "literal$value"),
+    ]
+    assert network.source == str(config_file)
+
+
+def test_json_and_pasted_environment_objects_load(tmp_path: Path) -> None:
+    path = tmp_path / "env.json"
+    path.write_text(
+        '{"type": "remote", "environment": {"network": {"allowlist": [{"domain": "*"}]}}}'
+    )
+    assert [e.pattern for e in load(path, ENV).allowlist] == ["*"]
+
+
+@pytest.mark.parametrize("text", ["", "network:\n", "network:\n  allowlist: []\n", "other: 1\n"])
+def test_empty_or_missing_allowlist_is_valid_and_denies_everything(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    assert load(path, ENV).allowlist == ()
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text("network:\n  allowlist:\n    - domain: [a\n")
+    with pytest.raises(ConfigError) as info:
+        load(path, ENV)
+    (problem,) = info.value.problems
+    assert str(problem).startswith(f"{path}: line 4, column 1: invalid YAML")
+
+
+def test_unreadable_file() -> None:
+    with pytest.raises(ConfigError, match=r"/nonexistent/env.yaml: cannot read file"):
+        load("/nonexistent/env.yaml", ENV)
+
+
+def test_address_entries_are_networks() -> None:
+    (entry,) = parse(entries({"domain": "198.18.1.0/24"}), "env.yaml", ENV).allowlist
+    assert entry.network == ipaddress.ip_network("198.18.1.0/24")
