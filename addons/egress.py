@@ -5,45 +5,57 @@ the answer. The addon fails closed: an exception in a deciding hook becomes a
 `policy_error` refusal (counted), and an upstream connection that no decision
 pinned is never opened.
 
-Life of an HTTPS request in regular mode:
-1. `http_connect` decides the CONNECT target (name and resolved addresses) and
-   refuses with 403 before any tunnel; an allowed target is remembered as the
-   tunnel of that client connection.
+A client connection has a *target* once it is known: the CONNECT authority in
+regular mode, the TLS SNI (or, without SNI, the original destination address)
+with the original port in transparent mode. Every request on that connection
+must name the target in its Host/:authority (domain fronting, SPEC 1.6).
+
+Life of a request:
+1. (regular) `http_connect` decides the CONNECT target and refuses with 403
+   before any tunnel. (transparent) `tls_clienthello` records the SNI.
 2. `requestheaders` decides every request again (each one on a kept-alive
-   connection), checks Host/:authority/SNI against the tunnel, resolves the
-   name, pins the first permitted address, and writes the transform headers.
+   connection or HTTP/2 stream), resolves the name, pins the first permitted
+   address, and writes the transform headers.
 3. `server_connect` connects only to the pinned address (no second lookup);
    `server_connected` puts the host name back so mitmproxy reuses the
-   connection for the next request to the same host.
+   connection for the next request to the same host — and only that host.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
-   secrets, and streams the body; `response`/`error` write the audit line.
+   secrets and streams the body; `response`/`error` write the audit line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mitmproxy import connection, http, tcp
-from mitmproxy.proxy import server_hooks
+from mitmproxy import connection, http, tcp, tls
+from mitmproxy.net.http.http1.read import expected_http_body_size
+from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons.refusal import refusal_response
 from proxy.audit import AuditLog, AuditRecord
+from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
+from proxy.resolver import system_resolve
 
 log = logging.getLogger("egress")
 
 RESOLVE_TIMEOUT_S = 5.0
+# mitmproxy reads a refused request's body before it can answer. Up to this size the
+# sandbox gets the readable 403; a larger or unknown-length body closes the connection
+# instead, so a refused upload can never make the proxy buffer gigabytes.
+REFUSED_BODY_LIMIT = 64 * 1024
 DENIED_HEADER = "X-Egress-Denied"
 _META = "egress"
+
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 
 @dataclass
@@ -61,11 +73,18 @@ class FlowState:
 
 @dataclass
 class ClientState:
-    tunnel: tuple[Host, int] | None = None
+    # The host and port every request on this connection must name (see module doc).
+    target: tuple[Host, int] | None = None
+    # Transparent TLS without SNI: only an IP/CIDR entry can open the destination.
+    no_sni: bool = False
     # (host as mitmproxy will connect to it, port) -> the checked address to use instead.
     pins: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    # Server connections we redirected, to restore their name once connected.
+    # Server connections redirected to a pinned address, to restore their name once connected.
     renamed: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def is_transparent(client: connection.Client) -> bool:
+    return isinstance(client.proxy_mode, mode_specs.TransparentMode)
 
 
 class EgressPolicy:
@@ -75,16 +94,16 @@ class EgressPolicy:
         metrics: ProxyMetrics,
         audit: AuditLog,
         on_running: Callable[[], None] | None = None,
-        resolver: Callable[[str, int], asyncio.Future[list[IPAddress]]] | None = None,
+        resolver: Resolver = system_resolve,
     ) -> None:
         self.policy = policy
         self.metrics = metrics
         self.audit = audit
         self._on_running = on_running
         self._clients: dict[str, ClientState] = {}
-        self._resolve = resolver or system_resolve
+        self._resolve = resolver
 
-    # -- lifecycle --------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------
 
     def running(self) -> None:
         if self._on_running is not None:
@@ -101,41 +120,53 @@ class EgressPolicy:
     def _client(self, client: connection.Client) -> ClientState:
         return self._clients.setdefault(client.id, ClientState())
 
-    # -- CONNECT -------------------------------------------------------------------
+    # -- connection targets ---------------------------------------------------------------
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
+        """Regular mode: decide the CONNECT target; refuse before any tunnel opens."""
         started = time.monotonic()
-        host_text = flow.request.host
+        host_text = flow.request.host[:255]
+        port: int | None = flow.request.port
         try:
-            decision, host, port = await self._decide_connect(flow)
-            if host is not None:
+            try:
+                host, port = parse_authority(flow.request.host, flow.request.port)
+            except HostError:
+                decision = Decision.deny(Reason.BAD_REQUEST)
+            else:
                 host_text = str(host)
+                decision = self.policy.decide(host, port, tls=None)
+                decision = await self._pin(flow.client_conn, decision, host, port)
+                if decision.allowed:
+                    self._client(flow.client_conn).target = (host, port)
         except Exception:  # noqa: BLE001 - fail closed, and count it
             log.exception("policy error on CONNECT")
             self.metrics.policy_errors.inc()
-            decision, host, port = Decision.deny(Reason.POLICY_ERROR), None, None
+            decision = Decision.deny(Reason.POLICY_ERROR)
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
-        if decision.allowed:
-            assert host is not None and port is not None
-            self._client(flow.client_conn).tunnel = (host, port)
-        else:
+        if not decision.allowed:
             flow.response = refusal_response(decision, host_text)
         self._write_audit(flow, decision, host_text, port, started, 0, 0, (), status=200)
 
-    async def _decide_connect(
-        self, flow: http.HTTPFlow
-    ) -> tuple[Decision, Host | None, int | None]:
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """Transparent mode: the SNI names the target; the original destination is not trusted."""
+        client = data.context.client
+        if not is_transparent(client):
+            return  # regular mode: the SNI is checked against the CONNECT target per request
+        state = self._client(client)
+        address = data.context.server.address
+        if address is None:
+            return
+        sni = data.client_hello.sni
         try:
-            host, port = parse_authority(flow.request.host, flow.request.port)
+            if sni:
+                state.target = (canonical_host(sni), address[1])
+            else:
+                state.target = (canonical_host(address[0]), address[1])
+                state.no_sni = True
         except HostError:
-            return Decision.deny(Reason.BAD_REQUEST), None, None
-        decision = self.policy.decide(host, port, tls=None)
-        decision, pinned = await self._pin(decision, host, port)
-        if pinned is not None:
-            self._client(flow.client_conn).pins[(flow.request.host, port)] = (str(pinned), port)
-        return decision, host, port
+            state.target = None  # requests then fail the Host check below as bad_request
 
-    # -- requests --------------------------------------------------------------------
+    # -- requests ------------------------------------------------------------------------
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), flow.request.host[:255])
@@ -151,31 +182,33 @@ class EgressPolicy:
         if state.decision.allowed:
             flow.request.stream = _counter(state, "bytes_sent")
         else:
-            self._refuse(flow, state)
+            state.refused_here = True
+            flow.request.stream = False
+            if _body_size(flow.request) > REFUSED_BODY_LIMIT:
+                flow.kill()
+            else:
+                flow.response = refusal_response(state.decision, state.host)
 
     async def _decide_request(self, flow: http.HTTPFlow, state: FlowState) -> None:
         request = flow.request
         client = self._client(flow.client_conn)
-        try:
-            host = canonical_host(request.host)
-        except HostError:
-            state.decision = Decision.deny(Reason.BAD_REQUEST)
+        if client.no_sni and not self._opened_by_address(client.target):
+            state.decision = Decision.deny(Reason.NO_SNI)
             return
+        located = self._locate(flow, client)
+        if isinstance(located, Decision):
+            state.decision = located
+            return
+        host, port = located
         state.host = str(host)
-        port = request.port
-        mismatch = self._host_mismatch(flow, host, client)
-        if mismatch is not None:
-            state.decision = mismatch
-            return
-        if client.tunnel is not None:
-            port = client.tunnel[1]
-            request.data.port = port
         decision = self.policy.decide(host, port, tls=request.scheme == "https")
-        decision, pinned = await self._pin(decision, host, port)
+        decision = await self._pin(flow.client_conn, decision, host, port)
         state.decision = decision
-        if pinned is None:
+        if not decision.allowed:
             return
-        client.pins[(request.host, port)] = (str(pinned), port)
+        # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
+        # and keys connection reuse on it, so each host gets its own upstream connection.
+        request.data.host, request.data.port = str(host), port
         entry = decision.entry
         if entry is not None and entry.transform:
             for transform in entry.transform:
@@ -183,67 +216,75 @@ class EgressPolicy:
             state.injected = tuple(t.header for t in entry.transform)
             self.metrics.injections.labels(entry.pattern).inc()
 
-    def _host_mismatch(
-        self, flow: http.HTTPFlow, host: Host, client: ClientState
-    ) -> Decision | None:
-        """Domain fronting: the Host/:authority, the SNI and the CONNECT target must agree."""
+    def _locate(self, flow: http.HTTPFlow, client: ClientState) -> tuple[Host, int] | Decision:
+        """The host and port this request is for, or the refusal when its names disagree.
+
+        Regular mode: the absolute-form URL (or, in a tunnel, the Host mitmproxy parsed)
+        and the Host header must agree, and inside a tunnel name the CONNECT target.
+        Transparent mode: the Host header names the host (the original destination
+        address is not trusted), and over TLS must agree with the SNI.
+        """
         request = flow.request
-        named_port = 0  # 0: the Host header carries no explicit port
-        if request.host_header is not None:
-            try:
-                named, named_port = parse_authority(request.host_header, 0)
-            except HostError:
-                return Decision.deny(Reason.BAD_REQUEST)
-            if named != host:
+        header_port = 0  # 0: the Host header carries no explicit port
+        named: Host | None = None
+        try:
+            if request.host_header:
+                named, header_port = parse_authority(request.host_header, 0)
+            if is_transparent(flow.client_conn):
+                host = named or (
+                    client.target[0] if client.target else canonical_host(request.host)
+                )
+                port = request.port
+            else:
+                host, port = canonical_host(request.host), request.port
+            sni = flow.client_conn.sni
+            if sni and client.target is not None and canonical_host(sni) != client.target[0]:
                 return Decision.deny(Reason.HOST_MISMATCH)
-        if client.tunnel is None:
-            if named_port and named_port != request.port:
-                return Decision.deny(Reason.HOST_MISMATCH)
-            return None
-        target, target_port = client.tunnel
-        if host != target or named_port not in (0, target_port):
+        except HostError:
+            return Decision.deny(Reason.BAD_REQUEST)
+        if named is not None and named != host:
             return Decision.deny(Reason.HOST_MISMATCH)
-        sni = flow.client_conn.sni
-        if sni:
-            try:
-                if canonical_host(sni) != target:
-                    return Decision.deny(Reason.HOST_MISMATCH)
-            except HostError:
-                return Decision.deny(Reason.BAD_REQUEST)
-        return None
+        if client.target is not None:
+            target, target_port = client.target
+            if host != target or header_port not in (0, target_port):
+                return Decision.deny(Reason.HOST_MISMATCH)
+            return host, target_port
+        if header_port and header_port != port:
+            return Decision.deny(Reason.HOST_MISMATCH)
+        if flow.client_conn.tls and is_transparent(flow.client_conn):
+            return Decision.deny(Reason.BAD_REQUEST)  # TLS whose ClientHello we never saw
+        return host, port
 
     async def _pin(
-        self, decision: Decision, host: Host, port: int
-    ) -> tuple[Decision, IPAddress | None]:
-        """Resolve an allowed name and keep the first address the policy permits."""
+        self, client: connection.Client, decision: Decision, host: Host, port: int
+    ) -> Decision:
+        """Resolve an allowed name, keep the first permitted address, and pin it."""
         if not decision.allowed:
-            return decision, None
+            return decision
         if host.ip is not None:
-            return decision, host.ip
-        assert host.name is not None
-        try:
-            async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-                addresses = await self._resolve(host.name, port)
-        except (OSError, TimeoutError):
-            addresses = []
-        return self.policy.pick_address(decision, addresses, port)
+            pinned: IPAddress | None = host.ip
+        else:
+            assert host.name is not None
+            try:
+                async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                    addresses = await self._resolve(host.name, port)
+            except (OSError, TimeoutError):
+                addresses = []
+            decision, pinned = self.policy.pick_address(decision, addresses, port)
+        if pinned is not None:
+            self._client(client).pins[(str(host), port)] = (str(pinned), port)
+        return decision
 
-    def _refuse(self, flow: http.HTTPFlow, state: FlowState) -> None:
-        state.refused_here = True
-        flow.request.stream = False
-        flow.response = refusal_response(state.decision, state.host)
-
-    # -- upstream connections -------------------------------------------------------------
+    # -- upstream connections ---------------------------------------------------------------
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         server = data.server
         try:
             client = self._clients.get(data.client.id)
             pinned = client.pins.get(server.address) if client and server.address else None
-            if pinned is None:
+            if client is None or pinned is None or server.address is None:
                 server.error = "egress: no policy decision for this destination"
                 return
-            assert client is not None and server.address is not None
             client.renamed[server.id] = server.address
             server.address = pinned
         except Exception:  # noqa: BLE001 - fail closed
@@ -255,7 +296,7 @@ class EgressPolicy:
         client = self._clients.get(data.client.id)
         if client is not None and (name := client.renamed.pop(data.server.id, None)):
             # Connected to the checked address; the name is what mitmproxy matches
-            # later requests against, so that a kept-alive connection is reused.
+            # later requests against, so a kept-alive connection serves only its host.
             data.server.address = name
 
     def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
@@ -263,21 +304,44 @@ class EgressPolicy:
         if client is not None:
             client.renamed.pop(data.server.id, None)
 
-    # -- non-HTTP tunnels ------------------------------------------------------------------
+    # -- non-HTTP TCP ----------------------------------------------------------------------
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
-        """Raw TCP inside a CONNECT only reaches explicit IP/CIDR entries (SPEC 1.6)."""
-        client = self._clients.get(flow.client_conn.id)
-        tunnel = client.tunnel if client else None
-        allowed = False
-        if tunnel is not None and tunnel[0].ip is not None:
-            entry = self.policy.entry_for_address(tunnel[0].ip)
-            allowed = entry is not None and entry.allows_port(tunnel[1])
-        if not allowed:
-            self.metrics.requests.labels("deny", Reason.NOT_ALLOWLISTED.value).inc()
-            flow.kill()
+        """Raw TCP only reaches destinations of explicit IP/CIDR entries (SPEC 1.6).
 
-    # -- responses ---------------------------------------------------------------------------
+        The destination is the CONNECT target (regular) or the original destination
+        (transparent); a named entry never becomes a blind TCP pipe.
+        """
+        try:
+            client = self._client(flow.client_conn)
+            destination = client.target
+            if is_transparent(flow.client_conn) and flow.server_conn.address:
+                address = flow.server_conn.address
+                destination = (canonical_host(address[0]), address[1])
+            if self._opened_by_address(destination) and flow.server_conn.address:
+                assert destination is not None
+                pinned = (str(destination[0]), destination[1])
+                client.pins[flow.server_conn.address] = pinned
+                self.metrics.requests.labels("allow", Reason.ALLOWLISTED.value).inc()
+                return
+        except Exception:  # noqa: BLE001 - fail closed
+            log.exception("policy error on raw TCP")
+            self.metrics.policy_errors.inc()
+        self.metrics.requests.labels("deny", Reason.NOT_ALLOWLISTED.value).inc()
+        flow.kill()
+
+    def _opened_by_address(self, destination: tuple[Host, int] | None) -> bool:
+        """An IP destination allowed by an explicit IP/CIDR entry (not by `*`)."""
+        if destination is None or destination[0].ip is None:
+            return False
+        decision = self.policy.decide(destination[0], destination[1], tls=None)
+        return (
+            decision.allowed
+            and decision.entry is not None
+            and decision.entry.kind is PatternKind.ADDRESS
+        )
+
+    # -- responses -----------------------------------------------------------------------------
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state: FlowState | None = flow.metadata.get(_META)
@@ -292,7 +356,7 @@ class EgressPolicy:
                     (name, redact(value, secrets)) for name, value in headers.fields
                 )
             flow.response.stream = _counter(state, "bytes_received")
-        except Exception:  # noqa: BLE001 - never forward what we could not clean
+        except Exception:  # noqa: BLE001 - never forward what could not be cleaned
             log.exception("policy error on response headers")
             self.metrics.policy_errors.inc()
             flow.kill()
@@ -365,13 +429,10 @@ def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
     return count
 
 
-async def system_resolve(name: str, port: int) -> list[IPAddress]:
-    """The system resolver (so /etc/hosts and resolv.conf apply), answers in its order."""
-    import ipaddress
-
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-    seen: dict[IPAddress, None] = {}
-    for _family, _type, _proto, _canon, sockaddr in infos:
-        seen.setdefault(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]), None)
-    return list(seen)
+def _body_size(request: http.Request) -> int:
+    """The request body's announced size; unknown (chunked, invalid) counts as unbounded."""
+    try:
+        size = expected_http_body_size(request)
+    except ValueError:
+        return REFUSED_BODY_LIMIT + 1
+    return REFUSED_BODY_LIMIT + 1 if size is None or size < 0 else size

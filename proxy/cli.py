@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the proxy")
     run.add_argument("--config", required=True, help="environment file (YAML or JSON)")
-    run.add_argument("--mode", choices=["regular"], default="regular")
+    run.add_argument("--mode", choices=["regular", "transparent"], default="regular")
     run.add_argument("--listen", default="127.0.0.1:8080", type=parse_hostport)
     run.add_argument("--metrics", default="127.0.0.1:9464", type=parse_hostport)
     run.add_argument("--certs", default="certs", type=Path, help="CA directory")

@@ -24,9 +24,9 @@ from cryptography import x509
 
 from proxy import config as configuration
 from proxy.audit import AuditLog
-from proxy.hosts import HostError, IPAddress, canonical_host
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
+from proxy.selfaddr import SelfAddresses
 
 log = logging.getLogger("egress")
 
@@ -85,16 +85,8 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
     return bundle
 
 
-def self_addresses(settings: Settings) -> list[tuple[IPAddress, int]]:
-    found = []
-    for host, port in (settings.listen, settings.metrics):
-        try:
-            ip = canonical_host(host).ip
-        except HostError:
-            continue
-        if ip is not None:
-            found.append((ip, port))
-    return found
+def self_addresses(settings: Settings) -> SelfAddresses:
+    return SelfAddresses([settings.listen, settings.metrics])
 
 
 async def serve(settings: Settings) -> int:

@@ -17,7 +17,7 @@ Invariant: every path that is not an explicit allow returns a refusal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Sequence
 
 from proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
 from proxy.config import Entry, NetworkConfig, PatternKind
@@ -30,7 +30,7 @@ METADATA_NAMES = frozenset({"metadata.google.internal", "metadata"})
 
 class Policy:
     def __init__(
-        self, config: NetworkConfig, self_addresses: Iterable[tuple[IPAddress, int]] = ()
+        self, config: NetworkConfig, self_addresses: Container[tuple[IPAddress, int]] = frozenset()
     ) -> None:
         self.config = config
         self._exact: dict[str, Entry] = {}
@@ -57,7 +57,7 @@ class Policy:
             version: sorted(by_length, reverse=True)
             for version, by_length in self._networks.items()
         }
-        self._self_addresses = frozenset(self_addresses)
+        self._self_addresses = self_addresses
 
     # -- lookups -------------------------------------------------------------
 

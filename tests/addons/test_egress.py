@@ -205,3 +205,47 @@ def test_raw_tcp_inside_a_named_tunnel_is_closed() -> None:
         addon.tcp_start(tcp_flow)
     assert tcp_flow.killable is False or tcp_flow.error is not None or not tcp_flow.live
     assert count(metrics, "deny", "not_allowlisted") == 1.0
+
+
+def test_refused_upload_is_answered_only_when_small() -> None:
+    """A refused request's body is read before the 403; a large one is closed instead."""
+    addon, metrics, _ = make_addon(Resolver({}), {"domain": "api.example"})
+    small = https_flow("other.example", [(b"Host", b"other.example"), (b"Content-Length", b"1024")])
+    large = https_flow(
+        "other.example", [(b"Host", b"other.example"), (b"Content-Length", b"10000000000")]
+    )
+    chunked = https_flow(
+        "other.example", [(b"Host", b"other.example"), (b"Transfer-Encoding", b"chunked")]
+    )
+    with taddons.context(addon):
+        for flow in (small, large, chunked):
+            addon.client_connected(flow.client_conn)
+            run(addon.requestheaders(flow))
+    assert small.response is not None and small.response.status_code == 403
+    for flow in (large, chunked):
+        assert flow.response is None
+        assert flow.error is not None and flow.error.msg == "Connection killed."
+    assert count(metrics, "deny", "not_allowlisted") == 3.0
+
+
+def test_transform_is_never_sent_to_another_host_on_a_reused_connection() -> None:
+    """Each allowed request is re-targeted at its own canonical host, the key mitmproxy reuses on."""
+    addon, _, _ = make_addon(
+        Resolver({"a.example": ["93.184.216.34"], "b.example": ["93.184.216.35"]}),
+        {"domain": "a.example", "transform": {"Authorization": "Bearer ${TOKEN}"}},
+        {"domain": "b.example"},
+    )
+    first = https_flow("A.Example", [(b"Host", b"A.Example")])
+    second = https_flow("b.example")
+    second.client_conn = first.client_conn
+    with taddons.context(addon):
+        addon.client_connected(first.client_conn)
+        run(addon.requestheaders(first))
+        run(addon.requestheaders(second))
+    assert (first.request.host, second.request.host) == ("a.example", "b.example")
+    assert "authorization" not in second.request.headers
+    pins = addon._clients[first.client_conn.id].pins
+    assert pins == {
+        ("a.example", 443): ("93.184.216.34", 443),
+        ("b.example", 443): ("93.184.216.35", 443),
+    }
