@@ -297,7 +297,9 @@ class EgressPolicy:
         if client is not None and (name := client.renamed.pop(data.server.id, None)):
             # Connected to the checked address; the name is what mitmproxy matches
             # later requests against, so a kept-alive connection serves only its host.
-            data.server.address = name
+            # `Server.__setattr__` refuses address changes on an open connection (they
+            # would not move it); this one only relabels the socket with its host name.
+            object.__setattr__(data.server, "address", name)
 
     def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
         client = self._clients.get(data.client.id)

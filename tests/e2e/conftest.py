@@ -1,0 +1,322 @@
+"""Session fixtures for the end-to-end tests: namespaces, upstreams, one running proxy.
+
+Set-up order (each step undone in reverse at teardown, even after a failure):
+test PKI -> namespaces and veths -> echo servers in U and traps in P -> proxy CA
+(`egress-proxy ca`) -> `egress-proxy run` inside P, ready when /healthz answers 200.
+A SIGTERM to pytest is turned into KeyboardInterrupt so that teardown still runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import procs
+from tests.support.expect import Observed
+from tests.support.harness import Harness, JsonLines
+from tests.support.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
+from tests.support.testca import Pki, make_test_pki
+
+REPO = Path(__file__).resolve().parents[2]
+EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
+ECHO_SERVER = REPO / "tests" / "support" / "echo_server.py"
+PROXY_PORT = 8080
+METRICS_PORT = 9464
+SECRET_ENV = "E2E_SECRET"
+
+# Names the proxy namespace resolves (from /etc/netns/<ns>/hosts); "PROXY" is the
+# proxy's own address, filled in once the topology has picked it.
+PROXY_HOSTS: dict[str, list[str]] = {
+    "api.allowed.test": [UPSTREAM_IP],
+    "other.allowed.test": [UPSTREAM_IP],
+    "plain.allowed.test": [UPSTREAM_IP],
+    "ports.allowed.test": [UPSTREAM_IP],
+    "x.wild.test": [UPSTREAM_IP],
+    "wild.test": [UPSTREAM_IP],
+    "notlisted.test": [UPSTREAM_IP],
+    "internal.test": [INTERNAL_IP],
+    "rebind.test": ["127.0.0.1"],
+    "loop6.wild.test": ["::1"],
+    "mixed.allowed.test": ["127.0.0.1", UPSTREAM_IP],
+    "self.allowed.test": ["PROXY"],
+}
+CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"]
+
+CONFIG = """\
+# End-to-end configuration. Entry order matters only for the error tests' indexes.
+network:
+  allowlist:
+    - domain: api.allowed.test            # transform, TLS only
+      transform:
+        Authorization: "Bearer ${{{secret_env}}}"
+        X-Api-Key: "${{{secret_env}}}"
+    - domain: plain.allowed.test          # transform allowed over plain HTTP
+      allow_plaintext: true
+      transform:
+        X-Plain-Token: "${{file:{file_secret}}}"
+    - domain: ports.allowed.test          # most specific entry: only port 8443
+      ports: [8443]
+    - domain: "*.allowed.test"
+    - domain: "*.wild.test"
+    - domain: internal.test               # resolves to {internal_ip}, which nothing opens
+    - domain: rebind.test                 # resolves to 127.0.0.1
+    - domain: 198.18.1.0/24               # opens the upstreams' range (198.18/15 is reserved)
+    - domain: {client_net}                # opens the proxy's own /30: only the self rule refuses
+"""
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    log: Path
+    trap_log: Path
+
+
+# Run inside the proxy namespace before the proxy exists: proves the names, routes,
+# certificates and traps of the harness itself (a harness bug must not look like a proxy bug).
+PROBE = r"""
+import json, socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+out = {}
+for name, port, tls in [("api.allowed.test", 443, True), ("other.allowed.test", 80, False),
+                        ("x.wild.test", 8443, True), ("198.18.1.2", 443, True)]:
+    s = socket.create_connection((name, port), timeout=5)
+    if tls:
+        s = ctx.wrap_socket(s, server_hostname=name)
+    s.sendall(f"GET /harness-probe HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    out[f"{name}:{port}"] = data.split(b"\r\n", 1)[0].decode()
+for name, port in [("rebind.test", 80), ("loop6.wild.test", 443), ("internal.test", 443)]:
+    socket.create_connection((name, port), timeout=5).close()
+    out[f"{name}:{port}"] = "connected"
+try:
+    socket.getaddrinfo("missing.allowed.test", 80)
+    out["missing.allowed.test"] = "resolved"
+except socket.gaierror:
+    out["missing.allowed.test"] = "unresolved"
+print(json.dumps(out))
+"""
+
+
+def probe_harness(topology: Topology, pki: Pki, upstreams: Upstreams) -> None:
+    result = subprocess.run(
+        topology.exec_prefix(topology.ns_proxy) + [sys.executable, "-c", PROBE, str(pki.ca_cert)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, f"harness probe failed:\n{result.stderr}"
+    seen = json.loads(result.stdout)
+    expected = {
+        "api.allowed.test:443": "HTTP/1.1 200 OK",
+        "other.allowed.test:80": "HTTP/1.1 200 OK",
+        "x.wild.test:8443": "HTTP/1.1 200 OK",
+        "198.18.1.2:443": "HTTP/1.1 200 OK",
+        "rebind.test:80": "connected",
+        "loop6.wild.test:443": "connected",
+        "internal.test:443": "connected",
+        "missing.allowed.test": "unresolved",
+    }
+    assert seen == expected, f"harness probe: {seen}"
+    events = JsonLines(upstreams.log).all()
+    snis = {e["sni"] for e in events if e["event"] == "request" and e["tls"]}
+    assert {"api.allowed.test", "x.wild.test"} <= snis, events
+    assert [e["listener"] for e in events if e["event"] == "trap"] == [f"{INTERNAL_IP}:443"]
+    traps = JsonLines(upstreams.trap_log).all()
+    assert sorted(e["listener"] for e in traps) == ["[::]:443", "[::]:80"], traps
+
+
+@pytest.fixture(scope="session")
+def e2e_secrets() -> tuple[str, str]:
+    """(environment secret, file secret): distinctive values that must never leak."""
+    return f"s3cr3t-e2e-{secrets.token_hex(8)}", f"f1le-s3cr3t-e2e-{secrets.token_hex(8)}"
+
+
+@pytest.fixture(scope="session")
+def e2e_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="session")
+def pki(e2e_dir: Path) -> Pki:
+    directory = e2e_dir / "pki"
+    directory.mkdir()
+    return make_test_pki(directory, CERT_NAMES, [UPSTREAM_IP, INTERNAL_IP])
+
+
+@pytest.fixture(scope="session")
+def topology() -> Iterator[Topology]:
+    reason = netns_available()
+    if reason is not None:
+        # `make test` runs as root (README); a missing prerequisite is a failure, not a skip.
+        pytest.fail(f"end-to-end tests cannot run: {reason}")
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    topo = Topology(tag=f"egt{os.getpid()}")
+    try:
+        topo.build(PROXY_HOSTS)
+        yield topo
+    finally:
+        failures = topo.close()
+        signal.signal(signal.SIGTERM, previous)
+        if failures:
+            raise RuntimeError("topology cleanup failed:\n" + "\n".join(failures))
+
+
+def _start_and_wait(name: str, argv: list[str], log_dir: Path, ready: Path) -> procs.Child:
+    child = procs.start(name, argv, log_dir)
+    procs.wait_until(f"{name} ready", ready.exists, timeout=15, child=child)
+    return child
+
+
+@pytest.fixture(scope="session")
+def upstreams(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Upstreams]:
+    log, trap_log = e2e_dir / "upstream.jsonl", e2e_dir / "trap-proxy-ns.jsonl"
+    log.touch()
+    trap_log.touch()
+    echo = [sys.executable, str(ECHO_SERVER)]
+    children: list[procs.Child] = []
+    try:
+        children.append(
+            _start_and_wait(
+                "echo-upstream",
+                topology.exec_prefix(topology.ns_upstream)
+                + echo
+                + ["--log", str(log), "--ready", str(e2e_dir / "echo.ready")]
+                + ["--cert", str(pki.server_cert), "--key", str(pki.server_key)]
+                + ["--echo", f"{UPSTREAM_IP}:80"]
+                + ["--echo-tls", f"{UPSTREAM_IP}:443", "--echo-tls", f"{UPSTREAM_IP}:8443"]
+                + ["--trap", f"{INTERNAL_IP}:80", "--trap", f"{INTERNAL_IP}:443"],
+                e2e_dir,
+                e2e_dir / "echo.ready",
+            )
+        )
+        children.append(
+            _start_and_wait(
+                "trap-proxy-ns",
+                topology.exec_prefix(topology.ns_proxy)
+                + echo
+                + ["--log", str(trap_log), "--ready", str(e2e_dir / "trap.ready")]
+                + ["--trap", "[::]:80", "--trap", "[::]:443", "--trap", "[::]:8443"],
+                e2e_dir,
+                e2e_dir / "trap.ready",
+            )
+        )
+        found = Upstreams(log, trap_log)
+        probe_harness(topology, pki, found)
+        yield found
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+def write_config(path: Path, client_net: str, file_secret_path: Path) -> None:
+    path.write_text(
+        CONFIG.format(
+            secret_env=SECRET_ENV,
+            file_secret=file_secret_path,
+            internal_ip=INTERNAL_IP,
+            client_net=client_net,
+        )
+    )
+
+
+def proxy_env(secret: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
+    env[SECRET_ENV] = secret
+    return env
+
+
+def create_ca(certs: Path) -> Path:
+    result = subprocess.run(
+        [str(EGRESS_PROXY), "ca", "--certs", str(certs)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"egress-proxy ca failed: {result.stderr}"
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def harness(
+    topology: Topology,
+    upstreams: Upstreams,
+    pki: Pki,
+    e2e_dir: Path,
+    e2e_secrets: tuple[str, str],
+) -> Iterator[Harness]:
+    secret, file_secret = e2e_secrets
+    file_secret_path = e2e_dir / "plain-token.txt"
+    file_secret_path.write_text(file_secret + "\n")
+    config = e2e_dir / "egress.yaml"
+    write_config(config, topology.client_net, file_secret_path)
+    certs = e2e_dir / "certs"
+    proxy_ca = create_ca(certs)
+    audit = e2e_dir / "audit.jsonl"
+    argv = topology.exec_prefix(topology.ns_proxy) + [
+        str(EGRESS_PROXY),
+        "run",
+        "--config",
+        str(config),
+        "--listen",
+        f"{topology.proxy_ip}:{PROXY_PORT}",
+        "--metrics",
+        f"{topology.proxy_ip}:{METRICS_PORT}",
+        "--certs",
+        str(certs),
+        "--audit-log",
+        str(audit),
+        "--upstream-ca",
+        str(pki.ca_cert),
+    ]
+    child = procs.start("proxy", argv, e2e_dir, env=proxy_env(secret))
+    h = Harness(
+        proxy_host=topology.proxy_ip,
+        proxy_port=PROXY_PORT,
+        metrics_host=topology.proxy_ip,
+        metrics_port=METRICS_PORT,
+        client_ip=topology.client_ip,
+        client_net=topology.client_net,
+        proxy_ca=proxy_ca,
+        upstream_log=JsonLines(upstreams.log),
+        trap_log=JsonLines(upstreams.trap_log),
+        audit_log=JsonLines(audit),
+        proxy_stdout=child.stdout,
+        proxy_stderr=child.stderr,
+        secrets=e2e_secrets,
+        trap_baseline=JsonLines(upstreams.trap_log).mark(),
+        upstream_baseline=JsonLines(upstreams.log).mark(),
+    )
+
+    def healthy() -> bool:
+        try:
+            return h.healthz() == 200
+        except OSError:
+            return False
+
+    try:
+        procs.wait_until("proxy /healthz", healthy, timeout=30, child=child)
+        yield h
+    finally:
+        child.stop()
+
+
+@pytest.fixture
+def obs(harness: Harness) -> Observed:
+    """What reaches the upstream namespace and the traps during one test."""
+    return Observed.start(harness)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The leak scan reads everything the proxy ever wrote: run it after all other traffic.
+    items.sort(key=lambda item: item.path.name == "test_leaks_e2e.py")

@@ -1,0 +1,255 @@
+"""Upstream stand-ins for the end-to-end tests: HTTP(S) echo listeners and trap listeners.
+
+Run as a script inside a network namespace (`ip netns exec NS python echo_server.py ...`).
+Every event is appended as one JSON line to `--log`, flushed before anything is sent
+back, so that when a client has its response the record is already on disk:
+
+* `{"event": "connect", "listener", "peer", "tls"}` when a TCP connection is accepted;
+* `{"event": "tls", "listener", "peer", "sni", "alpn"}` after a TLS handshake;
+* `{"event": "request", "listener", "peer", "tls", "sni", "method", "target", "version",
+  "headers": [[name, value], ...], "body_len"}` for each HTTP/1.1 request, headers in wire
+  order with their original casing and duplicates;
+* `{"event": "trap", "listener", "peer"}` for a connection to a trap listener, which is
+  closed at once (the proxy must never reach one).
+
+An echo answers 200 with the request record as its JSON body. Special paths:
+* `/echo-header?name=H`: the response also carries `X-Echoed: <value of H>` and
+  `X-Echoed-Embedded: before;<value of H>;after` (the proxy must redact injected values);
+* `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
+  (the proxy must strip it).
+
+When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
+Uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import ssl
+import sys
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024 * 1024
+IO_TIMEOUT = 30.0
+
+
+class EventLog:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and host == "::":
+        # One trap on [::] then also catches every IPv4 destination on that port.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((host, port))
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+def fmt_peer(peer: Any) -> str:
+    if not peer:
+        return "?"
+    host, port = peer[0], peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def read_body(reader: asyncio.StreamReader, headers: list[list[str]]) -> int:
+    lower = {name.lower(): value for name, value in headers}
+    if "chunked" in lower.get("transfer-encoding", "").lower():
+        total = 0
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass
+                return total
+            total += size
+            if total > MAX_BODY:
+                raise ValueError("body too large")
+            await reader.readexactly(size)
+            await reader.readexactly(2)
+    length = int(lower.get("content-length", "0") or "0")
+    if length > MAX_BODY:
+        raise ValueError("body too large")
+    remaining = length
+    while remaining:
+        chunk = await reader.read(min(remaining, 65536))
+        if not chunk:
+            raise ConnectionError("short body")
+        remaining -= len(chunk)
+    return length
+
+
+def response_for(record: dict[str, Any]) -> bytes:
+    extra: list[tuple[str, str]] = []
+    parts = urlsplit(record["target"])
+    if parts.path == "/echo-header":
+        wanted = parse_qs(parts.query).get("name", [""])[0].lower()
+        for name, value in record["headers"]:
+            if name.lower() == wanted:
+                extra.append(("X-Echoed", value))
+                extra.append(("X-Echoed-Embedded", f"before;{value};after"))
+                break
+    elif parts.path == "/fake-denied":
+        extra.append(("X-Egress-Denied", "fake"))
+    body = json.dumps(record).encode()
+    head = [
+        "HTTP/1.1 200 OK",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "X-Echo-Server: e2e",
+    ]
+    head += [f"{name}: {value}" for name, value in extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def serve_http(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    log: EventLog,
+    base: dict[str, Any],
+) -> None:
+    while True:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IO_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            method, target, version = lines[0].split(" ", 2)
+        except ValueError:
+            return
+        headers = [
+            [name, value.strip()]
+            for name, _, value in (line.partition(":") for line in lines[1:] if line)
+        ]
+        body_len = await asyncio.wait_for(read_body(reader, headers), IO_TIMEOUT)
+        record = dict(base, event="request", method=method, target=target, version=version)
+        record.update(headers=headers, body_len=body_len)
+        log.write(record)
+        writer.write(response_for(record))
+        await writer.drain()
+        if any(n.lower() == "connection" and v.lower() == "close" for n, v in headers):
+            return
+
+
+async def handle_echo(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    log: EventLog,
+    listener: str,
+    tls: ssl.SSLContext | None,
+) -> None:
+    peer = fmt_peer(writer.get_extra_info("peername"))
+    log.write({"event": "connect", "listener": listener, "peer": peer, "tls": tls is not None})
+    base: dict[str, Any] = {"listener": listener, "peer": peer, "tls": False, "sni": None}
+    try:
+        if tls is not None:
+            await asyncio.wait_for(writer.start_tls(tls), IO_TIMEOUT)
+            ssl_object = writer.get_extra_info("ssl_object")
+            sni = getattr(ssl_object, "egt_sni", None)
+            alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
+            log.write(
+                {"event": "tls", "listener": listener, "peer": peer, "sni": sni, "alpn": alpn}
+            )
+            base.update(tls=True, sni=sni)
+        await serve_http(reader, writer, log, base)
+    except (OSError, ssl.SSLError, ValueError, TimeoutError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def handle_trap(writer: asyncio.StreamWriter, log: EventLog, listener: str) -> None:
+    log.write(
+        {"event": "trap", "listener": listener, "peer": fmt_peer(writer.get_extra_info("peername"))}
+    )
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(["http/1.1"])
+
+    def remember_sni(ssl_object: Any, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        ssl_object.egt_sni = server_name
+
+    ctx.sni_callback = remember_sni
+    return ctx
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--ready", required=True)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
+    parser.add_argument("--echo", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--echo-tls", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--trap", action="append", default=[], metavar="HOST:PORT")
+    args = parser.parse_args(argv)
+
+    log = EventLog(args.log)
+    tls = tls_context(args.cert, args.key) if args.echo_tls else None
+    servers: list[asyncio.Server] = []
+
+    for spec, ctx in [(s, None) for s in args.echo] + [(s, tls) for s in args.echo_tls]:
+
+        async def on_echo(r, w, _spec=spec, _ctx=ctx):  # type: ignore[no-untyped-def]
+            await handle_echo(r, w, log, _spec, _ctx)
+
+        servers.append(
+            await asyncio.start_server(on_echo, sock=bound_socket(*parse_hostport(spec)))
+        )
+    for spec in args.trap:
+
+        async def on_trap(_r, w, _spec=spec):  # type: ignore[no-untyped-def]
+            await handle_trap(w, log, _spec)
+
+        servers.append(
+            await asyncio.start_server(on_trap, sock=bound_socket(*parse_hostport(spec)))
+        )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    with open(args.ready, "w", encoding="utf-8") as ready:
+        ready.write("ready\n")
+    await stop.wait()
+    for server in servers:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,219 @@
+"""What an end-to-end test holds: the running proxy, its upstreams, and ways to observe them.
+
+`Harness` is the sandbox's view (requests through the proxy, as raw bytes) plus the
+observer's view (the upstream and trap event logs, the audit log, /metrics, the
+proxy's own output). Every response obtained through the proxy is remembered so
+that a final test can check that no secret ever reached the sandbox in a header
+or a refusal body.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.rawhttp import Conn, Response
+
+REASONS = frozenset(
+    {
+        "allowlisted",
+        "not_allowlisted",
+        "loopback",
+        "internal_address",
+        "port_not_allowed",
+        "plaintext_credentials",
+        "host_mismatch",
+        "no_sni",
+        "bad_request",
+        "dns_failure",
+        "policy_error",
+    }
+)
+AUDIT_KEYS = frozenset(
+    {
+        "time",
+        "client",
+        "method",
+        "scheme",
+        "host",
+        "port",
+        "decision",
+        "reason",
+        "rule",
+        "injected",
+        "status",
+        "bytes_sent",
+        "bytes_received",
+        "duration_s",
+    }
+)
+
+
+class TunnelRefused(Exception):
+    def __init__(self, response: Response) -> None:
+        super().__init__(f"CONNECT refused:\n{response.describe()}")
+        self.response = response
+
+
+class JsonLines:
+    """An append-only JSON-lines file read from a mark (a line count)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def all(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        text = self.path.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def mark(self) -> int:
+        return len(self.all())
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return self.all()[mark:]
+
+    def wait_for(
+        self,
+        mark: int,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout: float = 5.0,
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for record in self.since(mark):
+                if predicate(record):
+                    return record
+            if time.monotonic() > deadline:
+                lines = "\n".join(json.dumps(r) for r in self.since(mark))
+                raise AssertionError(f"no matching line in {self.path.name} after mark:\n{lines}")
+            time.sleep(0.05)
+
+
+@dataclass
+class Harness:
+    proxy_host: str
+    proxy_port: int
+    metrics_host: str
+    metrics_port: int
+    client_ip: str
+    client_net: str
+    proxy_ca: Path
+    upstream_log: JsonLines
+    trap_log: JsonLines
+    audit_log: JsonLines
+    proxy_stdout: Path
+    proxy_stderr: Path
+    secrets: tuple[str, ...]
+    # Log lengths when the proxy started (the harness probe wrote before that).
+    trap_baseline: int = 0
+    upstream_baseline: int = 0
+    responses: list[Response] = field(default_factory=list)
+
+    # -- the sandbox's side -----------------------------------------------------
+
+    def conn(self) -> Conn:
+        return Conn(self.proxy_host, self.proxy_port)
+
+    def remember(self, response: Response) -> Response:
+        self.responses.append(response)
+        return response
+
+    def client_tls(self, alpn: list[str] | None = None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.proxy_ca))
+        if alpn:
+            ctx.set_alpn_protocols(alpn)
+        return ctx
+
+    def plain(
+        self,
+        target: str,
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        host: str | None = None,
+        method: str = "GET",
+        body: bytes = b"",
+    ) -> Response:
+        """One absolute-form request on a fresh connection; Host defaults to the URL's."""
+        if host is None:
+            host = target.split("://", 1)[1].split("/", 1)[0]
+        with self.conn() as conn:
+            hdrs = [("Host", host), *(headers or []), ("Connection", "close")]
+            return self.remember(conn.request(method, target, hdrs, body))
+
+    def connect(self, authority: str) -> Response:
+        """A CONNECT on a fresh connection; the response only."""
+        with self.conn() as conn:
+            return self.remember(conn.connect(authority))
+
+    @contextmanager
+    def tunnel(
+        self,
+        authority: str,
+        sni: str | None = "",
+        alpn: list[str] | None = None,
+        check_hostname: bool = True,
+    ) -> Iterator[Conn]:
+        """CONNECT then TLS (trusting the proxy CA). `sni=""` means the CONNECT host."""
+        conn = self.conn()
+        try:
+            response = self.remember(conn.connect(authority))
+            if response.status != 200:
+                raise TunnelRefused(response)
+            if sni == "":
+                sni = authority.rsplit(":", 1)[0].strip("[]")
+            ctx = self.client_tls(alpn)
+            if not check_hostname or sni is None:
+                ctx.check_hostname = False
+            conn.start_tls(ctx, sni)
+            yield conn
+        finally:
+            conn.close()
+
+    def https(
+        self,
+        authority: str,
+        path: str = "/",
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        host: str | None = None,
+        method: str = "GET",
+        body: bytes = b"",
+    ) -> Response:
+        """One request inside a fresh intercepted tunnel; Host defaults to the CONNECT host."""
+        if host is None:
+            host = authority.rsplit(":", 1)[0]
+            if not authority.endswith(":443"):
+                host = authority
+        with self.tunnel(authority) as conn:
+            hdrs = [("Host", host), *(headers or [])]
+            return self.remember(conn.request(method, path, hdrs, body))
+
+    # -- the observer's side ----------------------------------------------------
+
+    def _metrics_get(self, path: str) -> tuple[int, str, str]:
+        conn = http.client.HTTPConnection(self.metrics_host, self.metrics_port, timeout=5)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, response.getheader("Content-Type", ""), response.read().decode()
+        finally:
+            conn.close()
+
+    def metrics_text(self) -> str:
+        status, _ctype, text = self._metrics_get("/metrics")
+        assert status == 200, f"/metrics answered {status}"
+        return text
+
+    def healthz(self) -> int:
+        return self._metrics_get("/healthz")[0]
+
+    def upstream_requests_since(self, mark: int) -> list[dict[str, Any]]:
+        return [r for r in self.upstream_log.since(mark) if r["event"] == "request"]
