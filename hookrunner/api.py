@@ -1,0 +1,163 @@
+"""The Python API for agent runtimes: one ``HookSession`` per agent session.
+
+Opening a session loads every hooks.json once and snapshots the environment;
+``pre`` asks for the decision of a pre_tool_execution event, ``post`` reports
+a post_tool_execution event, ``exec_tool`` runs a built-in tool between them::
+
+    session = HookSession("/workspace", environment_id="env_xyz789")
+    decision = session.pre("read_file", {"path": "/workspace/private/x.json"})
+    if decision.allowed:
+        ...  # run the tool
+        session.post("read_file", {"path": ...}, error=None)
+
+    result = session.exec_tool("code_execution", {"code": "ls", "language": "bash"})
+
+Configuration problems are reported (stderr and metrics) when the session
+opens; the session then runs with the valid rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from hookrunner.dispatch import HandlerExecutor
+from hookrunner.envsan import Redactor, sanitise
+from hookrunner.errors import PayloadError, WorkspaceError
+from hookrunner.httpclient import HttpClient
+from hookrunner.loader import load_config
+from hookrunner.metrics import HookMetrics, default_metrics
+from hookrunner.model import Event, EventPayload, HandlerRun, HookConfig, PreDecision, ToolCall
+from hookrunner.report import Reporter
+from hookrunner.runner import decide_pre, notify_post
+from hookrunner.tools import Workspace, run_tool
+
+DEFAULT_TOOL_TIMEOUT = 300.0
+FULL_ENV_VARIABLE = "HOOKRUNNER_FULL_ENV"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    status: str  # "ok" | "denied" | "error"
+    output: str
+    reason: str | None = None
+    error: str | None = None
+    group: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        body = {"status": self.status, "output": self.output}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        if self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+class HookSession:
+    def __init__(
+        self,
+        workspace: str | Path,
+        *,
+        system_config: str | Path | None = None,
+        environment_id: str = "",
+        environ: Mapping[str, str] | None = None,
+        full_env: bool | None = None,
+        ca_file: str | None = None,
+        metrics: HookMetrics | None = None,
+        stream: TextIO | None = None,
+        tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+        log_decisions: bool = True,
+    ) -> None:
+        root = Path(os.path.realpath(workspace))
+        if not root.is_dir():
+            raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
+        self.workspace = Workspace(root)
+        self.environment_id = environment_id
+        self.tool_timeout = tool_timeout
+        snapshot = dict(os.environ if environ is None else environ)
+        if full_env is None:
+            full_env = snapshot.get(FULL_ENV_VARIABLE) == "1"
+        self.metrics = metrics if metrics is not None else default_metrics()
+        self.reporter = Reporter(
+            self.metrics,
+            stream=stream,
+            redact=Redactor.from_environment(snapshot),
+            log_decisions=log_decisions,
+        )
+        system = Path(system_config) if system_config is not None else None
+        self.config: HookConfig = load_config(root, system)
+        for problem in self.config.problems:
+            self.reporter.problem(problem)
+        self.tool_env = dict(sanitise(snapshot, full_env=full_env).variables)
+        self._run = HandlerExecutor(
+            str(root), self.tool_env, HttpClient(snapshot, ca_file), self.reporter
+        )
+
+    def payload(
+        self, event: Event, tool: str, args: Mapping[str, Any], error: str | None = None
+    ) -> EventPayload:
+        if not isinstance(tool, str) or not tool:
+            raise PayloadError("the tool name must be a non-empty string")
+        if not isinstance(args, Mapping):
+            raise PayloadError("the tool arguments must be a JSON object")
+        if error is not None and not isinstance(error, str):
+            raise PayloadError('"error" must be a string')
+        try:
+            json.dumps(dict(args))
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"the tool arguments are not JSON: {exc}") from None
+        return EventPayload(event, ToolCall(tool, dict(args)), self.environment_id, error or None)
+
+    def pre(self, tool: str, args: Mapping[str, Any]) -> PreDecision:
+        return self.decide(self.payload(Event.PRE, tool, args))
+
+    def decide(self, payload: EventPayload) -> PreDecision:
+        decision = decide_pre(self.config, payload, self._run)
+        self.reporter.decision(payload.tool_call.name, decision)
+        return decision
+
+    def post(
+        self, tool: str, args: Mapping[str, Any], error: str | None = None
+    ) -> tuple[HandlerRun, ...]:
+        return self.report(self.payload(Event.POST, tool, args, error))
+
+    def report(self, payload: EventPayload) -> tuple[HandlerRun, ...]:
+        return notify_post(self.config, payload, self._run)
+
+    def exec_tool(self, tool: str, args: Mapping[str, Any]) -> ExecResult:
+        """Pre hooks, then the tool unless denied, then post hooks with its error."""
+        decision = self.pre(tool, args)
+        if not decision.allowed:
+            return ExecResult("denied", "", reason=decision.reason, group=decision.group)
+        result = run_tool(
+            tool, args, workspace=self.workspace, env=self.tool_env, timeout=self.tool_timeout
+        )
+        self.post(tool, args, result.error)
+        return ExecResult("ok" if result.ok else "error", result.output, error=result.error)
+
+
+def parse_event_payload(
+    event: Event, document: Any, *, default_environment_id: str = ""
+) -> EventPayload:
+    """Check the SPEC 2.4 payload read by ``hookrunner run``."""
+    if not isinstance(document, dict):
+        raise PayloadError("the payload must be a JSON object")
+    call = document.get("tool_call")
+    if not isinstance(call, dict):
+        raise PayloadError('"tool_call" must be an object')
+    name, args = call.get("name"), call.get("args", {})
+    if not isinstance(name, str) or not name:
+        raise PayloadError('"tool_call.name" must be a non-empty string')
+    if not isinstance(args, dict):
+        raise PayloadError('"tool_call.args" must be an object')
+    environment_id = document.get("environment_id", default_environment_id)
+    if not isinstance(environment_id, str):
+        raise PayloadError('"environment_id" must be a string')
+    error = document.get("error") if event is Event.POST else None
+    if error is not None and not isinstance(error, str):
+        raise PayloadError('"error" must be a string')
+    return EventPayload(event, ToolCall(name, args), environment_id, error or None)

@@ -1,0 +1,206 @@
+"""``hookrunner``: validate, run and exec (SPEC 5), and a long-lived session.
+
+Exit codes:
+* ``validate``: 0 every discovered file is valid, 1 problems (one line each
+  on stdout: ``FILE: JSON-PATH: REASON``);
+* ``run``: 0 allow (always for post), 1 deny;
+* ``exec``: 0 ``ok``, 1 ``denied`` or ``error`` (the JSON says which);
+* ``session``: 0 at the end of stdin;
+* every command: 2 for a usage error, a malformed payload or an unusable
+  workspace, 3 for an internal error (never 1, which would read as a deny).
+Results are JSON on stdout; warnings and decision lines go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hookrunner.api import HookSession, parse_event_payload
+from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
+from hookrunner.loader import load_config
+from hookrunner.metrics import HookMetrics, default_metrics, parse_address, serve
+from hookrunner.model import Event
+from hookrunner.tools import TOOLS
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookrunner", description="Run hooks.json hooks.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--workspace", default=".", help="workspace directory (default: .)")
+        sub.add_argument(
+            "--system-config", default=None, help="replaces /.agents/hooks.json (operator file)"
+        )
+
+    def running(sub: argparse.ArgumentParser) -> None:
+        common(sub)
+        sub.add_argument(
+            "--full-env",
+            action="store_true",
+            help="give command hooks the unsanitised environment (also HOOKRUNNER_FULL_ENV=1)",
+        )
+        sub.add_argument("--ca-file", default=None, help="CA bundle for http hooks")
+
+    def executing(sub: argparse.ArgumentParser) -> None:
+        running(sub)
+        sub.add_argument("--environment-id", default="", help="environment_id in payloads")
+        sub.add_argument(
+            "--tool-timeout", type=float, default=300.0, help="code_execution deadline, seconds"
+        )
+
+    common(commands.add_parser("validate", help="check every discovered hooks.json"))
+    run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
+    run.add_argument("event", choices=[e.value for e in Event])
+    running(run)
+    exec_ = commands.add_parser("exec", help="run a tool between its hooks (args on stdin)")
+    exec_.add_argument("tool", choices=TOOLS)
+    executing(exec_)
+    session = commands.add_parser("session", help="long-lived: JSON requests, one per line")
+    executing(session)
+    session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "exec":
+            return _exec(args)
+        return _session(args)
+    except HookRunnerError as exc:
+        _say(f"error: {exc}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug must not exit 1, which means deny
+        _say(f"internal error: {type(exc).__name__}: {exc}")
+        return EXIT_INTERNAL
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"hookrunner: {text}\n")
+
+
+def _emit(document: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8") + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.workspace):
+        raise WorkspaceError(f"workspace {args.workspace!r} is not a directory")
+    system = Path(args.system_config) if args.system_config else None
+    config = load_config(Path(os.path.realpath(args.workspace)), system)
+    for problem in config.problems:
+        sys.stdout.write(f"{problem}\n")
+    if config.problems:
+        return 1
+    files = ", ".join(config.files) or "none found"
+    _say(f"valid ({files})")
+    return 0
+
+
+def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookSession:
+    return HookSession(
+        args.workspace,
+        system_config=args.system_config,
+        environment_id=getattr(args, "environment_id", ""),
+        full_env=True if args.full_env else None,
+        ca_file=args.ca_file,
+        metrics=metrics or HookMetrics(),
+        tool_timeout=getattr(args, "tool_timeout", 300.0),
+    )
+
+
+def _read_stdin_json() -> Any:
+    data = sys.stdin.buffer.read()
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"stdin is not JSON: {exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    event = Event(args.event)
+    payload = parse_event_payload(event, _read_stdin_json())
+    session = _open(args)
+    if event is Event.POST:
+        session.report(payload)
+        _emit({"decision": "allow"})
+        return 0
+    decision = session.decide(payload)
+    _emit(decision.to_json())
+    return 0 if decision.allowed else 1
+
+
+def _exec(args: argparse.Namespace) -> int:
+    tool_args = _read_stdin_json()
+    if not isinstance(tool_args, dict):
+        raise PayloadError("the tool arguments on stdin must be a JSON object")
+    session = _open(args)
+    result = session.exec_tool(args.tool, tool_args)
+    _emit(result.to_json())
+    return 0 if result.status == "ok" else 1
+
+
+def _session(args: argparse.Namespace) -> int:
+    try:
+        address = parse_address(args.metrics) if args.metrics else None
+    except ValueError as exc:
+        raise UsageError(f"--metrics: {exc}") from None
+    metrics = default_metrics() if address else HookMetrics()
+    session = _open(args, metrics)
+    server = serve(metrics, *address) if address else None
+    try:
+        if server is not None:
+            host, port = server.address
+            _say(f"metrics on http://{host}:{port}/metrics")
+        _say("session ready")
+        for line in sys.stdin.buffer:
+            if line.strip():
+                _emit(_answer(session, line))
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
+    """One session request: {"event": ..., <payload>} or {"exec": TOOL, "args": {...}}."""
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict):
+            raise PayloadError("a request must be a JSON object")
+        if "exec" in request:
+            if request["exec"] not in TOOLS:
+                raise PayloadError(f"unknown tool {request['exec']!r}")
+            tool_args = request.get("args", {})
+            if not isinstance(tool_args, dict):
+                raise PayloadError('"args" must be an object')
+            return session.exec_tool(request["exec"], tool_args).to_json()
+        try:
+            event = Event(str(request.get("event")))
+        except ValueError:
+            raise PayloadError(
+                '"event" must be pre_tool_execution or post_tool_execution'
+            ) from None
+        payload = parse_event_payload(event, request, default_environment_id=session.environment_id)
+        if event is Event.POST:
+            session.report(payload)
+            return {"decision": "allow"}
+        return session.decide(payload).to_json()
+    except (ValueError, RecursionError, HookRunnerError) as exc:
+        return {"status": "invalid", "error": str(exc)}

@@ -1,0 +1,272 @@
+"""Running one child process with a deadline, bounded output and no leftovers.
+
+Invariants (SPEC 2.5, 2.6; STYLE "Concurrency and processes"):
+* the child is the leader of a new session and process group, so the whole
+  group can be signalled;
+* the payload is written to stdin without blocking; a child that never reads
+  stdin or closes it early is fine;
+* stdout and stderr are read while the child runs and at most ``cap`` bytes of
+  each are kept (the rest is drained and dropped, so the child never blocks on
+  a full pipe and the runner's memory stays bounded);
+* the verdict is taken when the group leader exits or the deadline passes;
+  then the group gets SIGTERM, a short grace, and SIGKILL; the runner waits
+  (boundedly, where /proc exists) until no process of the group is running;
+  whatever is still in the pipes is read for a bounded grace only (a
+  grandchild that keeps a pipe open, or that left the group, cannot hold the
+  runner), and the leader is reaped. The leader is not reaped before the group is killed, so its
+  process-group id cannot be reused by an unrelated process in between;
+* this function never raises for anything the child does; it returns a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+OUTPUT_CAP = 1024 * 1024
+TERM_GRACE = 0.25  # SIGTERM -> SIGKILL
+KILL_WAIT = 0.5  # SIGKILL is delivered asynchronously: wait for the group to be dead
+DRAIN_GRACE = 0.1  # reading what is left in the pipes after SIGKILL
+_PROC = "/proc"
+_CHUNK = 64 * 1024
+_POLL = 0.01  # only where pidfd_open is missing
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    returncode: int | None  # negative: killed by that signal; None: not started / not reaped
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration: float
+    spawn_error: str | None = None
+
+
+class _Capture:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.cap
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    stdin: bytes,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout: float,
+    cap: int = OUTPUT_CAP,
+) -> ProcessResult:
+    started = time.monotonic()
+    deadline = started + timeout
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            close_fds=True,
+        )
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        return ProcessResult(None, b"", b"", False, False, False, 0.0, spawn_error=reason)
+    out, err = _Capture(cap), _Capture(cap)
+    try:
+        child = _Child(proc, stdin, out, err)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still ours
+        proc.wait()
+        raise
+    with child:
+        exited = child.pump(deadline)
+        timed_out = not exited
+        child.stop_input()
+        child.terminate_group()
+        child.pump(time.monotonic() + TERM_GRACE, until_pipes_closed=True)
+        child.kill_group()
+        child.await_group_death(time.monotonic() + KILL_WAIT)
+        child.pump(time.monotonic() + DRAIN_GRACE, until_pipes_closed=True)
+        returncode = child.reap()
+    return ProcessResult(
+        returncode,
+        bytes(out.data),
+        bytes(err.data),
+        out.truncated,
+        err.truncated,
+        timed_out,
+        time.monotonic() - started,
+    )
+
+
+class _Child:
+    """The selector loop around one Popen; closing it kills the group and reaps."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, out: _Capture, err: _Capture):
+        assert proc.stdin and proc.stdout and proc.stderr
+        self.proc = proc
+        self.pgid = proc.pid
+        self.payload = memoryview(payload)
+        self.selector = selectors.DefaultSelector()
+        self.pidfd: int | None = None
+        self.exited = False
+        self.sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        for fd in self.sinks:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.stdin_fd: int | None = proc.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+        self.selector.register(self.stdin_fd, selectors.EVENT_WRITE)
+        if not payload:
+            self._close_stdin()
+        with contextlib.suppress(OSError, AttributeError):
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.selector.register(self.pidfd, selectors.EVENT_READ)
+
+    def __enter__(self) -> _Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill_group()
+        self.reap()
+        self.selector.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def pump(self, deadline: float, *, until_pipes_closed: bool = False) -> bool:
+        """Move data until the leader exits (or, after it, the pipes close) or the deadline.
+
+        Returns whether the leader has exited.
+        """
+        while True:
+            if self._leader_exited() and (not until_pipes_closed or not self.sinks):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self.exited
+            wait = remaining if self.pidfd is not None else min(remaining, _POLL)
+            for key, _ in self.selector.select(min(wait, 1.0)):
+                self._ready(int(key.fd))
+
+    def _ready(self, fd: int) -> None:
+        if fd == self.pidfd:
+            self.exited = True
+            self.selector.unregister(fd)
+        elif fd == self.stdin_fd:
+            self._write()
+        elif fd in self.sinks:
+            self._read(fd)
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.sinks[fd].feed(chunk)
+        else:
+            self.selector.unregister(fd)
+            del self.sinks[fd]
+
+    def _write(self) -> None:
+        assert self.stdin_fd is not None
+        try:
+            written = os.write(self.stdin_fd, self.payload[:_CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: the child closed stdin or exited without reading it
+            self._close_stdin()
+            return
+        self.payload = self.payload[written:]
+        if not self.payload:
+            self._close_stdin()
+
+    def stop_input(self) -> None:
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.stdin_fd is not None:
+            self.selector.unregister(self.stdin_fd)
+            self.stdin_fd = None
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+
+    def _leader_exited(self) -> bool:
+        if not self.exited and self.pidfd is None:
+            # Peek without reaping (WNOWAIT): the group id must stay reserved until killed.
+            with contextlib.suppress(ChildProcessError):
+                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                self.exited = info is not None
+        return self.exited
+
+    def _signal_group(self, signum: int) -> None:
+        if self.proc.returncode is not None:
+            return  # reaped: the group id may belong to someone else now
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signum)
+
+    def terminate_group(self) -> None:
+        self._signal_group(signal.SIGTERM)
+
+    def kill_group(self) -> None:
+        self._signal_group(signal.SIGKILL)
+
+    def await_group_death(self, deadline: float) -> None:
+        """Wait, boundedly, until no process of the group is still running (Linux /proc)."""
+        while group_members(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def reap(self) -> int | None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=1.0)
+        return self.proc.returncode
+
+
+def group_members(pgid: int) -> list[int]:
+    """Running (not zombie) processes of a process group; empty where /proc is missing."""
+    try:
+        entries = os.listdir(_PROC)
+    except OSError:
+        return []
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{_PROC}/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members

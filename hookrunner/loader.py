@@ -1,0 +1,90 @@
+"""Discovery and loading of hooks.json files into one configuration snapshot.
+
+Invariants (SPEC 2.1):
+* the operator file (``/.agents/hooks.json`` or ``--system-config``) comes
+  first, then ``<workspace>/.agents/hooks.json``;
+* one file reached both ways (the workspace is ``/``, a symlink, a bind mount)
+  is loaded once, recognised by device and inode;
+* each file is read exactly once, when the session starts; the returned
+  ``HookConfig`` is immutable, so later edits change nothing for the session;
+* a missing default file is normal; a missing file named explicitly, an
+  unreadable file, a file that is not JSON or is too large is a problem and
+  the other file still loads.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from hookrunner.model import Group, HookConfig, Problem
+from hookrunner.schema import loads_strict, validate_document
+
+SYSTEM_CONFIG = Path("/.agents/hooks.json")
+WORKSPACE_CONFIG = Path(".agents") / "hooks.json"
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+def candidate_files(workspace: Path, system_config: Path | None) -> list[tuple[Path, bool]]:
+    """The files to look at, in order, each with whether it was named explicitly."""
+    system = (system_config, True) if system_config is not None else (SYSTEM_CONFIG, False)
+    return [system, (workspace / WORKSPACE_CONFIG, False)]
+
+
+def load_config(workspace: Path, system_config: Path | None = None) -> HookConfig:
+    groups: list[Group] = []
+    problems: list[Problem] = []
+    files: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for path, explicit in candidate_files(workspace, system_config):
+        text, identity, problem = _read(path, explicit)
+        if problem is not None:
+            problems.append(problem)
+        if text is None or identity is None or identity in seen:
+            continue
+        seen.add(identity)
+        files.append(str(path))
+        found, found_problems = _parse(text, str(path))
+        groups.extend(found)
+        problems.extend(found_problems)
+    return HookConfig(tuple(groups), tuple(problems), tuple(files))
+
+
+def _read(path: Path, explicit: bool) -> tuple[str | None, tuple[int, int] | None, Problem | None]:
+    name = str(path)
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None, None, Problem(name, "$", "not a regular file")
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        missing = Problem(name, "$", "file does not exist") if explicit else None
+        return None, None, missing
+    except IsADirectoryError:
+        return None, None, Problem(name, "$", "not a regular file")
+    except OSError as exc:
+        return None, None, Problem(name, "$", f"cannot be read: {exc.strerror or exc}")
+    if len(data) > MAX_FILE_BYTES:
+        return None, None, Problem(name, "$", f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return None, None, Problem(name, "$", f"not UTF-8 (byte offset {exc.start})")
+    return text, (info.st_dev, info.st_ino), None
+
+
+def _parse(text: str, file: str) -> tuple[list[Group], list[Problem]]:
+    try:
+        doc = loads_strict(text)
+    except RecursionError:
+        return [], [Problem(file, "$", "not valid JSON: nested too deeply")]
+    except ValueError as exc:
+        where = ""
+        lineno, colno = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+        if lineno is not None:
+            where = f" (line {lineno}, column {colno})"
+        message = getattr(exc, "msg", str(exc))
+        return [], [Problem(file, "$", f"not valid JSON: {message}{where}")]
+    return validate_document(doc, file)

@@ -1,0 +1,152 @@
+"""The hook runner's Prometheus metrics, in one place.
+
+* ``hook_runs_total{event,type,outcome}``: one per handler run; ``outcome`` is
+  ``model.Outcome`` (a closed set), so fail-open causes are counted apart;
+* ``hook_duration_seconds{event,type}``: how long each handler run took;
+* ``hook_warnings_total{kind}``: every warning line (``report.WarningKind``);
+* ``hook_decisions_total{decision}``: the aggregated pre_tool_execution verdicts.
+
+Label values come only from those enums: never a group name, a command, a URL
+or a tool name chosen by the sandbox. Each ``HookMetrics`` has its own
+registry unless given one, so tests can use a fresh one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from http.server import HTTPServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+
+from hookrunner.model import Event, HandlerRun, HandlerType, Outcome
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_SHARED_FAILURES = {Outcome.TIMEOUT}
+_FAILURES = {
+    HandlerType.COMMAND: {
+        Outcome.EXIT_NONZERO,
+        Outcome.NOT_FOUND,
+        Outcome.NOT_EXECUTABLE,
+        Outcome.CRASHED,
+        Outcome.SPAWN_ERROR,
+    },
+    HandlerType.HTTP: {
+        Outcome.HTTP_ERROR,
+        Outcome.NETWORK_ERROR,
+        Outcome.TLS_ERROR,
+        Outcome.PROXY_REFUSED,
+    },
+}
+_PRE_ONLY = {
+    Outcome.ALLOW,
+    Outcome.DENY,
+    Outcome.EMPTY_OUTPUT,
+    Outcome.UNRECOGNISED,
+    Outcome.UNPARSEABLE,
+    Outcome.NEAR_MISS,
+    Outcome.TRUNCATED,
+}
+
+
+def possible_outcomes(event: Event, kind: HandlerType) -> frozenset[Outcome]:
+    """The outcomes a handler of this type can have for this event."""
+    own = _PRE_ONLY if event is Event.PRE else {Outcome.OK}
+    return frozenset(own | _SHARED_FAILURES | _FAILURES[kind])
+
+
+class HookMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.runs = Counter(
+            "hook_runs_total",
+            "Handler runs by event, handler type and outcome (fail-open causes apart).",
+            ["event", "type", "outcome"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "hook_duration_seconds",
+            "Wall-clock duration of one handler run.",
+            ["event", "type"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.warnings = Counter(
+            "hook_warnings_total",
+            "Warning lines written: skipped configuration, fail-open causes, near misses.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "hook_decisions_total",
+            "Aggregated pre_tool_execution decisions.",
+            ["decision"],
+            registry=self.registry,
+        )
+        for event in Event:
+            for kind in HandlerType:
+                self.duration.labels(event.value, kind.value)
+                for outcome in possible_outcomes(event, kind):
+                    self.runs.labels(event.value, kind.value, outcome.value)
+        for decision in ("allow", "deny"):
+            self.decisions.labels(decision)
+
+    def observe_run(self, run: HandlerRun) -> None:
+        kind = run.handler.type.value
+        self.runs.labels(run.event.value, kind, run.outcome.value).inc()
+        self.duration.labels(run.event.value, kind).observe(run.duration)
+
+    def observe_warning(self, kind: str) -> None:
+        self.warnings.labels(kind).inc()
+
+    def observe_decision(self, allowed: bool) -> None:
+        self.decisions.labels("allow" if allowed else "deny").inc()
+
+    def value(self, name: str, **labels: str) -> float:
+        """The current value of one sample (0 when absent); for tests and debugging."""
+        found = self.registry.get_sample_value(name, labels)
+        return 0.0 if found is None else found
+
+
+_default: HookMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> HookMetrics:
+    """The process-wide metrics on prometheus_client's global registry."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = HookMetrics(REGISTRY)
+        return _default
+
+
+@dataclass
+class MetricsServer:
+    """A running /metrics endpoint; ``close`` stops it and joins its thread."""
+
+    server: HTTPServer
+    thread: threading.Thread
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def serve(metrics: HookMetrics, host: str, port: int) -> MetricsServer:
+    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return MetricsServer(server, thread)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) to a (host, port) pair."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535 or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)

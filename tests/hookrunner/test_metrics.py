@@ -1,0 +1,72 @@
+"""Metrics: closed label sets, a registry per instance, the metrics address parser."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from hookrunner.metrics import HookMetrics, parse_address, possible_outcomes
+from hookrunner.model import Event, HandlerType, Outcome
+
+FAILURES_BY_TYPE = {
+    HandlerType.COMMAND: {"exit_nonzero", "not_found", "not_executable", "crashed", "spawn_error"},
+    HandlerType.HTTP: {"http_error", "network_error", "tls_error", "proxy_refused"},
+}
+PRE = {"allow", "deny", "empty_output", "unrecognised", "unparseable", "near_miss", "truncated"}
+
+
+@pytest.mark.parametrize("event", list(Event))
+@pytest.mark.parametrize("kind", list(HandlerType))
+def test_every_possible_series_starts_at_zero(event: Event, kind: HandlerType) -> None:
+    metrics = HookMetrics()
+    own = PRE if event is Event.PRE else {"ok"}
+    expected = own | {"timeout"} | FAILURES_BY_TYPE[kind]
+    assert {o.value for o in possible_outcomes(event, kind)} == expected
+    for outcome in expected:
+        labels = {"event": event.value, "type": kind.value, "outcome": outcome}
+        assert metrics.registry.get_sample_value("hook_runs_total", labels) == 0.0
+
+
+def test_every_outcome_is_possible_somewhere() -> None:
+    seen = {o for e in Event for k in HandlerType for o in possible_outcomes(e, k)}
+    assert seen == set(Outcome)
+
+
+def test_instances_do_not_share_a_registry() -> None:
+    a, b = HookMetrics(), HookMetrics()
+    a.observe_warning("config")
+    assert (
+        a.value("hook_warnings_total", kind="config"),
+        b.value("hook_warnings_total", kind="config"),
+    ) == (1.0, 0.0)
+
+
+def test_a_given_registry_is_used_and_help_text_is_present() -> None:
+    registry = CollectorRegistry()
+    HookMetrics(registry)
+    text = generate_latest(registry).decode()
+    for name in (
+        "hook_runs_total",
+        "hook_duration_seconds",
+        "hook_warnings_total",
+        "hook_decisions_total",
+    ):
+        assert f"# HELP {name.removesuffix('_total')}" in text or f"# HELP {name}" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:9465", ("127.0.0.1", 9465)),
+        ("[::1]:0", ("::1", 0)),
+        ("localhost:1", ("localhost", 1)),
+    ],
+)
+def test_parse_address(text: str, address: tuple[str, int]) -> None:
+    assert parse_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["9464", ":9464", "host:", "host:http", "h:70000"])
+def test_parse_address_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_address(text)
