@@ -77,6 +77,8 @@ class ClientState:
     target: tuple[Host, int] | None = None
     # Transparent TLS without SNI: only an IP/CIDR entry can open the destination.
     no_sni: bool = False
+    # The deciding entry is pass-through: TLS to the target is relayed, not intercepted.
+    passthrough: bool = False
     # (host as mitmproxy will connect to it, port) -> the checked address to use instead.
     pins: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     # Server connections redirected to a pinned address, to restore their name once connected.
@@ -137,7 +139,12 @@ class EgressPolicy:
                 decision = self.policy.decide(host, port, tls=None)
                 decision = await self._pin(flow.client_conn, decision, host, port)
                 if decision.allowed:
-                    self._client(flow.client_conn).target = (host, port)
+                    client = self._client(flow.client_conn)
+                    client.target = (host, port)
+                    client.passthrough = decision.entry is not None and decision.entry.passthrough
+                    # The tunnel's upstream is (host, port) as mitmproxy will connect to it:
+                    # the canonical name, which is what the pin is keyed on.
+                    flow.request.data.host = str(host)
         except Exception:  # noqa: BLE001 - fail closed, and count it
             log.exception("policy error on CONNECT")
             self.metrics.policy_errors.inc()
@@ -145,26 +152,58 @@ class EgressPolicy:
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
         if not decision.allowed:
             flow.response = refusal_response(decision, host_text)
-        self._write_audit(flow, decision, host_text, port, started, 0, 0, (), status=200)
+        status = flow.response.status_code if flow.response else 200
+        self._audit(flow.client_conn, "CONNECT", "", host_text, port, decision, started, status)
 
-    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
-        """Transparent mode: the SNI names the target; the original destination is not trusted."""
+    async def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """Record the TLS target; relay (not intercept) what a pass-through entry allows.
+
+        Regular mode: the CONNECT target was decided; a pass-through tunnel whose SNI
+        names another host stays intercepted, so its requests meet `host_mismatch`.
+        Transparent mode: the SNI names the target (the original destination is not
+        trusted); without SNI only an IP/CIDR entry can open the original destination.
+        """
         client = data.context.client
-        if not is_transparent(client):
-            return  # regular mode: the SNI is checked against the CONNECT target per request
         state = self._client(client)
-        address = data.context.server.address
-        if address is None:
-            return
         sni = data.client_hello.sni
         try:
-            if sni:
-                state.target = (canonical_host(sni), address[1])
-            else:
+            if not is_transparent(client):
+                if state.passthrough and state.target is not None:
+                    data.ignore_connection = not sni or canonical_host(sni) == state.target[0]
+                return
+            address = data.context.server.address
+            if address is None:
+                return
+            if not sni:
                 state.target = (canonical_host(address[0]), address[1])
                 state.no_sni = True
+                return
+            state.target = (canonical_host(sni), address[1])
+            await self._relay_if_passthrough(data, state, address)
         except HostError:
-            state.target = None  # requests then fail the Host check below as bad_request
+            state.target = None  # its requests then fail the Host check as bad_request
+        except Exception:  # noqa: BLE001 - fail closed: stay intercepted, requests are decided
+            log.exception("policy error on TLS ClientHello")
+            self.metrics.policy_errors.inc()
+
+    async def _relay_if_passthrough(
+        self, data: tls.ClientHelloData, state: ClientState, address: tuple[str, int]
+    ) -> None:
+        assert state.target is not None
+        host, port = state.target
+        decision = self.policy.decide(host, port, tls=True)
+        if not (decision.allowed and decision.entry is not None and decision.entry.passthrough):
+            return  # intercepted: every request inside is decided and can be refused readably
+        started = time.monotonic()
+        decision = await self._pin(data.context.client, decision, host, port)
+        self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
+        pinned = state.pins.get((str(host), port))
+        if decision.allowed and pinned is not None:
+            state.pins[address] = pinned  # mitmproxy connects to the original destination
+            state.passthrough = data.ignore_connection = True
+        self._audit(
+            data.context.client, "TLS", "https", str(host), port, decision, started, status=None
+        )
 
     # -- requests ------------------------------------------------------------------------
 
@@ -376,37 +415,41 @@ class EgressPolicy:
         self.metrics.duration.labels(state.decision.verdict).observe(
             time.monotonic() - state.started
         )
-        self._write_audit(
-            flow,
-            state.decision,
+        request = flow.request
+        self._audit(
+            flow.client_conn,
+            request.method,
+            request.scheme,
             state.host,
-            flow.request.port,
+            request.port,
+            state.decision,
             state.started,
+            flow.response.status_code if flow.response else None,
             state.bytes_sent,
             state.bytes_received,
             state.injected,
         )
 
-    def _write_audit(
+    def _audit(
         self,
-        flow: http.HTTPFlow,
-        decision: Decision,
+        client: connection.Client,
+        method: str,
+        scheme: str,
         host: str,
         port: int | None,
+        decision: Decision,
         started: float,
-        sent: int,
-        received: int,
-        injected: tuple[str, ...],
-        status: int | None = None,
+        status: int | None,
+        sent: int = 0,
+        received: int = 0,
+        injected: tuple[str, ...] = (),
     ) -> None:
-        peer = flow.client_conn.peername
-        if flow.response is not None:
-            status = flow.response.status_code
+        peer = client.peername
         self.audit.write(
             AuditRecord(
                 client=f"{peer[0]}:{peer[1]}" if peer else "",
-                method=flow.request.method[:16],
-                scheme=flow.request.scheme,
+                method=method[:16],
+                scheme=scheme,
                 host=host,
                 port=port,
                 decision=decision.verdict,

@@ -30,7 +30,7 @@ from proxy.hosts import HostError, canonical_host, canonical_name
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ENTRY_KEYS = frozenset({"domain", "transform", "ports", "allow_plaintext"})
+ENTRY_KEYS = frozenset({"domain", "transform", "ports", "allow_plaintext", "passthrough"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 # Headers that frame or route the message: a transform may not rewrite them.
 FORBIDDEN_TRANSFORM_HEADERS = frozenset(
@@ -108,6 +108,7 @@ class Entry:
     ports: frozenset[int] | None = None
     transform: tuple[Transform, ...] = ()
     allow_plaintext: bool = False
+    passthrough: bool = False
 
     def allows_port(self, port: int) -> bool:
         return self.ports is None or port in self.ports
@@ -242,6 +243,16 @@ def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Ent
     if not isinstance(plaintext, bool):
         report(f"{where}.allow_plaintext", "must be true or false")
         ok = False
+    passthrough = raw.get("passthrough", False)
+    if not isinstance(passthrough, bool):
+        report(f"{where}.passthrough", "must be true or false")
+        ok = False
+    elif passthrough and raw.get("transform"):
+        report(
+            f"{where}.passthrough",
+            "a pass-through entry is not intercepted, so it cannot have a transform",
+        )
+        ok = False
     transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
     if transform is None:
         ok = False
@@ -262,6 +273,7 @@ def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Ent
         ports=ports,
         transform=transform or (),
         allow_plaintext=bool(plaintext),
+        passthrough=bool(passthrough),
     )
 
 

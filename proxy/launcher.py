@@ -103,9 +103,8 @@ async def serve(settings: Settings) -> int:
     try:
         metrics_server = MetricsServer(settings.metrics, metrics.registry)
     except OSError as exc:
-        raise LaunchError(
-            f"cannot listen for metrics on {settings.metrics}: {exc.strerror}"
-        ) from exc
+        host, port = settings.metrics
+        raise LaunchError(f"cannot listen for metrics on {host}:{port}: {exc.strerror}") from exc
     audit = AuditLog.open(settings.audit_log)
 
     options = Options()

@@ -249,3 +249,67 @@ def test_transform_is_never_sent_to_another_host_on_a_reused_connection() -> Non
         ("a.example", 443): ("93.184.216.34", 443),
         ("b.example", 443): ("93.184.216.35", 443),
     }
+
+
+def client_hello(flow: http.HTTPFlow, sni: str | None, address: tuple[str, int] | None = None) -> Any:
+    from types import SimpleNamespace
+
+    from mitmproxy import tls
+    from mitmproxy.proxy.context import Context
+
+    context = Context(flow.client_conn, taddons.context().options)
+    context.server = Server(address=address)
+    return tls.ClientHelloData(context=context, client_hello=SimpleNamespace(sni=sni))  # type: ignore[arg-type]
+
+
+def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
+    flow = tflow.tflow()
+    flow.request.method = "CONNECT"
+    flow.request.host, flow.request.port = host, port
+    return flow
+
+
+def test_passthrough_tunnel_is_relayed_only_when_the_sni_names_the_target() -> None:
+    addon, _, audit = make_addon(Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True})
+    same, other = connect_flow("PKG.example"), connect_flow("pkg.example")
+    with taddons.context(addon):
+        for flow in (same, other):
+            addon.client_connected(flow.client_conn)
+            run(addon.http_connect(flow))
+            assert flow.response is None
+        relayed, fronted = client_hello(same, "pkg.example"), client_hello(other, "evil.example")
+        run(addon.tls_clienthello(relayed))
+        run(addon.tls_clienthello(fronted))
+    assert relayed.ignore_connection is True
+    assert fronted.ignore_connection is False  # stays intercepted: its requests meet host_mismatch
+    assert same.request.host == "pkg.example"  # the tunnel connects to the canonical, pinned name
+    pins = addon._clients[same.client_conn.id].pins
+    assert pins == {("pkg.example", 443): ("93.184.216.34", 443)}
+
+
+def test_intercepted_entries_are_never_relayed() -> None:
+    addon, _, _ = make_addon(Resolver({"api.example": ["93.184.216.34"]}), {"domain": "api.example"})
+    flow = connect_flow("api.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.http_connect(flow))
+        hello = client_hello(flow, "api.example")
+        run(addon.tls_clienthello(hello))
+    assert hello.ignore_connection is False
+
+
+def test_transparent_passthrough_connects_to_the_name_not_the_original_destination() -> None:
+    from mitmproxy.proxy.mode_specs import ProxyMode
+
+    addon, metrics, audit = make_addon(Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True})
+    flow = tflow.tflow()
+    flow.client_conn.proxy_mode = ProxyMode.parse("transparent")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        hello = client_hello(flow, "pkg.example", address=("203.0.113.66", 443))
+        run(addon.tls_clienthello(hello))
+    assert hello.ignore_connection is True
+    assert addon._clients[flow.client_conn.id].pins[("203.0.113.66", 443)] == ("93.184.216.34", 443)
+    line = json.loads(audit.getvalue())
+    assert (line["method"], line["host"], line["decision"], line["rule"]) == ("TLS", "pkg.example", "allow", "pkg.example")
+    assert count(metrics, "allow", "allowlisted") == 1.0
