@@ -29,6 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--certs", default="certs", type=Path, help="CA directory")
     run.add_argument("--audit-log", default="-", help="audit log file, or - for stdout")
     run.add_argument("--upstream-ca", type=Path, help="extra CA for upstream certificates")
+    run.add_argument(
+        "--dns-cache",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="keep resolver answers this long (0: ask the resolver for every request)",
+    )
 
     check = sub.add_parser("check", help="validate a configuration file")
     check.add_argument("file")
@@ -60,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         certs=args.certs,
         audit_log=args.audit_log,
         upstream_ca=args.upstream_ca,
+        dns_cache_seconds=args.dns_cache,
     )
     try:
         return asyncio.run(serve(settings))

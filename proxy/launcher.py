@@ -26,6 +26,7 @@ from proxy import config as configuration
 from proxy.audit import AuditLog
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
+from proxy.resolver import CachingResolver, system_resolve
 from proxy.selfaddr import SelfAddresses
 
 log = logging.getLogger("egress")
@@ -48,6 +49,7 @@ class Settings:
     certs: Path
     audit_log: str
     upstream_ca: Path | None
+    dns_cache_seconds: float = 5.0
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -132,7 +134,11 @@ async def serve(settings: Settings) -> int:
             flush=True,
         )
 
-    addon = EgressPolicy(Policy(network, self_addresses(settings)), metrics, audit, on_running)
+    resolver = system_resolve
+    if settings.dns_cache_seconds > 0:
+        resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
+    policy = Policy(network, self_addresses(settings))
+    addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
     master.addons.add(addon)
 
     def reload() -> None:
