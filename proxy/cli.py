@@ -13,6 +13,7 @@ from pathlib import Path
 
 from proxy import config as configuration
 from proxy.launcher import LaunchError, Settings, ensure_ca, parse_hostport, serve
+from proxy.workers import run_workers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +30,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--certs", default="certs", type=Path, help="CA directory")
     run.add_argument("--audit-log", default="-", help="audit log file, or - for stdout")
     run.add_argument("--upstream-ca", type=Path, help="extra CA for upstream certificates")
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="proxy processes sharing the listen port (one per core scales throughput)",
+    )
+    run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by the parent
     run.add_argument(
         "--dns-cache",
         type=float,
@@ -59,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ca":
         print(ensure_ca(args.certs).resolve())
         return 0
+    if args.workers < 1:
+        print("egress-proxy: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1 and args.worker is None:
+        run_argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            return run_workers(run_argv, args.workers, args.config, args.metrics)
+        except configuration.ConfigError as exc:
+            for problem in exc.problems:
+                print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"egress-proxy: cannot listen for metrics: {exc.strerror}", file=sys.stderr)
+            return 2
     settings = Settings(
         config_path=args.config,
         mode=args.mode,
@@ -68,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         audit_log=args.audit_log,
         upstream_ca=args.upstream_ca,
         dns_cache_seconds=args.dns_cache,
+        worker=args.worker,
     )
     try:
         return asyncio.run(serve(settings))

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import certifi
 from cryptography import x509
 
 from proxy import config as configuration
+from proxy import workers
 from proxy.audit import AuditLog
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
@@ -50,6 +52,7 @@ class Settings:
     audit_log: str
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
+    worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -102,11 +105,9 @@ async def serve(settings: Settings) -> int:
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
-    try:
-        metrics_server = MetricsServer(settings.metrics, metrics.registry)
-    except OSError as exc:
-        host, port = settings.metrics
-        raise LaunchError(f"cannot listen for metrics on {host}:{port}: {exc.strerror}") from exc
+    # A worker's metrics reach the parent of `--workers N` through files; it serves none.
+    metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
+    ready = metrics_server.ready if metrics_server else threading.Event()
     audit = AuditLog.open(settings.audit_log)
 
     options = Options()
@@ -120,19 +121,14 @@ async def serve(settings: Settings) -> int:
         termlog_verbosity="warn",
         ssl_verify_upstream_trusted_ca=str(trust) if trust else None,
     )
-    listen_text = f"{settings.listen[0]}:{settings.listen[1]}"
-    metrics_text = f"{settings.metrics[0]}:{settings.metrics[1]}"
 
     def on_running() -> None:
-        metrics_server.ready.set()
-        print(
-            f"egress-proxy: {settings.mode} proxy listening on {listen_text}\n"
-            f"egress-proxy: metrics on http://{metrics_text}/metrics (health: /healthz)\n"
-            f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
-            f"egress-proxy: {len(network.allowlist)} allowlist entries from {settings.config_path}",
-            file=sys.stderr,
-            flush=True,
-        )
+        ready.set()
+        if settings.worker is not None:
+            workers.worker_ready(settings.worker)
+            if settings.worker > 0:
+                return  # one banner is enough
+        print(banner(settings, ca_cert, len(network.allowlist)), file=sys.stderr, flush=True)
 
     resolver = system_resolve
     if settings.dns_cache_seconds > 0:
@@ -154,13 +150,36 @@ async def serve(settings: Settings) -> int:
         metrics.config_reloads.labels("ok").inc()
         log.warning("configuration reloaded: %d allowlist entries", len(fresh.allowlist))
 
+    if settings.worker is not None:
+        workers.share_listen_port()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, reload)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
-    metrics_server.start()
+    if metrics_server is not None:
+        metrics_server.start()
     try:
         await master.run()
     finally:
-        metrics_server.stop()
-    return 0 if metrics_server.ready.is_set() else 1
+        if metrics_server is not None:
+            metrics_server.stop()
+    return 0 if ready.is_set() else 1
+
+
+def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
+    try:
+        return MetricsServer(settings.metrics, metrics.registry)
+    except OSError as exc:
+        host, port = settings.metrics
+        raise LaunchError(f"cannot listen for metrics on {host}:{port}: {exc.strerror}") from exc
+
+
+def banner(settings: Settings, ca_cert: Path, entries: int) -> str:
+    listen = f"{settings.listen[0]}:{settings.listen[1]}"
+    metrics = f"{settings.metrics[0]}:{settings.metrics[1]}"
+    return (
+        f"egress-proxy: {settings.mode} proxy listening on {listen}\n"
+        f"egress-proxy: metrics on http://{metrics}/metrics (health: /healthz)\n"
+        f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
+        f"egress-proxy: {entries} allowlist entries from {settings.config_path}"
+    )

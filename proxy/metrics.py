@@ -53,8 +53,12 @@ class ProxyMetrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        # multiprocess_mode: how the parent of `--workers N` combines its workers' values.
         self.active_connections = Gauge(
-            "egress_active_connections", "Client connections currently open.", registry=r
+            "egress_active_connections",
+            "Client connections currently open.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.policy_errors = Counter(
             "egress_policy_errors_total",
@@ -68,7 +72,10 @@ class ProxyMetrics:
             registry=r,
         )
         self.allowlist_entries = Gauge(
-            "egress_allowlist_entries", "Entries in the running allowlist.", registry=r
+            "egress_allowlist_entries",
+            "Entries in the running allowlist.",
+            registry=r,
+            multiprocess_mode="max",
         )
         for reason in Reason:
             decision = "allow" if reason is Reason.ALLOWLISTED else "deny"
