@@ -16,9 +16,8 @@ Life of a request:
 2. `requestheaders` decides every request again (each one on a kept-alive
    connection or HTTP/2 stream), resolves the name, pins the first permitted
    address, and writes the transform headers.
-3. `server_connect` connects only to the pinned address (no second lookup);
-   `server_connected` puts the host name back so mitmproxy reuses the
-   connection for the next request to the same host — and only that host.
+3. `addons.pinning` connects only to the pinned address (no second lookup),
+   and refuses a connection that nothing pinned.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
    secrets and streams the body; `response`/`error` write the audit line.
 """
@@ -33,8 +32,9 @@ from dataclasses import dataclass, field
 
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.net.http.http1.read import expected_http_body_size
-from mitmproxy.proxy import mode_specs, server_hooks
+from mitmproxy.proxy import mode_specs
 
+from addons.pinning import Pinning
 from addons.refusal import refusal_response
 from proxy.audit import AuditLog, AuditRecord
 from proxy.config import PatternKind
@@ -44,6 +44,7 @@ from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
 from proxy.resolver import system_resolve
+from proxy.targets import RequestNames, locate
 
 log = logging.getLogger("egress")
 
@@ -79,10 +80,6 @@ class ClientState:
     no_sni: bool = False
     # The deciding entry is pass-through: TLS to the target is relayed, not intercepted.
     passthrough: bool = False
-    # (host as mitmproxy will connect to it, port) -> the checked address to use instead.
-    pins: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    # Server connections redirected to a pinned address, to restore their name once connected.
-    renamed: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 def is_transparent(client: connection.Client) -> bool:
@@ -104,6 +101,8 @@ class EgressPolicy:
         self._on_running = on_running
         self._clients: dict[str, ClientState] = {}
         self._resolve = resolver
+        self.pinning = Pinning(metrics)
+        self.addons = [self.pinning]  # mitmproxy calls a sub-addon's hooks too
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -197,9 +196,12 @@ class EgressPolicy:
         started = time.monotonic()
         decision = await self._pin(data.context.client, decision, host, port)
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
-        pinned = state.pins.get((str(host), port))
+        client = data.context.client
+        pinned = self.pinning.pinned(client, (str(host), port))
         if decision.allowed and pinned is not None:
-            state.pins[address] = pinned  # mitmproxy connects to the original destination
+            self.pinning.pin(
+                client, address, pinned
+            )  # mitmproxy connects to the original destination
             state.passthrough = data.ignore_connection = True
         self._audit(
             data.context.client, "TLS", "https", str(host), port, decision, started, status=None
@@ -256,43 +258,17 @@ class EgressPolicy:
             self.metrics.injections.labels(entry.pattern).inc()
 
     def _locate(self, flow: http.HTTPFlow, client: ClientState) -> tuple[Host, int] | Decision:
-        """The host and port this request is for, or the refusal when its names disagree.
-
-        Regular mode: the absolute-form URL (or, in a tunnel, the Host mitmproxy parsed)
-        and the Host header must agree, and inside a tunnel name the CONNECT target.
-        Transparent mode: the Host header names the host (the original destination
-        address is not trusted), and over TLS must agree with the SNI.
-        """
-        request = flow.request
-        header_port = 0  # 0: the Host header carries no explicit port
-        named: Host | None = None
-        try:
-            if request.host_header:
-                named, header_port = parse_authority(request.host_header, 0)
-            if is_transparent(flow.client_conn):
-                host = named or (
-                    client.target[0] if client.target else canonical_host(request.host)
-                )
-                port = request.port
-            else:
-                host, port = canonical_host(request.host), request.port
-            sni = flow.client_conn.sni
-            if sni and client.target is not None and canonical_host(sni) != client.target[0]:
-                return Decision.deny(Reason.HOST_MISMATCH)
-        except HostError:
-            return Decision.deny(Reason.BAD_REQUEST)
-        if named is not None and named != host:
-            return Decision.deny(Reason.HOST_MISMATCH)
-        if client.target is not None:
-            target, target_port = client.target
-            if host != target or header_port not in (0, target_port):
-                return Decision.deny(Reason.HOST_MISMATCH)
-            return host, target_port
-        if header_port and header_port != port:
-            return Decision.deny(Reason.HOST_MISMATCH)
-        if flow.client_conn.tls and is_transparent(flow.client_conn):
-            return Decision.deny(Reason.BAD_REQUEST)  # TLS whose ClientHello we never saw
-        return host, port
+        names = RequestNames(
+            transparent=is_transparent(flow.client_conn),
+            host=flow.request.host,
+            port=flow.request.port,
+            host_header=flow.request.host_header,
+            sni=flow.client_conn.sni,
+            client_tls=flow.client_conn.tls,
+            target=client.target,
+        )
+        located = locate(names)
+        return Decision.deny(located) if isinstance(located, Reason) else located
 
     async def _pin(
         self, client: connection.Client, decision: Decision, host: Host, port: int
@@ -311,39 +287,8 @@ class EgressPolicy:
                 addresses = []
             decision, pinned = self.policy.pick_address(decision, addresses, port)
         if pinned is not None:
-            self._client(client).pins[(str(host), port)] = (str(pinned), port)
+            self.pinning.pin(client, (str(host), port), (str(pinned), port))
         return decision
-
-    # -- upstream connections ---------------------------------------------------------------
-
-    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
-        server = data.server
-        try:
-            client = self._clients.get(data.client.id)
-            pinned = client.pins.get(server.address) if client and server.address else None
-            if client is None or pinned is None or server.address is None:
-                server.error = "egress: no policy decision for this destination"
-                return
-            client.renamed[server.id] = server.address
-            server.address = pinned
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("policy error on server connect")
-            self.metrics.policy_errors.inc()
-            server.error = "egress: policy error"
-
-    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
-        client = self._clients.get(data.client.id)
-        if client is not None and (name := client.renamed.pop(data.server.id, None)):
-            # Connected to the checked address; the name is what mitmproxy matches
-            # later requests against, so a kept-alive connection serves only its host.
-            # `Server.__setattr__` refuses address changes on an open connection (they
-            # would not move it); this one only relabels the socket with its host name.
-            object.__setattr__(data.server, "address", name)
-
-    def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
-        client = self._clients.get(data.client.id)
-        if client is not None:
-            client.renamed.pop(data.server.id, None)
 
     # -- non-HTTP TCP ----------------------------------------------------------------------
 
@@ -362,7 +307,7 @@ class EgressPolicy:
             if self._opened_by_address(destination) and flow.server_conn.address:
                 assert destination is not None
                 pinned = (str(destination[0]), destination[1])
-                client.pins[flow.server_conn.address] = pinned
+                self.pinning.pin(flow.client_conn, flow.server_conn.address, pinned)
                 self.metrics.requests.labels("allow", Reason.ALLOWLISTED.value).inc()
                 return
         except Exception:  # noqa: BLE001 - fail closed

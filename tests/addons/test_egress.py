@@ -103,10 +103,10 @@ def test_rebinding_answer_pins_the_checked_public_address() -> None:
         assert flow.request.headers.get_all("authorization") == [f"Bearer {SECRET}"]
         server = Server(address=("api.example", 443))
         data = server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
-        addon.server_connect(data)
+        addon.pinning.server_connect(data)
         assert server.error is None
         assert server.address == ("93.184.216.34", 443)
-        addon.server_connected(data)
+        addon.pinning.server_connected(data)
         assert server.address == ("api.example", 443)  # so mitmproxy reuses it for the next request
 
 
@@ -116,7 +116,7 @@ def test_a_connection_nobody_decided_is_never_opened() -> None:
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
         server = Server(address=("elsewhere.example", 443))
-        addon.server_connect(
+        addon.pinning.server_connect(
             server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
         )
     assert server.error == "egress: no policy decision for this destination"
@@ -244,14 +244,16 @@ def test_transform_is_never_sent_to_another_host_on_a_reused_connection() -> Non
         run(addon.requestheaders(second))
     assert (first.request.host, second.request.host) == ("a.example", "b.example")
     assert "authorization" not in second.request.headers
-    pins = addon._clients[first.client_conn.id].pins
+    pins = addon.pinning._pins[first.client_conn.id]
     assert pins == {
         ("a.example", 443): ("93.184.216.34", 443),
         ("b.example", 443): ("93.184.216.35", 443),
     }
 
 
-def client_hello(flow: http.HTTPFlow, sni: str | None, address: tuple[str, int] | None = None) -> Any:
+def client_hello(
+    flow: http.HTTPFlow, sni: str | None, address: tuple[str, int] | None = None
+) -> Any:
     from types import SimpleNamespace
 
     from mitmproxy import tls
@@ -270,7 +272,9 @@ def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
 
 
 def test_passthrough_tunnel_is_relayed_only_when_the_sni_names_the_target() -> None:
-    addon, _, audit = make_addon(Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True})
+    addon, _, audit = make_addon(
+        Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True}
+    )
     same, other = connect_flow("PKG.example"), connect_flow("pkg.example")
     with taddons.context(addon):
         for flow in (same, other):
@@ -283,12 +287,14 @@ def test_passthrough_tunnel_is_relayed_only_when_the_sni_names_the_target() -> N
     assert relayed.ignore_connection is True
     assert fronted.ignore_connection is False  # stays intercepted: its requests meet host_mismatch
     assert same.request.host == "pkg.example"  # the tunnel connects to the canonical, pinned name
-    pins = addon._clients[same.client_conn.id].pins
+    pins = addon.pinning._pins[same.client_conn.id]
     assert pins == {("pkg.example", 443): ("93.184.216.34", 443)}
 
 
 def test_intercepted_entries_are_never_relayed() -> None:
-    addon, _, _ = make_addon(Resolver({"api.example": ["93.184.216.34"]}), {"domain": "api.example"})
+    addon, _, _ = make_addon(
+        Resolver({"api.example": ["93.184.216.34"]}), {"domain": "api.example"}
+    )
     flow = connect_flow("api.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
@@ -301,7 +307,9 @@ def test_intercepted_entries_are_never_relayed() -> None:
 def test_transparent_passthrough_connects_to_the_name_not_the_original_destination() -> None:
     from mitmproxy.proxy.mode_specs import ProxyMode
 
-    addon, metrics, audit = make_addon(Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True})
+    addon, metrics, audit = make_addon(
+        Resolver({"pkg.example": ["93.184.216.34"]}), {"domain": "pkg.example", "passthrough": True}
+    )
     flow = tflow.tflow()
     flow.client_conn.proxy_mode = ProxyMode.parse("transparent")
     with taddons.context(addon):
@@ -309,7 +317,12 @@ def test_transparent_passthrough_connects_to_the_name_not_the_original_destinati
         hello = client_hello(flow, "pkg.example", address=("203.0.113.66", 443))
         run(addon.tls_clienthello(hello))
     assert hello.ignore_connection is True
-    assert addon._clients[flow.client_conn.id].pins[("203.0.113.66", 443)] == ("93.184.216.34", 443)
+    assert addon.pinning.pinned(flow.client_conn, ("203.0.113.66", 443)) == ("93.184.216.34", 443)
     line = json.loads(audit.getvalue())
-    assert (line["method"], line["host"], line["decision"], line["rule"]) == ("TLS", "pkg.example", "allow", "pkg.example")
+    assert (line["method"], line["host"], line["decision"], line["rule"]) == (
+        "TLS",
+        "pkg.example",
+        "allow",
+        "pkg.example",
+    )
     assert count(metrics, "allow", "allowlisted") == 1.0
