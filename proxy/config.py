@@ -415,6 +415,9 @@ def _resolve(
                 failed = True
                 return ""
             content = content[:-1] if content.endswith("\n") else content
+            if not content:
+                report(where, f"${{file:{path}}} is empty")
+                failed = True
             parts.append(content)
             return content
         if not _VAR_NAME.match(ref):
@@ -425,6 +428,9 @@ def _resolve(
             report(where, f"environment variable {ref} is not set")
             failed = True
             return ""
+        if not environ[ref]:
+            report(where, f"environment variable {ref} is empty")
+            failed = True
         parts.append(environ[ref])
         return environ[ref]
 

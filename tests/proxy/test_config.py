@@ -10,7 +10,7 @@ import pytest
 from proxy.config import ConfigError, PatternKind, load, parse
 
 SECRET = "tok-3f9a1c-never-print-me"
-ENV = {"TOKEN": SECRET, "OTHER": "x"}
+ENV = {"TOKEN": SECRET, "OTHER": "x", "EMPTY": ""}
 
 
 def entries(*allowlist: object) -> object:
@@ -175,6 +175,11 @@ INVALID = [
         "invalid reference ${not a name}",
     ),
     (
+        "empty-var",
+        entries({"domain": "a.com", "transform": {"Authorization": "Bearer ${EMPTY}"}}),
+        "transform.Authorization: environment variable EMPTY is empty",
+    ),
+    (
         "missing-file",
         entries({"domain": "a.com", "transform": {"X-K": "${file:/nonexistent/tok}"}}),
         "cannot read ${file:/nonexistent/tok}",
@@ -317,3 +322,13 @@ def test_unreadable_file() -> None:
 def test_address_entries_are_networks() -> None:
     (entry,) = parse(entries({"domain": "198.18.1.0/24"}), "env.yaml", ENV).allowlist
     assert entry.network == ipaddress.ip_network("198.18.1.0/24")
+
+
+def test_a_reference_to_an_empty_file_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    transform = {"Authorization": f"Bearer ${{file:{empty}}}"}
+    problems = problems_of(entries({"domain": "a.com", "transform": transform}))
+    assert problems == [
+        f"env.yaml: network.allowlist[0].transform.Authorization: ${{file:{empty}}} is empty"
+    ]

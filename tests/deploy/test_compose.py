@@ -1,0 +1,552 @@
+"""compose.yaml, checked statically: no Docker engine runs here.
+
+Every reference must resolve (build contexts, Dockerfile stages, volumes,
+networks, secrets, bind-mounted files), the commands must parse with the real
+command-line parsers, and the addresses and ports that appear in several places
+(the proxy's --listen/--metrics, HTTPS_PROXY, the Prometheus targets, the
+healthcheck, the allowlist's CIDR, the firewall rules) must agree exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import re
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from hookrunner.cli import _parser as hookrunner_parser
+from hookrunner.loader import load_config
+from proxy import config as configuration
+from proxy.cli import _parser as proxy_parser
+from proxy.decision import Reason
+from proxy.hosts import canonical_host
+from proxy.launcher import CA_CERT
+from proxy.policy import Policy
+from tests.deploy.netrules import check_transparent_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "compose.yaml"
+COMPOSE: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+NETWORKS: dict[str, dict[str, Any]] = COMPOSE["networks"]
+PROMETHEUS_FILE = ROOT / "deploy/compose/prometheus.yml"
+
+TELEMETRY_NAME = "telemetry.internal"
+TELEMETRY_PORT = 8443
+TEST_TOKEN = "compose-test-token-7c1e"
+CA_KEY_FILE = "mitmproxy-ca.pem"
+
+
+# -- reading the compose model ---------------------------------------------------
+
+
+def is_bind(source: str) -> bool:
+    return source.startswith((".", "/", "~"))
+
+
+def mounts(service: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(source, target, read_only) of every volume entry, short or long syntax."""
+    found = []
+    for item in service.get("volumes", []):
+        if isinstance(item, str):
+            parts = item.split(":")
+            source, target = parts[0], parts[1]
+            read_only = len(parts) > 2 and "ro" in parts[2].split(",")
+        else:
+            source, target = item["source"], item["target"]
+            read_only = bool(item.get("read_only", False))
+        found.append((source, target, read_only))
+    return found
+
+
+def mount_at(service: dict[str, Any], path: str) -> tuple[str, str, bool]:
+    """The mount whose target holds `path` (the longest such target)."""
+    holding = [
+        m for m in mounts(service) if path == m[1] or path.startswith(m[1].rstrip("/") + "/")
+    ]
+    assert holding, f"{path} is not inside any mount"
+    return max(holding, key=lambda m: len(m[1]))
+
+
+def networks_of(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    raw = service.get("networks", {})
+    if isinstance(raw, list):
+        return {name: {} for name in raw}
+    return {name: (value or {}) for name, value in raw.items()}
+
+
+def address_on(service: str, network: str) -> str:
+    return networks_of(SERVICES[service])[network]["ipv4_address"]
+
+
+def subnet(network: str) -> ipaddress.IPv4Network:
+    (config,) = NETWORKS[network]["ipam"]["config"]
+    return ipaddress.IPv4Network(config["subnet"])
+
+
+def secret_path(entry: str | dict[str, Any]) -> tuple[str, str]:
+    """(secret name, path in the container) of a service's `secrets:` entry."""
+    if isinstance(entry, str):
+        return entry, f"/run/secrets/{entry}"
+    target = entry.get("target", entry["source"])
+    return entry["source"], target if target.startswith("/") else f"/run/secrets/{target}"
+
+
+def proxy_args(service: str) -> Any:
+    command = SERVICES[service]["command"]
+    assert command[0] == "egress-proxy"
+    return proxy_parser().parse_args(command[1:])
+
+
+def runner_args(service: str) -> Any:
+    command = SERVICES[service]["command"]
+    assert command[0] == "hookrunner"
+    return hookrunner_parser().parse_args(command[1:])
+
+
+def hostport(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def prometheus_targets() -> dict[str, list[str]]:
+    document = yaml.safe_load(PROMETHEUS_FILE.read_text(encoding="utf-8"))
+    return {
+        job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]]
+        for job in document["scrape_configs"]
+    }
+
+
+def dockerfile_users() -> dict[str, int]:
+    """user name -> uid, from the Dockerfile's useradd lines."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    return {m[2]: int(m[1]) for m in re.finditer(r"useradd --uid (\d+) .*?--shell \S+ (\w+)", text)}
+
+
+def default_uid() -> int:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    user = re.findall(r"^USER (\S+)$", text, flags=re.M)[-1]
+    return int(user) if user.isdigit() else dockerfile_users()[user]
+
+
+def effective_uid(service: str) -> int:
+    user = SERVICES[service].get("user")
+    return int(str(user).split(":")[0]) if user is not None else default_uid()
+
+
+def load_module(path: Path) -> ModuleType:
+    name = f"deploy_example_{path.stem}"  # never shadows a real module
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- references --------------------------------------------------------------------
+
+
+def test_build_contexts_dockerfiles_and_stages_exist() -> None:
+    built = {name: s["build"] for name, s in SERVICES.items() if "build" in s}
+    assert set(built) == set(SERVICES) - {"prometheus"}
+    for name, build in built.items():
+        context = (COMPOSE_FILE.parent / build["context"]).resolve()
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert context == ROOT, name
+        assert dockerfile.is_file(), name
+        stages = re.findall(r"^FROM \S+ AS (\S+)$", dockerfile.read_text(), flags=re.M)
+        assert build["target"] in stages, f"{name}: no stage {build['target']!r} in {stages}"
+    targets = {name: b["target"] for name, b in built.items()}
+    assert targets["netfilter"] == "netinit"
+    assert {t for n, t in targets.items() if n != "netfilter"} == {"runtime"}
+    # One image name per stage, so a stage is never tagged with another's name.
+    assert {SERVICES[n]["image"] for n in built if targets[n] == "runtime"} == {
+        "sandbox-egress:0.1.0"
+    }
+    assert SERVICES["netfilter"]["image"] == "sandbox-egress-netinit:0.1.0"
+    assert SERVICES["prometheus"]["image"] == "prom/prometheus:v2.54.1"  # pinned, never :latest
+
+
+def test_named_volumes_networks_secrets_and_dependencies_are_declared() -> None:
+    volumes = set(COMPOSE["volumes"])
+    secrets = set(COMPOSE["secrets"])
+    used_volumes: set[str] = set()
+    for name, service in SERVICES.items():
+        for source, _, _ in mounts(service):
+            if not is_bind(source):
+                assert source in volumes, f"{name}: volume {source} is not declared"
+                used_volumes.add(source)
+        for network in networks_of(service):
+            assert network in NETWORKS, f"{name}: network {network} is not declared"
+        for entry in service.get("secrets", []):
+            assert secret_path(entry)[0] in secrets, f"{name}: secret not declared"
+        for dependency in service.get("depends_on", {}):
+            assert dependency in SERVICES, f"{name}: depends on unknown {dependency}"
+        mode = service.get("network_mode", "")
+        if mode.startswith("service:"):
+            assert mode.removeprefix("service:") in SERVICES
+    assert used_volumes == volumes, f"declared but unused: {volumes - used_volumes}"
+
+
+def test_bind_mounted_host_paths_exist() -> None:
+    binds = [(n, s, t) for n, svc in SERVICES.items() for s, t, _ in mounts(svc) if is_bind(s)]
+    assert binds
+    for name, source, target in binds:
+        assert source.startswith("./deploy/compose/"), f"{name}: {source} outside deploy/compose"
+        host = (COMPOSE_FILE.parent / source).resolve()
+        assert host.exists(), f"{name}: {source} does not exist"
+        if target.endswith((".yaml", ".yml", ".json")):
+            assert host.is_file(), f"{name}: {source} should be a file for {target}"
+
+
+def test_every_fixed_address_lies_in_its_network_and_networks_do_not_overlap() -> None:
+    subnets = {name: subnet(name) for name in NETWORKS}
+    for a in subnets:
+        for b in subnets:
+            assert a == b or not subnets[a].overlaps(subnets[b])
+    for name, service in SERVICES.items():
+        for network, settings in networks_of(service).items():
+            if "ipv4_address" in settings:
+                address = ipaddress.IPv4Address(settings["ipv4_address"])
+                assert address in subnets[network], f"{name} on {network}: {address}"
+
+
+# -- the proxy, the sandbox and Prometheus agree ---------------------------------------
+
+
+def test_proxy_command_parses_with_the_real_cli() -> None:
+    args = proxy_args("proxy")
+    assert args.command == "run"
+    assert args.mode == "regular"
+    assert args.listen == ("172.30.1.10", 8080)
+    assert args.metrics == ("172.30.3.10", 9464)
+    assert args.config == "/etc/egress/env.yaml"
+    assert args.certs == Path("/var/lib/egress/certs")
+    assert args.upstream_ca == Path("/var/lib/egress/upstream-ca/ca.pem")
+    assert args.audit_log == "-"
+    # Each address is the proxy's own on one network: listen on sandbox, metrics on monitoring.
+    assert args.listen[0] == address_on("proxy", "sandbox")
+    assert args.metrics[0] == address_on("proxy", "monitoring")
+
+
+def test_sandbox_https_proxy_is_the_proxy_listener() -> None:
+    args = proxy_args("proxy")
+    environment = SERVICES["sandbox"]["environment"]
+    for variable in ("HTTPS_PROXY", "HTTP_PROXY"):
+        url = urlsplit(environment[variable])
+        assert (url.scheme, url.hostname, url.port) == ("http", "proxy", args.listen[1])
+    # "proxy" resolves, from the sandbox, to its address on the one network they share.
+    shared = set(networks_of(SERVICES["sandbox"])) & set(networks_of(SERVICES["proxy"]))
+    assert shared == {"sandbox"}
+    assert address_on("proxy", "sandbox") == args.listen[0]
+
+
+def test_prometheus_scrapes_the_proxy_metrics_address_and_the_healthcheck_probes_it() -> None:
+    host, port = proxy_args("proxy").metrics
+    assert prometheus_targets()["egress-proxy"] == [f"{host}:{port}"]
+    monitoring = {
+        n for n in networks_of(SERVICES["prometheus"]) if ipaddress.ip_address(host) in subnet(n)
+    }
+    assert monitoring == {"monitoring"}
+    test = SERVICES["proxy"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    assert re.findall(r"'(http://[^']+)'", test[3]) == [f"http://{host}:{port}/healthz"]
+    mount = ("./deploy/compose/prometheus.yml", "/etc/prometheus/prometheus.yml", True)
+    assert mount in mounts(SERVICES["prometheus"])
+    assert "--config.file=/etc/prometheus/prometheus.yml" in SERVICES["prometheus"]["command"]
+
+
+def test_prometheus_scrapes_the_runner_session_metrics() -> None:
+    args = runner_args("sandbox")
+    assert args.command == "session"
+    assert args.metrics == "0.0.0.0:9465"
+    assert prometheus_targets()["hookrunner"] == [f"sandbox:{hostport(args.metrics)[1]}"]
+    assert set(networks_of(SERVICES["prometheus"])) & set(networks_of(SERVICES["sandbox"])) == {
+        "sandbox"
+    }
+    # `hookrunner session` ends at the end of stdin: compose must keep stdin open.
+    assert SERVICES["sandbox"]["stdin_open"] is True
+
+
+def test_transparent_variant_metrics_targets_agree() -> None:
+    proxy = proxy_args("proxy-transparent")
+    runner = runner_args("sandbox-transparent")
+    targets = prometheus_targets()
+    assert targets["egress-proxy-transparent"] == [f"{proxy.metrics[0]}:{proxy.metrics[1]}"]
+    # The runner shares the proxy's network namespace, so it is reached at the proxy's address.
+    assert SERVICES["sandbox-transparent"]["network_mode"] == "service:proxy-transparent"
+    assert targets["hookrunner-transparent"] == [
+        f"{proxy.metrics[0]}:{hostport(runner.metrics)[1]}"
+    ]
+    assert proxy.metrics[0] == address_on("proxy-transparent", "monitoring")
+    test = SERVICES["proxy-transparent"]["healthcheck"]["test"]
+    assert re.findall(r"'(http://[^']+)'", test[3]) == [
+        f"http://{proxy.metrics[0]}:{proxy.metrics[1]}/healthz"
+    ]
+
+
+# -- the environment file ---------------------------------------------------------------
+
+
+def resolved_environment_file(tmp_path: Path, token: str) -> Path:
+    """deploy/compose/env.yaml with its secret reference pointed at a test file.
+
+    The reference must name where compose mounts the `telemetry_token` secret in the proxy.
+    """
+    text = (ROOT / "deploy/compose/env.yaml").read_text(encoding="utf-8")
+    references = re.findall(r"\$\{file:([^}]+)\}", text)
+    mounted = dict(secret_path(e) for e in SERVICES["proxy"]["secrets"])
+    assert references == [mounted["telemetry_token"]] == ["/run/secrets/telemetry_token"]
+    secret = tmp_path / "telemetry_token"
+    secret.write_text(token + "\n", encoding="utf-8")
+    copy = tmp_path / "env.yaml"
+    copy.write_text(text.replace(references[0], str(secret)), encoding="utf-8")
+    return copy
+
+
+def test_environment_file_is_the_one_mounted_at_the_config_path() -> None:
+    for service in ("proxy", "proxy-transparent"):
+        config = proxy_args(service).config
+        assert mount_at(SERVICES[service], config) == ("./deploy/compose/env.yaml", config, True)
+
+
+def test_environment_file_passes_real_validation(tmp_path: Path) -> None:
+    network = configuration.load(resolved_environment_file(tmp_path, TEST_TOKEN), environ={})
+    patterns = [e.pattern for e in network.allowlist]
+    assert patterns == [
+        TELEMETRY_NAME,
+        "172.30.2.0/24",
+        "pypi.org",
+        "*.pypi.org",
+        "files.pythonhosted.org",
+    ]
+    telemetry = network.allowlist[0]
+    assert [(t.header, t.value.reveal()) for t in telemetry.transform] == [
+        ("Authorization", f"Bearer {TEST_TOKEN}")
+    ]
+    assert telemetry.ports == frozenset({TELEMETRY_PORT})
+
+
+def test_a_missing_secret_is_refused_by_the_same_validation(tmp_path: Path) -> None:
+    copy = resolved_environment_file(tmp_path, TEST_TOKEN)
+    (tmp_path / "telemetry_token").unlink()
+    with pytest.raises(configuration.ConfigError) as info:
+        configuration.load(copy, environ={})
+    assert [(p.location, p.message) for p in info.value.problems] == [
+        (
+            "network.allowlist[0].transform.Authorization",
+            f"cannot read ${{file:{tmp_path / 'telemetry_token'}}}: No such file or directory",
+        )
+    ]
+
+
+def test_allowlist_opens_the_telemetry_network_and_no_other_compose_network(tmp_path: Path) -> None:
+    network = configuration.load(resolved_environment_file(tmp_path, TEST_TOKEN), environ={})
+    opened = [e.network for e in network.allowlist if e.network is not None]
+    assert opened == [subnet("telemetry")]
+    policy = Policy(network)
+    decision = policy.decide(canonical_host(TELEMETRY_NAME), TELEMETRY_PORT, tls=True)
+    assert decision.allowed and decision.entry is not None
+    assert decision.entry.pattern == TELEMETRY_NAME
+    telemetry_ip = ipaddress.ip_address(address_on("telemetry", "telemetry"))
+    assert policy.pick_address(decision, [telemetry_ip], TELEMETRY_PORT) == (decision, telemetry_ip)
+    # Every other fixed address of the compose file stays refused.
+    for name, service in SERVICES.items():
+        for net, settings in networks_of(service).items():
+            if "ipv4_address" in settings and net != "telemetry":
+                ip = canonical_host(settings["ipv4_address"])
+                assert policy.decide(ip, 9464, tls=True).reason is Reason.INTERNAL_ADDRESS, name
+
+
+def test_telemetry_names_and_ports_agree_everywhere() -> None:
+    telemetry = networks_of(SERVICES["telemetry"])
+    assert telemetry == {"telemetry": {"ipv4_address": "172.30.2.20", "aliases": [TELEMETRY_NAME]}}
+    command = SERVICES["telemetry"]["command"]
+    server = load_module(ROOT / "deploy/compose/telemetry/server.py")
+    args = server.parser().parse_args(command[2:])
+    assert command[:2] == ["python", "/opt/telemetry/server.py"]
+    assert hostport(args.listen) == ("0.0.0.0", TELEMETRY_PORT)
+    assert (
+        str(args.token_file)
+        == dict(secret_path(e) for e in SERVICES["telemetry"]["secrets"])["telemetry_token"]
+    )
+    for path in (args.cert, args.key):
+        assert mount_at(SERVICES["telemetry"], str(path))[0] == "telemetry-tls"
+    hooks = ROOT / "deploy/compose/agents/hooks.json"
+    url = urlsplit(re.findall(r'"url": "([^"]+)"', hooks.read_text())[0])
+    assert (url.scheme, url.hostname, url.port) == ("https", TELEMETRY_NAME, TELEMETRY_PORT)
+
+
+def test_upstream_ca_comes_from_pki_init_for_the_telemetry_name() -> None:
+    command = SERVICES["pki-init"]["command"]
+    assert command[:2] == ["python", "/opt/pki/make_pki.py"]
+    pki = load_module(ROOT / "deploy/compose/pki/make_pki.py")
+    args = pki.parser().parse_args(command[2:])
+    assert args.name == TELEMETRY_NAME
+    upstream_ca = proxy_args("proxy").upstream_ca
+    assert args.ca_out == upstream_ca
+    volume = mount_at(SERVICES["pki-init"], str(args.ca_out))[0]
+    assert volume == "upstream-ca"
+    assert mount_at(SERVICES["proxy"], str(upstream_ca)) == (
+        "upstream-ca",
+        "/var/lib/egress/upstream-ca",
+        True,
+    )
+    assert mount_at(SERVICES["pki-init"], str(args.tls_dir))[0] == "telemetry-tls"
+    assert SERVICES["proxy"]["depends_on"]["pki-init"] == {
+        "condition": "service_completed_successfully"
+    }
+
+
+# -- isolation and secrets ------------------------------------------------------------
+
+
+def test_sandbox_is_only_on_internal_networks_and_cannot_reach_telemetry() -> None:
+    sandbox = SERVICES["sandbox"]
+    assert set(networks_of(sandbox)) == {"sandbox"}
+    for network in networks_of(sandbox):
+        assert NETWORKS[network].get("internal") is True, network
+    assert "ports" not in sandbox and "network_mode" not in sandbox
+    assert NETWORKS["telemetry"].get("internal") is True
+    assert not set(networks_of(sandbox)) & set(networks_of(SERVICES["telemetry"]))
+    # Whatever is on the sandbox's network is not a way out either.
+    for name, service in SERVICES.items():
+        if "sandbox" in networks_of(service):
+            assert name in {"sandbox", "proxy", "prometheus"}
+
+
+def test_the_ca_key_volume_is_mounted_only_by_the_proxy_side() -> None:
+    certs = str(proxy_args("proxy").certs)
+    key_volume = mount_at(SERVICES["proxy"], certs)[0]
+    assert key_volume == "proxy-ca"
+    holders = {n for n, s in SERVICES.items() if any(m[0] == key_volume for m in mounts(s))}
+    assert holders == {"ca-init", "proxy", "proxy-transparent"}
+    assert (
+        mount_at(SERVICES["proxy-transparent"], str(proxy_args("proxy-transparent").certs))[0]
+        == key_volume
+    )
+    for name in ("sandbox", "sandbox-transparent"):
+        assert "secrets" not in SERVICES[name]
+        assert {m[0] for m in mounts(SERVICES[name])} & {"proxy-ca", "telemetry-tls"} == set()
+
+
+def test_the_sandbox_trusts_exactly_the_certificate_ca_init_exports() -> None:
+    command = SERVICES["ca-init"]["command"]
+    assert command[:2] == ["sh", "-c"]
+    steps = [shlex.split(step) for step in command[2].split("&&")]
+    assert [s[0] for s in steps] == ["egress-proxy", "cp"]
+    ca = proxy_parser().parse_args(steps[0][1:])
+    certs = proxy_args("proxy").certs
+    assert (ca.command, ca.certs) == ("ca", certs)
+    source, destination = steps[1][1:]
+    assert source == f"{certs}/{CA_CERT}"
+    assert mount_at(SERVICES["ca-init"], str(certs))[0] == "proxy-ca"
+    exported = mount_at(SERVICES["ca-init"], destination)
+    assert exported[0] == "ca-public"
+    relative = destination.removeprefix(exported[1])
+    for name in ("sandbox", "sandbox-transparent"):
+        service = SERVICES[name]
+        bundle = service["environment"]["SSL_CERT_FILE"]
+        public = mount_at(service, bundle)
+        assert public[0] == "ca-public" and public[2] is True, name
+        assert bundle == public[1] + relative == f"/etc/egress-ca/{CA_CERT}"
+        assert service["environment"]["REQUESTS_CA_BUNDLE"] == bundle
+        assert runner_args(name).ca_file == bundle
+
+
+def test_secrets_come_from_the_environment_and_no_file_holds_one() -> None:
+    assert COMPOSE["secrets"] == {"telemetry_token": {"environment": "TELEMETRY_TOKEN"}}
+    secretish = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.I)
+    for name, service in SERVICES.items():
+        for variable in service.get("environment", {}):
+            assert not secretish.search(variable), f"{name}: {variable} in plain environment"
+    texts = {COMPOSE_FILE: COMPOSE_FILE.read_text(encoding="utf-8")}
+    for path in (ROOT / "deploy/compose").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            assert not path.name.startswith(".env"), path
+            texts[path] = path.read_text(encoding="utf-8")
+    for path, text in texts.items():
+        assert not re.search(r"TELEMETRY_TOKEN\s*[:=]\s*\S", text), path
+        if path.suffix in {".yaml", ".yml", ".json"}:  # configuration, not code
+            for literal in re.findall(r"Bearer ([^\"'\s]+)", text):
+                assert literal.startswith("${"), f"{path}: literal bearer value"
+
+
+# -- the transparent variant ------------------------------------------------------------
+
+
+def test_transparent_rules_redirect_to_the_listener_and_exempt_only_the_proxy_uid() -> None:
+    proxy = proxy_args("proxy-transparent")
+    assert proxy.mode == "transparent"
+    assert proxy.listen == ("127.0.0.1", 8081)  # where REDIRECT sends locally generated TCP
+    netfilter = SERVICES["netfilter"]
+    assert netfilter["network_mode"] == "service:proxy-transparent"
+    assert netfilter["command"][:2] == ["sh", "-euc"]  # a failing rule fails the service
+    assert set(netfilter["cap_add"]) == {"NET_ADMIN", "NET_RAW"}
+    proxy_uid = effective_uid("proxy-transparent")
+    assert proxy_uid == dockerfile_users()["egress"] == 10001
+    check_transparent_rules(
+        netfilter["command"][2], listen_port=proxy.listen[1], proxy_uid=proxy_uid
+    )
+    sandbox = SERVICES["sandbox-transparent"]
+    assert sandbox["depends_on"]["netfilter"] == {"condition": "service_completed_successfully"}
+    assert effective_uid("sandbox-transparent") == dockerfile_users()["sandbox"] != proxy_uid
+    assert "cap_add" not in sandbox and sandbox["cap_drop"] == ["ALL"]
+    assert "HTTPS_PROXY" not in sandbox["environment"]
+    for name, service in SERVICES.items():
+        if service.get("network_mode") == "service:proxy-transparent" and name != "netfilter":
+            assert effective_uid(name) != proxy_uid, f"{name} would bypass the redirect"
+
+
+def test_profiles_keep_the_transparent_variant_optional() -> None:
+    profiled = {n for n, s in SERVICES.items() if "profiles" in s}
+    assert profiled == {"proxy-transparent", "netfilter", "sandbox-transparent"}
+    for name in profiled:
+        assert SERVICES[name]["profiles"] == ["transparent"]
+
+
+# -- the image -----------------------------------------------------------------------
+
+
+def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert re.findall(r"^FROM (\S+)", text, flags=re.M) == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    assert "ARG PYTHON_IMAGE=python:3.12-slim" in text
+    assert default_uid() == 10001
+    runtime = text[text.index("AS runtime") :]
+    assert "RUN pip install ." in runtime
+    run_lines = re.findall(r"^RUN .*$", text, flags=re.M)
+    assert not [line for line in run_lines if "egress-proxy" in line or "openssl" in line]
+    copied = re.findall(r"^COPY (.+) \S+$", runtime, flags=re.M)
+    assert copied == ["pyproject.toml README.md", "proxy", "addons", "hookrunner"]
+
+
+def test_dockerignore_admits_only_the_sources() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert admitted == {"pyproject.toml", "README.md", "proxy", "addons", "hookrunner"}
+
+
+def test_compose_hooks_file_is_valid(tmp_path: Path) -> None:
+    hooks = ROOT / "deploy/compose/agents/hooks.json"
+    config = load_config(tmp_path, hooks)
+    assert config.problems == ()
+    assert [g.name for g in config.groups] == ["security-gate", "audit-logging"]
+    command = re.findall(r'"command": "([^"]+)"', hooks.read_text())
+    assert command == ["python3 /.agents/hooks-scripts/gate.py"]
+    assert (ROOT / "deploy/compose/agents/hooks-scripts/gate.py").is_file()
+    assert ("./deploy/compose/agents", "/.agents", True) in mounts(SERVICES["sandbox"])

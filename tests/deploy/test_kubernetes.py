@@ -1,0 +1,626 @@
+"""deploy/kubernetes/*.yaml, checked for consistency with the CLI and with each other.
+
+Every YAML document is parsed. Container commands parse with the real
+parsers; ports, probes and scrape annotations agree with --listen/--metrics;
+every ConfigMap, Secret and volume a pod refers to exists (in the manifests,
+or among the objects deploy/kubernetes/README.md creates out of band); the
+environment files pass the proxy's real validation with their secret
+references satisfied the way the pod satisfies them; the sidecar's iptables
+rules redirect to the port the proxy listens on and exempt exactly its uid.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from hookrunner.cli import _parser as hookrunner_parser
+from hookrunner.loader import load_config
+from proxy import config as configuration
+from proxy.cli import _parser as proxy_parser
+from proxy.hosts import canonical_host
+from proxy.launcher import CA_CERT
+from proxy.policy import Policy
+from tests.deploy.netrules import check_transparent_rules, parse_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy/kubernetes"
+FILES = sorted(K8S.glob("*.yaml"))
+DOCUMENTS: list[dict[str, Any]] = [
+    doc for path in FILES for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc
+]
+CLUSTER_KINDS = {"Namespace"}
+PROXY_UID_IN_IMAGE = (
+    10001  # USER egress in the Dockerfile: the default for a container without runAsUser
+)
+TEST_TOKEN = "k8s-test-token-93be"
+
+
+def objects(kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in DOCUMENTS
+        if d["kind"] == kind
+    }
+
+
+def the(kind: str, namespace: str, name: str) -> dict[str, Any]:
+    return objects(kind)[(namespace, name)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A pod template: a Pod, or the template of a DaemonSet."""
+
+    kind: str
+    namespace: str
+    name: str
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        return [*self.spec.get("initContainers", []), *self.spec["containers"]]
+
+    def container(self, name: str) -> dict[str, Any]:
+        (found,) = [c for c in self.containers if c["name"] == name]
+        return found
+
+    def volume(self, name: str) -> dict[str, Any]:
+        (found,) = [v for v in self.spec.get("volumes", []) if v["name"] == name]
+        return found
+
+    def uid(self, container: dict[str, Any]) -> int:
+        for context in (container.get("securityContext", {}), self.spec.get("securityContext", {})):
+            if "runAsUser" in context:
+                return int(context["runAsUser"])
+        return PROXY_UID_IN_IMAGE
+
+    def mount_at(
+        self, container: dict[str, Any], path: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(volumeMount, volume) whose mountPath holds `path`."""
+        holding = [
+            m
+            for m in container.get("volumeMounts", [])
+            if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+        ]
+        assert holding, f"{container['name']}: {path} is not inside any volume mount"
+        mount = max(holding, key=lambda m: len(m["mountPath"]))
+        return mount, self.volume(mount["name"])
+
+    def port(self, container: dict[str, Any], ref: int | str) -> int:
+        if isinstance(ref, int):
+            return ref
+        (number,) = [p["containerPort"] for p in container.get("ports", []) if p["name"] == ref]
+        return int(number)
+
+
+def workloads() -> list[Workload]:
+    found = []
+    for doc in DOCUMENTS:
+        meta = doc["metadata"]
+        if doc["kind"] == "Pod":
+            found.append(Workload("Pod", meta["namespace"], meta["name"], meta, doc["spec"]))
+        elif doc["kind"] in {"DaemonSet", "Deployment", "StatefulSet"}:
+            template = doc["spec"]["template"]
+            found.append(
+                Workload(
+                    doc["kind"],
+                    meta["namespace"],
+                    meta["name"],
+                    template["metadata"],
+                    template["spec"],
+                )
+            )
+    return found
+
+
+def workload(name: str) -> Workload:
+    (found,) = [w for w in workloads() if w.name == name]
+    return found
+
+
+def proxies() -> Iterator[tuple[Workload, dict[str, Any], Any]]:
+    for w in workloads():
+        for c in w.containers:
+            if c.get("command", [])[:2] == ["egress-proxy", "run"]:
+                yield w, c, proxy_parser().parse_args(c["command"][1:] + c.get("args", []))
+
+
+def runners() -> Iterator[tuple[Workload, dict[str, Any], Any]]:
+    for w in workloads():
+        for c in w.containers:
+            if c.get("command", [])[:1] == ["hookrunner"]:
+                yield w, c, hookrunner_parser().parse_args(c["command"][1:] + c.get("args", []))
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def out_of_band() -> dict[tuple[str, str, str], set[str]]:
+    """(kind, namespace, name) -> keys, from the `kubectl create` commands of the README."""
+    text = (K8S / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    found: dict[tuple[str, str, str], set[str]] = {}
+    for line in text.splitlines():
+        if "kubectl" not in line or " create " not in line:
+            continue
+        words = shlex.split(line[line.index("kubectl") :])
+        namespace = words[words.index("-n") + 1]
+        at = words.index("create")
+        if words[at + 1] == "secret":
+            kind, name = "Secret", words[at + 3]
+        else:
+            kind, name = "ConfigMap", words[at + 2]
+        keys = {
+            w.split("=", 2)[1] for w in words if w.startswith(("--from-file=", "--from-literal="))
+        }
+        found[(kind, namespace, name)] = keys
+    return found
+
+
+def data_keys(kind: str, namespace: str, name: str) -> set[str]:
+    """Keys of a ConfigMap or Secret, defined in the manifests or out of band."""
+    defined = objects(kind).get((namespace, name))
+    if defined is not None:
+        return set(defined.get("data", {})) | set(defined.get("stringData", {}))
+    external = out_of_band().get((kind, namespace, name))
+    assert external is not None, (
+        f"{kind} {namespace}/{name} is neither defined nor created in the README"
+    )
+    return external
+
+
+PROXY_EXPECTED = {
+    # workload: (mode, listen, metrics, config file)
+    "egress-proxy": (
+        "regular",
+        ("0.0.0.0", 8080),
+        ("0.0.0.0", 9464),
+        "/etc/egress/config/env.yaml",
+    ),
+    "sandbox-sidecar": (
+        "transparent",
+        ("127.0.0.1", 8081),
+        ("0.0.0.0", 9464),
+        "/etc/egress/config/env.yaml",
+    ),
+}
+
+
+# -- documents -------------------------------------------------------------------------
+
+
+def test_every_document_is_a_named_object_in_a_declared_namespace() -> None:
+    assert [p.name for p in FILES] == [
+        "daemonset.yaml",
+        "namespaces.yaml",
+        "sandbox-regular.yaml",
+        "sidecar.yaml",
+    ]
+    namespaces = {name for (_, name) in objects("Namespace")}
+    assert namespaces == {"egress-system", "sandboxes", "sandboxes-sidecar"}
+    seen = set()
+    for doc in DOCUMENTS:
+        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+        key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+        assert key not in seen, f"duplicate {key}"
+        seen.add(key)
+        if doc["kind"] not in CLUSTER_KINDS:
+            assert doc["metadata"].get("namespace") in namespaces, key
+
+
+def test_images_share_one_release() -> None:
+    images = {c["image"] for w in workloads() for c in w.containers}
+    assert images == {
+        "registry.example.com/sandbox-egress:0.1.0",
+        "registry.example.com/sandbox-egress-netinit:0.1.0",
+    }
+    netinit = [c["name"] for w in workloads() for c in w.containers if "netinit" in c["image"]]
+    assert netinit == ["egress-netinit"]
+
+
+# -- the proxy containers -----------------------------------------------------------------
+
+
+def test_proxy_args_parse_and_ports_probes_annotations_agree() -> None:
+    seen = {}
+    for w, c, args in proxies():
+        mode, listen, metrics, config = PROXY_EXPECTED[w.name]
+        assert (args.mode, args.listen, args.metrics, args.config) == (
+            mode,
+            listen,
+            metrics,
+            config,
+        )
+        seen[w.name] = c["name"]
+        ports = {p["containerPort"] for p in c["ports"]}
+        assert args.metrics[1] in ports
+        if not ipaddress.ip_address(args.listen[0]).is_loopback:
+            assert args.listen[1] in ports  # reached from other pods
+        probes = [c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in c]
+        assert "readinessProbe" in c
+        for probe in probes:
+            assert probe["httpGet"]["path"] == "/healthz"
+            assert w.port(c, probe["httpGet"]["port"]) == args.metrics[1]
+        annotations = w.metadata["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(args.metrics[1])
+        assert annotations["prometheus.io/path"] == "/metrics"
+    assert seen == {"egress-proxy": "egress-proxy", "sandbox-sidecar": "egress-proxy"}
+
+
+def test_the_config_map_is_mounted_as_a_directory_so_reloads_see_updates() -> None:
+    for w, c, args in proxies():
+        mount, volume = w.mount_at(c, args.config)
+        assert "subPath" not in mount, "a subPath mount never receives ConfigMap updates"
+        assert mount["readOnly"] is True
+        name = volume["configMap"]["name"]
+        key = args.config.removeprefix(mount["mountPath"].rstrip("/") + "/")
+        assert key in the("ConfigMap", w.namespace, name)["data"]
+
+
+def environment_file(
+    w: Workload, c: dict[str, Any], args: Any, tmp_path: Path, token: str
+) -> tuple[Path, dict[str, str]]:
+    """The proxy's ConfigMap file with each reference satisfied as the pod satisfies it."""
+    mount, volume = w.mount_at(c, args.config)
+    key = args.config.removeprefix(mount["mountPath"].rstrip("/") + "/")
+    text = the("ConfigMap", w.namespace, volume["configMap"]["name"])["data"][key]
+    environ: dict[str, str] = {}
+    for reference in re.findall(r"\$\{([^}]+)\}", text):
+        if reference.startswith("file:"):
+            path = reference.removeprefix("file:")
+            secret_mount, secret_volume = w.mount_at(c, path)
+            secret = secret_volume["secret"]
+            item = path.removeprefix(secret_mount["mountPath"].rstrip("/") + "/")
+            (source_key,) = [i["key"] for i in secret.get("items", []) if i["path"] == item] or [
+                item
+            ]
+            assert source_key in data_keys("Secret", w.namespace, secret["secretName"])
+            stand_in = tmp_path / item
+            stand_in.write_text(token + "\n")
+            text = text.replace(reference, f"file:{stand_in}")
+        else:
+            ref = env(c)[reference]["secretKeyRef"]
+            assert ref["key"] in data_keys("Secret", w.namespace, ref["name"])
+            environ[reference] = token
+    copy = tmp_path / "env.yaml"
+    copy.write_text(text)
+    return copy, environ
+
+
+@pytest.mark.parametrize("name", sorted(PROXY_EXPECTED))
+def test_config_map_environment_file_passes_real_validation(name: str, tmp_path: Path) -> None:
+    ((w, c, args),) = [p for p in proxies() if p[0].name == name]
+    path, environ = environment_file(w, c, args, tmp_path, TEST_TOKEN)
+    network = configuration.load(path, environ=environ)
+    assert [e.pattern for e in network.allowlist] == [
+        "telemetry.example.com", "pypi.org", "*.pypi.org", "files.pythonhosted.org"
+    ]  # fmt: skip
+    telemetry = network.allowlist[0]
+    assert [(t.header, t.value.reveal()) for t in telemetry.transform] == [
+        ("Authorization", f"Bearer {TEST_TOKEN}")
+    ]
+    # Without the secret the same file is refused: the reference is real.
+    for stand_in in tmp_path.iterdir():
+        if stand_in != path:
+            stand_in.unlink()
+    with pytest.raises(configuration.ConfigError) as info:
+        configuration.load(path, environ={})
+    assert [p.location for p in info.value.problems] == [
+        "network.allowlist[0].transform.Authorization"
+    ]
+
+
+def test_ca_is_in_a_writable_pod_local_directory() -> None:
+    for w, c, args in proxies():
+        mount, volume = w.mount_at(c, str(args.certs))
+        assert volume.get("emptyDir", {}).get("medium") == "Memory", (
+            "the CA key stays off the node's disk"
+        )
+        assert not mount.get("readOnly", False)
+        assert str(args.certs) != mount["mountPath"], "an emptyDir root is not ours to chmod 0700"
+
+
+def test_daemonset_installs_the_fleet_ca_from_its_secret_into_the_certs_directory() -> None:
+    w = workload("egress-proxy")
+    ((_, _, args),) = [p for p in proxies() if p[0].name == "egress-proxy"]
+    init = w.container("install-ca")
+    assert init["command"][:2] == ["sh", "-euc"]
+    installs = [
+        shlex.split(line)
+        for line in init["command"][2].splitlines()
+        if line.startswith("install -m")
+    ]
+    copied = {Path(words[-1]).name: (words[2], words[-2], words[-1]) for words in installs}
+    assert copied[f"{CA_CERT}"][2] == f"{args.certs}/{CA_CERT}"
+    mode, source, destination = copied["mitmproxy-ca.pem"]
+    assert (mode, destination) == ("0600", f"{args.certs}/mitmproxy-ca.pem")
+    _, secret_volume = w.mount_at(init, source)
+    secret = secret_volume["secret"]
+    assert "mitmproxy-ca.pem" in data_keys("Secret", w.namespace, secret["secretName"])
+    assert (
+        w.mount_at(init, destination)[1] is w.mount_at(w.container("egress-proxy"), destination)[1]
+    )
+    holders = {
+        c["name"]
+        for c in w.containers
+        for m in c.get("volumeMounts", [])
+        if m["name"] == secret_volume["name"]
+    }
+    assert holders == {"install-ca"}
+
+
+def test_sidecar_generates_its_ca_and_exports_only_the_public_certificate() -> None:
+    w = workload("sandbox-sidecar")
+    ((_, proxy, args),) = [p for p in proxies() if p[0].name == "sandbox-sidecar"]
+    init = w.container("egress-ca")
+    assert init["command"][:2] == ["sh", "-euc"]
+    steps = [shlex.split(line) for line in init["command"][2].splitlines() if line.strip()]
+    assert [s[0] for s in steps] == ["egress-proxy", "cp"]
+    ca = proxy_parser().parse_args(steps[0][1:])
+    assert (ca.command, ca.certs) == ("ca", args.certs)
+    source, destination = steps[1][1:]
+    assert source == f"{args.certs}/{CA_CERT}"
+    state = w.mount_at(proxy, str(args.certs))[1]
+    assert w.mount_at(init, str(args.certs))[1] is state
+    public = w.mount_at(init, destination)[1]
+    assert public is not state
+    holders = {
+        c["name"]
+        for c in w.containers
+        for m in c.get("volumeMounts", [])
+        if m["name"] == state["name"]
+    }
+    assert holders == {"egress-ca", "egress-proxy"}, (
+        "the CA key must never be mounted into the sandbox"
+    )
+    sandbox = w.container("sandbox")
+    bundle = env(sandbox)["SSL_CERT_FILE"]
+    mount, volume = w.mount_at(sandbox, bundle)
+    assert volume is public and mount["readOnly"] is True
+    assert bundle == f"{mount['mountPath']}/{Path(destination).name}" == f"/etc/egress-ca/{CA_CERT}"
+
+
+# -- services, sandboxes and network policies -----------------------------------------------
+
+
+def test_services_select_the_proxy_pods_and_target_its_ports() -> None:
+    w = workload("egress-proxy")
+    proxy = w.container("egress-proxy")
+    ((_, _, args),) = [p for p in proxies() if p[0].name == "egress-proxy"]
+    labels = w.metadata["labels"]
+    service = the("Service", "egress-system", "egress-proxy")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["internalTrafficPolicy"] == "Local"
+    ((port,),) = [service["spec"]["ports"]]
+    assert w.port(proxy, port["targetPort"]) == port["port"] == args.listen[1]
+    metrics = the("Service", "egress-system", "egress-proxy-metrics")
+    assert metrics["spec"]["selector"].items() <= labels.items()
+    ((mport,),) = [metrics["spec"]["ports"]]
+    assert w.port(proxy, mport["targetPort"]) == mport["port"] == args.metrics[1]
+    assert "prometheus.io/scrape" not in metrics["metadata"].get(
+        "annotations", {}
+    )  # pods are annotated
+
+
+def test_regular_sandbox_routes_through_the_node_local_service() -> None:
+    service = the("Service", "egress-system", "egress-proxy")
+    expected = (
+        f"http://egress-proxy.egress-system.svc.cluster.local:{service['spec']['ports'][0]['port']}"
+    )
+    sandbox = workload("sandbox").container("sandbox")
+    assert env(sandbox)["HTTPS_PROXY"] == env(sandbox)["HTTP_PROXY"] == expected
+
+
+def test_runner_sessions_parse_and_their_metrics_ports_agree() -> None:
+    seen = []
+    for w, c, args in runners():
+        seen.append(w.name)
+        assert args.command == "session"
+        assert c["stdin"] is True, "a session ends at the end of stdin"
+        port = int(args.metrics.rpartition(":")[2])
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"hook-metrics": port}
+        assert args.ca_file == env(c)["SSL_CERT_FILE"] == env(c)["REQUESTS_CA_BUNDLE"]
+        if w.name == "sandbox":
+            assert w.metadata["annotations"]["prometheus.io/port"] == str(port)
+    assert sorted(seen) == ["sandbox", "sandbox-sidecar"]
+
+
+def test_sandboxes_hold_no_credentials() -> None:
+    for name in ("sandbox", "sandbox-sidecar"):
+        w = workload(name)
+        assert w.spec["automountServiceAccountToken"] is False
+        assert w.spec["enableServiceLinks"] is False
+        assert w.spec.get("shareProcessNamespace", False) is False
+        sandbox = w.container("sandbox")
+        assert "envFrom" not in sandbox
+        for value in env(sandbox).values():
+            assert isinstance(value, str), f"{name}: env from a reference"
+        for mount in sandbox["volumeMounts"]:
+            assert "secret" not in w.volume(mount["name"]), f"{name}: mounts a Secret"
+        assert not [k for k in env(sandbox) if re.search(r"TOKEN|SECRET|PASSWORD|KEY", k)]
+
+
+def test_every_referenced_volume_config_map_and_secret_exists() -> None:
+    for w in workloads():
+        volumes = {v["name"] for v in w.spec.get("volumes", [])}
+        mounted = {m["name"] for c in w.containers for m in c.get("volumeMounts", [])}
+        assert mounted <= volumes, f"{w.name}: undeclared {mounted - volumes}"
+        assert volumes <= mounted, f"{w.name}: unused {volumes - mounted}"
+        for volume in w.spec.get("volumes", []):
+            if "configMap" in volume:
+                keys = data_keys("ConfigMap", w.namespace, volume["configMap"]["name"])
+                items = {i["key"] for i in volume["configMap"].get("items", [])}
+                assert items <= keys, f"{w.name}: {volume['name']} items {items - keys}"
+            if "secret" in volume:
+                keys = data_keys("Secret", w.namespace, volume["secret"]["secretName"])
+                items = {i["key"] for i in volume["secret"].get("items", [])}
+                assert items <= keys
+        for c in w.containers:
+            for value in env(c).values():
+                if isinstance(value, dict) and "secretKeyRef" in value:
+                    ref = value["secretKeyRef"]
+                    assert ref["key"] in data_keys("Secret", w.namespace, ref["name"])
+
+
+def test_out_of_band_objects_are_what_the_manifests_expect() -> None:
+    assert out_of_band() == {
+        ("Secret", "egress-system", "egress-proxy-ca"): {"mitmproxy-ca.pem", CA_CERT},
+        ("ConfigMap", "sandboxes", "egress-proxy-ca-public"): {CA_CERT},
+        ("Secret", "egress-system", "egress-proxy-telemetry-token"): {"token"},
+        ("Secret", "sandboxes-sidecar", "egress-proxy-telemetry-token"): {"token"},
+    }
+    for kind, namespace, name in out_of_band():
+        assert (namespace, name) not in objects(kind), "defined twice"
+
+
+def test_sandbox_network_policy_allows_only_the_proxy_and_dns() -> None:
+    ((_, _, args),) = [p for p in proxies() if p[0].name == "egress-proxy"]
+    policy = the("NetworkPolicy", "sandboxes", "sandbox-egress-via-proxy")["spec"]
+    assert policy["podSelector"] == {}
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    to_proxy, to_dns = policy["egress"]
+    (peer,) = to_proxy["to"]
+    assert peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "egress-system"
+    }
+    assert (
+        peer["podSelector"]["matchLabels"].items()
+        <= workload("egress-proxy").metadata["labels"].items()
+    )
+    assert to_proxy["ports"] == [{"protocol": "TCP", "port": args.listen[1]}]
+    assert to_dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    assert {p["port"] for p in to_dns["ports"]} == {53}
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 9465}]
+
+
+def test_proxy_network_policy_admits_the_sandbox_namespace_and_monitoring() -> None:
+    ((_, _, args),) = [p for p in proxies() if p[0].name == "egress-proxy"]
+    policy = the("NetworkPolicy", "egress-system", "egress-proxy-ingress")["spec"]
+    assert (
+        policy["podSelector"]["matchLabels"].items()
+        <= workload("egress-proxy").metadata["labels"].items()
+    )
+    clients, monitoring = policy["ingress"]
+    selector = clients["from"][0]["namespaceSelector"]["matchLabels"]
+    assert selector.items() <= the("Namespace", "", "sandboxes")["metadata"]["labels"].items()
+    assert (
+        not selector.items()
+        <= the("Namespace", "", "sandboxes-sidecar")["metadata"]["labels"].items()
+    )
+    assert clients["ports"] == [{"protocol": "TCP", "port": args.listen[1]}]
+    assert monitoring["ports"] == [{"protocol": "TCP", "port": args.metrics[1]}]
+
+
+def test_sidecar_backstop_policy_agrees_with_the_allowlist(tmp_path: Path) -> None:
+    ((w, c, args),) = [p for p in proxies() if p[0].name == "sandbox-sidecar"]
+    path, environ = environment_file(w, c, args, tmp_path, TEST_TOKEN)
+    network = configuration.load(path, environ=environ)
+    policy = the("NetworkPolicy", "sandboxes-sidecar", "sandbox-sidecar-backstop")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= w.metadata["labels"].items()
+    _, web = policy["egress"]
+    (block,) = web["to"]
+    assert block["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert {"169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+        block["ipBlock"]["except"]
+    )
+    allowed_ports = {p["port"] for p in web["ports"]}
+    for entry in network.allowlist:
+        assert entry.ports is not None and entry.ports <= allowed_ports, entry.pattern
+    runner_port = int(
+        next(a for ww, _, a in runners() if ww.name == w.name).metrics.rpartition(":")[2]
+    )
+    (ingress,) = policy["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {args.metrics[1], runner_port}
+
+
+# -- the sidecar's firewall -----------------------------------------------------------------
+
+
+def test_sidecar_iptables_redirect_to_the_proxy_and_exempt_only_its_uid() -> None:
+    w = workload("sandbox-sidecar")
+    ((_, proxy, args),) = [p for p in proxies() if p[0].name == "sandbox-sidecar"]
+    netinit = w.container("egress-netinit")
+    assert netinit["command"][:2] == ["sh", "-euc"], "a failing rule must fail the pod"
+    proxy_uid = w.uid(proxy)
+    assert proxy_uid == 10001
+    check_transparent_rules(netinit["command"][2], listen_port=args.listen[1], proxy_uid=proxy_uid)
+    assert args.listen[0] == "127.0.0.1"  # where REDIRECT sends locally generated connections
+    # Order: rules first, then the CA, then the proxy (a native sidecar), then the sandbox.
+    init_names = [c["name"] for c in w.spec["initContainers"]]
+    assert init_names == ["egress-netinit", "egress-ca", "egress-proxy"]
+    assert proxy["restartPolicy"] == "Always"
+    assert "startupProbe" in proxy
+    # Only the init container may change the rules; nobody else runs as the proxy's uid.
+    added = netinit["securityContext"]["capabilities"]["add"]
+    assert set(added) == {"NET_ADMIN", "NET_RAW"}
+    for c in w.containers:
+        context = c.get("securityContext", {})
+        if c is not netinit:
+            assert context["capabilities"] == {"drop": ["ALL"]}, c["name"]
+            assert context["allowPrivilegeEscalation"] is False
+        if c["name"] not in {"egress-netinit", "egress-ca", "egress-proxy"}:
+            assert w.uid(c) != proxy_uid, f"{c['name']} would bypass the redirect"
+            assert "runAsUser" in context, f"{c['name']}: the image's default user is the proxy's"
+
+
+def test_rule_checker_fails_on_a_wrong_port_a_wrong_uid_or_no_drop() -> None:
+    script = workload("sandbox-sidecar").container("egress-netinit")["command"][2]
+    check_transparent_rules(script, listen_port=8081, proxy_uid=10001)
+    for broken, kwargs in [
+        (script, {"listen_port": 8080, "proxy_uid": 10001}),
+        (script, {"listen_port": 8081, "proxy_uid": 10002}),
+        (
+            script.replace("iptables -A OUTPUT -j DROP\n", ""),
+            {"listen_port": 8081, "proxy_uid": 10001},
+        ),
+        (
+            script.replace("--uid-owner 10001 -j RETURN", "--uid-owner 10002 -j RETURN"),
+            {"listen_port": 8081, "proxy_uid": 10001},
+        ),
+    ]:
+        with pytest.raises(AssertionError):
+            check_transparent_rules(broken, **kwargs)
+    assert len(parse_rules(script)) == 16
+
+
+# -- hooks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace", ["sandboxes", "sandboxes-sidecar"])
+def test_hooks_config_maps_are_valid_and_post_to_an_allowlisted_transform_host(
+    namespace: str, tmp_path: Path
+) -> None:
+    data = the("ConfigMap", namespace, "sandbox-hooks")["data"]
+    hooks = tmp_path / "hooks.json"
+    hooks.write_text(data["hooks.json"])
+    config = load_config(tmp_path, hooks)
+    assert config.problems == ()
+    urls = re.findall(r'"url": "([^"]+)"', data["hooks.json"])
+    assert urls == ["https://telemetry.example.com/api/v1/agent-events"]
+    proxy_workload = "egress-proxy" if namespace == "sandboxes" else "sandbox-sidecar"
+    ((w, c, args),) = [p for p in proxies() if p[0].name == proxy_workload]
+    path, environ = environment_file(w, c, args, tmp_path, TEST_TOKEN)
+    decision = Policy(configuration.load(path, environ=environ)).decide(
+        canonical_host(urlsplit(urls[0]).hostname or ""), 443, tls=True
+    )
+    assert decision.allowed and decision.entry is not None and decision.entry.transform
+    if "gate.py" in data:
+        command = re.findall(r'"command": "([^"]+)"', data["hooks.json"])
+        assert command == ["python3 /.agents/hooks-scripts/gate.py"]
+        volume = workload("sandbox").volume("hooks")["configMap"]
+        assert {"key": "gate.py", "path": "hooks-scripts/gate.py"} in volume["items"]
+        compile(data["gate.py"], "gate.py", "exec")
