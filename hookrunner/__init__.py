@@ -8,5 +8,7 @@ parsing of a handler's output), ``outcome`` (mechanism result to outcome),
 Mechanisms: ``command`` (child processes), ``httpclient`` (https POST),
 ``tools`` (the built-in tools). Wiring: ``dispatch``, ``report``, ``metrics``,
 ``api`` (the Python API) and ``cli`` (the ``hookrunner`` command).
+``ax`` is the second dialect, AX Code / Claude Code lifecycle hooks
+(``.ax-code/hooks.json``, ``hookrunner fire``), built on the same mechanisms.
 See docs/hooks.md.
 """

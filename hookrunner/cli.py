@@ -1,9 +1,10 @@
-"""``hookrunner``: validate, run and exec (SPEC 5), and a long-lived session.
+"""``hookrunner``: validate, run and exec (SPEC 5), a long-lived session, and ``fire``.
 
 Exit codes:
-* ``validate``: 0 every discovered file is valid, 1 problems (one line each
-  on stdout: ``FILE: JSON-PATH: REASON``);
+* ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json``
+  included), 1 problems (one line each on stdout: ``FILE: JSON-PATH: REASON``);
 * ``run``: 0 allow (always for post), 1 deny;
+* ``fire`` (the AX Code dialect, ``hookrunner.ax.cli``): 0 allow, 1 deny or ask;
 * ``exec``: 0 ``ok``, 1 ``denied`` or ``error`` (the JSON says which);
 * ``session``: 0 at the end of stdin;
 * every command: 2 for a usage error, a malformed payload or an unusable
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from hookrunner.api import HookSession, parse_event_payload
+from hookrunner.ax.cli import add_fire_parser, run_fire
+from hookrunner.ax.loader import validate_ax_files
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics, default_metrics, parse_address, serve
@@ -67,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     session = commands.add_parser("session", help="long-lived: JSON requests, one per line")
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
+    add_fire_parser(commands)
     return parser
 
 
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "exec":
             return _exec(args)
+        if args.command == "fire":
+            return run_fire(args)
         return _session(args)
     except HookRunnerError as exc:
         _say(f"error: {exc}")
@@ -103,12 +109,15 @@ def _validate(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.workspace):
         raise WorkspaceError(f"workspace {args.workspace!r} is not a directory")
     system = Path(args.system_config) if args.system_config else None
-    config = load_config(Path(os.path.realpath(args.workspace)), system)
-    for problem in config.problems:
+    workspace = Path(os.path.realpath(args.workspace))
+    config = load_config(workspace, system)
+    ax_files, ax_problems = validate_ax_files(workspace)
+    problems = (*config.problems, *ax_problems)
+    for problem in problems:
         sys.stdout.write(f"{problem}\n")
-    if config.problems:
+    if problems:
         return 1
-    files = ", ".join(config.files) or "none found"
+    files = ", ".join((*config.files, *ax_files)) or "none found"
     _say(f"valid ({files})")
     return 0
 

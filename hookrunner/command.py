@@ -15,6 +15,9 @@ Invariants (SPEC 2.5, 2.6; STYLE "Concurrency and processes"):
   grandchild that keeps a pipe open, or that left the group, cannot hold the
   runner), and the leader is reaped. The leader is not reaped before the group is killed, so its
   process-group id cannot be reused by an unrelated process in between;
+* a ``CancelToken`` set by another thread ends the wait at once, as if the
+  deadline had passed (``cancelled`` in the result): the owner of a background
+  hook can stop it without waiting for its timeout;
 * this function never raises for anything the child does; it returns a result.
 """
 
@@ -25,6 +28,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +52,40 @@ class ProcessResult:
     timed_out: bool
     duration: float
     spawn_error: str | None = None
+    cancelled: bool = False  # the CancelToken was set before the child exited
+
+
+class CancelToken:
+    """A flag one thread sets to stop another's ``run_process`` waits; a pipe makes it selectable.
+
+    ``close`` releases the pipe; the owner calls it once no ``run_process`` uses the token.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._lock = threading.Lock()
+        self._set = False
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def set(self) -> None:
+        with self._lock:
+            if not self._set and not self._closed:
+                self._set = True
+                os.write(self._write, b"x")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
 
 
 class _Capture:
@@ -75,9 +113,12 @@ def run_process(
     env: Mapping[str, str],
     timeout: float,
     cap: int = OUTPUT_CAP,
+    cancel: CancelToken | None = None,
 ) -> ProcessResult:
     started = time.monotonic()
     deadline = started + timeout
+    if cancel is not None and cancel.is_set():
+        return ProcessResult(None, b"", b"", False, False, False, 0.0, cancelled=True)
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -94,15 +135,15 @@ def run_process(
         return ProcessResult(None, b"", b"", False, False, False, 0.0, spawn_error=reason)
     out, err = _Capture(cap), _Capture(cap)
     try:
-        child = _Child(proc, stdin, out, err)
+        child = _Child(proc, stdin, out, err, cancel)
     except BaseException:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still ours
         proc.wait()
         raise
     with child:
-        exited = child.pump(deadline)
-        timed_out = not exited
+        exited = child.pump(deadline, cancellable=True)
+        timed_out = not exited and not child.cancelled
         child.stop_input()
         child.terminate_group()
         child.pump(time.monotonic() + TERM_GRACE, until_pipes_closed=True)
@@ -118,13 +159,21 @@ def run_process(
         err.truncated,
         timed_out,
         time.monotonic() - started,
+        cancelled=not exited and child.cancelled,
     )
 
 
 class _Child:
     """The selector loop around one Popen; closing it kills the group and reaps."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, out: _Capture, err: _Capture):
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        payload: bytes,
+        out: _Capture,
+        err: _Capture,
+        cancel: CancelToken | None = None,
+    ):
         assert proc.stdin and proc.stdout and proc.stderr
         self.proc = proc
         self.pgid = proc.pid
@@ -144,6 +193,11 @@ class _Child:
         with contextlib.suppress(OSError, AttributeError):
             self.pidfd = os.pidfd_open(proc.pid)
             self.selector.register(self.pidfd, selectors.EVENT_READ)
+        self.cancel_fd: int | None = None
+        self.cancelled = False
+        if cancel is not None:
+            self.cancel_fd = cancel.fileno()
+            self.selector.register(self.cancel_fd, selectors.EVENT_READ)
 
     def __enter__(self) -> _Child:
         return self
@@ -159,14 +213,19 @@ class _Child:
                 with contextlib.suppress(OSError):
                     stream.close()
 
-    def pump(self, deadline: float, *, until_pipes_closed: bool = False) -> bool:
+    def pump(
+        self, deadline: float, *, until_pipes_closed: bool = False, cancellable: bool = False
+    ) -> bool:
         """Move data until the leader exits (or, after it, the pipes close) or the deadline.
 
-        Returns whether the leader has exited.
+        Returns whether the leader has exited. With ``cancellable``, a set cancel
+        token ends the wait like the deadline.
         """
         while True:
             if self._leader_exited() and (not until_pipes_closed or not self.sinks):
                 return True
+            if cancellable and self.cancelled:
+                return self.exited
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self.exited
@@ -178,6 +237,10 @@ class _Child:
         if fd == self.pidfd:
             self.exited = True
             self.selector.unregister(fd)
+        elif fd == self.cancel_fd:
+            self.cancelled = True
+            self.selector.unregister(fd)
+            self.cancel_fd = None
         elif fd == self.stdin_fd:
             self._write()
         elif fd in self.sinks:

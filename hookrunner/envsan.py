@@ -11,8 +11,9 @@ SPEC 2.6 and 4: handlers inherit the runner's environment minus
   ``PYTHONPATH``, ``BASH_ENV``, exported shell functions, ...),
 * any inherited ``HOOK_*`` variable;
 then the ``HOOK_*`` protocol variables are added. The operator switch
-(``--full-env`` / ``HOOKRUNNER_FULL_ENV=1``) keeps everything except
-inherited ``HOOK_*``. The removed values also feed a ``Redactor`` so that no
+(``--full-env`` / ``HOOKRUNNER_FULL_ENV=1``, and ``AX_CODE_HOOKS_FULL_ENV=1``
+for the AX Code dialect) keeps everything except inherited ``HOOK_*``. Both
+dialects use this one sanitiser. The removed values also feed a ``Redactor`` so that no
 warning can repeat them.
 """
 
@@ -177,20 +178,42 @@ def sanitise(environ: Mapping[str, str], *, full_env: bool = False) -> Sanitised
     return SanitisedEnvironment(kept, tuple(sorted(removed)))
 
 
-def hook_variables(event: str, tool: str, args: Mapping[str, Any]) -> dict[str, str]:
-    """The HOOK_* variables, added after sanitisation."""
-    args_json = json.dumps(dict(args), ensure_ascii=False, separators=(",", ":"))
+def args_json(args: Mapping[str, Any]) -> str:
+    """Compact JSON of the arguments; ASCII escapes when a lone surrogate cannot be UTF-8."""
+    text = json.dumps(dict(args), ensure_ascii=False, separators=(",", ":"))
     try:
-        size = len(args_json.encode("utf-8"))
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        args_json = json.dumps(dict(args), ensure_ascii=True, separators=(",", ":"))
-        size = len(args_json)
-    return {
+        text = json.dumps(dict(args), ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def hook_variables(
+    event: str,
+    tool: str,
+    args: Mapping[str, Any],
+    *,
+    session_id: str | None = None,
+    pack: str | None = None,
+) -> dict[str, str]:
+    """The HOOK_* variables, added after sanitisation.
+
+    ``HOOK_SESSION_ID`` and ``HOOK_PACK`` belong to the AX Code dialect and are
+    set only when given.
+    """
+    text = args_json(args)
+    size = len(text.encode("utf-8"))
+    variables = {
         "HOOK_EVENT": event,
         "HOOK_TOOL": tool,
-        "HOOK_ARGS_JSON": args_json if size <= HOOK_ARGS_JSON_LIMIT else "",
+        "HOOK_ARGS_JSON": text if size <= HOOK_ARGS_JSON_LIMIT else "",
         "HOOK_ARGS_STDIN": "1",
     }
+    if session_id is not None:
+        variables["HOOK_SESSION_ID"] = session_id
+    if pack is not None:
+        variables["HOOK_PACK"] = pack
+    return variables
 
 
 class Redactor:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from hookrunner.model import Group, HookConfig, Problem
 from hookrunner.schema import loads_strict, validate_document
@@ -38,7 +39,7 @@ def load_config(workspace: Path, system_config: Path | None = None) -> HookConfi
     files: list[str] = []
     seen: set[tuple[int, int]] = set()
     for path, explicit in candidate_files(workspace, system_config):
-        text, identity, problem = _read(path, explicit)
+        text, identity, problem = read_config_file(path, explicit)
         if problem is not None:
             problems.append(problem)
         if text is None or identity is None or identity in seen:
@@ -51,7 +52,10 @@ def load_config(workspace: Path, system_config: Path | None = None) -> HookConfi
     return HookConfig(tuple(groups), tuple(problems), tuple(files))
 
 
-def _read(path: Path, explicit: bool) -> tuple[str | None, tuple[int, int] | None, Problem | None]:
+def read_config_file(
+    path: Path, explicit: bool
+) -> tuple[str | None, tuple[int, int] | None, Problem | None]:
+    """The text of one configuration file and its (device, inode), or the problem reading it."""
     name = str(path)
     try:
         with open(path, "rb") as handle:
@@ -75,16 +79,23 @@ def _read(path: Path, explicit: bool) -> tuple[str | None, tuple[int, int] | Non
     return text, (info.st_dev, info.st_ino), None
 
 
-def _parse(text: str, file: str) -> tuple[list[Group], list[Problem]]:
+def parse_json_file(text: str, file: str) -> tuple[Any, Problem | None]:
+    """The parsed document (duplicate keys kept visible), or the problem that stops it."""
     try:
-        doc = loads_strict(text)
+        return loads_strict(text), None
     except RecursionError:
-        return [], [Problem(file, "$", "not valid JSON: nested too deeply")]
+        return None, Problem(file, "$", "not valid JSON: nested too deeply")
     except ValueError as exc:
         where = ""
         lineno, colno = getattr(exc, "lineno", None), getattr(exc, "colno", None)
         if lineno is not None:
             where = f" (line {lineno}, column {colno})"
         message = getattr(exc, "msg", str(exc))
-        return [], [Problem(file, "$", f"not valid JSON: {message}{where}")]
+        return None, Problem(file, "$", f"not valid JSON: {message}{where}")
+
+
+def _parse(text: str, file: str) -> tuple[list[Group], list[Problem]]:
+    doc, problem = parse_json_file(text, file)
+    if problem is not None:
+        return [], [problem]
     return validate_document(doc, file)

@@ -4,7 +4,11 @@
   ``model.Outcome`` (a closed set), so fail-open causes are counted apart;
 * ``hook_duration_seconds{event,type}``: how long each handler run took;
 * ``hook_warnings_total{kind}``: every warning line (``report.WarningKind``);
-* ``hook_decisions_total{decision}``: the aggregated pre_tool_execution verdicts.
+* ``hook_decisions_total{decision}``: the aggregated pre_tool_execution verdicts;
+* for the AX Code dialect, ``hook_runs_total`` and ``hook_duration_seconds``
+  with its event names (``PreToolUse``...) and outcomes (``ax.model.AxOutcome``),
+  ``hook_lifecycle_decisions_total{event,decision,cause}`` for the events
+  that can block, and ``hook_observations_dropped_total{event}``.
 
 Label values come only from those enums: never a group name, a command, a URL
 or a tool name chosen by the sandbox. Each ``HookMetrics`` has its own
@@ -19,6 +23,14 @@ from http.server import HTTPServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
+from hookrunner.ax.model import (
+    BLOCKING_EVENTS,
+    OBSERVATION_EVENTS,
+    AxEvent,
+    AxOutcome,
+    Cause,
+    Verdict,
+)
 from hookrunner.model import Event, HandlerRun, HandlerType, Outcome
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -47,6 +59,45 @@ _PRE_ONLY = {
     Outcome.NEAR_MISS,
     Outcome.TRUNCATED,
 }
+
+
+_AX_FAILURES = {
+    AxOutcome.EXIT_NONZERO,
+    AxOutcome.NOT_FOUND,
+    AxOutcome.NOT_EXECUTABLE,
+    AxOutcome.CRASHED,
+    AxOutcome.TIMEOUT,
+    AxOutcome.SPAWN_ERROR,
+}
+# Which causes go with which verdict, for the events that can block.
+DECISION_CAUSES = {
+    Verdict.ALLOW: (Cause.NO_HOOKS, Cause.ALLOWED, Cause.SKIPPED),
+    Verdict.DENY: (
+        Cause.BLOCK_ON_FAILURE,
+        Cause.EXIT_2,
+        Cause.PERMISSION_DENY,
+        Cause.DECISION_BLOCK,
+        Cause.CONTINUE_FALSE,
+        Cause.MALFORMED_OUTPUT,
+        Cause.ASK_HEADLESS,
+        Cause.ASK_ON_PROMPT,
+    ),
+    Verdict.ASK: (Cause.ASK,),
+}
+
+
+def possible_lifecycle_outcomes(event: AxEvent) -> frozenset[AxOutcome]:
+    """The outcomes a hook of this AX Code event can have."""
+    if event in OBSERVATION_EVENTS:
+        own = {AxOutcome.OK, AxOutcome.CANCELLED}
+    elif event in BLOCKING_EVENTS:
+        own = {AxOutcome.OK, AxOutcome.ALLOW, AxOutcome.DENY, AxOutcome.ASK}
+        own |= {AxOutcome.EXIT_2, AxOutcome.MALFORMED}
+    elif event is AxEvent.POST_TOOL_USE:
+        own = {AxOutcome.OK, AxOutcome.EXIT_2, AxOutcome.MALFORMED}
+    else:
+        own = {AxOutcome.OK, AxOutcome.EXIT_2}
+    return frozenset(own | _AX_FAILURES)
 
 
 def possible_outcomes(event: Event, kind: HandlerType) -> frozenset[Outcome]:
@@ -90,11 +141,45 @@ class HookMetrics:
                     self.runs.labels(event.value, kind.value, outcome.value)
         for decision in ("allow", "deny"):
             self.decisions.labels(decision)
+        self.lifecycle_decisions = Counter(
+            "hook_lifecycle_decisions_total",
+            "Decisions of AX Code events that can block, by verdict and cause.",
+            ["event", "decision", "cause"],
+            registry=self.registry,
+        )
+        self.observations_dropped = Counter(
+            "hook_observations_dropped_total",
+            "Observation-only AX Code events that were not run (queue full, session closed).",
+            ["event"],
+            registry=self.registry,
+        )
+        command = HandlerType.COMMAND.value
+        for ax_event in AxEvent:
+            self.duration.labels(ax_event.value, command)
+            for ax_outcome in possible_lifecycle_outcomes(ax_event):
+                self.runs.labels(ax_event.value, command, ax_outcome.value)
+            if ax_event in OBSERVATION_EVENTS:
+                self.observations_dropped.labels(ax_event.value)
+            if ax_event in BLOCKING_EVENTS:
+                for verdict, causes in DECISION_CAUSES.items():
+                    for cause in causes:
+                        self.lifecycle_decisions.labels(ax_event.value, verdict.value, cause.value)
 
     def observe_run(self, run: HandlerRun) -> None:
         kind = run.handler.type.value
         self.runs.labels(run.event.value, kind, run.outcome.value).inc()
         self.duration.labels(run.event.value, kind).observe(run.duration)
+
+    def observe_lifecycle_run(self, event: AxEvent, outcome: AxOutcome, duration: float) -> None:
+        command = HandlerType.COMMAND.value
+        self.runs.labels(event.value, command, outcome.value).inc()
+        self.duration.labels(event.value, command).observe(duration)
+
+    def observe_lifecycle_decision(self, event: AxEvent, decision: Verdict, cause: Cause) -> None:
+        self.lifecycle_decisions.labels(event.value, decision.value, cause.value).inc()
+
+    def observe_observation_dropped(self, event: AxEvent) -> None:
+        self.observations_dropped.labels(event.value).inc()
 
     def observe_warning(self, kind: str) -> None:
         self.warnings.labels(kind).inc()

@@ -33,6 +33,13 @@ class WarningKind(StrEnum):
     FAIL_OPEN = "fail_open"  # a pre handler failed and the call was allowed
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one
     POST_FAILURE = "post_failure"  # a post handler failed (nothing to allow or deny)
+    # The AX Code dialect (hookrunner.ax):
+    FAIL_SAFE = (
+        "fail_safe"  # a hook failed or printed a malformed answer and the action was blocked
+    )
+    HOOK_FAILURE = "hook_failure"  # a hook of an event that cannot block failed
+    PAYLOAD = "payload"  # fields of an observation-only payload were dropped (names only)
+    DROPPED = "dropped"  # an observation-only event could not be run
 
 
 def format_line(level: str, fields: dict[str, str]) -> str:
@@ -66,6 +73,10 @@ class Reporter:
         with self._lock:
             stream.write(line + "\n")
             stream.flush()
+
+    def line(self, level: str, fields: dict[str, str]) -> None:
+        """One redacted line that is not a warning (a decision line of another dialect)."""
+        self._write(level, fields)
 
     def warn(self, kind: WarningKind, **fields: str) -> None:
         self.metrics.observe_warning(kind.value)

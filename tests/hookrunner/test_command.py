@@ -258,3 +258,46 @@ def test_a_process_that_left_the_group_cannot_hold_the_runner(
         assert len(pids.read_text().split()) == 1
     assert [r.outcome for r in decision.runs] == [outcome]
     assert elapsed < timeout + 1
+
+
+def test_a_cancel_token_stops_the_wait_and_kills_the_group(tmp_path: Path) -> None:
+    import threading
+
+    from hookrunner.command import CancelToken
+
+    pid_file = tmp_path / "pid"
+    token = CancelToken()
+
+    def cancel_once_started() -> None:
+        while not pid_file.exists():
+            time.sleep(0.005)
+        token.set()
+
+    helper = threading.Thread(target=cancel_once_started)
+    helper.start()
+    with recorded_pids(pid_file):
+        try:
+            result = run_process(
+                [
+                    "/bin/sh",
+                    "-c",
+                    f"sleep 60 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait",
+                ],
+                stdin=b"",
+                cwd=str(tmp_path),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                timeout=30,
+                cancel=token,
+            )
+        finally:
+            helper.join()
+        grandchild = int(pid_file.read_text())
+        assert (result.cancelled, result.timed_out) == (True, False)
+        assert result.duration < 30
+        assert not alive(grandchild)
+    # A set token refuses to start anything more.
+    again = run_process(
+        ["/bin/true"], stdin=b"", cwd=str(tmp_path), env={}, timeout=5, cancel=token
+    )
+    assert (again.cancelled, again.returncode) == (True, None)
+    token.close()

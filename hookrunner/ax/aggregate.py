@@ -1,0 +1,93 @@
+"""The decision of one fired event from its hook runs, in entry order (pure).
+
+Blocking events (``PreToolUse``, ``UserPromptSubmit``):
+* the first block is the decision: no later entry runs;
+* an ask does not stop later entries, so a later deny beats an earlier ask;
+  the first ask's reason is kept;
+* at the end an ask becomes: on ``UserPromptSubmit`` a block (there is no
+  tool call to attach a prompt to); in a headless session a deny that reads
+  like an ordinary permission rejection (no rule or grant can answer a hook's
+  ask); with an interactive channel, the ``ask`` verdict, for the caller to
+  show to a human;
+* otherwise allow (``no_hooks`` when nothing matched).
+
+Other events run every matching entry; they always allow. ``PostToolUse``
+contributions become one feedback block; ``Stop``-like notices are kept.
+
+The entries run through the ``run`` callable given in, so nothing here starts
+a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from hookrunner.ax.feedback import bound, feedback_block
+from hookrunner.ax.model import (
+    AxEntry,
+    AxEvent,
+    Cause,
+    Effect,
+    FireResult,
+    HookRun,
+    Verdict,
+)
+
+RunEntry = Callable[[AxEntry], HookRun]
+NOTICE_CHARS = 4000
+
+
+def headless_reason(tool: str, reason: str) -> str:
+    return (
+        f"Permission to use {tool or 'this tool'} was rejected: a hook asked for interactive "
+        f"confirmation ({reason}) and this run has no one to ask."
+    )
+
+
+def decide(
+    event: AxEvent,
+    entries: Iterable[AxEntry],
+    run: RunEntry,
+    *,
+    interactive: bool,
+    tool: str = "",
+) -> FireResult:
+    runs: list[HookRun] = []
+    ask: HookRun | None = None
+    for entry in entries:
+        result = run(entry)
+        runs.append(result)
+        if result.effect is Effect.BLOCK:
+            cause = result.cause or Cause.BLOCK_ON_FAILURE
+            return FireResult(
+                event, Verdict.DENY, cause, result.reason, entry.source, runs=tuple(runs)
+            )
+        if result.effect is Effect.ASK and ask is None:
+            ask = result
+    if ask is not None:
+        reason = ask.reason or ""
+        source = ask.entry.source
+        if event is AxEvent.USER_PROMPT_SUBMIT:
+            return FireResult(
+                event, Verdict.DENY, Cause.ASK_ON_PROMPT, reason, source, runs=tuple(runs)
+            )
+        if not interactive:
+            return FireResult(
+                event,
+                Verdict.DENY,
+                Cause.ASK_HEADLESS,
+                headless_reason(tool, reason),
+                source,
+                runs=tuple(runs),
+            )
+        return FireResult(event, Verdict.ASK, Cause.ASK, reason, source, runs=tuple(runs))
+    cause = Cause.ALLOWED if runs else Cause.NO_HOOKS
+    return FireResult(event, Verdict.ALLOW, cause, runs=tuple(runs))
+
+
+def gather(event: AxEvent, entries: Iterable[AxEntry], run: RunEntry) -> FireResult:
+    runs = tuple(run(entry) for entry in entries)
+    block = feedback_block(r.feedback for r in runs if r.feedback)
+    notices = tuple(bound(r.notice, NOTICE_CHARS, what="notice") for r in runs if r.notice)
+    cause = Cause.NON_BLOCKING if runs else Cause.NO_HOOKS
+    return FireResult(event, Verdict.ALLOW, cause, feedback=block, notices=notices, runs=runs)

@@ -1,0 +1,98 @@
+"""``hookrunner fire EVENT``: fire one AX Code lifecycle event, the payload on stdin.
+
+Prints one JSON object (``ax.model.FireResult.to_json``): ``decision``
+(``allow``/``deny``/``ask``), ``cause``, and when there is one ``reason``,
+``source``, ``feedback`` (the ``<hook_feedback>`` block), ``tool_result``
+(the payload's ``output`` with the block after it) and ``notices``.
+Exit status: 0 allow, 1 deny or ask (never run the action without the human's
+answer), 2 usage or payload error, 3 internal error (``hookrunner.cli``).
+
+For observation-only events the answer is printed and stdout is closed at
+once, before any hook runs; the process then runs the hooks (each with its
+deadline) and exits. A caller reads one line and need not wait for the exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
+from hookrunner.ax.session import AxSession
+from hookrunner.errors import PayloadError
+from hookrunner.metrics import HookMetrics
+
+
+def add_fire_parser(commands: Any) -> None:
+    fire = commands.add_parser(
+        "fire", help="fire one AX Code / Claude Code lifecycle event (payload on stdin)"
+    )
+    fire.add_argument("event", choices=[e.value for e in AxEvent])
+    fire.add_argument("--workspace", default=".", help="workspace directory (default: .)")
+    fire.add_argument("--session-id", default="", help="HOOK_SESSION_ID (or session_id on stdin)")
+    fire.add_argument(
+        "--ax-config", default=None, help="an operator AX hooks file, loaded first and trusted"
+    )
+    fire.add_argument(
+        "--trust-project-hooks",
+        action="store_true",
+        help="run <workspace>/.ax-code/hooks.json (also AX_CODE_TRUST_PROJECT_CONFIG=1)",
+    )
+    fire.add_argument(
+        "--full-env",
+        action="store_true",
+        help="give hooks the unsanitised environment (also AX_CODE_HOOKS_FULL_ENV=1)",
+    )
+    fire.add_argument(
+        "--interactive",
+        action="store_true",
+        help="the caller shows an ask to a human (without it, ask is refused)",
+    )
+
+
+def _payload(data: bytes) -> Any:
+    if not data.strip():
+        return {}
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"stdin is not JSON: {exc}") from None
+
+
+def _emit(document: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8") + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _close_stdout() -> None:
+    """Give the caller its EOF now: fd 1 points at /dev/null from here on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def run_fire(args: argparse.Namespace) -> int:
+    payload = _payload(sys.stdin.buffer.read())
+    session = AxSession(
+        args.workspace,
+        session_id=args.session_id,
+        trust_project=True if args.trust_project_hooks else None,
+        full_env=True if args.full_env else None,
+        operator_config=args.ax_config,
+        interactive=args.interactive,
+        metrics=HookMetrics(),
+    )
+    try:
+        result = session.fire(args.event, payload)
+        output = payload.get("output") if isinstance(payload, dict) else None
+        _emit(result.to_json(output if isinstance(output, str) else None))
+        if AxEvent(args.event) in OBSERVATION_EVENTS:
+            _close_stdout()
+    finally:
+        session.close(timeout=None)  # each queued hook still has its own deadline
+    return 0 if result.allowed else 1

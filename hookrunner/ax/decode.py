@@ -1,0 +1,257 @@
+"""One finished hook process to what it asks of its event (pure).
+
+Observation-only events ignore the decoder entirely: a hook's exit status and
+output never change anything there. Otherwise:
+
+Legacy entries (no ``protocol``):
+* exit 0 continues; for ``PostToolUse`` the trimmed stdout is feedback, for
+  ``Stop``, ``SubagentStop`` and ``PreCompact`` it is a notice for the user;
+* any failure (non-zero exit, timeout, crash, missing program) blocks a
+  blocking event only with ``blockOnFailure``, the reason being the trimmed
+  stderr (else stdout, else the cause); otherwise it continues, with a warning
+  (a non-zero exit that blocks is a deliberate block: no warning, the decision
+  line tells).
+
+``"protocol": "claude-code"`` entries:
+* exit 2 blocks a blocking event whatever stdout holds (malformed or not),
+  the reason being stderr (else a string ``reason`` on stdout, else a default);
+  on ``PostToolUse`` stderr is feedback;
+* exit 0 on a blocking event: stdout must be empty (no decision) or one JSON
+  object; ``continue: false`` blocks, then ``permissionDecision`` (top level or
+  under ``hookSpecificOutput``, the stricter when both) ``deny`` blocks, ``ask``
+  asks, ``allow`` continues, then the older ``decision`` ``block``/``approve``.
+  Anything else (not UTF-8, not JSON, not an object, repeated keys, an unknown
+  ``permissionDecision``, truncated output) is malformed and blocks: SPEC 4
+  "malformed stdout blocks". A ``reason`` that is not a string does not turn a
+  deny into an allow: the default reason is used;
+* exit 0 on ``PostToolUse``: ``hookSpecificOutput.additionalContext`` and the
+  ``reason`` of ``{"decision": "block"}`` are feedback; malformed output gives
+  none (and a warning);
+* any other exit does not block (a warning says why).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hookrunner.ax.feedback import bound
+from hookrunner.ax.model import (
+    BLOCKING_EVENTS,
+    FAILURES,
+    OBSERVATION_EVENTS,
+    AxEntry,
+    AxEvent,
+    AxOutcome,
+    Cause,
+    Effect,
+    Protocol,
+)
+from hookrunner.command import OUTPUT_CAP, ProcessResult
+from hookrunner.decision import MAX_REASON_CHARS
+from hookrunner.model import Event
+from hookrunner.outcome import classify_process
+from hookrunner.schema import loads_strict
+
+ASK_REASON = "hook requested user confirmation"
+PERMISSIONS = ("allow", "deny", "ask")
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+_JSON_WHITESPACE = " \t\n\r"
+_NOTICE_EVENTS = frozenset({AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COMPACT})
+
+
+@dataclass(frozen=True)
+class Decoded:
+    outcome: AxOutcome
+    effect: Effect
+    detail: str
+    reason: str | None = None
+    cause: Cause | None = None
+    feedback: str | None = None
+    notice: str | None = None
+    failed: bool = False
+
+
+def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
+    if result.cancelled:
+        detail = "stopped because its session closed; its process group was killed"
+        return Decoded(AxOutcome.CANCELLED, Effect.CONTINUE, detail, failed=True)
+    classified = classify_process(Event.POST, result, entry.timeout)
+    base = Decoded(AxOutcome(classified.outcome.value), Effect.CONTINUE, classified.detail)
+    if event in OBSERVATION_EVENTS:
+        return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome in FAILURES)
+    if entry.protocol is Protocol.CLAUDE_CODE:
+        return _claude_code(event, result, base)
+    return _legacy(event, entry, result, base)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def _reason(text: str) -> str:
+    return bound(text, MAX_REASON_CHARS, what="reason")
+
+
+def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded) -> Decoded:
+    if base.outcome is AxOutcome.OK:
+        text = _text(result.stdout) or None
+        if event is AxEvent.POST_TOOL_USE:
+            return Decoded(AxOutcome.OK, Effect.CONTINUE, base.detail, feedback=text)
+        if event in _NOTICE_EVENTS:
+            return Decoded(AxOutcome.OK, Effect.CONTINUE, base.detail, notice=text)
+        return base
+    if event in BLOCKING_EVENTS and entry.block_on_failure:
+        said = _text(result.stderr) or _text(result.stdout)
+        reason = said or f"Blocked by a {event.value} hook that failed: {base.detail}."
+        # A non-zero exit is how a legacy hook blocks on purpose: the decision line says
+        # so. A timeout, crash or missing program blocking is worth a warning too.
+        return Decoded(
+            base.outcome,
+            Effect.BLOCK,
+            base.detail,
+            reason=_reason(reason),
+            cause=Cause.BLOCK_ON_FAILURE,
+            failed=base.outcome is not AxOutcome.EXIT_NONZERO,
+        )
+    return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
+
+
+def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
+    if result.returncode == 2 and base.outcome is AxOutcome.EXIT_NONZERO:
+        stderr = _text(result.stderr)
+        if event in BLOCKING_EVENTS:
+            answer, _ = parse_answer(result.stdout, result.stdout_truncated)
+            stated = answer.get("reason") if answer is not None else None
+            reason = stderr or (stated if isinstance(stated, str) and stated.strip() else "")
+            reason = reason or f"Blocked by a {event.value} hook (exit status 2)."
+            return Decoded(
+                AxOutcome.EXIT_2,
+                Effect.BLOCK,
+                "exited with status 2",
+                _reason(reason),
+                Cause.EXIT_2,
+            )
+        if event is AxEvent.POST_TOOL_USE:
+            return Decoded(
+                AxOutcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr
+            )
+        detail = f"exited with status 2, but {event.value} cannot block"
+        return Decoded(AxOutcome.EXIT_2, Effect.CONTINUE, detail, failed=True)
+    if base.outcome is not AxOutcome.OK:
+        return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
+    if event in BLOCKING_EVENTS:
+        return _decision(event, result)
+    if event is AxEvent.POST_TOOL_USE:
+        return _post_feedback(result)
+    return base
+
+
+def parse_answer(data: bytes, truncated: bool = False) -> tuple[dict[str, Any] | None, str | None]:
+    """Exit-0 stdout as a JSON object ({} when empty), or why it is malformed."""
+    if truncated:
+        return None, f"stdout exceeded the {OUTPUT_CAP // (1024 * 1024)} MiB cap"
+    try:
+        text = data.decode("utf-8").strip(_JSON_WHITESPACE)
+    except UnicodeDecodeError as exc:
+        return None, f"stdout is not UTF-8 (byte offset {exc.start})"
+    if not text:
+        return {}, None
+    try:
+        value = loads_strict(text)
+    except RecursionError:
+        return None, "stdout is not JSON: nested too deeply"
+    except ValueError as exc:
+        message = getattr(exc, "msg", None) or str(exc)
+        return None, f"stdout is not one JSON object: {message}"
+    if not isinstance(value, dict):
+        return None, f"stdout is JSON {type(value).__name__}, not an object"
+    for container in (value, value.get("hookSpecificOutput")):
+        duplicates = getattr(container, "duplicates", ())
+        if duplicates:
+            return None, f"stdout repeats the key {duplicates[0]!r}"
+    return value, None
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:40]
+
+
+def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
+    answer, problem = parse_answer(result.stdout, result.stdout_truncated)
+    if answer is not None:
+        problem = _check(answer)
+    if answer is None or problem is not None:
+        message = f"Blocked by a {event.value} hook: its output is not a valid answer ({problem})."
+        return Decoded(
+            AxOutcome.MALFORMED,
+            Effect.BLOCK,
+            f"exited with status 0 but {problem}",
+            _reason(message),
+            Cause.MALFORMED_OUTPUT,
+            failed=True,
+        )
+    nested = answer.get("hookSpecificOutput") or {}
+    permissions = [
+        p for p in (answer.get("permissionDecision"), nested.get("permissionDecision")) if p
+    ]
+    permission: str | None = max(permissions, key=_STRICTNESS.__getitem__, default=None)
+    stated = [answer.get("reason"), nested.get("permissionDecisionReason")]
+    reason = next((r for r in stated if isinstance(r, str) and r.strip()), None)
+    ignored = any(r is not None and not isinstance(r, str) for r in stated)
+    note = "; its reason is not a string, so the default reason is used" if ignored else ""
+    if answer.get("continue") is False:
+        stop = answer.get("stopReason")
+        text = stop if isinstance(stop, str) and stop.strip() else reason
+        text = text or f"Blocked by a {event.value} hook (continue: false)."
+        return Decoded(
+            AxOutcome.DENY,
+            Effect.BLOCK,
+            "printed continue: false",
+            _reason(text),
+            Cause.CONTINUE_FALSE,
+        )
+    if permission == "deny" or (permission is None and answer.get("decision") == "block"):
+        cause = Cause.PERMISSION_DENY if permission == "deny" else Cause.DECISION_BLOCK
+        text = reason or f"Blocked by a {event.value} hook."
+        return Decoded(AxOutcome.DENY, Effect.BLOCK, f"denied{note}", _reason(text), cause)
+    if permission == "ask":
+        return Decoded(
+            AxOutcome.ASK, Effect.ASK, f"asked{note}", _reason(reason or ASK_REASON), Cause.ASK
+        )
+    if permission == "allow" or answer.get("decision") == "approve":
+        return Decoded(AxOutcome.ALLOW, Effect.CONTINUE, "allowed")
+    return Decoded(AxOutcome.OK, Effect.CONTINUE, "exited with status 0 without a decision")
+
+
+def _check(answer: dict[str, Any]) -> str | None:
+    """Why a parsed answer is malformed, or None."""
+    nested = answer.get("hookSpecificOutput", {})
+    if not isinstance(nested, dict):
+        return f'"hookSpecificOutput" must be an object, got {_show(nested)}'
+    for where, container in (("", answer), ("hookSpecificOutput.", nested)):
+        if "permissionDecision" in container and container["permissionDecision"] not in PERMISSIONS:
+            got = _show(container["permissionDecision"])
+            return f'{where}permissionDecision must be "allow", "deny" or "ask", got {got}'
+    if "decision" in answer and answer["decision"] not in ("approve", "block"):
+        return f'decision must be "approve" or "block", got {_show(answer["decision"])}'
+    if "continue" in answer and not isinstance(answer["continue"], bool):
+        return f"continue must be true or false, got {_show(answer['continue'])}"
+    return None
+
+
+def _post_feedback(result: ProcessResult) -> Decoded:
+    answer, problem = parse_answer(result.stdout, result.stdout_truncated)
+    if answer is None:
+        return Decoded(
+            AxOutcome.MALFORMED, Effect.CONTINUE, f"{problem}; no feedback taken", failed=True
+        )
+    pieces = []
+    if answer.get("decision") == "block" and isinstance(answer.get("reason"), str):
+        pieces.append(answer["reason"].strip())
+    nested = answer.get("hookSpecificOutput")
+    if isinstance(nested, dict) and isinstance(nested.get("additionalContext"), str):
+        pieces.append(nested["additionalContext"].strip())
+    feedback = "\n".join(p for p in pieces if p) or None
+    return Decoded(AxOutcome.OK, Effect.CONTINUE, "exited with status 0", feedback=feedback)

@@ -1,0 +1,202 @@
+"""Immutable values of the AX Code dialect: events, entries, outcomes, causes, results.
+
+``AxOutcome`` is the closed set of what one hook run came to (the ``outcome``
+label of ``hook_runs_total`` for these events); ``Cause`` is the closed set of
+reasons for the decision of one fired event (logged on every decision line,
+the ``cause`` label of ``hook_lifecycle_decisions_total``). Both are
+documented in docs/hooks.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from hookrunner.ax.matcher import AxMatcher
+from hookrunner.model import Problem
+
+
+class AxEvent(StrEnum):
+    PRE_TOOL_USE = "PreToolUse"
+    POST_TOOL_USE = "PostToolUse"
+    POST_TOOL_USE_FAILURE = "PostToolUseFailure"
+    STOP = "Stop"
+    USER_PROMPT_SUBMIT = "UserPromptSubmit"
+    PRE_COMPACT = "PreCompact"
+    SUBAGENT_STOP = "SubagentStop"
+    SESSION_START = "SessionStart"
+    SESSION_END = "SessionEnd"
+    POST_COMPACT = "PostCompact"
+    INTERRUPT = "Interrupt"
+
+
+# Only these can stop what the agent is doing.
+BLOCKING_EVENTS = frozenset({AxEvent.PRE_TOOL_USE, AxEvent.USER_PROMPT_SUBMIT})
+# Never block, never delay the lifecycle path; payloads carry ids, reasons, timestamps only.
+OBSERVATION_EVENTS = frozenset(
+    {
+        AxEvent.SESSION_START,
+        AxEvent.SESSION_END,
+        AxEvent.POST_COMPACT,
+        AxEvent.INTERRUPT,
+        AxEvent.POST_TOOL_USE_FAILURE,
+    }
+)
+TOOL_EVENTS = frozenset(
+    {AxEvent.PRE_TOOL_USE, AxEvent.POST_TOOL_USE, AxEvent.POST_TOOL_USE_FAILURE}
+)
+
+
+class Protocol(StrEnum):
+    LEGACY = "legacy"  # no "protocol" key: blockOnFailure semantics
+    CLAUDE_CODE = "claude-code"
+
+
+class AxOutcome(StrEnum):
+    OK = "ok"  # exit status 0 and nothing to decode (or nothing decided)
+    ALLOW = "allow"  # claude-code: an explicit allow / approve
+    DENY = "deny"  # claude-code: deny, {"decision": "block"} or {"continue": false}
+    ASK = "ask"  # claude-code: ask
+    EXIT_2 = "exit_2"  # claude-code: exit status 2
+    MALFORMED = "malformed"  # claude-code: exit 0 with stdout that is not a valid answer
+    EXIT_NONZERO = "exit_nonzero"
+    NOT_FOUND = "not_found"  # exit status 127
+    NOT_EXECUTABLE = "not_executable"  # exit status 126
+    CRASHED = "crashed"  # killed by a signal the runner did not send
+    TIMEOUT = "timeout"  # the deadline passed; the process group was killed
+    SPAWN_ERROR = "spawn_error"
+    CANCELLED = "cancelled"  # an observation hook stopped because its session closed
+
+
+FAILURES = frozenset(
+    {
+        AxOutcome.MALFORMED,
+        AxOutcome.EXIT_NONZERO,
+        AxOutcome.NOT_FOUND,
+        AxOutcome.NOT_EXECUTABLE,
+        AxOutcome.CRASHED,
+        AxOutcome.TIMEOUT,
+        AxOutcome.SPAWN_ERROR,
+        AxOutcome.CANCELLED,
+    }
+)
+
+
+class Effect(StrEnum):
+    """What one hook run asks of its event."""
+
+    CONTINUE = "continue"
+    BLOCK = "block"
+    ASK = "ask"
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    ASK = "ask"  # only with an interactive channel, only for PreToolUse
+
+
+class Cause(StrEnum):
+    NO_HOOKS = "no_hooks"  # no entry matched
+    ALLOWED = "allowed"  # every hook that ran let it through
+    NON_BLOCKING = "non_blocking"  # an event that cannot block ran its hooks
+    QUEUED = "queued"  # an observation-only event was handed to the session's worker
+    DROPPED = "dropped"  # an observation-only event could not be queued (full or closed)
+    SKIPPED = "skipped"  # a subagent's SessionStart, a synthetic prompt: does not fire
+    BLOCK_ON_FAILURE = "block_on_failure"  # a legacy entry with blockOnFailure failed
+    EXIT_2 = "exit_2"  # a claude-code entry exited with status 2
+    PERMISSION_DENY = "permission_deny"  # permissionDecision "deny"
+    DECISION_BLOCK = "decision_block"  # {"decision": "block"}
+    CONTINUE_FALSE = "continue_false"  # {"continue": false}
+    MALFORMED_OUTPUT = "malformed_output"  # exit 0 with stdout that is not a valid answer
+    ASK = "ask"  # permissionDecision "ask", handed to the interactive channel
+    ASK_HEADLESS = "ask_headless"  # ask refused: no interactive channel
+    ASK_ON_PROMPT = "ask_on_prompt"  # ask on UserPromptSubmit: there is no call to confirm
+
+
+@dataclass(frozen=True)
+class AxEntry:
+    """One hook to run: a custom ``hooks`` entry or one hook of a pack."""
+
+    event: AxEvent
+    matcher: AxMatcher
+    command: str
+    block_on_failure: bool
+    protocol: Protocol
+    timeout: int
+    pack: str  # HOOK_PACK: the pack name, "" for a custom entry without "pack"
+    source: str  # what warnings and decisions name: the pack, or "hooks[3]"
+    where: str  # file and JSON path
+
+
+@dataclass(frozen=True)
+class AxConfig:
+    """The snapshot of every loaded AX hooks file, taken when the session opens."""
+
+    entries: tuple[AxEntry, ...]
+    problems: tuple[Problem, ...]
+    files: tuple[str, ...]
+    notices: tuple[str, ...] = ()  # why a file was not loaded (trust), for one warning each
+
+    def entries_for(self, event: AxEvent, tool: str) -> Iterator[AxEntry]:
+        for entry in self.entries:
+            if entry.event is event and entry.matcher.matches(tool):
+                yield entry
+
+
+@dataclass(frozen=True)
+class HookRun:
+    """The result of running one entry once."""
+
+    entry: AxEntry
+    outcome: AxOutcome
+    effect: Effect
+    detail: str  # the cause, for warnings; never contains environment values
+    duration: float
+    reason: str | None = None  # block or ask reason
+    cause: Cause | None = None  # with BLOCK and ASK
+    feedback: str | None = None  # PostToolUse text for the model (already bounded per hook)
+    notice: str | None = None  # Stop / SubagentStop / PreCompact text for the user
+    failed: bool = False  # worth a warning line
+
+
+@dataclass(frozen=True)
+class FireResult:
+    """The decision of one fired event, with the PostToolUse feedback block."""
+
+    event: AxEvent
+    decision: Verdict
+    cause: Cause
+    reason: str | None = None
+    source: str | None = None  # the entry that decided a deny or ask
+    feedback: str | None = None  # the whole <hook_feedback> block, or None
+    notices: tuple[str, ...] = ()
+    runs: tuple[HookRun, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision is Verdict.ALLOW
+
+    def with_feedback(self, output: str) -> str:
+        """The tool result the model sees: the output, then the feedback block after it."""
+        return output if self.feedback is None else f"{output}\n\n{self.feedback}"
+
+    def to_json(self, output: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "event": self.event.value,
+            "decision": self.decision.value,
+            "cause": self.cause.value,
+        }
+        if self.reason is not None:
+            body["reason"] = self.reason
+        if self.source is not None:
+            body["source"] = self.source
+        if self.feedback is not None:
+            body["feedback"] = self.feedback
+            if output is not None:
+                body["tool_result"] = self.with_feedback(output)
+        if self.notices:
+            body["notices"] = list(self.notices)
+        return body

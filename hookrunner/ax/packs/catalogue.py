@@ -1,0 +1,75 @@
+"""The pack catalogue (runner side): what each pack hooks, and the command line that runs it.
+
+A pack is one or more legacy entries whose command runs this package's
+``main`` in a child process, exactly like a custom hook (same process-group
+discipline, deadline, sanitised environment, ``HOOK_PACK`` set). The child
+runs ``python -I -S`` with only this project's root on ``sys.path``: no
+``PYTHONPATH``, no site-packages, so the packs import the standard library
+and their own modules only. Blocking packs exit 2 with the reason on stderr
+and set ``blockOnFailure``, so a pack that crashes blocks rather than lets a
+force push or an ``.env`` read through.
+
+Tool ids of both vocabularies are matched: AX Code's (``bash``, ``edit``,
+``write``, ``read``...), this runner's (``code_execution``, ``write_file``,
+``read_file``...) and Claude Code's (``Bash``, ``Edit``...).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BASH_TOOLS = ("bash", "code_execution", "Bash")
+EDIT_TOOLS = (
+    "edit",
+    "write",
+    "multiedit",
+    "patch",
+    "apply_patch",
+    "write_file",
+    "Edit",
+    "Write",
+    "MultiEdit",
+    "NotebookEdit",
+)
+READ_TOOLS = ("read", "read_file", "grep", "Read", "Grep")
+DELETE_TOOLS = ("delete_file",)
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the directory holding hookrunner/
+
+
+@dataclass(frozen=True)
+class PackHook:
+    event: str
+    tools: tuple[str, ...]  # () matches every event
+    block_on_failure: bool
+    timeout: int
+
+    @property
+    def matcher(self) -> str:
+        return "|".join(self.tools)
+
+
+PACKS: dict[str, tuple[PackHook, ...]] = {
+    "format-after-edit": (PackHook("PostToolUse", EDIT_TOOLS, False, 60),),
+    "block-force-push": (PackHook("PreToolUse", BASH_TOOLS, True, 10),),
+    "require-tests-on-stop": (
+        PackHook("PostToolUse", EDIT_TOOLS + DELETE_TOOLS + BASH_TOOLS, False, 10),
+        PackHook("Stop", (), False, 10),
+    ),
+    "protect-env-files": (
+        PackHook("PreToolUse", EDIT_TOOLS + READ_TOOLS + DELETE_TOOLS + BASH_TOOLS, True, 10),
+    ),
+    "log-bash-commands": (PackHook("PreToolUse", BASH_TOOLS, False, 10),),
+}
+
+
+def pack_command(name: str, python: str | None = None) -> str:
+    """The shell command line of a pack's hooks."""
+    bootstrap = (
+        f"import sys; sys.path.insert(0, {str(PROJECT_ROOT)!r}); "
+        "from hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    argv = [python or sys.executable, "-I", "-S", "-c", bootstrap, name]
+    return " ".join(shlex.quote(a) for a in argv)

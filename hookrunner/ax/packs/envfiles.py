@@ -1,0 +1,128 @@
+"""protect-env-files: does a tool call read or write a ``.env`` file? (pure)
+
+An env file is one whose name (the last path component, any case) is
+``.env`` or starts with ``.env.`` (``.env.local``, ``.env.production``,
+``.env.example`` too: a name cannot prove a file holds no secret). ``.envrc``,
+``prod.env`` and a directory called ``.env`` (a virtualenv: ``.env/bin/python``)
+are not. A glob that starts with a dot and can expand to such a name counts
+(``.env*``, ``.e*``, ``.*``); ``*`` does not (the shell does not expand it to
+dot files).
+
+Where it looks:
+* file tools: every path argument (``filePath``, ``file_path``, ``path``,
+  ``paths``, ``notebook_path``), grep's ``include`` glob when it names ``env``
+  and can match an env file (``*.env``, ``.env*``), and the file names in a
+  patch (``*** Update File: .env``, ``+++ b/.env``);
+* shell commands: every word of every command, including values of
+  ``--opt=value`` and ``NAME=value``, ``host:path`` and one level of brace
+  expansion (``.{env,x}``), and every redirection target (``> .env``).
+  Commands that only print or test a name (``echo``, ``printf``, ``ls``,
+  ``test``, ``[``) do not read the file: only their redirections count, so
+  ``echo .env`` is harmless but ``echo KEY=1 >> .env`` is a write;
+* other code (``language: python``): any word that is an env-file path, e.g.
+  ``open(".env")`` (a string that only mentions one counts too).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+from hookrunner.ax.packs.commands import basename, read_script
+
+PATH_KEYS = ("filePath", "file_path", "path", "notebook_path")
+LIST_KEYS = ("paths", "files")
+PATCH_KEYS = ("patchText", "patch", "input", "diff")
+GLOB_KEYS = ("include", "glob")
+HARMLESS = frozenset({"echo", "printf", "ls", "test", "[", "[[", "true", ":", "type", "which"})
+_PATCH_FILE = re.compile(
+    r"^(?:\*\*\* (?:Add|Update|Delete) File: |\+\+\+ |--- )(?:[ab]/)?(.+?)\s*$"
+)
+_BRACE = re.compile(r"^(.*)\{([^{}]*,[^{}]*)\}(.*)$")
+_CODE_WORD = re.compile(r"[^\s'\"(),\[\]{};=]+")
+_GLOB_CHARS = frozenset("*?[")
+_SAMPLES = (".env", ".env.local")
+
+
+def is_env_name(name: str) -> bool:
+    folded = name.casefold()
+    if folded == ".env" or folded.startswith(".env."):
+        return True
+    if folded.startswith(".") and _GLOB_CHARS & set(folded):
+        return any(fnmatchcase(sample, folded) for sample in _SAMPLES)
+    return False
+
+
+def is_env_path(path: str) -> bool:
+    return bool(path) and not path.endswith("/") and is_env_name(basename(path))
+
+
+def _candidates(word: str) -> Iterator[str]:
+    match = _BRACE.match(word)
+    if match is not None:
+        for alternative in match.group(2).split(","):
+            yield from _candidates(match.group(1) + alternative + match.group(3))
+        return
+    yield word
+    if "=" in word:
+        yield word.split("=", 1)[1]
+    if ":" in word:
+        yield word.rsplit(":", 1)[1]
+
+
+def _glob_reaches_env(pattern: str) -> bool:
+    """A search tool's file glob (ripgrep style: ``*`` also matches a leading dot)."""
+    last = basename(pattern).casefold()
+    if "env" not in last:
+        return False  # "*" alone: hidden files are not searched by default
+    return any(fnmatchcase(sample, last) for sample in _SAMPLES)
+
+
+def env_word(word: str) -> str | None:
+    return next((c for c in _candidates(word) if is_env_path(c)), None)
+
+
+def in_shell(text: str) -> str | None:
+    """The first env file a shell command line reads or writes, as written."""
+    for command in read_script(text).commands:
+        for _operator, target in command.redirects:
+            if env_word(target):
+                return target
+        if command.program in HARMLESS:
+            continue
+        for word in command.words:
+            if env_word(word):
+                return word
+    return None
+
+
+def in_code(text: str) -> str | None:
+    return next((w for w in _CODE_WORD.findall(text) if env_word(w)), None)
+
+
+def in_arguments(args: Mapping[str, Any]) -> str | None:
+    """The first env file named by a file tool's arguments."""
+    for key in PATH_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and env_word(value):
+            return value
+    for key in LIST_KEYS:
+        values = args.get(key)
+        if isinstance(values, list):
+            for value in values:
+                if isinstance(value, str) and env_word(value):
+                    return value
+    for key in GLOB_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and _glob_reaches_env(value):
+            return value
+    for key in PATCH_KEYS:
+        value = args.get(key)
+        if isinstance(value, str):
+            for line in value.splitlines():
+                match = _PATCH_FILE.match(line)
+                if match is not None and is_env_path(match.group(1)):
+                    return match.group(1)
+    return None

@@ -1,0 +1,223 @@
+"""The packs' entry point, run as a hook's child process: ``main([PACK_NAME])``.
+
+Input is what every legacy hook gets: ``HOOK_EVENT``, ``HOOK_TOOL``,
+``HOOK_SESSION_ID`` in the environment, the tool's arguments as JSON on
+stdin, the workspace as working directory. Exit status 0 lets the action
+continue (stdout is PostToolUse feedback or a Stop notice); 2 blocks, the
+reason on stderr; 1 is an internal error, which blocks too for the blocking
+packs (their entries set ``blockOnFailure``: a guard that cannot look does
+not let things through).
+
+Only the standard library and this package are imported, and each pack
+imports what it needs when it runs: the child starts with ``python -I -S`` on
+every tool call, so import time is latency the agent waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+FORMAT_TIMEOUT = 50.0
+MAX_LOGGED_CHARS = 64 * 1024
+
+
+class Context(NamedTuple):
+    event: str
+    tool: str
+    session_id: str
+    args: Mapping[str, Any]
+    workspace: str
+    environ: Mapping[str, str]
+
+    @classmethod
+    def from_process(cls) -> Context:
+        data = sys.stdin.buffer.read()
+        args = json.loads(data) if data.strip() else {}
+        if not isinstance(args, dict):
+            raise ValueError("the arguments on stdin are not a JSON object")
+        env = os.environ
+        return cls(
+            env.get("HOOK_EVENT", ""),
+            env.get("HOOK_TOOL", ""),
+            env.get("HOOK_SESSION_ID", ""),
+            args,
+            os.getcwd(),
+            env,
+        )
+
+    def script(self) -> tuple[str, bool] | None:
+        """The code this call runs, and whether it is shell."""
+        command = self.args.get("command")
+        if isinstance(command, str):
+            return command, True
+        code = self.args.get("code")
+        if isinstance(code, str):
+            return code, self.args.get("language", "bash") in ("bash", "sh")
+        return None
+
+    def state_dir(self) -> str:
+        home = self.environ.get("HOME", "/")
+        base = self.environ.get("XDG_STATE_HOME") or os.path.join(home, ".local", "state")
+        return os.path.join(base, "hookrunner")
+
+
+def _block(message: str) -> int:
+    sys.stderr.write(message + "\n")
+    return 2
+
+
+def block_force_push(ctx: Context) -> int:
+    from hookrunner.ax.packs import git
+
+    script = ctx.script()
+    if script is None:
+        return 0
+    text, shell = script
+    found = git.force_push_in_shell(text) if shell else git.force_push_in_code(text)
+    if found is None:
+        return 0
+    return _block(
+        f"block-force-push: `{found}` rewrites the remote branch's history and is blocked. "
+        "Push without force (rebase or merge first), or ask a human to do it."
+    )
+
+
+def protect_env_files(ctx: Context) -> int:
+    from hookrunner.ax.packs import envfiles
+
+    hit = envfiles.in_arguments(ctx.args)
+    script = ctx.script()
+    if hit is None and script is not None:
+        text, shell = script
+        hit = envfiles.in_shell(text) if shell else envfiles.in_code(text)
+    if hit is None:
+        return 0
+    return _block(
+        f"protect-env-files: this {ctx.tool or 'tool'} call would read or write {hit!r}. "
+        ".env files hold secrets and are off limits; ask the user for the values you need."
+    )
+
+
+def log_bash_commands(ctx: Context) -> int:
+    import time
+
+    script = ctx.script()
+    if script is None:
+        return 0
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "session_id": ctx.session_id,
+        "tool": ctx.tool,
+        "cwd": ctx.workspace,
+        "command": script[0][:MAX_LOGGED_CHARS],
+    }
+    if not script[1]:
+        record["language"] = str(ctx.args.get("language"))
+    directory = ctx.state_dir()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", errors="replace")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    fd = os.open(os.path.join(directory, "bash-commands.jsonl"), flags, 0o600)
+    try:
+        os.write(fd, line)  # one write per line: concurrent sessions do not interleave lines
+    finally:
+        os.close(fd)
+    return 0
+
+
+def format_after_edit(ctx: Context) -> int:
+    import subprocess
+
+    from hookrunner.ax.packs import formatters, testruns
+
+    notes = []
+    for name in testruns.edited_paths(ctx.args):
+        path = os.path.realpath(os.path.join(ctx.workspace, name))
+        inside = path.startswith(ctx.workspace.rstrip("/") + "/")
+        if not inside or not os.path.isfile(path):
+            continue
+        found = formatters.find_formatter(path, ctx.workspace, ctx.environ.get("PATH"))
+        if found is None:
+            continue
+        formatter, executable = found
+        shown = os.path.relpath(path, ctx.workspace)
+        before = _read_bytes(path)
+        done = subprocess.run(
+            formatter.argv(executable, path),
+            cwd=ctx.workspace,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=FORMAT_TIMEOUT,
+        )
+        if done.returncode != 0:
+            error = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+            notes.append(
+                f"[format-after-edit] `{formatter.label}` could not format {shown}: "
+                f"{error[0][:300] if error else f'exit status {done.returncode}'}"
+            )
+        elif _read_bytes(path) != before:
+            notes.append(
+                f"[format-after-edit] Reformatted {shown} with `{formatter.label}`. The file "
+                "on disk changed: read it again before editing it."
+            )
+    if notes:
+        sys.stdout.write("\n".join(notes) + "\n")
+    return 0
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def require_tests_on_stop(ctx: Context) -> int:
+    import hashlib
+
+    from hookrunner.ax.packs import testruns
+
+    key = hashlib.sha256(f"{ctx.workspace}\0{ctx.session_id}".encode()).hexdigest()[:32]
+    directory = os.path.join(ctx.state_dir(), "require-tests-on-stop")
+    path = os.path.join(directory, f"{key}.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            state = testruns.State.from_json(json.load(handle))
+    except (OSError, ValueError):
+        state = testruns.State()
+    if ctx.event == "Stop":
+        message = testruns.reminder(state, ctx.workspace)
+        if message is not None:
+            sys.stdout.write(message + "\n")
+        return 0
+    testruns.record(state, ctx.args)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(state.to_json(), handle)
+    os.replace(temporary, path)
+    return 0
+
+
+HANDLERS: dict[str, Callable[[Context], int]] = {
+    "format-after-edit": format_after_edit,
+    "block-force-push": block_force_push,
+    "require-tests-on-stop": require_tests_on_stop,
+    "protect-env-files": protect_env_files,
+    "log-bash-commands": log_bash_commands,
+}
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0] if argv else ""
+    handler = HANDLERS.get(name)
+    if handler is None:
+        sys.stderr.write(f"unknown pack {name!r}\n")
+        return 1
+    try:
+        return handler(Context.from_process())
+    except Exception as exc:
+        sys.stderr.write(f"{name}: internal error ({type(exc).__name__}: {exc}); nothing checked\n")
+        return 1

@@ -1,0 +1,159 @@
+"""The Python API of the AX Code dialect: one ``AxSession`` per agent session.
+
+Opening a session loads the AX hooks files once (project hooks only when
+trusted from outside the repository) and snapshots the environment; ``fire``
+fires any of the eleven events::
+
+    with AxSession("/workspace", session_id="ses_1") as session:
+        result = session.fire("PreToolUse", {"tool": "bash", "args": {"command": "git push -f"}})
+        if not result.allowed:
+            ...  # result.reason is what the model sees; result.decision may be "ask"
+        after = session.fire("PostToolUse", {"tool": "edit", "args": {...}, "output": out})
+        shown = after.with_feedback(out)  # the output, then the <hook_feedback> block
+        session.fire("SessionEnd", {"reason": "archive"})  # returns at once (queued)
+
+Blocking and other events run their hooks before ``fire`` returns;
+observation-only events are queued to the session's worker and ``fire``
+returns at once. ``close`` (or leaving the ``with`` block) waits for the
+worker up to a deadline, then stops it; a session that is never closed is
+closed when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from hookrunner.ax.aggregate import decide, gather
+from hookrunner.ax.events import EventInput, parse_event
+from hookrunner.ax.fire import LifecycleExecutor
+from hookrunner.ax.loader import full_env_switch, load_ax_config, trust_switch
+from hookrunner.ax.model import (
+    BLOCKING_EVENTS,
+    OBSERVATION_EVENTS,
+    AxConfig,
+    AxEntry,
+    AxEvent,
+    Cause,
+    FireResult,
+    HookRun,
+    Verdict,
+)
+from hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
+from hookrunner.command import CancelToken
+from hookrunner.envsan import Redactor, sanitise
+from hookrunner.errors import WorkspaceError
+from hookrunner.metrics import HookMetrics, default_metrics
+from hookrunner.report import Reporter, WarningKind
+
+CLOSE_TIMEOUT = 5.0
+
+
+class AxSession:
+    def __init__(
+        self,
+        workspace: str | Path,
+        *,
+        session_id: str = "",
+        environ: Mapping[str, str] | None = None,
+        trust_project: bool | None = None,
+        full_env: bool | None = None,
+        operator_config: str | Path | None = None,
+        interactive: bool = False,
+        metrics: HookMetrics | None = None,
+        stream: TextIO | None = None,
+        observation_capacity: int = DEFAULT_CAPACITY,
+        log_decisions: bool = True,
+    ) -> None:
+        root = Path(os.path.realpath(workspace))
+        if not root.is_dir():
+            raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
+        self.workspace = root
+        self.session_id = session_id
+        self.interactive = interactive
+        self.log_decisions = log_decisions
+        snapshot = dict(os.environ if environ is None else environ)
+        trust = trust_switch(snapshot, trust_project)
+        full = full_env_switch(snapshot, full_env)
+        self.trusted, self.full_env = trust.on, full.on
+        self.metrics = metrics if metrics is not None else default_metrics()
+        self.reporter = Reporter(
+            self.metrics, stream=stream, redact=Redactor.from_environment(snapshot)
+        )
+        operator = Path(operator_config) if operator_config is not None else None
+        self.config: AxConfig = load_ax_config(root, trusted=trust.on, operator_config=operator)
+        for problem in self.config.problems:
+            self.reporter.problem(problem)
+        for notice in (trust.notice, full.notice, *self.config.notices):
+            if notice is not None:
+                self.reporter.warn(WarningKind.CONFIG, cause=notice)
+        base_env = sanitise(snapshot, full_env=full.on).variables
+        self._executor = LifecycleExecutor(str(root), base_env, self.reporter, self.metrics)
+        self._worker = ObservationWorker(self._observe, self._dropped, observation_capacity)
+        self._finalizer = weakref.finalize(self, self._worker.close, CLOSE_TIMEOUT)
+
+    def __enter__(self) -> AxSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, timeout: float | None = CLOSE_TIMEOUT) -> None:
+        """Wait up to ``timeout`` (None: each hook's deadline) for queued observation events."""
+        if self._finalizer.detach() is not None:
+            self._worker.close(timeout)
+
+    def fire(self, event: str | AxEvent, payload: Mapping[str, Any] | None = None) -> FireResult:
+        """Fire one event; ``PayloadError`` for an unknown event or a malformed payload."""
+        return self.fire_input(parse_event(str(event), payload, session_id=self.session_id))
+
+    def fire_input(self, inp: EventInput) -> FireResult:
+        if inp.dropped:
+            self.reporter.warn(
+                WarningKind.PAYLOAD,
+                event=inp.event.value,
+                dropped=",".join(inp.dropped)[:200],
+                cause="observation-only payloads carry ids, reasons and timestamps only",
+            )
+        if inp.skip is not None:
+            result = FireResult(inp.event, Verdict.ALLOW, Cause.SKIPPED, reason=inp.skip)
+        else:
+            entries = tuple(self.config.entries_for(inp.event, inp.tool))
+            if inp.event in OBSERVATION_EVENTS:
+                if not entries:
+                    return FireResult(inp.event, Verdict.ALLOW, Cause.NO_HOOKS)
+                queued = self._worker.submit(inp)
+                return FireResult(
+                    inp.event, Verdict.ALLOW, Cause.QUEUED if queued else Cause.DROPPED
+                )
+
+            def run(entry: AxEntry) -> HookRun:
+                return self._executor.run(entry, inp)
+
+            if inp.event not in BLOCKING_EVENTS:
+                return gather(inp.event, entries, run)
+            result = decide(inp.event, entries, run, interactive=self.interactive, tool=inp.tool)
+        if inp.event in BLOCKING_EVENTS:
+            self._executor.report_decision(inp, result, log=self.log_decisions)
+        return result
+
+    def pre_tool_use(self, tool: str, args: Mapping[str, Any]) -> FireResult:
+        return self.fire(AxEvent.PRE_TOOL_USE, {"tool": tool, "args": dict(args)})
+
+    def post_tool_use(self, tool: str, args: Mapping[str, Any], output: str) -> FireResult:
+        payload = {"tool": tool, "args": dict(args), "output": output}
+        return self.fire(AxEvent.POST_TOOL_USE, payload)
+
+    def user_prompt_submit(self, prompt: str) -> FireResult:
+        return self.fire(AxEvent.USER_PROMPT_SUBMIT, {"prompt": prompt})
+
+    def _observe(self, inp: EventInput, cancel: CancelToken) -> None:
+        for entry in self.config.entries_for(inp.event, inp.tool):
+            self._executor.run(entry, inp, cancel)
+
+    def _dropped(self, inp: EventInput, cause: str) -> None:
+        self.metrics.observe_observation_dropped(inp.event)
+        self.reporter.warn(WarningKind.DROPPED, event=inp.event.value, cause=cause)
