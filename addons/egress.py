@@ -67,6 +67,7 @@ class FlowState:
     host: str
     started: float = field(default_factory=time.monotonic)
     injected: tuple[str, ...] = ()
+    redactions: tuple[bytes, ...] = ()
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -218,7 +219,7 @@ class EgressPolicy:
             log.exception("policy error on request")
             self.metrics.policy_errors.inc()
             state.decision = Decision.deny(Reason.POLICY_ERROR)
-            state.injected = ()
+            state.injected, state.redactions = (), ()
         self.metrics.requests.labels(state.decision.verdict, state.decision.reason.value).inc()
         if state.decision.allowed:
             flow.request.stream = _counter(state, "bytes_sent")
@@ -255,6 +256,7 @@ class EgressPolicy:
             for transform in entry.transform:
                 request.headers[transform.header] = transform.value.reveal()
             state.injected = tuple(t.header for t in entry.transform)
+            state.redactions = entry.redactions
             self.metrics.injections.labels(entry.pattern).inc()
 
     def _locate(self, flow: http.HTTPFlow, client: ClientState) -> tuple[Host, int] | Decision:
@@ -336,10 +338,9 @@ class EgressPolicy:
         try:
             headers = flow.response.headers
             headers.pop(DENIED_HEADER, None)
-            secrets = self.policy.config.secrets()
-            if secrets:
+            if state.redactions:  # only what this request carried can be echoed back
                 headers.fields = tuple(
-                    (name, redact(value, secrets)) for name, value in headers.fields
+                    (name, redact(value, state.redactions)) for name, value in headers.fields
                 )
             flow.response.stream = _counter(state, "bytes_received")
         except Exception:  # noqa: BLE001 - never forward what could not be cleaned

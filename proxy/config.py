@@ -109,6 +109,9 @@ class Entry:
     transform: tuple[Transform, ...] = ()
     allow_plaintext: bool = False
     passthrough: bool = False
+    # What to redact from a response to a request this entry injected into: every
+    # resolved value and referenced part, as bytes, longest first. Never log it.
+    redactions: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
 
     def allows_port(self, port: int) -> bool:
         return self.ports is None or port in self.ports
@@ -118,13 +121,6 @@ class Entry:
 class NetworkConfig:
     source: str
     allowlist: tuple[Entry, ...] = field(default_factory=tuple)
-
-    def secrets(self) -> tuple[str, ...]:
-        """Every resolved value and referenced part, longest first (for redaction). Never log."""
-        found = {s for e in self.allowlist for t in e.transform for s in t.value.reveal_all()}
-        return tuple(
-            sorted((s for s in found if len(s) >= MIN_REDACTED_LENGTH), key=len, reverse=True)
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +268,7 @@ def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Ent
         network=base.network,
         ports=ports,
         transform=transform or (),
+        redactions=_redactions(transform or ()),
         allow_plaintext=bool(plaintext),
         passthrough=bool(passthrough),
     )
@@ -387,6 +384,11 @@ def _transform(
             continue
         result.append(Transform(header, Secret(resolved, parts)))
     return tuple(result) if ok else None
+
+
+def _redactions(transform: tuple[Transform, ...]) -> tuple[bytes, ...]:
+    found = {s for t in transform for s in t.value.reveal_all() if len(s) >= MIN_REDACTED_LENGTH}
+    return tuple(sorted((s.encode() for s in found), key=len, reverse=True))
 
 
 def _resolve(

@@ -95,6 +95,7 @@ def self_addresses(settings: Settings) -> SelfAddresses:
 
 
 async def serve(settings: Settings) -> int:
+    from mitmproxy.addons.termlog import TermLog
     from mitmproxy.options import Options
     from mitmproxy.tools.dump import DumpMaster
 
@@ -111,7 +112,10 @@ async def serve(settings: Settings) -> int:
     audit = AuditLog.open(settings.audit_log)
 
     options = Options()
-    master = DumpMaster(options, with_termlog=True, with_dumper=False)
+    master = DumpMaster(options, with_termlog=False, with_dumper=False)
+    # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
+    # operator messages (a refused reload, an addon error) go to stderr instead.
+    master.addons.add(TermLog(out=sys.stderr))
     options.update(  # after DumpMaster: its addons declare most of these options
         mode=[settings.mode],
         listen_host=settings.listen[0],

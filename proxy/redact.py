@@ -1,19 +1,18 @@
 """Redaction of injected secrets that an upstream echoes back (SPEC 1.4).
 
 Works on raw header bytes: a secret is replaced wherever it occurs, including
-inside a longer value (`Bearer <secret>`), so the sandbox never reads it.
+inside a longer value (`Bearer <secret>`), so the sandbox never reads it. The
+caller passes the secrets injected into the request being answered, encoded
+once per configuration (`Entry.redactions`), longest first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 REDACTED = b"[redacted]"
 
 
-def redact(value: bytes, secrets: Iterable[str]) -> bytes:
+def redact(value: bytes, secrets: tuple[bytes, ...]) -> bytes:
     for secret in secrets:
-        raw = secret.encode("utf-8", "surrogateescape")
-        if raw and raw in value:
-            value = value.replace(raw, REDACTED)
+        if secret in value:
+            value = value.replace(secret, REDACTED)
     return value
