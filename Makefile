@@ -9,7 +9,7 @@ LISTEN      ?= 127.0.0.1:8080
 METRICS     ?= 127.0.0.1:9464
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint clean
+.PHONY: install run test lint clean demo
 
 install: $(STAMP)
 
@@ -35,5 +35,19 @@ lint: install
 	$(BIN)/ruff format --check proxy addons hookrunner tests
 	$(BIN)/mypy proxy addons hookrunner
 
+# The three scenarios of the source pages, narrated (needs root: network namespaces).
+demo: install
+	$(BIN)/python -m demo
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Benchmarks against direct, bare mitmproxy and squid (docs/benchmarks.md); not part of
+# `make test`. Needs root; installs hey, nginx and squid-openssl from apt when missing.
+# Options: make bench BENCH_ARGS="--rounds 3 --only throughput --profile".
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: install
+	sh bench/install-deps
+	$(BIN)/python -m bench $(BENCH_ARGS)

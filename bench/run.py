@@ -1,0 +1,329 @@
+"""`python -m bench`: set everything up, run the scenarios, tear everything down, report.
+
+Order: the pure microbenchmark (scenario 2) first, on a quiet machine; then the
+namespaces, certificates, upstreams and the three proxies; a probe of each; the
+load (scenario 1), the 1 GiB transfers (3), the hook runner (4) and, with
+`--profile`, the py-spy profiles. Everything started is stopped by pid and the
+namespaces are deleted in a `finally`, also after a failure, Ctrl-C or SIGTERM.
+Results go to bench-results/<UTC timestamp>.json; the table to stdout. On a
+failure the children's logs are kept in bench-results/<timestamp>-logs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench import (
+    allowlist,
+    contenders,
+    decide,
+    hooks,
+    memory,
+    netns,
+    pki,
+    probe,
+    procs,
+    profile,
+    report,
+    throughput,
+    upstream,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = ("throughput", "decide", "memory", "hooks")
+REQUIRED = ("ip", "hey", "nginx", "squid", str(contenders.CERTGEN))
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": mem_kib / (1 << 20),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "python_config": _python_config(),
+        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def _python_config() -> str:
+    import sysconfig
+
+    args = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    flags = [f for f in ("--enable-optimizations", "--with-lto", "--enable-shared") if f in args]
+    return " ".join(flags) or "no PGO/LTO"
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (
+        (done.stdout or done.stderr).strip().splitlines()[0]
+        if (done.stdout or done.stderr)
+        else "?"
+    )
+
+
+def versions() -> dict[str, str]:
+    from cryptography.hazmat.backends.openssl import backend
+
+    return {
+        "mitmproxy": importlib.metadata.version("mitmproxy"),
+        "mitmproxy OpenSSL": backend.openssl_version_text(),
+        "squid": _first_line(["squid", "-v"]).removeprefix("Squid Cache: Version "),
+        "nginx": _first_line(["nginx", "-v"]).removeprefix("nginx version: nginx/"),
+        "hey": _first_line(["dpkg-query", "-W", "-f=${Version}", "hey"]),
+    }
+
+
+def code_state() -> dict[str, Any]:
+    """Which code was measured: the commit, uncommitted changes, a digest of proxy/ + addons/."""
+    digest = hashlib.sha256()
+    for path in sorted([*REPO.glob("proxy/*.py"), *REPO.glob("addons/*.py")]):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    commit = _first_line(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    status = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "proxy", "addons", "hookrunner"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    return {
+        "commit": commit,
+        "uncommitted": [line[3:] for line in status.splitlines()],
+        "proxy_addons_sha256": digest.hexdigest()[:16],
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="runs per contender and workload")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of one run")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up run length")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {SCENARIOS}"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help='another egress-proxy contender with extra arguments, e.g. "w2=--workers 2"',
+    )
+    parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
+    parser.add_argument("--profile-seconds", type=float, default=8.0)
+    parser.add_argument("--output", type=Path, default=REPO / "bench-results")
+    return parser
+
+
+def _variants(specs: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    found = []
+    for spec in specs:
+        name, sep, extra = spec.partition("=")
+        if not sep or not name.strip() or name.strip() in contenders.PORTS:
+            raise SystemExit(f"bench: --variant wants NAME=ARGS with a new name, got {spec!r}")
+        found.append((f"egress-proxy {name.strip()}", tuple(shlex.split(extra))))
+    return found
+
+
+def _preflight() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (it builds network namespaces)"
+    missing = [tool for tool in REQUIRED if shutil.which(tool) is None]
+    if missing:
+        return f"missing {', '.join(missing)}: run bench/install-deps (make bench does)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    wanted = {s.strip() for s in args.only.split(",") if s.strip()}
+    if unknown := wanted - set(SCENARIOS):
+        _say(f"bench: unknown scenario(s) {sorted(unknown)}")
+        return 2
+    if problem := _preflight():
+        _say(f"bench: {problem}")
+        return 2
+
+    def interrupted(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)
+    started = dt.datetime.now(dt.UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    args.output.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "started": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": versions(),
+        "code": code_state(),
+        "settings": {k: str(v) for k, v in vars(args).items()},
+    }
+    if "decide" in wanted:
+        _say("scenario 2: deciding a host as the allowlist grows")
+        results["decide"] = decide.measure()
+    if wanted & {"throughput", "memory", "hooks"} or args.profile:
+        ok = False
+        work = Path(tempfile.mkdtemp(prefix="egress-bench-"))
+        try:
+            _network_scenarios(args, wanted, work, results, args.output / f"{stamp}-profiles")
+            ok = True
+        finally:
+            if not ok and (work / "logs").exists():
+                kept = args.output / f"{stamp}-logs"
+                shutil.copytree(work / "logs", kept, dirs_exist_ok=True)
+                _say(f"bench: failed; logs kept in {kept}")
+            shutil.rmtree(work, ignore_errors=True)
+    results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    results["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    path = args.output / f"{stamp}.json"
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    _say("\n" + report.render(results))
+    _say(f"results: {path}")
+    return 0
+
+
+def _network_scenarios(
+    args: argparse.Namespace,
+    wanted: set[str],
+    work: Path,
+    results: dict[str, Any],
+    profiles: Path,
+) -> None:
+    work.chmod(0o755)  # nginx workers and squid (unprivileged) read below it
+    logs = work / "logs"
+    logs.mkdir()
+    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
+    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
+    ns = netns.Namespaces(f"eb{os.getpid() % 100000}")
+    children: list[procs.Child] = []
+    try:
+        _say(f"setting up: namespaces {ns.client}/{ns.upstream}, upstreams, the three proxies")
+        ns.build({name: netns.UPSTREAM_IP for name in names})
+        upstream_pki = pki.make_upstream_pki(work, names)
+        ca = pki.make_proxy_ca(contenders.VENV_BIN / "egress-proxy", work / "ca")
+        servers = upstream.start(
+            ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs
+        )
+        children += [servers.nginx, servers.sink]
+        mitmdump = contenders.start_mitmdump(ns, ca, upstream_pki, work, logs)
+        children.append(mitmdump.child)
+        squid = contenders.start_squid(ns, ca, upstream_pki, policy, work, logs)
+        children.append(squid.child)
+        egress = contenders.start_egress(ns, ca, upstream_pki, policy, work, logs)
+        children.append(egress.child)
+        proxies = [mitmdump, squid, egress]
+        for offset, (name, extra) in enumerate(_variants(args.variant), start=1):
+            variant = contenders.start_egress(
+                ns, ca, upstream_pki, policy, work, logs, name, extra, offset
+            )
+            children.append(variant.child)
+            proxies.append(variant)
+
+        results["allowlist"] = {
+            "entries": len(policy),
+            "transforms": sum(1 for r in policy.rules if r.token_env),
+            "wildcards": sum(1 for r in policy.rules if r.pattern.startswith("*.")),
+            "host_under_test": allowlist.TARGET,
+        }
+        results["probe"] = {}
+        for name, port in [("direct", None), *((p.name, p.port) for p in proxies)]:
+            found = probe.probe(ns.client, name, port, str(ca.cert), str(upstream_pki.ca_cert))
+            probe.check(found)
+            results["probe"][name] = found.as_dict()
+        _say(f"probe: {results['probe']}")
+
+        prefix = ns.prefix(ns.client)
+        targets = [throughput.Target("direct", None, None)] + [
+            throughput.Target(p.name, p.proxy_url, p.child.pid) for p in proxies
+        ]
+        if "throughput" in wanted:
+            _say("scenario 1: throughput, latency, CPU per request")
+            results["throughput"] = throughput.measure(
+                prefix,
+                targets,
+                rounds=args.rounds,
+                seconds=args.seconds,
+                warmup_seconds=args.warmup,
+                concurrency=args.concurrency,
+                log_dir=logs,
+                progress=_say,
+            )
+        if "memory" in wanted:
+            _say("scenario 3: peak memory, 1 GiB each way through egress-proxy")
+            results["memory"] = memory.measure(
+                ns.client,
+                egress.child.pid,
+                egress.port,
+                str(ca.cert),
+                str(upstream_pki.ca_cert),
+            )
+        if "hooks" in wanted:
+            _say("scenario 4: hook runner overhead")
+            results["hooks"] = _hooks(prefix, egress, ca.cert, upstream_pki.ca_cert)
+        if args.profile:
+            results["profile"] = _profiles(args, prefix, targets, profiles)
+    finally:
+        for child in reversed(children):
+            child.stop()
+        failures = ns.close()
+        if failures:
+            _say("bench: cleanup problems: " + "; ".join(failures))
+
+
+def _hooks(
+    prefix: list[str], egress: contenders.Contender, proxy_ca: Path, upstream_ca: Path
+) -> dict[str, Any]:
+    argv = [*prefix, sys.executable, "-m", "bench.hooks", "--proxy", egress.proxy_url]
+    argv += ["--proxy-ca", str(proxy_ca), "--upstream-ca", str(upstream_ca)]
+    try:
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {"status": "todo", "reason": f"{hooks.__name__} did not answer: {exc!r}"}
+
+
+def _profiles(
+    args: argparse.Namespace, prefix: list[str], targets: list[throughput.Target], keep: Path
+) -> dict[str, Any]:
+    _say("profiling with py-spy")
+    py_spy = profile.ensure_py_spy(args.output / ".tools")
+    found: dict[str, Any] = {}
+    keep.mkdir(exist_ok=True)
+    for target in targets:
+        if target.name not in ("egress-proxy", "mitmdump"):
+            continue
+        for workload in throughput.WORKLOADS[1:]:
+            key = f"{target.name} {workload.key}"
+            _say(f"  {key}")
+            found[key] = profile.profile(
+                prefix, py_spy, target, workload, args.profile_seconds, args.concurrency, keep
+            )
+    return found
