@@ -228,6 +228,7 @@ class EgressPolicy:
             flow.request.stream = False
             if _body_size(flow.request) > REFUSED_BODY_LIMIT:
                 flow.kill()
+                asyncio.get_running_loop().call_soon(_hang_up, flow.client_conn)
             else:
                 flow.response = refusal_response(state.decision, state.host)
 
@@ -427,3 +428,24 @@ def _body_size(request: http.Request) -> int:
     except ValueError:
         return REFUSED_BODY_LIMIT + 1
     return REFUSED_BODY_LIMIT + 1 if size is None or size < 0 else size
+
+
+def _hang_up(client: connection.Client) -> None:
+    """Close a killed client's socket.
+
+    When body bytes arrive while mitmproxy handles a kill, it cancels its own reader
+    inside `server_event`, and the `writer.close()` after its read loop is skipped (it
+    is not in a `finally`): the socket would stay open, unread, until the sandbox gave
+    up. This reaches into mitmproxy's connection table; if that ever changes shape,
+    nothing happens and the flow is still killed.
+    """
+    from mitmproxy import ctx
+
+    try:
+        server = ctx.master.addons.get("proxyserver")
+        handler = server.connections.get(client.id) if server else None
+        io = handler.transports.get(handler.client) if handler else None
+        if io is not None and io.writer is not None:
+            io.writer.transport.abort()
+    except (AttributeError, LookupError, RuntimeError):
+        log.debug("could not hang up a killed client connection", exc_info=True)

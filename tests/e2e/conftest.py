@@ -8,22 +8,27 @@ A SIGTERM to pytest is turned into KeyboardInterrupt so that teardown still runs
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support import procs
+from tests.support import nsock, procs
 from tests.support.expect import Observed
 from tests.support.harness import Harness, JsonLines
 from tests.support.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
+from tests.support.proxyproc import ProxyProcess, start_proxy
+from tests.support.rawhttp import Conn
 from tests.support.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +54,12 @@ PROXY_HOSTS: dict[str, list[str]] = {
     "mixed.allowed.test": ["127.0.0.1", UPSTREAM_IP],
     "self.allowed.test": ["PROXY"],
 }
-CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"]
+# Names that only the tests' DNS server answers (test_hardening_e2e.py, rebinding): the
+# upstream certificate carries them too, so a pinned connection to the upstream succeeds.
+DNS_ONLY_NAMES = ["rebind-tunnel.allowed.test", "rebind-plain.allowed.test", "multi.allowed.test"]
+CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"] + DNS_ONLY_NAMES
+BULK_SERVER = REPO / "tests" / "support" / "bulk_server.py"
+BULK_PORT, BULK_TLS_PORT = 8000, 8001
 
 CONFIG = """\
 # End-to-end configuration. Entry order matters only for the error tests' indexes.
@@ -315,6 +325,92 @@ def harness(
 def obs(harness: Harness) -> Observed:
     """What reaches the upstream namespace and the traps during one test."""
     return Observed.start(harness)
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """The bulk upstream (tests/support/bulk_server.py) in the upstream namespace."""
+
+    log: JsonLines
+    ns_upstream: str
+
+    def stats(self) -> dict[str, int]:
+        """Its counters, read from inside the upstream namespace (not through a proxy)."""
+        sock = nsock.connect(self.ns_upstream, (UPSTREAM_IP, BULK_PORT), timeout=5)
+        with Conn.over(sock) as conn:
+            response = conn.request("GET", "/stats", [("Host", "x"), ("Connection", "close")])
+        return json.loads(response.body)
+
+
+@pytest.fixture(scope="session")
+def bulk(topology: Topology, upstreams: Upstreams, pki: Pki, e2e_dir: Path) -> Iterator[Bulk]:
+    log, ready = e2e_dir / "bulk.jsonl", e2e_dir / "bulk.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, str(BULK_SERVER), "--log", str(log), "--ready", str(ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{BULK_PORT}", "--listen-tls", f"{UPSTREAM_IP}:{BULK_TLS_PORT}",
+    ]  # fmt: skip
+    child = _start_and_wait("bulk-upstream", argv, e2e_dir, ready)
+    try:
+        yield Bulk(JsonLines(log), topology.ns_upstream)
+    finally:
+        child.stop()
+
+
+@dataclass(frozen=True)
+class PrivateProxy:
+    """A proxy of one test's own in the proxy namespace, and the sandbox's view of it."""
+
+    process: ProxyProcess
+    view: Harness
+
+
+_private_ports = itertools.count()
+
+
+@pytest.fixture
+def private_proxy(
+    harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path
+) -> Iterator[Callable[..., PrivateProxy]]:
+    """`start(name, config_text, *extra_args)`: a fresh `egress-proxy run` beside the session's,
+    with the session CA and secrets, on ports of its own; stopped when the test ends."""
+    started: list[ProxyProcess] = []
+
+    def start(name: str, config_text: str, *extra: str) -> PrivateProxy:
+        n = next(_private_ports)
+        port, metrics = 8100 + n, 9500 + n
+        config = e2e_dir / f"{name}-{n}.yaml"
+        config.write_text(config_text)
+        process = start_proxy(
+            f"{name}-{n}",
+            topology.exec_prefix(topology.ns_proxy),
+            EGRESS_PROXY,
+            config,
+            ["--listen", f"{topology.proxy_ip}:{port}"]
+            + ["--metrics", f"{topology.proxy_ip}:{metrics}"]
+            + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra],
+            e2e_dir,
+            proxy_env(harness.secrets[0]),
+            lambda: socket.create_connection((topology.proxy_ip, metrics), timeout=5),
+        )
+        started.append(process)
+        view = dataclasses.replace(
+            harness,
+            proxy_port=port,
+            metrics_port=metrics,
+            audit_log=JsonLines(process.audit),
+            proxy_stdout=process.child.stdout,
+            proxy_stderr=process.child.stderr,
+            responses=[],
+        )
+        return PrivateProxy(process, view)
+
+    try:
+        yield start
+    finally:
+        for process in reversed(started):
+            process.child.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -64,6 +64,13 @@ class Conn:
         self.sock: socket.socket = socket.create_connection((host, port), timeout=timeout)
         self._buf = b""
 
+    @classmethod
+    def over(cls, sock: socket.socket) -> Conn:
+        """A connection on a socket opened elsewhere (e.g. inside another namespace)."""
+        conn = cls.__new__(cls)
+        conn.sock, conn._buf = sock, b""
+        return conn
+
     def __enter__(self) -> Conn:
         return self
 

@@ -1,0 +1,228 @@
+"""A bulk HTTP(S)/1.1 upstream for the streaming and soak tests: large bodies, cheap requests.
+
+Run as a script inside a network namespace (`ip netns exec NS python bulk_server.py ...`);
+the tests import `pattern_chunks` to produce or verify the same bytes.
+
+* `GET /download?size=N`: N bytes of `pattern_chunks(N)`, with a Content-Length. When the
+  last byte is handed to the kernel, `{"event": "download", "bytes", "sha256"}` is logged.
+* `POST /upload` (Content-Length or chunked): the body is hashed as it arrives, never
+  kept; `{"event": "upload", "bytes", "sha256"}` is logged and returned as the JSON body.
+* `GET /ok`: a 2-byte answer, counted in memory only (no log line: the soak sends
+  ~10^5 of them); `GET /stats` returns the counts as JSON.
+
+Connections are kept alive. Memory stays bounded whatever the body size: at most one
+chunk per connection is held. When every listener is bound, `--ready` is created.
+Uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import signal
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+from urllib.parse import parse_qs, urlsplit
+
+CHUNK = 1 << 20
+IO_TIMEOUT = 60.0
+MAX_HEAD = 64 * 1024
+_BASE = random.Random(20240917).randbytes(CHUNK)
+
+
+def pattern_chunks(size: int, chunk: int = CHUNK) -> Iterator[bytes]:
+    """`size` deterministic bytes: each 1 MiB block starts with its own index, so a
+    dropped, repeated or reordered block changes the digest."""
+    index, left = 0, size
+    while left > 0:
+        block = index.to_bytes(8, "big") + _BASE[8:]
+        for start in range(0, min(CHUNK, left), chunk):
+            yield block[start : start + min(chunk, left - start)]
+        left -= min(CHUNK, left)
+        index += 1
+
+
+class EventLog:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self._file.flush()
+
+
+class Counts:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: dict[str, int] = {"ok": 0, "requests": 0}
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self.values[key] = self.values.get(key, 0) + 1
+            self.values["requests"] += 1
+
+
+def read_head(stream: BinaryIO) -> tuple[str, str, dict[str, str]] | None:
+    line = stream.readline(MAX_HEAD)
+    if not line:
+        return None
+    method, target, _version = line.decode("latin-1").split(" ", 2)
+    headers: dict[str, str] = {}
+    size = len(line)
+    while True:
+        line = stream.readline(MAX_HEAD)
+        size += len(line)
+        if not line or size > MAX_HEAD:
+            raise ConnectionError("truncated head")
+        if line in (b"\r\n", b"\n"):
+            return method, target, headers
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+
+def hash_body(stream: BinaryIO, headers: dict[str, str]) -> tuple[int, str]:
+    digest, total = hashlib.sha256(), 0
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size = int(stream.readline(1024).split(b";")[0].strip(), 16)
+            if size == 0:
+                while stream.readline(MAX_HEAD) not in (b"\r\n", b"\n", b""):
+                    pass
+                return total, digest.hexdigest()
+            left = size
+            while left:
+                data = stream.read(min(left, CHUNK))
+                if not data:
+                    raise ConnectionError("short chunk")
+                digest.update(data)
+                left -= len(data)
+            total += size
+            stream.readline(16)
+    left = int(headers.get("content-length", "0") or "0")
+    while left:
+        data = stream.read(min(left, CHUNK))
+        if not data:
+            raise ConnectionError("short body")
+        digest.update(data)
+        total += len(data)
+        left -= len(data)
+    return total, digest.hexdigest()
+
+
+def respond(sock: socket.socket, status: str, body: bytes, ctype: str = "text/plain") -> None:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock.sendall(head.encode("latin-1") + body)
+
+
+class Handler(socketserver.BaseRequestHandler):
+    server: BulkServer
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(IO_TIMEOUT)
+        try:
+            if self.server.tls is not None:
+                sock = self.server.tls.wrap_socket(sock, server_side=True)
+            stream = sock.makefile("rb", buffering=CHUNK)
+            while self.serve_one(sock, stream):
+                pass
+        except (OSError, ValueError, ConnectionError, ssl.SSLError):
+            pass
+
+    def serve_one(self, sock: socket.socket, stream: BinaryIO) -> bool:
+        head = read_head(stream)
+        if head is None:
+            return False
+        method, target, headers = head
+        parts = urlsplit(target)
+        log, counts = self.server.log, self.server.counts
+        if parts.path == "/ok":
+            counts.add("ok")
+            respond(sock, "200 OK", b"ok")
+        elif parts.path == "/stats":
+            counts.add("stats")
+            respond(sock, "200 OK", json.dumps(counts.values).encode(), "application/json")
+        elif parts.path == "/upload" and method in ("POST", "PUT"):
+            total, digest = hash_body(stream, headers)
+            record = {"event": "upload", "bytes": total, "sha256": digest}
+            log.write(record)
+            respond(sock, "200 OK", json.dumps(record).encode(), "application/json")
+        elif parts.path == "/download":
+            size = int(parse_qs(parts.query).get("size", ["0"])[0])
+            sock.sendall(
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                f"Content-Length: {size}\r\n\r\n".encode()
+            )
+            digest, sent = hashlib.sha256(), 0
+            for chunk in pattern_chunks(size):
+                sock.sendall(chunk)
+                digest.update(chunk)
+                sent += len(chunk)
+            log.write({"event": "download", "bytes": sent, "sha256": digest.hexdigest()})
+        else:
+            respond(sock, "404 Not Found", b"not found\n")
+        return headers.get("connection", "").lower() != "close"
+
+
+class BulkServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        log: EventLog,
+        counts: Counts,
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        self.log, self.counts, self.tls = log, counts, tls
+        super().__init__(address, Handler)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--ready", required=True)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
+    parser.add_argument("--listen", action="append", default=[], metavar="HOST:PORT")
+    parser.add_argument("--listen-tls", action="append", default=[], metavar="HOST:PORT")
+    args = parser.parse_args(argv)
+
+    log, counts = EventLog(args.log), Counts()
+    tls = None
+    if args.listen_tls:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
+        tls.set_alpn_protocols(["http/1.1"])
+    servers = []
+    for spec, ctx in [(s, None) for s in args.listen] + [(s, tls) for s in args.listen_tls]:
+        host, _, port = spec.rpartition(":")
+        servers.append(BulkServer((host, int(port)), log, counts, ctx))
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with open(args.ready, "w", encoding="utf-8") as ready:
+        ready.write("ready\n")
+    while not stop.wait(3600):
+        pass
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

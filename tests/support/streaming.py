@@ -1,0 +1,99 @@
+"""Client side of the streaming tests: bodies sent and received in chunks, never held whole.
+
+Each transfer counts its bytes and hashes them as they pass, so a 1 GiB body costs the
+test process one buffer, not a gigabyte. Heads are parsed here (rawhttp's reader keeps
+bodies in memory, which is right for small ones only).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import socket
+from dataclasses import dataclass
+
+from tests.support.bulk_server import pattern_chunks
+
+BUFFER = 1 << 20
+MAX_HEAD = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Received:
+    status: int
+    headers: dict[str, str]
+    count: int
+    sha256: str
+
+
+@functools.cache
+def expected_sha256(size: int) -> str:
+    digest = hashlib.sha256()
+    for chunk in pattern_chunks(size):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, body bytes read past the head)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before the response head; got {data[:200]!r}")
+        data += chunk
+        if len(data) > MAX_HEAD:
+            raise ValueError("response head too large")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split(" ", 2)[1]), headers, rest
+
+
+def receive_body(sock: socket.socket, already: bytes, length: int) -> Received:
+    """Read exactly `length` body bytes (some may be in `already`), hashing them."""
+    digest, count = hashlib.sha256(), 0
+    digest.update(already)
+    count += len(already)
+    buffer = bytearray(BUFFER)
+    view = memoryview(buffer)
+    while count < length:
+        n = sock.recv_into(view, min(BUFFER, length - count))
+        if n == 0:
+            break
+        digest.update(view[:n])
+        count += n
+    return Received(200, {}, count, digest.hexdigest())
+
+
+def download(sock: socket.socket, request: bytes) -> Received:
+    """Send `request`, then stream the response body into a digest."""
+    sock.sendall(request)
+    status, headers, rest = read_head(sock)
+    length = int(headers.get("content-length", "0"))
+    body = receive_body(sock, rest, length)
+    return Received(status, headers, body.count, body.sha256)
+
+
+def send_pattern(sock: socket.socket, size: int) -> str:
+    """Send `size` pattern bytes; returns their sha256 (computed while sending)."""
+    digest = hashlib.sha256()
+    for chunk in pattern_chunks(size):
+        sock.sendall(chunk)
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def send_until_closed(sock: socket.socket, size: int) -> tuple[int, BaseException | None]:
+    """Send up to `size` pattern bytes; returns how many the kernel took before an error."""
+    sent = 0
+    try:
+        for chunk in pattern_chunks(size):
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except OSError as exc:  # reset, broken pipe, or a timeout once the window stays shut
+        return sent, exc
+    return sent, None
