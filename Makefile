@@ -31,8 +31,8 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check proxy addons hookrunner tests
-	$(BIN)/ruff format --check proxy addons hookrunner tests
+	$(BIN)/ruff check proxy addons hookrunner tests demo bench
+	$(BIN)/ruff format --check proxy addons hookrunner tests demo bench
 	$(BIN)/mypy proxy addons hookrunner
 
 # The three scenarios of the source pages, narrated (needs root: network namespaces).
