@@ -88,7 +88,7 @@ def start_mitmdump(
     confdir = copy_confdir(ca, work / "mitmdump-conf")
     port = PORTS["mitmdump"]
     argv = [
-        *ns.prefix(ns.client),
+        *ns.exec_prefix(ns.client),
         str(VENV_BIN / "mitmdump"),
         "--mode",
         "regular",
@@ -153,7 +153,9 @@ def start_squid(
     )
     if parse.returncode != 0:
         raise RuntimeError(f"squid refused its configuration:\n{parse.stderr[-3000:]}")
-    child = procs.start("squid", [*ns.prefix(ns.client), "squid", "-N", "-f", str(conf)], log_dir)
+    child = procs.start(
+        "squid", [*ns.exec_prefix(ns.client), "squid", "-N", "-f", str(conf)], log_dir
+    )
     _wait_listening(ns, child, port, 60)
     return Contender("squid", child, port)
 
@@ -176,7 +178,7 @@ def start_egress(
         config.write_text(yaml.safe_dump(allowlist.document(), sort_keys=False))
     port = PORTS["egress-proxy"] + offset
     argv = [
-        *ns.prefix(ns.client),
+        *ns.exec_prefix(ns.client),
         str(VENV_BIN / "egress-proxy"),
         "run",
         "--config",

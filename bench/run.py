@@ -260,7 +260,7 @@ def _network_scenarios(
             results["probe"][name] = found.as_dict()
         _say(f"probe: {results['probe']}")
 
-        prefix = ns.prefix(ns.client)
+        prefix = ns.exec_prefix(ns.client)
         targets = [throughput.Target("direct", None, None)] + [
             throughput.Target(p.name, p.proxy_url, p.child.pid) for p in proxies
         ]

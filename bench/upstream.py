@@ -99,12 +99,12 @@ def start(
     )
     error_log = str(root / "nginx-error.log")
     nginx = procs.start(
-        "nginx", [*ns.prefix(ns.upstream), "nginx", "-c", str(conf), "-e", error_log], log_dir
+        "nginx", [*ns.exec_prefix(ns.upstream), "nginx", "-c", str(conf), "-e", error_log], log_dir
     )
     sink = procs.start(
         "sink",
         [
-            *ns.prefix(ns.upstream),
+            *ns.exec_prefix(ns.upstream),
             sys.executable,
             str(SINK_SCRIPT),
             "--listen",

@@ -11,7 +11,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from bench import netns
+from tests.support import nsock
 
 CHUNK = 1 << 20
 TIMEOUT = 30.0
@@ -27,15 +27,8 @@ class Head:
 
 
 def connect(ns: str, host: str, port: int) -> socket.socket:
-    with netns.inside(ns):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(TIMEOUT)
+    sock = nsock.connect(ns, (host, port), timeout=TIMEOUT)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.connect((host, port))
-    except OSError:
-        sock.close()
-        raise
     return sock
 
 

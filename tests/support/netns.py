@@ -65,24 +65,16 @@ def _pick_client_subnet() -> ipaddress.IPv4Network:
 
 
 @dataclass
-class Topology:
+class Namespaces:
+    """What a topology creates (namespaces, veths, /etc/netns files), and how to undo it.
+
+    Every step is registered for undoing as soon as it exists; `close()` undoes them
+    newest first, even after a partial set-up. The topologies here, in
+    `tests.support.transparent` and in `bench.netns` build on it.
+    """
+
     tag: str
-    client_ip: str = ""
-    proxy_ip: str = ""
-    client_net: str = ""
     _undo: list[tuple[str, list[str]]] = field(default_factory=list)
-
-    @property
-    def ns_proxy(self) -> str:
-        return f"{self.tag}p"
-
-    @property
-    def ns_upstream(self) -> str:
-        return f"{self.tag}u"
-
-    @property
-    def veth_root(self) -> str:
-        return f"{self.tag}a"
 
     def exec_prefix(self, ns: str) -> list[str]:
         return ["ip", "netns", "exec", ns]
@@ -90,65 +82,65 @@ class Topology:
     def _register(self, what: str, *cmd: str) -> None:
         self._undo.append((what, list(cmd)))
 
-    def build(self, proxy_hosts: dict[str, list[str]]) -> None:
-        """Create everything. `proxy_hosts` maps a name to the addresses it resolves to in P
-        (the address "PROXY" stands for the proxy's own, picked here)."""
-        p, u = self.ns_proxy, self.ns_upstream
-        for ns in (p, u):
-            if ns in run("ip", "netns", "list").stdout.split():
+    def add_namespaces(self, *names: str) -> None:
+        """Create the namespaces (none may exist yet), each with its loopback up."""
+        existing = run("ip", "netns", "list").stdout.split()
+        for ns in names:
+            if ns in existing:
                 raise RuntimeError(f"namespace {ns} already exists (left over by a dead run?)")
-        net = _pick_client_subnet()
-        hosts = list(net.hosts())
-        self.client_ip, self.proxy_ip, self.client_net = str(hosts[0]), str(hosts[1]), str(net)
-
-        for ns in (p, u):
+        for ns in names:
             run("ip", "netns", "add", ns)
             self._register(f"namespace {ns}", "ip", "netns", "del", ns)
             run("ip", "-n", ns, "link", "set", "lo", "up")
 
-        a, b, c, d = (f"{self.tag}{x}" for x in "abcd")
-        run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-        self._register(f"veth {a}", "ip", "link", "del", a)
-        run("ip", "link", "set", b, "netns", p)
-        run("ip", "addr", "add", f"{self.client_ip}/30", "dev", a)
-        run("ip", "link", "set", a, "up")
-        run("ip", "-n", p, "addr", "add", f"{self.proxy_ip}/30", "dev", b)
-        run("ip", "-n", p, "link", "set", b, "up")
+    def add_veth(self, ns: str | None, name: str, peer_ns: str, peer: str) -> None:
+        """A veth pair: `name` in `ns` (None: the root namespace), `peer` in `peer_ns`.
 
-        run("ip", "-n", p, "link", "add", c, "type", "veth", "peer", "name", d, "netns", u)
-        run("ip", "-n", p, "addr", "add", f"{P_UPLINK}/30", "dev", c)
-        run("ip", "-n", p, "link", "set", c, "up")
-        run("ip", "-n", u, "addr", "add", f"{UPSTREAM_IP}/30", "dev", d)
-        run("ip", "-n", u, "addr", "add", f"{INTERNAL_IP}/32", "dev", d)
-        run("ip", "-n", u, "link", "set", d, "up")
-        run("ip", "-n", p, "route", "add", f"{INTERNAL_IP}/32", "via", UPSTREAM_IP)
+        Only a pair with an end in the root namespace needs removing of its own;
+        deleting the namespaces takes the others with them."""
+        where = [] if ns is None else ["-n", ns]
+        run(
+            "ip",
+            *where,
+            "link",
+            "add",
+            name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer,
+            "netns",
+            peer_ns,
+        )
+        if ns is None:
+            self._register(f"veth {name}", "ip", "link", "del", name)
 
-        etc_created = not NETNS_ETC.exists()
-        NETNS_ETC.mkdir(exist_ok=True)
-        if etc_created:
+    def link_up(self, ns: str | None, dev: str, *cidrs: str) -> None:
+        """Give `dev` in `ns` (None: the root namespace) these addresses, and bring it up."""
+        where = [] if ns is None else ["-n", ns]
+        for cidr in cidrs:
+            run("ip", *where, "addr", "add", cidr, "dev", dev)
+        run("ip", *where, "link", "set", dev, "up")
+
+    def write_etc(self, ns: str, hosts: list[tuple[str, str]], resolver: str) -> None:
+        """/etc/netns/<ns>/hosts (localhost plus these (address, name) pairs) and a
+        resolv.conf naming only `resolver`; `ip netns exec` bind-mounts both."""
+        if not NETNS_ETC.exists():
+            NETNS_ETC.mkdir()
             self._register(
                 f"directory {NETNS_ETC}", "rmdir", "--ignore-fail-on-non-empty", str(NETNS_ETC)
             )
-        etc = NETNS_ETC / p
+        etc = NETNS_ETC / ns
         etc.mkdir()
         self._register(f"directory {etc}", "rm", "-rf", "--", str(etc))
         lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
-        lines += [
-            f"{self.proxy_ip if addr == 'PROXY' else addr} {name}"
-            for name, addrs in proxy_hosts.items()
-            for addr in addrs
-        ]
+        lines += [f"{address} {name}" for address, name in hosts]
         (etc / "hosts").write_text("\n".join(lines) + "\n")
-        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-        self._check_routing()
+        (etc / "resolv.conf").write_text(f"nameserver {resolver}\noptions timeout:1 attempts:1\n")
 
-    def _check_routing(self) -> None:
-        """The client's traffic to the proxy must use our veth, never the default route."""
-        for ip in (self.proxy_ip,):
-            out = run("ip", "-4", "route", "get", ip).stdout
-            if f"dev {self.veth_root} " not in out + " ":
-                raise RuntimeError(f"route to {ip} does not use {self.veth_root}: {out!r}")
-        for ns in (self.ns_proxy, self.ns_upstream):
+    def check_no_default_route(self, *names: str) -> None:
+        for ns in names:
             routes = run("ip", "-n", ns, "route", "show").stdout
             if "default" in routes:
                 raise RuntimeError(f"namespace {ns} has a default route: {routes!r}")
@@ -174,3 +166,60 @@ class Topology:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             return run("ip", "link", "show", name, check=False).returncode == 0
         return True
+
+
+@dataclass
+class Topology(Namespaces):
+    client_ip: str = ""
+    proxy_ip: str = ""
+    client_net: str = ""
+
+    @property
+    def ns_proxy(self) -> str:
+        return f"{self.tag}p"
+
+    @property
+    def ns_upstream(self) -> str:
+        return f"{self.tag}u"
+
+    @property
+    def veth_root(self) -> str:
+        return f"{self.tag}a"
+
+    def build(self, proxy_hosts: dict[str, list[str]]) -> None:
+        """Create everything. `proxy_hosts` maps a name to the addresses it resolves to in P
+        (the address "PROXY" stands for the proxy's own, picked here)."""
+        p, u = self.ns_proxy, self.ns_upstream
+        net = _pick_client_subnet()
+        hosts = list(net.hosts())
+        self.client_ip, self.proxy_ip, self.client_net = str(hosts[0]), str(hosts[1]), str(net)
+        self.add_namespaces(p, u)
+
+        a, b, c, d = (f"{self.tag}{x}" for x in "abcd")
+        self.add_veth(None, a, p, b)
+        self.link_up(None, a, f"{self.client_ip}/30")
+        self.link_up(p, b, f"{self.proxy_ip}/30")
+
+        self.add_veth(p, c, u, d)
+        self.link_up(p, c, f"{P_UPLINK}/30")
+        self.link_up(u, d, f"{UPSTREAM_IP}/30", f"{INTERNAL_IP}/32")
+        run("ip", "-n", p, "route", "add", f"{INTERNAL_IP}/32", "via", UPSTREAM_IP)
+
+        self.write_etc(
+            p,
+            [
+                (self.proxy_ip if addr == "PROXY" else addr, name)
+                for name, addrs in proxy_hosts.items()
+                for addr in addrs
+            ],
+            resolver="127.0.0.1",
+        )
+        self._check_routing()
+
+    def _check_routing(self) -> None:
+        """The client's traffic to the proxy must use our veth, never the default route."""
+        for ip in (self.proxy_ip,):
+            out = run("ip", "-4", "route", "get", ip).stdout
+            if f"dev {self.veth_root} " not in out + " ":
+                raise RuntimeError(f"route to {ip} does not use {self.veth_root}: {out!r}")
+        self.check_no_default_route(self.ns_proxy, self.ns_upstream)

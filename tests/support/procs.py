@@ -1,4 +1,4 @@
-"""Child processes of the end-to-end tests: started with logs to files, stopped by pid.
+"""Child processes of the tests and the benchmark: started with logs to files, stopped by pid.
 
 Invariants:
 * Each child runs in its own session, its stdout/stderr go to files (never a pipe
@@ -40,16 +40,21 @@ class Child:
             text += f"--- {self.name} {label} (last {limit} chars) ---\n{data[-limit:]}\n"
         return text
 
-    def stop(self, grace: float = 5.0) -> int:
-        """SIGTERM, wait up to `grace`, then SIGKILL; returns the exit status."""
+    def stop(self, grace: float = 5.0) -> int | None:
+        """SIGTERM, wait up to `grace`, then SIGKILL; returns the exit status (None: the
+        child outlived SIGKILL by `grace`, e.g. stuck in the kernel)."""
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
             try:
                 return self.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-        return self.popen.wait(timeout=grace)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+        try:
+            return self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def start(

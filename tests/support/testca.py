@@ -1,14 +1,17 @@
-"""A throwaway PKI for end-to-end tests: one test CA and one server certificate it signs.
+"""A throwaway PKI for tests and benchmarks: one test CA and one server certificate it signs.
 
 The upstream echo servers present the server certificate; the proxy verifies it
-against the CA given with `--upstream-ca`. Nothing here is ever written outside
-the directory the caller passes (a pytest temporary directory).
+against the CA given with `--upstream-ca`. `write_pki` is the one generator: the
+hookrunner tests (`tests/hookrunner/tls_support.py`) and the benchmark's upstream
+(`bench/pki.py`) use it too. Nothing here is ever written outside the directory the
+caller passes (a pytest temporary directory, a benchmark run's directory).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,11 +42,33 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def make_test_pki(directory: Path, dns_names: list[str], ip_addresses: list[str]) -> Pki:
     """Write `ca.pem`, `server.pem` and `server-key.pem` into `directory`."""
+    return write_pki(
+        directory,
+        ca_common_name="egress e2e test CA",
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+    )
+
+
+def write_pki(
+    directory: Path,
+    *,
+    ca_common_name: str,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str] = (),
+    common_name: str | None = None,
+    files: tuple[str, str, str] = ("ca.pem", "server.pem", "server-key.pem"),
+) -> Pki:
+    """A fresh P-256 CA and a server certificate it signs for these names and addresses.
+
+    `files` names the CA certificate, the server certificate and its key (written 0600);
+    the server's common name is `common_name`, else the first DNS name.
+    """
     now = dt.datetime.now(dt.UTC)
     not_before, not_after = now - dt.timedelta(hours=1), now + dt.timedelta(days=2)
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("egress e2e test CA")
+    ca_name = _name(ca_common_name)
     ca_cert = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -76,7 +101,7 @@ def make_test_pki(directory: Path, dns_names: list[str], ip_addresses: list[str]
     san += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
     server_cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(dns_names[0]))
+        .subject_name(_name(common_name or dns_names[0]))
         .issuer_name(ca_name)
         .public_key(server_key.public_key())
         .serial_number(x509.random_serial_number())
@@ -91,11 +116,8 @@ def make_test_pki(directory: Path, dns_names: list[str], ip_addresses: list[str]
         .sign(ca_key, hashes.SHA256())
     )
 
-    pki = Pki(
-        ca_cert=directory / "ca.pem",
-        server_cert=directory / "server.pem",
-        server_key=directory / "server-key.pem",
-    )
+    ca_file, cert_file, key_file = (directory / name for name in files)
+    pki = Pki(ca_cert=ca_file, server_cert=cert_file, server_key=key_file)
     pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     pki.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
     pki.server_key.write_bytes(_pem_key(server_key))
