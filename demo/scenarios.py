@@ -122,73 +122,56 @@ def _mask(stage: Stage, text: str) -> str:
     )
 
 
+@dataclass
+class Gate:
+    """A pre_tool_execution command gate (a source page's script) in a fresh workspace."""
+
+    stage: Stage
+    say: Say
+    hooks_file: Path
+    workspace: Path
+
+    @classmethod
+    def install(cls, stage: Stage, say: Say, group: str, matcher: str, script: str) -> Gate:
+        hooks = {
+            group: {
+                "pre_tool_execution": [
+                    {"matcher": matcher,
+                     "hooks": [{"type": "command", "command": GATE_COMMAND, "timeout": 10}]}
+                ]
+            }
+        }  # fmt: skip
+        hooks_file, workspace = _prepare(stage, group, hooks, {"gate.py": script})
+        return cls(stage, say, hooks_file, workspace)
+
+    def call(self, tool: str, args: dict[str, Any]) -> Call:
+        return _call(self.stage, self.say, self.hooks_file, self.workspace, tool, args)
+
+
 def security_gate(stage: Stage, say: Say) -> Observed:
     say("== Scenario 1: the security gate ==")
-    hooks = {
-        "security-gate": {
-            "pre_tool_execution": [
-                {"matcher": "code_execution",
-                 "hooks": [{"type": "command", "command": GATE_COMMAND, "timeout": 10}]}
-            ]
-        }
-    }  # fmt: skip
-    hooks_file, workspace = _prepare(stage, "security-gate", hooks, {"gate.py": SECURITY_GATE})
-    (workspace / "victim").mkdir()
+    gate = Gate.install(stage, say, "security-gate", "code_execution", SECURITY_GATE)
+    (gate.workspace / "victim").mkdir()
     calls = [
-        _call(
-            stage,
-            say,
-            hooks_file,
-            workspace,
-            "code_execution",
-            {"code": "rm -rf victim", "language": "bash"},
-        ),
-        _call(
-            stage,
-            say,
-            hooks_file,
-            workspace,
-            "code_execution",
-            {"code": "echo harmless; ls", "language": "bash"},
-        ),
+        gate.call("code_execution", {"code": "rm -rf victim", "language": "bash"}),
+        gate.call("code_execution", {"code": "echo harmless; ls", "language": "bash"}),
     ]
-    return Observed(workspace, calls)
+    return Observed(gate.workspace, calls)
 
 
 def privacy_gate(stage: Stage, say: Say) -> Observed:
     say("== Scenario 2: the privacy gate, and the agent's recovery ==")
-    hooks = {
-        "privacy-gate": {
-            "pre_tool_execution": [
-                {"matcher": "read_file",
-                 "hooks": [{"type": "command", "command": GATE_COMMAND, "timeout": 10}]}
-            ]
-        }
-    }  # fmt: skip
-    hooks_file, workspace = _prepare(stage, "privacy-gate", hooks, {"gate.py": PRIVACY_GATE})
-    (workspace / "private").mkdir()
-    (workspace / "private" / "customers.json").write_text('{"ssn": "000-00-0000"}')
-    (workspace / "public").mkdir()
-    (workspace / "public" / "summary.json").write_text('{"customers": 42}')
+    gate = Gate.install(stage, say, "privacy-gate", "read_file", PRIVACY_GATE)
+    private, public = gate.workspace / "private", gate.workspace / "public"
+    private.mkdir()
+    (private / "customers.json").write_text('{"ssn": "000-00-0000"}')
+    public.mkdir()
+    (public / "summary.json").write_text('{"customers": 42}')
     calls = [
-        _call(
-            stage,
-            say,
-            hooks_file,
-            workspace,
-            "read_file",
-            {"path": str(workspace / "private/customers.json")},
-        ),
-        _call(
-            stage,
-            say,
-            hooks_file,
-            workspace,
-            "read_file",
-            {"path": str(workspace / "public/summary.json")},
-        ),
+        gate.call("read_file", {"path": str(private / "customers.json")}),
+        gate.call("read_file", {"path": str(public / "summary.json")}),
     ]
-    return Observed(workspace, calls)
+    return Observed(gate.workspace, calls)
 
 
 def audit_logging(stage: Stage, say: Say) -> Observed:
