@@ -7,7 +7,7 @@ gets the n-th set (the last one repeats), with TTL 0 so no cache keeps it:
 
     {"rebind.test": [["198.18.1.2"], ["127.0.0.1"]], "multi.test": [["127.0.0.1", "198.18.1.2"]]}
 
-Unknown names get NXDOMAIN. Every query is logged as one JSON line.
+Unknown names get NXDOMAIN. Every query is logged as one JSON line, before its answer is sent.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def serve(listen: tuple[str, int], zone: dict[str, list[list[str]]], log: Path) 
                 version = 4 if qtype == A else 6
                 answered = [a for a in chosen if ipaddress.ip_address(a).version == version]
                 reply = build_answer(packet, ident, end, 0, answered if qtype in (A, AAAA) else [])
-            sock.sendto(reply, peer)
+            # Logged before the reply leaves: whoever has the answer finds the record.
             out.write(json.dumps({"name": name, "type": qtype, "answer": answered}) + "\n")
             out.flush()
+            sock.sendto(reply, peer)
 
 
 def main() -> None:
