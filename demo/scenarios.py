@@ -208,7 +208,7 @@ def audit_logging(stage: Stage, say: Say) -> Observed:
         workspace,
         calls,
         upstream=[r for r in stage.upstream_log.since(marks[0]) if r.get("event") == "request"],
-        audit=stage.audit_log.since(marks[1]),
+        audit=stage.audit_log.wait_count(marks[1], len(calls) * len(endpoints)),
         traps=stage.trap_log.since(marks[2]),
     )
     for record in observed.upstream:

@@ -83,6 +83,7 @@ def test_every_worker_decides_injects_and_counts(
     workers: tuple[Harness, procs.Child], obs: Observed
 ):
     view, _ = workers
+    audit_mark = view.audit_log.mark()
     before = sample(
         view.metrics_text(), 'egress_requests_total{decision="allow",reason="allowlisted"}'
     )
@@ -97,7 +98,7 @@ def test_every_worker_decides_injects_and_counts(
         view.metrics_text(), 'egress_requests_total{decision="allow",reason="allowlisted"}'
     )
     assert after - before == 24  # 12 CONNECTs and 12 requests, summed over both workers
-    assert len(view.audit_log.all()) >= 24
+    assert len(view.audit_log.wait_count(audit_mark, 24)) == 24
 
 
 def test_sighup_reaches_every_worker(workers: tuple[Harness, procs.Child]):

@@ -80,6 +80,17 @@ class JsonLines:
     def since(self, mark: int) -> list[dict[str, Any]]:
         return self.all()[mark:]
 
+    def wait_count(self, mark: int, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The lines after `mark` once there are at least `count` of them (bounded wait).
+
+        The proxy writes a request's audit line when mitmproxy's `response` hook runs,
+        which can be just after the client already holds the whole response.
+        """
+        deadline = time.monotonic() + timeout
+        while len(lines := self.since(mark)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return lines
+
     def wait_for(
         self,
         mark: int,
