@@ -87,7 +87,8 @@ def key_path(path: str, key: str) -> str:
     return f"{path}.{key}" if _IDENTIFIER.fullmatch(key) else f"{path}[{json.dumps(key)}]"
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """How a JSON value's type reads in a problem message."""
     if isinstance(value, bool):
         return "a boolean"
     if value is None:
@@ -112,7 +113,7 @@ class _Validator:
     def object(self, value: Any, path: str, what: str, allowed: frozenset[str]) -> bool:
         """Check that ``value`` is an unambiguous object; report unknown keys."""
         if not isinstance(value, dict):
-            self.problem(path, f"{what} must be an object, got {_type_name(value)}; skipped")
+            self.problem(path, f"{what} must be an object, got {type_name(value)}; skipped")
             return False
         for key in getattr(value, "duplicates", ()):
             self.problem(key_path(path, key), f"duplicate key in {what}; {what} skipped")
@@ -123,7 +124,7 @@ class _Validator:
 
     def document(self, doc: Any) -> list[Group]:
         if not isinstance(doc, dict):
-            self.problem("$", f"the document must be an object, got {_type_name(doc)}")
+            self.problem("$", f"the document must be an object, got {type_name(doc)}")
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
@@ -139,7 +140,7 @@ class _Validator:
         if not isinstance(enabled, bool):
             self.problem(
                 key_path(path, "enabled"),
-                f"must be true or false, got {_type_name(enabled)}; group skipped",
+                f"must be true or false, got {type_name(enabled)}; group skipped",
             )
             ok = False
         rules: dict[Event, tuple[Rule, ...]] = {}
@@ -153,7 +154,7 @@ class _Validator:
 
     def rules(self, value: Any, path: str) -> tuple[Rule, ...] | None:
         if not isinstance(value, list):
-            self.problem(path, f"must be an array of rules, got {_type_name(value)}; group skipped")
+            self.problem(path, f"must be an array of rules, got {type_name(value)}; group skipped")
             return None
         found = (self.rule(item, f"{path}[{i}]") for i, item in enumerate(value))
         return tuple(r for r in found if r is not None)
@@ -165,7 +166,7 @@ class _Validator:
         if not isinstance(pattern, str):
             self.problem(
                 key_path(path, "matcher"),
-                f"must be a string, got {_type_name(pattern)}; rule skipped",
+                f"must be a string, got {type_name(pattern)}; rule skipped",
             )
             return None
         matcher = compile_matcher(pattern)
@@ -181,7 +182,7 @@ class _Validator:
         if not isinstance(hooks, list):
             self.problem(
                 key_path(path, "hooks"),
-                f"must be an array of handlers, got {_type_name(hooks)}; rule skipped",
+                f"must be an array of handlers, got {type_name(hooks)}; rule skipped",
             )
             return None
         handlers = (self.handler(h, f"{key_path(path, 'hooks')}[{i}]") for i, h in enumerate(hooks))
@@ -189,7 +190,7 @@ class _Validator:
 
     def handler(self, value: Any, path: str) -> Handler | None:
         if not isinstance(value, dict):
-            self.skip(path, f"a handler must be an object, got {_type_name(value)}")
+            self.skip(path, f"a handler must be an object, got {type_name(value)}")
             return None
         kind = value.get("type")
         if not isinstance(kind, str) or kind not in _HANDLER_KEYS:
@@ -227,9 +228,7 @@ class _Validator:
 
     def headers(self, value: Any, path: str) -> tuple[tuple[str, str], ...] | None:
         if not isinstance(value, dict):
-            self.skip(
-                path, f"must be an object of header names to strings, got {_type_name(value)}"
-            )
+            self.skip(path, f"must be an object of header names to strings, got {type_name(value)}")
             return None
         if getattr(value, "duplicates", ()):
             self.skip(path, "a header is given twice")
@@ -248,7 +247,7 @@ class _Validator:
                 return None
             seen.add(name.lower())
             if not isinstance(header_value, str):
-                self.skip(where, f"must be a string, got {_type_name(header_value)}")
+                self.skip(where, f"must be a string, got {type_name(header_value)}")
                 return None
             if _CONTROL.search(header_value):
                 self.skip(where, "must not contain control characters (CR, LF, NUL...)")

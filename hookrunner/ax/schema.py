@@ -25,7 +25,7 @@ from hookrunner.ax.matcher import compile_ax_matcher
 from hookrunner.ax.model import BLOCKING_EVENTS, TOOL_EVENTS, AxEntry, AxEvent, Protocol
 from hookrunner.ax.packs.catalogue import PACKS, pack_command
 from hookrunner.model import Problem
-from hookrunner.schema import DEFAULT_TIMEOUT, JsonObject, key_path
+from hookrunner.schema import DEFAULT_TIMEOUT, JsonObject, key_path, type_name
 
 MAX_ENTRIES = 100  # AX Code's own limits
 MAX_PACKS = 100
@@ -51,18 +51,6 @@ _ESCALATION_KEYS = frozenset(
 _EVENTS = {e.value: e for e in AxEvent}
 
 
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    return "a string" if isinstance(value, str) else "a number"
-
-
 class _Validator:
     def __init__(self, file: str) -> None:
         self.file = file
@@ -84,7 +72,7 @@ class _Validator:
 
     def document(self, doc: Any) -> list[AxEntry]:
         if not isinstance(doc, dict):
-            self.problem("$", f"the document must be an object, got {_type_name(doc)}")
+            self.problem("$", f"the document must be an object, got {type_name(doc)}")
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
@@ -103,7 +91,7 @@ class _Validator:
 
     def packs(self, value: Any, seen: set[str]) -> list[AxEntry]:
         if not isinstance(value, list):
-            self.problem("$.packs", f"must be an array of pack names, got {_type_name(value)}")
+            self.problem("$.packs", f"must be an array of pack names, got {type_name(value)}")
             return []
         entries: list[AxEntry] = []
         for index, name in enumerate(value):
@@ -137,7 +125,7 @@ class _Validator:
 
     def hooks(self, value: Any) -> list[AxEntry]:
         if not isinstance(value, list):
-            self.problem("$.hooks", f"must be an array of entries, got {_type_name(value)}")
+            self.problem("$.hooks", f"must be an array of entries, got {type_name(value)}")
             return []
         entries = []
         for index, item in enumerate(value):
@@ -155,7 +143,7 @@ class _Validator:
     def entry(self, value: Any, index: int) -> AxEntry | None:
         path = f"$.hooks[{index}]"
         if not isinstance(value, dict):
-            self.skip(path, f"an entry must be an object, got {_type_name(value)}")
+            self.skip(path, f"an entry must be an object, got {type_name(value)}")
             return None
         for key in value:
             if key not in _ENTRY_KEYS:
@@ -196,7 +184,7 @@ class _Validator:
         block = value.get("blockOnFailure", False)
         if not isinstance(block, bool):
             self.skip(
-                key_path(path, "blockOnFailure"), f"must be a boolean, got {_type_name(block)}"
+                key_path(path, "blockOnFailure"), f"must be a boolean, got {type_name(block)}"
             )
             return None
         if "protocol" in value and value["protocol"] != Protocol.CLAUDE_CODE.value:
@@ -210,7 +198,7 @@ class _Validator:
             return None
         pack = value.get("pack", "")
         if not isinstance(pack, str):
-            self.skip(key_path(path, "pack"), f"must be a string, got {_type_name(pack)}")
+            self.skip(key_path(path, "pack"), f"must be a string, got {type_name(pack)}")
             return None
         if block and event not in BLOCKING_EVENTS:
             self.problem(
