@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from tests.e2e.clients.conftest import Clients
+from tests.support.nginx import Nginx
 
 
-def assert_injected_once(clients: Clients, mark: int, uri: str) -> dict[str, Any]:
+class Observed(Protocol):
+    """What the checks read: the nginx upstream and the secret the proxy injects."""
+
+    @property
+    def nginx(self) -> Nginx: ...
+
+    @property
+    def secret(self) -> str: ...
+
+
+def assert_injected_once(clients: Observed, mark: int, uri: str) -> dict[str, Any]:
     """Exactly one request reached nginx since `mark`, for `uri`, with the proxy's
     credentials (nginx answers 400 to a second Authorization, so 200 means one)."""
     entries = clients.nginx.since(mark)
@@ -19,6 +29,15 @@ def assert_injected_once(clients: Clients, mark: int, uri: str) -> dict[str, Any
     return entry
 
 
-def assert_no_secret(clients: Clients, *outputs: str) -> None:
+def assert_no_secret(clients: Observed, *outputs: str) -> None:
     for output in outputs:
         assert clients.secret not in output
+
+
+def assert_every_request_injected(clients: Observed, mark: int, uris: list[str]) -> None:
+    """The tool's requests, all answered, each carrying the proxy's credentials only."""
+    entries = clients.nginx.since(mark)
+    assert [e["uri"] for e in entries if e["status"] == 200] == uris, entries
+    for entry in entries:
+        assert entry["auth"] == f"Bearer {clients.secret}", entry
+        assert entry["api_key"] == clients.secret, entry

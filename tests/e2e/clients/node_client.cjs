@@ -1,6 +1,7 @@
 // Node.js clients as a sandbox runs them: `node node_client.cjs AGENT URL [OUT]`.
 // Node 20 has no proxy support in core; AGENT is `https-proxy-agent` (with the `https`
-// module) or `undici` (its EnvHttpProxyAgent, which reads HTTPS_PROXY / NO_PROXY). The CA
+// module), `undici` (its EnvHttpProxyAgent, which reads HTTPS_PROXY / NO_PROXY), or `none`
+// (the `https` module alone, connecting directly: transparent mode). The CA
 // comes from NODE_EXTRA_CA_CERTS. The libraries are loaded from $CLIENT_NODE_MODULES.
 // Prints one JSON line: {"status", "bytes"} or {"error"} (exit 1).
 "use strict";
@@ -15,10 +16,13 @@ function done(result, code) {
   process.exit(code);
 }
 
-if (agentName === "https-proxy-agent") {
+if (agentName === "https-proxy-agent" || agentName === "none") {
   const https = require("https");
-  const { HttpsProxyAgent } = require(path.join(modules, "https-proxy-agent"));
-  const agent = new HttpsProxyAgent(process.env.HTTPS_PROXY);
+  let agent;
+  if (agentName === "https-proxy-agent") {
+    const { HttpsProxyAgent } = require(path.join(modules, "https-proxy-agent"));
+    agent = new HttpsProxyAgent(process.env.HTTPS_PROXY);
+  }
   https
     .get(url, { agent, headers: own }, (res) => {
       const sink = out ? fs.createWriteStream(out) : null;

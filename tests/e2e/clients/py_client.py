@@ -48,7 +48,7 @@ async def with_websocket(url: str) -> dict[str, Any]:
     import aiohttp
 
     # aiohttp's trust_env maps proxies by scheme and has none for wss://: pass it.
-    proxy = os.environ["HTTPS_PROXY"]
+    proxy = os.environ.get("HTTPS_PROXY")  # none in transparent mode
     async with (
         aiohttp.ClientSession() as session,
         session.ws_connect(url, headers=OWN, proxy=proxy) as ws,

@@ -16,19 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.clients.conftest import BASE_URL, HTTPS_PORT, Clients
-from tests.e2e.clients.expect import assert_no_secret
+from tests.e2e.clients.expect import assert_every_request_injected, assert_no_secret
 from tests.support import registries
 
 pytestmark = pytest.mark.netns
-
-
-def assert_every_request_injected(clients: Clients, mark: int, uris: list[str]) -> None:
-    """The tool's requests, all answered, each carrying the proxy's credentials only."""
-    entries = clients.nginx.since(mark)
-    assert [e["uri"] for e in entries if e["status"] == 200] == uris, entries
-    for entry in entries:
-        assert entry["auth"] == f"Bearer {clients.secret}", entry
-        assert entry["api_key"] == clients.secret, entry
 
 
 def pip_env(clients: Clients) -> dict[str, str]:
