@@ -36,7 +36,7 @@ from mitmproxy.proxy import mode_specs
 
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
-from proxy.audit import AuditLog, AuditRecord
+from proxy.audit import AuditRecord, AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
@@ -92,7 +92,7 @@ class EgressPolicy:
         self,
         policy: Policy,
         metrics: ProxyMetrics,
-        audit: AuditLog,
+        audit: AuditSink,
         on_running: Callable[[], None] | None = None,
         resolver: Resolver = system_resolve,
     ) -> None:
