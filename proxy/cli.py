@@ -39,6 +39,20 @@ def _parser() -> argparse.ArgumentParser:
         help="proxy processes sharing the listen port (one per core scales throughput)",
     )
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by the parent
+    run.add_argument(
+        "--watch-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="reload when the configuration file changes, checked this often (0: SIGHUP only)",
+    )
+    run.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM: stop accepting, let transfers in flight run this long, then exit",
+    )
     _key_type_option(run, "--ca-key-type")
     run.add_argument(
         "--dns-cache",
@@ -115,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         dns_cache_seconds=args.dns_cache,
         worker=args.worker,
         ca_key_type=args.ca_key_type,
+        drain_seconds=args.drain_seconds,
+        watch_interval=args.watch_interval,
     )
     try:
         return asyncio.run(serve(settings))

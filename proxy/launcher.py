@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import certifi
 from cryptography import x509
 
 from proxy import config as configuration
-from proxy import workers
+from proxy import lifecycle, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
@@ -53,6 +54,8 @@ class Settings:
     dns_cache_seconds: float = 5.0
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
     ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
+    drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
+    watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -129,30 +132,60 @@ async def serve(settings: Settings) -> int:
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
     master.addons.add(addon)
 
-    def reload() -> None:
-        try:
-            fresh = configuration.load(settings.config_path)
-        except configuration.ConfigError as exc:
-            metrics.config_reloads.labels("failed").inc()
-            for problem in exc.problems:
-                log.error("reload refused, keeping the running configuration: %s", problem)
-            return
+    def apply(fresh: configuration.NetworkConfig) -> None:
         addon.policy = Policy(fresh, self_addresses(settings))  # one assignment: atomic
         metrics.allowlist_entries.set(len(fresh.allowlist))
-        metrics.config_reloads.labels("ok").inc()
-        log.warning("configuration reloaded: %d allowlist entries", len(fresh.allowlist))
+
+    def on_result(ok: bool) -> None:
+        metrics.config_reloads.labels("ok" if ok else "failed").inc()
+        metrics.reload_successful.set(1 if ok else 0)
+        if ok:
+            metrics.reload_success_time.set(time.time())
+
+    reload = lifecycle.Reloader(settings.config_path, apply, on_result)
+    metrics.reload_successful.set(1)  # the load at start
+    metrics.reload_success_time.set(time.time())
 
     if settings.worker is not None:
         workers.share_listen_port()
     loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+
+    def on_sigterm() -> None:
+        if any(task.get_name() == "drain" for task in tasks):
+            master.shutdown()  # a second SIGTERM: stop now
+            return
+        if metrics_server is not None:
+            metrics_server.draining.set()
+        proxyserver = master.addons.get("proxyserver")
+        drained = lifecycle.drain(
+            stop_listening=lambda: options.update(server=False),
+            open_connections=lambda: len(proxyserver.connections) if proxyserver else 0,
+            shutdown=master.shutdown,
+            grace=settings.drain_seconds,
+        )
+        tasks.append(loop.create_task(drained, name="drain"))
+
     loop.add_signal_handler(signal.SIGHUP, reload)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, master.shutdown)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    loop.add_signal_handler(signal.SIGINT, master.shutdown)
+    if settings.watch_interval > 0:
+        watch = lifecycle.watch_file(reload, settings.watch_interval)
+        tasks.append(loop.create_task(watch, name="watch"))
     if metrics_server is not None:
+        server = metrics_server
+
+        def stamp(now: float) -> None:
+            server.heartbeat = now
+
+        tasks.append(loop.create_task(lifecycle.heartbeat(stamp), name="heartbeat"))
         metrics_server.start()
     try:
         await master.run()
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         audit.close()
         if metrics_server is not None:
             metrics_server.stop()
