@@ -44,7 +44,7 @@ from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
 from proxy.resolver import system_resolve
-from proxy.targets import RequestNames, locate
+from proxy.targets import Location, RequestNames, locate
 
 log = logging.getLogger("egress")
 
@@ -81,6 +81,8 @@ class ClientState:
     no_sni: bool = False
     # The deciding entry is pass-through: TLS to the target is relayed, not intercepted.
     passthrough: bool = False
+    # The ClientHello carried an SNI that does not parse: every request is bad_request (D23).
+    bad_sni: bool = False
 
 
 def is_transparent(client: connection.Client) -> bool:
@@ -166,6 +168,9 @@ class EgressPolicy:
         client = data.context.client
         state = self._client(client)
         sni = data.client_hello.sni
+        if sni is None and any(kind == 0 for kind, _ in data.client_hello.extensions):
+            state.bad_sni = True  # mitmproxy reads an invalid server_name as no SNI at all
+            return  # intercepted, so that its requests are refused readably
         try:
             if not is_transparent(client):
                 if state.passthrough and state.target is not None:
@@ -181,7 +186,7 @@ class EgressPolicy:
             state.target = (canonical_host(sni), address[1])
             await self._relay_if_passthrough(data, state, address)
         except HostError:
-            state.target = None  # its requests then fail the Host check as bad_request
+            state.bad_sni = True
         except Exception:  # noqa: BLE001 - fail closed: stay intercepted, requests are decided
             log.exception("policy error on TLS ClientHello")
             self.metrics.policy_errors.inc()
@@ -242,7 +247,7 @@ class EgressPolicy:
         if isinstance(located, Decision):
             state.decision = located
             return
-        host, port = located
+        host, port = located.host, located.port
         state.host = str(host)
         decision = self.policy.decide(host, port, tls=request.scheme == "https")
         decision = await self._pin(flow.client_conn, decision, host, port)
@@ -252,6 +257,7 @@ class EgressPolicy:
         # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = str(host), port
+        _origin_form(request, located)
         entry = decision.entry
         if entry is not None and entry.transform:
             for transform in entry.transform:
@@ -260,15 +266,23 @@ class EgressPolicy:
             state.redactions = entry.redactions
             self.metrics.injections.labels(entry.pattern).inc()
 
-    def _locate(self, flow: http.HTTPFlow, client: ClientState) -> tuple[Host, int] | Decision:
+    def _locate(self, flow: http.HTTPFlow, client: ClientState) -> Location | Decision:
+        request = flow.request
+        http1 = not (request.is_http2 or request.is_http3)
         names = RequestNames(
             transparent=is_transparent(flow.client_conn),
-            host=flow.request.host,
-            port=flow.request.port,
-            host_header=flow.request.host_header,
+            host=request.host,
+            port=request.port,
+            host_header=request.host_header,
             sni=flow.client_conn.sni,
             client_tls=flow.client_conn.tls,
             target=client.target,
+            sni_malformed=client.bad_sni,
+            method=request.method,
+            path=request.path,
+            # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
+            # mode; for HTTP/2 `authority` is :authority (the Host header, above).
+            target_authority=request.authority if http1 else "",
         )
         located = locate(names)
         return Decision.deny(located) if isinstance(located, Reason) else located
@@ -409,6 +423,22 @@ class EgressPolicy:
                 duration_s=time.monotonic() - started,
             )
         )
+
+
+def _origin_form(request: http.Request, located: Location) -> None:
+    """Send the request-target upstream in origin-form (SPEC 1.6, D20).
+
+    HTTP/1: mitmproxy writes absolute-form while `authority` is set; the Host header
+    then carries the name (added from the target when the client sent none). HTTP/2:
+    `:path` becomes origin-form; `:authority` stays (filled from the target if absent).
+    """
+    request.path = located.path
+    if not (request.is_http2 or request.is_http3):
+        if request.data.authority and "Host" not in request.headers:
+            request.headers.insert(0, "Host", request.authority)
+        request.data.authority = b""
+    elif located.authority and not request.data.authority:
+        request.authority = located.authority
 
 
 def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
