@@ -39,6 +39,7 @@ from addons.refusal import refusal_response
 from proxy.audit import AuditLog, AuditRecord
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
+from proxy.fields import head_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
@@ -268,6 +269,8 @@ class EgressPolicy:
 
     def _locate(self, flow: http.HTTPFlow, client: ClientState) -> Location | Decision:
         request = flow.request
+        if head_problem(request.data.method, request.headers.fields) is not None:
+            return Decision.deny(Reason.BAD_REQUEST)  # bytes no upstream may see (D21)
         http1 = not (request.is_http2 or request.is_http3)
         names = RequestNames(
             transparent=is_transparent(flow.client_conn),
@@ -331,6 +334,10 @@ class EgressPolicy:
             log.exception("policy error on raw TCP")
             self.metrics.policy_errors.inc()
         self.metrics.requests.labels("deny", Reason.NOT_ALLOWLISTED.value).inc()
+        # mitmproxy's TCP layer ignores a kill from tcp_start and relays anyway, to the
+        # address the CONNECT pinned: unpin, so that the upstream connection is refused
+        # (the TCP layer then closes the client).
+        self.pinning.forget(flow.client_conn)
         flow.kill()
 
     def _opened_by_address(self, destination: tuple[Host, int] | None) -> bool:

@@ -208,3 +208,117 @@ def test_sni_that_does_not_parse_is_bad_request_inside_the_tunnel(
 
     assert_refused(response, "bad_request")
     obs.assert_nothing_reached()
+
+
+# -- header bytes a proxy must not forward (D21) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        ("X-A", "b\rHost: evil.test"),  # bare CR: a lenient upstream sees a second Host
+        ("X-Fold", "one\r\n Transfer-Encoding: chunked"),  # obs-fold (SP)
+        ("X-Fold", "one\r\n\ttwo"),  # obs-fold (HTAB)
+        ("X-Nul", "a\x00b"),
+        ("X-Ctl", "a\x01b"),
+        ("X-Del", "a\x7fb"),
+        ("X-Vt", "a\x0bb"),
+    ],
+    ids=["bare-cr", "obs-fold-sp", "obs-fold-tab", "nul", "ctl", "del", "vt"],
+)
+def test_http1_header_value_with_forbidden_bytes_is_bad_request(
+    harness: Harness, obs: Observed, field: tuple[str, str]
+):
+    with harness.tunnel(f"{API}:443") as conn:
+        response = harness.remember(conn.request("GET", "/hdr", [("Host", API), field]))
+
+    assert_refused(response, "bad_request")
+    obs.assert_nothing_reached()
+
+
+def test_plain_proxy_request_with_a_bare_cr_is_bad_request(harness: Harness, obs: Observed):
+    response = harness.plain(
+        "http://other.allowed.test/hdr", [("X-A", "b\rHost: api.allowed.test")]
+    )
+
+    assert_refused(response, "bad_request")
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize("method", ["GET(", "GET\x00", "GET\x7f", "GET\xc9", "GET@X"])
+def test_method_that_is_not_a_token_is_bad_request(harness: Harness, obs: Observed, method: str):
+    with harness.tunnel(f"{API}:443") as conn:
+        response = harness.remember(conn.request(method, "/m", [("Host", API)]))
+
+    assert_refused(response, "bad_request")
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize("name", ["X\x00Y", "Host ", "X(Y", "X\x01"])
+def test_http1_header_name_that_is_not_a_token_never_reaches_the_policy(
+    harness: Harness, obs: Observed, name: str
+):
+    # mitmproxy's own check (validate_inbound_headers, kept on) answers 400 before any
+    # hook runs, so there is no reason code; the policy's check would refuse it too.
+    with harness.tunnel(f"{API}:443") as conn:
+        response = harness.remember(conn.request("GET", "/n", [("Host", API), (name, "v")]))
+
+    assert response.status == 400, response.describe()
+    assert response.header("X-Egress-Denied") is None
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize("value", ["a\x01b", "a\x7fb", "a\x1bb"], ids=["ctl", "del", "esc"])
+def test_http2_header_value_with_a_control_byte_is_bad_request(
+    harness: Harness, obs: Observed, value: str
+):
+    # h2 itself rejects NUL, CR and LF; the other control bytes reach the policy.
+    with harness.tunnel(f"{API}:443", alpn=["h2"]) as conn:
+        result = exchange(conn.sock, [[*_h2("/h2-ctl"), ("x-ctl", value)]])
+
+    assert result.ended == {1}, result
+    assert (result.status(1), result.headers[1].get("x-egress-denied")) == ("403", "bad_request")
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\rb", "a\nhost: evil.test"], ids=["nul", "cr", "lf"])
+def test_http2_header_value_with_nul_cr_or_lf_never_reaches_an_upstream(
+    harness: Harness, obs: Observed, value: str
+):
+    with harness.tunnel(f"{API}:443", alpn=["h2"]) as conn:
+        result = exchange(conn.sock, [[*_h2("/h2-nul"), ("x-bad", value)]], timeout=5.0)
+
+    assert result.status(1) is None, result  # h2 refuses the header block: no response
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize(
+    ("authority", "data"),
+    [
+        (f"{API}:443", b"G(T /m HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n"),
+        (f"{API}:443", b"\x00GET /m HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n"),
+        ("other.allowed.test:80", b"SSH-2.0-OpenSSH_9.6 sandbox\r\n"),
+        ("other.allowed.test:80", b"G(T /m HTTP/1.1\r\nHost: other.allowed.test\r\n\r\n"),
+    ],
+    ids=["tls-not-a-method", "tls-leading-nul", "plain-ssh", "plain-not-a-method"],
+)
+def test_bytes_that_are_not_http_inside_a_tunnel_to_a_name_are_closed(
+    harness: Harness, obs: Observed, authority: str, data: bytes
+):
+    # mitmproxy relays what does not start like an HTTP method as raw TCP; raw TCP inside
+    # a CONNECT to a name is refused (D9), so the connection closes and nothing is relayed.
+    with harness.conn() as conn:
+        assert conn.connect(authority).status == 200
+        if authority.endswith(":443"):
+            ctx = harness.client_tls()
+            conn.start_tls(ctx, API)
+        conn.send(data)
+        received = b""
+        try:
+            while chunk := conn.sock.recv(4096):
+                received += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+
+    assert received == b"", received
+    obs.assert_nothing_reached()
