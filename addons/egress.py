@@ -132,6 +132,7 @@ class EgressPolicy:
         started = time.monotonic()
         host_text = flow.request.host[:255]
         port: int | None = flow.request.port
+        policy = self.policy  # one snapshot per hook: a reload never splits a decision
         try:
             try:
                 host, port = parse_authority(flow.request.host, flow.request.port)
@@ -139,8 +140,8 @@ class EgressPolicy:
                 decision = Decision.deny(Reason.BAD_REQUEST)
             else:
                 host_text = str(host)
-                decision = self.policy.decide(host, port, tls=None)
-                decision = await self._pin(flow.client_conn, decision, host, port)
+                decision = policy.decide(host, port, tls=None)
+                decision = await self._pin(policy, flow.client_conn, decision, host, port)
                 if decision.allowed:
                     client = self._client(flow.client_conn)
                     client.target = (host, port)
@@ -185,7 +186,7 @@ class EgressPolicy:
                 state.no_sni = True
                 return
             state.target = (canonical_host(sni), address[1])
-            await self._relay_if_passthrough(data, state, address)
+            await self._relay_if_passthrough(self.policy, data, state, address)
         except HostError:
             state.bad_sni = True
         except Exception:  # noqa: BLE001 - fail closed: stay intercepted, requests are decided
@@ -193,15 +194,19 @@ class EgressPolicy:
             self.metrics.policy_errors.inc()
 
     async def _relay_if_passthrough(
-        self, data: tls.ClientHelloData, state: ClientState, address: tuple[str, int]
+        self,
+        policy: Policy,
+        data: tls.ClientHelloData,
+        state: ClientState,
+        address: tuple[str, int],
     ) -> None:
         assert state.target is not None
         host, port = state.target
-        decision = self.policy.decide(host, port, tls=True)
+        decision = policy.decide(host, port, tls=True)
         if not (decision.allowed and decision.entry is not None and decision.entry.passthrough):
             return  # intercepted: every request inside is decided and can be refused readably
         started = time.monotonic()
-        decision = await self._pin(data.context.client, decision, host, port)
+        decision = await self._pin(policy, data.context.client, decision, host, port)
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
         client = data.context.client
         pinned = self.pinning.pinned(client, (str(host), port))
@@ -220,7 +225,7 @@ class EgressPolicy:
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), flow.request.host[:255])
         flow.metadata[_META] = state
         try:
-            await self._decide_request(flow, state)
+            await self._decide_request(self.policy, flow, state)
         except Exception:  # noqa: BLE001 - fail closed, and count it
             log.exception("policy error on request")
             self.metrics.policy_errors.inc()
@@ -238,10 +243,11 @@ class EgressPolicy:
             else:
                 flow.response = refusal_response(state.decision, state.host)
 
-    async def _decide_request(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    async def _decide_request(self, policy: Policy, flow: http.HTTPFlow, state: FlowState) -> None:
+        """Decide with `policy`, the one snapshot this request uses throughout (D24)."""
         request = flow.request
         client = self._client(flow.client_conn)
-        if client.no_sni and not self._opened_by_address(client.target):
+        if client.no_sni and not self._opened_by_address(policy, client.target):
             state.decision = Decision.deny(Reason.NO_SNI)
             return
         located = self._locate(flow, client)
@@ -250,8 +256,8 @@ class EgressPolicy:
             return
         host, port = located.host, located.port
         state.host = str(host)
-        decision = self.policy.decide(host, port, tls=request.scheme == "https")
-        decision = await self._pin(flow.client_conn, decision, host, port)
+        decision = policy.decide(host, port, tls=request.scheme == "https")
+        decision = await self._pin(policy, flow.client_conn, decision, host, port)
         state.decision = decision
         if not decision.allowed:
             return
@@ -291,7 +297,7 @@ class EgressPolicy:
         return Decision.deny(located) if isinstance(located, Reason) else located
 
     async def _pin(
-        self, client: connection.Client, decision: Decision, host: Host, port: int
+        self, policy: Policy, client: connection.Client, decision: Decision, host: Host, port: int
     ) -> Decision:
         """Resolve an allowed name, keep the first permitted address, and pin it."""
         if not decision.allowed:
@@ -305,7 +311,7 @@ class EgressPolicy:
                     addresses = await self._resolve(host.name, port)
             except (OSError, TimeoutError):
                 addresses = []
-            decision, pinned = self.policy.pick_address(decision, addresses, port)
+            decision, pinned = policy.pick_address(decision, addresses, port)
         if pinned is not None:
             self.pinning.pin(client, (str(host), port), (str(pinned), port))
         return decision
@@ -324,7 +330,7 @@ class EgressPolicy:
             if is_transparent(flow.client_conn) and flow.server_conn.address:
                 address = flow.server_conn.address
                 destination = (canonical_host(address[0]), address[1])
-            if self._opened_by_address(destination) and flow.server_conn.address:
+            if self._opened_by_address(self.policy, destination) and flow.server_conn.address:
                 assert destination is not None
                 pinned = (str(destination[0]), destination[1])
                 self.pinning.pin(flow.client_conn, flow.server_conn.address, pinned)
@@ -340,11 +346,11 @@ class EgressPolicy:
         self.pinning.forget(flow.client_conn)
         flow.kill()
 
-    def _opened_by_address(self, destination: tuple[Host, int] | None) -> bool:
+    def _opened_by_address(self, policy: Policy, destination: tuple[Host, int] | None) -> bool:
         """An IP destination allowed by an explicit IP/CIDR entry (not by `*`)."""
         if destination is None or destination[0].ip is None:
             return False
-        decision = self.policy.decide(destination[0], destination[1], tls=None)
+        decision = policy.decide(destination[0], destination[1], tls=None)
         return (
             decision.allowed
             and decision.entry is not None
