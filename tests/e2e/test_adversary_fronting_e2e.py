@@ -10,6 +10,10 @@
   a method that is not a token) are `bad_request` and nothing reaches an upstream (D21).
 * A ClientHello whose SNI does not parse is `bad_request`, not a tunnel without the
   SNI/CONNECT agreement check (D23).
+* The proxy never reaches itself: not through the IPv4-mapped spelling of its listen or
+  metrics address, not when `--listen`/`--metrics` are names, and not through any other
+  port of its own host that only a CIDR entry (the session config opens the proxy's /30)
+  would open (item 5, D22).
 
 Transparent mode: tests/e2e/test_adversary_transparent_e2e.py.
 """
@@ -17,12 +21,19 @@ Transparent mode: tests/e2e/test_adversary_transparent_e2e.py.
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import EGRESS_PROXY, proxy_env
 from tests.support.expect import Observed, assert_refused, header_values
 from tests.support.h2client import exchange
 from tests.support.harness import Harness
+from tests.support.netns import Topology
+from tests.support.proxyproc import ProxyProcess, start_proxy
+from tests.support.rawhttp import Conn
 
 pytestmark = pytest.mark.netns
 
@@ -322,3 +333,87 @@ def test_bytes_that_are_not_http_inside_a_tunnel_to_a_name_are_closed(
 
     assert received == b"", received
     obs.assert_nothing_reached()
+
+
+# -- the proxy's own addresses (D22) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::ffff:{proxy}]:9464/metrics",  # main served its metrics to the sandbox
+        "http://[::ffff:{proxy}]:9464/healthz",
+        "http://{proxy}:80/",  # another port of the proxy's host (a trap listens there)
+        "http://[::ffff:{proxy}]:443/",
+    ],
+)
+def test_plain_request_to_the_proxys_own_host_is_loopback(
+    harness: Harness, obs: Observed, url: str
+):
+    response = harness.plain(url.format(proxy=harness.proxy_host))
+
+    assert_refused(response, "loopback")
+    obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize(
+    "authority",
+    [
+        "[::ffff:{proxy}]:8080",  # no data is sent: on main the tunnel opened (and would loop)
+        "[::ffff:{proxy}]:9464",
+        "{proxy}:8443",
+    ],
+)
+def test_connect_to_the_proxys_own_host_is_loopback(
+    harness: Harness, obs: Observed, authority: str
+):
+    response = harness.connect(authority.format(proxy=harness.proxy_host))
+
+    assert_refused(response, "loopback")
+    obs.assert_nothing_reached()
+
+
+NAMED_PORT, NAMED_METRICS = 8180, 9580  # apart from private_proxy's 8100+n and 9500+n
+
+
+@pytest.fixture
+def named_proxy(harness: Harness, topology: Topology, e2e_dir: Path) -> Iterator[ProxyProcess]:
+    """A proxy whose --listen and --metrics are names (self.allowed.test is its address)
+    and whose allowlist opens its own /30: only the self rule can refuse its endpoints."""
+    config = e2e_dir / "named-self.yaml"
+    config.write_text(f"network:\n  allowlist:\n    - domain: {topology.client_net}\n")
+    process = start_proxy(
+        "named-self",
+        topology.exec_prefix(topology.ns_proxy),
+        EGRESS_PROXY,
+        config,
+        ["--listen", f"self.allowed.test:{NAMED_PORT}"]
+        + ["--metrics", f"self.allowed.test:{NAMED_METRICS}"]
+        + ["--certs", str(e2e_dir / "certs")],
+        e2e_dir,
+        proxy_env(harness.secrets[0]),
+        lambda: socket.create_connection((topology.proxy_ip, NAMED_METRICS), timeout=5),
+    )
+    try:
+        yield process
+    finally:
+        process.child.stop()
+
+
+def test_named_listen_and_metrics_addresses_are_refused(
+    harness: Harness, named_proxy: ProxyProcess
+):
+    proxy = harness.proxy_host
+    with Conn(proxy, NAMED_PORT) as conn:
+        metrics = harness.remember(
+            conn.request(
+                "GET",
+                f"http://{proxy}:{NAMED_METRICS}/metrics",
+                [("Host", f"{proxy}:{NAMED_METRICS}"), ("Connection", "close")],
+            )
+        )
+    with Conn(proxy, NAMED_PORT) as conn:
+        listen = harness.remember(conn.connect(f"[::ffff:{proxy}]:{NAMED_PORT}"))
+
+    assert_refused(metrics, "loopback")
+    assert_refused(listen, "loopback")
