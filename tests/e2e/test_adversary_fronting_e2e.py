@@ -14,6 +14,8 @@
   metrics address, not when `--listen`/`--metrics` are names, and not through any other
   port of its own host that only a CIDR entry (the session config opens the proxy's /30)
   would open (item 5, D22).
+* A reload that lands while a request's name is being resolved does not decide that
+  request: it is decided and pinned by the configuration it arrived under (item 7, D24).
 
 Transparent mode: tests/e2e/test_adversary_transparent_e2e.py.
 """
@@ -21,19 +23,23 @@ Transparent mode: tests/e2e/test_adversary_transparent_e2e.py.
 from __future__ import annotations
 
 import json
+import os
 import socket
-from collections.abc import Iterator
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import EGRESS_PROXY, proxy_env
+from tests.e2e.conftest import EGRESS_PROXY, REPO, PrivateProxy, proxy_env
+from tests.support import procs
 from tests.support.expect import Observed, assert_refused, header_values
 from tests.support.h2client import exchange
-from tests.support.harness import Harness
-from tests.support.netns import Topology
+from tests.support.harness import Harness, JsonLines
+from tests.support.netns import UPSTREAM_IP, Topology
 from tests.support.proxyproc import ProxyProcess, start_proxy
-from tests.support.rawhttp import Conn
+from tests.support.rawhttp import Conn, Response
 
 pytestmark = pytest.mark.netns
 
@@ -417,3 +423,62 @@ def test_named_listen_and_metrics_addresses_are_refused(
 
     assert_refused(metrics, "loopback")
     assert_refused(listen, "loopback")
+
+
+# -- a reload during a request's DNS lookup (D24) -------------------------------------------
+
+SLOW = "slow.allowed.test"  # answered only by the held DNS server below
+RACE_V1 = 'network:\n  allowlist:\n    - domain: "*.allowed.test"\n'
+RACE_V2 = RACE_V1 + "    - domain: 198.18.1.0/24\n"  # opens the upstream's reserved range
+
+
+@pytest.fixture
+def held_dns(topology: Topology, e2e_dir: Path) -> Iterator[tuple[JsonLines, Path]]:
+    """The tests' DNS server in the proxy namespace, holding answers for SLOW until the
+    release file exists (tests/support/dns_server.py --hold)."""
+    zone, log, release = (e2e_dir / f"race-{n}" for n in ("zone.json", "dns.jsonl", "release"))
+    zone.write_text(json.dumps({SLOW: [[UPSTREAM_IP]]}))
+    log.touch()
+    release.unlink(missing_ok=True)
+    argv = topology.exec_prefix(topology.ns_proxy) + [
+        sys.executable, "-m", "tests.support.dns_server", "--listen", "127.0.0.1:53",
+        "--zone", str(zone), "--log", str(log), "--hold", f"{SLOW}={release}",
+    ]  # fmt: skip
+    child = procs.start("race-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        procs.wait_until(
+            "DNS server", lambda: "ready" in child.stdout.read_text(), timeout=15, child=child
+        )
+        yield JsonLines(log), release
+    finally:
+        release.touch()
+        child.stop()
+
+
+def test_a_reload_during_the_lookup_does_not_decide_the_request(
+    private_proxy: Callable[..., PrivateProxy],
+    held_dns: tuple[JsonLines, Path],
+    obs: Observed,
+):
+    dns_log, release = held_dns
+    p = private_proxy("race", RACE_V1, "--dns-cache", "0")
+    mark = dns_log.mark()
+    responses: list[Response] = []
+    request = threading.Thread(target=lambda: responses.append(p.view.plain(f"http://{SLOW}/race")))
+    request.start()
+    try:
+        dns_log.wait_for(mark, lambda e: e["name"] == SLOW)  # the lookup is in flight
+        p.process.config.write_text(RACE_V2)
+        assert p.process.reload() == {"ok": 1.0, "failed": 0.0}
+    finally:
+        release.touch()
+        request.join(timeout=30)
+
+    # Decided by RACE_V1 (whose address stage refuses the reserved range), not pinned by V2.
+    assert len(responses) == 1, "the request did not finish"
+    assert_refused(responses[0], "internal_address", host=SLOW)
+    obs.assert_nothing_reached()
+    # The next request is decided by the new configuration, wholly.
+    after = p.view.plain(f"http://{SLOW}/after")
+    assert after.status == 200, after.describe()
+    assert obs.only_request()["target"] == "/after"
