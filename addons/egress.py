@@ -175,8 +175,13 @@ class EgressPolicy:
             return  # intercepted, so that its requests are refused readably
         try:
             if not is_transparent(client):
-                if state.passthrough and state.target is not None:
-                    data.ignore_connection = not sni or canonical_host(sni) == state.target[0]
+                if state.target is None or (sni and canonical_host(sni) != state.target[0]):
+                    return  # intercepted; its requests meet host_mismatch
+                data.ignore_connection = state.passthrough
+                # The target was decided and pinned at the CONNECT (D19).
+                data.establish_server_tls_first = not state.passthrough and _upstream_chooses(
+                    data.client_hello.alpn_protocols
+                )
                 return
             address = data.context.server.address
             if address is None:
@@ -186,7 +191,9 @@ class EgressPolicy:
                 state.no_sni = True
                 return
             state.target = (canonical_host(sni), address[1])
-            await self._relay_if_passthrough(self.policy, data, state, address)
+            policy = self.policy  # one snapshot per hook (D24)
+            if not await self._relay_if_passthrough(policy, data, state, address):
+                await self._upstream_first(policy, data, state)
         except HostError:
             state.bad_sni = True
         except Exception:  # noqa: BLE001 - fail closed: stay intercepted, requests are decided
@@ -199,12 +206,13 @@ class EgressPolicy:
         data: tls.ClientHelloData,
         state: ClientState,
         address: tuple[str, int],
-    ) -> None:
+    ) -> bool:
+        """Transparent: relay what a pass-through entry allows; True when it was decided."""
         assert state.target is not None
         host, port = state.target
         decision = policy.decide(host, port, tls=True)
         if not (decision.allowed and decision.entry is not None and decision.entry.passthrough):
-            return  # intercepted: every request inside is decided and can be refused readably
+            return False  # intercepted: every request inside is decided, refused readably
         started = time.monotonic()
         decision = await self._pin(policy, data.context.client, decision, host, port)
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
@@ -218,6 +226,26 @@ class EgressPolicy:
         self._audit(
             data.context.client, "TLS", "https", str(host), port, decision, started, status=None
         )
+        return True
+
+    async def _upstream_first(
+        self, policy: Policy, data: tls.ClientHelloData, state: ClientState
+    ) -> None:
+        """Transparent, intercepted: when the SNI's host is allowed, pin it and complete the
+        upstream handshake before the client's, so the client gets the upstream's ALPN
+        choice (D19). The upstream is the SNI's checked address, never the original
+        destination; a refused name opens nothing, and its requests are refused readably.
+        """
+        assert state.target is not None
+        if not _upstream_chooses(data.client_hello.alpn_protocols):
+            return
+        host, port = state.target
+        decision = policy.decide(host, port, tls=True)
+        decision = await self._pin(policy, data.context.client, decision, host, port)
+        if decision.allowed:
+            # Keyed like the requests inside, which then reuse this connection.
+            data.context.server.address = (str(host), port)
+            data.establish_server_tls_first = True
 
     # -- requests ------------------------------------------------------------------------
 
@@ -452,6 +480,12 @@ def _origin_form(request: http.Request, located: Location) -> None:
         request.data.authority = b""
     elif located.authority and not request.data.authority:
         request.authority = located.authority
+
+
+def _upstream_chooses(offers: list[bytes]) -> bool:
+    """Whether the upstream's ALPN choice matters: the client offers HTTP/2 and something
+    else (D19). With one offer there is nothing to choose, and no early upstream handshake."""
+    return b"h2" in offers and len(offers) > 1
 
 
 def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
