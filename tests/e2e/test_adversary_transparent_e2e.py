@@ -101,3 +101,32 @@ def test_sni_that_does_not_parse_is_bad_request(tp: Transparent, seen: Seen):
 
     assert_refused(response, "bad_request")
     seen.assert_nothing_reached()
+
+
+def test_plain_http_absolute_target_without_a_host_header_names_the_host(
+    tp: Transparent, seen: Seen
+):
+    # HTTP/1.0 needs no Host: the target's authority names the host, and the upstream gets
+    # it as Host with an origin-form target (D20).
+    with tp.plain(DECOY_IP) as conn:
+        conn.send(b"GET http://other.t.test/no-host HTTP/1.0\r\n\r\n")
+        response = conn.read_response()
+
+    assert response.status == 200, response.describe()
+    record = seen.only_request(listener(REAL_IP, 80))
+    assert record["target"] == "/no-host"
+    assert header_values(record, "Host") == ["other.t.test"]
+
+
+@pytest.mark.parametrize(
+    "field", [b"X-A: b\rHost: api.t.test", b"X-F: one\r\n two", b"X-N: a\x00b"]
+)
+def test_header_value_with_forbidden_bytes_is_bad_request(
+    tp: Transparent, seen: Seen, field: bytes
+):
+    with tp.plain(DECOY_IP) as conn:
+        conn.send(b"GET /tp-hdr HTTP/1.1\r\nHost: other.t.test\r\n" + field + b"\r\n\r\n")
+        response = conn.read_response()
+
+    assert_refused(response, "bad_request")
+    seen.assert_nothing_reached()
