@@ -39,7 +39,7 @@ from addons.refusal import refusal_response
 from proxy.audit import AuditLog, AuditRecord
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
-from proxy.fields import head_problem
+from proxy.fields import fields_problem, head_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
@@ -343,6 +343,13 @@ class EgressPolicy:
         if pinned is not None:
             self.pinning.pin(client, (str(host), port), (str(pinned), port))
         return decision
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        """Request trailers arrive after the body streamed, too late for a refusal: a trailer
+        block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        trailers = flow.request.trailers
+        if trailers is not None and fields_problem(trailers.fields) is not None:
+            flow.request.trailers = None
 
     # -- non-HTTP TCP ----------------------------------------------------------------------
 

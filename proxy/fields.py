@@ -29,6 +29,11 @@ def head_problem(method: bytes, fields: Iterable[tuple[bytes, bytes]]) -> str | 
     """What makes this request head unforwardable, or None when nothing does."""
     if not _TOKEN.fullmatch(method):
         return "method is not a token"
+    return fields_problem(fields)
+
+
+def fields_problem(fields: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """What makes a header or trailer block unforwardable, or None when nothing does."""
     for index, (name, value) in enumerate(fields):
         if not _TOKEN.fullmatch(name):
             return f"header field {index}: name is not a token"

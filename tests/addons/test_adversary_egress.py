@@ -11,6 +11,7 @@ import ipaddress
 from typing import Any
 
 import pytest
+from mitmproxy import http
 from mitmproxy.connection import Server
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow
@@ -111,3 +112,25 @@ def test_raw_tcp_refused_in_a_named_tunnel_unpins_the_tunnel() -> None:
         )
 
     assert server.error == "egress: no policy decision for this destination"
+
+
+@pytest.mark.parametrize(
+    ("trailers", "kept"),
+    [
+        ([(b"X-Checksum", b"abc")], True),
+        ([(b"X-T", b"a\rHost: evil.example")], False),  # bare CR
+        ([(b"X-T", b"one\r\n two")], False),  # obs-fold
+        ([(b"X-T", b"a\x00b")], False),
+        ([(b"X\x00T", b"v")], False),
+    ],
+)
+def test_request_trailers_with_forbidden_bytes_are_dropped(
+    trailers: list[tuple[bytes, bytes]], kept: bool
+) -> None:
+    addon, _, _ = make_addon(Resolver({}), *NAME_ONLY)
+    flow = https_flow("db.example")
+    flow.request.trailers = http.Headers(trailers)
+    with taddons.context(addon):
+        addon.request(flow)
+
+    assert (flow.request.trailers is not None) is kept
