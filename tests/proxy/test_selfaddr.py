@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import pytest
 
@@ -67,10 +68,20 @@ def test_is_local_reads_the_embedded_ipv4() -> None:
     assert not SelfAddresses.is_local(ip("::ffff:192.0.2.1"))
 
 
-def test_a_name_that_does_not_resolve_is_an_error() -> None:
-    with pytest.raises(SelfAddressError, match="nowhere.invalid"):
-        SelfAddresses([("nowhere.invalid", 8080)])
-    assert ip("127.0.0.1") in resolve_endpoint("localhost", 80)
+def test_a_name_that_does_not_resolve_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No real lookup of an unknown name: it would leave this host for the system resolver.
+    def no_answer(*args: object, **kwargs: object) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with pytest.raises(SelfAddressError, match="proxy.example"):
+        SelfAddresses([("proxy.example", 8080)], resolve=resolver({}))
+    monkeypatch.setattr(socket, "getaddrinfo", no_answer)
+    with pytest.raises(SelfAddressError, match="Name or service not known"):
+        resolve_endpoint("proxy.example", 8080)
+
+
+def test_resolve_endpoint_reads_the_hosts_file() -> None:
+    assert ip("127.0.0.1") in resolve_endpoint("localhost", 80)  # /etc/hosts, no DNS
 
 
 LOCAL = {ip("10.1.2.3"), ip("203.0.113.5")}
