@@ -428,6 +428,7 @@ def test_named_listen_and_metrics_addresses_are_refused(
 # -- a reload during a request's DNS lookup (D24) -------------------------------------------
 
 SLOW = "slow.allowed.test"  # answered only by the held DNS server below
+MAPPED = "mapped-self.allowed.test"  # answered with the proxy's address, IPv4-mapped
 RACE_V1 = 'network:\n  allowlist:\n    - domain: "*.allowed.test"\n'
 RACE_V2 = RACE_V1 + "    - domain: 198.18.1.0/24\n"  # opens the upstream's reserved range
 
@@ -437,7 +438,7 @@ def held_dns(topology: Topology, e2e_dir: Path) -> Iterator[tuple[JsonLines, Pat
     """The tests' DNS server in the proxy namespace, holding answers for SLOW until the
     release file exists (tests/support/dns_server.py --hold)."""
     zone, log, release = (e2e_dir / f"race-{n}" for n in ("zone.json", "dns.jsonl", "release"))
-    zone.write_text(json.dumps({SLOW: [[UPSTREAM_IP]]}))
+    zone.write_text(json.dumps({SLOW: [[UPSTREAM_IP]], MAPPED: [[f"::ffff:{topology.proxy_ip}"]]}))
     log.touch()
     release.unlink(missing_ok=True)
     argv = topology.exec_prefix(topology.ns_proxy) + [
@@ -482,3 +483,19 @@ def test_a_reload_during_the_lookup_does_not_decide_the_request(
     after = p.view.plain(f"http://{SLOW}/after")
     assert after.status == 200, after.describe()
     assert obs.only_request()["target"] == "/after"
+
+
+def test_a_name_answering_the_mapped_spelling_of_the_proxy_is_loopback(
+    private_proxy: Callable[..., PrivateProxy],
+    held_dns: tuple[JsonLines, Path],
+    topology: Topology,
+    obs: Observed,
+):
+    # The sandbox owns a name and answers AAAA ::ffff:<proxy address>; the proxy's own /30
+    # is opened by an entry, so only the self rule stands between it and its metrics (D22).
+    config = f'network:\n  allowlist:\n    - domain: "*.allowed.test"\n    - domain: {topology.client_net}\n'
+    p = private_proxy("mapped", config, "--dns-cache", "0")
+    response = p.view.plain(f"http://{MAPPED}:{p.view.metrics_port}/metrics")
+
+    assert_refused(response, "loopback", host=MAPPED)
+    obs.assert_nothing_reached()
