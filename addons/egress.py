@@ -483,7 +483,10 @@ def _origin_form(request: http.Request, located: Location) -> None:
     request.path = located.path
     if not (request.is_http2 or request.is_http3):
         if request.data.authority and "Host" not in request.headers:
-            request.headers.insert(0, "Host", request.authority)
+            # The client's bytes as they were (`request.authority` would IDNA-decode them).
+            request.headers.insert(
+                0, "Host", request.data.authority.decode("utf-8", "surrogateescape")
+            )
         request.data.authority = b""
     elif located.authority and not request.data.authority:
         request.authority = located.authority
