@@ -514,3 +514,27 @@ def test_a_name_answering_the_mapped_spelling_of_the_proxy_is_loopback(
 
     assert_refused(response, "loopback", host=MAPPED)
     obs.assert_nothing_reached()
+
+
+def test_a_listen_name_that_does_not_resolve_stops_the_start(
+    harness: Harness, topology: Topology, e2e_dir: Path
+):
+    # Inside the proxy namespace, whose resolver (127.0.0.1:53) has no server here: the
+    # lookup fails locally. The proxy cannot know what to refuse, so it does not start.
+    config = e2e_dir / "unresolved-listen.yaml"
+    config.write_text('network:\n  allowlist:\n    - domain: "*.allowed.test"\n')
+    argv = topology.exec_prefix(topology.ns_proxy) + [
+        str(EGRESS_PROXY), "run", "--config", str(config),
+        "--listen", f"nowhere.allowed.test:{NAMED_PORT}",
+        "--metrics", f"{topology.proxy_ip}:{NAMED_METRICS}",
+        "--certs", str(e2e_dir / "certs"), "--audit-log", str(e2e_dir / "unresolved.jsonl"),
+    ]  # fmt: skip
+    child = procs.start("unresolved-listen", argv, e2e_dir, env=proxy_env(harness.secrets[0]))
+    try:
+        code = child.popen.wait(timeout=60)
+    finally:
+        child.stop()
+
+    stderr = child.stderr.read_text()
+    assert code == 2, stderr
+    assert "--listen/--metrics: cannot resolve 'nowhere.allowed.test'" in stderr, stderr
