@@ -26,6 +26,7 @@ from cryptography import x509
 from proxy import config as configuration
 from proxy import workers
 from proxy.audit import AuditLog
+from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, system_resolve
@@ -33,8 +34,6 @@ from proxy.selfaddr import SelfAddressError, SelfAddresses
 
 log = logging.getLogger("egress")
 
-CA_BASENAME = "mitmproxy"  # the file names mitmproxy's tlsconfig looks for in confdir
-CA_CERT = f"{CA_BASENAME}-ca-cert.pem"
 UPSTREAM_TRUST = "upstream-trust.pem"
 
 
@@ -53,6 +52,7 @@ class Settings:
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
+    ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -60,19 +60,6 @@ def parse_hostport(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def ensure_ca(certs: Path) -> Path:
-    """Create the interception CA in `certs` when missing; return the public certificate's path."""
-    from mitmproxy.certs import CertStore
-
-    certs.mkdir(parents=True, exist_ok=True)
-    certs.chmod(0o700)
-    if not (certs / f"{CA_BASENAME}-ca.pem").exists():
-        CertStore.create_store(
-            certs, CA_BASENAME, 2048, organization="sandbox-egress", cn="sandbox egress proxy CA"
-        )
-    return certs / CA_CERT
 
 
 def upstream_trust(certs: Path, extra_ca: Path) -> Path:
@@ -107,7 +94,7 @@ async def serve(settings: Settings) -> int:
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
-    ca_cert = ensure_ca(settings.certs)
+    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
