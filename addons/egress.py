@@ -8,14 +8,17 @@ pinned is never opened.
 A client connection has a *target* once it is known: the CONNECT authority in
 regular mode, the TLS SNI (or, without SNI, the original destination address)
 with the original port in transparent mode. Every request on that connection
-must name the target in its Host/:authority (domain fronting, SPEC 1.6).
+must name the target in its Host/:authority and its request-target, which an
+upstream then receives in origin-form (domain fronting, SPEC 1.6; `addons.targets`).
+Each hook reads `self.policy` once: a reload never splits one decision (D24).
 
 Life of a request:
 1. (regular) `http_connect` decides the CONNECT target and refuses with 403
    before any tunnel. (transparent) `tls_clienthello` records the SNI.
 2. `requestheaders` decides every request again (each one on a kept-alive
-   connection or HTTP/2 stream), resolves the name, pins the first permitted
-   address, and writes the transform headers.
+   connection or HTTP/2 stream): it refuses header bytes no upstream may see,
+   resolves the name, pins the first permitted address, and writes the transform
+   headers. `request` drops a trailer block with such bytes (D21).
 3. `addons.pinning` connects only to the pinned address (no second lookup),
    and refuses a connection that nothing pinned.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
@@ -32,20 +35,20 @@ from dataclasses import dataclass, field
 
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.net.http.http1.read import expected_http_body_size
-from mitmproxy.proxy import mode_specs
 
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
+from addons.targets import is_transparent, locate_flow, origin_form
 from proxy.audit import AuditLog, AuditRecord
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
-from proxy.fields import fields_problem, head_problem
+from proxy.fields import fields_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
 from proxy.resolver import system_resolve
-from proxy.targets import Location, RequestNames, locate
+from proxy.targets import Location
 
 log = logging.getLogger("egress")
 
@@ -84,10 +87,6 @@ class ClientState:
     passthrough: bool = False
     # The ClientHello carried an SNI that does not parse: every request is bad_request (D23).
     bad_sni: bool = False
-
-
-def is_transparent(client: connection.Client) -> bool:
-    return isinstance(client.proxy_mode, mode_specs.TransparentMode)
 
 
 class EgressPolicy:
@@ -292,7 +291,7 @@ class EgressPolicy:
         # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = str(host), port
-        _origin_form(request, located)
+        origin_form(request, located)
         entry = decision.entry
         if entry is not None and entry.transform:
             for transform in entry.transform:
@@ -302,26 +301,7 @@ class EgressPolicy:
             self.metrics.injections.labels(entry.pattern).inc()
 
     def _locate(self, flow: http.HTTPFlow, client: ClientState) -> Location | Decision:
-        request = flow.request
-        if head_problem(request.data.method, request.headers.fields) is not None:
-            return Decision.deny(Reason.BAD_REQUEST)  # bytes no upstream may see (D21)
-        http1 = not (request.is_http2 or request.is_http3)
-        names = RequestNames(
-            transparent=is_transparent(flow.client_conn),
-            host=request.host,
-            port=request.port,
-            host_header=request.host_header,
-            sni=flow.client_conn.sni,
-            client_tls=flow.client_conn.tls,
-            target=client.target,
-            sni_malformed=client.bad_sni,
-            method=request.method,
-            path=request.path,
-            # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
-            # mode; for HTTP/2 `authority` is :authority (the Host header, above).
-            target_authority=request.authority if http1 else "",
-        )
-        located = locate(names)
+        located = locate_flow(flow, client.target, client.bad_sni)
         return Decision.deny(located) if isinstance(located, Reason) else located
 
     async def _pin(
@@ -471,25 +451,6 @@ class EgressPolicy:
                 duration_s=time.monotonic() - started,
             )
         )
-
-
-def _origin_form(request: http.Request, located: Location) -> None:
-    """Send the request-target upstream in origin-form (SPEC 1.6, D20).
-
-    HTTP/1: mitmproxy writes absolute-form while `authority` is set; the Host header
-    then carries the name (added from the target when the client sent none). HTTP/2:
-    `:path` becomes origin-form; `:authority` stays (filled from the target if absent).
-    """
-    request.path = located.path
-    if not (request.is_http2 or request.is_http3):
-        if request.data.authority and "Host" not in request.headers:
-            # The client's bytes as they were (`request.authority` would IDNA-decode them).
-            request.headers.insert(
-                0, "Host", request.data.authority.decode("utf-8", "surrogateescape")
-            )
-        request.data.authority = b""
-    elif located.authority and not request.data.authority:
-        request.authority = located.authority
 
 
 def _upstream_chooses(offers: list[bytes]) -> bool:
