@@ -39,7 +39,7 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
 from addons.targets import is_transparent, locate_flow, origin_form
-from proxy.audit import AuditLog, AuditRecord
+from proxy.audit import AuditRecord, AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
 from proxy.fields import fields_problem
@@ -94,7 +94,7 @@ class EgressPolicy:
         self,
         policy: Policy,
         metrics: ProxyMetrics,
-        audit: AuditLog,
+        audit: AuditSink,
         on_running: Callable[[], None] | None = None,
         resolver: Resolver = system_resolve,
     ) -> None:

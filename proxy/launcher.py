@@ -25,7 +25,7 @@ from cryptography import x509
 
 from proxy import config as configuration
 from proxy import workers
-from proxy.audit import AuditLog
+from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
@@ -101,7 +101,8 @@ async def serve(settings: Settings) -> int:
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
-    audit = AuditLog.open(settings.audit_log)
+    # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
+    audit = BackgroundAuditLog(AuditLog.open(settings.audit_log), metrics.audit_dropped.inc)
 
     options = Options()
     master = DumpMaster(options, with_termlog=False, with_dumper=False)
@@ -157,6 +158,7 @@ async def serve(settings: Settings) -> int:
     try:
         await master.run()
     finally:
+        audit.close()
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
