@@ -31,7 +31,7 @@ from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, system_resolve
-from proxy.selfaddr import SelfAddresses
+from proxy.selfaddr import SelfAddressError, SelfAddresses
 
 log = logging.getLogger("egress")
 
@@ -81,7 +81,11 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
 
 
 def self_addresses(settings: Settings) -> SelfAddresses:
-    return SelfAddresses([settings.listen, settings.metrics])
+    """The endpoints to refuse; a name given to --listen/--metrics is resolved now."""
+    try:
+        return SelfAddresses([settings.listen, settings.metrics])
+    except SelfAddressError as exc:
+        raise LaunchError(f"--listen/--metrics: {exc}") from exc
 
 
 async def serve(settings: Settings) -> int:
@@ -92,6 +96,7 @@ async def serve(settings: Settings) -> int:
     from addons.egress import EgressPolicy
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
+    own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
     ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
@@ -128,12 +133,12 @@ async def serve(settings: Settings) -> int:
     resolver = system_resolve
     if settings.dns_cache_seconds > 0:
         resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
-    policy = Policy(network, self_addresses(settings))
+    policy = Policy(network, own, own.is_local)
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
     master.addons.add(addon)
 
     def apply(fresh: configuration.NetworkConfig) -> None:
-        addon.policy = Policy(fresh, self_addresses(settings))  # one assignment: atomic
+        addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
         metrics.allowlist_entries.set(len(fresh.allowlist))
 
     def on_result(ok: bool) -> None:
