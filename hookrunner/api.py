@@ -143,7 +143,7 @@ class HookSession:
 def parse_event_payload(
     event: Event, document: Any, *, default_environment_id: str = ""
 ) -> EventPayload:
-    """Check the SPEC 2.4 payload read by ``hookrunner run``."""
+    """Check the SPEC 2.4 payload read by ``hookrunner run``: only the fields the runner reads."""
     if not isinstance(document, dict):
         raise PayloadError("the payload must be a JSON object")
     call = document.get("tool_call")
@@ -160,4 +160,14 @@ def parse_event_payload(
     error = document.get("error") if event is Event.POST else None
     if error is not None and not isinstance(error, str):
         raise PayloadError('"error" must be a string')
-    return EventPayload(event, ToolCall(name, args), environment_id, error or None)
+    # Open payloads: what the runner does not read reaches the handlers unchanged.
+    read = (
+        {"tool_call", "environment_id", "error"}
+        if event is Event.POST
+        else {"tool_call", "environment_id"}
+    )
+    extra = {k: v for k, v in document.items() if k not in read}
+    call_extra = {k: v for k, v in call.items() if k not in ("name", "args")}
+    return EventPayload(
+        event, ToolCall(name, args), environment_id, error or None, extra, call_extra
+    )

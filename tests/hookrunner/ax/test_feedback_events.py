@@ -117,7 +117,7 @@ def test_tool_event_payload() -> None:
         "session_id": "ses_1",
         "hook_event_name": "PreToolUse",
         "cwd": "/w",
-        "tool_name": "bash",
+        "tool_name": "Bash",  # Claude Code's name for AX Code's bash
         "tool_input": {"command": "ls"},
         "tool_use_id": "c1",
         "timestamp": "2026-01-02T03:04:05.678Z",
@@ -143,7 +143,6 @@ def test_post_tool_use_and_prompt_payloads() -> None:
         ("PreToolUse", [], "the payload must be a JSON object"),
         ("PreToolUse", {}, '"tool" must be a non-empty string'),
         ("PreToolUse", {"tool": "bash", "args": []}, '"args" must be an object'),
-        ("PreToolUse", {"tool": "bash", "arguments": {}}, "PreToolUse takes no 'arguments'"),
         ("PostToolUse", {"tool": "x", "output": 1}, '"output" must be a string'),
         ("UserPromptSubmit", {}, '"prompt" must be a string'),
         ("UserPromptSubmit", {"prompt": "x", "synthetic": "yes"}, '"synthetic" must be a boolean'),
