@@ -18,10 +18,7 @@ entries unchanged. A wrong type of a needed field is a ``PayloadError``.
 * a ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
   ``UserPromptSubmit`` with ``"synthetic": true`` do not fire (source page).
 
-What a hook receives: legacy entries get ``args_document`` on stdin (compact
-JSON, the same text as ``HOOK_ARGS_JSON`` when that is not empty); claude-code
-entries get ``claude_code_document``, Claude Code's input envelope with
-Claude Code's tool names (``vocabulary``).
+What each hook receives is built from the ``EventInput`` in ``envelope``.
 """
 
 from __future__ import annotations
@@ -261,51 +258,3 @@ def _fits(form: Any, value: Any) -> bool:
     if form is _BOOLEAN:
         return isinstance(value, bool)
     return isinstance(value, str) and form.fullmatch(value) is not None
-
-
-def args_document(inp: EventInput) -> Mapping[str, Any]:
-    """HOOK_ARGS_JSON and a legacy hook's stdin: the tool's arguments, or the event's fields."""
-    if inp.event in OBSERVATION_EVENTS:
-        body: dict[str, Any] = {"session_id": inp.session_id, **inp.fields}
-        if inp.tool:
-            body["tool"] = inp.tool
-        body["timestamp"] = inp.timestamp
-        return body
-    return inp.args
-
-
-def claude_code_document(inp: EventInput, cwd: str) -> dict[str, Any]:
-    """The stdin of a claude-code entry: Claude Code's hook input envelope."""
-    if inp.event in OBSERVATION_EVENTS:
-        body: dict[str, Any] = {"session_id": inp.session_id, "hook_event_name": inp.event.value}
-        for key, value in inp.fields.items():
-            body["tool_use_id" if key == "tool_call_id" else key] = value
-        if inp.tool:
-            body["tool_name"] = inp.claude_tool
-        body["timestamp"] = inp.timestamp
-        return body
-    body = dict(inp.extra)  # every field the runner does not read, unchanged
-    body["session_id"] = inp.session_id
-    body["hook_event_name"] = inp.event.value
-    body.setdefault("cwd", cwd)
-    if inp.event in TOOL_EVENTS:
-        body["tool_name"] = inp.claude_tool
-        body["tool_input"] = dict(inp.claude_input)
-        if "tool_call_id" in inp.fields:
-            body["tool_use_id"] = inp.fields["tool_call_id"]
-    if inp.event is AxEvent.POST_TOOL_USE:
-        response = inp.tool_response if inp.tool_response is not None else inp.output
-        body["tool_response"] = response if response is not None else ""
-    if inp.event is AxEvent.USER_PROMPT_SUBMIT:
-        body["prompt"] = inp.prompt
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP):
-        body["stop_hook_active"] = inp.stop_hook_active
-    if inp.event is AxEvent.PRE_COMPACT:
-        auto = inp.args.get("auto") is True
-        trigger = inp.extra.get("trigger", inp.args.get("trigger"))
-        body["trigger"] = trigger if isinstance(trigger, str) else ("auto" if auto else "manual")
-        body.setdefault("custom_instructions", "")
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COMPACT) and inp.args:
-        body["args"] = dict(inp.args)  # AX Code's arguments of the event, when it has any
-    body.setdefault("timestamp", inp.timestamp)
-    return body

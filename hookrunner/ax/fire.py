@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hookrunner.ax.decode import decode
-from hookrunner.ax.events import EventInput, args_document, claude_code_document
+from hookrunner.ax.envelope import args_document, claude_code_document
+from hookrunner.ax.events import EventInput
 from hookrunner.ax.feedback import PER_HOOK_CHARS, bound, hook_feedback
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,

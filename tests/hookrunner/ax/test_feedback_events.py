@@ -6,12 +6,8 @@ import json
 
 import pytest
 
-from hookrunner.ax.events import (
-    EventInput,
-    args_document,
-    claude_code_document,
-    parse_event,
-)
+from hookrunner.ax.envelope import args_document, claude_code_document
+from hookrunner.ax.events import EventInput, parse_event
 from hookrunner.ax.feedback import (
     CLOSE_TAG,
     OPEN_TAG,
