@@ -12,6 +12,9 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
+
+from hookrunner.errors import PayloadError
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, rule
 
 DUMP = """import json, sys
@@ -93,3 +96,21 @@ def test_a_needed_field_of_the_wrong_type_is_still_a_clear_error(env: Env) -> No
         assert (done.returncode, done.stdout) == (2, "")
         assert done.stderr == f"hookrunner: error: {message}\n"
     assert not (env.root / "seen.jsonl").exists()
+
+
+def test_the_python_api_passes_the_runtimes_fields(env: Env) -> None:
+    dumping(env, "post_tool_execution")
+    session = env.session()
+    session.post("read_file", {"path": "a"}, fields={"call_id": "c1", "turn": 4})
+    assert seen(env) == [
+        {
+            "call_id": "c1",
+            "turn": 4,
+            "tool_call": {"name": "read_file", "args": {"path": "a"}},
+            "environment_id": "env_test",
+        }
+    ]
+    with pytest.raises(PayloadError, match="fields cannot set environment_id: the runner"):
+        session.pre("read_file", {}, fields={"environment_id": "forged"})
+    with pytest.raises(PayloadError, match="the fields are not JSON"):
+        session.pre("read_file", {}, fields={"at": object()})

@@ -25,7 +25,7 @@ from tests.hookrunner.ax.realworld_support import (
     fire,
     warning_lines,
 )
-from tests.hookrunner.helpers import HOOKRUNNER, PY
+from tests.hookrunner.helpers import HOOKRUNNER
 
 DUMP = "import sys\nopen(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')\n"
 
@@ -129,9 +129,15 @@ def test_the_ax_shape_reaches_claude_code_hooks_under_claude_code_names(ax: AxEn
     }
 
 
+LEGACY_DUMP = """import os, sys
+seen = [os.environ["HOOK_TOOL"], os.environ["HOOK_ARGS_JSON"], sys.stdin.read()]
+open(sys.argv[1], "w").write(" ".join(seen))
+"""
+
+
 def test_legacy_entries_and_hook_variables_keep_the_callers_vocabulary(ax: AxEnv) -> None:
-    env_dump = f'{PY} -c \'import os,sys; open(sys.argv[1],"w").write(os.environ["HOOK_TOOL"] + " " + os.environ["HOOK_ARGS_JSON"] + " " + sys.stdin.read())\' {ax.root / "legacy"}'  # noqa: E501
-    ax.hooks({"hooks": [{"event": "PreToolUse", "matcher": "bash", "command": env_dump}]})
+    line = f"{ax.script('legacy.py', LEGACY_DUMP)} {ax.root / 'legacy'}"
+    ax.hooks({"hooks": [{"event": "PreToolUse", "matcher": "bash", "command": line}]})
     done = fire(ax, "PreToolUse", claude_payload(ax, "PreToolUse", **EVENTS["PreToolUse"]))
     assert done.returncode == 0, done.stderr
     arguments = '{"command":"npm test","description":"Run tests"}'
