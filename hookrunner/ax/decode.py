@@ -25,9 +25,9 @@ Legacy entries (no ``protocol``):
   "malformed stdout blocks". A ``reason`` that is not a string does not turn a
   deny into an allow: the default reason is used;
 * exit 0 on ``UserPromptSubmit`` (Claude Code's context injection): plain
-  text on stdout (not starting with ``{`` or ``[``) is context for the model,
+  text on stdout (anything not starting with ``{``) is context for the model,
   as is ``hookSpecificOutput.additionalContext`` of an answer that does not
-  block; text that starts like JSON but is not a valid answer is malformed;
+  block; text that starts with ``{`` but is not a valid answer is malformed;
 * exit 0 on ``PostToolUse``: ``hookSpecificOutput.additionalContext`` and the
   ``reason`` of ``{"decision": "block"}`` are feedback; malformed output gives
   none (and a warning);
@@ -184,7 +184,7 @@ def _plain_text(data: bytes, truncated: bool) -> str | None:
         text = data.decode("utf-8").strip(_JSON_WHITESPACE)
     except UnicodeDecodeError:
         return None
-    return text if text and text[0] not in "{[" else None
+    return text if text and not text.startswith("{") else None  # "[INFO] ..." is text
 
 
 def parse_answer(data: bytes, truncated: bool = False) -> tuple[dict[str, Any] | None, str | None]:

@@ -188,7 +188,7 @@ def test_prompt_context_plain_stdout_and_additional_context(ax: AxEnv) -> None:
     ax.hooks(
         {
             "hooks": [
-                cc("UserPromptSubmit", "echo 'Branch: main'"),
+                cc("UserPromptSubmit", "echo '[git] Branch: main'"),
                 cc("UserPromptSubmit", f"echo '{json.dumps(nested)}'"),
             ]
         }
@@ -200,9 +200,15 @@ def test_prompt_context_plain_stdout_and_additional_context(ax: AxEnv) -> None:
             "event": "UserPromptSubmit",
             "decision": "allow",
             "cause": "allowed",
-            "context": "Branch: main\n\nToday is Wednesday.",
+            "context": "[git] Branch: main\n\nToday is Wednesday.",
         },
     )
+
+
+def test_prompt_output_that_starts_as_json_but_is_none_still_blocks(ax: AxEnv) -> None:
+    ax.hooks({"hooks": [cc("UserPromptSubmit", 'echo \'{"decision": "block"\'')]})
+    done = fire(ax, "UserPromptSubmit", claude_payload(ax, "UserPromptSubmit", prompt="hi"))
+    assert (done.returncode, answer(done)["cause"]) == (1, "malformed_output")
 
 
 def test_stop_decision_block_is_warned_like_exit_2(ax: AxEnv) -> None:
