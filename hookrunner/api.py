@@ -98,22 +98,36 @@ class HookSession:
         )
 
     def payload(
-        self, event: Event, tool: str, args: Mapping[str, Any], error: str | None = None
+        self,
+        event: Event,
+        tool: str,
+        args: Mapping[str, Any],
+        error: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> EventPayload:
+        """The event's payload; ``fields`` are the runtime's own (a call id...), passed on."""
         if not isinstance(tool, str) or not tool:
             raise PayloadError("the tool name must be a non-empty string")
         if not isinstance(args, Mapping):
             raise PayloadError("the tool arguments must be a JSON object")
         if error is not None and not isinstance(error, str):
             raise PayloadError('"error" must be a string')
-        try:
-            json.dumps(dict(args))
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"the tool arguments are not JSON: {exc}") from None
-        return EventPayload(event, ToolCall(tool, dict(args)), self.environment_id, error or None)
+        extra = dict(fields or {})
+        taken = sorted(set(extra) & {"tool_call", "environment_id", "error"})
+        if taken:
+            raise PayloadError(f"fields cannot set {', '.join(taken)}: the runner writes them")
+        for what, value in (("the tool arguments", dict(args)), ("the fields", extra)):
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise PayloadError(f"{what} are not JSON: {exc}") from None
+        call = ToolCall(tool, dict(args))
+        return EventPayload(event, call, self.environment_id, error or None, extra)
 
-    def pre(self, tool: str, args: Mapping[str, Any]) -> PreDecision:
-        return self.decide(self.payload(Event.PRE, tool, args))
+    def pre(
+        self, tool: str, args: Mapping[str, Any], *, fields: Mapping[str, Any] | None = None
+    ) -> PreDecision:
+        return self.decide(self.payload(Event.PRE, tool, args, fields=fields))
 
     def decide(self, payload: EventPayload) -> PreDecision:
         decision = decide_pre(self.config, payload, self._run)
@@ -121,9 +135,14 @@ class HookSession:
         return decision
 
     def post(
-        self, tool: str, args: Mapping[str, Any], error: str | None = None
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        error: str | None = None,
+        *,
+        fields: Mapping[str, Any] | None = None,
     ) -> tuple[HandlerRun, ...]:
-        return self.report(self.payload(Event.POST, tool, args, error))
+        return self.report(self.payload(Event.POST, tool, args, error, fields))
 
     def report(self, payload: EventPayload) -> tuple[HandlerRun, ...]:
         return notify_post(self.config, payload, self._run)
@@ -143,7 +162,7 @@ class HookSession:
 def parse_event_payload(
     event: Event, document: Any, *, default_environment_id: str = ""
 ) -> EventPayload:
-    """Check the SPEC 2.4 payload read by ``hookrunner run``."""
+    """Check the SPEC 2.4 payload read by ``hookrunner run``: only the fields the runner reads."""
     if not isinstance(document, dict):
         raise PayloadError("the payload must be a JSON object")
     call = document.get("tool_call")
@@ -160,4 +179,14 @@ def parse_event_payload(
     error = document.get("error") if event is Event.POST else None
     if error is not None and not isinstance(error, str):
         raise PayloadError('"error" must be a string')
-    return EventPayload(event, ToolCall(name, args), environment_id, error or None)
+    # Open payloads: what the runner does not read reaches the handlers unchanged.
+    read = (
+        {"tool_call", "environment_id", "error"}
+        if event is Event.POST
+        else {"tool_call", "environment_id"}
+    )
+    extra = {k: v for k, v in document.items() if k not in read}
+    call_extra = {k: v for k, v in call.items() if k not in ("name", "args")}
+    return EventPayload(
+        event, ToolCall(name, args), environment_id, error or None, extra, call_extra
+    )

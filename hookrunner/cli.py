@@ -206,7 +206,8 @@ def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
             raise PayloadError(
                 '"event" must be pre_tool_execution or post_tool_execution'
             ) from None
-        payload = parse_event_payload(event, request, default_environment_id=session.environment_id)
+        fields = {k: v for k, v in request.items() if k != "event"}  # "event" is the request's
+        payload = parse_event_payload(event, fields, default_environment_id=session.environment_id)
         if event is Event.POST:
             session.report(payload)
             return {"decision": "allow"}
