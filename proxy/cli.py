@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         help="keep resolver answers this long (0: ask the resolver for every request)",
     )
 
+    dns = sub.add_parser(
+        "dns", help="answer DNS for names the allowlist could allow, refuse the rest"
+    )
+    dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
+    dns.add_argument("--listen", default="127.0.0.1:5353", type=parse_hostport)
+    dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
+
     check = sub.add_parser("check", help="validate a configuration file")
     check.add_argument("file")
 
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
         return 0
+    if args.command == "dns":
+        return _run_dns(args)
     if args.command == "ca":
         ca = ensure_ca(args.certs, args.key_type)
         if not ca.created and ca.key_type is not args.key_type:
@@ -140,6 +149,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except LaunchError as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _run_dns(args: argparse.Namespace) -> int:
+    from proxy import dns
+
+    try:
+        return asyncio.run(dns.run(args.config, args.listen, args.metrics))
+    except configuration.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"egress-proxy: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
