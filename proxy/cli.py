@@ -40,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by the parent
     run.add_argument(
+        "--engine",
+        choices=["lean", "mitmdump"],
+        default="lean",
+        help="lean: only the mitmproxy addons the proxy needs (default); mitmdump: "
+        "mitmproxy's full addon chain, as before (for comparison)",
+    )
+    run.add_argument(
         "--watch-interval",
         type=float,
         default=1.0,
@@ -140,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         ca_key_type=args.ca_key_type,
         drain_seconds=args.drain_seconds,
         watch_interval=args.watch_interval,
+        engine=args.engine,
     )
     try:
         return asyncio.run(serve(settings))

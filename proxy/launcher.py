@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import certifi
 from cryptography import x509
@@ -32,6 +33,10 @@ from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, system_resolve
 from proxy.selfaddr import SelfAddressError, SelfAddresses
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
+    from mitmproxy.options import Options
 
 log = logging.getLogger("egress")
 
@@ -56,6 +61,7 @@ class Settings:
     ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
     watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
+    engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -90,8 +96,6 @@ def self_addresses(settings: Settings) -> SelfAddresses:
 
 async def serve(settings: Settings) -> int:
     from mitmproxy.addons.termlog import TermLog
-    from mitmproxy.options import Options
-    from mitmproxy.tools.dump import DumpMaster
 
     from addons.egress import EgressPolicy
 
@@ -107,12 +111,11 @@ async def serve(settings: Settings) -> int:
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
     audit = BackgroundAuditLog(AuditLog.open(settings.audit_log), metrics.audit_dropped.inc)
 
-    options = Options()
-    master = DumpMaster(options, with_termlog=False, with_dumper=False)
+    options, master = _engine(settings.engine)
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
     master.addons.add(TermLog(out=sys.stderr))
-    options.update(  # after DumpMaster: its addons declare most of these options
+    options.update(  # after the master: its addons declare most of these options
         mode=[settings.mode],
         listen_host=settings.listen[0],
         listen_port=settings.listen[1],
@@ -195,6 +198,20 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
+
+
+def _engine(name: str) -> tuple[Options, Master]:
+    """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
+    if name == "mitmdump":
+        from mitmproxy.options import Options
+        from mitmproxy.tools.dump import DumpMaster
+
+        options = Options()
+        return options, DumpMaster(options, with_termlog=False, with_dumper=False)
+    from proxy.engine import LeanMaster, LeanOptions
+
+    lean = LeanOptions()
+    return lean, LeanMaster(lean)
 
 
 def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
