@@ -92,9 +92,12 @@ class HookSession:
         self.config: HookConfig = load_config(root, system)
         for problem in self.config.problems:
             self.reporter.problem(problem)
-        self.tool_env = dict(sanitise(snapshot, full_env=full_env).variables)
+        # The full-environment switch is for the operator's command hooks only: the
+        # agent's own code always gets the sanitised environment.
+        self.tool_env = dict(sanitise(snapshot).variables)
+        hook_env = sanitise(snapshot, full_env=full_env).variables
         self._run = HandlerExecutor(
-            str(root), self.tool_env, HttpClient(snapshot, ca_file), self.reporter
+            str(root), hook_env, HttpClient(snapshot, ca_file), self.reporter
         )
 
     def payload(
