@@ -29,6 +29,8 @@ import os
 import stat
 from collections.abc import Sequence
 
+from hookrunner.contain import Credentials
+
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
@@ -135,12 +137,18 @@ def open_beneath(
 
 
 def open_directory(
-    root_fd: int, parts: Sequence[str], *, create: bool = False, use_openat2: bool = True
+    root_fd: int,
+    parts: Sequence[str],
+    *,
+    create: bool = False,
+    use_openat2: bool = True,
+    owner: Credentials | None = None,
 ) -> int:
     """A descriptor of the directory ``parts`` below ``root_fd``, walked component by component.
 
     With ``create``, missing directories are made with ``mkdirat`` on the way
-    (mode 0777 minus umask). A component that is a symlink fails (``RaceError``).
+    (mode 0777 minus umask), given to ``owner`` when there is one. A component
+    that is a symlink fails (``RaceError``).
     """
     if not create and use_openat2 and parts and has_openat2():
         return open_beneath(root_fd, parts, os.O_RDONLY | os.O_DIRECTORY)
@@ -154,13 +162,17 @@ def open_directory(
             except FileNotFoundError:
                 if not create:
                     raise
+                made = False
                 # made meanwhile (maybe as a symlink: the open below refuses it)
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=fd)
+                    made = True
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
-                    raise _raced(exc, part) from None
+                    raise _raced(_symlink_as_loop(exc, fd, part), part) from None
+                if made and owner is not None:
+                    os.fchown(child, owner.uid, owner.gid)
             except OSError as exc:
                 raise _raced(_symlink_as_loop(exc, fd, part), part) from None
             os.close(fd)

@@ -14,7 +14,9 @@ Invariants (SPEC 5):
   repository's hook files live;
 * ``code_execution`` runs ``bash -c CODE`` or ``python3 -c CODE`` in the
   workspace with the sanitised environment, an empty stdin, the same process
-  group discipline and output cap as command hooks, and a deadline;
+  group and cgroup discipline and output cap as command hooks, and a deadline,
+  as the tool user when there is one (``isolation.tool_user``); files and
+  directories the file tools create belong to that user too;
 * a tool never raises for what the agent asked: bad arguments, missing files
   and failing code all come back as a ``ToolResult`` with ``ok=False`` and the
   failure text in ``error``; ``error`` also carries stderr of code that exited 0.
@@ -32,6 +34,7 @@ from typing import Any
 
 from hookrunner.beneath import RaceError, open_beneath, open_directory
 from hookrunner.command import OUTPUT_CAP, run_process
+from hookrunner.contain import Credentials
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 LANGUAGES = {"bash": "bash", "python": "python3"}
@@ -86,6 +89,11 @@ class Workspace:
             )
 
 
+Tool = Callable[
+    [Mapping[str, Any], Workspace, Mapping[str, str], float, Credentials | None], ToolResult
+]
+
+
 def run_tool(
     name: str,
     args: Mapping[str, Any],
@@ -93,13 +101,14 @@ def run_tool(
     workspace: Workspace,
     env: Mapping[str, str],
     timeout: float,
+    user: Credentials | None = None,
 ) -> ToolResult:
-    tool: Callable[[Mapping[str, Any], Workspace, Mapping[str, str], float], ToolResult] | None
-    tool = _TOOLS.get(name)
+    """Run one tool; ``user``: the uid/gid its processes and new files get (runner as root)."""
+    tool: Tool | None = _TOOLS.get(name)
     if tool is None:
         return ToolResult(False, "", f"unknown tool {name!r}")
     try:
-        return tool(args, workspace, env, timeout)
+        return tool(args, workspace, env, timeout, user)
     except ToolFailure as exc:
         subject = args.get("path") if isinstance(args.get("path"), str) else None
         prefix = f"{name}: {subject}: " if subject else f"{name}: "
@@ -117,7 +126,11 @@ def _string(args: Mapping[str, Any], key: str, default: str | None = None) -> st
 
 
 def code_execution(
-    args: Mapping[str, Any], workspace: Workspace, env: Mapping[str, str], timeout: float
+    args: Mapping[str, Any],
+    workspace: Workspace,
+    env: Mapping[str, str],
+    timeout: float,
+    user: Credentials | None = None,
 ) -> ToolResult:
     code = _string(args, "code")
     language = _string(args, "language", "bash")
@@ -130,6 +143,7 @@ def code_execution(
         cwd=str(workspace.root),
         env={**env, "PWD": str(workspace.root)},
         timeout=timeout,
+        user=user,
     )
     if result.spawn_error is not None:
         return ToolResult(False, "", f"code_execution: cannot run {program}: {result.spawn_error}")
@@ -187,7 +201,9 @@ def read_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolRes
         raise ToolFailure("file is not UTF-8 text") from None
 
 
-def write_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
+def write_file(
+    args: Mapping[str, Any], workspace: Workspace, env: Any, timeout: Any, user: Credentials | None
+) -> ToolResult:
     content = _string(args, "content")
     parts = workspace.parts(workspace.resolve(_string(args, "path")))
     if not parts:
@@ -196,9 +212,9 @@ def write_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolRe
     data = content.encode("utf-8", errors="surrogatepass")
     root = workspace.open_root()
     try:
-        parent = open_directory(root, parts[:-1], create=True)
+        parent = open_directory(root, parts[:-1], create=True, owner=user)
         try:
-            fd = open_beneath(parent, parts[-1:], os.O_WRONLY | os.O_CREAT, 0o666)
+            fd = _open_for_writing(parent, parts[-1], user)
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a FIFO without a reader, a socket
                 raise ToolFailure("not a regular file") from None
@@ -216,6 +232,17 @@ def write_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolRe
         os.ftruncate(fd, 0)
         handle.write(data)
     return ToolResult(True, f"wrote {len(data)} bytes to {args['path']}")
+
+
+def _open_for_writing(parent: int, name: str, user: Credentials | None) -> int:
+    """Open (creating) a file to write; a new file belongs to the tool user, if there is one."""
+    try:
+        fd = open_beneath(parent, [name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return open_beneath(parent, [name], os.O_WRONLY)
+    if user is not None:
+        os.fchown(fd, user.uid, user.gid)
+    return fd
 
 
 def list_files(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
@@ -268,8 +295,7 @@ def delete_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolR
     return ToolResult(True, f"deleted {given}")
 
 
-_TOOLS: dict[str, Callable[[Mapping[str, Any], Workspace, Mapping[str, str], float], ToolResult]]
-_TOOLS = {
+_TOOLS: dict[str, Tool] = {
     "code_execution": code_execution,
     "read_file": read_file,
     "write_file": write_file,
