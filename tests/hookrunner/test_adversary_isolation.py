@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hookrunner import contain
 from hookrunner.api import HookSession
 from hookrunner.isolation import hook_environment, runner_owned
 from hookrunner.metrics import HookMetrics
@@ -309,3 +310,36 @@ def test_same_uid_code_cannot_read_the_api_runners_environ(env: Env) -> None:
     )
     answer = json.loads(done.stdout)
     assert (answer["output"], "Permission denied" in answer["error"]) == ("0\n", True)
+
+
+# Item 1, second half: a process the agent left behind watches /proc and kills each gate.
+# The process group is forced as the only containment here, so the killer does survive its
+# code_execution; what stops it is the uid. It only kills processes carrying MARK, and stops
+# by itself after 20 s.
+
+MARK = "hr-gate-marker-5f3a"
+KILLER = (
+    # The mark is assembled at run time, so the killer's own command line does not carry it.
+    "setsid sh -c 'm=hr-gate-; m=${m}marker-5f3a; end=$(( $(date +%s) + 20 )); "
+    "while [ $(date +%s) -lt $end ]; do "
+    "for f in $(grep -ls -- $m /proc/[0-9]*/cmdline); do p=${f#/proc/}; kill -9 ${p%/cmdline}; "
+    "done; done' </dev/null >/dev/null 2>&1 & echo $! > killer.pid"
+)
+
+
+def test_a_leftover_process_of_the_tool_user_cannot_kill_the_gates(
+    open_ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(contain, "_probed", (contain.PROCESS_GROUP, None))
+    gate = f'sleep 1 # {MARK}\necho \'{{"decision": "deny", "reason": "gate says no"}}\''
+    rule = {"matcher": "read_file", "hooks": [{"type": "command", "command": gate}]}
+    (open_ws.parent / "system.json").write_text(json.dumps({"g": {"pre_tool_execution": [rule]}}))
+    session = nobody_session(open_ws)
+    assert session.exec_tool("code_execution", {"code": KILLER}).status == "ok"
+    killer = int((open_ws / "killer.pid").read_text())
+    try:
+        assert Path(f"/proc/{killer}").exists()  # it survived: only the uid protects the gate
+        decision = session.pre("read_file", {"path": "x"})
+        assert (decision.allowed, decision.reason) == (False, "gate says no")
+    finally:
+        os.kill(killer, 9)
