@@ -343,3 +343,27 @@ def test_a_leftover_process_of_the_tool_user_cannot_kill_the_gates(
         assert (decision.allowed, decision.reason) == (False, "gate says no")
     finally:
         os.kill(killer, 9)
+
+
+def test_root_tools_still_read_a_non_dumpable_runner(env: Env) -> None:
+    """The real outcome for root reading root: CAP_SYS_PTRACE overrides non-dumpable (D45).
+
+    This is why the tool user matters: the same call with the default tool user is refused.
+    """
+    outputs = []
+    for user in (["--tool-user", "root"], []):
+        workspace = Path(tempfile.mkdtemp(prefix="hr-iso-peek-"))
+        try:
+            workspace.chmod(0o755)
+            done = subprocess.run(
+                [HOOKRUNNER, "exec", "code_execution", "--workspace", str(workspace),
+                 "--system-config", str(env.system_config), *user],
+                input=json.dumps({"code": PEEK}).encode(),
+                capture_output=True,
+                env=base_environ(HR_PEEK_TOKEN="peek-a-boo-123"),
+                timeout=30,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(workspace)
+        outputs.append(json.loads(done.stdout)["output"])
+    assert outputs == ["1\n", "0\n"]
