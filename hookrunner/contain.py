@@ -100,12 +100,16 @@ def _has_capability(bit: int) -> bool:
     return False
 
 
-def containment() -> str:
-    """The mechanism this machine gives (``cgroup``, ``pidns`` or ``process_group``)."""
+def _machine() -> tuple[str, Path | None]:
     global _probed
     if _probed is None:
         _probed = _probe()
-    return _probed[0]
+    return _probed
+
+
+def containment() -> str:
+    """The mechanism this machine gives (``cgroup``, ``pidns`` or ``process_group``)."""
+    return _machine()[0]
 
 
 class Jail:
@@ -190,10 +194,10 @@ class PidNamespaceJail(Jail):
 
 def new_jail(kind: str | None = None) -> Jail:
     """A jail of ``kind`` (default: what this machine gives); the process group on failure."""
-    chosen = containment() if kind is None else kind
+    best, base = _machine()
+    chosen = best if kind is None else kind
     if chosen == CGROUP:
-        containment()
-        base = _probed[1] if _probed is not None else None
+        base = base if base is not None else _cgroup2_root()
         if base is not None:
             with contextlib.suppress(OSError):
                 return CgroupJail(base)
