@@ -177,7 +177,7 @@ def _regular(fd: int) -> os.stat_result:
 
 
 def _race(exc: RaceError) -> ToolFailure:
-    return ToolFailure("a path component changed while it was opened; nothing was touched")
+    return ToolFailure("a path component changed while it was opened (a symlink appeared); refused")
 
 
 def read_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
