@@ -29,6 +29,8 @@ from hookrunner.dispatch import HandlerExecutor
 from hookrunner.envsan import Redactor, sanitise
 from hookrunner.errors import PayloadError, WorkspaceError
 from hookrunner.httpclient import HttpClient
+from hookrunner.isolation import hook_environment, make_undumpable
+from hookrunner.isolation import tool_user as resolve_tool_user
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.model import Event, EventPayload, HandlerRun, HookConfig, PreDecision, ToolCall
@@ -71,7 +73,9 @@ class HookSession:
         stream: TextIO | None = None,
         tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
         log_decisions: bool = True,
+        tool_user: str | None = None,
     ) -> None:
+        make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
         root = Path(os.path.realpath(workspace))
         if not root.is_dir():
             raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
@@ -79,6 +83,7 @@ class HookSession:
         self.environment_id = environment_id
         self.tool_timeout = tool_timeout
         snapshot = dict(os.environ if environ is None else environ)
+        self.tool_user = resolve_tool_user(tool_user, snapshot)
         if full_env is None:
             full_env = snapshot.get(FULL_ENV_VARIABLE) == "1"
         self.metrics = metrics if metrics is not None else default_metrics()
@@ -92,9 +97,12 @@ class HookSession:
         self.config: HookConfig = load_config(root, system)
         for problem in self.config.problems:
             self.reporter.problem(problem)
-        self.tool_env = dict(sanitise(snapshot, full_env=full_env).variables)
+        # The full-environment switch is for the operator's command hooks only: the
+        # agent's own code always gets the sanitised environment.
+        self.tool_env = dict(sanitise(snapshot).variables)
+        hook_env = hook_environment(sanitise(snapshot, full_env=full_env).variables, snapshot, root)
         self._run = HandlerExecutor(
-            str(root), self.tool_env, HttpClient(snapshot, ca_file), self.reporter
+            str(root), hook_env, HttpClient(snapshot, ca_file), self.reporter
         )
 
     def payload(
@@ -153,7 +161,12 @@ class HookSession:
         if not decision.allowed:
             return ExecResult("denied", "", reason=decision.reason, group=decision.group)
         result = run_tool(
-            tool, args, workspace=self.workspace, env=self.tool_env, timeout=self.tool_timeout
+            tool,
+            args,
+            workspace=self.workspace,
+            env=self.tool_env,
+            timeout=self.tool_timeout,
+            user=self.tool_user,
         )
         self.post(tool, args, result.error)
         return ExecResult("ok" if result.ok else "error", result.output, error=result.error)
