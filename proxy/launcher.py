@@ -24,7 +24,7 @@ import certifi
 from cryptography import x509
 
 from proxy import config as configuration
-from proxy import workers
+from proxy import limits, workers
 from proxy.audit import AuditLog
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
@@ -100,6 +100,7 @@ async def serve(settings: Settings) -> int:
     from mitmproxy.tools.dump import DumpMaster
 
     from addons.egress import EgressPolicy
+    from addons.limits import Limits
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     ca_cert = ensure_ca(settings.certs)
@@ -124,6 +125,10 @@ async def serve(settings: Settings) -> int:
         connection_strategy="lazy",
         termlog_verbosity="warn",
         ssl_verify_upstream_trusted_ca=str(trust) if trust else None,
+        # A backstop: whatever no addon streams is streamed past this size, never held.
+        # `body_size_limit` stays unset: mitmproxy applies it to an announced
+        # Content-Length before any addon runs, streamed or not (D27).
+        stream_large_bodies=limits.STREAM_BODIES_OVER,
     )
 
     def on_running() -> None:
@@ -139,7 +144,7 @@ async def serve(settings: Settings) -> int:
         resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
     policy = Policy(network, self_addresses(settings))
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
-    master.addons.add(addon)
+    master.addons.add(Limits(metrics), addon)
 
     def reload() -> None:
         try:
