@@ -20,6 +20,9 @@ upgrade moves what they rely on):
 * `WebsocketLayer.relay_messages`: a message over `WEBSOCKET_MESSAGE_LIMIT` closes
   both sides with 1009. The `Limits` addon drops already forwarded messages.
 
+`addons.backpressure` (installed from here too) holds upstreams back while an HTTP/2
+client's send queue is full.
+
 HTTP/2 header lists are bounded by the h2 library itself (64 KiB decoded, 64
 CONTINUATION frames); the test pins those defaults too.
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 import wsproto.events
 from h11._receivebuffer import ReceiveBuffer
-from mitmproxy import http
+from mitmproxy import connection, http
 from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import websocket
@@ -44,6 +47,7 @@ from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, Respo
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
+from addons import backpressure
 from proxy.decision import Reason
 from proxy.limits import (
     HEAD_LIMIT,
@@ -79,12 +83,13 @@ def body_follows(flow: http.HTTPFlow) -> bool:
 
 
 def install(report: Callable[[Limit], None]) -> None:
-    """Wrap the three layer methods (idempotent); `report` counts each refusal."""
+    """Wrap the layer methods (idempotent); `report` counts each refusal."""
     global _report
     _report = report
     _http1.Http1Connection._handle_event = _bounded_http1  # type: ignore[method-assign]
     HttpStream._handle_event = _marking_stream  # type: ignore[method-assign]
     websocket.WebsocketLayer.relay_messages = _bounded_websocket  # type: ignore[method-assign]
+    backpressure.install()
 
 
 # -- HTTP/1 -------------------------------------------------------------------------------------
@@ -244,6 +249,9 @@ class Limits:
             # A refused request like any other, though it never became a flow.
             self.metrics.requests.labels("deny", Reason.BAD_REQUEST.value).inc()
         log.warning("refused by a memory bound: %s", limit.value)
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        backpressure.forget(client.id)
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         # The layer holds the current message itself; the list needs nothing older.

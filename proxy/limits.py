@@ -8,7 +8,8 @@ Invariants:
 * Every byte the proxy holds on behalf of one connection is bounded by one of these
   numbers plus one socket read (64 KiB): a head (request, response or trailer block) by
   `HEAD_LIMIT`, a WebSocket message by `WEBSOCKET_MESSAGE_LIMIT`, a buffered body by
-  `STREAM_BODIES_OVER` (larger bodies are streamed, never held).
+  `STREAM_BODIES_OVER` (larger bodies are streamed, never held), what waits for an
+  HTTP/2 client's window by `H2_CLIENT_QUEUE_LIMIT`.
 * `Limit` is the closed set of metric label values for refusals by a bound.
 """
 
@@ -24,6 +25,9 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 # One WebSocket message is held whole by mitmproxy (for its message hook) until it ends.
 WEBSOCKET_MESSAGE_LIMIT = 16 * 1024 * 1024
+# DATA queued for an HTTP/2 client beyond its flow-control window; past this the proxy
+# stops reading the upstreams of that client until half of it has drained.
+H2_CLIENT_QUEUE_LIMIT = 2 * 1024 * 1024
 # mitmproxy's `stream_large_bodies`: a body it would otherwise buffer is streamed past this.
 STREAM_BODIES_OVER = "1m"
 

@@ -1,6 +1,6 @@
 """The memory bounds against mitmproxy's own layers, and the internals they rely on.
 
-`addons.limits` wraps three methods of mitmproxy 12's protocol layers. These tests
+`addons.limits` and `addons.backpressure` wrap methods of mitmproxy 12's layers. These tests
 drive the real layer classes (no network) and pin every internal name and default
 the wrappers use, so a mitmproxy upgrade that moves one fails here, by name, instead
 of silently dropping a bound.
@@ -17,12 +17,12 @@ import pytest
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy import commands, context, events
 from mitmproxy.proxy.layers import websocket
-from mitmproxy.proxy.layers.http import HttpStream, _http1, _http2
+from mitmproxy.proxy.layers.http import HttpStream, _http1, _http2, _http_h2
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import RequestHeaders, ResponseProtocolError
 from mitmproxy.test import taddons, tflow
 
-from addons import limits
+from addons import backpressure, limits
 from proxy.limits import HEAD_LIMIT, Limit
 from proxy.metrics import ProxyMetrics
 
@@ -149,3 +149,16 @@ def test_a_status_line_rfc_9112_does_not_allow_fails_the_stream(
     assert isinstance(error, ReceiveHttp) and isinstance(error.event, ResponseProtocolError)
     assert error.event.message == "invalid status line"
     assert refused == []  # not a memory bound
+
+
+def test_the_internals_backpressure_relies_on_are_where_they_were(ctx: context.Context):
+    from mitmproxy.proxy import server
+
+    assert "await self.drain_writers()" in inspect.getsource(server.ConnectionHandler)
+    assert "self.transports[self.client].handler = handler" in inspect.getsource(server)
+    h2_server = _http2.Http2Server(ctx)
+    assert backpressure.queued(h2_server) == 0
+    h2_server.h2_conn.stream_buffers[1].append(_http_h2.SendH2Data(b"x" * 10, False))
+    assert backpressure.queued(h2_server) == 10
+    assert backpressure._original_drain.__qualname__ == "ConnectionHandler.drain_writers"
+    assert backpressure._original_h2_server.__qualname__ == "Http2Server._handle_event"

@@ -278,6 +278,34 @@ def test_http2_refused_request_that_ended_gets_the_readable_403(proxy: PrivatePr
     assert (outcome.status, outcome.headers.get("x-egress-denied")) == ("403", "host_mismatch")
 
 
+def test_http2_download_streams_within_the_bound(proxy: PrivateProxy, bulk: Bulk):
+    authority = f"api.allowed.test:{BULK_TLS_PORT}"
+    with measure(proxy, "http2_download") as m, h2_tunnel(proxy, authority) as conn:
+        h2 = H2Stream(conn.sock)
+        sid = h2.open(_h2_request(authority, "GET", f"/download?size={SIZE}"), True)
+        outcome = h2.read_response(sid)
+    assert (outcome.status, outcome.body_bytes) == ("200", SIZE)
+    assert outcome.sha256 == expected_sha256(SIZE)
+    m.assert_bounded()
+
+
+def test_http2_client_that_stops_reading_holds_the_upstream_back(proxy: PrivateProxy, bulk: Bulk):
+    """Fails on main before this branch: mitmproxy queues what the client's window does
+    not admit and keeps reading the upstream, so the whole body ends up in memory."""
+    authority, mark = f"api.allowed.test:{BULK_TLS_PORT}", bulk.log.mark()
+    with measure(proxy, "http2_stalled_reader") as m, h2_tunnel(proxy, authority) as conn:
+        h2 = H2Stream(conn.sock)
+        sid = h2.open(_h2_request(authority, "GET", f"/download?size={SIZE}"), True)
+        while h2.outcomes[sid].body_bytes < MIB:
+            h2._pump()  # read a little, then stop reading (and stop granting window)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+        finished = [e for e in bulk.log.since(mark) if e["event"] == "download"]
+    assert finished == [], "the upstream finished sending to a client that stopped reading"
+    m.assert_bounded()
+
+
 # -- WebSocket --------------------------------------------------------------------------------
 
 
