@@ -23,7 +23,7 @@ from mitmproxy.proxy.layers.http._events import RequestHeaders, ResponseProtocol
 from mitmproxy.test import taddons, tflow
 
 from addons import backpressure, limits
-from proxy.limits import HEAD_LIMIT, Limit
+from proxy.limits import HEAD_LIMIT, HEAD_TIMEOUT_S, Limit
 from proxy.metrics import ProxyMetrics
 
 
@@ -162,3 +162,35 @@ def test_the_internals_backpressure_relies_on_are_where_they_were(ctx: context.C
     assert backpressure.queued(h2_server) == 10
     assert backpressure._original_drain.__qualname__ == "ConnectionHandler.drain_writers"
     assert backpressure._original_h2_server.__qualname__ == "Http2Server._handle_event"
+
+
+def test_a_request_head_not_finished_in_time_gets_408(
+    ctx: context.Context, refused: list[Limit], monkeypatch: pytest.MonkeyPatch
+):
+    clock = iter([100.0, 100.0 + HEAD_TIMEOUT_S, 100.0 + HEAD_TIMEOUT_S + 0.5])
+    monkeypatch.setattr(limits.time, "monotonic", lambda: next(clock))
+    server = _http1.Http1Server(ctx)
+    feed(server, events.Start())
+    assert feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n")) == []
+    assert feed(server, events.DataReceived(ctx.client, b"X-Slow: 1\r\n")) == []  # at the limit
+    sent, close = feed(server, events.DataReceived(ctx.client, b"X-Slow: 2\r\n"))
+    assert isinstance(sent, commands.SendData) and isinstance(close, commands.CloseConnection)
+    assert sent.data.startswith(b"HTTP/1.1 408 Request Time-out\r\n")
+    assert b"\r\nX-Egress-Denied: bad_request\r\n" in sent.data
+    assert refused == [Limit.REQUEST_HEAD_TIMEOUT]
+
+
+def test_a_head_finished_in_time_is_not_refused(
+    ctx: context.Context, refused: list[Limit], monkeypatch: pytest.MonkeyPatch
+):
+    clock = iter([100.0, 100.0 + HEAD_TIMEOUT_S / 2])
+    monkeypatch.setattr(limits.time, "monotonic", lambda: next(clock, 1e9))
+    server = _http1.Http1Server(ctx)
+    feed(server, events.Start())
+    feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n"))
+    out = feed(server, events.DataReceived(ctx.client, b"Host: a.test\r\n\r\n"))
+    assert [type(c.event).__name__ for c in out if isinstance(c, ReceiveHttp)] == [
+        "RequestHeaders",
+        "RequestEndOfMessage",
+    ]
+    assert refused == []

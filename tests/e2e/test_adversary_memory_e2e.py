@@ -278,6 +278,56 @@ def test_http2_refused_request_that_ended_gets_the_readable_403(proxy: PrivatePr
     assert (outcome.status, outcome.headers.get("x-egress-denied")) == ("403", "host_mismatch")
 
 
+def _frame_types(data: bytes) -> list[str]:
+    from hyperframe.frame import Frame
+
+    types = []
+    while len(data) >= 9:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        types.append(type(frame).__name__)
+        data = data[9 + length :]
+    return types
+
+
+@pytest.mark.parametrize("shape", ["continuation_flood", "oversized_header_list"])
+def test_http2_header_block_over_the_bound_closes_the_connection(proxy: PrivateProxy, shape: str):
+    """A guard (the h2 library bounds these, D28): HEADERS followed by CONTINUATION frames
+    that never end the block, or one header list of 256 KiB once decoded."""
+    import hpack
+    from hyperframe.frame import ContinuationFrame, HeadersFrame
+
+    authority = f"api.allowed.test:{BULK_TLS_PORT}"
+    head = _h2_request(authority, "GET", "/ok")
+    sent, closed, received = 0, False, b""
+    with measure(proxy, f"http2_{shape}") as m, h2_tunnel(proxy, authority) as conn:
+        h2 = H2Stream(conn.sock)
+        sid = h2.conn.get_next_available_stream_id()
+        if shape == "oversized_header_list":
+            block = hpack.Encoder().encode([*head, ("x-huge", "h" * (256 << 10))])
+            pieces = [block[i : i + (1 << 14)] for i in range(0, len(block), 1 << 14)]
+            frames = [HeadersFrame(sid, data=pieces[0], flags=["END_STREAM"])]
+            frames += [ContinuationFrame(sid, data=piece) for piece in pieces[1:]]
+            frames[-1].flags.add("END_HEADERS")
+        else:  # a block that never ends
+            frames = [HeadersFrame(sid, data=hpack.Encoder().encode(head))]
+            frames += [ContinuationFrame(sid, data=b"\x00" * (1 << 14)) for _ in range(SIZE >> 14)]
+        with contextlib.suppress(OSError):
+            for frame in frames:
+                conn.sock.sendall(frame.serialize())
+                sent += len(frame.data)
+        received = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.sock.recv(65536):
+                received += chunk
+            closed = True
+    m.assert_bounded()
+    assert closed
+    assert "GoAwayFrame" in _frame_types(received)  # a connection error, not a hang
+    assert sent < SIZE // 4 or shape == "oversized_header_list"
+    assert proxy.process.healthz() == 200
+    assert "mitmproxy has crashed" not in proxy.process.child.stderr.read_text()
+
+
 def test_http2_download_streams_within_the_bound(proxy: PrivateProxy, bulk: Bulk):
     authority = f"api.allowed.test:{BULK_TLS_PORT}"
     with measure(proxy, "http2_download") as m, h2_tunnel(proxy, authority) as conn:
