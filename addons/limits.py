@@ -29,6 +29,7 @@ CONTINUATION frames); the test pins those defaults too.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -64,6 +65,7 @@ BODY_FOLLOWS = "egress.body_follows"  # flow.metadata key, set before `requesthe
 _TRAILERS_RAISE = "HTTP trailers are not implemented yet."
 _HEAD_SINCE = "_egress_head_since"
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
+ABORT_GRACE_S = 0.5
 Commands = Generator[commands.Command, Any, None]
 
 
@@ -153,6 +155,7 @@ def _refuse(conn: _http1.Http1Connection, limit: Limit, why: str = "") -> Comman
         status = 408 if limit is Limit.REQUEST_HEAD_TIMEOUT else 431
         yield commands.SendData(conn.conn, _refusal(status, limit))
     yield commands.CloseConnection(conn.conn)
+    _abort_later(conn.conn)
     if conn.stream_id is not None and (in_flight or isinstance(conn, _http1.Http1Client)):
         code = (
             ErrorCode.GENERIC_CLIENT_ERROR
@@ -162,6 +165,29 @@ def _refuse(conn: _http1.Http1Connection, limit: Limit, why: str = "") -> Comman
         message = why or f"{limit.value.replace('_', ' ')} over the proxy's bound"
         yield ReceiveHttp(conn.ReceiveProtocolError(conn.stream_id, message, code))
     conn.state = conn.done
+
+
+def _abort_later(conn: connection.Connection) -> None:
+    """Reset the socket of a connection closed for a bound, after a grace for the answer.
+
+    mitmproxy cancels its reader when a layer closes the connection it is reading, and
+    can then skip closing the socket (see `addons.egress._hang_up`): a peer still sending
+    would block, unread, until its own timeout. The transport is looked up now, while
+    mitmproxy still lists it, and aborted after `ABORT_GRACE_S` (a no-op if mitmproxy
+    closed it meanwhile). If the connection table changes shape, nothing happens.
+    """
+    from mitmproxy import ctx
+
+    try:
+        loop = asyncio.get_running_loop()
+        server = ctx.master.addons.get("proxyserver")
+        for handler in list(server.connections.values()):
+            io = handler.transports.get(conn)
+            if io is not None and io.writer is not None:
+                loop.call_later(ABORT_GRACE_S, io.writer.transport.abort)
+                return
+    except (AttributeError, LookupError, RuntimeError):  # no loop: the layer tests
+        log.debug("could not reset a connection closed for a bound", exc_info=True)
 
 
 def _refusal(status: int, limit: Limit) -> bytes:
@@ -229,6 +255,7 @@ def _close_too_big(layer: websocket.WebsocketLayer) -> Commands:
         if ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             yield ws.send2(wsproto.events.CloseConnection(1009, "message too big"))
         yield commands.CloseConnection(ws.conn)
+        _abort_later(ws.conn)
     layer._handle_event = layer.done
     yield websocket.WebsocketEndHook(layer.flow)
     layer.flow.live = False

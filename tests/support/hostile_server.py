@@ -11,7 +11,9 @@ until it has sent `size` bytes (default 256 MiB) or the proxy stops reading or c
 * `/huge-trailers`: a chunked body of two bytes, then trailer lines forever;
 * `/small-trailers`: a complete chunked response with one trailer field;
 * `/bad-status?variant=N`: one of `BAD_STATUS_LINES`, then a complete head and body;
-* `/ws`: a WebSocket handshake, then a sink: frames are parsed and counted, never kept.
+* `/ws`: a WebSocket handshake, then a sink: frames are parsed and counted, never kept;
+  with `?send=N` it first sends N 1 MiB messages (`&endless=1`: N fragments of one
+  message that never ends).
 
 When it stops it logs `{"event": "sent", "path", "bytes", "ended_by"}` ("size", "closed",
 "stalled") or, for `/ws`, `{"event": "ws", "messages", "bytes", "close_code"}`. The tests
@@ -106,8 +108,17 @@ async def read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
     return await asyncio.wait_for(reader.readexactly(n), IO_TIMEOUT)
 
 
+async def websocket_source(writer: asyncio.StreamWriter, count: int, endless: bool) -> None:
+    """Send `count` 1 MiB binary messages, or one message whose fragments never end."""
+    header = struct.pack("!BBQ", 0x02 if endless else 0x82, 127, STEP)
+    frame = header + bytes(STEP)
+    for sent in range(count):
+        writer.write(frame if not endless or sent == 0 else b"\x00" + frame[1:])
+        await asyncio.wait_for(writer.drain(), STALL_TIMEOUT)
+
+
 async def websocket_sink(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: str
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: str, source: tuple[int, bool]
 ) -> dict[str, Any]:
     accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
     writer.write(
@@ -115,6 +126,7 @@ async def websocket_sink(
         b"Sec-WebSocket-Accept: %s\r\n\r\n" % accept.encode()
     )
     await writer.drain()
+    await websocket_source(writer, *source)
     messages = total = 0
     while True:
         b0, b1 = await read_exactly(reader, 2)
@@ -156,8 +168,12 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log
                 n.strip().lower(): v.strip() for n, _, v in (x.partition(":") for x in lines)
             }
             record = {"event": "ws", "messages": 0, "bytes": 0, "close_code": None}
+            count = int(query.get("send", ["0"])[0])
+            source = (count, query.get("endless", ["0"])[0] == "1")
             with contextlib.suppress(OSError, ConnectionError, asyncio.IncompleteReadError):
-                record.update(await websocket_sink(reader, writer, headers["sec-websocket-key"]))
+                record.update(
+                    await websocket_sink(reader, writer, headers["sec-websocket-key"], source)
+                )
             return
         answer = plan(parts.path, query, int(query.get("size", [str(DEFAULT_SIZE)])[0]))
         try:
