@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from addons.limits import body_follows
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
 from addons.targets import is_transparent, locate_flow, origin_form
@@ -44,6 +45,7 @@ from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
 from proxy.fields import fields_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
+from proxy.limits import Limit
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
@@ -264,9 +266,11 @@ class EgressPolicy:
         else:
             state.refused_here = True
             flow.request.stream = False
-            if _body_size(flow.request) > REFUSED_BODY_LIMIT:
-                flow.kill()
-                asyncio.get_running_loop().call_soon(_hang_up, flow.client_conn)
+            if _body_size(flow.request, body_follows(flow)) > REFUSED_BODY_LIMIT:
+                self.metrics.limit_refusals.labels(Limit.REFUSED_BODY.value).inc()
+                flow.kill()  # HTTP/2: the stream is reset (D25); the connection stays
+                if not (flow.request.is_http2 or flow.request.is_http3):
+                    asyncio.get_running_loop().call_soon(_hang_up, flow.client_conn)
             else:
                 flow.response = refusal_response(state.decision, state.host)
 
@@ -469,8 +473,13 @@ def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
     return count
 
 
-def _body_size(request: http.Request) -> int:
-    """The request body's announced size; unknown (chunked, invalid) counts as unbounded."""
+def _body_size(request: http.Request, follows: bool) -> int:
+    """The request body's announced size; unknown counts as unbounded: chunked, invalid,
+    or an HTTP/2 stream its head left open without a content-length (D25)."""
+    if not follows:
+        return 0
+    if (request.is_http2 or request.is_http3) and "content-length" not in request.headers:
+        return REFUSED_BODY_LIMIT + 1
     try:
         size = expected_http_body_size(request)
     except ValueError:

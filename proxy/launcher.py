@@ -26,7 +26,7 @@ import certifi
 from cryptography import x509
 
 from proxy import config as configuration
-from proxy import lifecycle, workers
+from proxy import lifecycle, limits, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
@@ -98,6 +98,7 @@ async def serve(settings: Settings) -> int:
     from mitmproxy.addons.termlog import TermLog
 
     from addons.egress import EgressPolicy
+    from addons.limits import Limits
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
@@ -123,6 +124,10 @@ async def serve(settings: Settings) -> int:
         connection_strategy="lazy",
         termlog_verbosity="warn",
         ssl_verify_upstream_trusted_ca=str(trust) if trust else None,
+        # A backstop: whatever no addon streams is streamed past this size, never held.
+        # `body_size_limit` stays unset: mitmproxy applies it to an announced
+        # Content-Length before any addon runs, streamed or not (D27).
+        stream_large_bodies=limits.STREAM_BODIES_OVER,
     )
 
     def on_running() -> None:
@@ -138,7 +143,7 @@ async def serve(settings: Settings) -> int:
         resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
     policy = Policy(network, own, own.is_local)
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
-    master.addons.add(addon)
+    master.addons.add(Limits(metrics), addon)
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic

@@ -2,8 +2,8 @@
 
 Invariants:
 * Every label value comes from a bounded set: `decision` and `reason` from the
-  closed enums of `proxy.decision`, `rule` from the operator's allowlist
-  patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
+  closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `rule` from
+  the operator's allowlist patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
   name, a path) ever becomes a label value.
 * Each `ProxyMetrics` owns its registry, so tests build their own.
 """
@@ -25,6 +25,7 @@ from prometheus_client import (
 )
 
 from proxy.decision import Reason
+from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
 
@@ -95,6 +96,14 @@ class ProxyMetrics:
             registry=r,
             multiprocess_mode="max",
         )
+        self.limit_refusals = Counter(
+            "egress_limit_refusals_total",
+            "Heads, messages and bodies refused for exceeding a memory bound, by bound.",
+            ["limit"],
+            registry=r,
+        )
+        for limit in Limit:
+            self.limit_refusals.labels(limit.value)
         for reason in Reason:
             decision = "allow" if reason is Reason.ALLOWLISTED else "deny"
             self.requests.labels(decision, reason.value)
