@@ -297,7 +297,7 @@ class EgressPolicy:
         request.data.host, request.data.port = str(host), port
         origin_form(request, located)
         entry = decision.entry
-        if entry is not None and entry.transform:
+        if decision.injects and entry is not None and entry.transform:  # never a would_deny
             for transform in entry.transform:
                 request.headers[transform.header] = transform.value.reveal()
             state.injected = tuple(t.header for t in entry.transform)

@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from proxy.decision import Reason
+from proxy.decision import REPORTABLE, Reason
 from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
@@ -107,7 +107,9 @@ class ProxyMetrics:
         for reason in Reason:
             decision = "allow" if reason is Reason.ALLOWLISTED else "deny"
             self.requests.labels(decision, reason.value)
-        for decision in ("allow", "deny"):
+        for reason in REPORTABLE:
+            self.requests.labels("would_deny", reason.value)
+        for decision in ("allow", "deny", "would_deny"):
             self.duration.labels(decision)
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Container, Sequence
 
 from proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
 from proxy.config import Entry, NetworkConfig, PatternKind
-from proxy.decision import Decision, Reason
+from proxy.decision import REPORTABLE, Decision, Reason
 from proxy.hosts import Host, IPAddress
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
@@ -109,7 +109,16 @@ class Policy:
     # -- decisions -------------------------------------------------------------
 
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
-        """Name stage. `tls` is None when not known yet (a CONNECT)."""
+        """Name stage. `tls` is None when not known yet (a CONNECT). In report-only mode
+        (global, or of the deciding entry) a reportable refusal comes back `would_deny`."""
+        decision = self._decide(host, port, tls)
+        if decision.allowed or decision.reason not in REPORTABLE:
+            return decision
+        if self.config.report_only or (decision.entry is not None and decision.entry.report_only):
+            return Decision.would_deny(decision)
+        return decision
+
+    def _decide(self, host: Host, port: int, tls: bool | None) -> Decision:
         if host.ip is not None:
             return self._decide_address(host.ip, port, tls)
         name = host.name
