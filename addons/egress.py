@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from addons.auditing import Where, address_text, record
 from addons.limits import body_follows
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
 from addons.targets import is_transparent, locate_flow, origin_form
-from proxy.audit import AuditRecord, AuditSink
+from proxy.audit import AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
 from proxy.fields import fields_problem
@@ -158,7 +159,11 @@ class EgressPolicy:
         if not decision.allowed:
             flow.response = refusal_response(decision, host_text)
         status = flow.response.status_code if flow.response else 200
-        self._audit(flow.client_conn, "CONNECT", "", host_text, port, decision, started, status)
+        upstream = (
+            self._pinned(flow.client_conn, flow.request.host, port) if decision.allowed else None
+        )
+        self._audit(flow.client_conn, "CONNECT", "", host_text, port, decision, started, status,
+                    upstream=upstream)  # fmt: skip
 
     async def tls_clienthello(self, data: tls.ClientHelloData) -> None:
         """Record the TLS target; relay (not intercept) what a pass-through entry allows.
@@ -421,7 +426,15 @@ class EgressPolicy:
             state.bytes_sent,
             state.bytes_received,
             state.injected,
+            upstream=address_text(flow.server_conn.peername)
+            or self._pinned(flow.client_conn, request.host, request.port),
         )
+
+    def _pinned(self, client: connection.Client, host: str, port: int | None) -> str | None:
+        """The checked address a destination is pinned to, as `ip:port`."""
+        if port is None:
+            return None
+        return address_text(self.pinning.pinned(client, (host, port)))
 
     def _audit(
         self,
@@ -436,25 +449,10 @@ class EgressPolicy:
         sent: int = 0,
         received: int = 0,
         injected: tuple[str, ...] = (),
+        upstream: str | None = None,
     ) -> None:
-        peer = client.peername
-        self.audit.write(
-            AuditRecord(
-                client=f"{peer[0]}:{peer[1]}" if peer else "",
-                method=method[:16],
-                scheme=scheme,
-                host=host,
-                port=port,
-                decision=decision.verdict,
-                reason=decision.reason.value,
-                rule=decision.entry.pattern if decision.entry else None,
-                injected=injected,
-                status=status,
-                bytes_sent=sent,
-                bytes_received=received,
-                duration_s=time.monotonic() - started,
-            )
-        )
+        where = Where(client, method, scheme, host, port, upstream)
+        self.audit.write(record(where, decision, started, status, sent, received, injected))
 
 
 def _upstream_chooses(offers: list[bytes]) -> bool:

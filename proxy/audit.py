@@ -45,6 +45,9 @@ class AuditRecord:
     bytes_sent: int
     bytes_received: int
     duration_s: float
+    connection: str = ""  # the client connection's id: ties a CONNECT to the requests in it
+    sni: str | None = None  # the TLS server name the client sent
+    upstream: str | None = None  # the address connected to (or pinned, before connecting)
 
 
 class AuditSink(Protocol):
@@ -52,14 +55,15 @@ class AuditSink(Protocol):
 
 
 class AuditLog:
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], worker: int | None = None) -> None:
         self._stream = stream
+        self._worker = worker  # `--workers N`: which process decided (None: the only one)
 
     @classmethod
-    def open(cls, target: str) -> AuditLog:
+    def open(cls, target: str, worker: int | None = None) -> AuditLog:
         if target == "-":
-            return cls(sys.stdout)
-        return cls(open(target, "a", encoding="utf-8", buffering=1))  # noqa: SIM115 (lives as long as the proxy)
+            return cls(sys.stdout, worker)
+        return cls(open(target, "a", encoding="utf-8", buffering=1), worker)  # noqa: SIM115 (lives as long as the proxy)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:
         now = (at or datetime.now(UTC)).isoformat(timespec="milliseconds")
@@ -67,6 +71,7 @@ class AuditLog:
         line.update(asdict(record))
         line["injected"] = list(record.injected)
         line["duration_s"] = round(record.duration_s, 6)
+        line["worker"] = self._worker
         self._stream.write(json.dumps(line, separators=(",", ":")) + "\n")
         if flush:
             self._stream.flush()

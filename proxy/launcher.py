@@ -110,7 +110,9 @@ async def serve(settings: Settings) -> int:
     metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
-    audit = BackgroundAuditLog(AuditLog.open(settings.audit_log), metrics.audit_dropped.inc)
+    audit = BackgroundAuditLog(
+        AuditLog.open(settings.audit_log, settings.worker), metrics.audit_dropped.inc
+    )
 
     options, master = _engine(settings.engine)
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:

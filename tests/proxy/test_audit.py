@@ -44,7 +44,8 @@ def test_a_line_has_every_field_and_the_decisions_time() -> None:
         {"time": "2026-12-02T18:00:00.123Z", "client": "198.19.0.1:40000", "method": "GET",
          "scheme": "https", "host": "h7.example", "port": 443, "decision": "allow",
          "reason": "allowlisted", "rule": "*.example", "injected": ["Authorization"],
-         "status": 200, "bytes_sent": 0, "bytes_received": 7, "duration_s": 0.001235}
+         "status": 200, "bytes_sent": 0, "bytes_received": 7, "duration_s": 0.001235,
+         "connection": "", "sni": None, "upstream": None, "worker": None}
     ]  # fmt: skip
 
 
