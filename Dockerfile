@@ -31,8 +31,7 @@ LABEL org.opencontainers.image.title="sandbox-egress" \
       org.opencontainers.image.description="Egress proxy with allowlist and token transformation, and a hook runner, for AI-agent sandboxes" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="${PYTHON_IMAGE}" \
-      org.opencontainers.image.documentation="docs/operations.md"
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 # Two unprivileged users with fixed ids: the transparent-mode firewall rules
 # exempt the proxy by uid (10001), so a sandbox must never run as that uid.
 RUN groupadd --gid 10001 egress \

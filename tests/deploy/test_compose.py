@@ -578,7 +578,7 @@ def test_image_carries_oci_labels() -> None:
     labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', text))
     assert set(labels) == {
         f"org.opencontainers.image.{k}"
-        for k in ("title", "description", "version", "revision", "base.name", "documentation")
+        for k in ("title", "description", "version", "revision", "base.name")
     }
     assert labels["org.opencontainers.image.version"] == "${VERSION}"
     assert "ARG VERSION=0.1.0" in text  # the version of pyproject.toml
