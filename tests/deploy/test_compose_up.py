@@ -16,6 +16,7 @@ import subprocess
 import textwrap
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -209,8 +210,8 @@ def test_prometheus_scrapes_both_proxies_and_both_runners(stack: Stack) -> None:
     assert expected >= 1
 
     def scraped() -> float | None:
-        query = "/api/v1/query?query=egress_requests_total%7Bjob%3D%22egress-proxy%22%2Creason%3D%22allowlisted%22%7D"
-        result = stack.prometheus(query)["data"]["result"]
+        query = 'egress_requests_total{job="egress-proxy",decision="allow",reason="allowlisted"}'
+        result = stack.prometheus("/api/v1/query?" + urlencode({"query": query}))["data"]["result"]
         value = float(result[0]["value"][1]) if result else None
         return value if value == expected else None
 
