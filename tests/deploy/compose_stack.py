@@ -110,6 +110,11 @@ class Stack:
         except StackError as exc:
             return str(exc)
 
+    def container(self, service: str) -> str:
+        """The id of a service's container (names differ between Compose versions)."""
+        (container,) = self.compose("ps", "-q", service, timeout=30).split()
+        return container
+
     def exec(self, service: str, *argv: str, input: str | None = None) -> str:
         return self.compose("exec", "-T", service, *argv, input=input, timeout=120)
 

@@ -180,6 +180,21 @@ def test_the_transparent_sandbox_reaches_nothing_but_the_proxy(stack: Stack) -> 
     ]
 
 
+def test_sighup_reaches_the_proxy_through_init_and_reloads_the_environment_file(
+    stack: Stack,
+) -> None:
+    def reloads() -> list[str]:
+        return [
+            line for line in stack.logs("proxy").splitlines() if "configuration reloaded" in line
+        ]
+
+    before = len(reloads())
+    stack.compose("kill", "-s", "HUP", "proxy")
+    (line,) = wait_for("the reload line", lambda: reloads()[before:])
+    assert line.endswith("configuration reloaded: 5 allowlist entries")
+    assert health_status(stack.container("proxy")) == "healthy"
+
+
 def proxy_counter(stack: Stack) -> float:
     """egress_requests_total{decision="allow",reason="allowlisted"} as the proxy reports it."""
     script = f"""
