@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.deploy.compose_stack import Stack, prepare_images, run, wait_for
+from tests.deploy.compose_stack import Stack, StackError, prepare_images, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]
 
@@ -77,7 +77,13 @@ def probe(stack: Stack, service: str, script: str, **values: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)  # the engine is up
+    try:
+        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
+    except (StackError, FileNotFoundError) as exc:
+        raise StackError(
+            "no Docker engine answers: run scripts/container-engine start "
+            "(docs/operations.md, 'Containers without a registry')"
+        ) from exc
     prepare_images()
     directory = tmp_path_factory.mktemp("compose")
     project = f"egress-test-{os.getpid()}"
