@@ -1,7 +1,8 @@
-"""`egress-proxy run|check|ca` (SPEC 5). The only place that chooses exit codes.
+"""`egress-proxy run|check|ca|health` (SPEC 5). The only place that chooses exit codes.
 
-Exit codes: 0 success; 1 `check` found problems; 2 the proxy could not start
-(configuration error, unreadable CA, address in use).
+Exit codes: 0 success; 1 `check` found problems or `health` found the proxy
+unhealthy; 2 the proxy could not start (configuration error, unreadable CA,
+address in use).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from proxy import config as configuration
+from proxy import health
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -82,6 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
     ca.add_argument("--certs", default="certs", type=Path)
     _key_type_option(ca, "--key-type")
+
+    probe = sub.add_parser("health", help="exit 0 when the proxy's /healthz answers 200")
+    probe.add_argument(
+        "--metrics",
+        default="127.0.0.1:9464",
+        type=parse_hostport,
+        help="the metrics address of `run` (a wildcard address is probed on loopback)",
+    )
+    probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
     return parser
 
 
@@ -109,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "dns":
         return _run_dns(args)
+    if args.command == "health":
+        host, port = args.metrics
+        outcome = health.probe(host, port, timeout=args.timeout)
+        print(outcome.detail, file=sys.stdout if outcome.healthy else sys.stderr)
+        return 0 if outcome.healthy else 1
     if args.command == "ca":
         ca = ensure_ca(args.certs, args.key_type)
         if not ca.created and ca.key_type is not args.key_type:

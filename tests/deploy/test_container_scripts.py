@@ -1,0 +1,70 @@
+"""The container scripts that need no engine: daemon.json, and what .ci/run calls.
+
+scripts/container-engine writes the daemon configuration the engine on these
+machines needs (runc, cgroupfs, rlimits the containers can actually set);
+test_compose_up.py exercises the rest with a running engine.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "scripts/container-engine"
+
+
+def write_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ENGINE), "config"],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DAEMON_JSON": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+
+
+def test_daemon_json_selects_runc_cgroupfs_and_ulimits_within_the_hard_limit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "docker" / "daemon.json"
+    done = write_config(path)
+    config = json.loads(path.read_text(encoding="utf-8"))
+    assert json.loads(done.stdout) == config
+    assert config["default-runtime"] == "runc"
+    assert config["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
+    nofile = config["default-ulimits"]["nofile"]
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    expected_hard = 1048576 if hard == resource.RLIM_INFINITY else hard
+    assert nofile == {"Name": "nofile", "Soft": min(expected_hard, 4096), "Hard": expected_hard}
+    assert config["labels"] == ["sandbox-egress.managed=true"]
+
+
+def test_a_daemon_json_written_by_someone_else_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text('{"debug": true}\n', encoding="utf-8")
+    done = write_config(path)
+    assert path.read_text(encoding="utf-8") == '{"debug": true}\n'
+    assert "keeping" in done.stderr
+
+
+def test_ci_prepares_the_engine_the_base_image_and_the_wheelhouse_before_make_test() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci/run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    # `make lint` creates .venv, whose pip scripts/wheelhouse uses.
+    steps = [
+        "make lint",
+        "scripts/container-engine start",
+        "scripts/base-image",
+        "scripts/wheelhouse",
+        "make test",
+    ]
+    assert [line for line in lines if line in steps] == steps
+    for script in ("container-engine", "base-image", "wheelhouse", "compose-secret"):
+        assert (ROOT / "scripts" / script).stat().st_mode & 0o111, script
