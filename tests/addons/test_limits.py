@@ -194,3 +194,26 @@ def test_a_head_finished_in_time_is_not_refused(
         "RequestEndOfMessage",
     ]
     assert refused == []
+
+
+@pytest.mark.parametrize(
+    ("version", "headers", "follows", "small"),
+    [
+        ("HTTP/2.0", {}, False, True),  # HEADERS ended the stream: nothing can follow
+        ("HTTP/2.0", {}, True, False),  # open stream, no length: any size (D25)
+        ("HTTP/2.0", {"content-length": "10"}, True, True),  # h2 enforces the length
+        ("HTTP/2.0", {"content-length": str(1 << 20)}, True, False),
+        ("HTTP/1.1", {}, False, True),  # no framing header: no body
+        ("HTTP/1.1", {"transfer-encoding": "chunked"}, True, False),
+        ("HTTP/1.1", {"content-length": "10"}, True, True),
+    ],
+)
+def test_which_refused_requests_can_get_the_readable_403(
+    version: str, headers: dict[str, str], follows: bool, small: bool
+):
+    from addons.egress import REFUSED_BODY_LIMIT, _body_size
+
+    request = tflow.treq(http_version=version.encode(), method=b"POST")
+    request.headers.clear()
+    request.headers.update(headers)
+    assert (_body_size(request, follows) <= REFUSED_BODY_LIMIT) is small
