@@ -75,6 +75,25 @@ def test_http1_download_streams_within_the_bound(proxy: PrivateProxy, bulk: Bulk
     m.assert_bounded()
 
 
+def test_http1_endless_chunk_size_line_from_the_client_closes_the_connection(
+    proxy: PrivateProxy, bulk: Bulk
+):
+    """Fails on main before this branch: the unfinished chunk line is buffered whole."""
+    host = f"other.allowed.test:{BULK_PORT}"
+    head = (
+        f"POST http://{host}/upload HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    with measure(proxy, "http1_client_endless_chunk_line") as m, plain(proxy) as sock:
+        sent = send_until_answered(sock, head.encode(), b"f", SIZE)
+        with contextlib.suppress(OSError):
+            while sock.recv(65536):
+                pass  # the connection ends (an upload in flight has no answer to get)
+    m.assert_bounded()
+    assert sent < SIZE // 4
+    samples = proxy.process.scrape()
+    assert samples[("egress_limit_refusals_total", (("limit", "request_head"),))] == 1
+
+
 # -- request heads from the client ------------------------------------------------------------
 
 
