@@ -217,3 +217,24 @@ def test_which_refused_requests_can_get_the_readable_403(
     request.headers.clear()
     request.headers.update(headers)
     assert (_body_size(request, follows) <= REFUSED_BODY_LIMIT) is small
+
+
+def test_websocket_compression_is_neither_offered_nor_accepted():
+    addon = limits.Limits(ProxyMetrics())
+    flow = tflow.tflow(resp=True)
+    flow.request.headers.update(
+        {"Upgrade": "websocket", "Sec-WebSocket-Extensions": "permessage-deflate"}
+    )
+    addon.requestheaders(flow)
+    assert "Sec-WebSocket-Extensions" not in flow.request.headers
+    assert flow.response is not None
+    flow.response.status_code = 101
+    flow.response.headers.update(
+        {"Upgrade": "websocket", "Sec-WebSocket-Extensions": "permessage-deflate"}
+    )
+    addon.responseheaders(flow)
+    assert "Sec-WebSocket-Extensions" not in flow.response.headers
+    plain = tflow.tflow()
+    plain.request.headers["Sec-WebSocket-Extensions"] = "x"  # not an upgrade: untouched
+    addon.requestheaders(plain)
+    assert plain.request.headers["Sec-WebSocket-Extensions"] == "x"
