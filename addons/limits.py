@@ -13,7 +13,9 @@ upgrade moves what they rely on):
   the connection. A client that has no request in flight gets a 431 (408 for the
   timeout) with `X-Egress-Denied: bad_request`; otherwise the message in flight fails
   as a protocol error, which mitmproxy answers with a 502 (upstream) or by closing.
-  HTTP/1 trailers, which mitmproxy 12 does not implement (it raises), are dropped.
+  An upstream status line outside 100-599 or not HTTP/1.0/1.1, which mitmproxy would
+  forward, is a 502 too. HTTP/1 trailers, which mitmproxy 12 does not implement (it
+  raises and leaves the connection hung), are dropped.
 * `HttpStream._handle_event`: records on the flow whether a body follows the request
   head (`body_follows`), which the policy needs to refuse an HTTP/2 stream readably
   only when that cannot mean buffering its body.
@@ -25,7 +27,8 @@ upgrade moves what they rely on):
 client's send queue is full.
 
 HTTP/2 header lists are bounded by the h2 library itself (64 KiB decoded, 64
-CONTINUATION frames); the test pins those defaults too.
+CONTINUATION frames); the test pins those defaults too. A connection closed for a
+bound is reset shortly after (`_abort_later`), since mitmproxy may leave it open.
 """
 
 from __future__ import annotations
