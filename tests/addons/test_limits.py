@@ -67,9 +67,9 @@ def test_http2_header_lists_are_bounded_by_the_h2_library(ctx: context.Context):
     # an undecoded header block holds at most 65 frames of mitmproxy's 128 KiB (D28).
     assert h2.connection.H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE == HEAD_LIMIT
     assert h2.frame_buffer.CONTINUATION_BACKLOG == 64
-    server = _http2.Http2Server(ctx)
-    assert server.h2_conn.decoder.max_header_list_size == HEAD_LIMIT
-    assert server.h2_conn.max_inbound_frame_size == 2**17
+    for side in (_http2.Http2Server(ctx), _http2.Http2Client(ctx)):  # sandbox, upstream
+        assert side.h2_conn.decoder.max_header_list_size == HEAD_LIMIT
+        assert side.h2_conn.max_inbound_frame_size == 2**17
 
 
 def test_a_request_head_over_the_bound_gets_431_and_the_connection_closes(
