@@ -13,18 +13,22 @@ upgrade moves what they rely on):
   the connection. A client that has no request in flight gets a 431 (408 for the
   timeout) with `X-Egress-Denied: bad_request`; otherwise the message in flight fails
   as a protocol error, which mitmproxy answers with a 502 (upstream) or by closing.
-  HTTP/1 trailers, which mitmproxy 12 does not implement (it raises), are dropped.
+  An upstream status line outside 100-599 or not HTTP/1.0/1.1, which mitmproxy would
+  forward, is a 502 too. HTTP/1 trailers, which mitmproxy 12 does not implement (it
+  raises and leaves the connection hung), are dropped.
 * `HttpStream._handle_event`: records on the flow whether a body follows the request
   head (`body_follows`), which the policy needs to refuse an HTTP/2 stream readably
   only when that cannot mean buffering its body.
 * `WebsocketLayer.relay_messages`: a message over `WEBSOCKET_MESSAGE_LIMIT` closes
-  both sides with 1009. The `Limits` addon drops already forwarded messages.
+  both sides with 1009. The `Limits` addon drops already forwarded messages, and
+  removes `Sec-WebSocket-Extensions` (no compression, so no inflation bomb).
 
 `addons.backpressure` (installed from here too) holds upstreams back while an HTTP/2
 client's send queue is full.
 
 HTTP/2 header lists are bounded by the h2 library itself (64 KiB decoded, 64
-CONTINUATION frames); the test pins those defaults too.
+CONTINUATION frames); the test pins those defaults too. A connection closed for a
+bound is reset shortly after (`_abort_later`), since mitmproxy may leave it open.
 """
 
 from __future__ import annotations
@@ -115,7 +119,11 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
             yield from _refuse(self, Limit.RESPONSE_HEAD, "invalid status line")
             return
         reply = yield command
-    if self.state == self.passthrough or self.state == self.done:
+    if self.state == self.passthrough:
+        return
+    if self.state == self.done:
+        if len(self.buf) > HEAD_LIMIT:  # mitmproxy still appends what arrives after the end
+            self.buf = ReceiveBuffer()
         return
     if len(self.buf) > HEAD_LIMIT:
         server = isinstance(self, _http1.Http1Server)
@@ -280,7 +288,21 @@ class Limits:
     def client_disconnected(self, client: connection.Client) -> None:
         backpressure.forget(client.id)
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        _no_websocket_compression(flow.request)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None and flow.response.status_code == 101:
+            _no_websocket_compression(flow.response)
+
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         # The layer holds the current message itself; the list needs nothing older.
         if flow.websocket is not None:
             del flow.websocket.messages[:-1]
+
+
+def _no_websocket_compression(message: http.Message) -> None:
+    """Offer and accept no WebSocket extension: wsproto inflates a compressed frame whole,
+    so a small deflate bomb would bypass `WEBSOCKET_MESSAGE_LIMIT` in one read (D29)."""
+    if message.headers.get("upgrade", "").lower() == "websocket":
+        message.headers.pop("Sec-WebSocket-Extensions", None)

@@ -67,9 +67,9 @@ def test_http2_header_lists_are_bounded_by_the_h2_library(ctx: context.Context):
     # an undecoded header block holds at most 65 frames of mitmproxy's 128 KiB (D28).
     assert h2.connection.H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE == HEAD_LIMIT
     assert h2.frame_buffer.CONTINUATION_BACKLOG == 64
-    server = _http2.Http2Server(ctx)
-    assert server.h2_conn.decoder.max_header_list_size == HEAD_LIMIT
-    assert server.h2_conn.max_inbound_frame_size == 2**17
+    for side in (_http2.Http2Server(ctx), _http2.Http2Client(ctx)):  # sandbox, upstream
+        assert side.h2_conn.decoder.max_header_list_size == HEAD_LIMIT
+        assert side.h2_conn.max_inbound_frame_size == 2**17
 
 
 def test_a_request_head_over_the_bound_gets_431_and_the_connection_closes(
@@ -194,3 +194,47 @@ def test_a_head_finished_in_time_is_not_refused(
         "RequestEndOfMessage",
     ]
     assert refused == []
+
+
+@pytest.mark.parametrize(
+    ("version", "headers", "follows", "small"),
+    [
+        ("HTTP/2.0", {}, False, True),  # HEADERS ended the stream: nothing can follow
+        ("HTTP/2.0", {}, True, False),  # open stream, no length: any size (D25)
+        ("HTTP/2.0", {"content-length": "10"}, True, True),  # h2 enforces the length
+        ("HTTP/2.0", {"content-length": str(1 << 20)}, True, False),
+        ("HTTP/1.1", {}, False, True),  # no framing header: no body
+        ("HTTP/1.1", {"transfer-encoding": "chunked"}, True, False),
+        ("HTTP/1.1", {"content-length": "10"}, True, True),
+    ],
+)
+def test_which_refused_requests_can_get_the_readable_403(
+    version: str, headers: dict[str, str], follows: bool, small: bool
+):
+    from addons.egress import REFUSED_BODY_LIMIT, _body_size
+
+    request = tflow.treq(http_version=version.encode(), method=b"POST")
+    request.headers.clear()
+    request.headers.update(headers)
+    assert (_body_size(request, follows) <= REFUSED_BODY_LIMIT) is small
+
+
+def test_websocket_compression_is_neither_offered_nor_accepted():
+    addon = limits.Limits(ProxyMetrics())
+    flow = tflow.tflow(resp=True)
+    flow.request.headers.update(
+        {"Upgrade": "websocket", "Sec-WebSocket-Extensions": "permessage-deflate"}
+    )
+    addon.requestheaders(flow)
+    assert "Sec-WebSocket-Extensions" not in flow.request.headers
+    assert flow.response is not None
+    flow.response.status_code = 101
+    flow.response.headers.update(
+        {"Upgrade": "websocket", "Sec-WebSocket-Extensions": "permessage-deflate"}
+    )
+    addon.responseheaders(flow)
+    assert "Sec-WebSocket-Extensions" not in flow.response.headers
+    plain = tflow.tflow()
+    plain.request.headers["Sec-WebSocket-Extensions"] = "x"  # not an upgrade: untouched
+    addon.requestheaders(plain)
+    assert plain.request.headers["Sec-WebSocket-Extensions"] == "x"
