@@ -1,6 +1,8 @@
 """POSTing an event to an https handler, with one total deadline.
 
 Invariants (SPEC 2.5, 5):
+* the host is spelled as the egress proxy spells it (`hookrunner.handlerhost`):
+  the CONNECT authority, the resolved name, SNI and ``Host`` are one A-label;
 * https only; the certificate is verified against ``--ca-file``, else the
   bundle named by ``SSL_CERT_FILE``, else the system store;
 * the proxy comes from ``https_proxy`` / ``HTTPS_PROXY`` (lower case wins) and
@@ -31,6 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hookrunner.command import OUTPUT_CAP
+from hookrunner.handlerhost import HostError, handler_host
 from hookrunner.proxyroute import ProxyError, ProxyRefused, open_tunnel, route_for
 
 
@@ -112,7 +115,10 @@ class HttpClient:
         parts = urlsplit(request.url)
         if parts.scheme != "https" or not parts.hostname:
             raise _Failed(HttpFailure.NETWORK, "not an https URL")
-        host = parts.hostname.encode("idna").decode("ascii")
+        try:
+            host = handler_host(parts)
+        except HostError:
+            raise _Failed(HttpFailure.NETWORK, "invalid host name") from None
         port = parts.port or 443
         route = route_for(host, port, self.environ)
         context = self.context()

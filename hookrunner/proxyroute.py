@@ -9,7 +9,8 @@ The conventions of curl and urllib, made explicit and testable:
   ``.example.com`` and ``*.example.com`` all match ``example.com`` and every
   name below it; an entry may carry ``:port``; an IP address or CIDR entry
   matches IP-literal hosts in it; names are never resolved to match an
-  address entry;
+  address entry; the host is already canonical (`hookrunner.handlerhost`) and
+  a non-ASCII entry is compared in the same A-label spelling;
 * the CONNECT handshake reads at most 64 KiB of response head, honours the
   caller's deadline on every read, and reports a refusal with the egress
   proxy's ``X-Egress-Denied`` code; the proxy's credentials (``Basic`` from
@@ -25,6 +26,8 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+from proxy.hosts import HostError, canonical_name
 
 _MAX_CONNECT_RESPONSE = 64 * 1024
 
@@ -99,10 +102,20 @@ def bypasses(host: str, port: int, no_proxy: str) -> bool:
             except ValueError:
                 pass
             continue
-        domain = pattern.removeprefix("*").lstrip(".").rstrip(".")
+        domain = _entry_domain(pattern.removeprefix("*").lstrip(".").rstrip("."))
         if domain and (host == domain or host.endswith(f".{domain}")):
             return True
     return False
+
+
+def _entry_domain(name: str) -> str:
+    """A ``no_proxy`` name in the spelling of `handler_host` (``straße.example`` as an A-label)."""
+    if not name or name.isascii():
+        return name
+    try:
+        return canonical_name(name)
+    except HostError:
+        return name  # matches nothing: hosts are A-labels by now
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
