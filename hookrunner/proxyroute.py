@@ -23,7 +23,7 @@ import base64
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -56,11 +56,40 @@ class ProxyRoute:
 DIRECT = ProxyRoute(proxy=False)
 
 
+@dataclass(frozen=True)
+class ProxyProblem:
+    """Why the proxy variable in effect cannot be used; safe to log (no credentials)."""
+
+    variable: str  # "https_proxy" or "HTTPS_PROXY": the one that won
+    reason: str
+
+
+def _variable(environ: Mapping[str, str], name: str) -> str:
+    """Which spelling of ``name`` is in effect: the lower-case one when it is set."""
+    return name.lower() if name.lower() in environ else name.upper()
+
+
 def _lookup(environ: Mapping[str, str], name: str) -> str:
-    lower = name.lower()
-    if lower in environ:
-        return environ[lower].strip()
-    return environ.get(name.upper(), "").strip()
+    return environ.get(_variable(environ, name), "").strip()
+
+
+def proxy_problem(
+    environ: Mapping[str, str], targets: Iterable[tuple[str, int]]
+) -> ProxyProblem | None:
+    """The problem with the proxy setting if any of ``targets`` (canonical host, port) needs it.
+
+    None when no proxy is set, when it is usable, or when ``no_proxy`` sends every
+    target directly: then the setting is never parsed per call either.
+    """
+    proxy = _lookup(environ, "https_proxy")
+    no_proxy = _lookup(environ, "no_proxy")
+    if not proxy or all(bypasses(host, port, no_proxy) for host, port in targets):
+        return None
+    try:
+        parse_proxy(proxy)
+    except ProxyConfigError as exc:
+        return ProxyProblem(_variable(environ, "https_proxy"), str(exc))
+    return None
 
 
 def route_for(host: str, port: int, environ: Mapping[str, str]) -> ProxyRoute:
