@@ -13,7 +13,8 @@ a post_tool_execution event, ``exec_tool`` runs a built-in tool between them::
     result = session.exec_tool("code_execution", {"code": "ls", "language": "bash"})
 
 Configuration problems are reported (stderr and metrics) when the session
-opens; the session then runs with the valid rest.
+opens, once: those of the hooks files, and an unusable ``HTTPS_PROXY`` when an
+http handler would need it; the session then runs with the valid rest.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from typing import Any, TextIO
 from hookrunner.dispatch import HandlerExecutor
 from hookrunner.envsan import Redactor, sanitise
 from hookrunner.errors import PayloadError, WorkspaceError
+from hookrunner.handlerhost import http_targets
 from hookrunner.httpclient import HttpClient
 from hookrunner.isolation import hook_environment, make_undumpable
 from hookrunner.isolation import tool_user as resolve_tool_user
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.model import Event, EventPayload, HandlerRun, HookConfig, PreDecision, ToolCall
+from hookrunner.proxyroute import proxy_problem
 from hookrunner.report import Reporter
 from hookrunner.runner import decide_pre, notify_post
 from hookrunner.tools import Workspace, run_tool
@@ -101,6 +104,9 @@ class HookSession:
         # agent's own code always gets the sanitised environment.
         self.tool_env = dict(sanitise(snapshot).variables)
         hook_env = hook_environment(sanitise(snapshot, full_env=full_env).variables, snapshot, root)
+        proxy = proxy_problem(snapshot, http_targets(self.config))
+        if proxy is not None:
+            self.reporter.proxy_problem(proxy)
         self._run = HandlerExecutor(
             str(root), hook_env, HttpClient(snapshot, ca_file), self.reporter
         )

@@ -3,8 +3,14 @@
 SPEC 2.6 and 4: handlers inherit the runner's environment minus
 * names that look like secrets (``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
   ``*_API_KEY``, ``AUTH``, ``CREDENTIALS``, ... as whole ``_``-separated words),
+* names split into words at ``_ - .`` and camelCase (``accessKey``), read also as
+  run-together words (``STRIPEKEY``, ``GHTOKEN``; not ``MONKEY`` or ``KEYBOARD``);
+  ``PWD`` counts inside a compound (``MYSQL_PWD``), not alone (``PWD``, ``OLDPWD``),
 * values that carry credentials: URLs with a user-info part or a secret-looking
-  query parameter, private keys, and well-known token formats,
+  query parameter, and the formats of `hookrunner.tokens` (private keys, vendor
+  tokens, webhook URLs with the secret in the path, ``Authorization:`` headers),
+* header lines with a secret name in header-carrying variables, and the
+  ``GIT_CONFIG_VALUE_n`` of a ``GIT_CONFIG_KEY_n`` that names a header or credential,
 * credential helpers (``SSH_AUTH_SOCK``, ``GPG_AGENT_INFO``, ``KRB5CCNAME``,
   ``*_ASKPASS``, ...),
 * process-injection variables (``NODE_OPTIONS``, ``LD_PRELOAD``,
@@ -14,7 +20,9 @@ then the ``HOOK_*`` protocol variables are added. The operator switch
 (``--full-env`` / ``HOOKRUNNER_FULL_ENV=1``, and ``AX_CODE_HOOKS_FULL_ENV=1``
 for the AX Code dialect) keeps everything except inherited ``HOOK_*``. Both
 dialects use this one sanitiser. The removed values also feed a ``Redactor`` so that no
-warning can repeat them.
+warning can repeat them. Work per variable is linear in its length: names by a
+fixed number of string tests per word, values with RE2 (`hookrunner.tokens`) and
+regular expressions without nested repetition.
 """
 
 from __future__ import annotations
@@ -24,6 +32,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import re2
+
+from hookrunner.tokens import token_format
 
 HOOK_ARGS_JSON_LIMIT = 32 * 1024
 
@@ -55,10 +67,32 @@ _SECRET_WORDS = frozenset(
         "PAT",
         "SIGNATURE",
         "SESSIONID",
+        "WEBHOOK",
+        "WEBHOOKS",
     }
 )
-_SECRET_INFIXES = ("SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "PRIVATEKEY")
+_SECRET_INFIXES = ("SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "PRIVATEKEY", "WEBHOOK")
 _SECRET_SUFFIXES = ("TOKEN", "TOKENS", "AUTH")
+# A run-together word ending in KEY(S) is a secret when what precedes KEY names a kind of
+# key or a service that issues them (STRIPEKEY, ACCESSKEY); MONKEY, HOTKEY, LESSKEY and
+# KEYBOARD are not. Stems are at least three letters, so ADDKEY-like words stay.
+_KEY_STEMS = (
+    "API", "ACCESS", "SECRET", "PRIVATE", "MASTER", "SIGNING", "ENCRYPTION", "CLIENT",
+    "APP", "SERVICE", "SESSION", "LICENSE", "DEPLOY", "SSH", "GPG", "PGP", "HMAC", "JWT",
+    "ADMIN", "STRIPE", "OPENAI", "ANTHROPIC", "CLAUDE", "AWS", "GITHUB", "GITLAB",
+    "SLACK", "TWILIO", "SENDGRID", "MAILGUN", "GOOGLE", "GCP", "GEMINI", "AZURE",
+    "DATADOG", "SENTRY", "HEROKU", "NPM", "PYPI", "DOCKER", "CLOUDFLARE", "MAPBOX",
+    "ALGOLIA", "SHOPIFY", "PAYPAL", "HUGGINGFACE", "MISTRAL", "COHERE", "GROQ",
+    "REPLICATE", "PINECONE", "SUPABASE", "FIREBASE", "VERCEL", "NETLIFY", "LINEAR",
+    "NOTION", "AIRTABLE",
+)  # fmt: skip
+# PWD is a password word (MYSQL_PWD, DB_PWD) unless it is the whole name (PWD, OLDPWD).
+_PASSWORD_WORD_IN_COMPOUNDS = "PWD"
+_CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_HEADER = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]{0,63})\s*:\s*\S")
+_GIT_CONFIG_PAIR = re.compile(r"GIT_CONFIG_(?:KEY|VALUE)_([0-9]{1,4})")
+# git configuration keys whose value is a credential or a header (http.<url>.extraHeader).
+_GIT_SECRET_KEY = re.compile(r"(?i)^http\..*extraheader$|^credential\.|(?:password|token)$")
 CREDENTIAL_HELPERS = frozenset(
     {
         "SSH_AUTH_SOCK",
@@ -105,46 +139,83 @@ INJECTION_VARIABLES = frozenset(
     }
 )
 _INJECTION_PREFIXES = ("DYLD_", "BASH_FUNC_")
-_URL_WITH_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]+@")
-_QUERY_PARAM = re.compile(r"[?&]([A-Za-z0-9_.-]+)=[^&\s#]+")
-_TOKEN_VALUE = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|\b(?:ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{20,}"
-    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bglpat-[A-Za-z0-9_-]{20,}"
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
-    r"|\bsk-[A-Za-z0-9_-]{20,}"
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
-)
+# RE2: Python's re takes quadratic time on a long run of scheme characters.
+_URL_WITH_USERINFO = re2.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]+@")
+_QUERY_PARAM = re2.compile(r"[?&]([A-Za-z0-9_.-]+)=[^&\s#]+")
 _MIN_REDACT_CHARS = 6
 
 
 def _words(name: str) -> list[str]:
-    return [w for w in re.split(r"[_\-.]+", name.upper()) if w]
+    """Upper-cased words split at ``_ - .``, plus the parts of camelCase words.
+
+    ``secretAccessKey`` gives ``SECRETACCESSKEY`` (read as one run-together word)
+    and ``SECRET``, ``ACCESS``, ``KEY``.
+    """
+    words: list[str] = []
+    for word in (w for w in re.split(r"[_\-.]+", name) if w):
+        words.append(word.upper())
+        parts = _CAMEL_PART.findall(word)
+        if len(parts) > 1:
+            words.extend(p.upper() for p in parts)
+    return words
+
+
+def _secret_word(word: str) -> bool:
+    if word in _SECRET_WORDS or any(infix in word for infix in _SECRET_INFIXES):
+        return True
+    if word.endswith(_SECRET_SUFFIXES):
+        return True
+    stem = word.removesuffix("S").removesuffix("KEY") if word.endswith(("KEY", "KEYS")) else ""
+    return bool(stem) and stem != word and stem.endswith(_KEY_STEMS)
 
 
 def secret_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a secret."""
-    for word in _words(name):
-        if word in _SECRET_WORDS:
-            return True
-        if any(infix in word for infix in _SECRET_INFIXES):
-            return True
-        if word.endswith(_SECRET_SUFFIXES):
-            return True
-    return False
+    """Whether an environment variable's name says it holds a secret (linear in its length)."""
+    words = _words(name)
+    if len(words) > 1 and _PASSWORD_WORD_IN_COMPOUNDS in words:
+        return True
+    return any(_secret_word(word) for word in words)
 
 
 def secret_value(value: str) -> bool:
     """Whether a value carries a credential whatever its variable is called."""
-    if _URL_WITH_USERINFO.search(value) or _TOKEN_VALUE.search(value):
+    if _URL_WITH_USERINFO.search(value) or token_format(value) is not None:
         return True
     return any(secret_name(m.group(1)) for m in _QUERY_PARAM.finditer(value))
 
 
-def removal_cause(name: str, value: str) -> str | None:
-    """Why a variable is removed from a handler's environment, or None to keep it."""
+def _secret_header(name: str, value: str) -> bool:
+    """A header line (``PRIVATE-TOKEN: ...``) in a variable that carries headers to a client."""
+    upper = name.upper()
+    if not (upper.startswith("GIT_CONFIG_VALUE_") or "HEADER" in upper):
+        return False
+    header = _HEADER.match(value)
+    return header is not None and (
+        secret_name(header.group(1)) or header.group(1).lower() == "cookie"
+    )
+
+
+def paired_secrets(environ: Mapping[str, str]) -> frozenset[str]:
+    """``GIT_CONFIG_VALUE_n`` whose ``GIT_CONFIG_KEY_n`` names a header or a credential.
+
+    ``GIT_CONFIG_KEY_0=http.extraHeader`` makes ``GIT_CONFIG_VALUE_0`` a header sent
+    to every remote, whatever its text looks like.
+    """
+    names: set[str] = set()
+    for name, value in environ.items():
+        pair = _GIT_CONFIG_PAIR.fullmatch(name.upper())
+        is_key = pair is not None and name.upper().startswith("GIT_CONFIG_KEY_")
+        if pair and is_key and _GIT_SECRET_KEY.search(value.strip()):
+            names.add(f"GIT_CONFIG_VALUE_{pair.group(1)}")
+    return frozenset(n for n in environ if n.upper() in names)
+
+
+def removal_cause(name: str, value: str, paired: frozenset[str] = frozenset()) -> str | None:
+    """Why a variable is removed from a handler's environment, or None to keep it.
+
+    ``paired`` is `paired_secrets` of the whole environment, for the variables whose
+    meaning depends on another one.
+    """
     upper = name.upper()
     if upper.startswith("HOOK_"):
         return "hook_protocol"
@@ -152,9 +223,9 @@ def removal_cause(name: str, value: str) -> str | None:
         return "credential_helper"
     if upper in INJECTION_VARIABLES or upper.startswith(_INJECTION_PREFIXES):
         return "process_injection"
-    if secret_name(name):
+    if secret_name(name) and not _GIT_CONFIG_PAIR.fullmatch(upper):
         return "secret_name"
-    if secret_value(value):
+    if secret_value(value) or _secret_header(name, value) or name in paired:
         return "secret_value"
     return None
 
@@ -169,13 +240,40 @@ def sanitise(environ: Mapping[str, str], *, full_env: bool = False) -> Sanitised
     """The base environment for handlers and tools (without the HOOK_* additions)."""
     kept: dict[str, str] = {}
     removed: list[str] = []
+    paired = paired_secrets(environ)
     for name, value in environ.items():
-        cause = removal_cause(name, value)
+        cause = removal_cause(name, value, paired)
         if cause is None or (full_env and cause != "hook_protocol"):
             kept[name] = value
         else:
             removed.append(name)
+    if removed and not full_env:
+        kept = _renumber_git_config(kept)
     return SanitisedEnvironment(kept, tuple(sorted(removed)))
+
+
+def _renumber_git_config(kept: dict[str, str]) -> dict[str, str]:
+    """Close the gaps a removed ``GIT_CONFIG_VALUE_n`` leaves, so git still starts.
+
+    git refuses to run when ``GIT_CONFIG_COUNT`` names a pair that is missing; the
+    pairs left are renumbered from 0 and the count set to how many there are.
+    """
+    count = kept.get("GIT_CONFIG_COUNT", "")
+    if not (count.isascii() and count.isdigit()) or len(count) > 4:
+        return kept
+    pairs = [
+        (kept[f"GIT_CONFIG_KEY_{i}"], kept[f"GIT_CONFIG_VALUE_{i}"])
+        for i in range(int(count))
+        if f"GIT_CONFIG_KEY_{i}" in kept and f"GIT_CONFIG_VALUE_{i}" in kept
+    ]
+    if len(pairs) == int(count):
+        return kept
+    result = {k: v for k, v in kept.items() if not _GIT_CONFIG_PAIR.fullmatch(k)}
+    for i, (key, value) in enumerate(pairs):
+        result[f"GIT_CONFIG_KEY_{i}"] = key
+        result[f"GIT_CONFIG_VALUE_{i}"] = value
+    result["GIT_CONFIG_COUNT"] = str(len(pairs))
+    return result
 
 
 def args_json(args: Mapping[str, Any]) -> str:
@@ -226,8 +324,9 @@ class Redactor:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Redactor:
         secrets: list[str] = []
+        paired = paired_secrets(environ)
         for name, value in environ.items():
-            cause = removal_cause(name, value)
+            cause = removal_cause(name, value, paired)
             if cause in ("secret_name", "secret_value", "credential_helper"):
                 secrets.append(value)
                 secrets.extend(m.group(0) for m in _URL_WITH_USERINFO.finditer(value))

@@ -1,6 +1,8 @@
 """POSTing an event to an https handler, with one total deadline.
 
 Invariants (SPEC 2.5, 5):
+* the host is spelled as the egress proxy spells it (`hookrunner.handlerhost`):
+  the CONNECT authority, the resolved name, SNI and ``Host`` are one A-label;
 * https only; the certificate is verified against ``--ca-file``, else the
   bundle named by ``SSL_CERT_FILE``, else the system store;
 * the proxy comes from ``https_proxy`` / ``HTTPS_PROXY`` (lower case wins) and
@@ -13,7 +15,9 @@ Invariants (SPEC 2.5, 5):
   trickles bytes cannot keep the runner past it; a resolver that hangs is left
   behind in a daemon thread and not waited for;
 * at most ``cap`` bytes of body are read; failures come back as a result,
-  never as an exception, and their text never contains the proxy's credentials.
+  never as an exception, and their text never contains the proxy's credentials;
+* an unusable proxy setting is ``PROXY_UNUSABLE``, not a network error: the
+  session reports it once, when it opens (`proxyroute.proxy_problem`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hookrunner.command import OUTPUT_CAP
-from hookrunner.proxyroute import ProxyError, ProxyRefused, open_tunnel, route_for
+from hookrunner.handlerhost import HostError, handler_host
+from hookrunner.proxyroute import (
+    ProxyConfigError,
+    ProxyError,
+    ProxyRefused,
+    open_tunnel,
+    route_for,
+)
 
 
 class HttpFailure(StrEnum):
@@ -39,6 +50,7 @@ class HttpFailure(StrEnum):
     NETWORK = "network"
     TLS = "tls"
     PROXY_REFUSED = "proxy_refused"
+    PROXY_UNUSABLE = "proxy_unusable"  # HTTPS_PROXY cannot be used: a configuration problem
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ class HttpClient:
             )
         except _Failed as exc:
             return _failed(watchdog, exc.failure, exc.detail, started)
+        except ProxyConfigError as exc:
+            detail = f"{exc}; reported once as a configuration problem"
+            return _failed(watchdog, HttpFailure.PROXY_UNUSABLE, detail, started)
         except ProxyRefused as exc:
             return _failed(watchdog, HttpFailure.PROXY_REFUSED, str(exc), started)
         except ProxyError as exc:
@@ -112,7 +127,10 @@ class HttpClient:
         parts = urlsplit(request.url)
         if parts.scheme != "https" or not parts.hostname:
             raise _Failed(HttpFailure.NETWORK, "not an https URL")
-        host = parts.hostname.encode("idna").decode("ascii")
+        try:
+            host = handler_host(parts)
+        except HostError:
+            raise _Failed(HttpFailure.NETWORK, "invalid host name") from None
         port = parts.port or 443
         route = route_for(host, port, self.environ)
         context = self.context()

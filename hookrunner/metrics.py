@@ -5,6 +5,9 @@
 * ``hook_duration_seconds{event,type}``: how long each handler run took;
 * ``hook_warnings_total{kind}``: every warning line (``report.WarningKind``);
 * ``hook_decisions_total{decision}``: the aggregated pre_tool_execution verdicts;
+* ``hook_config_problems_total{kind}``: configuration problems found when a
+  session opens, ``kind`` from `CONFIG_PROBLEM_KINDS` (a hooks file, the proxy
+  variable), each counted once per session, not per call;
 * for the AX Code dialect, ``hook_runs_total`` and ``hook_duration_seconds``
   with its event names (``PreToolUse``...) and outcomes (``ax.model.AxOutcome``),
   ``hook_lifecycle_decisions_total{event,decision,cause}`` for the events
@@ -33,6 +36,7 @@ from hookrunner.ax.model import (
 )
 from hookrunner.model import Event, HandlerRun, HandlerType, Outcome
 
+CONFIG_PROBLEM_KINDS = ("hooks_file", "https_proxy")
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _SHARED_FAILURES = {Outcome.TIMEOUT}
 _FAILURES = {
@@ -48,6 +52,7 @@ _FAILURES = {
         Outcome.NETWORK_ERROR,
         Outcome.TLS_ERROR,
         Outcome.PROXY_REFUSED,
+        Outcome.PROXY_UNUSABLE,
     },
 }
 _PRE_ONLY = {
@@ -134,6 +139,14 @@ class HookMetrics:
             ["decision"],
             registry=self.registry,
         )
+        self.config_problems = Counter(
+            "hook_config_problems_total",
+            "Configuration problems found when a session opened (hooks file, HTTPS_PROXY).",
+            ["kind"],
+            registry=self.registry,
+        )
+        for problem_kind in CONFIG_PROBLEM_KINDS:
+            self.config_problems.labels(problem_kind)
         for event in Event:
             for kind in HandlerType:
                 self.duration.labels(event.value, kind.value)
@@ -180,6 +193,11 @@ class HookMetrics:
 
     def observe_observation_dropped(self, event: AxEvent) -> None:
         self.observations_dropped.labels(event.value).inc()
+
+    def observe_config_problem(self, kind: str) -> None:
+        if kind not in CONFIG_PROBLEM_KINDS:
+            raise ValueError(f"unknown configuration problem kind {kind!r}")
+        self.config_problems.labels(kind).inc()
 
     def observe_warning(self, kind: str) -> None:
         self.warnings.labels(kind).inc()

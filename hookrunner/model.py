@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     NETWORK_ERROR = "network_error"  # DNS, refused, reset, malformed response
     TLS_ERROR = "tls_error"  # certificate not trusted, handshake failed, CA file unusable
     PROXY_REFUSED = "proxy_refused"  # the egress proxy answered the CONNECT with non-2xx
+    PROXY_UNUSABLE = "proxy_unusable"  # HTTPS_PROXY cannot be used (reported at session start)
 
     @property
     def failed(self) -> bool:

@@ -26,6 +26,7 @@ _HTTP_FAILURES = {
     HttpFailure.NETWORK: Outcome.NETWORK_ERROR,
     HttpFailure.TLS: Outcome.TLS_ERROR,
     HttpFailure.PROXY_REFUSED: Outcome.PROXY_REFUSED,
+    HttpFailure.PROXY_UNUSABLE: Outcome.PROXY_UNUSABLE,
 }
 
 

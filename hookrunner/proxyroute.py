@@ -9,7 +9,8 @@ The conventions of curl and urllib, made explicit and testable:
   ``.example.com`` and ``*.example.com`` all match ``example.com`` and every
   name below it; an entry may carry ``:port``; an IP address or CIDR entry
   matches IP-literal hosts in it; names are never resolved to match an
-  address entry;
+  address entry; the host is already canonical (`hookrunner.handlerhost`) and
+  a non-ASCII entry is compared in the same A-label spelling;
 * the CONNECT handshake reads at most 64 KiB of response head, honours the
   caller's deadline on every read, and reports a refusal with the egress
   proxy's ``X-Egress-Denied`` code; the proxy's credentials (``Basic`` from
@@ -22,9 +23,11 @@ import base64
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+from proxy.hosts import HostError, canonical_name
 
 _MAX_CONNECT_RESPONSE = 64 * 1024
 
@@ -53,11 +56,40 @@ class ProxyRoute:
 DIRECT = ProxyRoute(proxy=False)
 
 
+@dataclass(frozen=True)
+class ProxyProblem:
+    """Why the proxy variable in effect cannot be used; safe to log (no credentials)."""
+
+    variable: str  # "https_proxy" or "HTTPS_PROXY": the one that won
+    reason: str
+
+
+def _variable(environ: Mapping[str, str], name: str) -> str:
+    """Which spelling of ``name`` is in effect: the lower-case one when it is set."""
+    return name.lower() if name.lower() in environ else name.upper()
+
+
 def _lookup(environ: Mapping[str, str], name: str) -> str:
-    lower = name.lower()
-    if lower in environ:
-        return environ[lower].strip()
-    return environ.get(name.upper(), "").strip()
+    return environ.get(_variable(environ, name), "").strip()
+
+
+def proxy_problem(
+    environ: Mapping[str, str], targets: Iterable[tuple[str, int]]
+) -> ProxyProblem | None:
+    """The problem with the proxy setting if any of ``targets`` (canonical host, port) needs it.
+
+    None when no proxy is set, when it is usable, or when ``no_proxy`` sends every
+    target directly: then the setting is never parsed per call either.
+    """
+    proxy = _lookup(environ, "https_proxy")
+    no_proxy = _lookup(environ, "no_proxy")
+    if not proxy or all(bypasses(host, port, no_proxy) for host, port in targets):
+        return None
+    try:
+        parse_proxy(proxy)
+    except ProxyConfigError as exc:
+        return ProxyProblem(_variable(environ, "https_proxy"), str(exc))
+    return None
 
 
 def route_for(host: str, port: int, environ: Mapping[str, str]) -> ProxyRoute:
@@ -99,10 +131,20 @@ def bypasses(host: str, port: int, no_proxy: str) -> bool:
             except ValueError:
                 pass
             continue
-        domain = pattern.removeprefix("*").lstrip(".").rstrip(".")
+        domain = _entry_domain(pattern.removeprefix("*").lstrip(".").rstrip("."))
         if domain and (host == domain or host.endswith(f".{domain}")):
             return True
     return False
+
+
+def _entry_domain(name: str) -> str:
+    """A ``no_proxy`` name in the spelling of `handler_host` (``straße.example`` as an A-label)."""
+    if not name or name.isascii():
+        return name
+    try:
+        return canonical_name(name)
+    except HostError:
+        return name  # matches nothing: hosts are A-labels by now
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -24,6 +24,7 @@ from typing import TextIO
 from hookrunner.envsan import Redactor
 from hookrunner.metrics import HookMetrics
 from hookrunner.model import Event, HandlerRun, Outcome, PreDecision, Problem
+from hookrunner.proxyroute import ProxyProblem
 
 _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 
@@ -83,11 +84,21 @@ class Reporter:
         self._write("warning", {"kind": kind.value, **fields})
 
     def problem(self, problem: Problem) -> None:
+        self.metrics.observe_config_problem("hooks_file")
         self.warn(
             WarningKind.CONFIG,
             file=problem.file,
             path=problem.path,
             cause=problem.reason,
+        )
+
+    def proxy_problem(self, problem: ProxyProblem) -> None:
+        """The proxy variable is unusable: one line per session, before any handler runs."""
+        self.metrics.observe_config_problem("https_proxy")
+        self.warn(
+            WarningKind.CONFIG,
+            variable=problem.variable,
+            cause=f"{problem.reason}; http handlers that need it fail open (proxy_unusable)",
         )
 
     def handler_run(self, run: HandlerRun) -> None:

@@ -19,6 +19,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from hookrunner.handlerhost import HostError, handler_host
 from hookrunner.matcher import compile_matcher
 from hookrunner.model import (
     CommandHandler,
@@ -274,8 +275,8 @@ def check_url(url: Any) -> str | None:
     if not parts.hostname:
         return "has no host"
     try:
-        parts.hostname.encode("idna")
-    except UnicodeError:
+        handler_host(parts)
+    except HostError:
         return "has an invalid host name"
     if parts.username is not None or parts.password is not None:
         return "must not carry credentials (use the egress proxy's transform)"

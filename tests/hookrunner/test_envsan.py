@@ -50,7 +50,7 @@ CASES = [
         "https://pypi.org/simple https://tok@repo.example/simple",
         "secret_value",
     ),
-    ("WEBHOOK", "https://hooks.example.com/x?token=abc", "secret_value"),
+    ("CALLBACK", "https://hooks.example.com/x?token=abc", "secret_value"),
     ("SIGNED", "https://bucket.example.com/o?X-Amz-Signature=abc", "secret_value"),
     ("MY_VAR", GH, "secret_value"),
     ("MY_KEY_MATERIAL", "x", "secret_name"),

@@ -10,7 +10,13 @@ from hookrunner.model import Event, HandlerType, Outcome
 
 FAILURES_BY_TYPE = {
     HandlerType.COMMAND: {"exit_nonzero", "not_found", "not_executable", "crashed", "spawn_error"},
-    HandlerType.HTTP: {"http_error", "network_error", "tls_error", "proxy_refused"},
+    HandlerType.HTTP: {
+        "http_error",
+        "network_error",
+        "tls_error",
+        "proxy_refused",
+        "proxy_unusable",
+    },
 }
 PRE = {"allow", "deny", "empty_output", "unrecognised", "unparseable", "near_miss", "truncated"}
 

@@ -21,22 +21,37 @@ Where it looks:
   ``echo .env`` is harmless but ``echo KEY=1 >> .env`` is a write;
 * other code (``language: python``): any word that is an env-file path, e.g.
   ``open(".env")`` (a string that only mentions one counts too).
+
+A link is what it points to: with a ``resolve`` function (the pack passes
+``realpath`` from the workspace) every path and shell word is also judged by
+the name of the file it resolves to, so ``notes.txt -> .env`` is an env file.
+A shell word the shell still expands (``$F``, ``"$DIR"/x``, ``$(...)``) is
+judged by its shape, each expansion read as any text: it counts when its last
+component can be ``.env`` or ``.env.<a usual suffix>`` (``$F``, ``.$X``,
+``$NAME.production``) but not when a literal name or extension follows the
+expansion (``$DIR/config.yaml``, ``$NAME.txt``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
 from hookrunner.ax.packs.commands import basename, read_script
+from hookrunner.ax.packs.shell import Word, is_dynamic
+
+Resolve = Callable[[str], "str | None"]
 
 PATH_KEYS = ("filePath", "file_path", "path", "notebook_path")
 LIST_KEYS = ("paths", "files")
 PATCH_KEYS = ("patchText", "patch", "input", "diff")
 GLOB_KEYS = ("include", "glob")
-HARMLESS = frozenset({"echo", "printf", "ls", "test", "[", "[[", "true", ":", "type", "which"})
+HARMLESS = frozenset(
+    {"echo", "printf", "ls", "test", "[", "[[", "true", ":", "type", "which",
+     "cd", "pushd", "popd", "export", "unset", "local", "declare", "readonly", "mkdir"}
+)  # fmt: skip
 _PATCH_FILE = re.compile(
     r"^(?:\*\*\* (?:Add|Update|Delete) File: |\+\+\+ |--- )(?:[ab]/)?(.+?)\s*$"
 )
@@ -44,6 +59,11 @@ _BRACE = re.compile(r"^(.*)\{([^{}]*,[^{}]*)\}(.*)$")
 _CODE_WORD = re.compile(r"[^\s'\"(),\[\]{};=]+")
 _GLOB_CHARS = frozenset("*?[")
 _SAMPLES = (".env", ".env.local")
+# What an expansion followed by a literal tail is checked against ($NAME.production).
+_DYNAMIC_SAMPLES = (
+    ".env", ".env.local", ".env.production", ".env.development", ".env.test",
+    ".env.example", ".env.staging", ".env.prod", ".env.dev", ".env.sample",
+)  # fmt: skip
 
 
 def is_env_name(name: str) -> bool:
@@ -80,20 +100,42 @@ def _glob_reaches_env(pattern: str) -> bool:
     return any(fnmatchcase(sample, last) for sample in _SAMPLES)
 
 
-def env_word(word: str) -> str | None:
-    return next((c for c in _candidates(word) if is_env_path(c)), None)
+def _dynamic_env(word: Word) -> bool:
+    """Can this expanded word be an env file? (its shape's last component, see above)"""
+    shapes = [word.shape]
+    if "=" in word.shape:
+        shapes.append(word.shape.split("=", 1)[1])
+    for shape in shapes:
+        last = shape.rstrip("/").rsplit("/", 1)[-1]
+        if "*" in last and any(fnmatchcase(s, last) for s in _DYNAMIC_SAMPLES):
+            return True
+    return False
 
 
-def in_shell(text: str) -> str | None:
+def env_word(word: str, resolve: Resolve | None = None) -> str | None:
+    """The candidate of ``word`` that is an env file (by name, by what it links to), or None."""
+    if isinstance(word, Word) and word.expands and _dynamic_env(word):
+        return word
+    for candidate in _candidates(word):
+        if is_env_path(candidate):
+            return candidate
+        if resolve is not None and not is_dynamic(word):
+            target = resolve(candidate)
+            if target is not None and is_env_path(target):
+                return candidate
+    return None
+
+
+def in_shell(text: str, resolve: Resolve | None = None) -> str | None:
     """The first env file a shell command line reads or writes, as written."""
     for command in read_script(text).commands:
         for _operator, target in command.redirects:
-            if env_word(target):
+            if env_word(target, resolve):
                 return target
         if command.program in HARMLESS:
             continue
         for word in command.words:
-            if env_word(word):
+            if env_word(word, resolve):
                 return word
     return None
 
@@ -102,17 +144,24 @@ def in_code(text: str) -> str | None:
     return next((w for w in _CODE_WORD.findall(text) if env_word(w)), None)
 
 
-def in_arguments(args: Mapping[str, Any]) -> str | None:
-    """The first env file named by a file tool's arguments."""
+def _names_env(path: str, resolve: Resolve | None) -> bool:
+    if is_env_path(path):
+        return True
+    target = resolve(path) if resolve is not None else None
+    return target is not None and is_env_path(target)
+
+
+def in_arguments(args: Mapping[str, Any], resolve: Resolve | None = None) -> str | None:
+    """The first env file named by a file tool's arguments (or reached through a link)."""
     for key in PATH_KEYS:
         value = args.get(key)
-        if isinstance(value, str) and env_word(value):
+        if isinstance(value, str) and (env_word(value) or _names_env(value, resolve)):
             return value
     for key in LIST_KEYS:
         values = args.get(key)
         if isinstance(values, list):
             for value in values:
-                if isinstance(value, str) and env_word(value):
+                if isinstance(value, str) and (env_word(value) or _names_env(value, resolve)):
                     return value
     for key in GLOB_KEYS:
         value = args.get(key)
@@ -123,6 +172,6 @@ def in_arguments(args: Mapping[str, Any]) -> str | None:
         if isinstance(value, str):
             for line in value.splitlines():
                 match = _PATCH_FILE.match(line)
-                if match is not None and is_env_path(match.group(1)):
+                if match is not None and _names_env(match.group(1), resolve):
                     return match.group(1)
     return None

@@ -15,6 +15,13 @@ The last of ``--force`` / ``--no-force`` (and of ``--force-with-lease`` /
 does nothing in git and does not count. Text that only mentions a force push
 (``echo "git push -f"``, a commit message) is not one.
 
+A word the shell still expands (``$FLAGS``, ``"$BRANCH"``, ``$(...)``, an
+unquoted glob that a file named ``-f`` would match) can be any of those, so
+a ``git push`` with one among its arguments, a ``git`` whose subcommand is
+one, and a program that is one followed by ``push`` (``"$(command -v git)"
+push -f``) are reported too (`hidden_push`): the pack cannot see, so it does
+not let through.
+
 Code that is not shell (``code_execution`` with ``language: python``) is
 scanned line by line for a ``git`` ... ``push`` word sequence, whose words
 are then read the same way (``subprocess.run(["git", "push", "-f"])``).
@@ -24,8 +31,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from hookrunner.ax.packs.commands import basename, read_script
+from hookrunner.ax.packs.shell import is_dynamic
 
 _GLOBAL_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
@@ -38,13 +47,23 @@ def _is_prefix(name: str, option: str, shortest: int) -> bool:
     return len(name) >= shortest and option.startswith(name)
 
 
+def _subcommand(argv: Sequence[str]) -> int:
+    """The index of git's subcommand, after its global options."""
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and not is_dynamic(argv[i]):
+        i += 2 if argv[i] in _GLOBAL_WITH_VALUE else 1
+    return i
+
+
+def _is_git(word: str) -> bool:
+    return basename(word) in ("git", "git.exe")
+
+
 def push_force(argv: Sequence[str]) -> str | None:
     """The spelling that makes this argv a forced ``git push``, or None."""
-    if not argv or basename(argv[0]) not in ("git", "git.exe"):
+    if not argv or not _is_git(argv[0]):
         return None
-    i = 1
-    while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] in _GLOBAL_WITH_VALUE else 1
+    i = _subcommand(argv)
     if i >= len(argv) or argv[i] != "push":
         return None
     force: str | None = None
@@ -87,12 +106,42 @@ def push_force(argv: Sequence[str]) -> str | None:
     return force or lease or mirror
 
 
-def force_push_in_shell(text: str) -> str | None:
+def hidden_push(argv: Sequence[str]) -> str | None:
+    """A word the shell expands where it could make this argv a (forced) push, or None."""
+    if not argv or not (_is_git(argv[0]) or is_dynamic(argv[0])):
+        return None
+    i = _subcommand(argv)
+    if i >= len(argv):
+        return None
+    if argv[i] != "push":
+        return f"git {argv[i]}" if _is_git(argv[0]) and is_dynamic(argv[i]) else None
+    return next((f"git push {a}" for a in argv[i + 1 :] if is_dynamic(a)), None)
+
+
+class Push(NamedTuple):
+    spelling: str
+    seen: bool  # False: a word expanded at run time could make it a force push
+
+
+def push_in_shell(text: str) -> Push | None:
+    """The first command of a shell text that force-pushes, or may (`hidden_push`)."""
     for command in read_script(text).commands:
-        found = push_force(command.argv)
+        argv = command.argv
+        if argv and is_dynamic(argv[0]) and not _is_git(argv[0]):
+            found = push_force(["git", *argv[1:]])  # "$(command -v git)" push -f
+        else:
+            found = push_force(argv)
         if found is not None:
-            return f"git push {found}"
+            return Push(f"git push {found}", True)
+        hidden = hidden_push(argv)
+        if hidden is not None:
+            return Push(hidden, False)
     return None
+
+
+def force_push_in_shell(text: str) -> str | None:
+    found = push_in_shell(text)
+    return None if found is None else found.spelling
 
 
 def force_push_in_code(text: str) -> str | None:

@@ -77,7 +77,16 @@ def block_force_push(ctx: Context) -> int:
     if script is None:
         return 0
     text, shell = script
-    found = git.force_push_in_shell(text) if shell else git.force_push_in_code(text)
+    if shell:
+        push = git.push_in_shell(text)
+        if push is not None and not push.seen:
+            return _block(
+                f"block-force-push: `{push.spelling}` is only known when the shell runs it, "
+                "so whether this push forces cannot be checked. Write the arguments out."
+            )
+        found = None if push is None else push.spelling
+    else:
+        found = git.force_push_in_code(text)
     if found is None:
         return 0
     return _block(
@@ -89,17 +98,30 @@ def block_force_push(ctx: Context) -> int:
 def protect_env_files(ctx: Context) -> int:
     from hookrunner.ax.packs import envfiles
 
-    hit = envfiles.in_arguments(ctx.args)
+    resolve = _resolver(ctx.workspace)
+    hit = envfiles.in_arguments(ctx.args, resolve)
     script = ctx.script()
     if hit is None and script is not None:
         text, shell = script
-        hit = envfiles.in_shell(text) if shell else envfiles.in_code(text)
+        hit = envfiles.in_shell(text, resolve) if shell else envfiles.in_code(text)
     if hit is None:
         return 0
     return _block(
         f"protect-env-files: this {ctx.tool or 'tool'} call would read or write {hit!r}. "
         ".env files hold secrets and are off limits; ask the user for the values you need."
     )
+
+
+def _resolver(workspace: str) -> Callable[[str], str | None]:
+    """Where a path (relative to the workspace) leads once every link is followed."""
+
+    def resolve(path: str) -> str | None:
+        try:
+            return os.path.realpath(os.path.join(workspace, path))
+        except (OSError, ValueError):  # a NUL, a name too long
+            return None
+
+    return resolve
 
 
 def log_bash_commands(ctx: Context) -> int:

@@ -1,8 +1,11 @@
 """A small POSIX-shell lexer: the simple commands of a command line, as words (pure).
 
 Enough of the shell for the packs to see through the usual spellings:
-* quoting (``'...'``, ``"..."``, backslashes), comments at a word's start,
-  line continuations;
+* quoting (``'...'``, ``"..."``, backslashes), bash's ANSI-C quoting
+  (``$'...'`` with every escape of the bash manual; a NUL ends the quoted part,
+  bytes above 0x7f become ``surrogateescape`` characters, as ``os.fsdecode``
+  gives them) and locale quoting (``$"..."``, read as ``"..."``: no message
+  catalogue is consulted), comments at a word's start, line continuations;
 * separators and operators (``;``, ``&&``, ``||``, ``|``, ``&``, newlines,
   subshells and groups), redirections with their targets (``> .env``,
   ``2>/dev/null``, ``&>> log``), here-documents (the body is skipped);
@@ -11,9 +14,22 @@ Enough of the shell for the packs to see through the usual spellings:
   caller (``commands``) to read recursively.
 
 An unclosed quote, substitution or parenthesis raises ``ShellSyntaxError``.
+
+What it does not expand it marks: each word is a `Word` (a ``str``, quotes
+removed) whose ``dynamic`` is true when part of it is only known when the
+shell runs: a parameter expansion (``$X``, ``${X}``, ``$1``, ``$@``), a
+command substitution, or an unquoted glob character. Its ``shape`` is a glob
+pattern of what it can become: each expansion is ``*``, quoted glob
+characters are escaped. Callers must treat a dynamic word conservatively.
+The differential test (tests/hookrunner/ax/test_lexer_vs_bash.py) checks the
+words of the static subset against real bash.
 """
 
 from __future__ import annotations
+
+import re
+
+from hookrunner.ax.packs.ansic import ansi_c
 
 _OPERATORS = sorted(
     ["&&", "||", ";;", "|&", "&>>", "&>", ">>", ">|", ">&", "<&", "<<<", "<<-", "<<", "<>",
@@ -24,11 +40,39 @@ _OPERATORS = sorted(
 REDIRECTS = frozenset({"<", ">", ">>", ">|", "<>", "&>", "&>>", ">&", "<&", "<<", "<<-", "<<<"})
 
 
+_GLOB = frozenset("*?[")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]")
+
+
 class ShellSyntaxError(ValueError):
     pass
 
 
-Found = tuple[list[str], list[tuple[str, str]]]
+class Word(str):
+    """A word with its quotes removed; ``dynamic`` when the shell would still expand part of it."""
+
+    shape: str  # a glob pattern of what it can become (each expansion is "*")
+    dynamic: bool  # an expansion or an unquoted glob character
+    expands: bool  # an expansion ($X, ${X}, $(...), `...`), not only a glob
+
+    def __new__(cls, text: str, shape: str | None = None, expands: bool = False) -> Word:
+        word = super().__new__(cls, text)
+        word.shape = text if shape is None else shape
+        word.dynamic = shape is not None
+        word.expands = expands
+        return word
+
+
+def is_dynamic(word: str) -> bool:
+    """Whether the shell still expands part of this word (a `Word` from this lexer)."""
+    return isinstance(word, Word) and word.dynamic
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in _GLOB else c for c in text)
+
+
+Found = tuple[list[str], list[tuple[str, str]]]  # every str is a Word
 
 
 class _Reader:
@@ -40,18 +84,36 @@ class _Reader:
         self.words: list[str] = []
         self.redirects: list[tuple[str, str]] = []
         self.word: list[str] | None = None
+        self.shape: list[str] = []  # the word's glob pattern, while it is read
+        self.dynamic = False
+        self.expands = False
         self.pending: str | None = None  # a redirection waiting for its target
         self.heredocs: list[tuple[str, bool]] = []
 
-    def add(self, chars: str) -> None:
+    def add(self, chars: str, *, quoted: bool = True) -> None:
+        """Literal text: quoted (glob characters escaped in the shape) or not."""
         if self.word is None:
-            self.word = []
+            self.word, self.shape, self.dynamic, self.expands = [], [], False, False
         self.word.append(chars)
+        if quoted:
+            self.shape.append(_glob_escape(chars))
+        else:
+            self.shape.append(chars)
+            self.dynamic |= bool(_GLOB & set(chars))
+
+    def expansion(self, text: str) -> None:
+        """Text the shell replaces when it runs (``$X``, ``$(...)``): kept as written."""
+        if self.word is None:
+            self.word, self.shape = [], []
+        self.word.append(text)
+        self.shape.append("*")
+        self.dynamic = self.expands = True
 
     def end_word(self) -> None:
         if self.word is None:
             return
-        word, self.word = "".join(self.word), None
+        text, self.word = "".join(self.word), None
+        word = Word(text, "".join(self.shape) if self.dynamic else None, self.expands)
         if self.pending is not None:
             if self.pending in ("<<", "<<-"):
                 self.heredocs.append((word, self.pending == "<<-"))
@@ -82,6 +144,11 @@ class _Reader:
                 else:
                     self.add(text[self.i + 1 : self.i + 2])
                     self.i += 2
+            elif c == "$" and text.startswith("$'", self.i):
+                self.add(ansi_c(self.ansi_c_body()))
+            elif c == "$" and text.startswith('$"', self.i):
+                self.i += 1
+                self.double_quoted()
             elif c == "#" and self.word is None:
                 end = text.find("\n", self.i)
                 self.i = len(text) if end < 0 else end
@@ -96,24 +163,22 @@ class _Reader:
             elif c == "`":
                 inner = self.backticks()
                 self.substitution(inner)
-                self.add("`" + inner + "`")
+                self.expansion("`" + inner + "`")
             elif c == "$" and text.startswith("$(", self.i):
                 inner = self.balanced(self.i + 2)
                 self.substitution(inner)
-                self.add("$(" + inner + ")")
+                self.expansion("$(" + inner + ")")
             elif c == "$" and text.startswith("${", self.i):
-                end = text.find("}", self.i)
-                if end < 0:
-                    raise ShellSyntaxError("unclosed ${")
-                self.add(text[self.i : end + 1])
-                self.i = end + 1
+                self.expansion(self.braced())
+            elif c == "$" and _NAME.match(text, self.i + 1):
+                self.expansion(self.parameter())
             elif c == "(" and self.pending in ("<", ">") and self.word is None:
                 self.pending = None  # process substitution: no file, but inner commands
                 self.substitution(self.balanced(self.i + 1))
             else:
                 op = next((o for o in _OPERATORS if text.startswith(o, self.i)), None)
                 if op is None:
-                    self.add(c)
+                    self.add(c, quoted=False)
                     self.i += 1
                 else:
                     self.operator(op)
@@ -123,7 +188,7 @@ class _Reader:
 
     def operator(self, op: str) -> None:
         if op in REDIRECTS:
-            if self.word is not None and "".join(self.word).isdigit():
+            if self.word is not None and not self.dynamic and "".join(self.word).isdigit():
                 self.word = None  # "2>" : the digits are a file descriptor
             self.end_word()
             self.pending = op
@@ -148,31 +213,75 @@ class _Reader:
     def double_quoted(self) -> None:
         text, i = self.text, self.i + 1
         chars: list[str] = []
+
+        def flush() -> None:
+            if chars:
+                self.add("".join(chars))
+                chars.clear()
+
+        self.add("")  # "" is a word even when empty
         while i < len(text):
             c = text[i]
             if c == '"':
-                self.add("".join(chars))
+                flush()
                 self.i = i + 1
                 return
             if c == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
                 chars.append(text[i + 1] if text[i + 1] != "\n" else "")
                 i += 2
-            elif text.startswith("$(", i):
+            elif c == "`" or (c == "$" and text.startswith(("$(", "${"), i)):
+                flush()
                 self.i = i
-                inner = self.balanced(i + 2)
-                self.substitution(inner)
-                chars.append("$(" + inner + ")")
+                if c == "`":
+                    inner = self.backticks()
+                    self.substitution(inner)
+                    self.expansion("`" + inner + "`")
+                elif text.startswith("$(", i):
+                    inner = self.balanced(i + 2)
+                    self.substitution(inner)
+                    self.expansion("$(" + inner + ")")
+                else:
+                    self.expansion(self.braced())
                 i = self.i
-            elif c == "`":
+            elif c == "$" and _NAME.match(text, i + 1):
+                flush()
                 self.i = i
-                inner = self.backticks()
-                self.substitution(inner)
-                chars.append("`" + inner + "`")
+                self.expansion(self.parameter())
                 i = self.i
             else:
                 chars.append(c)
                 i += 1
         raise ShellSyntaxError("unclosed double quote")
+
+    def parameter(self) -> str:
+        """``$NAME``, ``$1``, ``$@``...: the text, as written."""
+        match = _NAME.match(self.text, self.i + 1)
+        assert match is not None
+        name = match.group(0)
+        if name[0].isdigit():
+            name = name[0]  # $10 is ${1}0
+        self.i += 1 + len(name)
+        return "$" + name
+
+    def braced(self) -> str:
+        end = self.text.find("}", self.i)
+        if end < 0:
+            raise ShellSyntaxError("unclosed ${")
+        start, self.i = self.i, end + 1
+        return self.text[start : end + 1]
+
+    def ansi_c_body(self) -> str:
+        """The raw text between ``$'`` and its closing quote (``\\'`` does not close it)."""
+        i = self.i + 2
+        while i < len(self.text):
+            if self.text[i] == "\\":
+                i += 2
+            elif self.text[i] == "'":
+                body, self.i = self.text[self.i + 2 : i], i + 1
+                return body
+            else:
+                i += 1
+        raise ShellSyntaxError("unclosed $' quote")
 
     def backticks(self) -> str:
         end = self.i + 1
@@ -191,6 +300,12 @@ class _Reader:
             c = text[i]
             if c == "\\":
                 i += 2
+                continue
+            if c == "$" and text.startswith("$'", i):
+                i += 2
+                while i < len(text) and text[i] != "'":
+                    i += 2 if text[i] == "\\" else 1
+                i += 1
                 continue
             if c == "'":
                 end = text.find("'", i + 1)

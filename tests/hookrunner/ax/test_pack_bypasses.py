@@ -1,0 +1,157 @@
+"""Pack bypasses found from inside the sandbox (issue 11 item 9), through real sessions.
+
+ANSI-C (``$'...'``) and locale (``$"..."``) quoting, a workspace symlink to a
+``.env``, and the constructs the lexer does not expand (parameter expansion,
+command substitution), which must make a pack look harder, not away.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hookrunner.ax.model import Verdict
+from hookrunner.ax.packs import envfiles, git
+from hookrunner.ax.packs.shell import split_commands
+from tests.hookrunner.ax.conftest import AxEnv
+
+
+def pre(ax: AxEnv, tool: str, args: dict):
+    return ax.session().fire("PreToolUse", {"tool": tool, "args": args})
+
+
+FORCE = [
+    ("git push $'-f' origin main", "git push -f"),
+    ("git push $'\\x2df' origin main", "git push -f"),
+    ("git push $'\\055\\055force' origin", "git push --force"),
+    ("git push $'\\u002d\\U00000066' origin", "git push -f"),
+    ('git push $"-f" origin main', "git push -f"),
+    ("git push origin $'+main'", "git push +main"),
+    ("git $'push' --force", "git push --force"),
+    ("$'git' push -f", "git push -f"),
+    # parameter expansion and substitution: cannot be seen, so a push with one is blocked
+    ("git push $FLAGS origin main", "git push $FLAGS"),
+    ('git push origin "$BRANCH"', "git push $BRANCH"),
+    ("git push $(echo -f) origin", "git push $(echo -f)"),
+    ("git $SUB -f", "git $SUB"),
+    ('"$(command -v git)" push -f', "git push -f"),
+]
+
+
+@pytest.mark.parametrize(("command", "spelling"), FORCE)
+def test_force_push_spellings_are_blocked(ax: AxEnv, command: str, spelling: str) -> None:
+    ax.hooks({"packs": ["block-force-push"]})
+    result = pre(ax, "bash", {"command": command})
+    assert (result.decision, result.source) == (Verdict.DENY, "block-force-push")
+    assert (result.reason or "").startswith(f"block-force-push: `{spelling}` ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git push origin main",
+        "git push $'origin' main",
+        "echo $'git push -f'",
+        "git log $RANGE",  # not a push: expansions elsewhere are fine
+        "$EDITOR notes.txt",
+    ],
+)
+def test_ordinary_commands_still_pass(ax: AxEnv, command: str) -> None:
+    ax.hooks({"packs": ["block-force-push"]})
+    assert pre(ax, "bash", {"command": command}).decision is Verdict.ALLOW
+
+
+ENV_READS = [
+    ("cat $'.env'", ".env"),
+    ("cat $'\\x2eenv'", ".env"),
+    ("cat $'.e\\156v.local'", ".env.local"),
+    ('cat $".env"', ".env"),
+    ("cp $'.env' /tmp/x", ".env"),
+    ("cat $F", "$F"),
+    ('cat "$DIR/.env"', "$DIR/.env"),
+    ("cat .$SUFFIX", ".$SUFFIX"),
+    ("cat config/$NAME.production", "config/$NAME.production"),
+    ("cat $(printf .env)", "$(printf .env)"),
+    ("echo x > $OUT", "$OUT"),
+]
+
+
+@pytest.mark.parametrize(("command", "hit"), ENV_READS)
+def test_env_file_spellings_are_blocked(ax: AxEnv, command: str, hit: str) -> None:
+    ax.hooks({"packs": ["protect-env-files"]})
+    result = pre(ax, "bash", {"command": command})
+    assert (result.decision, result.source) == (Verdict.DENY, "protect-env-files")
+    assert f"would read or write {hit!r}" in (result.reason or "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo $'.env'",  # only prints the name
+        "cat $'README.md'",
+        'cat "$DIR/config.yaml"',
+        "cat $NAME.txt",
+        'cd "$(git rev-parse --show-toplevel)" && ls',
+        "export PATH=$PATH:/opt/bin",
+    ],
+)
+def test_harmless_expansions_pass(ax: AxEnv, command: str) -> None:
+    ax.hooks({"packs": ["protect-env-files"]})
+    assert pre(ax, "bash", {"command": command}).decision is Verdict.ALLOW
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("read_file", {"path": "notes.txt"}),
+        ("read", {"filePath": "notes.txt"}),
+        ("write_file", {"path": "notes.txt", "content": "A=1"}),
+        ("read_file", {"path": "linkdir/secrets"}),
+        ("bash", {"command": "cat notes.txt"}),
+        ("apply_patch", {"patchText": "*** Update File: notes.txt\n@@\n-a\n+b"}),
+    ],
+)
+def test_a_symlink_to_an_env_file_is_an_env_file(ax: AxEnv, tool: str, args: dict) -> None:
+    (ax.workspace / ".env").write_text("API_KEY=x\n")
+    (ax.workspace / "notes.txt").symlink_to(".env")
+    (ax.workspace / "conf").mkdir()
+    (ax.workspace / "conf" / ".env.local").write_text("B=2\n")
+    (ax.workspace / "linkdir").symlink_to("conf")
+    (ax.workspace / "conf" / "secrets").symlink_to(".env.local")
+    ax.hooks({"packs": ["protect-env-files"]})
+    result = pre(ax, tool, args)
+    assert (result.decision, result.source) == (Verdict.DENY, "protect-env-files")
+
+
+def test_a_plain_file_and_a_link_to_it_pass(ax: AxEnv) -> None:
+    (ax.workspace / "README.md").write_text("hi\n")
+    (ax.workspace / "readme").symlink_to("README.md")
+    ax.hooks({"packs": ["protect-env-files"]})
+    assert pre(ax, "read_file", {"path": "readme"}).decision is Verdict.ALLOW
+
+
+ANSI_C = [
+    ("$'a\\nb'", "a\nb"),
+    ("$'\\t\\\\\\'\\\"'", "\t\\'\""),
+    ("$'\\x41\\x4'", "A\x04"),
+    ("$'\\101\\0101'", "A\x081"),  # octal: at most three digits
+    ("$'\\u00e9\\U0001F600'", "é\U0001f600"),
+    ("$'\\cA\\c?'", "\x01\x7f"),
+    ("$'\\e\\E\\a\\b\\f\\r\\v'", "\x1b\x1b\x07\x08\x0c\r\x0b"),
+    ("$'\\z'", "\\z"),  # unknown escapes keep their backslash
+    ("$'a\\x00b'c", "ac"),  # bash stops the quoted part at a NUL
+    ('$"x y"', "x y"),
+    ("\"$'no'\"", "$'no'"),  # not special inside double quotes
+    ("a$'b'c", "abc"),
+]
+
+
+@pytest.mark.parametrize(("text", "word"), ANSI_C)
+def test_ansi_c_quoting(text: str, word: str) -> None:
+    [(words, _)], _ = split_commands(f"echo {text}")
+    assert words == ["echo", word]
+
+
+def test_pure_helpers_see_expansions() -> None:
+    assert git.force_push_in_shell("git push origin $B") == "git push $B"
+    assert envfiles.in_shell("cat $F") == "$F"
+    assert envfiles.in_shell("cat ${HOME}/notes") is None
