@@ -197,7 +197,7 @@ def test_sighup_reaches_the_proxy_through_init_and_reloads_the_environment_file(
     before = len(reloads())
     stack.compose("kill", "-s", "HUP", "proxy")
     (line,) = wait_for("the reload line", lambda: reloads()[before:])
-    assert line.endswith("configuration reloaded: 5 allowlist entries")
+    assert line.endswith("configuration reloaded (SIGHUP): 5 allowlist entries")
     assert health_status(stack.container("proxy")) == "healthy"
 
 
