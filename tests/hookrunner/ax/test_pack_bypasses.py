@@ -160,10 +160,12 @@ def test_pure_helpers_see_expansions() -> None:
 @pytest.mark.parametrize(
     ("command", "spelling"),
     [
-        # bash reads these; the lexer does not (a quote inside ${...}): the crude split
-        # must still decode $'...' and treat what keeps a $ as an expansion
+        # a quote inside ${...}: read by the lexer now; unclosed, by the crude split,
+        # which must still decode $'...' and treat what keeps a $ as an expansion
         ("git push $'-f' ${X:-\"}\"}", "git push -f"),
         ('git push ${X:-"}"} origin', 'git push ${X:-"}"}'),
+        ("git push $'-f' ${X:-\"}", "git push -f"),
+        ('git push ${X:-"} origin', 'git push ${X:-"}'),
     ],
 )
 def test_text_the_lexer_cannot_read_still_fails_safe(command: str, spelling: str) -> None:
@@ -173,3 +175,4 @@ def test_text_the_lexer_cannot_read_still_fails_safe(command: str, spelling: str
 def test_env_file_in_text_the_lexer_cannot_read() -> None:
     assert envfiles.in_shell("cat $'.env' ${X:-\"}\"}") == ".env"
     assert envfiles.in_shell('cat $F ${X:-"}"}') == "$F"
+    assert envfiles.in_shell("cat $'.env' ${X:-\"}") == ".env"  # unclosed: the crude split
