@@ -205,3 +205,22 @@ def test_value_scan_is_linear_on_hostile_input() -> None:
     ]
     assert [token_format(v) for v in hostile] == [None] * len(hostile)
     assert [removal_cause("VALUE", v) for v in hostile] == [None] * len(hostile)
+
+
+def test_git_still_runs_in_a_hook_after_a_config_pair_is_removed(env: Env) -> None:
+    """A real git in a real hook: the header is gone, the other pair still applies."""
+    out = env.root / "git.txt"
+    env.hooks(
+        {"g": pre_group(rule("*", command(f"git config --get-regexp '^(user|http)' > {out} 2>&1")))}
+    )
+    environ = base_environ(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_COUNT="2",
+        GIT_CONFIG_KEY_0="http.extraHeader",
+        GIT_CONFIG_VALUE_0="Authorization: Bearer " + "t0k3n" * 5,
+        GIT_CONFIG_KEY_1="user.name",
+        GIT_CONFIG_VALUE_1="Ada",
+    )
+    env.session(environ=environ).pre("read_file", {"path": "x"})
+    assert out.read_text() == "user.name Ada\n"

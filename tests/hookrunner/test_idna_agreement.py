@@ -24,7 +24,10 @@ import pytest
 
 from hookrunner.httpclient import HttpClient, HttpFailure
 from hookrunner.proxyroute import bypasses
-from proxy.hosts import canonical_host, canonical_name
+from proxy.config import parse
+from proxy.decision import Reason
+from proxy.hosts import canonical_host, canonical_name, parse_authority
+from proxy.policy import Policy
 from tests.hookrunner.helpers import Env, base_environ, pre_group, rule
 from tests.hookrunner.net_support import Reply, _relay, https_server
 from tests.hookrunner.tls_support import Pki
@@ -172,3 +175,21 @@ def test_a_unicode_no_proxy_entry_matches_the_a_label_host() -> None:
     assert bypasses("xn--strae-oqa.example", 443, "127.0.0.1,.straße.example")
     assert bypasses("a.xn--strae-oqa.example", 443, "*.STRASSE.example,straße.example")
     assert not bypasses("strasse.example", 443, "straße.example")
+
+
+@pytest.mark.parametrize(("name", "alabel", "idna2003"), DISAGREEING)
+def test_the_proxys_policy_allows_what_the_runner_sends_and_nothing_else(
+    env: Env, name: str, alabel: str, idna2003: str
+) -> None:
+    """Allowlist entry = the hook URL's host as written; the CONNECT the runner sends is
+    allowed by the proxy's own policy, the IDNA 2003 spelling is not."""
+    policy = Policy(parse({"network": {"allowlist": [{"domain": name}]}}, "env.yaml", {}))
+    with tunnel_all(1) as proxy:
+        env.hooks({"web": pre_group(rule("*", {"type": "http", "url": f"https://{name}/"}))})
+        env.session(environ=base_environ(HTTPS_PROXY=proxy.url)).pre("read_file", {"path": "x"})
+    [authority] = proxy.connects
+    host, port = parse_authority(authority)
+    sent = policy.decide(host, port, tls=None)
+    other = policy.decide(canonical_host(idna2003), 443, tls=None)
+    assert (sent.allowed, sent.reason) == (True, Reason.ALLOWLISTED)
+    assert (other.allowed, other.reason) == (False, Reason.NOT_ALLOWLISTED)

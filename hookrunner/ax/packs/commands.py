@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from hookrunner.ax.packs.shell import ShellSyntaxError, split_commands
+from hookrunner.ax.packs.ansic import ansi_c
+from hookrunner.ax.packs.shell import ShellSyntaxError, Word, split_commands
 
 MAX_DEPTH = 8
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
@@ -44,6 +45,7 @@ _WRAPPERS: dict[str, frozenset[str]] = {
     "xargs": frozenset({"-a", "-d", "-E", "-e", "-I", "-i", "-L", "-l", "-n", "-P", "-s"}),
 }
 _TAKES_OPERAND = frozenset({"timeout"})  # the duration before the command
+_ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 
 
 class Command(NamedTuple):
@@ -133,11 +135,20 @@ def _extend(commands: list[Command], text: str, depth: int) -> bool:
     return inner.complete
 
 
+def _crude_word(text: str) -> str:
+    """A word of unparseable text: ``$'...'`` decoded, and dynamic if ``$`` is left in it."""
+    text = _ANSI_C.sub(lambda m: ansi_c(m.group(1)), text).strip("'\"\\")
+    return Word(text, "*", expands=True) if "$" in text else Word(text)
+
+
 def _crude(text: str) -> tuple[Command, ...]:
-    """Every word of every separator-delimited piece, quotes dropped: for unparseable text."""
+    """Every word of every separator-delimited piece, quotes dropped: for unparseable text.
+
+    Conservative: a word still holding ``$`` counts as an expansion (`Word.expands`).
+    """
     commands = []
     for piece in re.split(r"[;&|\n()`]+|\$\(", text):
-        words = [w.strip("'\"\\") for w in piece.split()]
+        words = [_crude_word(w) for w in piece.split()]
         words = [w for w in words if w]
         if words:
             argv, _ = _argv(words)

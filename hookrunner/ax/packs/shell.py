@@ -264,11 +264,31 @@ class _Reader:
         return "$" + name
 
     def braced(self) -> str:
-        end = self.text.find("}", self.i)
-        if end < 0:
-            raise ShellSyntaxError("unclosed ${")
-        start, self.i = self.i, end + 1
-        return self.text[start : end + 1]
+        """``${...}`` as written, up to its own ``}`` (quotes and nested ``${`` skipped)."""
+        text, i, depth, start = self.text, self.i + 2, 1, self.i
+        while i < len(text):
+            c = text[i]
+            if c == "\\":
+                i += 2
+            elif c == "'":
+                end = text.find("'", i + 1)
+                i = len(text) if end < 0 else end + 1
+            elif c == '"':
+                i += 1
+                while i < len(text) and text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+                i += 1
+            elif text.startswith("${", i):
+                depth, i = depth + 1, i + 2
+            elif c == "}":
+                depth -= 1
+                i += 1
+                if depth == 0:
+                    self.i = i
+                    return text[start:i]
+            else:
+                i += 1
+        raise ShellSyntaxError("unclosed ${")
 
     def ansi_c_body(self) -> str:
         """The raw text between ``$'`` and its closing quote (``\\'`` does not close it)."""

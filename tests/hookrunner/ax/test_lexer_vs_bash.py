@@ -119,7 +119,9 @@ def test_the_lexer_reads_words_as_bash_does(line: str) -> None:
 
 
 _VALUE = st.text("abcdefghij.-_/0123456789", min_size=1, max_size=8)
-EXPANSION = st.sampled_from(["$X", "${X}", '"$X"', '$(printf %s "$X")', '"`printf %s "$X"`"'])
+EXPANSION = st.sampled_from(
+    ["$X", "${X}", '"$X"', '$(printf %s "$X")', '"`printf %s "$X"`"', '${X:-"}"}', "${X:-${Y}}"]
+)
 _STATIC = st.one_of(_BARE, st.text("abc.*?", max_size=4).map(lambda t: f"'{t}'"))
 
 
@@ -132,6 +134,7 @@ def test_what_it_does_not_expand_is_marked_and_shaped(
     line = f"{PRINT} {before}{expansion}{after}"
     found, _ = split_commands(line)
     [(argv, _)] = found
+    assert len(argv) == 4, argv  # printf, its format, "@", the one word
     word = argv[3]
     assert isinstance(word, Word) and word.dynamic and word.expands
     [_, built] = bash_words(line, X=value)

@@ -155,3 +155,24 @@ def test_pure_helpers_see_expansions() -> None:
     assert git.force_push_in_shell("git push origin $B") == "git push $B"
     assert envfiles.in_shell("cat $F") == "$F"
     assert envfiles.in_shell("cat ${HOME}/notes") is None
+
+
+@pytest.mark.parametrize(
+    ("command", "spelling"),
+    [
+        # a quote inside ${...}: read by the lexer now; unclosed, by the crude split,
+        # which must still decode $'...' and treat what keeps a $ as an expansion
+        ("git push $'-f' ${X:-\"}\"}", "git push -f"),
+        ('git push ${X:-"}"} origin', 'git push ${X:-"}"}'),
+        ("git push $'-f' ${X:-\"}", "git push -f"),
+        ('git push ${X:-"} origin', 'git push ${X:-"}'),
+    ],
+)
+def test_text_the_lexer_cannot_read_still_fails_safe(command: str, spelling: str) -> None:
+    assert git.force_push_in_shell(command) == spelling
+
+
+def test_env_file_in_text_the_lexer_cannot_read() -> None:
+    assert envfiles.in_shell("cat $'.env' ${X:-\"}\"}") == ".env"
+    assert envfiles.in_shell('cat $F ${X:-"}"}') == "$F"
+    assert envfiles.in_shell("cat $'.env' ${X:-\"}") == ".env"  # unclosed: the crude split
