@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from mitmproxy import connection, http, tcp, tls
@@ -42,7 +42,7 @@ from proxy.decision import Decision, Reason
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.redact import redact
+from proxy.redact import NO_REDACTION, BodyMatcher, Redactor, refuse_echoing_method
 from proxy.resolver import system_resolve
 from proxy.targets import RequestNames, locate
 
@@ -67,7 +67,7 @@ class FlowState:
     host: str
     started: float = field(default_factory=time.monotonic)
     injected: tuple[str, ...] = ()
-    redactions: tuple[bytes, ...] = ()
+    redactions: Redactor = NO_REDACTION
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -219,7 +219,7 @@ class EgressPolicy:
             log.exception("policy error on request")
             self.metrics.policy_errors.inc()
             state.decision = Decision.deny(Reason.POLICY_ERROR)
-            state.injected, state.redactions = (), ()
+            state.injected, state.redactions = (), NO_REDACTION
         self.metrics.requests.labels(state.decision.verdict, state.decision.reason.value).inc()
         if state.decision.allowed:
             flow.request.stream = _counter(state, "bytes_sent")
@@ -245,6 +245,7 @@ class EgressPolicy:
         host, port = located
         state.host = str(host)
         decision = self.policy.decide(host, port, tls=request.scheme == "https")
+        decision = refuse_echoing_method(decision, request.method)
         decision = await self._pin(flow.client_conn, decision, host, port)
         state.decision = decision
         if not decision.allowed:
@@ -339,17 +340,29 @@ class EgressPolicy:
         try:
             headers = flow.response.headers
             headers.pop(DENIED_HEADER, None)
+            count = _counter(state, "bytes_received")
+            flow.response.stream = count
             if state.redactions:  # only what this request carried can be echoed back
-                headers.fields = tuple(
-                    (name, redact(value, state.redactions)) for name, value in headers.fields
-                )
-            flow.response.stream = _counter(state, "bytes_received")
+                redactor = state.redactions
+                headers.fields = tuple((n, redactor.header(v)) for n, v in headers.fields)
+                if headers.get("content-encoding", "identity").strip().lower() == "identity":
+                    flow.response.stream = _scrubbed(count, redactor.body())  # not compressed (D32)
         except Exception:  # noqa: BLE001 - never forward what could not be cleaned
             log.exception("policy error on response headers")
             self.metrics.policy_errors.inc()
             flow.kill()
 
     def response(self, flow: http.HTTPFlow) -> None:
+        # Trailers are sent after this hook (HTTP/2; mitmproxy drops HTTP/1 ones).
+        state: FlowState | None = flow.metadata.get(_META)
+        trailers = flow.response.trailers if flow.response else None
+        if state is not None and state.redactions and trailers:
+            try:
+                trailers.fields = tuple((n, state.redactions.header(v)) for n, v in trailers.fields)
+            except Exception:  # noqa: BLE001 - never forward what could not be cleaned
+                log.exception("policy error on response trailers")
+                self.metrics.policy_errors.inc()
+                flow.kill()
         self._finish(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -419,6 +432,13 @@ def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
         return chunk
 
     return count
+
+
+def _scrubbed(
+    count: Callable[[bytes], bytes], scrub: BodyMatcher
+) -> Callable[[bytes], Iterable[bytes] | bytes]:
+    """Count what the upstream sent, forward it with the injected secrets masked."""
+    return lambda chunk: scrub(count(chunk))
 
 
 def _body_size(request: http.Request) -> int:
