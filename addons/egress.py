@@ -19,7 +19,8 @@ Life of a request:
 3. `addons.pinning` connects only to the pinned address (no second lookup),
    and refuses a connection that nothing pinned.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
-   secrets and streams the body; `response`/`error` write the audit line.
+   secrets in headers and streams the body (masking them in identity bodies);
+   `response` redacts trailers; `response`/`error` write the audit line.
 """
 
 from __future__ import annotations
