@@ -7,7 +7,9 @@ by the loader for each entry with a `transform`), never per request:
   echo plausibly takes: the exact bytes, any letter case, percent-encoding of any
   subset of its bytes (upper or lower hex, once or twice encoded, `+` for a space),
   JSON `\\uXXXX` / `\\/` escapes, and base64 (standard and urlsafe, padded or not,
-  at any alignment inside a longer base64 text) with `[redacted]`;
+  at any alignment inside a longer base64 text) with `[redacted]`. One expression
+  of literals per entry (the secrets in any case, their base64), compiled at build;
+  escapes in a value are decoded before it is searched;
 * identity-encoded bodies: `Redactor.body()` returns a streaming matcher (a
   mitmproxy `flow.response.stream` callable) that replaces the exact secret with a
   mask of the same length (so Content-Length framing stays true), carrying
@@ -22,6 +24,7 @@ Pure: no mitmproxy import.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -33,8 +36,11 @@ REDACTED = b"[redacted]"
 MIN_BASE64_CORE = 8
 # Methods whose response is the request itself (RFC 9110 9.3.8; TRACK is IIS's spelling).
 ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
-_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_JSON_SHORT = {ord("/"): rb"\\/", ord('"'): rb'\\"', ord("\\"): rb"\\\\"}
+# The escapes an encoder may put in place of one byte. An echo is decoded each way on its
+# own (percent once, percent twice, JSON), never mixed: `\\%41` and `%2541` each have one
+# meaning per encoder, and a secret may hold `%` or `\\` itself.
+_PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
+_JSON = re.compile(rb'\\u00([0-9A-Fa-f]{2})|\\([/"\\])')
 
 
 def mask(length: int) -> bytes:
@@ -44,20 +50,35 @@ def mask(length: int) -> bytes:
     return REDACTED[:-1] + b"*" * (length - len(REDACTED)) + REDACTED[-1:]
 
 
-def _byte_spellings(byte: int) -> bytes:
-    """A regex alternative for one secret byte: itself (any case), %XX, %25XX, JSON escapes."""
-    hexed = b"%02x" % byte
-    options = [re.escape(bytes([byte])), b"%(?:25)?" + hexed, rb"\\u00" + hexed]
-    if byte == ord(" "):
-        options.append(rb"\+")
-    if byte in _JSON_SHORT:
-        options.append(_JSON_SHORT[byte])
-    return b"(?:" + b"|".join(options) + b")"
+Decoded = tuple[bytes, list[int], list[int]]
 
 
-def _encoded_pattern(secret: bytes) -> bytes:
-    """Every byte in any of its spellings; matched case-insensitively (letters and hex)."""
-    return b"".join(_byte_spellings(b) for b in secret)
+def _decoded(text: Decoded, escape: re.Pattern[bytes]) -> Decoded:
+    """`text` with its `escape`s decoded, and where each byte came from in the header value.
+
+    A `Decoded` is (bytes, starts, ends): byte i was `value[starts[i]:ends[i]]`.
+    """
+    data, starts, ends = text
+    out, new_starts, new_ends = bytearray(), list[int](), list[int]()
+    pos = 0
+    for match in escape.finditer(data):
+        out += data[pos : match.start()]
+        new_starts += starts[pos : match.start()]
+        new_ends += ends[pos : match.start()]
+        hexed, char = match.group(1), match.groups()[-1]
+        out.append(int(hexed, 16) if hexed is not None else ord(char))
+        new_starts.append(starts[match.start()])
+        new_ends.append(ends[match.end() - 1])
+        pos = match.end()
+    out += data[pos:]
+    new_starts += starts[pos:]
+    new_ends += ends[pos:]
+    return bytes(out), new_starts, new_ends
+
+
+def _any_case(secret: bytes) -> bytes:
+    """A pattern for `secret` in any letter case (the group is `(?i:...)`), `+` for space."""
+    return re.escape(secret).replace(rb"\ ", rb"[+ ]")
 
 
 def _base64_cores(secret: bytes) -> set[bytes]:
@@ -79,31 +100,59 @@ def _base64_cores(secret: bytes) -> set[bytes]:
     return cores
 
 
+# A reload compiles only the entries whose secrets changed (~1 ms each, D30).
+@functools.lru_cache(maxsize=4096)
+def _compiled(ordered: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    cores = sorted({c for s in ordered for c in _base64_cores(s)}, key=len, reverse=True)
+    any_case = b"(?i:" + b"|".join(_any_case(s) for s in ordered) + b")"
+    return re.compile(b"|".join([any_case, *map(re.escape, cores)]))
+
+
 @dataclass(frozen=True)
 class Redactor:
     """The secrets one entry injects, and their matchers. Never log it."""
 
     secrets: tuple[bytes, ...] = field(default=(), repr=False)  # exact, longest first
-    _echoes: re.Pattern[bytes] | None = field(default=None, repr=False)
+    # The secrets in any case, then their base64 cores (case-sensitive): literals only, so
+    # the expression compiles in well under a millisecond; escapes are decoded first.
+    _pattern: re.Pattern[bytes] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, secrets: tuple[bytes, ...]) -> Redactor:
         ordered = tuple(sorted(set(secrets), key=lambda s: (-len(s), s)))
         if not ordered:
             return NO_REDACTION
-        encoded = [b"(?i:" + _encoded_pattern(s) + b")" for s in ordered]
-        cores = sorted({c for s in ordered for c in _base64_cores(s)}, key=len, reverse=True)
-        alternatives = encoded + [re.escape(c) for c in cores]
-        return cls(ordered, re.compile(b"|".join(alternatives)))
+        return cls(ordered, _compiled(ordered))
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
 
     def header(self, value: bytes) -> bytes:
-        """A header or trailer value with every spelling of every secret replaced."""
-        if self._echoes is None:
+        """A header or trailer value with every spelling of every secret replaced (D30).
+
+        Searched as it is and, when it holds `%` or `\\` escapes, decoded: each stretch
+        of the original bytes that spelled a secret becomes one `[redacted]`.
+        """
+        if self._pattern is None:
             return value
-        return self._echoes.sub(REDACTED, value)
+        if b"%" not in value and b"\\" not in value:  # the usual header: nothing to decode
+            return self._pattern.sub(REDACTED, value)
+        spans = [m.span() for m in self._pattern.finditer(value)]
+        raw: Decoded = (value, list(range(len(value))), list(range(1, len(value) + 1)))
+        once = _decoded(raw, _PERCENT)
+        for data, starts, ends in (once, _decoded(once, _PERCENT), _decoded(raw, _JSON)):
+            spans += [(starts[m.start()], ends[m.end() - 1]) for m in self._pattern.finditer(data)]
+        if not spans:
+            return value
+        parts, pos = list[bytes](), 0
+        for start, end in sorted(spans):
+            if end <= pos:
+                continue
+            if start >= pos:
+                parts += (value[pos:start], REDACTED)
+            pos = end
+        parts.append(value[pos:])
+        return b"".join(parts)
 
     def body(self) -> BodyMatcher:
         return BodyMatcher(self.secrets)

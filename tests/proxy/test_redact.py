@@ -42,6 +42,54 @@ HEADER_ECHOES = {
     "base64 urlsafe": base64.urlsafe_b64encode(SECRET.encode()).decode(),
     "location query": f"https://x.test/cb?t={quote(SECRET, safe='')}&n=1",
 }
+
+
+def _spell(byte: int, how: int) -> str:
+    """One byte of an echo, spelled one of the ways an encoder may choose."""
+    char = chr(byte)
+    return [
+        char,
+        char.swapcase(),
+        f"%{byte:02X}",
+        f"%{byte:02x}",
+        f"%25{byte:02X}",
+        f"\\u{byte:04x}",
+        "+" if char == " " else char,
+    ][how]
+
+
+# An encoder's family of spellings: a URL encoder (case kept or changed, %XX in either
+# hex case, %25XX when applied twice, + for space) or a JSON encoder (\\u00XX).
+FAMILIES = {"url": [0, 1, 2, 3, 6], "url, twice": [0, 4], "json": [0, 5]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=6, max_size=40),
+    family=st.sampled_from(sorted(FAMILIES)),
+    choices=st.lists(st.integers(min_value=0, max_value=4), min_size=40, max_size=40),
+    before=st.text(st.sampled_from("ab%;=/ "), max_size=8),
+)
+@example(secret="x%41yz\\\\0", family="url", choices=[2] * 40, before="")
+def test_any_mix_of_one_encoder_spellings_of_the_secret_is_redacted(
+    secret: str, family: str, choices: list[int], before: str
+) -> None:
+    spellings = FAMILIES[family]
+    hows = [spellings[c % len(spellings)] for c in choices]
+    if family == "url, twice":  # a URL encoder applied to an already encoded echo
+        hows = [4 if h == 4 else 2 for h in hows]
+    # What every encoder of the family must escape, it does: `%` in a URL; `\\` and `"` in JSON.
+    must = {"url": b"%", "url, twice": b"%", "json": b'\\"'}[family]
+    hows = [
+        (4 if family == "url, twice" else 2 if family == "url" else 5) if b in must else h
+        for b, h in zip(secret.encode(), hows, strict=False)
+    ]
+    echo = "".join(_spell(b, h) for b, h in zip(secret.encode(), hows, strict=False))
+    out = Redactor.build((secret.encode(),)).header(f"{before}<{echo}>".encode())
+    assert out.endswith(b"[redacted]>"), (echo, out)
+    assert echo.encode() not in out
+
+
 BASE64_EMBEDDED = {  # a secret 0, 1, 2 bytes into a 3-byte group of a longer encoding
     f"base64 at offset {n}": base64.b64encode(b"ab"[:n] + SECRET.encode() + b"xyz").decode()
     for n in range(3)
@@ -74,6 +122,20 @@ def test_base64_inside_a_longer_text_keeps_only_the_boundary_characters(encoded:
 )
 def test_what_is_not_the_secret_passes_unchanged(value: str) -> None:
     assert R.header(value.encode()) == value.encode()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (f"a%zz{quote(SECRET, safe='')}%2", b"a%zz[redacted]%2"),
+        ("x=Zx9%2Fk%2BQ%3Dtok+en", b"x=[redacted]"),
+        ('{"t":"Zx9\\u002fk+Q\\u003dtok en"}', b'{"t":"[redacted]"}'),
+        (f"{SECRET} and {quote(SECRET, safe='')}", b"[redacted] and [redacted]"),
+    ],
+    ids=["broken escapes around it", "percent and form", "json", "plain and encoded together"],
+)
+def test_escapes_are_decoded_without_disturbing_the_rest(value: str, expected: bytes) -> None:
+    assert R.header(value.encode()) == expected
 
 
 def test_no_secret_means_no_redaction() -> None:
