@@ -27,7 +27,14 @@ run: install
 	@set -a; . ./$(ENV_FILE); set +a; \
 	exec $(BIN)/egress-proxy run --config $(CONFIG) --listen $(LISTEN) --metrics $(METRICS) --certs $(CERTS)
 
+# Installs the system packages the tests need when missing (scripts/install-test-deps says which).
+# The compose test (tests/deploy/test_compose_up.py) needs a container engine, the Debian
+# base image and the image's wheels: the three scripts set them up (and say so) when missing.
 test: install
+	@sh scripts/install-test-deps
+	@scripts/container-engine start
+	@scripts/base-image
+	@scripts/wheelhouse
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install

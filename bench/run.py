@@ -124,6 +124,10 @@ def code_state() -> dict[str, Any]:
     }
 
 
+# The egress-proxy engine of before the lean master (issue 12), measured beside it.
+TODAY = "mitmdump-engine"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="runs per contender and workload")
@@ -138,7 +142,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=ARGS",
-        help='another egress-proxy contender with extra arguments, e.g. "w2=--workers 2"',
+        help='another egress-proxy contender with extra arguments, e.g. "w2=--workers 2"; '
+        f'"{TODAY}" (the engine of today) is always measured unless --no-today',
+    )
+    parser.add_argument(
+        "--no-today",
+        action="store_true",
+        help=f"skip the {TODAY} variant (egress-proxy on mitmproxy's full addon chain)",
     )
     parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
@@ -146,8 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _variants(specs: list[str]) -> list[tuple[str, tuple[str, ...]]]:
-    found = []
+def _variants(specs: list[str], today: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+    found = [(f"egress-proxy {TODAY}", ("--engine", "mitmdump"))] if today else []
     for spec in specs:
         name, sep, extra = spec.partition("=")
         if not sep or not name.strip() or name.strip() in contenders.PORTS:
@@ -246,7 +256,7 @@ def _network_scenarios(
         egress = contenders.start_egress(ns, ca, upstream_pki, policy, work, logs)
         children.append(egress.child)
         proxies = [mitmdump, squid, egress]
-        for offset, (name, extra) in enumerate(_variants(args.variant), start=1):
+        for offset, (name, extra) in enumerate(_variants(args.variant, not args.no_today), start=1):
             variant = contenders.start_egress(
                 ns, ca, upstream_pki, policy, work, logs, name, extra, offset
             )

@@ -29,6 +29,8 @@ from hookrunner.dispatch import HandlerExecutor
 from hookrunner.envsan import Redactor, sanitise
 from hookrunner.errors import PayloadError, WorkspaceError
 from hookrunner.httpclient import HttpClient
+from hookrunner.isolation import hook_environment, make_undumpable
+from hookrunner.isolation import tool_user as resolve_tool_user
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.model import Event, EventPayload, HandlerRun, HookConfig, PreDecision, ToolCall
@@ -71,7 +73,9 @@ class HookSession:
         stream: TextIO | None = None,
         tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
         log_decisions: bool = True,
+        tool_user: str | None = None,
     ) -> None:
+        make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
         root = Path(os.path.realpath(workspace))
         if not root.is_dir():
             raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
@@ -79,6 +83,7 @@ class HookSession:
         self.environment_id = environment_id
         self.tool_timeout = tool_timeout
         snapshot = dict(os.environ if environ is None else environ)
+        self.tool_user = resolve_tool_user(tool_user, snapshot)
         if full_env is None:
             full_env = snapshot.get(FULL_ENV_VARIABLE) == "1"
         self.metrics = metrics if metrics is not None else default_metrics()
@@ -92,28 +97,45 @@ class HookSession:
         self.config: HookConfig = load_config(root, system)
         for problem in self.config.problems:
             self.reporter.problem(problem)
-        self.tool_env = dict(sanitise(snapshot, full_env=full_env).variables)
+        # The full-environment switch is for the operator's command hooks only: the
+        # agent's own code always gets the sanitised environment.
+        self.tool_env = dict(sanitise(snapshot).variables)
+        hook_env = hook_environment(sanitise(snapshot, full_env=full_env).variables, snapshot, root)
         self._run = HandlerExecutor(
-            str(root), self.tool_env, HttpClient(snapshot, ca_file), self.reporter
+            str(root), hook_env, HttpClient(snapshot, ca_file), self.reporter
         )
 
     def payload(
-        self, event: Event, tool: str, args: Mapping[str, Any], error: str | None = None
+        self,
+        event: Event,
+        tool: str,
+        args: Mapping[str, Any],
+        error: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> EventPayload:
+        """The event's payload; ``fields`` are the runtime's own (a call id...), passed on."""
         if not isinstance(tool, str) or not tool:
             raise PayloadError("the tool name must be a non-empty string")
         if not isinstance(args, Mapping):
             raise PayloadError("the tool arguments must be a JSON object")
         if error is not None and not isinstance(error, str):
             raise PayloadError('"error" must be a string')
-        try:
-            json.dumps(dict(args))
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"the tool arguments are not JSON: {exc}") from None
-        return EventPayload(event, ToolCall(tool, dict(args)), self.environment_id, error or None)
+        extra = dict(fields or {})
+        taken = sorted(set(extra) & {"tool_call", "environment_id", "error"})
+        if taken:
+            raise PayloadError(f"fields cannot set {', '.join(taken)}: the runner writes them")
+        for what, value in (("the tool arguments", dict(args)), ("the fields", extra)):
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise PayloadError(f"{what} are not JSON: {exc}") from None
+        call = ToolCall(tool, dict(args))
+        return EventPayload(event, call, self.environment_id, error or None, extra)
 
-    def pre(self, tool: str, args: Mapping[str, Any]) -> PreDecision:
-        return self.decide(self.payload(Event.PRE, tool, args))
+    def pre(
+        self, tool: str, args: Mapping[str, Any], *, fields: Mapping[str, Any] | None = None
+    ) -> PreDecision:
+        return self.decide(self.payload(Event.PRE, tool, args, fields=fields))
 
     def decide(self, payload: EventPayload) -> PreDecision:
         decision = decide_pre(self.config, payload, self._run)
@@ -121,9 +143,14 @@ class HookSession:
         return decision
 
     def post(
-        self, tool: str, args: Mapping[str, Any], error: str | None = None
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        error: str | None = None,
+        *,
+        fields: Mapping[str, Any] | None = None,
     ) -> tuple[HandlerRun, ...]:
-        return self.report(self.payload(Event.POST, tool, args, error))
+        return self.report(self.payload(Event.POST, tool, args, error, fields))
 
     def report(self, payload: EventPayload) -> tuple[HandlerRun, ...]:
         return notify_post(self.config, payload, self._run)
@@ -134,7 +161,12 @@ class HookSession:
         if not decision.allowed:
             return ExecResult("denied", "", reason=decision.reason, group=decision.group)
         result = run_tool(
-            tool, args, workspace=self.workspace, env=self.tool_env, timeout=self.tool_timeout
+            tool,
+            args,
+            workspace=self.workspace,
+            env=self.tool_env,
+            timeout=self.tool_timeout,
+            user=self.tool_user,
         )
         self.post(tool, args, result.error)
         return ExecResult("ok" if result.ok else "error", result.output, error=result.error)
@@ -143,7 +175,7 @@ class HookSession:
 def parse_event_payload(
     event: Event, document: Any, *, default_environment_id: str = ""
 ) -> EventPayload:
-    """Check the SPEC 2.4 payload read by ``hookrunner run``."""
+    """Check the SPEC 2.4 payload read by ``hookrunner run``: only the fields the runner reads."""
     if not isinstance(document, dict):
         raise PayloadError("the payload must be a JSON object")
     call = document.get("tool_call")
@@ -160,4 +192,14 @@ def parse_event_payload(
     error = document.get("error") if event is Event.POST else None
     if error is not None and not isinstance(error, str):
         raise PayloadError('"error" must be a string')
-    return EventPayload(event, ToolCall(name, args), environment_id, error or None)
+    # Open payloads: what the runner does not read reaches the handlers unchanged.
+    read = (
+        {"tool_call", "environment_id", "error"}
+        if event is Event.POST
+        else {"tool_call", "environment_id"}
+    )
+    extra = {k: v for k, v in document.items() if k not in read}
+    call_extra = {k: v for k, v in call.items() if k not in ("name", "args")}
+    return EventPayload(
+        event, ToolCall(name, args), environment_id, error or None, extra, call_extra
+    )

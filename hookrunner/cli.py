@@ -25,6 +25,7 @@ from hookrunner.api import HookSession, parse_event_payload
 from hookrunner.ax.cli import add_fire_parser, run_fire
 from hookrunner.ax.loader import validate_ax_files
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
+from hookrunner.isolation import make_undumpable
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics, default_metrics, parse_address, serve
 from hookrunner.model import Event
@@ -59,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--tool-timeout", type=float, default=300.0, help="code_execution deadline, seconds"
         )
+        sub.add_argument(
+            "--tool-user",
+            default=None,
+            help="user the tools run as (default as root: nobody; also HOOKRUNNER_TOOL_USER)",
+        )
 
     common(commands.add_parser("validate", help="check every discovered hooks.json"))
     run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
@@ -75,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
@@ -131,6 +138,7 @@ def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookS
         ca_file=args.ca_file,
         metrics=metrics or HookMetrics(),
         tool_timeout=getattr(args, "tool_timeout", 300.0),
+        tool_user=getattr(args, "tool_user", None),
     )
 
 
@@ -206,7 +214,8 @@ def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
             raise PayloadError(
                 '"event" must be pre_tool_execution or post_tool_execution'
             ) from None
-        payload = parse_event_payload(event, request, default_environment_id=session.environment_id)
+        fields = {k: v for k, v in request.items() if k != "event"}  # "event" is the request's
+        payload = parse_event_payload(event, fields, default_environment_id=session.environment_id)
         if event is Event.POST:
             session.report(payload)
             return {"decision": "allow"}

@@ -2,7 +2,9 @@
 
 Invariants (SPEC 2.5, 2.6; STYLE "Concurrency and processes"):
 * the child is the leader of a new session and process group, so the whole
-  group can be signalled;
+  group can be signalled; it also runs in its own cgroup (or PID namespace)
+  where the machine has one (``contain``), which is killed whole at the end,
+  so a ``setsid`` grandchild does not survive the verdict either;
 * the payload is written to stdin without blocking; a child that never reads
   stdin or closes it early is fine;
 * stdout and stderr are read while the child runs and at most ``cap`` bytes of
@@ -24,14 +26,18 @@ Invariants (SPEC 2.5, 2.6; STYLE "Concurrency and processes"):
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from hookrunner.contain import Credentials, Jail, new_jail
 
 OUTPUT_CAP = 1024 * 1024
 TERM_GRACE = 0.25  # SIGTERM -> SIGKILL
@@ -114,32 +120,41 @@ def run_process(
     timeout: float,
     cap: int = OUTPUT_CAP,
     cancel: CancelToken | None = None,
+    user: Credentials | None = None,
+    jail: str | None = None,
 ) -> ProcessResult:
+    """Run ``argv`` to its verdict; ``user`` switches the child to that uid/gid (needs root).
+
+    ``jail`` picks the containment (``contain.CGROUP``, ``PID_NAMESPACE``,
+    ``PROCESS_GROUP``); the default is the best this machine gives.
+    """
     started = time.monotonic()
     deadline = started + timeout
     if cancel is not None and cancel.is_set():
         return ProcessResult(None, b"", b"", False, False, False, 0.0, cancelled=True)
+    box = new_jail(jail)
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = _spawn(box, argv, cwd, env, user)
+        if box.gated:
+            try:
+                box.admit(proc.pid)  # before the gate opens: nothing runs outside the cgroup
+            except OSError:
+                _discard(proc)
+                box.close()
+                box = Jail()  # contain what we can rather than not run the hook at all
+                proc = _spawn(box, argv, cwd, env, user)
+            else:
+                stdin = b"\n" + stdin
     except (OSError, ValueError) as exc:
+        box.close()
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         return ProcessResult(None, b"", b"", False, False, False, 0.0, spawn_error=reason)
     out, err = _Capture(cap), _Capture(cap)
     try:
-        child = _Child(proc, stdin, out, err, cancel)
+        child = _Child(proc, stdin, out, err, cancel, box)
     except BaseException:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still ours
-        proc.wait()
+        _discard(proc)
+        box.close()
         raise
     with child:
         exited = child.pump(deadline, cancellable=True)
@@ -163,6 +178,41 @@ def run_process(
     )
 
 
+def _spawn(
+    box: Jail,
+    argv: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str],
+    user: Credentials | None,
+) -> subprocess.Popen[bytes]:
+    if box.gated and shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    switch = box.popen_user(user)
+    return subprocess.Popen(
+        box.argv(argv, user),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+        close_fds=True,
+        user=None if switch is None else switch.uid,
+        group=None if switch is None else switch.gid,
+        extra_groups=None if switch is None else [],
+    )
+
+
+def _discard(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the group id is still ours
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 class _Child:
     """The selector loop around one Popen; closing it kills the group and reaps."""
 
@@ -173,9 +223,11 @@ class _Child:
         out: _Capture,
         err: _Capture,
         cancel: CancelToken | None = None,
+        jail: Jail | None = None,
     ):
         assert proc.stdin and proc.stdout and proc.stderr
         self.proc = proc
+        self.jail = jail if jail is not None else Jail()
         self.pgid = proc.pid
         self.payload = memoryview(payload)
         self.selector = selectors.DefaultSelector()
@@ -205,6 +257,7 @@ class _Child:
     def __exit__(self, *exc: object) -> None:
         self.kill_group()
         self.reap()
+        self.jail.close()
         self.selector.close()
         if self.pidfd is not None:
             os.close(self.pidfd)
@@ -301,10 +354,11 @@ class _Child:
 
     def kill_group(self) -> None:
         self._signal_group(signal.SIGKILL)
+        self.jail.kill()  # also what left the group (setsid): the whole cgroup
 
     def await_group_death(self, deadline: float) -> None:
-        """Wait, boundedly, until no process of the group is still running (Linux /proc)."""
-        while group_members(self.pgid) and time.monotonic() < deadline:
+        """Wait, boundedly, until no process of the group (and jail) is still running."""
+        while (group_members(self.pgid) or not self.jail.empty()) and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def reap(self) -> int | None:

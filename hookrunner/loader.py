@@ -9,7 +9,9 @@ Invariants (SPEC 2.1):
   ``HookConfig`` is immutable, so later edits change nothing for the session;
 * a missing default file is normal; a missing file named explicitly, an
   unreadable file, a file that is not JSON or is too large is a problem and
-  the other file still loads.
+  the other file still loads;
+* a file is opened without blocking and must be a regular file (``fstat``):
+  a FIFO, socket or device in its place is a problem, never a hang.
 """
 
 from __future__ import annotations
@@ -58,10 +60,13 @@ def read_config_file(
     """The text of one configuration file and its (device, inode), or the problem reading it."""
     name = str(path)
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
+        # O_NONBLOCK: a FIFO put where the file should be must not hang the session start.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 return None, None, Problem(name, "$", "not a regular file")
+            os.set_blocking(fd, True)
             data = handle.read(MAX_FILE_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError):
         missing = Problem(name, "$", "file does not exist") if explicit else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -123,16 +123,25 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class EventPayload:
-    """The JSON a handler receives on stdin or as the POST body (SPEC 2.4)."""
+    """The JSON a handler receives on stdin or as the POST body (SPEC 2.4).
+
+    Payloads are open: the fields of the caller's payload the runner does not
+    read (``extra`` at the top level, ``call_extra`` inside ``tool_call``, such
+    as a call id) are passed to handlers unchanged, next to the ones it does.
+    """
 
     event: Event
     tool_call: ToolCall
     environment_id: str
     error: str | None = None  # post only: stderr or the failure text of the tool
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    call_extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        call = {**self.call_extra, "name": self.tool_call.name, "args": dict(self.tool_call.args)}
         body: dict[str, Any] = {
-            "tool_call": {"name": self.tool_call.name, "args": dict(self.tool_call.args)},
+            **self.extra,
+            "tool_call": call,
             "environment_id": self.environment_id,
         }
         if self.event is Event.POST and self.error:

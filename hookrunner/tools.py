@@ -4,9 +4,19 @@ Invariants (SPEC 5):
 * every path (absolute, relative to the workspace, or reached through
   symlinks) must stay inside the workspace after resolving symlinks; one that
   leaves it is a failed operation, nothing is touched;
+* the resolved path is then opened from a descriptor of the workspace without
+  following any symlink (``beneath``): a symlink flipped in by a concurrent
+  process fails the operation, it never leads outside; reads, writes, listing
+  and deletion work on descriptors (``fstat``, ``unlinkat``, ``mkdirat``);
+* only regular files are read or written; opens never block (a FIFO fails);
+* ``write_file`` and ``delete_file`` refuse anything under ``.agents/`` and
+  ``.ax-code/`` (compared ignoring case, after resolving), where the
+  repository's hook files live;
 * ``code_execution`` runs ``bash -c CODE`` or ``python3 -c CODE`` in the
   workspace with the sanitised environment, an empty stdin, the same process
-  group discipline and output cap as command hooks, and a deadline;
+  group and cgroup discipline and output cap as command hooks, and a deadline,
+  as the tool user when there is one (``isolation.tool_user``); files and
+  directories the file tools create belong to that user too;
 * a tool never raises for what the agent asked: bad arguments, missing files
   and failing code all come back as a ``ToolResult`` with ``ok=False`` and the
   failure text in ``error``; ``error`` also carries stderr of code that exited 0.
@@ -14,6 +24,7 @@ Invariants (SPEC 5):
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -21,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hookrunner.beneath import RaceError, open_beneath, open_directory
 from hookrunner.command import OUTPUT_CAP, run_process
+from hookrunner.contain import Credentials
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 LANGUAGES = {"bash": "bash", "python": "python3"}
@@ -37,6 +50,9 @@ class ToolResult:
 
 class ToolFailure(Exception):
     """A failed operation; the message is what the agent and the post hooks see."""
+
+
+PROTECTED_DIRECTORIES = (".agents", ".ax-code")  # the repository's hook files live there
 
 
 class Workspace:
@@ -58,6 +74,25 @@ class Workspace:
             raise ToolFailure("path is outside the workspace")
         return real
 
+    def parts(self, real: Path) -> tuple[str, ...]:
+        """The components of a resolved path below the root (``()`` for the root)."""
+        return real.relative_to(self.root).parts
+
+    def open_root(self) -> int:
+        return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def refuse_protected(self, parts: tuple[str, ...]) -> None:
+        """Tools may read the hook directories but never change them (ignoring case)."""
+        if parts and parts[0].casefold() in PROTECTED_DIRECTORIES:
+            raise ToolFailure(
+                f"{parts[0]}/ holds the repository's hooks and is read-only for tools"
+            )
+
+
+Tool = Callable[
+    [Mapping[str, Any], Workspace, Mapping[str, str], float, Credentials | None], ToolResult
+]
+
 
 def run_tool(
     name: str,
@@ -66,13 +101,14 @@ def run_tool(
     workspace: Workspace,
     env: Mapping[str, str],
     timeout: float,
+    user: Credentials | None = None,
 ) -> ToolResult:
-    tool: Callable[[Mapping[str, Any], Workspace, Mapping[str, str], float], ToolResult] | None
-    tool = _TOOLS.get(name)
+    """Run one tool; ``user``: the uid/gid its processes and new files get (runner as root)."""
+    tool: Tool | None = _TOOLS.get(name)
     if tool is None:
         return ToolResult(False, "", f"unknown tool {name!r}")
     try:
-        return tool(args, workspace, env, timeout)
+        return tool(args, workspace, env, timeout, user)
     except ToolFailure as exc:
         subject = args.get("path") if isinstance(args.get("path"), str) else None
         prefix = f"{name}: {subject}: " if subject else f"{name}: "
@@ -90,7 +126,11 @@ def _string(args: Mapping[str, Any], key: str, default: str | None = None) -> st
 
 
 def code_execution(
-    args: Mapping[str, Any], workspace: Workspace, env: Mapping[str, str], timeout: float
+    args: Mapping[str, Any],
+    workspace: Workspace,
+    env: Mapping[str, str],
+    timeout: float,
+    user: Credentials | None = None,
 ) -> ToolResult:
     code = _string(args, "code")
     language = _string(args, "language", "bash")
@@ -103,6 +143,7 @@ def code_execution(
         cwd=str(workspace.root),
         env={**env, "PWD": str(workspace.root)},
         timeout=timeout,
+        user=user,
     )
     if result.spawn_error is not None:
         return ToolResult(False, "", f"code_execution: cannot run {program}: {result.spawn_error}")
@@ -126,11 +167,31 @@ def _exit_text(code: int | None) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
 
+def _regular(fd: int) -> os.stat_result:
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolFailure("not a regular file")
+    return info
+
+
+def _race(exc: RaceError) -> ToolFailure:
+    return ToolFailure("a path component changed while it was opened (a symlink appeared); refused")
+
+
 def read_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
-    path = workspace.resolve(_string(args, "path"))
-    with open(path, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ToolFailure("not a regular file")
+    parts = workspace.parts(workspace.resolve(_string(args, "path")))
+    root = workspace.open_root()
+    try:
+        fd = open_beneath(root, parts, os.O_RDONLY)
+    except RaceError as exc:
+        raise _race(exc) from None
+    finally:
+        os.close(root)
+    with os.fdopen(fd, "rb") as handle:
+        _regular(fd)
+        os.set_blocking(fd, True)
         data = handle.read(MAX_READ_BYTES + 1)
     if len(data) > MAX_READ_BYTES:
         raise ToolFailure(f"file is larger than {MAX_READ_BYTES} bytes")
@@ -140,37 +201,66 @@ def read_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolRes
         raise ToolFailure("file is not UTF-8 text") from None
 
 
-def write_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
+def write_file(
+    args: Mapping[str, Any], workspace: Workspace, env: Any, timeout: Any, user: Credentials | None
+) -> ToolResult:
     content = _string(args, "content")
-    path = workspace.resolve(_string(args, "path"))
-    if path == workspace.root:
+    parts = workspace.parts(workspace.resolve(_string(args, "path")))
+    if not parts:
         raise ToolFailure("is a directory")
-    _make_parents(path.parent, workspace)
+    workspace.refuse_protected(parts)
     data = content.encode("utf-8", errors="surrogatepass")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o666)
+    root = workspace.open_root()
+    try:
+        parent = open_directory(root, parts[:-1], create=True, owner=user)
+        try:
+            fd = _open_for_writing(parent, parts[-1], user)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a FIFO without a reader, a socket
+                raise ToolFailure("not a regular file") from None
+            raise
+        finally:
+            os.close(parent)
+    except RaceError as exc:
+        raise _race(exc) from None
+    finally:
+        os.close(root)
     with os.fdopen(fd, "wb") as handle:
+        if _regular(fd).st_nlink > 1:
+            raise ToolFailure("file has other hard links; not written")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
         handle.write(data)
     return ToolResult(True, f"wrote {len(data)} bytes to {args['path']}")
 
 
-def _make_parents(directory: Path, workspace: Workspace) -> None:
-    missing: list[Path] = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for each in reversed(missing):
-        os.mkdir(each)
-        if not workspace.contains(Path(os.path.realpath(each))):  # raced by a symlink
-            raise ToolFailure("path is outside the workspace")
+def _open_for_writing(parent: int, name: str, user: Credentials | None) -> int:
+    """Open (creating) a file to write; a new file belongs to the tool user, if there is one."""
+    try:
+        fd = open_beneath(parent, [name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return open_beneath(parent, [name], os.O_WRONLY)
+    if user is not None:
+        os.fchown(fd, user.uid, user.gid)
+    return fd
 
 
 def list_files(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolResult:
-    path = workspace.resolve(_string(args, "path", "."))
+    parts = workspace.parts(workspace.resolve(_string(args, "path", ".")))
+    root = workspace.open_root()
+    try:
+        fd = open_beneath(root, parts, os.O_RDONLY | os.O_DIRECTORY)
+    except RaceError as exc:
+        raise _race(exc) from None
+    finally:
+        os.close(root)
     entries = []
-    with os.scandir(path) as listing:
-        for entry in listing:
-            entries.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                entries.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    finally:
+        os.close(fd)
     return ToolResult(True, "\n".join(sorted(entries)))
 
 
@@ -185,15 +275,27 @@ def delete_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolR
     parent = Path(os.path.realpath(lexical.parent))
     if not workspace.contains(parent):
         raise ToolFailure("path is outside the workspace")
-    target = parent / lexical.name  # the link itself when the final component is a symlink
-    if stat.S_ISDIR(os.lstat(target).st_mode):
-        raise ToolFailure("is a directory")
-    os.unlink(target)
+    parent_parts = workspace.parts(parent)
+    workspace.refuse_protected((*parent_parts, lexical.name))
+    root = workspace.open_root()
+    try:
+        dirfd = open_directory(root, parent_parts)
+    except RaceError as exc:
+        raise _race(exc) from None
+    finally:
+        os.close(root)
+    try:
+        # The link itself when the final component is a symlink; unlinkat never removes a
+        # directory (EISDIR), even one swapped in after this check.
+        if stat.S_ISDIR(os.stat(lexical.name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+            raise ToolFailure("is a directory")
+        os.unlink(lexical.name, dir_fd=dirfd)
+    finally:
+        os.close(dirfd)
     return ToolResult(True, f"deleted {given}")
 
 
-_TOOLS: dict[str, Callable[[Mapping[str, Any], Workspace, Mapping[str, str], float], ToolResult]]
-_TOOLS = {
+_TOOLS: dict[str, Tool] = {
     "code_execution": code_execution,
     "read_file": read_file,
     "write_file": write_file,

@@ -1,7 +1,8 @@
-"""`egress-proxy run|check|ca` (SPEC 5). The only place that chooses exit codes.
+"""`egress-proxy run|check|ca|health` (SPEC 5). The only place that chooses exit codes.
 
-Exit codes: 0 success; 1 `check` found problems; 2 the proxy could not start
-(configuration error, unreadable CA, address in use).
+Exit codes: 0 success; 1 `check` found problems or `health` found the proxy
+unhealthy; 2 the proxy could not start (configuration error, unreadable CA,
+address in use).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import sys
 from pathlib import Path
 
 from proxy import config as configuration
-from proxy.launcher import LaunchError, Settings, ensure_ca, parse_hostport, serve
+from proxy import health
+from proxy.ca import KeyType, ensure_ca
+from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
 
 
@@ -39,6 +42,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by the parent
     run.add_argument(
+        "--engine",
+        choices=["lean", "mitmdump"],
+        default="lean",
+        help="lean: only the mitmproxy addons the proxy needs (default); mitmdump: "
+        "mitmproxy's full addon chain, as before (for comparison)",
+    )
+    run.add_argument(
+        "--watch-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="reload when the configuration file changes, checked this often (0: SIGHUP only)",
+    )
+    run.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM: stop accepting, let transfers in flight run this long, then exit",
+    )
+    _key_type_option(run, "--ca-key-type")
+    run.add_argument(
         "--dns-cache",
         type=float,
         default=5.0,
@@ -46,12 +71,40 @@ def _parser() -> argparse.ArgumentParser:
         help="keep resolver answers this long (0: ask the resolver for every request)",
     )
 
+    dns = sub.add_parser(
+        "dns", help="answer DNS for names the allowlist could allow, refuse the rest"
+    )
+    dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
+    dns.add_argument("--listen", default="127.0.0.1:5353", type=parse_hostport)
+    dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
+
     check = sub.add_parser("check", help="validate a configuration file")
     check.add_argument("file")
 
     ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
     ca.add_argument("--certs", default="certs", type=Path)
+    _key_type_option(ca, "--key-type")
+
+    probe = sub.add_parser("health", help="exit 0 when the proxy's /healthz answers 200")
+    probe.add_argument(
+        "--metrics",
+        default="127.0.0.1:9464",
+        type=parse_hostport,
+        help="the metrics address of `run` (a wildcard address is probed on loopback)",
+    )
+    probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
     return parser
+
+
+def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument(
+        flag,
+        type=KeyType,
+        choices=list(KeyType),
+        default=KeyType.ECDSA,
+        help="key of a CA created now: ecdsa (P-256, cheaper handshakes) or rsa (2048 bits); "
+        "an existing CA is never replaced",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +118,23 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
         return 0
+    if args.command == "dns":
+        return _run_dns(args)
+    if args.command == "health":
+        host, port = args.metrics
+        outcome = health.probe(host, port, timeout=args.timeout)
+        print(outcome.detail, file=sys.stdout if outcome.healthy else sys.stderr)
+        return 0 if outcome.healthy else 1
     if args.command == "ca":
-        print(ensure_ca(args.certs).resolve())
+        ca = ensure_ca(args.certs, args.key_type)
+        if not ca.created and ca.key_type is not args.key_type:
+            print(
+                f"egress-proxy: kept the existing {ca.key_type.value} CA in {args.certs}; "
+                f"remove that directory to create a {args.key_type.value} one "
+                "(every sandbox must then trust the new certificate)",
+                file=sys.stderr,
+            )
+        print(ca.cert.resolve())
         return 0
     if args.workers < 1:
         print("egress-proxy: --workers must be at least 1", file=sys.stderr)
@@ -92,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         upstream_ca=args.upstream_ca,
         dns_cache_seconds=args.dns_cache,
         worker=args.worker,
+        ca_key_type=args.ca_key_type,
+        drain_seconds=args.drain_seconds,
+        watch_interval=args.watch_interval,
+        engine=args.engine,
     )
     try:
         return asyncio.run(serve(settings))
@@ -101,6 +173,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except LaunchError as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _run_dns(args: argparse.Namespace) -> int:
+    from proxy import dns
+
+    try:
+        return asyncio.run(dns.run(args.config, args.listen, args.metrics))
+    except configuration.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"egress-proxy: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0

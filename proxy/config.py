@@ -31,7 +31,10 @@ from proxy.redact import NO_REDACTION, Redactor
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ENTRY_KEYS = frozenset({"domain", "transform", "ports", "allow_plaintext", "passthrough"})
+ENTRY_KEYS = frozenset(
+    {"domain", "transform", "ports", "allow_plaintext", "passthrough", "report_only"}
+)
+NETWORK_KEYS = ("allowlist", "report_only")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 # Headers that frame or route the message: a transform may not rewrite them.
 FORBIDDEN_TRANSFORM_HEADERS = frozenset(
@@ -110,6 +113,7 @@ class Entry:
     transform: tuple[Transform, ...] = ()
     allow_plaintext: bool = False
     passthrough: bool = False
+    report_only: bool = False  # refusals this entry decides are logged and let through
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -122,6 +126,7 @@ class Entry:
 class NetworkConfig:
     source: str
     allowlist: tuple[Entry, ...] = field(default_factory=tuple)
+    report_only: bool = False  # every reportable refusal is logged and let through
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +177,11 @@ def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConf
     if network is not None:
         allowlist = network.get("allowlist")
         for key in network:
-            if key != "allowlist":
-                report(f"network.{key}", "unknown key (expected: allowlist)")
+            if key not in NETWORK_KEYS:
+                report(f"network.{key}", f"unknown key (expected: {', '.join(NETWORK_KEYS)})")
+        report_only = network.get("report_only", False)
+        if not isinstance(report_only, bool):
+            report("network.report_only", "must be true or false")
         if allowlist is None:
             allowlist = []
         if not isinstance(allowlist, list):
@@ -194,7 +202,8 @@ def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConf
             entries.append(entry)
     if problems:
         raise ConfigError(problems)
-    return NetworkConfig(source, tuple(entries))
+    report_only = isinstance(network, dict) and network.get("report_only") is True
+    return NetworkConfig(source, tuple(entries), report_only=report_only)
 
 
 def _network_section(document: Any, report: Any) -> dict[str, Any] | None:
@@ -240,6 +249,10 @@ def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Ent
     if not isinstance(plaintext, bool):
         report(f"{where}.allow_plaintext", "must be true or false")
         ok = False
+    entry_report_only = raw.get("report_only", False)
+    if not isinstance(entry_report_only, bool):
+        report(f"{where}.report_only", "must be true or false")
+        ok = False
     passthrough = raw.get("passthrough", False)
     if not isinstance(passthrough, bool):
         report(f"{where}.passthrough", "must be true or false")
@@ -272,6 +285,7 @@ def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Ent
         redactions=_redactions(transform or ()),
         allow_plaintext=bool(plaintext),
         passthrough=bool(passthrough),
+        report_only=entry_report_only is True,
     )
 
 

@@ -64,11 +64,22 @@ MESSAGES: dict[Reason, str] = {
 STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502}
 
 
+# Refusals that report-only mode lets through as `would_deny` (docs/configuration.md
+# "Report-only"): allowlist membership, ports and plaintext. Never loopback, the proxy
+# itself, internal or metadata addresses, fronting, malformed requests or errors.
+REPORTABLE: frozenset[Reason] = frozenset(
+    {Reason.NOT_ALLOWLISTED, Reason.PORT_NOT_ALLOWED, Reason.PLAINTEXT_CREDENTIALS}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     allowed: bool
     reason: Reason
     entry: Entry | None = None
+    # Report-only: the request goes through (`allowed`), but `reason` says why the
+    # allowlist would have refused it; nothing is injected into it.
+    report: bool = False
 
     @classmethod
     def allow(cls, entry: Entry) -> Decision:
@@ -80,8 +91,22 @@ class Decision:
             raise ValueError("a refusal needs a refusal reason")
         return cls(False, reason, entry)
 
+    @classmethod
+    def would_deny(cls, refusal: Decision) -> Decision:
+        """Report-only: let `refusal` through, keeping its reason and entry."""
+        if refusal.allowed or refusal.reason not in REPORTABLE:
+            raise ValueError("only a reportable refusal can be let through")
+        return cls(True, refusal.reason, refusal.entry, report=True)
+
+    @property
+    def injects(self) -> bool:
+        """Whether the deciding entry's transform may be written: a real allow only."""
+        return self.allowed and not self.report and self.entry is not None
+
     @property
     def verdict(self) -> str:
+        if self.report:
+            return "would_deny"
         return "allow" if self.allowed else "deny"
 
     @property

@@ -17,24 +17,29 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import certifi
 from cryptography import x509
 
 from proxy import config as configuration
-from proxy import workers
-from proxy.audit import AuditLog
+from proxy import lifecycle, limits, workers
+from proxy.audit import AuditLog, BackgroundAuditLog
+from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, system_resolve
-from proxy.selfaddr import SelfAddresses
+from proxy.selfaddr import SelfAddressError, SelfAddresses
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
+    from mitmproxy.options import Options
 
 log = logging.getLogger("egress")
 
-CA_BASENAME = "mitmproxy"  # the file names mitmproxy's tlsconfig looks for in confdir
-CA_CERT = f"{CA_BASENAME}-ca-cert.pem"
 UPSTREAM_TRUST = "upstream-trust.pem"
 
 
@@ -53,6 +58,10 @@ class Settings:
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
+    ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
+    drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
+    watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
+    engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -60,19 +69,6 @@ def parse_hostport(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def ensure_ca(certs: Path) -> Path:
-    """Create the interception CA in `certs` when missing; return the public certificate's path."""
-    from mitmproxy.certs import CertStore
-
-    certs.mkdir(parents=True, exist_ok=True)
-    certs.chmod(0o700)
-    if not (certs / f"{CA_BASENAME}-ca.pem").exists():
-        CertStore.create_store(
-            certs, CA_BASENAME, 2048, organization="sandbox-egress", cn="sandbox egress proxy CA"
-        )
-    return certs / CA_CERT
 
 
 def upstream_trust(certs: Path, extra_ca: Path) -> Path:
@@ -91,32 +87,38 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
 
 
 def self_addresses(settings: Settings) -> SelfAddresses:
-    return SelfAddresses([settings.listen, settings.metrics])
+    """The endpoints to refuse; a name given to --listen/--metrics is resolved now."""
+    try:
+        return SelfAddresses([settings.listen, settings.metrics])
+    except SelfAddressError as exc:
+        raise LaunchError(f"--listen/--metrics: {exc}") from exc
 
 
 async def serve(settings: Settings) -> int:
     from mitmproxy.addons.termlog import TermLog
-    from mitmproxy.options import Options
-    from mitmproxy.tools.dump import DumpMaster
 
     from addons.egress import EgressPolicy
+    from addons.limits import Limits
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
-    ca_cert = ensure_ca(settings.certs)
+    own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
+    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
-    audit = AuditLog.open(settings.audit_log)
+    # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
+    audit = BackgroundAuditLog(
+        AuditLog.open(settings.audit_log, settings.worker), metrics.audit_dropped.inc
+    )
 
-    options = Options()
-    master = DumpMaster(options, with_termlog=False, with_dumper=False)
+    options, master = _engine(settings.engine)
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
     master.addons.add(TermLog(out=sys.stderr))
-    options.update(  # after DumpMaster: its addons declare most of these options
+    options.update(  # after the master: its addons declare most of these options
         mode=[settings.mode],
         listen_host=settings.listen[0],
         listen_port=settings.listen[1],
@@ -124,6 +126,10 @@ async def serve(settings: Settings) -> int:
         connection_strategy="lazy",
         termlog_verbosity="warn",
         ssl_verify_upstream_trusted_ca=str(trust) if trust else None,
+        # A backstop: whatever no addon streams is streamed past this size, never held.
+        # `body_size_limit` stays unset: mitmproxy applies it to an announced
+        # Content-Length before any addon runs, streamed or not (D27).
+        stream_large_bodies=limits.STREAM_BODIES_OVER,
     )
 
     def on_running() -> None:
@@ -137,37 +143,82 @@ async def serve(settings: Settings) -> int:
     resolver = system_resolve
     if settings.dns_cache_seconds > 0:
         resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
-    policy = Policy(network, self_addresses(settings))
+    policy = Policy(network, own, own.is_local)
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
-    master.addons.add(addon)
+    master.addons.add(Limits(metrics), addon)
 
-    def reload() -> None:
-        try:
-            fresh = configuration.load(settings.config_path)
-        except configuration.ConfigError as exc:
-            metrics.config_reloads.labels("failed").inc()
-            for problem in exc.problems:
-                log.error("reload refused, keeping the running configuration: %s", problem)
-            return
-        addon.policy = Policy(fresh, self_addresses(settings))  # one assignment: atomic
+    def apply(fresh: configuration.NetworkConfig) -> None:
+        addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
         metrics.allowlist_entries.set(len(fresh.allowlist))
-        metrics.config_reloads.labels("ok").inc()
-        log.warning("configuration reloaded: %d allowlist entries", len(fresh.allowlist))
+
+    def on_result(ok: bool) -> None:
+        metrics.config_reloads.labels("ok" if ok else "failed").inc()
+        metrics.reload_successful.set(1 if ok else 0)
+        if ok:
+            metrics.reload_success_time.set(time.time())
+
+    reload = lifecycle.Reloader(settings.config_path, apply, on_result)
+    metrics.reload_successful.set(1)  # the load at start
+    metrics.reload_success_time.set(time.time())
 
     if settings.worker is not None:
         workers.share_listen_port()
     loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+
+    def on_sigterm() -> None:
+        if any(task.get_name() == "drain" for task in tasks):
+            master.shutdown()  # a second SIGTERM: stop now
+            return
+        if metrics_server is not None:
+            metrics_server.draining.set()
+        proxyserver = master.addons.get("proxyserver")
+        drained = lifecycle.drain(
+            stop_listening=lambda: options.update(server=False),
+            open_connections=lambda: len(proxyserver.connections) if proxyserver else 0,
+            shutdown=master.shutdown,
+            grace=settings.drain_seconds,
+        )
+        tasks.append(loop.create_task(drained, name="drain"))
+
     loop.add_signal_handler(signal.SIGHUP, reload)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, master.shutdown)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    loop.add_signal_handler(signal.SIGINT, master.shutdown)
+    if settings.watch_interval > 0:
+        watch = lifecycle.watch_file(reload, settings.watch_interval)
+        tasks.append(loop.create_task(watch, name="watch"))
     if metrics_server is not None:
+        server = metrics_server
+
+        def stamp(now: float) -> None:
+            server.heartbeat = now
+
+        tasks.append(loop.create_task(lifecycle.heartbeat(stamp), name="heartbeat"))
         metrics_server.start()
     try:
         await master.run()
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        audit.close()
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
+
+
+def _engine(name: str) -> tuple[Options, Master]:
+    """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
+    if name == "mitmdump":
+        from mitmproxy.options import Options
+        from mitmproxy.tools.dump import DumpMaster
+
+        options = Options()
+        return options, DumpMaster(options, with_termlog=False, with_dumper=False)
+    from proxy.engine import LeanMaster, LeanOptions
+
+    lean = LeanOptions()
+    return lean, LeanMaster(lean)
 
 
 def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:

@@ -2,8 +2,8 @@
 
 Invariants:
 * Every label value comes from a bounded set: `decision` and `reason` from the
-  closed enums of `proxy.decision`, `rule` from the operator's allowlist
-  patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
+  closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `rule` from
+  the operator's allowlist patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
   name, a path) ever becomes a label value.
 * Each `ProxyMetrics` owns its registry, so tests build their own.
 """
@@ -11,6 +11,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
@@ -23,7 +24,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from proxy.decision import Reason
+from proxy.decision import REPORTABLE, Reason
+from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
 
@@ -65,11 +67,28 @@ class ProxyMetrics:
             "Exceptions inside the policy addon; each one became a refusal.",
             registry=r,
         )
+        self.audit_dropped = Counter(
+            "egress_audit_lines_dropped_total",
+            "Audit lines dropped because the audit writer fell a whole queue behind.",
+            registry=r,
+        )
         self.config_reloads = Counter(
             "egress_config_reloads_total",
             "Configuration reloads, by result (ok, failed).",
             ["result"],
             registry=r,
+        )
+        self.reload_successful = Gauge(
+            "egress_config_last_reload_successful",
+            "Whether the last configuration load (start, SIGHUP or file change) succeeded.",
+            registry=r,
+            multiprocess_mode="min",
+        )
+        self.reload_success_time = Gauge(
+            "egress_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load.",
+            registry=r,
+            multiprocess_mode="min",
         )
         self.allowlist_entries = Gauge(
             "egress_allowlist_entries",
@@ -77,13 +96,27 @@ class ProxyMetrics:
             registry=r,
             multiprocess_mode="max",
         )
+        self.limit_refusals = Counter(
+            "egress_limit_refusals_total",
+            "Heads, messages and bodies refused for exceeding a memory bound, by bound.",
+            ["limit"],
+            registry=r,
+        )
+        for limit in Limit:
+            self.limit_refusals.labels(limit.value)
         for reason in Reason:
             decision = "allow" if reason is Reason.ALLOWLISTED else "deny"
             self.requests.labels(decision, reason.value)
-        for decision in ("allow", "deny"):
+        for reason in REPORTABLE:
+            self.requests.labels("would_deny", reason.value)
+        for decision in ("allow", "deny", "would_deny"):
             self.duration.labels(decision)
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)
+
+
+# /healthz fails when the event loop has not stamped its heartbeat for this long.
+STALL_S = 10.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -94,10 +127,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
-            if self.server.ready.is_set():
+            problem = self.server.problem()
+            if problem is None:
                 self._reply(200, b"ok\n", "text/plain")
             else:
-                self._reply(503, b"starting\n", "text/plain")
+                self._reply(503, problem.encode() + b"\n", "text/plain")
         else:
             self._reply(404, b"not found\n", "text/plain")
 
@@ -113,17 +147,34 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer(ThreadingHTTPServer):
-    """Serves `/metrics` and `/healthz` (200 once `ready` is set) from a daemon thread."""
+    """Serves `/metrics` and `/healthz` from a daemon thread.
+
+    `/healthz` is 200 once `ready` is set, unless the proxy is draining (SIGTERM) or its
+    event loop stopped stamping `heartbeat` (a wedged loop): then 503 with the cause.
+    """
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
         self.registry = registry
         self.ready = threading.Event()
+        self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
+        self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
         if ":" in address[0]:
             self.address_family = __import__("socket").AF_INET6
         super().__init__(address, _Handler)
         self._thread = threading.Thread(target=self.serve_forever, name="metrics", daemon=True)
+
+    def problem(self) -> str | None:
+        """Why the proxy is not healthy (the /healthz body), or None when it is."""
+        if not self.ready.is_set():
+            return "starting"
+        if self.draining.is_set():
+            return "draining"
+        beat = self.heartbeat
+        if beat is not None and time.monotonic() - beat > STALL_S:
+            return "event loop stalled"
+        return None
 
     def start(self) -> None:
         self._thread.start()

@@ -64,6 +64,8 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     def forward(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = stopping or signum != signal.SIGHUP
+        if stopping:
+            server.draining.set()  # each worker drains; /healthz says so at once
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signum)

@@ -9,7 +9,8 @@ Blocking events (``PreToolUse``, ``UserPromptSubmit``):
   like an ordinary permission rejection (no rule or grant can answer a hook's
   ask); with an interactive channel, the ``ask`` verdict, for the caller to
   show to a human;
-* otherwise allow (``no_hooks`` when nothing matched).
+* otherwise allow (``no_hooks`` when nothing matched), with the context the
+  ``UserPromptSubmit`` hooks added (at most ``PER_CALL_CHARS`` in all).
 
 Other events run every matching entry; they always allow. ``PostToolUse``
 contributions become one feedback block; ``Stop``-like notices are kept.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hookrunner.ax.feedback import bound, feedback_block
+from hookrunner.ax.feedback import PER_CALL_CHARS, bound, feedback_block
 from hookrunner.ax.model import (
     AxEntry,
     AxEvent,
@@ -82,7 +83,9 @@ def decide(
             )
         return FireResult(event, Verdict.ASK, Cause.ASK, reason, source, runs=tuple(runs))
     cause = Cause.ALLOWED if runs else Cause.NO_HOOKS
-    return FireResult(event, Verdict.ALLOW, cause, runs=tuple(runs))
+    pieces = [r.context for r in runs if r.context]
+    context = bound("\n\n".join(pieces), PER_CALL_CHARS, what="context") if pieces else None
+    return FireResult(event, Verdict.ALLOW, cause, runs=tuple(runs), context=context)
 
 
 def gather(event: AxEvent, entries: Iterable[AxEntry], run: RunEntry) -> FireResult:

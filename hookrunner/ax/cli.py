@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from hookrunner.ax.events import parse_event
 from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
 from hookrunner.ax.session import AxSession
 from hookrunner.errors import PayloadError
@@ -88,9 +89,9 @@ def run_fire(args: argparse.Namespace) -> int:
         metrics=HookMetrics(),
     )
     try:
-        result = session.fire(args.event, payload)
-        output = payload.get("output") if isinstance(payload, dict) else None
-        _emit(result.to_json(output if isinstance(output, str) else None))
+        inp = parse_event(args.event, payload, session_id=session.session_id)
+        result = session.fire_input(inp)
+        _emit(result.to_json(inp.output))
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:

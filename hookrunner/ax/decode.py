@@ -24,9 +24,16 @@ Legacy entries (no ``protocol``):
   ``permissionDecision``, truncated output) is malformed and blocks: SPEC 4
   "malformed stdout blocks". A ``reason`` that is not a string does not turn a
   deny into an allow: the default reason is used;
+* exit 0 on ``UserPromptSubmit`` (Claude Code's context injection): plain
+  text on stdout (anything not starting with ``{``) is context for the model,
+  as is ``hookSpecificOutput.additionalContext`` of an answer that does not
+  block; text that starts with ``{`` but is not a valid answer is malformed;
 * exit 0 on ``PostToolUse``: ``hookSpecificOutput.additionalContext`` and the
   ``reason`` of ``{"decision": "block"}`` are feedback; malformed output gives
   none (and a warning);
+* on ``Stop``, ``SubagentStop`` and ``PreCompact`` (which cannot block, source
+  page) an exit 2 or an answer ``{"decision": "block"}`` / ``{"continue":
+  false}`` is ignored with a warning; its reason becomes a notice;
 * any other exit does not block (a warning says why).
 """
 
@@ -71,6 +78,7 @@ class Decoded:
     feedback: str | None = None
     notice: str | None = None
     failed: bool = False
+    context: str | None = None
 
 
 def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
@@ -137,15 +145,46 @@ def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decode
             return Decoded(
                 AxOutcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr
             )
-        detail = f"exited with status 2, but {event.value} cannot block"
-        return Decoded(AxOutcome.EXIT_2, Effect.CONTINUE, detail, failed=True)
+        detail = f"exited with status 2, but {event.value} cannot block; ignored"
+        return Decoded(
+            AxOutcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True
+        )
     if base.outcome is not AxOutcome.OK:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
     if event in BLOCKING_EVENTS:
         return _decision(event, result)
     if event is AxEvent.POST_TOOL_USE:
         return _post_feedback(result)
+    if event in _NOTICE_EVENTS:
+        return _ignored_block(event, result, base)
     return base
+
+
+def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
+    """A Stop-like hook that asks to block: it cannot (source page), so say so."""
+    answer, _ = parse_answer(result.stdout, result.stdout_truncated)
+    if answer is None:
+        return base
+    if answer.get("decision") == "block":
+        asked, stated = '{"decision": "block"}', answer.get("reason")
+    elif answer.get("continue") is False:
+        asked, stated = '{"continue": false}', answer.get("stopReason")
+    else:
+        return base
+    reason = stated.strip() if isinstance(stated, str) and stated.strip() else None
+    detail = f"answered {asked}, but {event.value} cannot block; ignored"
+    return Decoded(AxOutcome.DENY, Effect.CONTINUE, detail, notice=reason, failed=True)
+
+
+def _plain_text(data: bytes, truncated: bool) -> str | None:
+    """Exit-0 stdout that is plain text (not JSON-looking), or None."""
+    if truncated:
+        return None
+    try:
+        text = data.decode("utf-8").strip(_JSON_WHITESPACE)
+    except UnicodeDecodeError:
+        return None
+    return text if text and not text.startswith("{") else None  # "[INFO] ..." is text
 
 
 def parse_answer(data: bytes, truncated: bool = False) -> tuple[dict[str, Any] | None, str | None]:
@@ -179,6 +218,10 @@ def _show(value: Any) -> str:
 
 
 def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
+    if event is AxEvent.USER_PROMPT_SUBMIT:
+        text = _plain_text(result.stdout, result.stdout_truncated)
+        if text is not None:
+            return Decoded(AxOutcome.OK, Effect.CONTINUE, "printed context", context=text)
     answer, problem = parse_answer(result.stdout, result.stdout_truncated)
     if answer is not None:
         problem = _check(answer)
@@ -220,9 +263,12 @@ def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
         return Decoded(
             AxOutcome.ASK, Effect.ASK, f"asked{note}", _reason(reason or ASK_REASON), Cause.ASK
         )
+    added = nested.get("additionalContext") if event is AxEvent.USER_PROMPT_SUBMIT else None
+    context = added.strip() or None if isinstance(added, str) else None
     if permission == "allow" or answer.get("decision") == "approve":
-        return Decoded(AxOutcome.ALLOW, Effect.CONTINUE, "allowed")
-    return Decoded(AxOutcome.OK, Effect.CONTINUE, "exited with status 0 without a decision")
+        return Decoded(AxOutcome.ALLOW, Effect.CONTINUE, "allowed", context=context)
+    detail = "exited with status 0 without a decision"
+    return Decoded(AxOutcome.OK, Effect.CONTINUE, detail, context=context)
 
 
 def _check(answer: dict[str, Any]) -> str | None:
@@ -236,6 +282,9 @@ def _check(answer: dict[str, Any]) -> str | None:
             return f'{where}permissionDecision must be "allow", "deny" or "ask", got {got}'
     if "decision" in answer and answer["decision"] not in ("approve", "block"):
         return f'decision must be "approve" or "block", got {_show(answer["decision"])}'
+    added = nested.get("additionalContext")
+    if added is not None and not isinstance(added, str):
+        return f"hookSpecificOutput.additionalContext must be a string, got {_show(added)}"
     if "continue" in answer and not isinstance(answer["continue"], bool):
         return f"continue must be true or false, got {_show(answer['continue'])}"
     return None

@@ -1,22 +1,24 @@
 """Event payloads: what a caller fires, and what each hook receives (pure).
 
-The caller's payload is checked once, here, into an ``EventInput``:
-* tool events (``PreToolUse``, ``PostToolUse``) need ``tool``; ``args`` is the
-  tool's arguments; ``PostToolUse`` may carry ``output`` (the tool result the
-  feedback block is appended to); ``UserPromptSubmit`` needs ``prompt``;
-  ``Stop``, ``SubagentStop`` and ``PreCompact`` take optional ``args``;
-  an unknown key or a wrong type is a ``PayloadError``;
-* observation-only events keep **only** ids, reasons and timestamps: the keys
-  of ``OBSERVATION_KEYS`` whose value is a short token. Anything else (text,
-  summaries, tool output, arguments) is dropped, never an error, and the
-  dropped key names are reported;
+Payloads are open (docs/hooks.md, "Payloads"). The caller's payload is read
+once, here, into an ``EventInput``; only the fields the runner needs are
+checked, in either shape — AX Code's or Claude Code's (``tool``/``tool_name``,
+``args``/``tool_input``, ``tool_call_id``/``tool_use_id``,
+``output``/``tool_response``; both names given with different values is an
+error). Every other field is kept in ``extra`` and reaches claude-code
+entries unchanged. A wrong type of a needed field is a ``PayloadError``.
+* tool events need a tool name; ``UserPromptSubmit`` needs ``prompt``;
+  ``Stop``/``SubagentStop`` take ``stop_hook_active``; ``PreCompact`` takes
+  ``trigger`` and ``custom_instructions``; a ``hook_event_name`` must name
+  the event fired;
+* observation-only events keep **only** ids, reasons, paths and timestamps:
+  the keys of ``OBSERVATION_KEYS`` with a value of the right form (source
+  page: never conversation text, summaries or tool output). Anything else is
+  dropped, never an error, and the dropped key names are reported;
 * a ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
   ``UserPromptSubmit`` with ``"synthetic": true`` do not fire (source page).
 
-What a hook receives: legacy entries get ``args_document`` on stdin (compact
-JSON, the same text as ``HOOK_ARGS_JSON`` when that is not empty); claude-code
-entries get ``claude_code_document``, the envelope Claude Code hooks read
-(``session_id``, ``hook_event_name``, ``tool_name``, ``tool_input``...).
+What each hook receives is built from the ``EventInput`` in ``envelope``.
 """
 
 from __future__ import annotations
@@ -29,33 +31,36 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hookrunner.ax.model import OBSERVATION_EVENTS, TOOL_EVENTS, AxEvent
+from hookrunner.ax.vocabulary import claude_code_input, claude_code_name
 from hookrunner.errors import PayloadError
 
-OBSERVATION_KEYS = frozenset(
-    {
-        "session_id",
-        "parent_session_id",
-        "subagent_session_id",
-        "message_id",
-        "tool",
-        "tool_call_id",
-        "reason",
-        "source",
-        "trigger",
-        "timestamp",
-    }
-)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+\-]{0,127}")
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
-_COMMON_KEYS = frozenset({"session_id"})
-_KEYS = {
-    AxEvent.PRE_TOOL_USE: frozenset({"tool", "args", "tool_call_id"}),
-    AxEvent.POST_TOOL_USE: frozenset({"tool", "args", "output", "tool_call_id"}),
-    AxEvent.USER_PROMPT_SUBMIT: frozenset({"prompt", "synthetic"}),
-    AxEvent.STOP: frozenset({"args"}),
-    AxEvent.SUBAGENT_STOP: frozenset({"args"}),
-    AxEvent.PRE_COMPACT: frozenset({"args"}),
+_PATH = re.compile(r"/[^\x00-\x1f\x7f]{0,4095}")
+_BOOLEAN = object()
+# Observation-only keys and the form of their values; tool keys only for PostToolUseFailure.
+OBSERVATION_KEYS: Mapping[str, Any] = {
+    "session_id": _TOKEN,
+    "parent_session_id": _TOKEN,
+    "subagent_session_id": _TOKEN,
+    "message_id": _TOKEN,
+    "tool": _TOKEN,
+    "tool_call_id": _TOKEN,
+    "reason": _TOKEN,
+    "source": _TOKEN,
+    "trigger": _TOKEN,
+    "timestamp": _TIMESTAMP,
+    "permission_mode": _TOKEN,  # Claude Code's common fields
+    "transcript_path": _PATH,
+    "cwd": _PATH,
+    "model": _TOKEN,
+    "agent_id": _TOKEN,
+    "agent_type": _TOKEN,
+    "is_interrupt": _BOOLEAN,
 }
+# Claude Code's name -> the name used here.
+_OBSERVATION_ALIASES = {"tool_name": "tool", "tool_use_id": "tool_call_id"}
+_TOOL_KEYS = ("tool", "tool_call_id")
 
 
 def now_timestamp() -> str:
@@ -67,13 +72,18 @@ class EventInput:
     event: AxEvent
     session_id: str
     timestamp: str
-    tool: str = ""  # HOOK_TOOL; "" for events without a tool
+    tool: str = ""  # HOOK_TOOL, as the caller named it; "" for events without a tool
     args: Mapping[str, Any] = field(default_factory=dict)  # HOOK_ARGS_JSON / legacy stdin
-    output: str | None = None  # PostToolUse: the tool result
+    output: str | None = None  # PostToolUse: the tool result (text) the feedback follows
     prompt: str | None = None  # UserPromptSubmit
-    fields: Mapping[str, str] = field(default_factory=dict)  # ids (observation-only: all kept)
+    fields: Mapping[str, Any] = field(default_factory=dict)  # ids (observation-only: all kept)
     skip: str | None = None  # why this event does not fire
     dropped: tuple[str, ...] = ()  # observation-only: keys that were not ids/reasons/timestamps
+    extra: Mapping[str, Any] = field(default_factory=dict)  # fields passed on unchanged
+    claude_tool: str = ""  # tool_name for claude-code entries
+    claude_input: Mapping[str, Any] = field(default_factory=dict)  # tool_input for them
+    tool_response: Any = None  # PostToolUse: the caller's tool_response (an object too)
+    stop_hook_active: bool = False  # Stop, SubagentStop
 
 
 def parse_event(
@@ -96,33 +106,49 @@ def parse_event(
     given = document.get("session_id", session_id)
     if not isinstance(given, str):
         raise PayloadError('"session_id" must be a string')
+    named = document.get("hook_event_name", event.value)
+    if named != event.value:
+        raise PayloadError(f'"hook_event_name" is {json.dumps(named)[:60]}, not {event.value!r}')
     if event in OBSERVATION_EVENTS:
         return _observation(event, document, given, clock())
-    allowed = _KEYS[event] | _COMMON_KEYS
-    for key in document:
-        if key not in allowed:
-            raise PayloadError(
-                f"{event.value} takes no {key!r} (it takes {', '.join(sorted(allowed))})"
-            )
-    tool = ""
+    return _blocking_or_stop_like(event, document, given, clock())
+
+
+def _blocking_or_stop_like(
+    event: AxEvent, document: Mapping[str, Any], session_id: str, timestamp: str
+) -> EventInput:
+    used = {"session_id", "hook_event_name"}
+    tool = claude_tool = ""
+    args: Mapping[str, Any] = {}
+    claude_input: Mapping[str, Any] = {}
+    output = prompt = None
+    fields: dict[str, Any] = {}
+    tool_response = None
     if event in TOOL_EVENTS:
-        given_tool = document.get("tool")
-        if not isinstance(given_tool, str) or not given_tool:
-            raise PayloadError('"tool" must be a non-empty string')
-        tool = given_tool
-    args = document.get("args", {})
-    if not isinstance(args, Mapping):
-        raise PayloadError('"args" must be an object')
-    try:
-        json.dumps(dict(args))
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f'"args" is not JSON: {exc}') from None
-    output = _optional_string(document, "output")
-    call_id = _optional_string(document, "tool_call_id")
-    prompt = None
+        key, tool = _alias(document, "tool", "tool_name", used)
+        if not isinstance(tool, str) or not tool:
+            raise PayloadError(f'"{key}" must be a non-empty string')
+        args_key, given_args = _alias(document, "args", "tool_input", used)
+        args = _object(args_key, {} if given_args is None else given_args)
+        claude_shape = key == "tool_name"
+        claude_tool = tool if claude_shape else claude_code_name(tool)
+        claude_input = dict(args) if args_key == "tool_input" else claude_code_input(tool, args)
+        call_key, call_id = _alias(document, "tool_call_id", "tool_use_id", used)
+        if _string(call_key, call_id):
+            fields["tool_call_id"] = call_id
+    else:
+        used.add("args")
+        args = _object("args", document.get("args", {}))
+    if event is AxEvent.POST_TOOL_USE:
+        used |= {"output", "tool_response"}
+        output = _string("output", document.get("output"))
+        tool_response = document.get("tool_response")
+        if output is None and tool_response is not None:
+            output = tool_response if isinstance(tool_response, str) else _compact(tool_response)
     skip = None
     if event is AxEvent.USER_PROMPT_SUBMIT:
-        prompt = _optional_string(document, "prompt")
+        used |= {"prompt", "synthetic"}
+        prompt = _string("prompt", document.get("prompt"))
         if prompt is None:
             raise PayloadError('"prompt" must be a string')
         synthetic = document.get("synthetic", False)
@@ -131,30 +157,82 @@ def parse_event(
         args = {"prompt": prompt}
         if synthetic:
             skip = "synthetic continuation prompts do not fire UserPromptSubmit"
-    fields = {"tool_call_id": call_id} if call_id else {}
-    return EventInput(event, given, clock(), tool, dict(args), output, prompt, fields, skip)
+    stop_hook_active = False
+    if event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP):
+        used.add("stop_hook_active")
+        stop_hook_active = document.get("stop_hook_active", False)
+        if not isinstance(stop_hook_active, bool):
+            raise PayloadError('"stop_hook_active" must be a boolean')
+    if event is AxEvent.PRE_COMPACT:
+        for key in ("trigger", "custom_instructions"):
+            _string(key, document.get(key))
+    extra = {k: v for k, v in document.items() if k not in used}
+    return EventInput(
+        event,
+        session_id,
+        timestamp,
+        tool,
+        dict(args),
+        output,
+        prompt,
+        fields,
+        skip,
+        extra=extra,
+        claude_tool=claude_tool,
+        claude_input=claude_input,
+        tool_response=tool_response,
+        stop_hook_active=stop_hook_active,
+    )
 
 
-def _optional_string(document: Mapping[str, Any], key: str) -> str | None:
-    value = document.get(key)
+def _alias(document: Mapping[str, Any], ax: str, claude: str, used: set[str]) -> tuple[str, Any]:
+    """(the key given, its value) of a field that has an AX and a Claude Code name."""
+    used |= {ax, claude}
+    if ax in document and claude in document and document[ax] != document[claude]:
+        raise PayloadError(f'"{ax}" and "{claude}" are the same field and disagree')
+    if claude in document and ax not in document:
+        return claude, document[claude]
+    return ax, document.get(ax)
+
+
+def _object(key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PayloadError(f'"{key}" must be an object')
+    try:
+        json.dumps(dict(value))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f'"{key}" is not JSON: {exc}') from None
+    return value
+
+
+def _string(key: str, value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise PayloadError(f'"{key}" must be a string')
     return value
 
 
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f'"tool_response" is not JSON: {exc}') from None
+
+
 def _observation(
     event: AxEvent, document: Mapping[str, Any], session_id: str, timestamp: str
 ) -> EventInput:
-    kept: dict[str, str] = {}
+    kept: dict[str, Any] = {}
     dropped: list[str] = []
-    for key, value in document.items():
-        if key == "session_id":
+    for given_key, value in document.items():
+        if given_key in ("session_id", "hook_event_name"):
             continue
-        wanted = key in OBSERVATION_KEYS and (key != "tool" or event in TOOL_EVENTS)
-        if wanted and isinstance(value, str) and _fits(key, value):
+        key = _OBSERVATION_ALIASES.get(given_key, given_key)
+        form = OBSERVATION_KEYS.get(key)
+        wanted = form is not None and (key not in _TOOL_KEYS or event in TOOL_EVENTS)
+        if wanted and _fits(form, value) and kept.get(key, value) == value:
             kept[key] = value
         else:
-            dropped.append(str(key)[:40])
+            dropped.append(str(given_key)[:40])
     if session_id and not _TOKEN.fullmatch(session_id):
         dropped.append("session_id")
         session_id = ""
@@ -172,55 +250,11 @@ def _observation(
         fields=kept,
         skip=skip,
         dropped=tuple(sorted(dropped)),
+        claude_tool=claude_code_name(tool),
     )
 
 
-def _fits(key: str, value: str) -> bool:
-    pattern = _TIMESTAMP if key == "timestamp" else _TOKEN
-    return pattern.fullmatch(value) is not None
-
-
-def args_document(inp: EventInput) -> Mapping[str, Any]:
-    """HOOK_ARGS_JSON and a legacy hook's stdin: the tool's arguments, or the event's fields."""
-    if inp.event in OBSERVATION_EVENTS:
-        body: dict[str, Any] = {"session_id": inp.session_id, **inp.fields}
-        if inp.tool:
-            body["tool"] = inp.tool
-        body["timestamp"] = inp.timestamp
-        return body
-    return inp.args
-
-
-def claude_code_document(inp: EventInput, cwd: str) -> dict[str, Any]:
-    """The stdin of a claude-code entry: Claude Code's hook input envelope."""
-    body: dict[str, Any] = {"session_id": inp.session_id, "hook_event_name": inp.event.value}
-    if inp.event in OBSERVATION_EVENTS:
-        body.update(inp.fields)
-        if inp.tool:
-            body["tool_name"] = inp.tool
-        body["timestamp"] = inp.timestamp
-        return body
-    body["cwd"] = cwd
-    if inp.event in TOOL_EVENTS:
-        body["tool_name"] = inp.tool
-        body["tool_input"] = dict(inp.args)
-        if "tool_call_id" in inp.fields:
-            body["tool_use_id"] = inp.fields["tool_call_id"]
-    if inp.event is AxEvent.POST_TOOL_USE:
-        body["tool_response"] = inp.output if inp.output is not None else ""
-    if inp.event is AxEvent.USER_PROMPT_SUBMIT:
-        body["prompt"] = inp.prompt
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP):
-        body["stop_hook_active"] = False
-    if inp.event is AxEvent.PRE_COMPACT:
-        trigger = inp.args.get("trigger")
-        body["trigger"] = (
-            trigger
-            if isinstance(trigger, str)
-            else ("auto" if inp.args.get("auto") is True else "manual")
-        )
-        body["custom_instructions"] = ""
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COMPACT):
-        body["args"] = dict(inp.args)
-    body["timestamp"] = inp.timestamp
-    return body
+def _fits(form: Any, value: Any) -> bool:
+    if form is _BOOLEAN:
+        return isinstance(value, bool)
+    return isinstance(value, str) and form.fullmatch(value) is not None

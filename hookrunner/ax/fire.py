@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hookrunner.ax.decode import decode
-from hookrunner.ax.events import EventInput, args_document, claude_code_document
-from hookrunner.ax.feedback import bound, hook_feedback
+from hookrunner.ax.envelope import args_document, claude_code_document
+from hookrunner.ax.events import EventInput
+from hookrunner.ax.feedback import PER_HOOK_CHARS, bound, hook_feedback
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
     AxEntry,
@@ -97,6 +98,9 @@ class LifecycleExecutor:
             feedback=hook_feedback(decoded.feedback) if decoded.feedback else None,
             notice=bound(decoded.notice, NOTICE_CHARS, what="notice") if decoded.notice else None,
             failed=decoded.failed,
+            context=bound(decoded.context, PER_HOOK_CHARS, what="context")
+            if decoded.context
+            else None,
         )
         self._report(inp, run)
         return run

@@ -160,6 +160,7 @@ class HookRun:
     feedback: str | None = None  # PostToolUse text for the model (already bounded per hook)
     notice: str | None = None  # Stop / SubagentStop / PreCompact text for the user
     failed: bool = False  # worth a warning line
+    context: str | None = None  # UserPromptSubmit: text added to the model's context
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class FireResult:
     feedback: str | None = None  # the whole <hook_feedback> block, or None
     notices: tuple[str, ...] = ()
     runs: tuple[HookRun, ...] = ()
+    context: str | None = None  # UserPromptSubmit: what the hooks add to the model's context
 
     @property
     def allowed(self) -> bool:
@@ -197,6 +199,8 @@ class FireResult:
             body["feedback"] = self.feedback
             if output is not None:
                 body["tool_result"] = self.with_feedback(output)
+        if self.context is not None:
+            body["context"] = self.context
         if self.notices:
             body["notices"] = list(self.notices)
         return body

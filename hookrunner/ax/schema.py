@@ -174,8 +174,8 @@ class _Validator:
             self.skip(key_path(path, "matcher"), f"must be a string of at most {MAX_MATCHER_CHARS}")
             return None
         matcher = compile_ax_matcher(pattern)
-        if matcher.suspicious:
-            self.problem(key_path(path, "matcher"), matcher.suspicious)
+        if matcher.problem:
+            self.problem(key_path(path, "matcher"), matcher.problem)
         if not matcher.matches_all and event not in TOOL_EVENTS:
             self.problem(
                 key_path(path, "matcher"),

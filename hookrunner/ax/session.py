@@ -46,6 +46,7 @@ from hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
 from hookrunner.command import CancelToken
 from hookrunner.envsan import Redactor, sanitise
 from hookrunner.errors import WorkspaceError
+from hookrunner.isolation import hook_environment, make_undumpable
 from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.report import Reporter, WarningKind
 
@@ -68,6 +69,7 @@ class AxSession:
         observation_capacity: int = DEFAULT_CAPACITY,
         log_decisions: bool = True,
     ) -> None:
+        make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
         root = Path(os.path.realpath(workspace))
         if not root.is_dir():
             raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
@@ -90,7 +92,7 @@ class AxSession:
         for notice in (trust.notice, full.notice, *self.config.notices):
             if notice is not None:
                 self.reporter.warn(WarningKind.CONFIG, cause=notice)
-        base_env = sanitise(snapshot, full_env=full.on).variables
+        base_env = hook_environment(sanitise(snapshot, full_env=full.on).variables, snapshot, root)
         self._executor = LifecycleExecutor(str(root), base_env, self.reporter, self.metrics)
         self._worker = ObservationWorker(self._observe, self._dropped, observation_capacity)
         self._finalizer = weakref.finalize(self, self._worker.close, CLOSE_TIMEOUT)

@@ -90,6 +90,13 @@ def check_transparent_rules(script: str, *, listen_port: int, proxy_uid: int) ->
         else:
             assert rule.option("-o") == "lo" or rule.option("--dport") == "53", rule
 
+    # filter OUTPUT: the redirected connections themselves must be let through. Without
+    # this rule every redirected connect times out (seen with the compose stack running).
+    filter_output = chain(rules, "iptables", "filter", "OUTPUT")
+    assert any(_lands_on_listener(r, "iptables", listen_port) for r in filter_output), (
+        f"no ACCEPT for connections redirected to 127.0.0.1:{listen_port}"
+    )
+
     # filter OUTPUT, both families: accept the proxy's uid, end in DROP.
     for tool in ("iptables", "ip6tables"):
         output = chain(rules, tool, "filter", "OUTPUT")
@@ -104,5 +111,17 @@ def check_transparent_rules(script: str, *, listen_port: int, proxy_uid: int) ->
                 or rule.option("-o") == "lo"
                 or rule.option("--ctstate") == "ESTABLISHED,RELATED"
                 or rule.option("--dport") == "53"
+                or _lands_on_listener(rule, tool, listen_port)
             )
             assert allowed, f"{tool}: unexpected ACCEPT {rule}"
+
+
+def _lands_on_listener(rule: Rule, tool: str, listen_port: int) -> bool:
+    """The ACCEPT for redirected connections: filter OUTPUT still sees their original
+    interface (not `lo`), so they are accepted by the address REDIRECT gave them."""
+    return (
+        tool == "iptables"
+        and rule.option("-d") == "127.0.0.1"
+        and rule.option("-p") == "tcp"
+        and rule.option("--dport") == str(listen_port)
+    )

@@ -1,4 +1,4 @@
-"""compose.yaml, checked statically: no Docker engine runs here.
+"""compose.yaml, checked statically (test_compose_up.py starts it for real).
 
 Every reference must resolve (build contexts, Dockerfile stages, volumes,
 networks, secrets, bind-mounted files), the commands must parse with the real
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import json
 import re
 import shlex
 import sys
@@ -25,10 +26,10 @@ import yaml
 from hookrunner.cli import _parser as hookrunner_parser
 from hookrunner.loader import load_config
 from proxy import config as configuration
+from proxy.ca import CA_CERT
 from proxy.cli import _parser as proxy_parser
 from proxy.decision import Reason
 from proxy.hosts import canonical_host
-from proxy.launcher import CA_CERT
 from proxy.policy import Policy
 from tests.deploy.netrules import check_transparent_rules
 
@@ -112,6 +113,15 @@ def runner_args(service: str) -> Any:
     return hookrunner_parser().parse_args(command[1:])
 
 
+def health_probe(service: str) -> tuple[str, int]:
+    """The metrics address a service's healthcheck probes, parsed by the real CLI."""
+    test = SERVICES[service]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "egress-proxy"], test
+    args = proxy_parser().parse_args(test[2:])
+    assert args.command == "health"
+    return args.metrics
+
+
 def hostport(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host, int(port)
@@ -157,7 +167,7 @@ def load_module(path: Path) -> ModuleType:
 
 def test_build_contexts_dockerfiles_and_stages_exist() -> None:
     built = {name: s["build"] for name, s in SERVICES.items() if "build" in s}
-    assert set(built) == set(SERVICES) - {"prometheus"}
+    assert set(built) == set(SERVICES)
     for name, build in built.items():
         context = (COMPOSE_FILE.parent / build["context"]).resolve()
         dockerfile = context / build.get("dockerfile", "Dockerfile")
@@ -167,13 +177,19 @@ def test_build_contexts_dockerfiles_and_stages_exist() -> None:
         assert build["target"] in stages, f"{name}: no stage {build['target']!r} in {stages}"
     targets = {name: b["target"] for name, b in built.items()}
     assert targets["netfilter"] == "netinit"
-    assert {t for n, t in targets.items() if n != "netfilter"} == {"runtime"}
+    assert targets["prometheus"] == "prometheus"
+    assert {t for n, t in targets.items() if n not in {"netfilter", "prometheus"}} == {"runtime"}
+    # Every image builds FROM the same base, the local Debian one unless overridden.
+    for name, build in built.items():
+        assert build["args"] == {
+            "PYTHON_IMAGE": "${EGRESS_BASE_IMAGE:-sandbox-egress-base:trixie-1}"
+        }, name
     # One image name per stage, so a stage is never tagged with another's name.
     assert {SERVICES[n]["image"] for n in built if targets[n] == "runtime"} == {
         "sandbox-egress:0.1.0"
     }
     assert SERVICES["netfilter"]["image"] == "sandbox-egress-netinit:0.1.0"
-    assert SERVICES["prometheus"]["image"] == "prom/prometheus:v2.54.1"  # pinned, never :latest
+    assert SERVICES["prometheus"]["image"] == "sandbox-egress-prometheus:0.1.0"
 
 
 def test_named_volumes_networks_secrets_and_dependencies_are_declared() -> None:
@@ -257,9 +273,7 @@ def test_prometheus_scrapes_the_proxy_metrics_address_and_the_healthcheck_probes
         n for n in networks_of(SERVICES["prometheus"]) if ipaddress.ip_address(host) in subnet(n)
     }
     assert monitoring == {"monitoring"}
-    test = SERVICES["proxy"]["healthcheck"]["test"]
-    assert test[:3] == ["CMD", "python", "-c"]
-    assert re.findall(r"'(http://[^']+)'", test[3]) == [f"http://{host}:{port}/healthz"]
+    assert health_probe("proxy") == (host, port)
     mount = ("./deploy/compose/prometheus.yml", "/etc/prometheus/prometheus.yml", True)
     assert mount in mounts(SERVICES["prometheus"])
     assert "--config.file=/etc/prometheus/prometheus.yml" in SERVICES["prometheus"]["command"]
@@ -288,10 +302,7 @@ def test_transparent_variant_metrics_targets_agree() -> None:
         f"{proxy.metrics[0]}:{hostport(runner.metrics)[1]}"
     ]
     assert proxy.metrics[0] == address_on("proxy-transparent", "monitoring")
-    test = SERVICES["proxy-transparent"]["healthcheck"]["test"]
-    assert re.findall(r"'(http://[^']+)'", test[3]) == [
-        f"http://{proxy.metrics[0]}:{proxy.metrics[1]}/healthz"
-    ]
+    assert health_probe("proxy-transparent") == proxy.metrics
 
 
 # -- the environment file ---------------------------------------------------------------
@@ -463,8 +474,13 @@ def test_the_sandbox_trusts_exactly_the_certificate_ca_init_exports() -> None:
         assert runner_args(name).ca_file == bundle
 
 
-def test_secrets_come_from_the_environment_and_no_file_holds_one() -> None:
-    assert COMPOSE["secrets"] == {"telemetry_token": {"environment": "TELEMETRY_TOKEN"}}
+def test_secrets_come_from_an_ignored_file_and_no_tracked_file_holds_one() -> None:
+    # docker-compose 1.29 knows only file secrets (D57); the default lies in .secrets/.
+    assert COMPOSE["secrets"] == {
+        "telemetry_token": {"file": "${TELEMETRY_TOKEN_FILE:-./.secrets/telemetry_token}"}
+    }
+    assert "/.secrets/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "!.secrets" not in (ROOT / ".dockerignore").read_text(encoding="utf-8")
     secretish = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.I)
     for name, service in SERVICES.items():
         for variable in service.get("environment", {}):
@@ -519,15 +535,63 @@ def test_profiles_keep_the_transparent_variant_optional() -> None:
 
 def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    assert re.findall(r"^FROM (\S+)", text, flags=re.M) == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
-    assert "ARG PYTHON_IMAGE=python:3.12-slim" in text
+    assert re.findall(r"^FROM (\S+)", text, flags=re.M) == ["${PYTHON_IMAGE}"] + ["base"] * 3
+    assert "ARG PYTHON_IMAGE=python:3.13-slim" in text  # the Python of the trixie base
     assert default_uid() == 10001
     runtime = text[text.index("AS runtime") :]
-    assert "RUN pip install ." in runtime
+    assert "pip install --no-index --find-links /wheels ." in runtime
     run_lines = re.findall(r"^RUN .*$", text, flags=re.M)
     assert not [line for line in run_lines if "egress-proxy" in line or "openssl" in line]
     copied = re.findall(r"^COPY (.+) \S+$", runtime, flags=re.M)
-    assert copied == ["pyproject.toml README.md", "proxy", "addons", "hookrunner"]
+    assert copied == [
+        "pyproject.toml build/wheelhous[e]",
+        "pyproject.toml README.md",
+        "proxy",
+        "addons",
+        "hookrunner",
+        "config/default.yaml",
+    ]
+
+
+def test_image_embeds_the_default_configuration_at_the_commands_config_path() -> None:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    runtime = text[text.index("AS runtime") :]
+    assert "COPY config/default.yaml /etc/egress/env.yaml" in runtime
+    (cmd,) = re.findall(r"^CMD (\[.*?\])$", runtime.replace("\\\n", ""), flags=re.M | re.S)
+    args = proxy_parser().parse_args(json.loads(cmd)[1:])
+    assert args.config == "/etc/egress/env.yaml"
+    # The default file's one reference resolves from the image's own environment.
+    (token,) = re.findall(r"^ENV DEMO_API_TOKEN=(\S+)$", runtime, flags=re.M)
+    network = configuration.load(ROOT / "config/default.yaml", {"DEMO_API_TOKEN": token})
+    assert network.allowlist[0].pattern == "httpbin.org"
+    assert len(network.allowlist[0].transform) == 1
+    # The HEALTHCHECK probes the default command's metrics address, with the real CLI.
+    (probe,) = re.findall(r"^\s+CMD (\[.*\])$", runtime, flags=re.M)
+    health = proxy_parser().parse_args(json.loads(probe)[1:])
+    assert health.command == "health"
+    assert health.metrics == ("127.0.0.1", args.metrics[1])
+    assert re.search(r"^HEALTHCHECK --interval=\S+ --timeout=\S+", runtime, flags=re.M)
+
+
+def test_image_carries_oci_labels() -> None:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', text))
+    assert set(labels) == {
+        f"org.opencontainers.image.{k}"
+        for k in ("title", "description", "version", "revision", "base.name")
+    }
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert "ARG VERSION=0.1.0" in text  # the version of pyproject.toml
+    assert 'version = "0.1.0"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_services_that_do_not_run_the_proxy_turn_the_image_healthcheck_off() -> None:
+    for name, service in SERVICES.items():
+        runs_proxy = service["command"][:2] == ["egress-proxy", "run"]
+        if runs_proxy:
+            health_probe(name)
+        elif service["build"]["target"] == "runtime":
+            assert service["healthcheck"] == {"disable": True}, name
 
 
 def test_dockerignore_admits_only_the_sources() -> None:
@@ -538,7 +602,15 @@ def test_dockerignore_admits_only_the_sources() -> None:
     ]
     assert lines[0] == "*"
     admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert admitted == {"pyproject.toml", "README.md", "proxy", "addons", "hookrunner"}
+    assert admitted == {
+        "pyproject.toml",
+        "README.md",
+        "proxy",
+        "addons",
+        "hookrunner",
+        "config/default.yaml",
+        "build/wheelhouse/*.whl",
+    }
 
 
 def test_compose_hooks_file_is_valid(tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ import yaml
 from hookrunner.cli import _parser as hookrunner_parser
 from hookrunner.loader import load_config
 from proxy import config as configuration
+from proxy.ca import CA_CERT
 from proxy.cli import _parser as proxy_parser
 from proxy.hosts import canonical_host
-from proxy.launcher import CA_CERT
 from proxy.policy import Policy
 from tests.deploy.netrules import check_transparent_rules, parse_rules
 
@@ -251,8 +251,15 @@ def test_proxy_args_parse_and_ports_probes_annotations_agree() -> None:
         probes = [c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in c]
         assert "readinessProbe" in c
         for probe in probes:
-            assert probe["httpGet"]["path"] == "/healthz"
-            assert w.port(c, probe["httpGet"]["port"]) == args.metrics[1]
+            # One short command: `egress-proxy health` on the metrics port, parsed by the real
+            # CLI, with its own timeout inside the probe's (Kubernetes' default is 1 s).
+            command = probe["exec"]["command"]
+            assert command[0] == "egress-proxy"
+            health = proxy_parser().parse_args(command[1:])
+            assert health.command == "health"
+            assert health.metrics == ("127.0.0.1", args.metrics[1])
+            assert ipaddress.ip_address(args.metrics[0]).is_unspecified  # so loopback answers
+            assert health.timeout < probe["timeoutSeconds"]
         annotations = w.metadata["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
         assert annotations["prometheus.io/port"] == str(args.metrics[1])
@@ -594,7 +601,12 @@ def test_rule_checker_fails_on_a_wrong_port_a_wrong_uid_or_no_drop() -> None:
     ]:
         with pytest.raises(AssertionError):
             check_transparent_rules(broken, **kwargs)
-    assert len(parse_rules(script)) == 16
+    assert len(parse_rules(script)) == 17
+    without_listener_accept = script.replace(
+        "iptables -A OUTPUT -d 127.0.0.1 -p tcp --dport 8081 -j ACCEPT\n", ""
+    )
+    with pytest.raises(AssertionError, match="redirected to 127.0.0.1:8081"):
+        check_transparent_rules(without_listener_accept, listen_port=8081, proxy_uid=10001)
 
 
 # -- hooks ---------------------------------------------------------------------------------

@@ -214,6 +214,11 @@ def _gauge(samples: Samples, name: str) -> float:
     return samples[(name, ())]
 
 
+# These tests count SIGHUP reloads exactly: the file watch (which would see each write too)
+# is off; tests/e2e/test_lifecycle_e2e.py tests it.
+SIGHUP_ONLY = ("--watch-interval", "0")
+
+
 def _status(p: PrivateProxy, host: str) -> tuple[int, str | None]:
     response = p.view.plain(f"http://{host}/reload")
     return response.status, response.header("X-Egress-Denied")
@@ -222,7 +227,7 @@ def _status(p: PrivateProxy, host: str) -> tuple[int, str | None]:
 def test_sighup_with_a_valid_file_changes_decisions(
     private_proxy: Callable[..., PrivateProxy], obs: Observed
 ):
-    p = private_proxy("reload", RELOAD_V1)
+    p = private_proxy("reload", RELOAD_V1, *SIGHUP_ONLY)
     assert _status(p, "other.allowed.test") == (200, None)
     assert _status(p, "plain.allowed.test") == (403, "not_allowlisted")
 
@@ -242,7 +247,7 @@ def test_sighup_with_a_valid_file_changes_decisions(
 def test_sighup_with_an_invalid_file_keeps_the_running_configuration(
     private_proxy: Callable[..., PrivateProxy], harness: Harness, case: str
 ):
-    p = private_proxy("reload-bad", RELOAD_V1)
+    p = private_proxy("reload-bad", RELOAD_V1, *SIGHUP_ONLY)
     entries = _gauge(p.process.scrape(), "egress_allowlist_entries")
 
     p.process.config.write_text(INVALID[case])
@@ -266,7 +271,7 @@ def test_sighup_with_an_invalid_file_keeps_the_running_configuration(
 def test_reloads_under_traffic_keep_transfers_and_requests_in_flight(
     private_proxy: Callable[..., PrivateProxy], bulk: Bulk, harness: Harness
 ):
-    p, size = private_proxy("reload-live", RELOAD_V1), 256 * 1024 * 1024
+    p, size = private_proxy("reload-live", RELOAD_V1, *SIGHUP_ONLY), 256 * 1024 * 1024
     statuses: list[int] = []
     errors: list[BaseException] = []
     stop = threading.Event()

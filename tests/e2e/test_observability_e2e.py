@@ -162,7 +162,7 @@ def test_metric_labels_come_from_bounded_sets(harness: Harness):
             if key == "reason":
                 assert label in REASONS, (name, labels)
             elif key == "decision":
-                assert label in ("allow", "deny"), (name, labels)
+                assert label in ("allow", "deny", "would_deny"), (name, labels)
             elif key == "rule":
                 assert label in rules(harness), (name, labels)
 

@@ -255,7 +255,8 @@ def test_exec_runs_code_with_the_sanitised_environment(ws: Path, tmp_path: Path)
     empty.write_text("{}")
     environ = base_environ(API_TOKEN="t0ps3cret", LANG="C.UTF-8")
     args = {"code": 'echo "[${API_TOKEN:-unset}] [$LANG]"', "language": "bash"}
-    for full_env, expected in ((False, "[unset] [C.UTF-8]\n"), (True, "[t0ps3cret] [C.UTF-8]\n")):
+    # The full-environment switch is for command hooks only (issue 11, item 4).
+    for full_env, expected in ((False, "[unset] [C.UTF-8]\n"), (True, "[unset] [C.UTF-8]\n")):
         session = HookSession(
             ws,
             system_config=empty,

@@ -59,8 +59,8 @@ def test_claude_code_entries_get_the_claude_code_envelope(ax: AxEnv) -> None:
         "session_id": "ses_7",
         "hook_event_name": "PostToolUse",
         "cwd": str(ax.workspace.resolve()),
-        "tool_name": "edit",
-        "tool_input": {"filePath": "a.py"},
+        "tool_name": "Edit",  # Claude Code's names for AX Code's edit and filePath
+        "tool_input": {"file_path": "a.py"},
         "tool_response": "done",
     }
     assert timestamp.endswith("Z")

@@ -139,9 +139,12 @@ PROBLEMS: list[tuple[str, Any, list[tuple[str, str]], int]] = [
        "status and output (ignored)")], 1),
     ("matcher on an event without a tool", {"hooks": [entry("Stop", "x", matcher="bash")]},
      [("$.hooks[0].matcher", 'Stop has no tool, so only "" or "*" match it; this entry never runs')], 1),
-    ("regular-expression matcher", {"hooks": [entry("PreToolUse", "x", matcher="Edit|Wr.*")]},
-     [("$.hooks[0].matcher", "alternative 'Wr.*' looks like a regular expression; AX matchers are "
-       "exact tool ids or a prefix ending in *, so it is matched literally")], 1),
+    ("matcher that matches no tool name", {"hooks": [entry("PreToolUse", "x", matcher="Bash(npm test)")]},
+     [("$.hooks[0].matcher", "regular expression 'Bash(npm test)' can match no tool name (tool "
+       "names are letters, digits, _ - . :); the entry never runs")], 1),
+    ("matcher that is not RE2", {"hooks": [entry("PreToolUse", "x", matcher="*_file")]},
+     [("$.hooks[0].matcher", "not a valid RE2 pattern (no argument for repetition operator: *); "
+       "it matches no tool")], 1),
 ]  # fmt: skip
 
 
@@ -195,15 +198,21 @@ def test_operator_file_loads_first_and_once(ax: AxEnv, tmp_path: Path) -> None:
         ("", "", True),
         ("*", "", True),
         ("bash", "bash", True),
-        ("bash", "Bash", False),
+        ("bash", "Bash", True),  # one tool, two vocabularies (AX Code, Claude Code)
+        ("Bash", "bash", True),
+        ("Bash", "BashOutput", False),
         ("bash", "bash2", False),
         ("edit|write", "write", True),
         (" edit | write ", "edit", True),
         ("mcp_*", "mcp_github_search", True),
         ("mcp_*", "mcp", False),
         ("bash", "", False),
-        ("Edit|Wr.*", "Write", False),
-        (".*", "bash", False),
+        ("Edit|Wr.*", "Write", True),  # a regular expression, as Claude Code reads it
+        (".*", "bash", True),
+        ("mcp__.*", "mcp__github__create_issue", True),
+        ("mcp__.*", "bash", False),
+        ("Notebook.*", "NotebookEdit", True),
+        ("Bash(npm test)", "Bash", False),
     ],
 )
 def test_ax_matchers(pattern: str, tool: str, matches: bool) -> None:

@@ -90,9 +90,9 @@ def test_post_tool_use_failure_carries_no_tool_output(ax: AxEnv) -> None:
     assert document == {
         "session_id": "ses_test",
         "hook_event_name": "PostToolUseFailure",
-        "tool_call_id": "call_9",
+        "tool_use_id": "call_9",  # Claude Code's name, as on every tool event
         "reason": "error",
-        "tool_name": "bash",
+        "tool_name": "Bash",
     }
 
 

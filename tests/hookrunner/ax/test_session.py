@@ -116,8 +116,9 @@ def test_deny_with_a_non_string_reason_still_denies(ax: AxEnv) -> None:
 
 
 def test_malformed_exit_0_blocks_and_warns_fail_safe(ax: AxEnv) -> None:
-    ax.hooks({"hooks": [cc("UserPromptSubmit", "echo looks fine to me")]})
-    result = ax.session().fire("UserPromptSubmit", {"prompt": "hi"})
+    # On PreToolUse; on UserPromptSubmit plain text is context (test_claude_code_compat).
+    ax.hooks({"hooks": [cc("PreToolUse", "echo looks fine to me")]})
+    result = ax.session().fire("PreToolUse", {"tool": "bash", "args": {}})
     assert (result.decision, result.cause) == (Verdict.DENY, Cause.MALFORMED_OUTPUT)
     [warning] = ax.warnings()
     assert (warning["kind"], warning["outcome"], warning["action"], warning["source"]) == (

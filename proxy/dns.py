@@ -1,0 +1,238 @@
+"""A DNS responder for transparent sandboxes: answers only names the allowlist could allow.
+
+A sandbox behind a transparent gateway still needs names resolved, and an ordinary
+resolver is a channel out: every query name reaches the Internet (`<data>.evil.test`).
+`egress-proxy dns` answers instead of a resolver:
+
+* a name that some allowlist entry could allow (exact, wildcard or `*`; never a loopback
+  or metadata name) is resolved with the system resolver, as the proxy itself resolves,
+  and its A/AAAA records are returned with a short TTL; other query types for such a
+  name get an empty answer;
+* every other name is answered REFUSED and never resolved, so its name goes nowhere.
+
+The proxy decides again, on the SNI/Host, when the sandbox connects: the responder only
+closes the side channel, it grants nothing. With `*` in the allowlist every name can be
+allowed, and every name is resolved: the leak is then the operator's choice.
+
+Parsing and building messages is dnspython's; a datagram that does not parse is dropped
+and counted, and nothing here raises into the event loop. The configuration is reloaded
+on SIGHUP like the proxy's. Metrics: `egress_dns_queries_total{result}` and
+`egress_dns_resolve_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from proxy import config as configuration
+from proxy.config import NetworkConfig, PatternKind
+from proxy.hosts import HostError, IPAddress, canonical_name
+from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
+
+log = logging.getLogger("egress.dns")
+
+TTL_S = 5
+RESOLVE_TIMEOUT_S = 5.0
+MAX_TCP_MESSAGE = 65535
+RESULTS = ("answered", "refused", "failed", "malformed")
+
+Resolve = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+
+class DnsMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.queries = Counter(
+            "egress_dns_queries_total",
+            "DNS queries by result: answered (an allowable name), refused (a name no entry "
+            "could allow), failed (the resolver failed), malformed (not a DNS query).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.resolve = Histogram(
+            "egress_dns_resolve_seconds",
+            "Time the system resolver took for an allowable name.",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=self.registry,
+        )
+        for result in RESULTS:
+            self.queries.labels(result)
+
+
+def allowable(policy: Policy, qname: dns.name.Name) -> str | None:
+    """The canonical name when some entry could allow it, else None."""
+    try:
+        name = canonical_name(qname.to_text(omit_final_dot=True))
+    except (HostError, dns.exception.DNSException):
+        return None
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return None
+    entry = policy.entry_for_name(name)
+    if entry is None or (name in METADATA_NAMES and entry.kind is not PatternKind.EXACT):
+        return None  # the same name rules as Policy.decide
+    return name
+
+
+class Responder:
+    """Turns one query (wire bytes) into one answer (wire bytes), or None to drop it."""
+
+    def __init__(self, policy: Policy, resolve: Resolve, metrics: DnsMetrics) -> None:
+        self.policy = policy
+        self._resolve = resolve
+        self.metrics = metrics
+
+    async def answer(self, wire: bytes) -> bytes | None:
+        try:
+            query = dns.message.from_wire(wire)
+        except dns.exception.DNSException:
+            self.metrics.queries.labels("malformed").inc()
+            return None
+        response = dns.message.make_response(query)
+        response.flags |= dns.flags.RA
+        if query.opcode() != 0 or len(query.question) != 1:
+            response.set_rcode(dns.rcode.NOTIMP if query.opcode() != 0 else dns.rcode.FORMERR)
+            self.metrics.queries.labels("malformed").inc()
+            return response.to_wire()
+        question = query.question[0]
+        policy = self.policy  # one snapshot per query
+        name = allowable(policy, question.name)
+        if name is None or question.rdclass != dns.rdataclass.IN:
+            response.set_rcode(dns.rcode.REFUSED)
+            self.metrics.queries.labels("refused").inc()
+            return response.to_wire()
+        if question.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                    addresses = await self._resolve(name, 443)
+            except (OSError, TimeoutError):
+                response.set_rcode(dns.rcode.SERVFAIL)
+                self.metrics.queries.labels("failed").inc()
+                return response.to_wire()
+            finally:
+                self.metrics.resolve.observe(time.monotonic() - started)
+            version = 4 if question.rdtype == dns.rdatatype.A else 6
+            texts = [str(a) for a in addresses if a.version == version]
+            if texts:
+                response.answer.append(
+                    dns.rrset.from_text_list(question.name, TTL_S, "IN", question.rdtype, texts)
+                )
+        self.metrics.queries.labels("answered").inc()
+        return response.to_wire()
+
+    def reload(self, config: NetworkConfig) -> None:
+        self.policy = Policy(config)
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.transport: asyncio.DatagramTransport | None = None
+        self.pending: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.DatagramTransport)
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        task = asyncio.get_running_loop().create_task(self._reply(data, addr))
+        self.pending.add(task)  # owned here; removed when done, cancelled at close
+        task.add_done_callback(self.pending.discard)
+
+    async def _reply(self, data: bytes, addr: tuple[str, int]) -> None:
+        wire = await self.responder.answer(data)
+        if wire is not None and self.transport is not None:
+            self.transport.sendto(wire, addr)
+
+
+async def _tcp(
+    responder: Responder, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        while True:
+            async with asyncio.timeout(10):
+                length = int.from_bytes(await reader.readexactly(2), "big")
+                wire = await reader.readexactly(length)
+            answer = await responder.answer(wire)
+            if answer is None:
+                return
+            writer.write(len(answer).to_bytes(2, "big") + answer)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, TimeoutError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+async def serve(
+    responder: Responder,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[], None] = lambda: None,
+) -> None:
+    """Answer on UDP and TCP at (host, port) until `stop` is set."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    transport, protocol = await loop.create_datagram_endpoint(
+        lambda: _Udp(responder), local_addr=(host, port), family=family
+    )
+    server = await asyncio.start_server(
+        lambda r, w: _tcp(responder, r, w), host, port, family=family
+    )
+    log.warning("egress-proxy dns: answering on %s:%d (UDP and TCP)", host, port)
+    on_ready()
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        transport.close()
+        for task in list(protocol.pending):
+            task.cancel()
+
+
+async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, int]) -> int:
+    """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
+    from proxy.metrics import MetricsServer
+    from proxy.resolver import CachingResolver, system_resolve
+
+    network = configuration.load(config_path)  # ConfigError goes to the CLI
+    metrics = DnsMetrics()
+    responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
+    server = MetricsServer(metrics_at, metrics.registry)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        try:
+            responder.reload(configuration.load(config_path))
+        except configuration.ConfigError as exc:
+            for problem in exc.problems:
+                log.error("dns: reload refused, keeping the running allowlist: %s", problem)
+            return
+        log.warning("dns: allowlist reloaded")
+
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    server.start()
+    try:
+        await serve(responder, *listen, stop, on_ready=server.ready.set)
+    finally:
+        server.stop()
+    return 0

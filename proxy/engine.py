@@ -1,0 +1,152 @@
+"""The lean mitmproxy engine the proxy runs on: mitmproxy's own layers, less machinery.
+
+`mitmdump` dispatches every hook to its ~36 addons and sends an `update` event after each
+flow hook: about 300 addon calls per kept-alive request, almost none of which do anything
+for an egress proxy. `LeanMaster` is a `mitmproxy.master.Master` with only the addons a
+regular or transparent proxy needs (`ADDONS`) and an addon manager that keeps, per hook
+name, the list of handlers that exist, so a hook costs one call per addon implementing it.
+`LeanOptions` reads scalar options without mitmproxy's defensive deep copy.
+
+It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
+semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
+chain order; sub-addons (`.addons`) after their parent, depth first; sync and async
+handlers; an exception logged (`safecall`) and the chain going on with the next addon;
+`AddonHalt` stopping the chain; the `update` hook after a flow hook (sent only when some
+addon implements it). tests/proxy/test_engine.py pins each of these against the installed
+mitmproxy and fails when an upgrade changes an internal this module relies on.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any
+
+from mitmproxy import exceptions, flow, hooks, master, options, optmanager
+from mitmproxy.addonmanager import AddonManager, safecall, traverse
+from mitmproxy.addons import (
+    block,
+    core,
+    disable_h2c,
+    errorcheck,
+    next_layer,
+    proxyserver,
+    tlsconfig,
+)
+
+# Immutable option values are handed out as they are; anything else is copied as before.
+_IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
+
+Handlers = tuple[tuple[Any, tuple[Callable[..., Any], ...]], ...]
+
+
+def lean_addons() -> list[Any]:
+    """mitmproxy's addons that a regular/transparent egress proxy needs, in mitmdump's order.
+
+    Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
+    mitmdump), DisableH2C, Proxyserver, NextLayer, TlsConfig, ErrorCheck (stop at start
+    when an option or addon failed). The egress addons and the log sink are added by the
+    launcher.
+    """
+    return [
+        core.Core(),
+        block.Block(),
+        disable_h2c.DisableH2C(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(),
+    ]
+
+
+class LeanOptions(options.Options):
+    """`Options` whose reads return immutable values without `copy.deepcopy`."""
+
+    def __getattr__(self, attr: str) -> Any:
+        found = self.__dict__["_options"].get(attr)
+        if found is None:
+            raise AttributeError(f"No such option: {attr}")
+        value = found._default if found.value is optmanager.unset else found.value
+        return value if isinstance(value, _IMMUTABLE) else copy.deepcopy(value)
+
+
+class LeanAddonManager(AddonManager):
+    """An `AddonManager` that finds each hook's handlers once, not on every event."""
+
+    def __init__(self, owner: master.Master) -> None:
+        super().__init__(owner)
+        self._handlers: dict[str, Handlers] = {}
+
+    # Every change of the chain forgets the cached handler lists.
+    def register(self, addon: Any) -> Any:
+        self._handlers.clear()
+        return super().register(addon)
+
+    def add(self, *addons: Any) -> None:
+        self._handlers.clear()
+        super().add(*addons)
+
+    def remove(self, addon: Any) -> None:
+        self._handlers.clear()
+        super().remove(addon)
+
+    def clear(self) -> None:
+        self._handlers.clear()
+        super().clear()
+
+    def handlers(self, name: str) -> Handlers:
+        """Per chain member that has any: the handlers of hook `name`, depth first."""
+        cached = self._handlers.get(name)
+        if cached is None:
+            found = []
+            for top in self.chain:
+                funcs = tuple(_handlers_of(top, name))
+                if funcs:
+                    found.append((top, funcs))
+            cached = self._handlers[name] = tuple(found)
+        return cached
+
+    async def handle_lifecycle(self, event: hooks.Hook) -> None:
+        await self.trigger_event(event)
+        message = event.args()[0]
+        if isinstance(message, flow.Flow) and self.handlers(hooks.UpdateHook.name):
+            await self.trigger_event(hooks.UpdateHook([message]))
+
+    async def trigger_event(self, event: hooks.Hook) -> None:
+        args = event.args()
+        for _top, funcs in self.handlers(event.name):
+            try:
+                with safecall():
+                    for func in funcs:
+                        result = func(*args)
+                        if result is not None and inspect.isawaitable(result):
+                            await result
+            except exceptions.AddonHalt:
+                return
+
+
+def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:
+    """What `AddonManager._iter_hooks` yields, as a list of callables."""
+    found = []
+    for each in traverse([addon]):
+        func = getattr(each, name, None)
+        if func is None or isinstance(func, types.ModuleType):
+            continue
+        if not callable(func):
+            raise exceptions.AddonManagerError(f"Addon handler {name} ({each}) not callable")
+        found.append(func)
+    return found
+
+
+class LeanMaster(master.Master):
+    """A mitmproxy master with `lean_addons()` and the caching addon manager."""
+
+    def __init__(self, opts: LeanOptions) -> None:
+        super().__init__(opts)
+        # Master made a plain AddonManager and connected it to option changes: replace it
+        # before any addon exists.
+        self.options.changed.disconnect(self.addons._configure_all)
+        self.addons = LeanAddonManager(self)
+        self.addons.add(*lean_addons())

@@ -1,0 +1,102 @@
+"""The running proxy's life: reload on SIGHUP or file change, drain on SIGTERM, a heartbeat.
+
+* `Reloader` loads the configuration file again and swaps the policy in one assignment;
+  a file that fails validation keeps the running policy (SPEC 1.7). Every attempt sets
+  `egress_config_last_reload_successful` and, when it worked, the success timestamp.
+* `watch_file` polls the file's identity (the resolved path, inode, size and mtime of what
+  it points to), so it sees an editor's rename, an in-place write and the way Kubernetes
+  swaps a mounted ConfigMap (the `..data` symlink is replaced, the file name stays).
+* `drain` answers SIGTERM: `/healthz` turns 503, the listeners close so no new connection
+  is accepted, transfers in flight get `grace` seconds to finish, then the proxy stops.
+* `heartbeat` stamps the time from the event loop every second; the health endpoint
+  (another thread) reports a loop that stopped stamping as unhealthy, so a wedged loop is
+  seen by liveness probes, not only a live process.
+
+Every task here is owned by `serve` (proxy/launcher.py), which cancels it on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy import config as configuration
+
+log = logging.getLogger("egress")
+
+WATCH_INTERVAL_S = 1.0
+HEARTBEAT_INTERVAL_S = 1.0
+
+Fingerprint = tuple[str, int, int, int, int] | None
+
+
+def fingerprint(path: str) -> Fingerprint:
+    """What changes when the file (or what its symlinks point to) is replaced or written."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class Reloader:
+    """Reloads `path` and hands the fresh configuration to `apply`; counts every attempt."""
+
+    path: str
+    apply: Callable[[configuration.NetworkConfig], None]
+    on_result: Callable[[bool], None]
+
+    def __call__(self, cause: str = "SIGHUP") -> bool:
+        try:
+            fresh = configuration.load(self.path)
+        except configuration.ConfigError as exc:
+            self.on_result(False)
+            for problem in exc.problems:
+                log.error("reload refused (%s), keeping the running configuration: %s",
+                          cause, problem)  # fmt: skip
+            return False
+        self.apply(fresh)
+        self.on_result(True)
+        log.warning("configuration reloaded (%s): %d allowlist entries", cause,
+                    len(fresh.allowlist))  # fmt: skip
+        return True
+
+
+async def watch_file(reload: Reloader, interval: float = WATCH_INTERVAL_S) -> None:
+    """Reload whenever the file's fingerprint changes; runs until cancelled."""
+    seen = fingerprint(reload.path)
+    while True:
+        await asyncio.sleep(interval)
+        now = fingerprint(reload.path)
+        if now != seen and now is not None:
+            seen = now
+            reload("file change")
+
+
+async def heartbeat(stamp: Callable[[float], None], interval: float = HEARTBEAT_INTERVAL_S) -> None:
+    while True:
+        stamp(time.monotonic())
+        await asyncio.sleep(interval)
+
+
+async def drain(
+    stop_listening: Callable[[], None],
+    open_connections: Callable[[], int],
+    shutdown: Callable[[], None],
+    grace: float,
+) -> None:
+    """Stop accepting, wait (at most `grace` seconds) for open connections, then stop."""
+    stop_listening()
+    deadline = time.monotonic() + grace
+    while open_connections() > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    remaining = open_connections()
+    if remaining:
+        log.warning("drain: %d connections still open after %.0f s; stopping", remaining, grace)
+    shutdown()

@@ -1,0 +1,76 @@
+"""The container scripts that need no engine: daemon.json, and what .ci/run calls.
+
+scripts/container-engine writes the daemon configuration the engine on these
+machines needs (runc, cgroupfs, rlimits the containers can actually set);
+test_compose_up.py exercises the rest with a running engine.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "scripts/container-engine"
+
+
+def write_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ENGINE), "config"],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DAEMON_JSON": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+
+
+def test_daemon_json_selects_runc_cgroupfs_and_ulimits_within_the_hard_limit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "docker" / "daemon.json"
+    done = write_config(path)
+    config = json.loads(path.read_text(encoding="utf-8"))
+    assert json.loads(done.stdout) == config
+    assert config["default-runtime"] == "runc"
+    assert config["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
+    nofile = config["default-ulimits"]["nofile"]
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    expected_hard = 1048576 if hard == resource.RLIM_INFINITY else hard
+    assert nofile == {"Name": "nofile", "Soft": min(expected_hard, 4096), "Hard": expected_hard}
+    assert config["labels"] == ["sandbox-egress.managed=true"]
+
+
+def test_a_daemon_json_written_by_someone_else_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text('{"debug": true}\n', encoding="utf-8")
+    done = write_config(path)
+    assert path.read_text(encoding="utf-8") == '{"debug": true}\n'
+    assert "keeping" in done.stderr
+
+
+def test_make_test_prepares_the_engine_the_base_image_and_the_wheelhouse() -> None:
+    """`make test` alone sets up what the compose test needs (README: a fresh machine needs
+    nothing else), after `install` (scripts/wheelhouse uses the venv's pip); .ci/run calls
+    `make lint` then `make test`."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile[makefile.index("\ntest: install\n") :].split("\n\n", 1)[0]
+    steps = [
+        "sh scripts/install-test-deps",
+        "scripts/container-engine start",
+        "scripts/base-image",
+        "scripts/wheelhouse",
+        "$(BIN)/python -m pytest $(PYTEST_ARGS)",
+    ]
+    lines = [line.strip().lstrip("@") for line in recipe.strip().splitlines()[1:]]
+    assert lines == steps
+    ci = [
+        line.strip()
+        for line in (ROOT / ".ci/run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert [line for line in ci if line.startswith("make")] == ["make lint", "make test"]
+    for script in ("container-engine", "base-image", "wheelhouse", "compose-secret"):
+        assert (ROOT / "scripts" / script).stat().st_mode & 0o111, script

@@ -1,0 +1,162 @@
+"""The lean engine (proxy/engine.py) keeps mitmproxy's hook semantics, and what it relies
+on in the installed mitmproxy is still there: each test here fails when an upgrade
+changes an internal the lean master uses (the pin is `mitmproxy>=12,<13`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mitmproxy import addonmanager, exceptions, hooks, options, optmanager
+from mitmproxy.addonmanager import AddonManager
+from mitmproxy.master import Master
+from mitmproxy.proxy.layers.http import HttpRequestHeadersHook, HttpResponseHook
+from mitmproxy.test import tflow
+
+from proxy.engine import LeanAddonManager, LeanMaster, LeanOptions, lean_addons
+
+
+class Recorder:
+    """An addon that writes down which of its hooks ran, in order, into a shared list."""
+
+    def __init__(self, name: str, calls: list[str], *, fail: bool = False,
+                 halt: bool = False, sub: list[Any] | None = None) -> None:  # fmt: skip
+        self.name, self.calls, self.fail, self.halt = name, calls, fail, halt
+        self.addons = sub or []
+
+    def requestheaders(self, flow: Any) -> None:
+        self.calls.append(f"{self.name}.requestheaders")
+        if self.fail:
+            raise RuntimeError(f"{self.name} failed")
+        if self.halt:
+            raise exceptions.AddonHalt()
+
+    async def response(self, flow: Any) -> None:
+        await asyncio.sleep(0)
+        self.calls.append(f"{self.name}.response")
+
+
+@dataclass
+class Updates:
+    calls: list[str]
+    name: str = "updates"
+
+    def update(self, flows: Any) -> None:
+        self.calls.append("updates.update")
+
+
+def chains(build: Any) -> list[list[str]]:
+    """Run the same events through mitmproxy's own manager and the lean one."""
+    seen = []
+    for manager_class in (AddonManager, LeanAddonManager):
+
+        async def main(manager_class: type[AddonManager] = manager_class) -> list[str]:
+            master = Master(options.Options())
+            master.addons = manager_class(master)
+            calls: list[str] = []
+            master.addons.add(*build(calls))
+            flow = tflow.tflow(resp=True)
+            await master.addons.handle_lifecycle(HttpRequestHeadersHook(flow))
+            await master.addons.handle_lifecycle(HttpResponseHook(flow))
+            await master.done()  # removes the master's log handlers with its loop
+            return calls
+
+        seen.append(asyncio.run(main()))
+    return seen
+
+
+def test_order_sub_addons_and_async_hooks_are_mitmproxys() -> None:
+    mitmproxy, lean = chains(lambda calls: [
+        Recorder("a", calls, sub=[Recorder("a1", calls, sub=[Recorder("a11", calls)])]),
+        Recorder("b", calls),
+    ])  # fmt: skip
+    assert lean == mitmproxy == [
+        "a.requestheaders", "a1.requestheaders", "a11.requestheaders", "b.requestheaders",
+        "a.response", "a1.response", "a11.response", "b.response",
+    ]  # fmt: skip
+
+
+def test_an_error_is_logged_and_the_chain_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    mitmproxy, lean = chains(lambda calls: [
+        Recorder("a", calls, fail=True, sub=[Recorder("a1", calls)]), Recorder("b", calls),
+    ])  # fmt: skip
+    # As in mitmproxy: the failing addon's own sub-addons are skipped, the next one runs.
+    assert lean == mitmproxy == [
+        "a.requestheaders", "b.requestheaders", "a.response", "a1.response", "b.response",
+    ]  # fmt: skip
+    assert [r.getMessage() for r in caplog.records] == ["Addon error: a failed"] * 2
+
+
+def test_addon_halt_stops_the_chain() -> None:
+    mitmproxy, lean = chains(lambda calls: [Recorder("a", calls, halt=True), Recorder("b", calls)])
+    assert lean == mitmproxy == ["a.requestheaders", "a.response", "b.response"]
+
+
+def test_update_follows_flow_hooks_only_when_an_addon_has_it() -> None:
+    mitmproxy, lean = chains(lambda calls: [Recorder("a", calls), Updates(calls)])
+    assert lean == mitmproxy == [
+        "a.requestheaders", "updates.update", "a.response", "updates.update",
+    ]  # fmt: skip
+
+
+def test_adding_an_addon_later_is_seen() -> None:
+    async def main() -> list[str]:
+        master = Master(options.Options())
+        master.addons = LeanAddonManager(master)
+        calls: list[str] = []
+        master.addons.add(Recorder("a", calls))
+        flow = tflow.tflow(resp=True)
+        await master.addons.handle_lifecycle(HttpRequestHeadersHook(flow))
+        master.addons.add(Recorder("b", calls))
+        await master.addons.handle_lifecycle(HttpRequestHeadersHook(flow))
+        return calls
+
+    assert asyncio.run(main()) == ["a.requestheaders", "a.requestheaders", "b.requestheaders"]
+
+
+def test_options_read_the_same_values_without_copies() -> None:
+    async def main() -> None:
+        plain, lean = options.Options(), LeanOptions()
+        Master(plain).addons.add(*lean_addons())
+        LeanMaster(lean)
+        lean.update(listen_port=8123, mode=["transparent"])
+        plain.update(listen_port=8123, mode=["transparent"])
+        for name in plain.keys():  # noqa: SIM118 - an OptManager is not iterable
+            assert getattr(lean, name) == getattr(plain, name), name
+        mode = lean.mode
+        mode.append("mutated")  # a list is still copied: the option is unchanged
+        assert lean.mode == ["transparent"]
+        with pytest.raises(AttributeError):
+            _ = lean.no_such_option
+
+    asyncio.run(main())
+
+
+def test_the_internals_the_lean_engine_relies_on() -> None:
+    """What proxy/engine.py reaches into; an upgrade that changes one fails here."""
+    assert hasattr(optmanager, "unset")
+    option = options.Options()._options["listen_port"]
+    assert hasattr(option, "_default") and hasattr(option, "value")
+    assert callable(addonmanager.safecall) and callable(addonmanager.traverse)
+
+    async def manager() -> AddonManager:
+        return AddonManager(Master(options.Options()))
+
+    made = asyncio.run(manager())
+    assert hasattr(made, "chain") and hasattr(made, "_configure_all")
+    for method in ("register", "add", "remove", "clear", "handle_lifecycle", "trigger_event"):
+        assert callable(getattr(AddonManager, method)), method
+    assert hooks.UpdateHook.name == "update"
+
+
+def test_the_lean_master_has_only_the_addons_it_needs() -> None:
+    async def main() -> list[str]:
+        return [type(a).__name__ for a in LeanMaster(LeanOptions()).addons.chain]
+
+    assert asyncio.run(main()) == [
+        "Core", "Block", "DisableH2C", "Proxyserver", "NextLayer", "TlsConfig", "ErrorCheck",
+    ]  # fmt: skip
