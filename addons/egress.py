@@ -22,7 +22,8 @@ Life of a request:
 3. `addons.pinning` connects only to the pinned address (no second lookup),
    and refuses a connection that nothing pinned.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
-   secrets and streams the body; `response`/`error` write the audit line.
+   secrets in headers and streams the body (masking them in identity bodies);
+   `response` redacts trailers; `response`/`error` write the audit line.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from mitmproxy import connection, http, tcp, tls
@@ -49,7 +50,7 @@ from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_author
 from proxy.limits import Limit
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.redact import redact
+from proxy.redact import NO_REDACTION, BodyMatcher, Redactor, refuse_echoing_method
 from proxy.resolver import system_resolve
 from proxy.targets import Location
 
@@ -74,7 +75,7 @@ class FlowState:
     host: str
     started: float = field(default_factory=time.monotonic)
     injected: tuple[str, ...] = ()
-    redactions: tuple[bytes, ...] = ()
+    redactions: Redactor = NO_REDACTION
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -264,7 +265,7 @@ class EgressPolicy:
             log.exception("policy error on request")
             self.metrics.policy_errors.inc()
             state.decision = Decision.deny(Reason.POLICY_ERROR)
-            state.injected, state.redactions = (), ()
+            state.injected, state.redactions = (), NO_REDACTION
         self.metrics.requests.labels(state.decision.verdict, state.decision.reason.value).inc()
         if state.decision.allowed:
             flow.request.stream = _counter(state, "bytes_sent")
@@ -293,6 +294,7 @@ class EgressPolicy:
         host, port = located.host, located.port
         state.host = str(host)
         decision = policy.decide(host, port, tls=request.scheme == "https")
+        decision = refuse_echoing_method(decision, request.method)
         decision = await self._pin(policy, flow.client_conn, decision, host, port)
         state.decision = decision
         if not decision.allowed:
@@ -390,17 +392,29 @@ class EgressPolicy:
         try:
             headers = flow.response.headers
             headers.pop(DENIED_HEADER, None)
+            count = _counter(state, "bytes_received")
+            flow.response.stream = count
             if state.redactions:  # only what this request carried can be echoed back
-                headers.fields = tuple(
-                    (name, redact(value, state.redactions)) for name, value in headers.fields
-                )
-            flow.response.stream = _counter(state, "bytes_received")
+                redactor = state.redactions
+                headers.fields = tuple((n, redactor.header(v)) for n, v in headers.fields)
+                if headers.get("content-encoding", "identity").strip().lower() == "identity":
+                    flow.response.stream = _scrubbed(count, redactor.body())  # not compressed (D32)
         except Exception:  # noqa: BLE001 - never forward what could not be cleaned
             log.exception("policy error on response headers")
             self.metrics.policy_errors.inc()
             flow.kill()
 
     def response(self, flow: http.HTTPFlow) -> None:
+        # Trailers are sent after this hook (HTTP/2; mitmproxy drops HTTP/1 ones).
+        state: FlowState | None = flow.metadata.get(_META)
+        trailers = flow.response.trailers if flow.response else None
+        if state is not None and state.redactions and trailers:
+            try:
+                trailers.fields = tuple((n, state.redactions.header(v)) for n, v in trailers.fields)
+            except Exception:  # noqa: BLE001 - never forward what could not be cleaned
+                log.exception("policy error on response trailers")
+                self.metrics.policy_errors.inc()
+                flow.kill()
         self._finish(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -469,6 +483,13 @@ def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
         return chunk
 
     return count
+
+
+def _scrubbed(
+    count: Callable[[bytes], bytes], scrub: BodyMatcher
+) -> Callable[[bytes], Iterable[bytes] | bytes]:
+    """Count what the upstream sent, forward it with the injected secrets masked."""
+    return lambda chunk: scrub(count(chunk))
 
 
 def _body_size(request: http.Request, follows: bool) -> int:

@@ -169,6 +169,29 @@ def profile_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     return lines
 
 
+def redact_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    header = ["body", "pass-through MB/s", "matcher MB/s", "matcher range MB/s", "x slower"]
+    rows = []
+    for case, m in section["body"].items():
+        low, high = m["matcher_range_mb_s"]
+        rows.append(
+            [
+                case,
+                _num(m["pass_through_mb_s"], 0),
+                _num(m["matcher_mb_s"], 0),
+                f"{_num(low, 0)}-{_num(high, 0)}",
+                f"{m['ratio']:.1f}",
+            ]
+        )
+    return [
+        f"Scenario 5: redacting echoed secrets ({section['body_bytes'] >> 20} MiB body in "
+        f"{section['chunk_bytes'] >> 10} KiB chunks, secrets of {section['secret_bytes']} bytes; "
+        f"median of {section['rounds']} rounds)",
+        *grid(header, rows),
+        f"one response header through Redactor.header: {_num(section['header_ns'], 0)} ns",
+    ]
+
+
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
     machine = results["machine"]
     lines = [
@@ -185,6 +208,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("decide", decide_lines),
         ("memory", memory_lines),
         ("hooks", hooks_lines),
+        ("redact", redact_lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

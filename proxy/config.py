@@ -27,6 +27,7 @@ import yaml
 
 from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.hosts import HostError, canonical_host, canonical_name
+from proxy.redact import NO_REDACTION, Redactor
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -114,8 +115,8 @@ class Entry:
     passthrough: bool = False
     report_only: bool = False  # refusals this entry decides are logged and let through
     # What to redact from a response to a request this entry injected into: every
-    # resolved value and referenced part, as bytes, longest first. Never log it.
-    redactions: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
+    # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
+    redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
 
     def allows_port(self, port: int) -> bool:
         return self.ports is None or port in self.ports
@@ -400,9 +401,9 @@ def _transform(
     return tuple(result) if ok else None
 
 
-def _redactions(transform: tuple[Transform, ...]) -> tuple[bytes, ...]:
+def _redactions(transform: tuple[Transform, ...]) -> Redactor:
     found = {s for t in transform for s in t.value.reveal_all() if len(s) >= MIN_REDACTED_LENGTH}
-    return tuple(sorted((s.encode() for s in found), key=len, reverse=True))
+    return Redactor.build(tuple(s.encode() for s in found))
 
 
 def _resolve(

@@ -31,6 +31,7 @@ class Reason(StrEnum):
     BAD_REQUEST = "bad_request"
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
 
 
 # A human sentence for each refusal, shown in the JSON body. Never includes secrets.
@@ -53,6 +54,10 @@ MESSAGES: dict[Reason, str] = {
     Reason.BAD_REQUEST: "The destination host or port is malformed.",
     Reason.DNS_FAILURE: "The destination host name could not be resolved.",
     Reason.POLICY_ERROR: "The proxy failed to evaluate its policy; the request was refused.",
+    Reason.METHOD_NOT_ALLOWED: (
+        "TRACE and TRACK are refused to a host that receives injected credentials: "
+        "the answer would echo them."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.

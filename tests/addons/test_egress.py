@@ -179,6 +179,63 @@ def test_response_headers_are_cleaned_before_the_sandbox_sees_them() -> None:
     assert flow.response.headers["Other"] == "kept"
 
 
+def _injected_response(headers: dict[str, str]) -> tuple[EgressPolicy, http.HTTPFlow]:
+    addon, _, _ = make_addon(
+        Resolver({"api.example": ["93.184.216.34"]}),
+        {"domain": "api.example", "transform": {"Authorization": "Bearer ${TOKEN}"}},
+    )
+    flow = https_flow("api.example")
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+        flow.response = http.Response.make(200, b"", headers)
+        addon.responseheaders(flow)
+    return addon, flow
+
+
+def _streamed(flow: http.HTTPFlow, chunks: list[bytes]) -> bytes:
+    stream = flow.response.stream if flow.response else None
+    assert callable(stream)
+    out = [stream(chunk) for chunk in [*chunks, b""]]
+    return b"".join(p if isinstance(p, bytes) else b"".join(p) for p in out)
+
+
+def test_an_identity_body_is_streamed_with_the_secret_masked_across_chunks() -> None:
+    _, flow = _injected_response({"Content-Type": "application/json"})
+    body = _streamed(flow, [b'{"t": "' + SECRET[:5].encode(), SECRET[5:].encode() + b'"}'])
+    assert body == b'{"t": "[redacted*******]"}'  # as long as the secret: Content-Length holds
+
+
+def test_a_compressed_body_is_streamed_unscanned() -> None:
+    # docs/decisions.md D32: what remains. The bytes pass as the upstream sent them.
+    _, flow = _injected_response({"Content-Encoding": "gzip"})
+    assert _streamed(flow, [SECRET.encode()]) == SECRET.encode()
+
+
+def test_trailers_are_redacted_before_they_are_sent() -> None:
+    addon, flow = _injected_response({"Content-Type": "text/plain"})
+    assert flow.response is not None
+    flow.response.trailers = http.Headers([(b"x-echo", f"t={SECRET.upper()}".encode())])
+    with taddons.context(addon):
+        addon.response(flow)
+    assert flow.response.trailers.fields == ((b"x-echo", b"t=[redacted]"),)
+
+
+def test_trace_to_a_transform_host_is_refused_and_injects_nothing() -> None:
+    addon, metrics, _ = make_addon(
+        Resolver({"api.example": ["93.184.216.34"]}),
+        {"domain": "api.example", "transform": {"Authorization": "Bearer ${TOKEN}"}},
+    )
+    flow = https_flow("api.example")
+    flow.request.method = "TRACE"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requestheaders(flow))
+    assert flow.response is not None
+    assert flow.response.headers["X-Egress-Denied"] == "method_not_allowed"
+    assert "Authorization" not in flow.request.headers
+
+
 def test_our_own_refusal_keeps_its_header() -> None:
     addon, _, _ = make_addon(Resolver({}), {"domain": "api.example"})
     flow = https_flow("other.example")

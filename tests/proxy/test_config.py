@@ -238,7 +238,9 @@ def test_secrets_never_appear_in_problems_or_reprs() -> None:
     good = parse(entries({"domain": "a.com", "transform": {"X-K": "${TOKEN}"}}), "env.yaml", ENV)
     assert SECRET not in repr(good)
     assert SECRET not in str(good.allowlist[0].transform)
-    assert good.allowlist[0].redactions == (SECRET.encode(),)  # the value is the reference alone
+    assert good.allowlist[0].redactions.secrets == (
+        SECRET.encode(),
+    )  # the value is the reference alone
     assert SECRET not in repr(good.allowlist[0].transform)
 
 

@@ -16,7 +16,13 @@ An echo answers 200 with the request record as its JSON body. Special paths:
 * `/echo-header?name=H`: the response also carries `X-Echoed: <value of H>` and
   `X-Echoed-Embedded: before;<value of H>;after` (the proxy must redact injected values);
 * `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
-  (the proxy must strip it).
+  (the proxy must strip it);
+* `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
+  as E (`pct`, `pct-lower`, `form`, `upper`, `lower`, `b64`), as a redirecting upstream
+  would reflect it;
+* `/echo-body?name=H&chunk=N&frame=F`: a 200 whose body carries the value of H, sent in
+  N-byte pieces: HTTP chunks when F is `chunked` (the default), or writes under a
+  Content-Length when F is `length`.
 
 When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
 Uses the standard library only.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import signal
@@ -33,7 +40,7 @@ import socket
 import ssl
 import sys
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, quote_plus, urlsplit
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -104,9 +111,49 @@ async def read_body(reader: asyncio.StreamReader, headers: list[list[str]]) -> i
     return length
 
 
-def response_for(record: dict[str, Any]) -> bytes:
+ECHO_ENCODINGS: dict[str, Any] = {
+    "pct": lambda v: quote(v, safe=""),
+    "pct-lower": lambda v: quote(v, safe="").lower(),
+    "form": quote_plus,
+    "upper": str.upper,
+    "lower": str.lower,
+    "b64": lambda v: base64.b64encode(v.encode()).decode(),
+}
+
+
+def header_value(record: dict[str, Any], query: dict[str, list[str]]) -> str:
+    wanted = query.get("name", [""])[0].lower()
+    return next((v for n, v in record["headers"] if n.lower() == wanted), "")
+
+
+def echo_location(record: dict[str, Any], query: dict[str, list[str]]) -> bytes:
+    encoded = ECHO_ENCODINGS[query.get("enc", ["pct"])[0]](header_value(record, query))
+    return (
+        "HTTP/1.1 302 Found\r\nContent-Length: 0\r\n"
+        f"Location: https://cb.test/back?token={encoded}&next=%2Fhome\r\n\r\n"
+    ).encode("latin-1")
+
+
+def echo_body(record: dict[str, Any], query: dict[str, list[str]]) -> list[bytes]:
+    """The head, then the body's pieces as they are to be written one by one."""
+    body = b'{"pad": "' + b"p" * 61 + b'", "echoed": "' + header_value(record, query).encode()
+    body += b'", "tail": "' + b"t" * 70 + b'"}'
+    size = int(query.get("chunk", ["7"])[0])
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    if query.get("frame", ["chunked"])[0] == "length":
+        return [f"{head}Content-Length: {len(body)}\r\n\r\n".encode(), *pieces]
+    chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
+    return [f"{head}Transfer-Encoding: chunked\r\n\r\n".encode(), *chunks, b"0\r\n\r\n"]
+
+
+def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
     extra: list[tuple[str, str]] = []
     parts = urlsplit(record["target"])
+    if parts.path == "/echo-location":
+        return echo_location(record, parse_qs(parts.query))
+    if parts.path == "/echo-body":
+        return echo_body(record, parse_qs(parts.query))
     if parts.path == "/echo-header":
         wanted = parse_qs(parts.query).get("name", [""])[0].lower()
         for name, value in record["headers"]:
@@ -151,8 +198,10 @@ async def serve_http(
         record = dict(base, event="request", method=method, target=target, version=version)
         record.update(headers=headers, body_len=body_len)
         log.write(record)
-        writer.write(response_for(record))
-        await writer.drain()
+        response = response_for(record)
+        for piece in [response] if isinstance(response, bytes) else response:
+            writer.write(piece)
+            await writer.drain()
         if any(n.lower() == "connection" and v.lower() == "close" for n, v in headers):
             return
 

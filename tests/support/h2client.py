@@ -21,6 +21,7 @@ class H2Result:
     headers: dict[int, dict[str, str]] = field(default_factory=dict)
     bodies: dict[int, bytes] = field(default_factory=dict)
     ended: set[int] = field(default_factory=set)
+    trailers: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
 
     def status(self, stream_id: int) -> str | None:
         return self.headers.get(stream_id, {}).get(":status")
@@ -52,6 +53,8 @@ def exchange(
             elif isinstance(event, h2_events.DataReceived):
                 result.bodies[event.stream_id] += event.data
                 client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2_events.TrailersReceived):
+                result.trailers[event.stream_id] = [(str(n), str(v)) for n, v in event.headers]
             elif isinstance(event, h2_events.StreamEnded | h2_events.StreamReset):
                 result.ended.add(event.stream_id)
         sock.sendall(client.data_to_send())

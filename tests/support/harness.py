@@ -34,6 +34,7 @@ REASONS = frozenset(
         "bad_request",
         "dns_failure",
         "policy_error",
+        "method_not_allowed",
     }
 )
 AUDIT_KEYS = frozenset(
