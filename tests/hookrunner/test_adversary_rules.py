@@ -213,9 +213,13 @@ def test_git_still_runs_in_a_hook_after_a_config_pair_is_removed(env: Env) -> No
     env.hooks(
         {"g": pre_group(rule("*", command(f"git config --get-regexp '^(user|http)' > {out} 2>&1")))}
     )
+    # A HOME of the runner's own without a .gitconfig: the hook environment keeps such a
+    # HOME and drops GIT_CONFIG_GLOBAL (hookrunner/isolation.py, D41).
+    home = env.root.parent / "hook-home-git"
+    home.mkdir(mode=0o700)
     environ = base_environ(
+        HOME=str(home),
         GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
         GIT_CONFIG_COUNT="2",
         GIT_CONFIG_KEY_0="http.extraHeader",
         GIT_CONFIG_VALUE_0="Authorization: Bearer " + "t0k3n" * 5,
