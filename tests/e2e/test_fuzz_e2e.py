@@ -1,0 +1,402 @@
+"""The protocol fuzzer: generated requests through the real proxy (issue 10; D34).
+
+Hypothesis builds request heads, request-targets, Host headers, header blocks
+(tests/support/fuzz_strategies.py) and HTTP/2 header lists; each example is sent on a
+connection of its own through the session's proxy to the recording upstream
+(tests/support/echo_server.py, which logs every request head as received). The property,
+checked exactly on every example:
+
+* refused: the proxy answered 403 with exactly one `X-Egress-Denied` reason code, or
+  mitmproxy's own reader answered 400 without one, or the request got no answer at all
+  (HTTP/2 stream or connection reset); and NOTHING new reached the upstream namespace,
+  not even a TCP connect;
+* allowed: the echo's 200, and exactly one upstream request, whose head is well-formed
+  HTTP/1.1 (token method, origin-form target, one SP between the parts, every line CRLF
+  terminated, token names, no control byte but HTAB in any value, no obs-fold), whose one
+  Host names the decided host (and whose SNI does, over TLS), and which carries each
+  transform header of the decided host exactly once, with the proxy's value.
+
+The decided host is the tunnel's (CONNECT) host inside a tunnel; in the plain proxy mode,
+the host of the request's audit line. `make test` runs a bounded, derandomized profile;
+`EGRESS_FUZZ_EXAMPLES=N` runs N random examples per test (docs/decisions.md D34).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from tests.support import fuzz_strategies as fz
+from tests.support.h2client import exchange
+from tests.support.harness import REASONS, Harness
+from tests.support.rawhttp import Response
+
+pytestmark = pytest.mark.netns
+
+LONG_RUN = int(os.environ.get("EGRESS_FUZZ_EXAMPLES", "0"))
+IO_TIMEOUT = 5.0
+API = fz.HOST
+PLAIN = "plain.allowed.test"
+
+
+def fuzz(bounded: int) -> Any:
+    """The bounded profile (derandomized: the same examples every run) or the long one."""
+    return settings(
+        max_examples=LONG_RUN or bounded,
+        deadline=None,
+        derandomize=not LONG_RUN,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    )
+
+
+class Tail:
+    """The lines appended to a JSON-lines file since it was opened (read by byte offset, so
+    thousands of examples do not re-read a growing file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size
+
+    def new(self) -> list[dict[str, Any]]:
+        with self.path.open("rb") as file:
+            file.seek(self.offset)
+            data = file.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def wait(self, count: int, timeout: float = IO_TIMEOUT) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(lines := self.new()) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return lines
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the sandbox got back: an HTTP status and reason code, or nothing."""
+
+    status: int | None
+    denied: list[str]
+    echoed: bool  # the response came from the recording upstream
+    detail: str
+
+
+def http1_outcome(response: Response | None) -> Outcome:
+    if response is None:
+        return Outcome(None, [], False, "no response")
+    return Outcome(
+        response.status,
+        response.header_all("X-Egress-Denied"),
+        response.header("X-Echo-Server") == "e2e",
+        response.describe(),
+    )
+
+
+# -- the property -----------------------------------------------------------------------------
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_ORIGIN_FORM = re.compile(rb"/[!-~]*")
+_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def refused(outcome: Outcome) -> bool:
+    """A refusal the property accepts (D34); anything else must be the upstream's answer."""
+    if outcome.status is None:
+        return True
+    if outcome.status == 403:
+        assert len(outcome.denied) == 1 and outcome.denied[0] in REASONS, outcome.detail
+        return True
+    if outcome.status == 400 and not outcome.denied:
+        return True  # mitmproxy's own reader refused it before any hook ran
+    assert outcome.status == 200 and outcome.echoed, f"neither refused nor relayed: {outcome}"
+    return False
+
+
+def names_host(value: bytes, host: str, port: int) -> bool:
+    """A Host value names `host`: US-ASCII, case aside, with no port or the decided one."""
+    text = value.decode("latin-1").lower()
+    return text in (host, f"{host}:{port}")
+
+
+def assert_well_formed(head: bytes, method: bytes) -> list[tuple[bytes, bytes]]:
+    """The head is well-formed HTTP/1.1 as RFC 9112 lets a proxy send it; its fields."""
+    assert head.endswith(b"\r\n\r\n"), head
+    lines = head[:-4].split(b"\r\n")
+    assert not any(b"\r" in line or b"\n" in line for line in lines), head  # bare CR / LF
+    request_line = lines[0].split(b" ")
+    assert len(request_line) == 3, head
+    sent_method, target, version = request_line
+    assert _TOKEN.fullmatch(sent_method) and version == b"HTTP/1.1", head
+    assert sent_method == method, head
+    if target == b"*":
+        assert method == b"OPTIONS", head
+    else:
+        assert _ORIGIN_FORM.fullmatch(target) and b"#" not in target, head
+    fields = []
+    for line in lines[1:]:
+        assert line[:1] not in (b" ", b"\t"), head  # obs-fold
+        name, colon, value = line.partition(b":")
+        assert colon and _TOKEN.fullmatch(name), head
+        assert not _FORBIDDEN.search(value), head
+        fields.append((name, value.strip(b" \t")))
+    return fields
+
+
+def assert_property(
+    harness: Harness,
+    outcome: Outcome,
+    events: list[dict[str, Any]],
+    method: bytes,
+    decided: tuple[str, int] | None,
+    tls: bool,
+) -> None:
+    """The fuzzer's property on one example (see the module docstring)."""
+    if refused(outcome):
+        assert events == [], f"refused ({outcome.detail}) yet reached the upstream: {events}"
+        return
+    requests = [e for e in events if e["event"] == "request"]
+    assert len(requests) == 1 and len(events) == len(requests) + tls + 1, events
+    assert decided is not None, events
+    host, port = decided
+    record = requests[0]
+    fields = assert_well_formed(base64.b64decode(record["head_b64"]), method)
+    hosts = [v for n, v in fields if n.lower() == b"host"]
+    assert len(hosts) == 1 and names_host(hosts[0], host, port), (hosts, decided)
+    if tls:
+        assert record["sni"] == host, record
+    secret, file_secret = harness.secrets
+    transforms = {
+        API: {b"authorization": f"Bearer {secret}", b"x-api-key": secret},
+        PLAIN: {b"x-plain-token": file_secret},
+    }.get(host, {})
+    for name, value in transforms.items():
+        assert [v for n, v in fields if n.lower() == name] == [value.encode()], name
+
+
+# -- HTTP/1 inside a TLS tunnel to the transform host ------------------------------------------
+
+NASTY_HTTP1 = [
+    ("GET", "https://evil.test/x", [API.encode()], []),  # the issue's fronting reproduction
+    ("GET", "http://evil.test/x", [API.encode()], []),
+    ("GET", "https://api.allowed.test@evil.test/x", [API.encode()], []),
+    ("GET", "https://evil.test\\@api.allowed.test/x", [API.encode()], []),
+    ("GET", "https://api.allowed.test:443/x", [API.encode()], []),
+    ("GET", "https://API.ALLOWED.TEST./x", [API.encode()], []),
+    ("GET", "/x", [API.encode(), b"evil.test"], []),  # duplicate Host
+    ("GET", "/x", [b""], []),
+    ("GET", "/x", [], []),
+    ("GET", "/x", [b"\xef\xbd\x81pi.allowed.test"], []),  # fullwidth "a"
+    ("GET", "/x", [API.encode()], [(b"X-A", b"b\rHost: evil.test")]),  # bare CR
+    ("GET", "/x", [API.encode()], [(b"X-Fold", b"one\r\n Transfer-Encoding: chunked")]),
+    ("GET", "/x", [API.encode()], [(b"X-Nul", b"a\x00b")]),
+    ("GET", "/x", [API.encode()], [(b"X-A", b"a\nHost: evil.test")]),  # bare LF
+    ("GET", "/x", [API.encode()], [(b"authorization", b"Bearer sandbox"), (b"X-API-KEY", b"k")]),
+    ("GET", "/x", [API.encode()], [(b"X-Long", b"x" * 20000)]),
+    ("OPTIONS", "*", [API.encode()], []),
+    ("GET", "*", [API.encode()], []),
+    ("GET(", "/x", [API.encode()], []),
+]
+
+
+def _with_examples(test: Any) -> Any:
+    for method, target, hosts, fields in NASTY_HTTP1:
+        test = example(method=method, target=target, hosts=hosts, fields=fields)(test)
+    return test
+
+
+@fuzz(bounded=120)
+@given(
+    method=fz.METHODS, target=fz.request_targets(), hosts=fz.HOST_HEADERS, fields=fz.HEADER_FIELDS
+)
+@_with_examples
+def test_http1_requests_in_a_tunnel_are_refused_or_reach_the_upstream_clean(
+    harness: Harness,
+    method: str,
+    target: str,
+    hosts: list[bytes],
+    fields: list[tuple[bytes, bytes]],
+) -> None:
+    head = fz.http1_head(method, target, hosts, fields)
+    if not fz.one_request(head):
+        return  # two requests on one connection: out of this property's scope
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443") as conn:
+        conn.sock.settimeout(IO_TIMEOUT)
+        conn.send(head)
+        try:
+            response: Response | None = harness.remember(conn.read_response(method.upper()))
+        except (OSError, ConnectionError, ValueError):
+            response = None
+    outcome = http1_outcome(response)
+    events = upstream.wait(3) if not refused(outcome) else upstream.new()
+    assert_property(harness, outcome, events, method.encode(), (API, 443), tls=True)
+
+
+# -- HTTP/1 to the proxy itself (absolute-form, plain HTTP) ------------------------------------
+
+PLAIN_AUTHORITIES = [PLAIN, PLAIN.upper(), PLAIN + ".", PLAIN + ":80", "other.allowed.test"]
+
+
+@st.composite
+def plain_targets(draw: st.DrawFn) -> str:
+    authority = draw(st.sampled_from(PLAIN_AUTHORITIES + fz.OTHER_SPELLINGS))
+    return f"{draw(st.sampled_from(['http', 'HTTP', 'https']))}://{authority}{draw(fz.PATHS)}"
+
+
+@fuzz(bounded=60)
+@given(
+    method=fz.METHODS,
+    target=plain_targets(),
+    hosts=st.lists(
+        st.sampled_from(PLAIN_AUTHORITIES + fz.OTHER_SPELLINGS).map(str.encode), max_size=2
+    ),
+    fields=fz.HEADER_FIELDS,
+)
+@example(method="GET", target="http://plain.allowed.test/x", hosts=[b"evil.test"], fields=[])
+@example(method="GET", target="http://evil.test/x", hosts=[PLAIN.encode()], fields=[])
+@example(method="GET", target="http://plain.allowed.test/x", hosts=[PLAIN.encode()], fields=[])
+def test_plain_proxy_requests_are_refused_or_reach_the_upstream_clean(
+    harness: Harness,
+    method: str,
+    target: str,
+    hosts: list[bytes],
+    fields: list[tuple[bytes, bytes]],
+) -> None:
+    head = fz.http1_head(method, target, hosts, fields)
+    if not fz.one_request(head):
+        return
+    upstream, audit = Tail(harness.upstream_log.path), Tail(harness.audit_log.path)
+    with harness.conn() as conn:
+        conn.sock.settimeout(IO_TIMEOUT)
+        conn.send(head)
+        try:
+            response: Response | None = harness.remember(conn.read_response(method.upper()))
+        except (OSError, ConnectionError, ValueError):
+            response = None
+    outcome = http1_outcome(response)
+    decided = None
+    events = upstream.new()
+    if not refused(outcome):
+        events = upstream.wait(2)
+        line = audit.wait(1)[0]
+        decided = (line["host"], line["port"])
+    assert_property(harness, outcome, events, method.encode(), decided, tls=False)
+
+
+# -- HTTP/2 inside a TLS tunnel to the transform host ------------------------------------------
+
+
+def _h2(
+    path: str, authority: str | None = API, *extra: tuple[str, str]
+) -> list[tuple[bytes, bytes]]:
+    headers = [(":method", "GET"), (":scheme", "https"), (":path", path)]
+    if authority is not None:
+        headers.append((":authority", authority))
+    return [(n.encode(), v.encode()) for n, v in headers + list(extra)]
+
+
+@fuzz(bounded=100)
+@given(headers=fz.h2_header_lists())
+@example(headers=_h2("http://evil.test/x"))
+@example(headers=_h2("https://api.allowed.test/x"))
+@example(headers=_h2("/x", "evil.test"))
+@example(headers=_h2("/x", API, ("host", "evil.test")))
+@example(headers=_h2("/x", None, ("host", "evil.test")))
+@example(headers=_h2("/x", None, ("host", API)))
+@example(headers=_h2("/x", None))
+@example(headers=_h2("/x", API, (":authority", "evil.test")))
+@example(headers=_h2("/x", API, (":path", "http://evil.test/")))
+@example(headers=_h2("/x", API, ("connection", "keep-alive")))
+@example(headers=_h2("/x", API, ("transfer-encoding", "chunked")))
+@example(headers=_h2("/x", API, ("te", "trailers")))
+@example(headers=_h2("/x", API, ("authorization", "Bearer s"), ("x-api-key", "k")))
+@example(headers=_h2("/x", API + ":8443"))
+@example(headers=_h2("/x", "API.ALLOWED.TEST."))
+def test_http2_requests_in_a_tunnel_are_refused_or_reach_the_upstream_clean(
+    harness: Harness, headers: list[tuple[bytes, bytes]]
+) -> None:
+    method = next((v for n, v in headers if n == b":method"), b"GET")
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443", alpn=["h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
+        conn.sock.settimeout(IO_TIMEOUT)
+        result = exchange(conn.sock, [headers], timeout=IO_TIMEOUT, validate=False)
+    response = result.headers.get(1, {})
+    status = response.get(":status")
+    outcome = Outcome(
+        int(status) if status is not None else None,
+        [v for k, v in response.items() if k == "x-egress-denied"],
+        response.get("x-echo-server") == "e2e",
+        f"{response} {result.bodies.get(1, b'')[:300]!r}",
+    )
+    events = upstream.wait(3) if not refused(outcome) else upstream.new()
+    assert_property(harness, outcome, events, method, (API, 443), tls=True)
+
+
+# -- what the fuzzer found on main (D35), pinned as plain tests ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [[], [b"\xef\xbd\x81pi.allowed.test"], [b"API.Allowed.Test."], [b"api.allowed.test:443"]],
+    ids=["no-host", "fullwidth-a", "case-and-dot", "default-port"],
+)
+def test_http1_upstream_host_is_the_decided_host_spelled_canonically(
+    harness: Harness, hosts: list[bytes]
+) -> None:
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443") as conn:
+        conn.send(fz.http1_head("GET", "/spelling", hosts, []))
+        response = harness.remember(conn.read_response())
+
+    assert response.status == 200, response.describe()
+    (record,) = [e for e in upstream.wait(3) if e["event"] == "request"]
+    assert [v for n, v in record["headers"] if n.lower() == "host"] == [API]
+
+
+def test_http1_empty_host_is_bad_request(harness: Harness) -> None:
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443") as conn:
+        conn.send(fz.http1_head("GET", "/empty-host", [b""], []))
+        response = harness.remember(conn.read_response())
+
+    assert (response.status, response.header_all("X-Egress-Denied")) == (403, ["bad_request"])
+    assert upstream.new() == []
+
+
+def test_plain_absolute_form_without_host_gets_the_decided_host(harness: Harness) -> None:
+    upstream = Tail(harness.upstream_log.path)
+    with harness.conn() as conn:
+        conn.send(fz.http1_head("GET", "http://PLAIN.allowed.test./nohost", [], []))
+        response = harness.remember(conn.read_response())
+
+    assert response.status == 200, response.describe()
+    (record,) = [e for e in upstream.wait(2) if e["event"] == "request"]
+    assert [v for n, v in record["headers"] if n.lower() == "host"] == [PLAIN]
+
+
+# (h2 itself refuses a `host` field that differs from :authority by a byte, and mitmproxy a
+# non-ASCII :authority: no response, nothing upstream, on main already.)
+@pytest.mark.parametrize("authority", ["API.ALLOWED.TEST.", f"{API}:443"])
+def test_http2_upstream_host_is_the_decided_host_spelled_canonically(
+    harness: Harness, authority: str
+) -> None:
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443", alpn=["h2"]) as conn:
+        result = exchange(conn.sock, [_h2("/h2-spelling", authority)], validate=False)
+
+    assert result.status(1) == "200", result
+    (record,) = [e for e in upstream.wait(3) if e["event"] == "request"]
+    assert [v for n, v in record["headers"] if n.lower() == "host"] == [API]
