@@ -38,7 +38,7 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
-from addons.targets import is_transparent, locate_flow, origin_form
+from addons.targets import is_transparent, locate_flow, origin_form, upstream_sni
 from proxy.audit import AuditRecord, AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
@@ -292,6 +292,7 @@ class EgressPolicy:
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = str(host), port
         origin_form(request, located)
+        upstream_sni(flow, located)
         entry = decision.entry
         if entry is not None and entry.transform:
             for transform in entry.transform:

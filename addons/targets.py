@@ -76,3 +76,18 @@ def origin_form(request: http.Request, located: Location) -> None:
         request.authority = authority
         if "Host" in request.headers:
             request.headers["Host"] = authority
+
+
+def upstream_sni(flow: http.HTTPFlow, located: Location) -> None:
+    """The SNI the upstream receives is the decided name, canonically spelled (D35).
+
+    mitmproxy otherwise copies the client's SNI as sent (`API.ALLOWED.TEST`, a trailing
+    dot, which RFC 6066 3 forbids, a numeric IPv4 spelling such as `3323068674`) onto a
+    server connection it has not opened yet. For an IP host the canonical address is set:
+    mitmproxy then sends no SNI and verifies the certificate against that address. A
+    connection already open keeps the SNI it was opened with, which named the same host
+    (connections are keyed on the decided host and port).
+    """
+    server = flow.server_conn
+    if server.timestamp_start is None and flow.request.scheme == "https":
+        server.sni = str(located.host)

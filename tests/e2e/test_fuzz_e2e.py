@@ -24,6 +24,7 @@ the host of the request's audit line. `make test` runs a bounded, derandomized p
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
@@ -76,6 +77,21 @@ class Tail:
         complete = data[: data.rfind(b"\n") + 1]
         return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
+    def wait_for(self, client: str, method: str, timeout: float = IO_TIMEOUT) -> dict[str, Any]:
+        """The one audit line of `client`'s (ip:port) request; the audit writer is a thread
+        of its own, so a line can land after the response, even after the next example's."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [
+                r
+                for r in self.new()
+                if r["client"] == client and r["method"].upper() == method.upper()
+            ]
+            if lines or time.monotonic() > deadline:
+                assert len(lines) == 1, lines
+                return lines[0]
+            time.sleep(0.01)
+
     def wait(self, count: int, timeout: float = IO_TIMEOUT) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while len(lines := self.new()) < count and time.monotonic() < deadline:
@@ -124,10 +140,19 @@ def refused(outcome: Outcome) -> bool:
     return False
 
 
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def names_host(value: bytes, host: str, port: int) -> bool:
     """A Host value names `host`: US-ASCII, case aside, with no port or the decided one."""
     text = value.decode("latin-1").lower()
-    return text in (host, f"{host}:{port}")
+    name = f"[{host}]" if ":" in host else host
+    return text in (name, f"{name}:{port}")
 
 
 def assert_well_formed(head: bytes, method: bytes) -> list[tuple[bytes, bytes]]:
@@ -174,8 +199,8 @@ def assert_property(
     fields = assert_well_formed(base64.b64decode(record["head_b64"]), method)
     hosts = [v for n, v in fields if n.lower() == b"host"]
     assert len(hosts) == 1 and names_host(hosts[0], host, port), (hosts, decided)
-    if tls:
-        assert record["sni"] == host, record
+    if tls:  # RFC 6066 3: an IP literal is never sent as SNI
+        assert record["sni"] == (None if _is_ip(host) else host), record
     secret, file_secret = harness.secrets
     transforms = {
         API: {b"authorization": f"Bearer {secret}", b"x-api-key": secret},
@@ -216,7 +241,7 @@ def _with_examples(test: Any) -> Any:
     return test
 
 
-@fuzz(bounded=120)
+@fuzz(bounded=400)
 @given(
     method=fz.METHODS, target=fz.request_targets(), hosts=fz.HOST_HEADERS, fields=fz.HEADER_FIELDS
 )
@@ -234,8 +259,8 @@ def test_http1_requests_in_a_tunnel_are_refused_or_reach_the_upstream_clean(
     upstream = Tail(harness.upstream_log.path)
     with harness.tunnel(f"{API}:443") as conn:
         conn.sock.settimeout(IO_TIMEOUT)
-        conn.send(head)
         try:
+            conn.send(head)
             response: Response | None = harness.remember(conn.read_response(method.upper()))
         except (OSError, ConnectionError, ValueError):
             response = None
@@ -255,7 +280,7 @@ def plain_targets(draw: st.DrawFn) -> str:
     return f"{draw(st.sampled_from(['http', 'HTTP', 'https']))}://{authority}{draw(fz.PATHS)}"
 
 
-@fuzz(bounded=60)
+@fuzz(bounded=150)
 @given(
     method=fz.METHODS,
     target=plain_targets(),
@@ -279,9 +304,10 @@ def test_plain_proxy_requests_are_refused_or_reach_the_upstream_clean(
         return
     upstream, audit = Tail(harness.upstream_log.path), Tail(harness.audit_log.path)
     with harness.conn() as conn:
+        client = "{}:{}".format(*conn.sock.getsockname())
         conn.sock.settimeout(IO_TIMEOUT)
-        conn.send(head)
         try:
+            conn.send(head)
             response: Response | None = harness.remember(conn.read_response(method.upper()))
         except (OSError, ConnectionError, ValueError):
             response = None
@@ -290,7 +316,7 @@ def test_plain_proxy_requests_are_refused_or_reach_the_upstream_clean(
     events = upstream.new()
     if not refused(outcome):
         events = upstream.wait(2)
-        line = audit.wait(1)[0]
+        line = audit.wait_for(client, method)
         decided = (line["host"], line["port"])
     assert_property(harness, outcome, events, method.encode(), decided, tls=False)
 
@@ -307,7 +333,7 @@ def _h2(
     return [(n.encode(), v.encode()) for n, v in headers + list(extra)]
 
 
-@fuzz(bounded=100)
+@fuzz(bounded=300)
 @given(headers=fz.h2_header_lists())
 @example(headers=_h2("http://evil.test/x"))
 @example(headers=_h2("https://api.allowed.test/x"))
@@ -343,6 +369,58 @@ def test_http2_requests_in_a_tunnel_are_refused_or_reach_the_upstream_clean(
     )
     events = upstream.wait(3) if not refused(outcome) else upstream.new()
     assert_property(harness, outcome, events, method, (API, 443), tls=True)
+
+
+# -- CONNECT authorities and SNIs ---------------------------------------------------------------
+
+CONNECT_HOSTS = [*fz.HOST_SPELLINGS[:5], "other.allowed.test", "OTHER.allowed.test.", "evil.test"]
+CONNECT_AUTHORITIES = st.sampled_from(
+    [f"{h}:443" for h in CONNECT_HOSTS]
+    + ["api.allowed.test", "api.allowed.test:8443", "ports.allowed.test:8443", "[::1]:443"]
+    + ["198.18.1.2:443", "3323068674:443", "api.allowed.test:443@evil.test:443", ":443"]
+    + ["user@api.allowed.test:443", "api.allowed.test:443 ", "api.allowed.test:00443"]
+)
+SNIS = st.sampled_from([None, "", API, "API.ALLOWED.TEST", "other.allowed.test", "evil.test"])
+
+
+@fuzz(bounded=150)
+@given(authority=CONNECT_AUTHORITIES, sni=SNIS, hosts=fz.HOST_HEADERS)
+@example(authority=f"{API}:443", sni="evil.test", hosts=[API.encode()])
+@example(authority=f"{API}:443", sni=None, hosts=[API.encode()])
+@example(authority="other.allowed.test:443", sni=API, hosts=[API.encode()])
+@example(authority="other.allowed.test:443", sni="other.allowed.test", hosts=[API.encode()])
+@example(authority="198.18.1.2:443", sni=API, hosts=[API.encode()])
+def test_connect_and_tls_names_are_refused_or_reach_the_upstream_clean(
+    harness: Harness, authority: str, sni: str | None, hosts: list[bytes]
+) -> None:
+    """Any CONNECT authority, any SNI (`""`: the CONNECT host; None: no SNI), any Host: the
+    decided host is the request's audit line's, and every name upstream must be it."""
+    upstream, audit = Tail(harness.upstream_log.path), Tail(harness.audit_log.path)
+    response: Response | None = None
+    with harness.conn() as conn:
+        client = "{}:{}".format(*conn.sock.getsockname())
+        conn.sock.settimeout(IO_TIMEOUT)
+        opened = harness.remember(conn.connect(authority))
+        if opened.status != 200:
+            response = opened
+        else:
+            ctx = harness.client_tls()
+            ctx.check_hostname = False
+            name = authority.rsplit(":", 1)[0].strip("[]") if sni == "" else sni
+            try:
+                conn.start_tls(ctx, name or None)
+                conn.send(fz.http1_head("GET", "/connect-fuzz", hosts, []))
+                response = harness.remember(conn.read_response())
+            except (OSError, ConnectionError, ValueError):
+                response = None  # the TLS handshake or the request was refused by a close
+    outcome = http1_outcome(response)
+    decided = None
+    events = upstream.new()
+    if not refused(outcome):
+        events = upstream.wait(3)
+        line = audit.wait_for(client, "GET")
+        decided = (line["host"], line["port"])
+    assert_property(harness, outcome, events, b"GET", decided, tls=True)
 
 
 # -- what the fuzzer found on main (D35), pinned as plain tests ----------------------------------
@@ -400,3 +478,14 @@ def test_http2_upstream_host_is_the_decided_host_spelled_canonically(
     assert result.status(1) == "200", result
     (record,) = [e for e in upstream.wait(3) if e["event"] == "request"]
     assert [v for n, v in record["headers"] if n.lower() == "host"] == [API]
+
+
+@pytest.mark.parametrize("sni", [b"API.ALLOWED.TEST", b"api.allowed.test.", b"Api.Allowed.Test."])
+def test_upstream_sni_is_the_decided_host_spelled_canonically(harness: Harness, sni: bytes) -> None:
+    upstream = Tail(harness.upstream_log.path)
+    with harness.tunnel(f"{API}:443", sni=sni, check_hostname=False) as conn:  # type: ignore[arg-type]
+        response = harness.remember(conn.request("GET", "/sni-spelling", [("Host", API)]))
+
+    assert response.status == 200, response.describe()
+    (record,) = [e for e in upstream.wait(3) if e["event"] == "request"]
+    assert record["sni"] == API
