@@ -41,7 +41,7 @@ from addons.auditing import Where, address_text, record
 from addons.limits import body_follows
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
-from addons.targets import is_transparent, locate_flow, origin_form
+from addons.targets import is_transparent, locate_flow, origin_form, upstream_sni
 from proxy.audit import AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
@@ -303,6 +303,7 @@ class EgressPolicy:
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = str(host), port
         origin_form(request, located)
+        upstream_sni(flow, located)
         entry = decision.entry
         if decision.injects and entry is not None and entry.transform:  # never a would_deny
             for transform in entry.transform:

@@ -3,7 +3,8 @@
 The adapter between a flow and the pure checks of `proxy.targets` and `proxy.fields`:
 `locate_flow` turns the request, its connection's target and its TLS names into plain
 values and asks `proxy.targets.locate`; `origin_form` rewrites an allowed request so
-that an upstream only ever receives an origin-form request-target.
+that an upstream only ever receives an origin-form request-target and the decided
+host, canonically spelled, as its Host/:authority (D35).
 
 Invariant: nothing here decides. A request whose head holds bytes no upstream may see
 is `bad_request` before any name is looked at.
@@ -17,7 +18,7 @@ from mitmproxy.proxy import mode_specs
 from proxy.decision import Reason
 from proxy.fields import head_problem
 from proxy.hosts import Host
-from proxy.targets import Location, RequestNames, locate
+from proxy.targets import Location, RequestNames, locate, upstream_authority
 
 
 def is_transparent(client: connection.Client) -> bool:
@@ -47,24 +48,46 @@ def locate_flow(
             # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
             # mode; for HTTP/2 `authority` is :authority (the Host header, above).
             target_authority=request.authority if http1 else "",
+            host_fields=tuple(request.headers.get_all("Host"))
+            if not http1 and request.data.authority
+            else (),
         )
     )
 
 
 def origin_form(request: http.Request, located: Location) -> None:
-    """Send the request-target upstream in origin-form (SPEC 1.6, D20).
+    """Send the request-target upstream in origin-form (SPEC 1.6, D20), and the decided
+    host, spelled canonically, as its only authority (D35).
 
-    HTTP/1: mitmproxy writes absolute-form while `authority` is set; the Host header
-    then carries the name (added from the target when the client sent none). HTTP/2:
-    `:path` becomes origin-form; `:authority` stays (filled from the target if absent).
+    HTTP/1: mitmproxy writes absolute-form while `authority` is set, so it is cleared;
+    the one Host header is the decided authority (added when the client sent none).
+    HTTP/2: `:path` becomes origin-form; `:authority` (mitmproxy's Host when it speaks
+    HTTP/1 upstream) and any `host` field are the decided authority.
     """
     request.path = located.path
+    authority = upstream_authority(located.host, located.port, request.scheme)
     if not (request.is_http2 or request.is_http3):
-        if request.data.authority and "Host" not in request.headers:
-            # The client's bytes as they were (`request.authority` would IDNA-decode them).
-            request.headers.insert(
-                0, "Host", request.data.authority.decode("utf-8", "surrogateescape")
-            )
         request.data.authority = b""
-    elif located.authority and not request.data.authority:
-        request.authority = located.authority
+        if "Host" in request.headers:
+            request.headers["Host"] = authority
+        else:
+            request.headers.insert(0, "Host", authority)
+    else:
+        request.authority = authority
+        if "Host" in request.headers:
+            request.headers["Host"] = authority
+
+
+def upstream_sni(flow: http.HTTPFlow, located: Location) -> None:
+    """The SNI the upstream receives is the decided name, canonically spelled (D35).
+
+    mitmproxy otherwise copies the client's SNI as sent (`API.ALLOWED.TEST`, a trailing
+    dot, which RFC 6066 3 forbids, a numeric IPv4 spelling such as `3323068674`) onto a
+    server connection it has not opened yet. For an IP host the canonical address is set:
+    mitmproxy then sends no SNI and verifies the certificate against that address. A
+    connection already open keeps the SNI it was opened with, which named the same host
+    (connections are keyed on the decided host and port).
+    """
+    server = flow.server_conn
+    if server.timestamp_start is None and flow.request.scheme == "https":
+        server.sni = str(located.host)

@@ -40,6 +40,9 @@ class RequestNames:
     # `:path` exactly as sent, and no target_authority.
     path: str = "/"
     target_authority: str = ""
+    # HTTP/2: the `host` fields sent beside a `:authority` (host_header is the latter).
+    # mitmproxy forwards them as the upstream's Host, so each must agree too (D35).
+    host_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,12 @@ def locate(names: RequestNames) -> Location | Reason:
     if target_form is None:
         return Reason.BAD_REQUEST
     authority, origin = target_form
+    if names.host_header == "" or len(names.host_fields) > 1 or "" in names.host_fields:
+        return Reason.BAD_REQUEST  # RFC 9112 3.2: never empty for http(s); one Host only
     ports: list[int] = []  # explicit ports of the Host header and the target's authority
     named: list[Host] = []
     try:
-        for text in (names.host_header, authority):
+        for text in (names.host_header, authority, *names.host_fields):
             if text:
                 name, port = parse_authority(text, 0)
                 named.append(name)
@@ -127,3 +132,12 @@ def locate(names: RequestNames) -> Location | Reason:
     if names.client_tls and names.transparent:
         return Reason.BAD_REQUEST  # TLS whose ClientHello named nothing usable
     return Location(host, names.port, origin, authority)
+
+
+def upstream_authority(host: Host, port: int, scheme: str) -> str:
+    """The Host/:authority an upstream receives for a located request (D35): the decided
+    host in its canonical spelling, bracketed when IPv6, with the port unless it is the
+    scheme's default. Never a spelling of the sandbox's."""
+    name = f"[{host}]" if host.ip is not None and host.ip.version == 6 else str(host)
+    default = 443 if scheme == "https" else 80
+    return name if port == default else f"{name}:{port}"

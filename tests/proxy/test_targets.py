@@ -7,7 +7,7 @@ import pytest
 
 from proxy.decision import Reason
 from proxy.hosts import canonical_host
-from proxy.targets import Location, RequestNames, locate, request_target
+from proxy.targets import Location, RequestNames, locate, request_target, upstream_authority
 
 API = canonical_host("api.example")
 
@@ -292,3 +292,66 @@ def test_request_target_forms(
     method: str, path: str, authority: str, expected: tuple[str, str] | None
 ) -> None:
     assert request_target(method, path, authority) == expected
+
+
+def _base() -> dict[str, object]:
+    """An HTTP/2 request in a tunnel to api.example whose :authority agrees."""
+    request_names = names(**TUNNEL)  # type: ignore[arg-type]
+    return {f: getattr(request_names, f) for f in RequestNames.__dataclass_fields__}
+
+
+# Found by the protocol fuzzer (D35): an empty Host, and on HTTP/2 a `host` field that
+# disagrees with :authority (mitmproxy forwards it as the upstream's Host).
+HOST_FIELD_CASES = [
+    ("empty-host-header", names(host_header="", **TUNNEL), Reason.BAD_REQUEST),  # type: ignore[arg-type]
+    (
+        "h2-host-field-other-host",
+        RequestNames(**{**_base(), "host_fields": ("evil.example",)}),
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "h2-host-field-other-port",
+        RequestNames(**{**_base(), "host_fields": ("api.example:8443",)}),
+        Reason.HOST_MISMATCH,
+    ),
+    ("h2-host-field-empty", RequestNames(**{**_base(), "host_fields": ("",)}), Reason.BAD_REQUEST),
+    (
+        "h2-host-field-twice",
+        RequestNames(**{**_base(), "host_fields": ("api.example", "api.example")}),
+        Reason.BAD_REQUEST,
+    ),
+    (
+        "h2-host-field-agrees",
+        RequestNames(**{**_base(), "host_fields": ("API.example.",)}),
+        ("api.example", 443, "/"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_names", "expected"),
+    [c[1:] for c in HOST_FIELD_CASES],
+    ids=[c[0] for c in HOST_FIELD_CASES],
+)
+def test_locate_checks_every_host_field(
+    request_names: RequestNames, expected: tuple[str, int, str] | Reason
+) -> None:
+    assert _outcome(locate(request_names)) == expected
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "scheme", "expected"),
+    [
+        ("API.Example.", 443, "https", "api.example"),
+        ("api.example", 8443, "https", "api.example:8443"),
+        ("api.example", 80, "http", "api.example"),
+        ("api.example", 443, "http", "api.example:443"),
+        ("\uff41pi.example", 443, "https", "api.example"),  # fullwidth "a" (NFKC)
+        ("0x7f.1", 80, "http", "127.0.0.1"),
+        ("[::1]", 8080, "http", "[::1]:8080"),
+    ],
+)
+def test_upstream_authority_is_the_canonical_decided_host(
+    host: str, port: int, scheme: str, expected: str
+) -> None:
+    assert upstream_authority(canonical_host(host), port, scheme) == expected

@@ -2,13 +2,14 @@
 
 Sends every request as its own stream, then reads until each stream ended or was
 reset, or the deadline passed. Headers are sent exactly as given, so a test can put
-any `:authority` on any stream.
+any `:authority` on any stream. A connection the peer closes or resets ends the read.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import h2.config as h2_config
@@ -22,16 +23,29 @@ class H2Result:
     bodies: dict[int, bytes] = field(default_factory=dict)
     ended: set[int] = field(default_factory=set)
     trailers: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    terminated: bool = False  # the peer sent GOAWAY
 
     def status(self, stream_id: int) -> str | None:
         return self.headers.get(stream_id, {}).get(":status")
 
 
 def exchange(
-    sock: socket.socket, requests: list[list[tuple[str, str]]], timeout: float = 10.0
+    sock: socket.socket,
+    requests: Sequence[Sequence[tuple[str | bytes, str | bytes]]],
+    timeout: float = 10.0,
+    *,
+    validate: bool = True,
 ) -> H2Result:
+    """`validate=False` sends header lists h2 would refuse to build (duplicate or misplaced
+    pseudo-headers, connection-specific fields, uppercase names) exactly as given."""
     client = h2_connection.H2Connection(
-        h2_config.H2Configuration(client_side=True, header_encoding="utf-8")
+        h2_config.H2Configuration(
+            client_side=True,
+            header_encoding="utf-8",
+            validate_outbound_headers=validate,
+            normalize_outbound_headers=validate,
+            validate_inbound_headers=True,
+        )
     )
     client.initiate_connection()
     ids = []
@@ -44,7 +58,10 @@ def exchange(
     result = H2Result(bodies={i: b"" for i in ids})
     deadline = time.monotonic() + timeout
     while result.ended != set(ids) and time.monotonic() < deadline:
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except OSError:  # reset, TLS closed without close_notify, or the deadline
+            break
         if not data:
             break
         for event in client.receive_data(data):
@@ -57,5 +74,9 @@ def exchange(
                 result.trailers[event.stream_id] = [(str(n), str(v)) for n, v in event.headers]
             elif isinstance(event, h2_events.StreamEnded | h2_events.StreamReset):
                 result.ended.add(event.stream_id)
+            elif isinstance(event, h2_events.ConnectionTerminated):
+                result.terminated = True
+        if result.terminated:
+            break
         sock.sendall(client.data_to_send())
     return result
