@@ -27,7 +27,9 @@ run: install
 	@set -a; . ./$(ENV_FILE); set +a; \
 	exec $(BIN)/egress-proxy run --config $(CONFIG) --listen $(LISTEN) --metrics $(METRICS) --certs $(CERTS)
 
+# Installs the system packages the tests need when missing (scripts/install-test-deps says which).
 test: install
+	@sh scripts/install-test-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -8,14 +8,17 @@ pinned is never opened.
 A client connection has a *target* once it is known: the CONNECT authority in
 regular mode, the TLS SNI (or, without SNI, the original destination address)
 with the original port in transparent mode. Every request on that connection
-must name the target in its Host/:authority (domain fronting, SPEC 1.6).
+must name the target in its Host/:authority and its request-target, which an
+upstream then receives in origin-form (domain fronting, SPEC 1.6; `addons.targets`).
+Each hook reads `self.policy` once: a reload never splits one decision (D24).
 
 Life of a request:
 1. (regular) `http_connect` decides the CONNECT target and refuses with 403
    before any tunnel. (transparent) `tls_clienthello` records the SNI.
 2. `requestheaders` decides every request again (each one on a kept-alive
-   connection or HTTP/2 stream), resolves the name, pins the first permitted
-   address, and writes the transform headers.
+   connection or HTTP/2 stream): it refuses header bytes no upstream may see,
+   resolves the name, pins the first permitted address, and writes the transform
+   headers. `request` drops a trailer block with such bytes (D21).
 3. `addons.pinning` connects only to the pinned address (no second lookup),
    and refuses a connection that nothing pinned.
 4. `responseheaders` strips an upstream's `X-Egress-Denied`, redacts echoed
@@ -32,19 +35,20 @@ from dataclasses import dataclass, field
 
 from mitmproxy import connection, http, tcp, tls
 from mitmproxy.net.http.http1.read import expected_http_body_size
-from mitmproxy.proxy import mode_specs
 
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
-from proxy.audit import AuditLog, AuditRecord
+from addons.targets import is_transparent, locate_flow, origin_form
+from proxy.audit import AuditRecord, AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
+from proxy.fields import fields_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import redact
 from proxy.resolver import system_resolve
-from proxy.targets import RequestNames, locate
+from proxy.targets import Location
 
 log = logging.getLogger("egress")
 
@@ -81,10 +85,8 @@ class ClientState:
     no_sni: bool = False
     # The deciding entry is pass-through: TLS to the target is relayed, not intercepted.
     passthrough: bool = False
-
-
-def is_transparent(client: connection.Client) -> bool:
-    return isinstance(client.proxy_mode, mode_specs.TransparentMode)
+    # The ClientHello carried an SNI that does not parse: every request is bad_request (D23).
+    bad_sni: bool = False
 
 
 class EgressPolicy:
@@ -92,7 +94,7 @@ class EgressPolicy:
         self,
         policy: Policy,
         metrics: ProxyMetrics,
-        audit: AuditLog,
+        audit: AuditSink,
         on_running: Callable[[], None] | None = None,
         resolver: Resolver = system_resolve,
     ) -> None:
@@ -129,6 +131,7 @@ class EgressPolicy:
         started = time.monotonic()
         host_text = flow.request.host[:255]
         port: int | None = flow.request.port
+        policy = self.policy  # one snapshot per hook: a reload never splits a decision
         try:
             try:
                 host, port = parse_authority(flow.request.host, flow.request.port)
@@ -136,8 +139,8 @@ class EgressPolicy:
                 decision = Decision.deny(Reason.BAD_REQUEST)
             else:
                 host_text = str(host)
-                decision = self.policy.decide(host, port, tls=None)
-                decision = await self._pin(flow.client_conn, decision, host, port)
+                decision = policy.decide(host, port, tls=None)
+                decision = await self._pin(policy, flow.client_conn, decision, host, port)
                 if decision.allowed:
                     client = self._client(flow.client_conn)
                     client.target = (host, port)
@@ -166,10 +169,18 @@ class EgressPolicy:
         client = data.context.client
         state = self._client(client)
         sni = data.client_hello.sni
+        if sni is None and any(kind == 0 for kind, _ in data.client_hello.extensions):
+            state.bad_sni = True  # mitmproxy reads an invalid server_name as no SNI at all
+            return  # intercepted, so that its requests are refused readably
         try:
             if not is_transparent(client):
-                if state.passthrough and state.target is not None:
-                    data.ignore_connection = not sni or canonical_host(sni) == state.target[0]
+                if state.target is None or (sni and canonical_host(sni) != state.target[0]):
+                    return  # intercepted; its requests meet host_mismatch
+                data.ignore_connection = state.passthrough
+                # The target was decided and pinned at the CONNECT (D19).
+                data.establish_server_tls_first = not state.passthrough and _upstream_chooses(
+                    data.client_hello.alpn_protocols
+                )
                 return
             address = data.context.server.address
             if address is None:
@@ -179,23 +190,30 @@ class EgressPolicy:
                 state.no_sni = True
                 return
             state.target = (canonical_host(sni), address[1])
-            await self._relay_if_passthrough(data, state, address)
+            policy = self.policy  # one snapshot per hook (D24)
+            if not await self._relay_if_passthrough(policy, data, state, address):
+                await self._upstream_first(policy, data, state)
         except HostError:
-            state.target = None  # its requests then fail the Host check as bad_request
+            state.bad_sni = True
         except Exception:  # noqa: BLE001 - fail closed: stay intercepted, requests are decided
             log.exception("policy error on TLS ClientHello")
             self.metrics.policy_errors.inc()
 
     async def _relay_if_passthrough(
-        self, data: tls.ClientHelloData, state: ClientState, address: tuple[str, int]
-    ) -> None:
+        self,
+        policy: Policy,
+        data: tls.ClientHelloData,
+        state: ClientState,
+        address: tuple[str, int],
+    ) -> bool:
+        """Transparent: relay what a pass-through entry allows; True when it was decided."""
         assert state.target is not None
         host, port = state.target
-        decision = self.policy.decide(host, port, tls=True)
+        decision = policy.decide(host, port, tls=True)
         if not (decision.allowed and decision.entry is not None and decision.entry.passthrough):
-            return  # intercepted: every request inside is decided and can be refused readably
+            return False  # intercepted: every request inside is decided, refused readably
         started = time.monotonic()
-        decision = await self._pin(data.context.client, decision, host, port)
+        decision = await self._pin(policy, data.context.client, decision, host, port)
         self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
         client = data.context.client
         pinned = self.pinning.pinned(client, (str(host), port))
@@ -207,6 +225,26 @@ class EgressPolicy:
         self._audit(
             data.context.client, "TLS", "https", str(host), port, decision, started, status=None
         )
+        return True
+
+    async def _upstream_first(
+        self, policy: Policy, data: tls.ClientHelloData, state: ClientState
+    ) -> None:
+        """Transparent, intercepted: when the SNI's host is allowed, pin it and complete the
+        upstream handshake before the client's, so the client gets the upstream's ALPN
+        choice (D19). The upstream is the SNI's checked address, never the original
+        destination; a refused name opens nothing, and its requests are refused readably.
+        """
+        assert state.target is not None
+        if not _upstream_chooses(data.client_hello.alpn_protocols):
+            return
+        host, port = state.target
+        decision = policy.decide(host, port, tls=True)
+        decision = await self._pin(policy, data.context.client, decision, host, port)
+        if decision.allowed:
+            # Keyed like the requests inside, which then reuse this connection.
+            data.context.server.address = (str(host), port)
+            data.establish_server_tls_first = True
 
     # -- requests ------------------------------------------------------------------------
 
@@ -214,7 +252,7 @@ class EgressPolicy:
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), flow.request.host[:255])
         flow.metadata[_META] = state
         try:
-            await self._decide_request(flow, state)
+            await self._decide_request(self.policy, flow, state)
         except Exception:  # noqa: BLE001 - fail closed, and count it
             log.exception("policy error on request")
             self.metrics.policy_errors.inc()
@@ -232,26 +270,28 @@ class EgressPolicy:
             else:
                 flow.response = refusal_response(state.decision, state.host)
 
-    async def _decide_request(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    async def _decide_request(self, policy: Policy, flow: http.HTTPFlow, state: FlowState) -> None:
+        """Decide with `policy`, the one snapshot this request uses throughout (D24)."""
         request = flow.request
         client = self._client(flow.client_conn)
-        if client.no_sni and not self._opened_by_address(client.target):
+        if client.no_sni and not self._opened_by_address(policy, client.target):
             state.decision = Decision.deny(Reason.NO_SNI)
             return
         located = self._locate(flow, client)
         if isinstance(located, Decision):
             state.decision = located
             return
-        host, port = located
+        host, port = located.host, located.port
         state.host = str(host)
-        decision = self.policy.decide(host, port, tls=request.scheme == "https")
-        decision = await self._pin(flow.client_conn, decision, host, port)
+        decision = policy.decide(host, port, tls=request.scheme == "https")
+        decision = await self._pin(policy, flow.client_conn, decision, host, port)
         state.decision = decision
         if not decision.allowed:
             return
         # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = str(host), port
+        origin_form(request, located)
         entry = decision.entry
         if entry is not None and entry.transform:
             for transform in entry.transform:
@@ -260,21 +300,12 @@ class EgressPolicy:
             state.redactions = entry.redactions
             self.metrics.injections.labels(entry.pattern).inc()
 
-    def _locate(self, flow: http.HTTPFlow, client: ClientState) -> tuple[Host, int] | Decision:
-        names = RequestNames(
-            transparent=is_transparent(flow.client_conn),
-            host=flow.request.host,
-            port=flow.request.port,
-            host_header=flow.request.host_header,
-            sni=flow.client_conn.sni,
-            client_tls=flow.client_conn.tls,
-            target=client.target,
-        )
-        located = locate(names)
+    def _locate(self, flow: http.HTTPFlow, client: ClientState) -> Location | Decision:
+        located = locate_flow(flow, client.target, client.bad_sni)
         return Decision.deny(located) if isinstance(located, Reason) else located
 
     async def _pin(
-        self, client: connection.Client, decision: Decision, host: Host, port: int
+        self, policy: Policy, client: connection.Client, decision: Decision, host: Host, port: int
     ) -> Decision:
         """Resolve an allowed name, keep the first permitted address, and pin it."""
         if not decision.allowed:
@@ -288,10 +319,17 @@ class EgressPolicy:
                     addresses = await self._resolve(host.name, port)
             except (OSError, TimeoutError):
                 addresses = []
-            decision, pinned = self.policy.pick_address(decision, addresses, port)
+            decision, pinned = policy.pick_address(decision, addresses, port)
         if pinned is not None:
             self.pinning.pin(client, (str(host), port), (str(pinned), port))
         return decision
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        """Request trailers arrive after the body streamed, too late for a refusal: a trailer
+        block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        trailers = flow.request.trailers
+        if trailers is not None and fields_problem(trailers.fields) is not None:
+            flow.request.trailers = None
 
     # -- non-HTTP TCP ----------------------------------------------------------------------
 
@@ -307,7 +345,7 @@ class EgressPolicy:
             if is_transparent(flow.client_conn) and flow.server_conn.address:
                 address = flow.server_conn.address
                 destination = (canonical_host(address[0]), address[1])
-            if self._opened_by_address(destination) and flow.server_conn.address:
+            if self._opened_by_address(self.policy, destination) and flow.server_conn.address:
                 assert destination is not None
                 pinned = (str(destination[0]), destination[1])
                 self.pinning.pin(flow.client_conn, flow.server_conn.address, pinned)
@@ -317,13 +355,17 @@ class EgressPolicy:
             log.exception("policy error on raw TCP")
             self.metrics.policy_errors.inc()
         self.metrics.requests.labels("deny", Reason.NOT_ALLOWLISTED.value).inc()
+        # mitmproxy's TCP layer ignores a kill from tcp_start and relays anyway, to the
+        # address the CONNECT pinned: unpin, so that the upstream connection is refused
+        # (the TCP layer then closes the client).
+        self.pinning.forget(flow.client_conn)
         flow.kill()
 
-    def _opened_by_address(self, destination: tuple[Host, int] | None) -> bool:
+    def _opened_by_address(self, policy: Policy, destination: tuple[Host, int] | None) -> bool:
         """An IP destination allowed by an explicit IP/CIDR entry (not by `*`)."""
         if destination is None or destination[0].ip is None:
             return False
-        decision = self.policy.decide(destination[0], destination[1], tls=None)
+        decision = policy.decide(destination[0], destination[1], tls=None)
         return (
             decision.allowed
             and decision.entry is not None
@@ -409,6 +451,12 @@ class EgressPolicy:
                 duration_s=time.monotonic() - started,
             )
         )
+
+
+def _upstream_chooses(offers: list[bytes]) -> bool:
+    """Whether the upstream's ALPN choice matters: the client offers HTTP/2 and something
+    else (D19). With one offer there is nothing to choose, and no early upstream handshake."""
+    return b"h2" in offers and len(offers) > 1
 
 
 def _counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:

@@ -39,6 +39,10 @@ class Pinning:
     def pinned(self, client: connection.Client, destination: Address) -> Address | None:
         return self._pins.get(client.id, {}).get(destination)
 
+    def forget(self, client: connection.Client) -> None:
+        """Drop every pin of this client: no upstream connection opens for it any more."""
+        self._pins.pop(client.id, None)
+
     def client_disconnected(self, client: connection.Client) -> None:
         self._pins.pop(client.id, None)
 

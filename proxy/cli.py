@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from proxy import config as configuration
-from proxy.launcher import LaunchError, Settings, ensure_ca, parse_hostport, serve
+from proxy.ca import KeyType, ensure_ca
+from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
 
 
@@ -38,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         help="proxy processes sharing the listen port (one per core scales throughput)",
     )
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by the parent
+    _key_type_option(run, "--ca-key-type")
     run.add_argument(
         "--dns-cache",
         type=float,
@@ -51,7 +53,19 @@ def _parser() -> argparse.ArgumentParser:
 
     ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
     ca.add_argument("--certs", default="certs", type=Path)
+    _key_type_option(ca, "--key-type")
     return parser
+
+
+def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument(
+        flag,
+        type=KeyType,
+        choices=list(KeyType),
+        default=KeyType.ECDSA,
+        help="key of a CA created now: ecdsa (P-256, cheaper handshakes) or rsa (2048 bits); "
+        "an existing CA is never replaced",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
         return 0
     if args.command == "ca":
-        print(ensure_ca(args.certs).resolve())
+        ca = ensure_ca(args.certs, args.key_type)
+        if not ca.created and ca.key_type is not args.key_type:
+            print(
+                f"egress-proxy: kept the existing {ca.key_type.value} CA in {args.certs}; "
+                f"remove that directory to create a {args.key_type.value} one "
+                "(every sandbox must then trust the new certificate)",
+                file=sys.stderr,
+            )
+        print(ca.cert.resolve())
         return 0
     if args.workers < 1:
         print("egress-proxy: --workers must be at least 1", file=sys.stderr)
@@ -92,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         upstream_ca=args.upstream_ca,
         dns_cache_seconds=args.dns_cache,
         worker=args.worker,
+        ca_key_type=args.ca_key_type,
     )
     try:
         return asyncio.run(serve(settings))

@@ -25,16 +25,15 @@ from cryptography import x509
 
 from proxy import config as configuration
 from proxy import workers
-from proxy.audit import AuditLog
+from proxy.audit import AuditLog, BackgroundAuditLog
+from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, system_resolve
-from proxy.selfaddr import SelfAddresses
+from proxy.selfaddr import SelfAddressError, SelfAddresses
 
 log = logging.getLogger("egress")
 
-CA_BASENAME = "mitmproxy"  # the file names mitmproxy's tlsconfig looks for in confdir
-CA_CERT = f"{CA_BASENAME}-ca-cert.pem"
 UPSTREAM_TRUST = "upstream-trust.pem"
 
 
@@ -53,6 +52,7 @@ class Settings:
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
+    ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -60,19 +60,6 @@ def parse_hostport(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def ensure_ca(certs: Path) -> Path:
-    """Create the interception CA in `certs` when missing; return the public certificate's path."""
-    from mitmproxy.certs import CertStore
-
-    certs.mkdir(parents=True, exist_ok=True)
-    certs.chmod(0o700)
-    if not (certs / f"{CA_BASENAME}-ca.pem").exists():
-        CertStore.create_store(
-            certs, CA_BASENAME, 2048, organization="sandbox-egress", cn="sandbox egress proxy CA"
-        )
-    return certs / CA_CERT
 
 
 def upstream_trust(certs: Path, extra_ca: Path) -> Path:
@@ -91,7 +78,11 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
 
 
 def self_addresses(settings: Settings) -> SelfAddresses:
-    return SelfAddresses([settings.listen, settings.metrics])
+    """The endpoints to refuse; a name given to --listen/--metrics is resolved now."""
+    try:
+        return SelfAddresses([settings.listen, settings.metrics])
+    except SelfAddressError as exc:
+        raise LaunchError(f"--listen/--metrics: {exc}") from exc
 
 
 async def serve(settings: Settings) -> int:
@@ -102,14 +93,16 @@ async def serve(settings: Settings) -> int:
     from addons.egress import EgressPolicy
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
-    ca_cert = ensure_ca(settings.certs)
+    own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
+    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
-    audit = AuditLog.open(settings.audit_log)
+    # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
+    audit = BackgroundAuditLog(AuditLog.open(settings.audit_log), metrics.audit_dropped.inc)
 
     options = Options()
     master = DumpMaster(options, with_termlog=False, with_dumper=False)
@@ -137,7 +130,7 @@ async def serve(settings: Settings) -> int:
     resolver = system_resolve
     if settings.dns_cache_seconds > 0:
         resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
-    policy = Policy(network, self_addresses(settings))
+    policy = Policy(network, own, own.is_local)
     addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
     master.addons.add(addon)
 
@@ -149,7 +142,7 @@ async def serve(settings: Settings) -> int:
             for problem in exc.problems:
                 log.error("reload refused, keeping the running configuration: %s", problem)
             return
-        addon.policy = Policy(fresh, self_addresses(settings))  # one assignment: atomic
+        addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
         metrics.allowlist_entries.set(len(fresh.allowlist))
         metrics.config_reloads.labels("ok").inc()
         log.warning("configuration reloaded: %d allowlist entries", len(fresh.allowlist))
@@ -165,6 +158,7 @@ async def serve(settings: Settings) -> int:
     try:
         await master.run()
     finally:
+        audit.close()
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1

@@ -65,6 +65,11 @@ class ProxyMetrics:
             "Exceptions inside the policy addon; each one became a refusal.",
             registry=r,
         )
+        self.audit_dropped = Counter(
+            "egress_audit_lines_dropped_total",
+            "Audit lines dropped because the audit writer fell a whole queue behind.",
+            registry=r,
+        )
         self.config_reloads = Counter(
             "egress_config_reloads_total",
             "Configuration reloads, by result (ok, failed).",

@@ -12,12 +12,14 @@ Two stages, both pure:
   resolver answered. It returns the first checked address, which the caller
   must connect to (pinning: no second lookup).
 
-Invariant: every path that is not an explicit allow returns a refusal.
+Invariant: every path that is not an explicit allow returns a refusal. The proxy's
+own endpoints are refused in every spelling (`proxy.selfaddr`), and so is any other
+address of this host unless a single-address entry (/32, /128) names it (D22).
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
 from proxy.config import Entry, NetworkConfig, PatternKind
@@ -30,7 +32,10 @@ METADATA_NAMES = frozenset({"metadata.google.internal", "metadata"})
 
 class Policy:
     def __init__(
-        self, config: NetworkConfig, self_addresses: Container[tuple[IPAddress, int]] = frozenset()
+        self,
+        config: NetworkConfig,
+        self_addresses: Container[tuple[IPAddress, int]] = frozenset(),
+        is_local: Callable[[IPAddress], bool] | None = None,
     ) -> None:
         self.config = config
         self._exact: dict[str, Entry] = {}
@@ -58,6 +63,7 @@ class Policy:
             for version, by_length in self._networks.items()
         }
         self._self_addresses = self_addresses
+        self._is_local = is_local
 
     # -- lookups -------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class Policy:
 
     def _decide_address(self, ip: IPAddress, port: int, tls: bool | None) -> Decision:
         kind = classify(ip)
-        if kind in NEVER_ALLOWED or (ip, port) in self._self_addresses:
+        if kind in NEVER_ALLOWED or self._is_self(ip, port):
             return Decision.deny(Reason.LOOPBACK)
         entry = self.entry_for_address(ip)
         if entry is None and kind is AddressClass.PUBLIC:
@@ -154,7 +160,7 @@ class Policy:
         saw_loopback = False
         for ip in addresses:
             kind = classify(ip)
-            if kind in NEVER_ALLOWED or (ip, port) in self._self_addresses:
+            if kind in NEVER_ALLOWED or self._is_self(ip, port):
                 saw_loopback = True
                 continue
             if kind is AddressClass.PUBLIC:
@@ -164,3 +170,14 @@ class Policy:
                 return decision, ip
         reason = Reason.LOOPBACK if saw_loopback else Reason.INTERNAL_ADDRESS
         return Decision.deny(reason, decision.entry), None
+
+    def _is_self(self, ip: IPAddress, port: int) -> bool:
+        """The proxy's own endpoint, or an address of this host that no single-address
+        entry names (D22): a CIDR that happens to contain the host opens none of its ports."""
+        if (ip, port) in self._self_addresses:
+            return True
+        if self._is_local is None or not self._is_local(ip):
+            return False
+        entry = self.entry_for_address(ip)
+        network = entry.network if entry is not None else None
+        return network is None or network.prefixlen != network.max_prefixlen

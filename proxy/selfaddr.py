@@ -1,9 +1,20 @@
-"""The proxy's own endpoints, refused as destinations (no request loops, SPEC 1.3).
+"""The proxy's own endpoints and this host's addresses, refused as destinations (SPEC 1.3).
 
-An endpoint bound to a specific address matches that address and port. An
-endpoint bound to the wildcard (0.0.0.0, ::) matches its port on *any* address
-of this host; whether an address is local is asked of the kernel (a bind to it
-succeeds only if it is), so addresses added after start are covered too.
+No request loops through the proxy: its listening and metrics endpoints are refused in
+every spelling of their address — the address itself, and any IPv6 form that carries
+it (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible, NAT64, 6to4, Teredo;
+`proxy.addresses.embedded_ipv4`), since a dual-stack socket connected to
+`::ffff:a.b.c.d` reaches `a.b.c.d`. An endpoint given as a name is resolved once, at
+start, to every address it names. An endpoint bound to the wildcard (0.0.0.0, ::)
+matches its port on *any* address of this host.
+
+Whether an address is local is asked of the kernel (a bind to it succeeds only if it
+is), so addresses added after start are covered too. `is_local` answers that for any
+address, for the policy's rule that this host's addresses are refused unless a
+single-address entry opens them (docs/decisions.md D22).
+
+Invariant: `(ip, port) in self_addresses` is True for every spelling of every
+endpoint the proxy serves.
 """
 
 from __future__ import annotations
@@ -11,32 +22,56 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from proxy.addresses import match_candidates
 from proxy.hosts import IPAddress
+
+Resolve = Callable[[str, int], list[IPAddress]]
+
+
+class SelfAddressError(Exception):
+    """An endpoint's name does not resolve: the proxy cannot know what it must refuse."""
+
+
+def resolve_endpoint(host: str, port: int) -> list[IPAddress]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise SelfAddressError(f"cannot resolve {host!r}: {exc}") from exc
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 
 
 class SelfAddresses:
-    def __init__(self, endpoints: Iterable[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self, endpoints: Iterable[tuple[str, int]] = (), resolve: Resolve = resolve_endpoint
+    ) -> None:
         self._exact: set[tuple[IPAddress, int]] = set()
         self._any_address_ports: set[int] = set()
         for host, port in endpoints:
             try:
-                ip = ipaddress.ip_address(host)
+                addresses: list[IPAddress] = [ipaddress.ip_address(host)]
             except ValueError:
-                continue  # a host name: resolved by the OS at bind time, matched by port below
-            if ip.is_unspecified:
-                self._any_address_ports.add(port)
-            else:
-                self._exact.add((ip, port))
+                addresses = resolve(host, port)  # a name: what it names at start
+            for ip in addresses:
+                if ip.is_unspecified:
+                    self._any_address_ports.add(port)
+                else:
+                    self._exact.update((candidate, port) for candidate in match_candidates(ip))
 
     def __contains__(self, destination: object) -> bool:
         if not isinstance(destination, tuple) or len(destination) != 2:
             return False
         ip, port = destination
-        if (ip, port) in self._exact:
+        candidates = match_candidates(ip)
+        if any((candidate, port) in self._exact for candidate in candidates):
             return True
-        return port in self._any_address_ports and is_local_address(ip)
+        return port in self._any_address_ports and self.is_local(ip)
+
+    @staticmethod
+    def is_local(ip: IPAddress) -> bool:
+        """Whether `ip`, or an IPv4 address it carries, is an address of this host."""
+        return any(is_local_address(candidate) for candidate in match_candidates(ip))
 
 
 def is_local_address(ip: IPAddress) -> bool:

@@ -300,7 +300,7 @@ def test_streamed_chunked_upload_is_transformed_and_complete(harness: Harness, o
 
 
 def test_http2_streams_are_each_decided_and_transformed(harness: Harness, obs: Observed):
-    with harness.tunnel("api.allowed.test:443", alpn=["h2", "http/1.1"]) as conn:
+    with harness.tunnel("api.allowed.test:443", alpn=["h2"]) as conn:
         assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
         client = h2_connection.H2Connection(
             h2_config.H2Configuration(client_side=True, header_encoding="utf-8")

@@ -411,7 +411,7 @@ def test_http2_authority_that_disagrees_with_the_sni_is_host_mismatch(tp: Transp
             ("authorization", "Bearer sandbox-h2"),
         ]
 
-    with tp.tls(DECOY_IP, "other.t.test", alpn=["h2", "http/1.1"]) as conn:
+    with tp.tls(DECOY_IP, "other.t.test", alpn=["h2"]) as conn:
         assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
         result = exchange(
             conn.sock,

@@ -1,4 +1,5 @@
-"""Which host a request is for: every name it carries must agree (domain fronting)."""
+"""Which host a request is for: every name it carries must agree (domain fronting),
+including the request-target's authority (issue 10 item 1, docs/decisions.md D20)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from proxy.decision import Reason
 from proxy.hosts import canonical_host
-from proxy.targets import RequestNames, locate
+from proxy.targets import Location, RequestNames, locate, request_target
 
 API = canonical_host("api.example")
 
@@ -19,6 +20,9 @@ def names(
     target: tuple[str, int] | None = None,
     transparent: bool = False,
     client_tls: bool = False,
+    method: str = "GET",
+    path: str = "/",
+    target_authority: str = "",
 ) -> RequestNames:
     return RequestNames(
         transparent=transparent,
@@ -28,6 +32,9 @@ def names(
         sni=sni,
         client_tls=client_tls,
         target=(canonical_host(target[0]), target[1]) if target else None,
+        method=method,
+        path=path,
+        target_authority=target_authority,
     )
 
 
@@ -119,16 +126,169 @@ CASES = [
         names(transparent=True, host="198.18.1.2", client_tls=True),
         Reason.BAD_REQUEST,
     ),
+    # an SNI that does not parse never drops the agreement check (D23)
+    ("regular-bad-sni-no-target", names(sni="999.1.2.3"), Reason.BAD_REQUEST),
+    (
+        "tunnel-unreadable-sni",
+        RequestNames(
+            transparent=False,
+            host="api.example",
+            port=443,
+            host_header="api.example",
+            sni=None,
+            client_tls=True,
+            target=(API, 443),
+            sni_malformed=True,
+        ),
+        Reason.BAD_REQUEST,
+    ),
+    (
+        "transparent-bad-sni",
+        names(transparent=True, host="198.18.1.2", sni="a..b", client_tls=True),
+        Reason.BAD_REQUEST,
+    ),
 ]
+
+TUNNEL = {"target": ("api.example", 443), "sni": "api.example"}
+
+# The request-target's authority is one more name that must agree (D20).
+TARGET_CASES = [
+    (
+        "h1-tunnel-absolute-other-host",
+        names(target_authority="evil.example", path="/x", **TUNNEL),  # type: ignore[arg-type]
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "h1-tunnel-absolute-same-host",
+        names(target_authority="API.example", path="/x?q", **TUNNEL),  # type: ignore[arg-type]
+        ("api.example", 443, "/x?q"),
+    ),
+    (
+        "h1-tunnel-absolute-same-port",
+        names(target_authority="api.example:443", path="/", **TUNNEL),  # type: ignore[arg-type]
+        ("api.example", 443, "/"),
+    ),
+    (
+        "h1-tunnel-absolute-other-port",
+        names(target_authority="api.example:8443", **TUNNEL),  # type: ignore[arg-type]
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "h1-absolute-userinfo",
+        names(target_authority="u@api.example", **TUNNEL),  # type: ignore[arg-type]
+        Reason.BAD_REQUEST,
+    ),
+    (
+        "h2-path-absolute-other-host",
+        names(path="http://evil.example/x", **TUNNEL),  # type: ignore[arg-type]
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "h2-path-absolute-same-host",
+        names(path="https://api.example/x", **TUNNEL),  # type: ignore[arg-type]
+        ("api.example", 443, "/x"),
+    ),
+    (
+        "h2-path-not-a-target",
+        names(path="evil.example/x", **TUNNEL),  # type: ignore[arg-type]
+        Reason.BAD_REQUEST,
+    ),
+    ("asterisk-get", names(path="*", **TUNNEL), Reason.BAD_REQUEST),  # type: ignore[arg-type]
+    (
+        "asterisk-options",
+        names(method="OPTIONS", path="*", **TUNNEL),  # type: ignore[arg-type]
+        ("api.example", 443, "*"),
+    ),
+    (
+        "transparent-absolute-disagrees-with-host",
+        names(transparent=True, host="198.18.1.2", port=80, target_authority="evil.example"),
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "transparent-absolute-names-host-without-host-header",
+        names(
+            transparent=True,
+            host="198.18.1.2",
+            port=80,
+            host_header=None,
+            target_authority="api.example",
+            path="/y",
+        ),
+        ("api.example", 80, "/y"),
+    ),
+    (
+        "transparent-tls-absolute-other-host",
+        names(
+            transparent=True,
+            host="198.18.1.2",
+            path="https://evil.example/",
+            client_tls=True,
+            **TUNNEL,  # type: ignore[arg-type]
+        ),
+        Reason.HOST_MISMATCH,
+    ),
+    (
+        "regular-h2-absolute-other-host",
+        names(path="https://evil.example/x", port=443),
+        Reason.HOST_MISMATCH,
+    ),
+]
+
+
+def _outcome(located: Location | Reason) -> tuple[str, int, str] | Reason:
+    if isinstance(located, Reason):
+        return located
+    return str(located.host), located.port, located.path
 
 
 @pytest.mark.parametrize(
     ("request_names", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_locate(request_names: RequestNames, expected: tuple[str, int] | Reason) -> None:
-    located = locate(request_names)
+    located = _outcome(locate(request_names))
     if isinstance(expected, Reason):
         assert located is expected
     else:
-        assert not isinstance(located, Reason)
-        assert (str(located[0]), located[1]) == expected
+        assert located == (*expected, "/")
+
+
+@pytest.mark.parametrize(
+    ("request_names", "expected"),
+    [c[1:] for c in TARGET_CASES],
+    ids=[c[0] for c in TARGET_CASES],
+)
+def test_locate_checks_the_request_target(
+    request_names: RequestNames, expected: tuple[str, int, str] | Reason
+) -> None:
+    assert _outcome(locate(request_names)) == expected
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "authority", "expected"),
+    [
+        ("GET", "/a/b?c=d", "", ("", "/a/b?c=d")),
+        ("GET", "//double/slash", "", ("", "//double/slash")),  # origin-form (RFC 9110 4.1)
+        ("GET", "/x", "api.example:8443", ("api.example:8443", "/x")),  # HTTP/1, pre-split
+        ("GET", "https://api.example/x?q", "", ("api.example", "/x?q")),
+        ("GET", "HTTPS://api.example?q", "", ("api.example", "/?q")),
+        ("GET", "http://api.example", "", ("api.example", "/")),
+        ("OPTIONS", "http://api.example", "", ("api.example", "*")),  # RFC 9112 3.2.4
+        ("OPTIONS", "*", "", ("", "*")),
+        ("GET", "*", "", None),
+        ("GET", "api.example/x", "", None),
+        ("GET", "ftp://api.example/x", "", None),
+        ("GET", "https:///x", "", None),
+        ("GET", "https://api.example#frag", "", None),
+        ("GET", "https://api.example/x#frag", "", None),
+        ("GET", "/x y", "", None),
+        ("GET", "/x\x00", "", None),
+        ("GET", "/x\x7f", "", None),
+        ("GET", "/x\r\nHost: evil", "", None),
+        ("GET", "/caf\u00e9", "", None),
+        ("GET", "", "", None),
+    ],
+)
+def test_request_target_forms(
+    method: str, path: str, authority: str, expected: tuple[str, str] | None
+) -> None:
+    assert request_target(method, path, authority) == expected

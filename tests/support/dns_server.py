@@ -8,6 +8,8 @@ gets the n-th set (the last one repeats), with TTL 0 so no cache keeps it:
     {"rebind.test": [["198.18.1.2"], ["127.0.0.1"]], "multi.test": [["127.0.0.1", "198.18.1.2"]]}
 
 Unknown names get NXDOMAIN. Every query is logged as one JSON line, before its answer is sent.
+`--hold NAME=PATH` (repeatable) holds every answer for NAME until PATH exists (at most
+HOLD_LIMIT_S), so that a test can act while a lookup is in flight.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import ipaddress
 import json
 import socket
 import struct
+import time
 from pathlib import Path
 
 A, AAAA = 1, 28
+HOLD_LIMIT_S = 10.0
 
 
 def parse_question(packet: bytes) -> tuple[int, str, int, int]:
@@ -44,7 +48,18 @@ def build_answer(packet: bytes, ident: int, end: int, rcode: int, addresses: lis
     return header + packet[12:end] + answers
 
 
-def serve(listen: tuple[str, int], zone: dict[str, list[list[str]]], log: Path) -> None:
+def wait_for(release: Path) -> None:
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def serve(
+    listen: tuple[str, int],
+    zone: dict[str, list[list[str]]],
+    log: Path,
+    holds: dict[str, Path] | None = None,
+) -> None:
     counts: dict[tuple[str, int], int] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock, log.open("a") as out:
         sock.bind(listen)
@@ -68,6 +83,8 @@ def serve(listen: tuple[str, int], zone: dict[str, list[list[str]]], log: Path) 
             # Logged before the reply leaves: whoever has the answer finds the record.
             out.write(json.dumps({"name": name, "type": qtype, "answer": answered}) + "\n")
             out.flush()
+            if holds and name in holds:
+                wait_for(holds[name])
             sock.sendto(reply, peer)
 
 
@@ -76,9 +93,11 @@ def main() -> None:
     parser.add_argument("--listen", default="127.0.0.1:53")
     parser.add_argument("--zone", type=Path, required=True)
     parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--hold", action="append", default=[], metavar="NAME=PATH")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
-    serve((host, int(port)), json.loads(args.zone.read_text()), args.log)
+    holds = {name: Path(path) for name, _, path in (h.partition("=") for h in args.hold)}
+    serve((host, int(port)), json.loads(args.zone.read_text()), args.log, holds)
 
 
 if __name__ == "__main__":

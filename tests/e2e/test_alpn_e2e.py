@@ -1,0 +1,148 @@
+"""End to end: the sandbox gets the HTTP version the upstream would have chosen (issue 13).
+
+With `connection_strategy=lazy`, mitmproxy used to answer the client's TLS handshake
+before any upstream existed, picking the first protocol of the client's ALPN list: a
+client offering `http/1.1, h2` in that order (httpx with `http2=True`) got HTTP/1.1 from
+an HTTP/2 upstream, and a client offering `h2` first got HTTP/2 from an upstream that
+only speaks HTTP/1.1. Once the CONNECT target is decided and pinned, the proxy completes
+the upstream handshake first (still connecting only after the decision, to the pinned
+address) and gives the client the upstream's choice (docs/decisions.md D19).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import _start_and_wait
+from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
+from tests.support.expect import header_values
+from tests.support.h2client import exchange
+from tests.support.harness import Harness, JsonLines, TunnelRefused
+from tests.support.netns import UPSTREAM_IP, Topology
+from tests.support.testca import Pki
+from tests.support.transparent import DECOY_IP, REAL_IP
+
+pytestmark = pytest.mark.netns
+__all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
+
+H2_ECHO = Path(__file__).resolve().parents[1] / "support" / "h2_echo.py"
+H2_PORT = 9443
+
+
+@pytest.fixture(scope="module")
+def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
+    """An HTTP/2-preferring HTTPS upstream on UPSTREAM_IP:9443 (names: *.allowed.test)."""
+    log, ready = e2e_dir / "h2-echo.jsonl", e2e_dir / "h2-echo.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, str(H2_ECHO), "--log", str(log), "--ready", str(ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{H2_PORT}",
+    ]  # fmt: skip
+    child = _start_and_wait("h2-echo", argv, e2e_dir, ready)
+    try:
+        yield JsonLines(log)
+    finally:
+        child.stop()
+
+
+def test_http11_first_client_gets_h2_from_an_h2_upstream(
+    harness: Harness, h2_upstream: JsonLines
+) -> None:
+    """httpx's order (`http/1.1, h2`) used to get HTTP/1.1 from an HTTP/2 upstream."""
+    mark = h2_upstream.mark()
+    authority = f"other.allowed.test:{H2_PORT}"
+    with harness.tunnel(authority, alpn=["http/1.1", "h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
+        result = exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
+              (":path", "/alpn")]],
+        )  # fmt: skip
+    assert result.status(1) == "200"
+    assert json.loads(result.bodies[1])["version"] == "h2"
+    events = h2_upstream.wait_count(mark, 2)
+    assert [(e["event"], e.get("alpn")) for e in events] == [("tls", "h2"), ("request", None)]
+    assert events[0]["sni"] == "other.allowed.test"
+
+
+def test_h2_first_client_gets_http11_from_an_http11_upstream(harness: Harness) -> None:
+    """curl's order (`h2, http/1.1`) to an HTTP/1.1-only upstream: the client speaks
+    HTTP/1.1, as it would have directly, and the injected request still arrives."""
+    mark = harness.upstream_log.mark()
+    with harness.tunnel("api.allowed.test:443", alpn=["h2", "http/1.1"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "http/1.1"
+        response = conn.request("GET", "/alpn-http11", [("Host", "api.allowed.test")])
+    assert response.status == 200
+    requests = harness.upstream_requests_since(mark)
+    assert [r["target"] for r in requests] == ["/alpn-http11"]
+    authorization = [v for n, v in requests[0]["headers"] if n.lower() == "authorization"]
+    assert authorization == [f"Bearer {harness.secrets[0]}"]
+
+
+def test_refused_connect_opens_no_upstream_connection(
+    harness: Harness, h2_upstream: JsonLines
+) -> None:
+    """Completing the upstream handshake first happens only after an allow: a refused
+    CONNECT (a port the entry does not allow) never reaches any upstream."""
+    mark, echo_mark = h2_upstream.mark(), harness.upstream_log.mark()
+    with (
+        pytest.raises(TunnelRefused) as refused,
+        harness.tunnel(f"ports.allowed.test:{H2_PORT}", alpn=["http/1.1", "h2"]),
+    ):
+        pass
+    assert refused.value.response.status == 403
+    assert refused.value.response.header("X-Egress-Denied") == "port_not_allowed"
+    assert h2_upstream.since(mark) == []
+    assert harness.upstream_log.since(echo_mark) == []
+
+
+def test_sni_naming_another_host_is_not_sent_upstream_first(
+    harness: Harness, h2_upstream: JsonLines
+) -> None:
+    """A ClientHello whose SNI disagrees with the CONNECT target gets no early upstream
+    handshake (the upstream would see the foreign SNI); its requests are `host_mismatch`."""
+    mark = h2_upstream.mark()
+    authority = f"other.allowed.test:{H2_PORT}"
+    with harness.tunnel(authority, sni="x.wild.test", alpn=["http/1.1"]) as conn:
+        response = conn.request("GET", "/fronted", [("Host", "other.allowed.test")])
+    assert response.status == 403
+    assert response.header("X-Egress-Denied") == "host_mismatch"
+    assert h2_upstream.since(mark) == []
+
+
+# -- transparent mode: the SNI's host is decided and pinned at the ClientHello -----------
+
+
+def test_transparent_client_gets_the_upstreams_choice(tp: Transparent, seen: Seen) -> None:
+    """Aimed at a decoy, `h2, http/1.1` offered: the proxy completes the handshake with
+    what api.t.test resolves to (HTTP/1.1 only) first, so the client speaks HTTP/1.1."""
+    with tp.tls(DECOY_IP, "api.t.test", alpn=["h2", "http/1.1"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "http/1.1"  # type: ignore[attr-defined]
+        response = tp.request(conn, "api.t.test", "/tp-alpn")
+
+    assert response.status == 200, response.describe()
+    record = seen.only_request(listener(REAL_IP, 443))
+    assert record["target"] == "/tp-alpn"
+    assert header_values(record, "Authorization") == [f"Bearer {tp.secret}"]
+
+
+def test_transparent_refused_sni_opens_no_upstream_connection(tp: Transparent, seen: Seen) -> None:
+    """A name no entry allows is never connected to first: the client gets the proxy's
+    own handshake (HTTP/2, its first offer) and the readable refusal."""
+    with tp.tls(REAL_IP, "notlisted.t.test", alpn=["h2", "http/1.1"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
+        result = exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", "notlisted.t.test"),
+              (":path", "/tp-refused")]],
+        )  # fmt: skip
+
+    assert result.status(1) == "403"
+    assert result.headers[1]["x-egress-denied"] == "not_allowlisted"
+    seen.assert_nothing_reached()

@@ -1,0 +1,70 @@
+"""The audit log (proxy/audit.py): one JSON line per decision, written off the event loop."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from datetime import UTC, datetime
+
+from proxy.audit import AuditLog, AuditRecord, BackgroundAuditLog
+
+
+def record(n: int) -> AuditRecord:
+    return AuditRecord(
+        client="198.19.0.1:40000", method="GET", scheme="https", host=f"h{n}.example",
+        port=443, decision="allow", reason="allowlisted", rule="*.example",
+        injected=("Authorization",), status=200, bytes_sent=0, bytes_received=n,
+        duration_s=0.0012345678,
+    )  # fmt: skip
+
+
+class Gate(io.StringIO):
+    """A stream whose writes wait until the test opens the gate (a stalled disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()  # the writer is inside its first write
+        self.open = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        self.open.wait(10)
+        return super().write(text)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_line_has_every_field_and_the_decisions_time() -> None:
+    stream = io.StringIO()
+    AuditLog(stream).write(record(7), datetime(2026, 12, 2, 18, 0, 0, 123456, tzinfo=UTC))
+    assert lines(stream) == [
+        {"time": "2026-12-02T18:00:00.123Z", "client": "198.19.0.1:40000", "method": "GET",
+         "scheme": "https", "host": "h7.example", "port": 443, "decision": "allow",
+         "reason": "allowlisted", "rule": "*.example", "injected": ["Authorization"],
+         "status": 200, "bytes_sent": 0, "bytes_received": 7, "duration_s": 0.001235}
+    ]  # fmt: skip
+
+
+def test_background_writer_keeps_order_and_close_writes_everything() -> None:
+    stream = io.StringIO()
+    log = BackgroundAuditLog(AuditLog(stream))
+    for n in range(500):
+        log.write(record(n))
+    log.close()
+    assert [line["bytes_received"] for line in lines(stream)] == list(range(500))
+
+
+def test_a_full_queue_drops_and_counts_instead_of_blocking() -> None:
+    stream, dropped = Gate(), []
+    log = BackgroundAuditLog(AuditLog(stream), on_drop=lambda: dropped.append(1), capacity=4)
+    log.write(record(0))
+    assert stream.entered.wait(10)  # the writer holds line 0 at the gate
+    for n in range(1, 20):  # four wait in the queue, fifteen are dropped
+        log.write(record(n))
+    assert len(dropped) == 15
+    stream.open.set()
+    log.close()
+    assert [line["bytes_received"] for line in lines(stream)] == [0, 1, 2, 3, 4]

@@ -1,0 +1,172 @@
+"""An HTTPS upstream that speaks HTTP/2 (and HTTP/1.1), for the ALPN tests.
+
+Run as a script inside a network namespace. ALPN is offered in the order given by
+`--alpn` (the server's preference: it picks the first of its own list that the client
+offered). Every event is appended as one JSON line to `--log` before anything is sent:
+
+* `{"event": "tls", "listener", "sni", "alpn"}` after each handshake;
+* `{"event": "request", "listener", "version", "headers": [[name, value], ...]}` for each
+  request (HTTP/2 pseudo-headers included, in order).
+
+Each request is answered 200 with `{"version": ..., "headers": ...}` as its JSON body.
+When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
+Needs the `h2` package (a mitmproxy dependency, so the test venv has it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import ssl
+import sys
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+IO_TIMEOUT = 30.0
+
+
+class EventLog:
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+
+def answer(version: str, headers: list[list[str]]) -> bytes:
+    return json.dumps({"version": version, "headers": headers}).encode() + b"\n"
+
+
+async def serve_h2(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: EventLog, listener: str
+) -> None:
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+    )
+    conn.initiate_connection()
+    writer.write(conn.data_to_send())
+    pending: dict[int, list[list[str]]] = {}
+    while data := await asyncio.wait_for(reader.read(65536), IO_TIMEOUT):
+        for event in conn.receive_data(data):
+            ended: int | None = None
+            if isinstance(event, h2.events.RequestReceived):
+                pending[event.stream_id] = [[str(n), str(v)] for n, v in event.headers]
+                ended = event.stream_id if event.stream_ended is not None else None
+            elif isinstance(event, h2.events.DataReceived):
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                ended = event.stream_id
+            if ended is not None and ended in pending:
+                headers = pending.pop(ended)
+                log.write(
+                    {"event": "request", "listener": listener, "version": "h2", "headers": headers}
+                )
+                body = answer("h2", headers)
+                conn.send_headers(
+                    ended,
+                    [(":status", "200"), ("content-type", "application/json"),
+                     ("content-length", str(len(body)))],
+                )  # fmt: skip
+                conn.send_data(ended, body, end_stream=True)
+        writer.write(conn.data_to_send())
+        await writer.drain()
+
+
+async def serve_http1(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: EventLog, listener: str
+) -> None:
+    while True:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IO_TIMEOUT)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = [
+            [n, v.strip()] for n, _, v in (line.partition(":") for line in lines[1:] if line)
+        ]
+        log.write(
+            {"event": "request", "listener": listener, "version": "http/1.1", "headers": headers}
+        )
+        body = answer("http/1.1", headers)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+
+
+async def handle(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    log: EventLog,
+    listener: str,
+    tls: ssl.SSLContext,
+) -> None:
+    try:
+        await asyncio.wait_for(writer.start_tls(tls), IO_TIMEOUT)
+        ssl_object = writer.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
+        sni = getattr(ssl_object, "egt_sni", None)
+        log.write({"event": "tls", "listener": listener, "sni": sni, "alpn": alpn})
+        if alpn == "h2":
+            await serve_h2(reader, writer, log, listener)
+        else:
+            await serve_http1(reader, writer, log, listener)
+    except (OSError, ssl.SSLError, ValueError, TimeoutError, asyncio.IncompleteReadError):
+        pass
+    except h2.exceptions.ProtocolError:
+        pass  # a test that sends what HTTP/2 forbids gets the connection closed
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+def tls_context(cert: str, key: str, alpn: list[str]) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(alpn)
+
+    def remember_sni(ssl_object: Any, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        ssl_object.egt_sni = server_name
+
+    ctx.sni_callback = remember_sni
+    return ctx
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--ready", required=True)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--listen", required=True, metavar="HOST:PORT")
+    parser.add_argument("--alpn", default="h2,http/1.1", help="server preference, comma-separated")
+    args = parser.parse_args(argv)
+
+    log = EventLog(args.log)
+    tls = tls_context(args.cert, args.key, args.alpn.split(","))
+    host, _, port = args.listen.rpartition(":")
+
+    async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await handle(r, w, log, args.listen, tls)
+
+    server = await asyncio.start_server(on_connect, host.strip("[]"), int(port))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    with open(args.ready, "w", encoding="utf-8") as ready:
+        ready.write("ready\n")
+    await stop.wait()
+    server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,108 @@
+"""nginx as a real upstream for the client suite: HTTPS with HTTP/2 and HTTP/1.1, static files.
+
+Every request is one JSON line in `access.jsonl` (nginx's own `escape=json` log format),
+written before nginx answers the next request on the connection: host, URI, protocol
+(`HTTP/2.0` or `HTTP/1.1`), the ALPN and SNI of the TLS connection, the status, and the
+values of `Authorization` and `X-Api-Key`. nginx refuses a request that carries
+`Authorization` twice (400, "client sent duplicate header line"), so a 200 with the
+expected value in the log is exactly one such header.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support import procs
+
+CONF = """\
+daemon off;
+master_process on;
+worker_processes 1;
+user root;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+    log_format clients escape=json
+        '{{"host":"$host","uri":"$request_uri","method":"$request_method",'
+        '"proto":"$server_protocol","alpn":"$ssl_alpn_protocol","sni":"$ssl_server_name",'
+        '"status":$status,"bytes":$body_bytes_sent,'
+        '"auth":"$http_authorization","api_key":"$http_x_api_key","ua":"$http_user_agent"}}';
+    access_log {dir}/access.jsonl clients;
+    types {{ text/html html; application/json json; application/octet-stream bin whl tgz; }}
+    default_type application/octet-stream;
+    sendfile on;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen {ip}:{https_port} ssl http2;
+        listen {ip}:{http_port};
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        root {content};
+        location = /headers {{
+            default_type text/plain;
+            return 200 "ok\\n";
+        }}
+        location = /npm/egress-demo {{
+            default_type application/json;
+            alias {content}/npm/egress-demo.json;
+        }}
+        location / {{ }}
+    }}
+}}
+"""
+
+
+@dataclass
+class Nginx:
+    child: procs.Child
+    access_log: Path
+
+    def entries(self) -> list[dict[str, Any]]:
+        text = self.access_log.read_text(encoding="utf-8") if self.access_log.exists() else ""
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def mark(self) -> int:
+        return len(self.entries())
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return self.entries()[mark:]
+
+
+def start(
+    exec_prefix: list[str],
+    work: Path,
+    content: Path,
+    ip: str,
+    ports: tuple[int, int],
+    cert: Path,
+    key: Path,
+    log_dir: Path,
+    accepting: Any,
+) -> Nginx:
+    """Start nginx (HTTPS on ports[0], HTTP on ports[1]) and wait until it accepts."""
+    work.mkdir(parents=True, exist_ok=True)
+    conf = work / "nginx.conf"
+    conf.write_text(
+        CONF.format(
+            dir=work,
+            ip=ip,
+            https_port=ports[0],
+            http_port=ports[1],
+            cert=cert,
+            key=key,
+            content=content,
+        )  # fmt: skip
+    )
+    child = procs.start(
+        "nginx", [*exec_prefix, "nginx", "-c", str(conf), "-e", str(work / "error.log")], log_dir
+    )
+    procs.wait_until("nginx accepting", accepting, timeout=20, child=child)
+    return Nginx(child, work / "access.jsonl")
