@@ -7,9 +7,9 @@ back, so that when a client has its response the record is already on disk:
 * `{"event": "connect", "listener", "peer", "tls"}` when a TCP connection is accepted;
 * `{"event": "tls", "listener", "peer", "sni", "alpn"}` after a TLS handshake;
 * `{"event": "request", "listener", "peer", "tls", "sni", "method", "target", "version",
-  "headers": [[name, value], ...], "body_len", "raw_head"}` for each HTTP/1.1 request, headers
-  in wire order with their original casing and duplicates, `raw_head` the exact bytes of the
-  request head up to and including its CRLFCRLF, base64 (the fuzzer checks them byte by byte);
+  "headers": [[name, value], ...], "body_len", "head_b64"}` for each HTTP/1.1 request,
+  headers in wire order with their original casing and duplicates, and the request head
+  exactly as received (base64, up to and including the blank line);
 * `{"event": "trap", "listener", "peer"}` for a connection to a trap listener, which is
   closed at once (the proxy must never reach one).
 
@@ -152,7 +152,7 @@ async def serve_http(
         body_len = await asyncio.wait_for(read_body(reader, headers), IO_TIMEOUT)
         record = dict(base, event="request", method=method, target=target, version=version)
         record.update(headers=headers, body_len=body_len)
-        record["raw_head"] = base64.b64encode(head).decode("ascii")
+        record["head_b64"] = base64.b64encode(head).decode("ascii")
         log.write(record)
         writer.write(response_for(record))
         await writer.drain()

@@ -9,11 +9,11 @@ upstream received is well formed:
 * its head parses under the strict grammar of RFC 9112 (request-line, field lines
   `token ":" OWS value OWS`), with no bare CR or LF, no NUL or other control byte
   except HTAB in a value, no obs-fold, and an origin-form target (`*` for OPTIONS);
-* every authority names the decided host: the one Host field (`host` or `host:443`,
-  any case), the SNI the upstream saw, and the listener it reached;
+* every authority names the decided host: the one Host field (`host` or `host:port`,
+  any case), the SNI the upstream saw (over TLS), and the listener it reached;
 * each transform header is there exactly once, with the configured value.
 
-The upstream's `raw_head` (base64, tests/support/echo_server.py) is the ground truth.
+The upstream's `head_b64` (base64, tests/support/echo_server.py) is the ground truth.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from tests.support.harness import REASONS
@@ -34,29 +35,44 @@ FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 ORIGIN_FORM = re.compile(rb"/[\x21\x22\x24-\x7e\x80-\xff]*")
 
 
-def denied_reason(headers: list[tuple[str, str]], body: bytes) -> str | None:
-    """The reason code of a proper refusal, None if the response is not one (asserts shape)."""
+def denied_reason(headers: list[tuple[str, str]], body: bytes, has_body: bool = True) -> str | None:
+    """The reason code of a proper refusal, None if the response is not one (asserts shape).
+
+    `has_body` is False for the answer to a HEAD request, which has none."""
     values = [v for n, v in headers if n.lower() == "x-egress-denied"]
     if not values:
         return None
     assert len(values) == 1, f"X-Egress-Denied repeated: {values}"
     assert values[0] in REASONS, f"unknown reason {values[0]!r}"
-    payload = json.loads(body)
-    assert payload["reason"] == values[0], payload
+    if has_body:
+        payload = json.loads(body)
+        assert payload["reason"] == values[0], payload
     return values[0]
 
 
-def check_upstream_request(
-    record: dict[str, Any], decided: str, transforms: dict[str, str], listener: str
-) -> None:
+@dataclass(frozen=True)
+class Expected:
+    """What the proxy decided for one example: the host, where it lives, what it injects."""
+
+    host: str
+    port: int
+    tls: bool
+    transforms: dict[str, str]
+    listener: str
+
+
+def check_upstream_request(record: dict[str, Any], expected: Expected) -> None:
     """Assert that one request the upstream received satisfies the property."""
-    raw = base64.b64decode(record["raw_head"])
+    decided, transforms = expected.host, expected.transforms
+    raw = base64.b64decode(record["head_b64"])
     masked = raw
     for secret in transforms.values():  # assertion messages never carry the secret
         masked = masked.replace(secret.encode(), b"<transform value>")
     shown = f"upstream received {masked!r}"
-    assert record["listener"] == listener, shown
-    assert (record["sni"] or "").lower() == decided, f"SNI {record['sni']!r}; {shown}"
+    assert record["listener"] == expected.listener, shown
+    assert record["tls"] == expected.tls, shown
+    if expected.tls:
+        assert (record["sni"] or "").lower() == decided, f"SNI {record['sni']!r}; {shown}"
     assert raw.endswith(b"\r\n\r\n"), shown
     request_line, *lines = raw[:-4].split(b"\r\n")
     match = REQUEST_LINE.fullmatch(request_line)
@@ -74,7 +90,7 @@ def check_upstream_request(
         assert FIELD_VALUE.fullmatch(value), f"forbidden byte in {line!r}; {shown}"
         fields.append((name.lower(), value))
     hosts = [v for n, v in fields if n == b"host"]
-    allowed_hosts = {decided.encode(), decided.encode() + b":443"}
+    allowed_hosts = {decided.encode(), f"{decided}:{expected.port}".encode()}
     assert len(hosts) == 1 and hosts[0].lower() in allowed_hosts, f"Host {hosts}; {shown}"
     for name, expected in transforms.items():
         got = [v for n, v in fields if n == name.lower().encode()]
