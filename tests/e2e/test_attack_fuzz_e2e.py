@@ -16,6 +16,7 @@ random examples per test instead (docs/operations.md, "Long fuzz run").
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import ssl
 import time
@@ -28,16 +29,23 @@ import h2.exceptions as h2_exceptions
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from tests.e2e.conftest import PROXY_HOSTS
 from tests.support.attack_strategies import (
     DECIDED,
     PLAIN,
     Field,
     Head,
+    connect_authorities,
     h2_header_lists,
     plain_heads,
     request_heads,
 )
-from tests.support.fuzz_property import Expected, check_upstream_request, denied_reason
+from tests.support.fuzz_property import (
+    Expected,
+    check_upstream_request,
+    denied_reason,
+    is_address,
+)
 from tests.support.harness import Harness
 from tests.support.netns import UPSTREAM_IP
 from tests.support.rawhttp import Conn, Response
@@ -94,8 +102,16 @@ def judge(
     requests = [e for e in events if e["event"] == "request"]
     traps = harness.trap_log.since(marks[1]) + [e for e in events if e["event"] == "trap"]
     assert traps == [], f"reached a trap: {traps}"
-    if reason is not None or not echoed:
-        assert events == [], f"refused ({reason or 'protocol'}) yet reached the upstream: {events}"
+    if reason is not None:
+        assert events == [], f"refused ({reason}) yet reached the upstream: {events}"
+        return
+    if not echoed:
+        # No answer from the echo and no reason code: refused below the hooks (D21), or
+        # allowed and then failed upstream (a TLS error). A connection to the decided
+        # upstream may have opened; no request may have reached it (D34).
+        assert requests == [], f"no answer, yet the upstream received {requests}"
+        stray = [e for e in events if e["listener"] != expected.listener]
+        assert stray == [], f"no answer, yet another listener was reached: {stray}"
         return
     assert len(requests) == 1, f"one request echoed, the upstream logged {requests}"
     check_upstream_request(requests[0], expected)
@@ -286,3 +302,69 @@ def test_sni_spellings_in_a_transform_tunnel(harness: Harness, sni: str | None) 
     except (ssl.SSLError, ConnectionError):
         # The handshake itself was refused: nothing may have reached the upstream.
         assert reached(harness, mark) == []
+
+
+# -- CONNECT authorities: a consistent sandbox (same spelling in CONNECT, SNI and Host) ------
+
+# Where a tunnel may lead: the names that resolve to the echo upstream (among others: the
+# proxy uses the checked address, test_proxy_e2e.py), and its address.
+UPSTREAM_NAMES = {n for n, ips in PROXY_HOSTS.items() if UPSTREAM_IP in ips} | {UPSTREAM_IP}
+
+
+def split_authority(authority: str) -> tuple[str, int]:
+    """(host without brackets, port; 443 when none is readable) of a CONNECT authority."""
+    if authority.startswith("["):
+        host, _, rest = authority[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port = authority.rpartition(":")
+        if not sep:
+            host, port = authority, ""
+    return host, int(port) if port.isdigit() else 443
+
+
+@pytest.mark.slow
+@FUZZ
+@given(authority=connect_authorities())
+@example(authority=b"2130706433:443")
+@example(authority=b"[::ffff:127.0.0.1]:443")
+@example(authority=b"api.allowed.test@evil.test:443")
+@example(authority=b"API.ALLOWED.TEST:443")
+@example(authority=b"198.18.1.2:443")
+def test_connect_authorities(harness: Harness, authority: bytes) -> None:
+    marks = harness.upstream_log.mark(), harness.trap_log.mark()
+    text = authority.decode("latin-1")
+    host, port = split_authority(text)
+    response: Response | None = None
+    with Conn(harness.proxy_host, harness.proxy_port, timeout=TIMEOUT) as conn:
+        try:
+            opened = conn.connect(text)
+        except (OSError, ConnectionError, ValueError):
+            opened = None
+        if opened is not None and opened.status == 200:
+            context = harness.client_tls(["http/1.1"])
+            context.check_hostname = False
+            sni = None if is_address(host) else host
+            try:
+                conn.start_tls(context, sni)
+            except (ssl.SSLError, OSError, ValueError, UnicodeError):
+                listener = f"{UPSTREAM_IP}:{port}"
+                judge(harness, marks, (False, None), Expected(host, port, True, {}, listener))
+                return
+            head = Head(b"GET", b"/fuzz-connect", [b"Host: " + host.encode("latin-1")], [])
+            response = exchange_http1(conn, head)
+        else:
+            response = opened
+    echoed, reason = outcome_of(response, b"GET")
+    decided = host.lower()
+    if not echoed:
+        listener = f"{UPSTREAM_IP}:{port}"
+        judge(harness, marks, (echoed, reason), Expected(decided, port, True, {}, listener))
+        return
+    assert decided in UPSTREAM_NAMES, f"CONNECT {text!r} led to the upstream"
+    injected = {DECIDED: in_tunnel(harness).transforms, PLAIN: in_plain(harness).transforms}
+    expected = Expected(decided, port, True, injected.get(decided, {}), f"{UPSTREAM_IP}:{port}")
+    judge(harness, marks, (echoed, reason), expected)
+    if not expected.transforms:
+        raw = harness.upstream_log.since(marks[0])
+        assert not any(secret in json.dumps(raw) for secret in harness.secrets), text

@@ -286,3 +286,29 @@ def h2_header_lists() -> st.SearchStrategy[list[tuple[bytes, bytes]]]:
         st.lists(_h2_field(), max_size=4),
         st.booleans(),
     )
+
+
+# -- CONNECT authorities ------------------------------------------------------------------
+
+CONNECT_HOSTS: list[bytes] = [
+    b"api.allowed.test", b"API.ALLOWED.TEST", b"plain.allowed.test", b"x.wild.test",
+    b"ports.allowed.test", b"notlisted.test", b"evil.test", b"internal.test", b"rebind.test",
+    b"self.allowed.test", b"mixed.allowed.test", b"loop6.wild.test", b"localhost",
+    b"198.18.1.2", b"127.0.0.1", b"2130706433", b"0x7f000001", b"0177.0.0.1", b"127.1",
+    b"169.254.169.254", b"0.0.0.0", b"[::1]", b"[::ffff:127.0.0.1]", b"[::ffff:198.18.1.2]",
+    b"[64:ff9b::7f00:1]", b"api.allowed.test@evil.test", b"api%2eallowed.test", b"",
+    b"api.allowed.test.evil.test", b"\xef\xbd\x81pi.allowed.test",
+]  # fmt: skip
+
+
+def connect_authorities() -> st.SearchStrategy[bytes]:
+    """`host:port` for a CONNECT: names and address spellings, ports in and out of range.
+    A trailing-dot host is left out: its SNI is an open finding (D34)."""
+    generated = st.text("abcxyz019-.", min_size=1, max_size=10).map(
+        lambda t: t.encode() + b".allowed.test"
+    )
+    host = st.sampled_from(CONNECT_HOSTS) | generated
+    port = st.sampled_from([b":443", b":8443", b":0", b":65536", b":443:443", b""])
+    return st.builds(bytes.__add__, host, port).filter(
+        lambda a: not a.split(b":")[0].endswith(b".")
+    )
