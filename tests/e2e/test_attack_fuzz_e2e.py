@@ -20,7 +20,8 @@ import json
 import os
 import ssl
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import h2.config as h2_config
 import h2.connection as h2_connection
@@ -99,9 +100,18 @@ def barrier(harness: Harness) -> str:
     return path
 
 
-def reached(harness: Harness, mark: int) -> list[dict[str, Any]]:
+class Watched(Protocol):
+    """Where the upstream and the traps log (a Harness, or the transparent stage's view)."""
+
+    upstream_log: JsonLines
+    trap_log: JsonLines
+
+
+def reached(
+    harness: Watched, mark: int, make_barrier: Callable[[Any], str] = barrier
+) -> list[dict[str, Any]]:
     """Upstream events since `mark`, after a barrier and without the barrier's connection."""
-    path = barrier(harness)
+    path = make_barrier(harness)
     events = since(harness.upstream_log, mark)
     peers = {e["peer"] for e in events if e.get("target") == path}
     assert len(peers) == 1, f"barrier {path} not logged: {events}"
@@ -109,11 +119,15 @@ def reached(harness: Harness, mark: int) -> list[dict[str, Any]]:
 
 
 def judge(
-    harness: Harness, marks: tuple[int, int], outcome: tuple[bool, str | None], expected: Expected
+    harness: Watched,
+    marks: tuple[int, int],
+    outcome: tuple[bool, str | None],
+    expected: Expected,
+    make_barrier: Callable[[Any], str] = barrier,
 ) -> None:
     """The fuzzer's property, for one example whose outcome (echoed?, reason) the client saw."""
     echoed, reason = outcome
-    events = reached(harness, marks[0])
+    events = reached(harness, marks[0], make_barrier)
     requests = [e for e in events if e["event"] == "request"]
     traps = since(harness.trap_log, marks[1]) + [e for e in events if e["event"] == "trap"]
     assert traps == [], f"reached a trap: {traps}"

@@ -126,26 +126,33 @@ def request_targets() -> st.SearchStrategy[bytes]:
     return st.one_of(st.sampled_from(NASTY_TARGETS), _path(), absolute, _authority(), st.just(b"*"))
 
 
-def open_finding(authority: bytes) -> bool:
+def open_finding(authority: bytes, decided: str = DECIDED) -> bool:
     """A Host / `:authority` value the proxy still forwards as sent (docs/decisions.md D34):
     empty, or the decided host with a trailing dot. Kept out of the Host strategies so that
     the suite passes; the property itself is not relaxed for them."""
-    return authority == b"" or authority.lower() == DECIDED.encode() + b"."
+    return authority == b"" or authority.lower() == decided.encode() + b"."
 
 
-def host_authorities() -> st.SearchStrategy[bytes]:
-    return _authority().filter(lambda a: not open_finding(a))
+def host_authorities(decided: str = DECIDED) -> st.SearchStrategy[bytes]:
+    """Authorities for a Host field: the decided host spelled otherwise, and all others."""
+    d = decided.encode()
+    spellings = [d, d.upper(), d + b":443", d + b":8443", b"u@" + d, d + b"@evil.test", d + b".x"]
+    either = st.sampled_from(spellings) | _authority()
+    return either.filter(lambda a: not open_finding(a, decided))
 
 
-def host_lines() -> st.SearchStrategy[list[bytes]]:
+def host_lines(decided: str = DECIDED) -> st.SearchStrategy[list[bytes]]:
     """Host header lines: one or several, with casing and spacing variants. Never none: a
     request without Host is an open finding (D34)."""
     name = st.sampled_from([b"Host", b"host", b"HOST"])
     line = st.builds(
-        lambda n, sep, a: n + sep + a, name, st.sampled_from([b": ", b":"]), host_authorities()
+        lambda n, sep, a: n + sep + a,
+        name,
+        st.sampled_from([b": ", b":"]),
+        host_authorities(decided),
     )
     return st.one_of(
-        st.just([b"Host: " + DECIDED.encode()]), st.lists(line, min_size=1, max_size=3)
+        st.just([b"Host: " + decided.encode()]), st.lists(line, min_size=1, max_size=3)
     )
 
 
@@ -203,17 +210,18 @@ class Head:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def request_heads() -> st.SearchStrategy[Head]:
+def request_heads(decided: str = DECIDED) -> st.SearchStrategy[Head]:
     """A clean head changed in one part (so that the change is what the proxy judges), or
     a head changed in every part."""
     method, methods = st.just(b"GET"), st.sampled_from(METHODS)
-    target, host, none = st.just(b"/fuzz"), st.just([b"Host: " + DECIDED.encode()]), st.just([])
+    target, host, none = st.just(b"/fuzz"), st.just([b"Host: " + decided.encode()]), st.just([])
+    hosts = host_lines(decided)
     return st.one_of(
         st.builds(Head, methods, target, host, none),
         st.builds(Head, method, request_targets(), host, none),
-        st.builds(Head, method, target, host_lines(), none),
+        st.builds(Head, method, target, hosts, none),
         st.builds(Head, method, target, host, header_blocks()),
-        st.builds(Head, method | methods, request_targets(), host_lines(), header_blocks()),
+        st.builds(Head, method | methods, request_targets(), hosts, header_blocks()),
     )
 
 
@@ -221,7 +229,7 @@ def plain_heads() -> st.SearchStrategy[Head]:
     """Absolute-form requests to the plain transform entry: the Host and fields vary."""
     method = st.just(b"GET") | st.sampled_from(METHODS)
     target = st.builds(lambda p: b"http://" + PLAIN.encode() + p, _path())
-    hosts = st.just([b"Host: " + PLAIN.encode()]) | host_lines()
+    hosts = st.just([b"Host: " + PLAIN.encode()]) | host_lines(PLAIN)
     return st.builds(Head, method, target, hosts, header_blocks())
 
 
