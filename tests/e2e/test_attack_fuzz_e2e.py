@@ -1,16 +1,17 @@
 """Protocol fuzzer: hostile requests through the real proxy to a recording upstream (issue 10).
 
-Every example opens its own tunnel (CONNECT api.allowed.test:443, TLS trusting the
-proxy CA), sends one generated request — an HTTP/1.1 head written byte for byte, or
-one HTTP/2 HEADERS block sent with the h2 library's validation off — and then checks
-the property of tests/support/fuzz_property.py against what the upstream logged.
+Each example opens its own connection and sends one generated request: an HTTP/1.1
+head written byte for byte, or one HTTP/2 HEADERS block sent with the h2 library's
+validation off, inside CONNECT api.allowed.test:443 + TLS (trusting the proxy CA); an
+absolute-form head to plain.allowed.test; or a CONNECT to a generated authority, then
+TLS and a GET with the same spelling. Then the property of tests/support/fuzz_property.py
+(docs/decisions.md D34) is checked against what the upstream logged.
 
-When the proxy answered with anything but the echo's own response, a barrier request
-(plain HTTP to other.allowed.test) runs before the upstream log is read, so that a
-request the proxy forwarded before refusing is in the log too.
+After every example a barrier request (plain HTTP to other.allowed.test) runs before the
+upstream log is read, so that whatever the example made the proxy send is in the log.
 
 `make test` runs a bounded, derandomized profile; `EGRESS_FUZZ_EXAMPLES=N` runs N
-random examples per test instead (docs/operations.md, "Long fuzz run").
+random examples per test instead (docs/operations.md, "Fuzzing the proxy like an attacker").
 """
 
 from __future__ import annotations
