@@ -319,9 +319,9 @@ def test_plain_heads_to_a_transform_entry(harness: Harness, head: Head) -> None:
 
 # -- SNI spellings inside the tunnel (what Python's TLS client can put in a ClientHello) -----
 
-# "api.allowed.test." is an open finding (D36): the request is allowed and injected, the
-# upstream handshake fails in mitmproxy's tls_start_server, the client gets no answer.
-SNI_SPELLINGS = [None, "API.ALLOWED.TEST", "evil.test", "other.allowed.test", "x.wild.test"]
+# "api.allowed.test." was an open finding until D35 spelled the upstream SNI canonically.
+SNI_SPELLINGS = [None, "API.ALLOWED.TEST", "api.allowed.test.", "evil.test",
+                 "other.allowed.test", "x.wild.test"]  # fmt: skip
 
 
 @pytest.mark.parametrize("sni", SNI_SPELLINGS)

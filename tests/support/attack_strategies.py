@@ -127,10 +127,9 @@ def request_targets() -> st.SearchStrategy[bytes]:
 
 
 def open_finding(authority: bytes, decided: str = DECIDED) -> bool:
-    """A Host / `:authority` value the proxy still forwards as sent (docs/decisions.md D36):
-    empty, or the decided host with a trailing dot. Kept out of the Host strategies so that
-    the suite passes; the property itself is not relaxed for them."""
-    return authority == b"" or authority.lower() == decided.encode() + b"."
+    """A Host / `:authority` value that was forwarded as sent before D35 (empty, or the
+    decided host with a trailing dot). D35 closed these; none is left out any more."""
+    return False
 
 
 def host_authorities(decided: str = DECIDED) -> st.SearchStrategy[bytes]:
@@ -142,8 +141,8 @@ def host_authorities(decided: str = DECIDED) -> st.SearchStrategy[bytes]:
 
 
 def host_lines(decided: str = DECIDED) -> st.SearchStrategy[list[bytes]]:
-    """Host header lines: one or several, with casing and spacing variants. Never none: a
-    request without Host is an open finding (D36)."""
+    """Host header lines: none, one or several, with casing and spacing variants (a request
+    without Host gets the decided host's, D35)."""
     name = st.sampled_from([b"Host", b"host", b"HOST"])
     line = st.builds(
         lambda n, sep, a: n + sep + a,
@@ -152,7 +151,7 @@ def host_lines(decided: str = DECIDED) -> st.SearchStrategy[list[bytes]]:
         host_authorities(decided),
     )
     return st.one_of(
-        st.just([b"Host: " + decided.encode()]), st.lists(line, min_size=1, max_size=3)
+        st.just([b"Host: " + decided.encode()]), st.lists(line, min_size=0, max_size=3)
     )
 
 
@@ -310,13 +309,11 @@ CONNECT_HOSTS: list[bytes] = [
 
 
 def connect_authorities() -> st.SearchStrategy[bytes]:
-    """`host:port` for a CONNECT: names and address spellings, ports in and out of range.
-    A trailing-dot host is left out: its SNI is an open finding (D36)."""
+    """`host:port` for a CONNECT: names and address spellings (trailing dots included, D35),
+    ports in and out of range."""
     generated = st.text("abcxyz019-.", min_size=1, max_size=10).map(
         lambda t: t.encode() + b".allowed.test"
     )
     host = st.sampled_from(CONNECT_HOSTS) | generated
     port = st.sampled_from([b":443", b":8443", b":0", b":65536", b":443:443", b""])
-    return st.builds(bytes.__add__, host, port).filter(
-        lambda a: not a.split(b":")[0].endswith(b".")
-    )
+    return st.builds(bytes.__add__, host, port)
