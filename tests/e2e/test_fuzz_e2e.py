@@ -144,6 +144,9 @@ def refused(outcome: Outcome) -> bool:
     if outcome.status == 403:
         assert len(outcome.denied) == 1 and outcome.denied[0] in REASONS, outcome.detail
         return True
+    if outcome.status == 502 and outcome.denied:  # D1: a name that does not resolve
+        assert outcome.denied == ["dns_failure"], outcome.detail
+        return True
     if outcome.status == 400 and not outcome.denied:
         return True  # mitmproxy's own reader refused it before any hook ran
     assert outcome.status == 200 and outcome.echoed, f"neither refused nor relayed: {outcome}"

@@ -7,10 +7,11 @@ client uses) with every way the review and RFC 3986/9112 parser differentials sp
 another host: userinfo, numeric IPv4 forms, IPv6 brackets, ports, percent-encoding,
 trailing dots, IDNA and look-alike Unicode, case, backslashes, fragments.
 
-Invariants: every HTTP/1 head built here has exactly one empty line, at its end (so one
-connection carries exactly one request), and no Content-Length/Transfer-Encoding (the
-requests have no body, so the proxy never waits for one). Strategies are pure data; the
-test sends them.
+Invariants: no generated field is named Content-Length or Transfer-Encoding (requests
+have no body, so the proxy never waits for one; a value may still smuggle such a line
+behind a bare CR/LF, which must be refused). `one_request` tells whether a head's only
+empty line is its end (one connection, one request); the test skips the others.
+Strategies are pure data; the test sends them.
 """
 
 from __future__ import annotations
