@@ -56,15 +56,16 @@ class Reloader:
         try:
             fresh = configuration.load(self.path)
         except configuration.ConfigError as exc:
-            self.on_result(False)
+            # Logged before it is counted: whoever sees the counter move finds the lines.
             for problem in exc.problems:
                 log.error("reload refused (%s), keeping the running configuration: %s",
                           cause, problem)  # fmt: skip
+            self.on_result(False)
             return False
         self.apply(fresh)
-        self.on_result(True)
         log.warning("configuration reloaded (%s): %d allowlist entries", cause,
                     len(fresh.allowlist))  # fmt: skip
+        self.on_result(True)
         return True
 
 

@@ -31,20 +31,20 @@ pytestmark = pytest.mark.netns
 __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
 
 H2_ECHO = Path(__file__).resolve().parents[1] / "support" / "h2_echo.py"
-H2_PORT = 9443
+H2_PORT = 9446  # 9443 is the redaction tests' HTTP/2 upstream
 
 
 @pytest.fixture(scope="module")
 def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
-    """An HTTP/2-preferring HTTPS upstream on UPSTREAM_IP:9443 (names: *.allowed.test)."""
-    log, ready = e2e_dir / "h2-echo.jsonl", e2e_dir / "h2-echo.ready"
+    """An HTTP/2-preferring HTTPS upstream on UPSTREAM_IP:9446 (names: *.allowed.test)."""
+    log, ready = e2e_dir / "alpn-h2.jsonl", e2e_dir / "alpn-h2.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
         sys.executable, str(H2_ECHO), "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
         "--listen", f"{UPSTREAM_IP}:{H2_PORT}",
     ]  # fmt: skip
-    child = _start_and_wait("h2-echo", argv, e2e_dir, ready)
+    child = _start_and_wait("alpn-h2", argv, e2e_dir, ready)
     try:
         yield JsonLines(log)
     finally:
