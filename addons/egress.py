@@ -278,7 +278,7 @@ class EgressPolicy:
                 if not (flow.request.is_http2 or flow.request.is_http3):
                     asyncio.get_running_loop().call_soon(_hang_up, flow.client_conn)
             else:
-                flow.response = refusal_response(state.decision, state.host)
+                flow.response = refusal_response(state.decision, state.host, flow.request.method)
 
     async def _decide_request(self, policy: Policy, flow: http.HTTPFlow, state: FlowState) -> None:
         """Decide with `policy`, the one snapshot this request uses throughout (D24)."""

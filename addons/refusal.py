@@ -13,15 +13,20 @@ from mitmproxy import http
 from proxy.decision import Decision
 
 
-def refusal_response(decision: Decision, host: str) -> http.Response:
+def refusal_response(decision: Decision, host: str, method: str = "GET") -> http.Response:
+    """The refusal; to a HEAD without its body (RFC 9110 9.3.2), the headers unchanged."""
     body = {
         "error": "egress_denied" if decision.status == 403 else "egress_failed",
         "reason": decision.reason.value,
         "message": decision.message,
         "host": host[:255],
     }
-    return http.Response.make(
+    response = http.Response.make(
         decision.status,
         json.dumps(body).encode() + b"\n",
         {"Content-Type": "application/json", "X-Egress-Denied": decision.reason.value},
     )
+    if method.upper() == "HEAD":
+        # Content-Length still says what a GET would get; no byte of it is sent.
+        response.data.content = b""
+    return response

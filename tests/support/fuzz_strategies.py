@@ -204,8 +204,9 @@ _H2_EXTRA = [
 def h2_header_lists(draw: st.DrawFn) -> list[tuple[bytes, bytes]]:
     """A request header list: pseudo-headers (some missing, some duplicated, some after a
     regular field), `:authority` and `host` that may disagree, connection-specific fields."""
-    # No HEAD: a refusal of an HTTP/2 HEAD carries DATA, which h2 (rightly) rejects as a
-    # protocol error on the client's side; an open finding, docs/decisions.md D34.
+    # No HEAD: the proxy's own refusals of a HEAD carry no body any more (D34), but an
+    # answer produced below the hooks to a malformed HEAD can still carry DATA, which h2
+    # rejects on the client's side. tests/e2e/test_head_refusal_e2e.py covers HEAD.
     method = draw(st.sampled_from(["GET", "GET", "POST", "OPTIONS", "CONNECT", "get"]))
     authority = draw(st.sampled_from(AUTHORITIES + [None]))
     pseudo: list[tuple[bytes, bytes]] = [
