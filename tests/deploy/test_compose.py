@@ -217,7 +217,7 @@ def test_bind_mounted_host_paths_exist() -> None:
     binds = [(n, s, t) for n, svc in SERVICES.items() for s, t, _ in mounts(svc) if is_bind(s)]
     assert binds
     for name, source, target in binds:
-        assert source.startswith("./deploy/compose/"), f"{name}: {source} outside deploy/compose"
+        assert source.startswith("./deploy/"), f"{name}: {source} outside deploy/"
         host = (COMPOSE_FILE.parent / source).resolve()
         assert host.exists(), f"{name}: {source} does not exist"
         if target.endswith((".yaml", ".yml", ".json")):

@@ -241,6 +241,19 @@ def test_prometheus_scrapes_both_proxies_and_both_runners(stack: Stack) -> None:
     )
 
 
+def test_prometheus_loads_the_alert_rules(stack: Stack) -> None:
+    """deploy/prometheus/egress-alerts.yaml, mounted and named in rule_files, is loaded."""
+
+    def groups() -> list[str] | None:
+        found = stack.prometheus("/api/v1/rules")["data"]["groups"]
+        return sorted(g["name"] for g in found) or None
+
+    assert wait_for("rule groups loaded", groups, attempts=30, interval=2) == [
+        "egress-proxy",
+        "hookrunner",
+    ]
+
+
 def health_status(container: str) -> str:
     return run(
         ["docker", "inspect", "--format", "{{.State.Health.Status}}", container], timeout=30
