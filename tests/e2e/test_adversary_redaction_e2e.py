@@ -1,7 +1,7 @@
 """End to end, an upstream that reflects the injected credential back (issue 10, item 6).
 
 The upstream is the echo server (tests/support/echo_server.py: `/echo-location`,
-`/echo-body`) or, for HTTP/2 trailers, tests/support/h2_echo_server.py started here in
+`/echo-body`) or, for HTTP/2 trailers, tests/support/h2_echo.py (HTTP/2 only) started here in
 the upstream namespace. Each test first checks that the secret did reach the upstream
 (so the echo is real), then that the sandbox reads no spelling of it. The percent and
 case tests use a proxy of their own whose secret holds the bytes encoders change.
@@ -27,7 +27,7 @@ from tests.support.testca import Pki
 pytestmark = pytest.mark.netns
 
 H2_PORT = 9443
-H2_SERVER = Path(__file__).resolve().parents[1] / "support" / "h2_echo_server.py"
+H2_SERVER = Path(__file__).resolve().parents[1] / "support" / "h2_echo.py"
 # 27 bytes: a whole number of base64 groups, so its base64 echo is redacted whole.
 ODD_SECRET = f"e2e/To+en= {secrets.token_hex(8)}"
 ODD_CONFIG = f"""\
@@ -65,7 +65,7 @@ def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLin
     argv = topology.exec_prefix(topology.ns_upstream) + [
         sys.executable, str(H2_SERVER), "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
-        "--listen", f"{UPSTREAM_IP}:{H2_PORT}",
+        "--listen", f"{UPSTREAM_IP}:{H2_PORT}", "--alpn", "h2",
     ]  # fmt: skip
     child = procs.start("h2-echo-upstream", argv, e2e_dir)
     try:
@@ -114,7 +114,9 @@ def test_http2_trailers_echoing_the_secret_are_redacted(harness: Harness, h2_ups
             ],
         )
 
-    (record,) = h2_upstream.wait_count(mark, 1)
+    events = h2_upstream.wait_count(mark, 2)  # the handshake, then the request
+    assert [(e["event"], e.get("alpn")) for e in events] == [("tls", "h2"), ("request", None)]
+    record = events[1]
     assert header_values(record, "authorization") == [f"Bearer {harness.secrets[0]}"]
     assert result.status(1) == "200", result.headers
     assert result.bodies[1] == b"trailers follow\n"

@@ -5,10 +5,13 @@ Run as a script inside a network namespace. ALPN is offered in the order given b
 offered). Every event is appended as one JSON line to `--log` before anything is sent:
 
 * `{"event": "tls", "listener", "sni", "alpn"}` after each handshake;
-* `{"event": "request", "listener", "version", "headers": [[name, value], ...]}` for each
-  request (HTTP/2 pseudo-headers included, in order).
+* `{"event": "request", "listener", "version", "path", "headers": [[name, value], ...]}` for
+  each request (HTTP/2 pseudo-headers included, in order).
 
-Each request is answered 200 with `{"version": ..., "headers": ...}` as its JSON body.
+Each request is answered 200 with `{"version": ..., "headers": ...}` as its JSON body,
+except, over HTTP/2, `/trailers?name=H`: a short body, then trailers echoing header H as
+sent, percent-encoded and upper-cased (`x-echoed`, `x-echoed-pct`, `x-echoed-upper`),
+which is what a reflecting upstream sends (the redaction tests).
 When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
 Needs the `h2` package (a mitmproxy dependency, so the test venv has it).
 """
@@ -23,6 +26,7 @@ import signal
 import ssl
 import sys
 from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
 
 import h2.config
 import h2.connection
@@ -39,6 +43,17 @@ class EventLog:
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
+
+
+def trailers_for(headers: list[list[str]]) -> list[tuple[str, str]]:
+    path = dict((n, v) for n, v in headers).get(":path", "/")
+    wanted = parse_qs(urlsplit(path).query).get("name", [""])[0].lower()
+    value = next((v for n, v in headers if n.lower() == wanted), "")
+    return [
+        ("x-echoed", value),
+        ("x-echoed-pct", quote(value, safe="")),
+        ("x-echoed-upper", value.upper()),
+    ]
 
 
 def answer(version: str, headers: list[list[str]]) -> bytes:
@@ -66,9 +81,14 @@ async def serve_h2(
                 ended = event.stream_id
             if ended is not None and ended in pending:
                 headers = pending.pop(ended)
-                log.write(
-                    {"event": "request", "listener": listener, "version": "h2", "headers": headers}
-                )
+                path = dict((n, v) for n, v in headers).get(":path", "/")
+                log.write({"event": "request", "listener": listener, "version": "h2",
+                           "path": path, "headers": headers})  # fmt: skip
+                if urlsplit(path).path == "/trailers":
+                    conn.send_headers(ended, [(":status", "200"), ("content-type", "text/plain")])
+                    conn.send_data(ended, b"trailers follow\n")
+                    conn.send_headers(ended, trailers_for(headers), end_stream=True)
+                    continue
                 body = answer("h2", headers)
                 conn.send_headers(
                     ended,
