@@ -11,7 +11,10 @@ matches its port on *any* address of this host.
 Whether an address is local is asked of the kernel (a bind to it succeeds only if it
 is), so addresses added after start are covered too. `is_local` answers that for any
 address, for the policy's rule that this host's addresses are refused unless a
-single-address entry opens them (docs/decisions.md D22).
+single-address entry opens them (docs/decisions.md D22). It is asked for every address a
+request is decided on, so each answer is kept for `LOCAL_CACHE_S` (a bounded cache): an
+address added to or removed from the host is seen within that time, and a kept-alive
+upstream costs no system call per request.
 
 Invariant: `(ip, port) in self_addresses` is True for every spelling of every
 endpoint the proxy serves.
@@ -22,12 +25,15 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import time
 from collections.abc import Callable, Iterable
 
 from proxy.addresses import match_candidates
 from proxy.hosts import IPAddress
 
 Resolve = Callable[[str, int], list[IPAddress]]
+LOCAL_CACHE_S = 1.0
+LOCAL_CACHE_ENTRIES = 4096
 
 
 class SelfAddressError(Exception):
@@ -44,8 +50,15 @@ def resolve_endpoint(host: str, port: int) -> list[IPAddress]:
 
 class SelfAddresses:
     def __init__(
-        self, endpoints: Iterable[tuple[str, int]] = (), resolve: Resolve = resolve_endpoint
+        self,
+        endpoints: Iterable[tuple[str, int]] = (),
+        resolve: Resolve = resolve_endpoint,
+        probe: Callable[[IPAddress], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._probe = probe or is_local_address
+        self._clock = clock
+        self._local: dict[IPAddress, tuple[float, bool]] = {}  # ip -> (valid until, answer)
         self._exact: set[tuple[IPAddress, int]] = set()
         self._any_address_ports: set[int] = set()
         for host, port in endpoints:
@@ -68,10 +81,20 @@ class SelfAddresses:
             return True
         return port in self._any_address_ports and self.is_local(ip)
 
-    @staticmethod
-    def is_local(ip: IPAddress) -> bool:
+    def is_local(self, ip: IPAddress) -> bool:
         """Whether `ip`, or an IPv4 address it carries, is an address of this host."""
-        return any(is_local_address(candidate) for candidate in match_candidates(ip))
+        return any(self._local_address(candidate) for candidate in match_candidates(ip))
+
+    def _local_address(self, ip: IPAddress) -> bool:
+        now = self._clock()
+        cached = self._local.get(ip)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        answer = self._probe(ip)
+        if len(self._local) >= LOCAL_CACHE_ENTRIES:
+            self._local.clear()  # bounded; a full cache is rare and refills in a second
+        self._local[ip] = (now + LOCAL_CACHE_S, answer)
+        return answer
 
 
 def is_local_address(ip: IPAddress) -> bool:

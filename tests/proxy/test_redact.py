@@ -210,7 +210,10 @@ def test_any_chunking_of_a_body_gives_the_whole_body_replacement(
     matcher = Redactor.build((secret,)).body()
     out = b"".join(piece for c in [*chunks, b""] for piece in matcher(c))
     assert out == body.replace(secret, mask(len(secret)))
-    assert secret not in out or secret in mask(len(secret))
+    # Any mask can be read back as a secret made of the mask's own bytes and the bytes
+    # around it (b"\0" * 9 + b"[" after b"\0" * 9): that shows nothing the body did not.
+    if not set(secret) & set(mask(len(secret))):
+        assert secret not in out
     assert len(out) == len(body)
 
 

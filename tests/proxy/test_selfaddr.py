@@ -62,10 +62,10 @@ def test_wildcard_endpoint_matches_its_port_on_local_addresses_only() -> None:
 
 
 def test_is_local_reads_the_embedded_ipv4() -> None:
-    assert SelfAddresses.is_local(ip("127.0.0.1"))
-    assert SelfAddresses.is_local(ip("::ffff:127.0.0.1"))
-    assert not SelfAddresses.is_local(ip("192.0.2.1"))
-    assert not SelfAddresses.is_local(ip("::ffff:192.0.2.1"))
+    assert SelfAddresses().is_local(ip("127.0.0.1"))
+    assert SelfAddresses().is_local(ip("::ffff:127.0.0.1"))
+    assert not SelfAddresses().is_local(ip("192.0.2.1"))
+    assert not SelfAddresses().is_local(ip("::ffff:192.0.2.1"))
 
 
 def test_a_name_that_does_not_resolve_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,3 +117,23 @@ def test_local_addresses_need_a_single_address_entry(
     assert (picked == ip(address)) is (reason is Reason.ALLOWLISTED)
     if reason is Reason.LOOPBACK:
         assert decision.reason is Reason.LOOPBACK
+
+
+def test_local_answers_are_kept_for_a_second_then_asked_again() -> None:
+    asked: list[str] = []
+    now = [100.0]
+
+    def probe(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        asked.append(str(address))
+        return str(address) == "198.18.0.9"
+
+    own = SelfAddresses(probe=probe, clock=lambda: now[0])
+    assert own.is_local(ip("198.18.0.9")) and own.is_local(ip("::ffff:198.18.0.9"))
+    assert not own.is_local(ip("203.0.113.1"))
+    # The mapped spelling asks about itself once, and its IPv4 from the cache.
+    assert asked == ["198.18.0.9", "::ffff:c612:9", "203.0.113.1"]
+    assert own.is_local(ip("198.18.0.9")) and not own.is_local(ip("203.0.113.1"))
+    assert len(asked) == 3
+    now[0] += 1.5
+    assert own.is_local(ip("198.18.0.9"))
+    assert asked[3:] == ["198.18.0.9"]
