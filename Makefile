@@ -38,9 +38,9 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check proxy addons hookrunner tests demo bench
-	$(BIN)/ruff format --check proxy addons hookrunner tests demo bench
-	$(BIN)/mypy proxy addons hookrunner
+	$(BIN)/ruff check proxy addons hookrunner common tests demo bench
+	$(BIN)/ruff format --check proxy addons hookrunner common tests demo bench
+	$(BIN)/mypy proxy addons hookrunner common
 
 # The three scenarios of the source pages, narrated (needs root: network namespaces).
 demo: install

@@ -1,0 +1,1 @@
+"""What both halves share: configuration problems and observability (metrics, health, logs)."""
