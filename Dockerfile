@@ -77,6 +77,7 @@ COPY pyproject.toml build/wheelhous[e] /wheels/
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY addons ./addons
+COPY common ./common
 COPY hookrunner ./hookrunner
 RUN python3 -m venv /opt/egress \
     && if ls /wheels/*.whl >/dev/null 2>&1; then \
