@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import threading
@@ -25,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import IO, Protocol
+
+from common.clock import utc_timestamp
+from common.jsonlines import json_line
 
 QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0
@@ -66,13 +68,12 @@ class AuditLog:
         return cls(open(target, "a", encoding="utf-8", buffering=1), worker)  # noqa: SIM115 (lives as long as the proxy)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:
-        now = (at or datetime.now(UTC)).isoformat(timespec="milliseconds")
-        line: dict[str, object] = {"time": now.replace("+00:00", "Z")}
+        line: dict[str, object] = {"time": utc_timestamp(at)}
         line.update(asdict(record))
         line["injected"] = list(record.injected)
         line["duration_s"] = round(record.duration_s, 6)
         line["worker"] = self._worker
-        self._stream.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._stream.write(json_line(line))
         if flush:
             self._stream.flush()
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
+from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
 from proxy import health
 from proxy.ca import KeyType, ensure_ca
@@ -63,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM: stop accepting, let transfers in flight run this long, then exit",
     )
     _key_type_option(run, "--ca-key-type")
+    add_log_format_option(run)
     run.add_argument(
         "--dns-cache",
         type=float,
@@ -77,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
     dns.add_argument("--listen", default="127.0.0.1:5353", type=parse_hostport)
     dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
+    add_log_format_option(dns)
 
     check = sub.add_parser("check", help="validate a configuration file")
     check.add_argument("file")
@@ -164,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         drain_seconds=args.drain_seconds,
         watch_interval=args.watch_interval,
         engine=args.engine,
+        log_format=args.log_format,
     )
     try:
         return asyncio.run(serve(settings))
@@ -181,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run_dns(args: argparse.Namespace) -> int:
     from proxy import dns
 
+    # The responder's messages already start with "egress-proxy dns:" in text.
+    log_handler("egress", args.log_format, sys.stderr, "", logging.WARNING)
     try:
         return asyncio.run(dns.run(args.config, args.listen, args.metrics))
     except configuration.ConfigError as exc:

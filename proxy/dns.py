@@ -208,7 +208,7 @@ async def serve(
 
 async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, int]) -> int:
     """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
-    from proxy.metrics import MetricsServer
+    from common.serve import MetricsServer
     from proxy.resolver import CachingResolver, system_resolve
 
     network = configuration.load(config_path)  # ConfigError goes to the CLI

@@ -18,6 +18,8 @@ from __future__ import annotations
 import http.client
 from dataclasses import dataclass
 
+from common.endpoint import format_endpoint
+
 DEFAULT_TIMEOUT = 3.0
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
@@ -34,7 +36,7 @@ def probe(host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> Health:
     """GET http://host:port/healthz once; healthy when the answer is 200."""
     target = _WILDCARDS.get(host, host)
     connection = http.client.HTTPConnection(target, port, timeout=timeout)
-    shown = f"[{target}]:{port}" if ":" in target else f"{target}:{port}"
+    shown = format_endpoint(target, port)
     try:
         connection.request("GET", "/healthz", headers={"Connection": "close"})
         response = connection.getresponse()

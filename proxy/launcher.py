@@ -25,13 +25,16 @@ from typing import TYPE_CHECKING
 import certifi
 from cryptography import x509
 
+from common.endpoint import format_endpoint, parse_endpoint
+from common.logs import JsonLogFormatter, announce
+from common.serve import MetricsServer
 from proxy import config as configuration
 from proxy import lifecycle, limits, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
-from proxy.metrics import MetricsServer, ProxyMetrics
+from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import CachingResolver, system_resolve
+from proxy.resolver import CachingResolver, MeasuredResolver, Resolve, system_resolve
 from proxy.selfaddr import SelfAddressError, SelfAddresses
 
 if TYPE_CHECKING:
@@ -62,13 +65,12 @@ class Settings:
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
     watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
     engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
+    log_format: str = "text"  # or "json": operator messages on stderr as JSON lines
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """`--listen`/`--metrics`: an empty host listens on every IPv4 interface."""
+    return parse_endpoint(text, empty_host="0.0.0.0")
 
 
 def upstream_trust(certs: Path, extra_ca: Path) -> Path:
@@ -99,6 +101,7 @@ async def serve(settings: Settings) -> int:
 
     from addons.egress import EgressPolicy
     from addons.limits import Limits
+    from addons.telemetry import CountingAudit, Telemetry
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
@@ -117,7 +120,10 @@ async def serve(settings: Settings) -> int:
     options, master = _engine(settings.engine)
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
-    master.addons.add(TermLog(out=sys.stderr))
+    termlog = TermLog(out=sys.stderr)
+    if settings.log_format == "json":
+        termlog.logger.setFormatter(JsonLogFormatter())
+    master.addons.add(termlog)
     options.update(  # after the master: its addons declare most of these options
         mode=[settings.mode],
         listen_host=settings.listen[0],
@@ -138,14 +144,21 @@ async def serve(settings: Settings) -> int:
             workers.worker_ready(settings.worker)
             if settings.worker > 0:
                 return  # one banner is enough
-        print(banner(settings, ca_cert, len(network.allowlist)), file=sys.stderr, flush=True)
+        for line in banner(settings, ca_cert, len(network.allowlist)).splitlines():
+            message = line.removeprefix("egress-proxy: ")
+            announce(settings.log_format, sys.stderr, "egress-proxy", "egress", message)
 
-    resolver = system_resolve
+    def on_lookup(result: str, seconds: float) -> None:
+        metrics.dns_lookups.labels(result).inc()
+        metrics.dns_lookup_seconds.observe(seconds)
+
+    resolver: Resolve = MeasuredResolver(system_resolve, on_lookup)
     if settings.dns_cache_seconds > 0:
-        resolver = CachingResolver(system_resolve, max_age=settings.dns_cache_seconds)
+        resolver = CachingResolver(resolver, max_age=settings.dns_cache_seconds)
     policy = Policy(network, own, own.is_local)
-    addon = EgressPolicy(policy, metrics, audit, on_running, resolver=resolver)
-    master.addons.add(Limits(metrics), addon)
+    counted = CountingAudit(audit, metrics)
+    addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
+    master.addons.add(Limits(metrics), addon, Telemetry(metrics))
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
@@ -225,8 +238,8 @@ def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
     try:
         return MetricsServer(settings.metrics, metrics.registry)
     except OSError as exc:
-        host, port = settings.metrics
-        raise LaunchError(f"cannot listen for metrics on {host}:{port}: {exc.strerror}") from exc
+        shown = format_endpoint(*settings.metrics)
+        raise LaunchError(f"cannot listen for metrics on {shown}: {exc.strerror}") from exc
 
 
 def banner(settings: Settings, ca_cert: Path, entries: int) -> str:

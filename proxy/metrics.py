@@ -1,4 +1,4 @@
-"""The proxy's Prometheus metrics and the small HTTP server that exposes them.
+"""The proxy's Prometheus metrics (served by `common.serve.MetricsServer`).
 
 Invariants:
 * Every label value comes from a bounded set: `decision` and `reason` from the
@@ -10,25 +10,24 @@ Invariants:
 
 from __future__ import annotations
 
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     disable_created_metrics,
-    generate_latest,
 )
 
+from common.serve import add_build_info
 from proxy.decision import REPORTABLE, Reason
 from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
 
+DIRECTIONS = ("upstream", "downstream")
+DNS_RESULTS = ("ok", "failed", "timeout")
+UPSTREAM_ERRORS = ("connect", "tls")
+_DNS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -113,72 +112,48 @@ class ProxyMetrics:
             self.duration.labels(decision)
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)
+        self._operator_metrics(r)
 
+    def _operator_metrics(self, r: CollectorRegistry) -> None:
+        """What an operator looks at first (issue 14): build, process, bytes, DNS, TLS.
 
-# /healthz fails when the event loop has not stamped its heartbeat for this long.
-STALL_S = 10.0
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: MetricsServer
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
-        elif path == "/healthz":
-            problem = self.server.problem()
-            if problem is None:
-                self._reply(200, b"ok\n", "text/plain")
-            else:
-                self._reply(503, problem.encode() + b"\n", "text/plain")
-        else:
-            self._reply(404, b"not found\n", "text/plain")
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass  # scrapes are not news
-
-
-class MetricsServer(ThreadingHTTPServer):
-    """Serves `/metrics` and `/healthz` from a daemon thread.
-
-    `/healthz` is 200 once `ready` is set, unless the proxy is draining (SIGTERM) or its
-    event loop stopped stamping `heartbeat` (a wedged loop): then 503 with the cause.
-    """
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
-        self.registry = registry
-        self.ready = threading.Event()
-        self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
-        self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
-        if ":" in address[0]:
-            self.address_family = __import__("socket").AF_INET6
-        super().__init__(address, _Handler)
-        self._thread = threading.Thread(target=self.serve_forever, name="metrics", daemon=True)
-
-    def problem(self) -> str | None:
-        """Why the proxy is not healthy (the /healthz body), or None when it is."""
-        if not self.ready.is_set():
-            return "starting"
-        if self.draining.is_set():
-            return "draining"
-        beat = self.heartbeat
-        if beat is not None and time.monotonic() - beat > STALL_S:
-            return "event loop stalled"
-        return None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+        Fed by addons/telemetry.py and the resolver wrapper of proxy/resolver.py. Labels
+        only from `DIRECTIONS`, `DNS_RESULTS` and `UPSTREAM_ERRORS`, created at zero;
+        never a host name.
+        """
+        self.build_info = add_build_info(r, "egress")
+        self.bytes = Counter(
+            "egress_bytes_total",
+            "Payload bytes relayed, by direction: upstream (sandbox to server) or downstream.",
+            ["direction"],
+            registry=r,
+        )
+        self.dns_lookups = Counter(
+            "egress_dns_lookups_total",
+            "Name lookups the proxy made (cache misses), by result (ok, failed, timeout).",
+            ["result"],
+            registry=r,
+        )
+        self.dns_lookup_seconds = Histogram(
+            "egress_dns_lookup_seconds",
+            "Time one name lookup of the proxy took, whatever its result.",
+            buckets=_DNS_BUCKETS,
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "egress_upstream_errors_total",
+            "Upstream connections that failed, by kind: connect (TCP) or tls (handshake).",
+            ["kind"],
+            registry=r,
+        )
+        self.client_tls_failures = Counter(
+            "egress_client_tls_failures_total",
+            "TLS handshakes with a client that failed (often: the sandbox does not trust the CA).",
+            registry=r,
+        )
+        for direction in DIRECTIONS:
+            self.bytes.labels(direction)
+        for result in DNS_RESULTS:
+            self.dns_lookups.labels(result)
+        for kind in UPSTREAM_ERRORS:
+            self.upstream_errors.labels(kind)

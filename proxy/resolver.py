@@ -3,6 +3,7 @@
 Uses getaddrinfo, so /etc/hosts, nsswitch and resolv.conf apply exactly as for
 any other program on the host (SPEC 5). The caller checks every answer and
 pins the one it connects to; nothing here is trusted beyond parsing.
+`MeasuredResolver` counts and times the lookups that reach the resolver (cache misses).
 """
 
 from __future__ import annotations
@@ -76,3 +77,36 @@ class CachingResolver:
         while len(self._answers) > self._max_entries:
             self._answers.popitem(last=False)
         return addresses
+
+
+class MeasuredResolver:
+    """Times and counts every lookup of the resolver it wraps, then passes the answer on.
+
+    `observe(result, seconds)` is called once per lookup, with `result` one of "ok",
+    "failed" (the resolver raised OSError: no such name, no server, SERVFAIL) or
+    "timeout" (the caller gave up: cancelled or timed out). The name is never passed on:
+    host names are chosen by the sandbox and would make an unbounded label.
+    """
+
+    def __init__(
+        self,
+        resolve: Resolve,
+        observe: Callable[[str, float], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._resolve = resolve
+        self._observe = observe
+        self._clock = clock
+
+    async def __call__(self, name: str, port: int) -> list[IPAddress]:
+        started = self._clock()
+        result = "failed"
+        try:
+            addresses = await self._resolve(name, port)
+            result = "ok"
+            return addresses
+        except (asyncio.CancelledError, TimeoutError):
+            result = "timeout"
+            raise
+        finally:
+            self._observe(result, self._clock() - started)

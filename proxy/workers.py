@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import multiprocess as prometheus_multiprocess
 
+from common.serve import MetricsServer
 from proxy import config as configuration
-from proxy.metrics import MetricsServer
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -55,6 +55,7 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     ready.mkdir()
     registry = CollectorRegistry()
     prometheus_multiprocess.MultiProcessCollector(registry, path=str(multiproc))
+    ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}
     command = [sys.executable, "-m", "proxy.cli", *argv]

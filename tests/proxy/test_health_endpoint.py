@@ -1,4 +1,4 @@
-"""/healthz of the metrics server (proxy/metrics.py): starting, ready, draining, a wedged loop."""
+"""/healthz of the metrics server (common/serve.py): starting, ready, draining, a wedged loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.metrics import STALL_S, MetricsServer
+from common.serve import STALL_S, MetricsServer
 
 
 @pytest.fixture

@@ -1,0 +1,134 @@
+"""The metrics and health server of both halves: `/metrics` and `/healthz` on one port.
+
+`MetricsServer` serves a Prometheus registry from a daemon thread. `/healthz` is 200
+once `ready` is set, unless the process is draining (SIGTERM) or the owner's event
+loop stopped stamping `heartbeat` for `STALL_S` seconds (a wedged loop): then 503
+with the cause as the body. Scrapes are not logged.
+
+`add_build_info` registers `<area>_build_info{version}` (always 1) and, on a registry
+of the process's own, the `process_*` series (CPU, memory, open files, start time);
+prometheus_client's default registry already carries those.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Gauge,
+    ProcessCollector,
+    generate_latest,
+)
+
+from common.endpoint import format_endpoint
+
+# /healthz fails when the event loop has not stamped its heartbeat for this long.
+STALL_S = 10.0
+DISTRIBUTION = "sandbox-egress"
+
+
+def version() -> str:
+    """The installed version of this project ("unknown" when run from a bare checkout)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_build_info(registry: CollectorRegistry, area: str, *, process: bool = True) -> Gauge:
+    """`<area>_build_info{version}` = 1, and `process_*` unless the registry has them."""
+    info = Gauge(
+        f"{area}_build_info",
+        "Always 1; the label says which version of the program is running.",
+        ["version"],
+        registry=registry,
+        multiprocess_mode="max",
+    )
+    info.labels(version()).set(1)
+    if process and registry is not REGISTRY:
+        ProcessCollector(registry=registry)
+    return info
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            problem = self.server.problem()
+            if problem is None:
+                self._reply(200, b"ok\n", "text/plain")
+            else:
+                self._reply(503, problem.encode() + b"\n", "text/plain")
+        else:
+            self._reply(404, b"not found\n", "text/plain")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass  # scrapes are not news
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """Serves `/metrics` and `/healthz` from a daemon thread (see the module docstring).
+
+    Binding happens in the constructor (OSError when the port is taken); `start` begins
+    serving, `stop` ends it and joins the thread.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.ready = threading.Event()
+        self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
+        self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+        self._thread = threading.Thread(target=self.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port): the real port when 0 was asked for."""
+        host, port = self.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{format_endpoint(*self.address)}/metrics"
+
+    def problem(self) -> str | None:
+        """Why the process is not healthy (the /healthz body), or None when it is."""
+        if not self.ready.is_set():
+            return "starting"
+        if self.draining.is_set():
+            return "draining"
+        beat = self.heartbeat
+        if beat is not None and time.monotonic() - beat > STALL_S:
+            return "event loop stalled"
+        return None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.shutdown()
+            self._thread.join()
+        self.server_close()
