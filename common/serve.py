@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 
@@ -42,8 +43,24 @@ def version() -> str:
         return "unknown"
 
 
+_build_infos: weakref.WeakKeyDictionary[CollectorRegistry, Gauge] = weakref.WeakKeyDictionary()
+_build_infos_lock = threading.Lock()
+
+
 def add_build_info(registry: CollectorRegistry, area: str, *, process: bool = True) -> Gauge:
-    """`<area>_build_info{version}` = 1, and `process_*` unless the registry has them."""
+    """`<area>_build_info{version}` = 1, and `process_*` unless the registry has them.
+
+    Once per registry: a second call returns the gauge of the first (a program that
+    serves the process-wide registry may start its server more than once).
+    """
+    with _build_infos_lock:
+        found = _build_infos.get(registry)
+        if found is None:
+            found = _build_infos[registry] = _add_build_info(registry, area, process)
+        return found
+
+
+def _add_build_info(registry: CollectorRegistry, area: str, process: bool) -> Gauge:
     info = Gauge(
         f"{area}_build_info",
         "Always 1; the label says which version of the program is running.",

@@ -16,27 +16,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
+from common.endpoint import parse_endpoint
+from common.jsonlines import json_line
+from common.logs import LineLogger, add_log_format_option, log_handler
+from common.serve import MetricsServer, add_build_info
 from hookrunner.api import HookSession, parse_event_payload
 from hookrunner.ax.cli import add_fire_parser, run_fire
 from hookrunner.ax.loader import validate_ax_files
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
 from hookrunner.isolation import make_undumpable
 from hookrunner.loader import load_config
-from hookrunner.metrics import HookMetrics, default_metrics, parse_address, serve
+from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.model import Event
 from hookrunner.tools import TOOLS
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
+log = logging.getLogger("hookrunner")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookrunner", description="Run hooks.json hooks.")
+    add_log_format_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def common(sub: argparse.ArgumentParser) -> None:
@@ -83,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
     args = _parser().parse_args(argv)
+    log_handler("hookrunner", args.log_format, sys.stderr, "hookrunner")
     try:
         if args.command == "validate":
             return _validate(args)
@@ -104,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(f"hookrunner: {text}\n")
+    log.info(text)
 
 
 def _emit(document: dict[str, Any]) -> None:
-    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8") + b"\n")
+    sys.stdout.buffer.write(json_line(document, ascii_only=False, compact=False).encode("utf-8"))
     sys.stdout.buffer.flush()
 
 
@@ -130,6 +139,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookSession:
+    # Text: the session writes its lines to stderr itself, as always; JSON: through `log`.
+    stream = cast(TextIO, LineLogger(log, "hookrunner")) if args.log_format == "json" else None
     return HookSession(
         args.workspace,
         system_config=args.system_config,
@@ -139,6 +150,7 @@ def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookS
         metrics=metrics or HookMetrics(),
         tool_timeout=getattr(args, "tool_timeout", 300.0),
         tool_user=getattr(args, "tool_user", None),
+        stream=stream,
     )
 
 
@@ -175,23 +187,28 @@ def _exec(args: argparse.Namespace) -> int:
 
 def _session(args: argparse.Namespace) -> int:
     try:
-        address = parse_address(args.metrics) if args.metrics else None
+        address = parse_endpoint(args.metrics, port_zero=True) if args.metrics else None
     except ValueError as exc:
         raise UsageError(f"--metrics: {exc}") from None
     metrics = default_metrics() if address else HookMetrics()
     session = _open(args, metrics)
-    server = serve(metrics, *address) if address else None
+    server = None
+    if address is not None:
+        add_build_info(metrics.registry, "hookrunner")
+        server = MetricsServer(address, metrics.registry)
+        server.start()
     try:
         if server is not None:
-            host, port = server.address
-            _say(f"metrics on http://{host}:{port}/metrics")
+            _say(f"metrics on {server.url}")
         _say("session ready")
+        if server is not None:
+            server.ready.set()  # /healthz: 200 from here on
         for line in sys.stdin.buffer:
             if line.strip():
                 _emit(_answer(session, line))
     finally:
         if server is not None:
-            server.close()
+            server.stop()
     return 0
 
 

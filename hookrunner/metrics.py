@@ -15,16 +15,15 @@
 
 Label values come only from those enums: never a group name, a command, a URL
 or a tool name chosen by the sandbox. Each ``HookMetrics`` has its own
-registry unless given one, so tests can use a fresh one.
+registry unless given one, so tests can use a fresh one. They are served by
+`common.serve.MetricsServer` (`hookrunner session --metrics`).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from http.server import HTTPServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -222,34 +221,3 @@ def default_metrics() -> HookMetrics:
         if _default is None:
             _default = HookMetrics(REGISTRY)
         return _default
-
-
-@dataclass
-class MetricsServer:
-    """A running /metrics endpoint; ``close`` stops it and joins its thread."""
-
-    server: HTTPServer
-    thread: threading.Thread
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.server.server_address[:2]
-        return str(host), int(port)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
-def serve(metrics: HookMetrics, host: str, port: int) -> MetricsServer:
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
-    return MetricsServer(server, thread)
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) to a (host, port) pair."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535 or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)

@@ -27,9 +27,9 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from common.clock import utc_timestamp
 from hookrunner.ax.model import OBSERVATION_EVENTS, TOOL_EVENTS, AxEvent
 from hookrunner.ax.vocabulary import claude_code_input, claude_code_name
 from hookrunner.errors import PayloadError
@@ -64,7 +64,7 @@ _TOOL_KEYS = ("tool", "tool_call_id")
 
 
 def now_timestamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc_timestamp()
 
 
 @dataclass(frozen=True)

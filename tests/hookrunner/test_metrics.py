@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hookrunner.metrics import HookMetrics, parse_address, possible_outcomes
+from hookrunner.metrics import HookMetrics, possible_outcomes
 from hookrunner.model import Event, HandlerType, Outcome
 
 FAILURES_BY_TYPE = {
@@ -58,21 +58,3 @@ def test_a_given_registry_is_used_and_help_text_is_present() -> None:
         "hook_decisions_total",
     ):
         assert f"# HELP {name.removesuffix('_total')}" in text or f"# HELP {name}" in text
-
-
-@pytest.mark.parametrize(
-    ("text", "address"),
-    [
-        ("127.0.0.1:9465", ("127.0.0.1", 9465)),
-        ("[::1]:0", ("::1", 0)),
-        ("localhost:1", ("localhost", 1)),
-    ],
-)
-def test_parse_address(text: str, address: tuple[str, int]) -> None:
-    assert parse_address(text) == address
-
-
-@pytest.mark.parametrize("text", ["9464", ":9464", "host:", "host:http", "h:70000"])
-def test_parse_address_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_address(text)

@@ -1,0 +1,35 @@
+"""The shared metrics server (common/serve.py): build info, process series, bound address."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+
+from common.serve import MetricsServer, add_build_info, version
+
+
+def test_build_info_and_process_series_once_per_registry() -> None:
+    registry = CollectorRegistry()
+    first = add_build_info(registry, "egress")
+    assert add_build_info(registry, "egress") is first  # a second call is harmless
+    assert registry.get_sample_value("egress_build_info", {"version": version()}) == 1.0
+    assert version() != "unknown"  # installed with `make install`
+    start = registry.get_sample_value("process_start_time_seconds")
+    assert start is not None and start > 1_600_000_000
+
+
+def test_serves_metrics_on_the_port_it_got() -> None:
+    registry = CollectorRegistry()
+    add_build_info(registry, "hookrunner")
+    server = MetricsServer(("127.0.0.1", 0), registry)
+    server.start()
+    try:
+        host, port = server.address
+        assert (host, server.url) == ("127.0.0.1", f"http://127.0.0.1:{port}/metrics")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(server.url, timeout=5) as response:
+            text = response.read().decode()
+        assert f'hookrunner_build_info{{version="{version()}"}} 1.0' in text.splitlines()
+    finally:
+        server.stop()
