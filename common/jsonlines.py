@@ -17,4 +17,3 @@ def json_line(document: Any, *, ascii_only: bool = True, compact: bool = True) -
     """The document as one line of JSON, newline included."""
     separators = (",", ":") if compact else (", ", ": ")
     return json.dumps(document, separators=separators, ensure_ascii=ascii_only) + "\n"
-

@@ -30,4 +30,3 @@ def test_spaced_lines_for_the_hook_runner_results() -> None:
     assert json_line({"decision": "allow", "n": [1, 2]}, compact=False) == (
         '{"decision": "allow", "n": [1, 2]}\n'
     )
-
