@@ -16,6 +16,7 @@ import ssl
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,18 +106,22 @@ def settled(process: ProxyProcess, expected: dict[str, float]) -> dict[str, floa
 ZERO = dict.fromkeys(TELEMETRY, 0.0)
 
 
-def test_a_client_that_does_not_trust_the_ca_counts_one_failure(proxy: PrivateProxy):
-    before = telemetry(proxy.process.scrape())
-    assert before == ZERO
+def distrust_the_ca(proxy: PrivateProxy) -> None:
+    """CONNECT, then a TLS handshake that trusts the system roots only, not the proxy CA."""
     conn = proxy.view.conn()
     try:
         assert conn.connect("api.allowed.test:443").status == 200
-        distrustful = ssl.create_default_context(cafile=None)  # the system roots only
-        distrustful.load_default_certs()
+        distrustful = ssl.create_default_context()
         with pytest.raises(ssl.SSLCertVerificationError):
             conn.start_tls(distrustful, "api.allowed.test")
     finally:
         conn.close()
+
+
+def test_a_client_that_does_not_trust_the_ca_counts_one_failure(proxy: PrivateProxy):
+    before = telemetry(proxy.process.scrape())
+    assert before == ZERO
+    distrust_the_ca(proxy)
     # The CONNECT's own lookup of api.allowed.test (hosts file) is the one DNS lookup.
     expected = {**ZERO, "client_tls": 1.0, "dns_ok": 1.0, "dns_timed": 1.0}
     assert settled(proxy.process, expected) == expected
@@ -198,3 +203,17 @@ def test_log_format_json_writes_the_banner_as_json_lines(
     )
     assert {(d["level"], d["logger"]) for d in documents} == {("info", "egress")}
     assert all(d["time"].endswith("Z") for d in documents)
+
+    # mitmproxy's own messages take the same format.
+    distrust_the_ca(started)
+    seen: list[dict[str, Any]] = []
+
+    def logged() -> bool:
+        lines = started.process.child.stderr.read_text().splitlines()[len(documents) :]
+        seen[:] = [json.loads(line) for line in lines]
+        return any("Client TLS handshake failed" in d["message"] for d in seen)
+
+    procs.wait_until("the handshake failure logged", logged, timeout=5, child=started.process.child)
+    [failure] = [d for d in seen if "Client TLS handshake failed" in d["message"]]
+    assert (failure["level"], failure["logger"].split(".")[0]) == ("warning", "mitmproxy"), failure
+    assert "does not trust the proxy's certificate for api.allowed.test" in failure["message"]
