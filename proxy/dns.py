@@ -208,11 +208,12 @@ async def serve(
 
 async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, int]) -> int:
     """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
-    from common.serve import MetricsServer
+    from common.serve import MetricsServer, add_build_info
     from proxy.resolver import CachingResolver, system_resolve
 
     network = configuration.load(config_path)  # ConfigError goes to the CLI
     metrics = DnsMetrics()
+    add_build_info(metrics.registry, "egress")
     responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
     server = MetricsServer(metrics_at, metrics.registry)
     stop = asyncio.Event()
