@@ -1,5 +1,8 @@
 """compose.yaml started for real: images built, both profiles up, the source scenario run.
 
+Also, from inside the transparent sandbox: its DNS is `egress-proxy dns` and no other
+resolver, and both sandboxes run with compose.yaml's resource limits (docker inspect).
+
 Needs a running Docker engine, the base image and a Compose implementation
 (`.ci/run` calls scripts/container-engine and scripts/base-image first;
 docs/operations.md, "Containers without a registry"). Every address probed is
