@@ -624,7 +624,7 @@ def test_rule_checker_fails_on_a_wrong_port_a_wrong_uid_or_no_drop() -> None:
         ),
         (script.replace("-o lo -d 127.0.0.1 -j ACCEPT", "-o lo -j ACCEPT"), good),
         (
-            script.replace("iptables -t nat -A OUTPUT -j", "iptables -t nat -A OUTPUT -p tcp -j"),
+            script.replace("-t nat -I OUTPUT 1 -j", "-t nat -I OUTPUT 1 -p tcp -j"),
             good,
         ),
     ]:
@@ -641,6 +641,17 @@ def test_rule_checker_fails_on_a_wrong_port_a_wrong_uid_or_no_drop() -> None:
     )
     with pytest.raises(AssertionError, match="DNS redirected to 127.0.0.1:5353"):
         check_transparent_rules(without_dns_accept, **good)
+
+
+def test_sidecar_rules_are_the_ones_the_compose_test_runs() -> None:
+    """compose.yaml's `netfilter` runs in the same shape (the sandbox in the proxy's
+    network namespace) and tests/deploy/test_compose_up.py exercises it for real: with
+    the same rules, that run covers the sidecar's too."""
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    composed = compose["services"]["netfilter"]["command"]
+    sidecar = workload("sandbox-sidecar").container("egress-netinit")["command"]
+    assert composed[:2] == sidecar[:2] == ["sh", "-euc"]
+    assert parse_rules(sidecar[2]) == parse_rules(composed[2])
 
 
 # -- hooks ---------------------------------------------------------------------------------
