@@ -548,6 +548,7 @@ def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
         "pyproject.toml README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
     ]
@@ -607,6 +608,7 @@ def test_dockerignore_admits_only_the_sources() -> None:
         "README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
         "build/wheelhouse/*.whl",

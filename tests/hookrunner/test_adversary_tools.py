@@ -105,6 +105,7 @@ def test_read_file_may_still_read_the_hooks(env: Env) -> None:
 
 
 @pytest.mark.parametrize("how", ["flag", "variable", "api"])
+@pytest.mark.privileged
 def test_full_env_does_not_reach_code_execution(env: Env, how: str) -> None:
     seen = env.root / "hook-saw"
     env.hooks(

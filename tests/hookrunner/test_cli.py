@@ -89,6 +89,7 @@ def seed(env: Env) -> None:
     )
 
 
+@pytest.mark.privileged
 def test_seed_security_gate_through_exec(env: Env) -> None:
     seed(env)
     forbidden = env.root / "forbidden"
@@ -212,6 +213,7 @@ def test_usage_and_payload_errors_exit_2(
     assert message in result.stderr
 
 
+@pytest.mark.privileged
 def test_exec_tool_failure_and_escape(env: Env) -> None:
     failed = cli(
         env, "exec", "code_execution", stdin={"code": "echo o; exit 5", "language": "bash"}
