@@ -206,7 +206,8 @@ def nobody_session(workspace: Path, **environ: str) -> HookSession:
 @pytest.mark.privileged
 def test_tools_run_as_nobody_and_cannot_signal_or_read_the_runner(open_ws: Path) -> None:
     session = nobody_session(open_ws, API_SECRET_TOKEN="s3cret-value-x")
-    assert session.tool_user is not None and session.tool_user.uid == NOBODY
+    assert session.tool_user is not None
+    assert session.tool_user.uid == NOBODY
     code = (
         "id -u; id -g; kill -0 $PPID 2>/dev/null || echo kill-refused; "
         "cat /proc/$PPID/environ >/dev/null 2>&1 || echo environ-refused; "

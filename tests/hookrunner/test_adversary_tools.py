@@ -240,7 +240,8 @@ def _flipping(env: Env, inside: Path, outside: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+    assert flipper.stdout is not None
+    assert flipper.stdout.readline() == "flipping\n"
     return flipper
 
 
