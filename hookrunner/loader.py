@@ -1,6 +1,6 @@
 """Discovery and loading of hooks.json files into one configuration snapshot.
 
-Invariants (SPEC 2.1):
+Invariants (docs/hooks.md#discovery):
 * the operator file (``/.agents/hooks.json`` or ``--system-config``) comes
   first, then ``<workspace>/.agents/hooks.json``;
 * one file reached both ways (the workspace is ``/``, a symlink, a bind mount)

@@ -124,7 +124,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class EventPayload:
-    """The JSON a handler receives on stdin or as the POST body (SPEC 2.4).
+    """The JSON a handler receives on stdin or as the POST body (docs/hooks.md#events-and-payloads).
 
     Payloads are open: the fields of the caller's payload the runner does not
     read (``extra`` at the top level, ``call_extra`` inside ``tool_call``, such

@@ -1,4 +1,4 @@
-"""End to end, the command line (SPEC 5): `check`, `ca`, and `run` refusing a bad configuration.
+"""End to end, the command line (README.md#command-line): `check`, `ca`, and `run` refusing a bad configuration.
 
 These run the real `egress-proxy` executable. A bad configuration must be reported with
 the file name, the entry index and the problem, and never with a secret value, whether

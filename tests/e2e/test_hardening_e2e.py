@@ -1,4 +1,4 @@
-"""End to end, regular mode against a hostile sandbox (SPEC 1.3, 1.6, 1.7; issue 3):
+"""End to end, regular mode against a hostile sandbox (docs/configuration.md#destinations-always-refused; docs/configuration.md#modes-and-protocols; docs/configuration.md#audit-log; issue 3):
 HTTP/2 fronting, DNS rebinding and multi-answer names, configuration reload under
 traffic, and metric labels that attacker-chosen host names cannot grow.
 

@@ -1,4 +1,4 @@
-"""HTTP hooks travel through the real egress proxy and get its credentials (SPEC 2.5, 1.4).
+"""HTTP hooks travel through the real egress proxy and get its credentials (docs/hooks.md#execution-and-decisions; docs/configuration.md#transform).
 
 The hook runner runs as the sandbox would: `HTTPS_PROXY` names the proxy,
 `SSL_CERT_FILE` the proxy CA, and hooks.json holds no secret. The upstream must

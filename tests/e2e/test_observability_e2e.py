@@ -1,4 +1,4 @@
-"""End to end, what the proxy reports: audit lines (SPEC 1.7) and Prometheus metrics (SPEC 5),
+"""End to end, what the proxy reports: audit lines (docs/configuration.md#audit-log) and Prometheus metrics (README.md#command-line),
 checked against traffic this module sends itself."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""End to end, streamed bodies with bounded proxy memory (SPEC 1.6; issue 3).
+"""End to end, streamed bodies with bounded proxy memory (docs/configuration.md#modes-and-protocols; issue 3).
 
 A 1 GiB download and a 1 GiB upload pass through a proxy of the test's own, over plain
 HTTP and inside an intercepted TLS tunnel (with a transform), each byte counted and

@@ -1,4 +1,4 @@
-"""End to end, transparent mode (SPEC 1.3, 1.6; issue 3): a sandbox that knows nothing of
+"""End to end, transparent mode (docs/configuration.md#destinations-always-refused; docs/configuration.md#modes-and-protocols; issue 3): a sandbox that knows nothing of
 the proxy, routed through a gateway whose firewall (docs/operations.md, word for word)
 redirects every TCP connection to `egress-proxy run --mode transparent`.
 
