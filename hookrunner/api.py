@@ -181,7 +181,8 @@ class HookSession:
 def parse_event_payload(
     event: Event, document: Any, *, default_environment_id: str = ""
 ) -> EventPayload:
-    """Check the docs/hooks.md#events-and-payloads payload read by ``hookrunner run``: only the fields the runner reads."""
+    """Check the docs/hooks.md#events-and-payloads payload read by ``hookrunner run``: only the
+    fields the runner reads."""
     if not isinstance(document, dict):
         raise PayloadError("the payload must be a JSON object")
     call = document.get("tool_call")

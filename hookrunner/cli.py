@@ -1,4 +1,5 @@
-"""``hookrunner``: validate, run and exec (docs/hooks.md#command-line), a long-lived session, and ``fire``.
+"""``hookrunner``: validate, run and exec (docs/hooks.md#command-line), a long-lived session, and
+``fire``.
 
 Exit codes:
 * ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json``

@@ -1,4 +1,5 @@
-"""The AX Code / Claude Code lifecycle-hook dialect (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson): ``.ax-code/hooks.json``.
+"""The AX Code / Claude Code lifecycle-hook dialect
+(docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson): ``.ax-code/hooks.json``.
 
 Pure core: ``model`` (events, entries, the closed outcome and cause sets),
 ``matcher`` (AX matchers), ``schema`` and ``loader`` (the file, trust),

@@ -21,7 +21,8 @@ Legacy entries (no ``protocol``):
   under ``hookSpecificOutput``, the stricter when both) ``deny`` blocks, ``ask``
   asks, ``allow`` continues, then the older ``decision`` ``block``/``approve``.
   Anything else (not UTF-8, not JSON, not an object, repeated keys, an unknown
-  ``permissionDecision``, truncated output) is malformed and blocks: docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson
+  ``permissionDecision``, truncated output) is malformed and blocks:
+  docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson
   "malformed stdout blocks". A ``reason`` that is not a string does not turn a
   deny into an allow: the default reason is used;
 * exit 0 on ``UserPromptSubmit`` (Claude Code's context injection): plain

@@ -1,6 +1,7 @@
 """Discovery of AX hooks files, and the trust that lets a repository's file run.
 
-Invariants (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson; the source page's "Activar paquetes"):
+Invariants (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson; the source page's
+"Activar paquetes"):
 * ``<workspace>/.ax-code/hooks.json`` is repository-controlled code, so it is
   loaded only when trusted from outside the repository: the runner's
   environment has ``AX_CODE_TRUST_PROJECT_CONFIG`` exactly ``1``, or the
