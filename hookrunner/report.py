@@ -1,4 +1,4 @@
-"""Warnings and decision lines: one structured line each, on stderr and in the metrics.
+"""Warnings and decision lines: one structured line each, logged and in the metrics.
 
 Line format (logfmt; values with spaces or quotes are JSON-quoted)::
 
@@ -6,7 +6,8 @@ Line format (logfmt; values with spaces or quotes are JSON-quoted)::
         group=security-gate where="/.agents/hooks.json $.security-gate.pre_tool_execution[0]..."
         cause="did not finish within 10 s; its process group was killed" action=allowed
 
-(one physical line). ``kind`` is a ``WarningKind``. Every line goes through
+(one physical line). ``kind`` is a ``WarningKind`` (``config`` and ``fail_open``
+are every dialect's; a dialect adds its own enum of kinds). Every line goes through
 the ``Redactor`` built from the runner's environment, so no secret value of
 that environment can be printed, whatever a handler wrote to its stderr.
 """
@@ -34,6 +35,7 @@ _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 class WarningKind(StrEnum):
     CONFIG = "config"  # a configuration problem; that part is skipped or ignored
     FAIL_OPEN = "fail_open"  # a pre handler failed and the call was allowed
+    # The hooks.json dialect's:
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one
     POST_FAILURE = "post_failure"  # a post handler failed (nothing to allow or deny)
     # A dialect adds its own kinds (``hookrunner.ax.model.AxWarningKind``).
@@ -53,7 +55,7 @@ class Reporter:
     Lines go to ``stream`` when one is given, else through ``logging`` (the logger
     ``hookrunner.report``: warnings at WARNING, decision lines at INFO), so a runtime
     that embeds the Python API routes them with its own handlers; the command line
-    prints them on stderr as they are (``hookrunner.cli``).
+    prints them on stderr as they are (``console.configure_logging``).
     """
 
     def __init__(
