@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
 from hookrunner.schema import loads_strict
 
 MAX_REASON_CHARS = 4096

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from hookrunner import contain
-from hookrunner.api import HookSession
 from hookrunner.isolation import hook_environment, runner_owned
 from hookrunner.metrics import HookMetrics
+from hookrunner.session import HookSession
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ
 
 NOBODY = 65534
@@ -301,7 +301,7 @@ def test_same_uid_code_cannot_read_the_cli_runners_environ(env: Env) -> None:
 def test_same_uid_code_cannot_read_the_api_runners_environ(env: Env) -> None:
     script = (
         "import io, json, sys\n"
-        "from hookrunner.api import HookSession\n"
+        "from hookrunner.session import HookSession\n"
         "from hookrunner.metrics import HookMetrics\n"
         f"s = HookSession({str(env.workspace)!r}, system_config={str(env.system_config)!r},"
         " tool_user='root', metrics=HookMetrics(), stream=io.StringIO())\n"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from hookrunner.api import HookSession
 from hookrunner.errors import PayloadError, WorkspaceError
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
+from hookrunner.session import HookSession
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
 DENY = """echo '{"decision": "deny", "reason": "%s"}'"""

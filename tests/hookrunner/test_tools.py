@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.api import HookSession
 from hookrunner.metrics import HookMetrics
+from hookrunner.session import HookSession
 from hookrunner.tools import ToolResult, Workspace, run_tool
 from tests.hookrunner.helpers import base_environ
 
