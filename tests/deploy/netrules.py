@@ -88,14 +88,18 @@ def check_transparent_rules(
     # then loopback, then every other TCP connection to the listener.
     assert [r.target for r in steps] == ["RETURN", "REDIRECT", "REDIRECT", "RETURN", "REDIRECT"]
     owner, dns_udp, dns_tcp, loopback, last = steps
-    assert owner.option("-m") == "owner" and owner.option("--uid-owner") == str(proxy_uid)
+    assert owner.option("-m") == "owner", owner
+    assert owner.option("--uid-owner") == str(proxy_uid), owner
     for rule, protocol in ((dns_udp, "udp"), (dns_tcp, "tcp")):
-        assert rule.option("-p") == protocol and rule.option("--dport") == "53", rule
+        assert rule.option("-p") == protocol, rule
+        assert rule.option("--dport") == "53", rule
         assert rule.option("--to-ports") == str(dns_port), rule
         assert rule.option("-d") is None, "DNS to every server goes to the responder"
     assert loopback.args == ("-o", "lo", "-j", "RETURN"), loopback
-    assert last.option("-p") == "tcp" and last.option("--to-ports") == str(listen_port)
-    assert last.option("-d") is None and last.option("--dport") is None, last
+    assert last.option("-p") == "tcp", last
+    assert last.option("--to-ports") == str(listen_port), last
+    assert last.option("-d") is None, last
+    assert last.option("--dport") is None, last
 
     # filter OUTPUT: the redirected packets themselves must be let through. Without
     # this rule every redirected connect times out (seen with the compose stack running).

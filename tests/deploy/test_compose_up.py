@@ -284,7 +284,8 @@ def test_the_transparent_sandboxs_dns_is_the_responder_and_no_other_resolver(
     assert outcome["system"] == [["172.30.2.20"], "Temporary failure in name resolution"]
     # Docker's resolver itself, at its real ports on 127.0.0.11, is out of reach.
     ports = probe(stack, "sandbox-transparent", DOCKER_DNS_PORTS)
-    assert len(ports["udp"]) == 1 and len(ports["tcp"]) == 1
+    assert len(ports["udp"]) == 1, ports
+    assert len(ports["tcp"]) == 1, ports
     direct = [("127.0.0.11", ports["udp"][0], "udp", "telemetry")]
     direct += [("127.0.0.11", ports["tcp"][0], "tcp", "telemetry")]
     outcome = probe(stack, "sandbox-transparent", DNS_PROBE, QUERIES=direct, NAMES=[])
