@@ -80,7 +80,8 @@ def check_transparent_rules(script: str, *, listen_port: int, proxy_uid: int) ->
 
     steps = chain(rules, "iptables", "nat", redirect_chain)
     last = steps[-1]
-    assert last.target == "REDIRECT" and last.option("-p") == "tcp"
+    assert last.target == "REDIRECT"
+    assert last.option("-p") == "tcp"
     assert last.option("--to-ports") == str(listen_port)
     assert [r.option("-m") for r in steps[:-1]].count("owner") == 1
     for rule in steps[:-1]:

@@ -155,7 +155,8 @@ def effective_uid(service: str) -> int:
 def load_module(path: Path) -> ModuleType:
     name = f"deploy_example_{path.stem}"  # never shadows a real module
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -366,7 +367,8 @@ def test_allowlist_opens_the_telemetry_network_and_no_other_compose_network(tmp_
     assert opened == [subnet("telemetry")]
     policy = Policy(network)
     decision = policy.decide(canonical_host(TELEMETRY_NAME), TELEMETRY_PORT, tls=True)
-    assert decision.allowed and decision.entry is not None
+    assert decision.allowed
+    assert decision.entry is not None
     assert decision.entry.pattern == TELEMETRY_NAME
     telemetry_ip = ipaddress.ip_address(address_on("telemetry", "telemetry"))
     assert policy.pick_address(decision, [telemetry_ip], TELEMETRY_PORT) == (decision, telemetry_ip)
@@ -426,7 +428,8 @@ def test_sandbox_is_only_on_internal_networks_and_cannot_reach_telemetry() -> No
     assert set(networks_of(sandbox)) == {"sandbox"}
     for network in networks_of(sandbox):
         assert NETWORKS[network].get("internal") is True, network
-    assert "ports" not in sandbox and "network_mode" not in sandbox
+    assert "ports" not in sandbox
+    assert "network_mode" not in sandbox
     assert NETWORKS["telemetry"].get("internal") is True
     assert not set(networks_of(sandbox)) & set(networks_of(SERVICES["telemetry"]))
     # Whatever is on the sandbox's network is not a way out either.
@@ -468,7 +471,8 @@ def test_the_sandbox_trusts_exactly_the_certificate_ca_init_exports() -> None:
         service = SERVICES[name]
         bundle = service["environment"]["SSL_CERT_FILE"]
         public = mount_at(service, bundle)
-        assert public[0] == "ca-public" and public[2] is True, name
+        assert public[0] == "ca-public", name
+        assert public[2] is True, name
         assert bundle == public[1] + relative == f"/etc/egress-ca/{CA_CERT}"
         assert service["environment"]["REQUESTS_CA_BUNDLE"] == bundle
         assert runner_args(name).ca_file == bundle
@@ -516,7 +520,8 @@ def test_transparent_rules_redirect_to_the_listener_and_exempt_only_the_proxy_ui
     sandbox = SERVICES["sandbox-transparent"]
     assert sandbox["depends_on"]["netfilter"] == {"condition": "service_completed_successfully"}
     assert effective_uid("sandbox-transparent") == dockerfile_users()["sandbox"] != proxy_uid
-    assert "cap_add" not in sandbox and sandbox["cap_drop"] == ["ALL"]
+    assert "cap_add" not in sandbox
+    assert sandbox["cap_drop"] == ["ALL"]
     assert "HTTPS_PROXY" not in sandbox["environment"]
     for name, service in SERVICES.items():
         if service.get("network_mode") == "service:proxy-transparent" and name != "netfilter":
@@ -548,6 +553,7 @@ def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
         "pyproject.toml README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
     ]
@@ -607,6 +613,7 @@ def test_dockerignore_admits_only_the_sources() -> None:
         "README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
         "build/wheelhouse/*.whl",

@@ -212,7 +212,9 @@ def test_every_document_is_a_named_object_in_a_declared_namespace() -> None:
     assert namespaces == {"egress-system", "sandboxes", "sandboxes-sidecar"}
     seen = set()
     for doc in DOCUMENTS:
-        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+        assert doc["apiVersion"]
+        assert doc["kind"]
+        assert doc["metadata"]["name"]
         key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
         assert key not in seen, f"duplicate {key}"
         seen.add(key)
@@ -396,7 +398,8 @@ def test_sidecar_generates_its_ca_and_exports_only_the_public_certificate() -> N
     sandbox = w.container("sandbox")
     bundle = env(sandbox)["SSL_CERT_FILE"]
     mount, volume = w.mount_at(sandbox, bundle)
-    assert volume is public and mount["readOnly"] is True
+    assert volume is public
+    assert mount["readOnly"] is True
     assert bundle == f"{mount['mountPath']}/{Path(destination).name}" == f"/etc/egress-ca/{CA_CERT}"
 
 
@@ -546,7 +549,8 @@ def test_sidecar_backstop_policy_agrees_with_the_allowlist(tmp_path: Path) -> No
     )
     allowed_ports = {p["port"] for p in web["ports"]}
     for entry in network.allowlist:
-        assert entry.ports is not None and entry.ports <= allowed_ports, entry.pattern
+        assert entry.ports is not None, entry.pattern
+        assert entry.ports <= allowed_ports, entry.pattern
     runner_port = int(
         next(a for ww, _, a in runners() if ww.name == w.name).metrics.rpartition(":")[2]
     )
@@ -629,7 +633,9 @@ def test_hooks_config_maps_are_valid_and_post_to_an_allowlisted_transform_host(
     decision = Policy(configuration.load(path, environ=environ)).decide(
         canonical_host(urlsplit(urls[0]).hostname or ""), 443, tls=True
     )
-    assert decision.allowed and decision.entry is not None and decision.entry.transform
+    assert decision.allowed
+    assert decision.entry is not None
+    assert decision.entry.transform
     if "gate.py" in data:
         command = re.findall(r'"command": "([^"]+)"', data["hooks.json"])
         assert command == ["python3 /.agents/hooks-scripts/gate.py"]

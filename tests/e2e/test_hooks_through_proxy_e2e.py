@@ -125,5 +125,6 @@ def test_hook_to_a_refused_destination_fails_open_and_the_tool_runs(
 
     assert result["status"] == "ok", (result, stderr)
     assert (tmp_path / "out.txt").read_text() == "written"
-    assert "not_allowlisted" in stderr and "loopback" in stderr, stderr
+    assert "not_allowlisted" in stderr, stderr
+    assert "loopback" in stderr, stderr
     obs.assert_nothing_reached()

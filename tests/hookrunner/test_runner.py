@@ -154,6 +154,7 @@ def test_post_hooks_run_only_for_tools_that_ran_and_cannot_block(env: Env) -> No
     assert [(w["kind"], w["outcome"]) for w in env.warnings()] == [("post_failure", "exit_nonzero")]
 
 
+@pytest.mark.privileged
 def test_post_payload_has_error_only_when_the_tool_failed_or_wrote_stderr(env: Env) -> None:
     log = env.root / "payloads"
     env.hooks({"audit": post_group(rule("*", command(f"cat >> {log}; echo >> {log}")))})

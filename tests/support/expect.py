@@ -34,7 +34,8 @@ def assert_refused(
     # docs/decisions.md D1: a 502 (dns_failure) keeps the shape, with "egress_failed".
     assert body["error"] == ("egress_denied" if status == 403 else "egress_failed"), detail
     assert body["reason"] == reason, detail
-    assert isinstance(body["message"], str) and body["message"], detail
+    assert isinstance(body["message"], str), detail
+    assert body["message"], detail
     assert "host" in body, detail
     if host is not None:
         assert body["host"] == host, detail
