@@ -11,7 +11,7 @@ import time
 
 from mitmproxy import http
 
-from addons.auditing import Where
+from addons.auditing import Where, address_text
 from addons.refusal import refusal_response
 from addons.shared import Shared
 from proxy.decision import Decision, Reason, Stage
@@ -45,6 +45,6 @@ class Connect:
         if not decision.allowed:
             flow.response = refusal_response(decision, answer.host)
         status = flow.response.status_code if flow.response else 200
-        upstream = shared.pinned(client, request.host, answer.port) if decision.allowed else None
+        upstream = address_text(answer.pin.address) if answer.pin is not None else None
         where = Where(client, "CONNECT", "", answer.host, answer.port, upstream)
         shared.write_audit(where, decision, started, status)

@@ -13,14 +13,13 @@ see (D21).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from addons.limits import body_follows
 from addons.refusal import refusal_response
-from addons.shared import FLOW_KEY, FlowState, Shared
+from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from addons.targets import origin_form, request_names, upstream_sni
 from addons.workarounds import hang_up
 from proxy.decision import Decision, Reason, Stage
@@ -44,15 +43,14 @@ class Requests:
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
         flow.metadata[FLOW_KEY] = state
         with shared.failclosed(Stage.REQUEST):
+            facts = shared.facts(flow.client_conn)
             ask = RequestAsk(
                 method=request.data.method,
                 fields=request.headers.fields,
-                names=request_names(flow, shared.facts(flow.client_conn)),
+                names=request_names(flow, facts),
                 https=request.scheme == "https",
             )
-            answer = await decide_request(
-                shared.policy, shared.resolve, shared.facts(flow.client_conn), ask
-            )
+            answer = await decide_request(shared.policy, shared.resolve, facts, ask)
             state.host = answer.host
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
@@ -94,16 +92,6 @@ class Requests:
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
-
-
-def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
-    """A mitmproxy stream callable that passes chunks through and counts their bytes."""
-
-    def count(chunk: bytes) -> bytes:
-        setattr(state, attribute, getattr(state, attribute) + len(chunk))
-        return chunk
-
-    return count
 
 
 def body_size(request: http.Request, follows: bool) -> int:

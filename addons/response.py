@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterable
 from mitmproxy import http
 
 from addons.auditing import Where, address_text
-from addons.request import counter
-from addons.shared import FLOW_KEY, FlowState, Shared
+from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from proxy.decision import Stage
 from proxy.redact import BodyMatcher
 

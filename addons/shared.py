@@ -8,6 +8,7 @@ once, so a reload never splits one decision (D24).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -104,3 +105,13 @@ class Shared:
             (state.bytes_sent, state.bytes_received, state.injected) if state else (0, 0, ())
         )
         self.audit.write(record(where, decision, started, status, sent, received, injected))
+
+
+def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
+    """A mitmproxy stream callable that passes chunks through and counts their bytes."""
+
+    def count(chunk: bytes) -> bytes:
+        setattr(state, attribute, getattr(state, attribute) + len(chunk))
+        return chunk
+
+    return count
