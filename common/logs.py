@@ -14,7 +14,6 @@ A message is written as given: whoever logs is responsible for keeping secrets o
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 from datetime import UTC, datetime
 from typing import IO
@@ -86,30 +85,3 @@ def add_log_format_option(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="operator messages on stderr: text lines (default) or JSON lines",
     )
-
-
-class LineLogger(io.TextIOBase):
-    """A text stream whose every line becomes one record of `logger`.
-
-    For code that writes finished lines to a stream (`PREFIX: LEVEL rest`): the prefix is
-    dropped, a first word `warning`/`error` sets the level (anything else is INFO), and
-    the line becomes the message, so `--log-format json` applies to it too.
-    """
-
-    def __init__(self, logger: logging.Logger, prefix: str) -> None:
-        super().__init__()
-        self._logger = logger
-        self._prefix = f"{prefix}: "
-        self._partial = ""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        *lines, self._partial = (self._partial + text).split("\n")
-        for line in lines:
-            message = line.removeprefix(self._prefix)
-            word = message.split(" ", 1)[0]
-            level = {"warning": logging.WARNING, "error": logging.ERROR}.get(word, logging.INFO)
-            self._logger.log(level, "%s", message)
-        return len(text)

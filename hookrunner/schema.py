@@ -1,7 +1,7 @@
 """Validation of one parsed hooks.json document into frozen groups.
 
 Every problem is collected with its file, JSON path and reason; nothing stops
-at the first one. The rules (SPEC 2.2, decisions in docs/hooks.md):
+at the first one. The rules (docs/hooks.md#file-format, decisions in docs/hooks.md):
 * a group, rule or handler with a missing or invalid field is skipped whole,
   never repaired (a ``timeout`` of ``0``, ``"10"`` or ``1.5`` skips the handler);
 * an unknown key is reported and ignored, so a stray ``"comment"`` does not

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from common.logs import LineLogger, announce, log_handler
+from common.logs import announce, log_handler
 
 
 def test_text_is_prefix_and_message() -> None:
@@ -54,14 +54,3 @@ def test_announce_ignores_the_level() -> None:
     text, document = stream.getvalue().splitlines()
     assert text == "egress-proxy: listening on 127.0.0.1:8080"
     assert json.loads(document)["message"] == "ready"
-
-
-def test_line_logger_turns_lines_into_records() -> None:
-    stream = io.StringIO()
-    log_handler("test.logs.lines", "json", stream, "hookrunner")
-    lines = LineLogger(logging.getLogger("test.logs.lines"), "hookrunner")
-    lines.write("hookrunner: warning kind=fail_open cause=x\nhookrunner: decision ")
-    lines.write("event=pre_tool_execution\n")
-    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
-    assert (first["level"], first["message"]) == ("warning", "warning kind=fail_open cause=x")
-    assert (second["level"], second["message"]) == ("info", "decision event=pre_tool_execution")

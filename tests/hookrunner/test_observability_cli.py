@@ -42,13 +42,13 @@ def test_json_log_lines_healthz_and_build_info(env: Env) -> None:
     assert process.stderr is not None
     try:
         records: list[dict[str, Any]] = []
-        while not records or records[-1]["message"] != "session ready":
+        while not records or records[-1]["message"] != "hookrunner: session ready":
             line = process.stderr.readline()
             assert line, "session exited before it was ready"
             records.append(json.loads(line))
         assert [(r["level"], r["logger"]) for r in records] == [("info", "hookrunner")] * 2
-        assert records[0]["message"].startswith("metrics on http://127.0.0.1:")
-        url = records[0]["message"].removeprefix("metrics on ")
+        assert records[0]["message"].startswith("hookrunner: metrics on http://127.0.0.1:")
+        url = records[0]["message"].removeprefix("hookrunner: metrics on ")
         assert get(url.removesuffix("/metrics") + "/healthz") == (200, "ok\n")
         status, text = get(url)
         assert status == 200
@@ -61,14 +61,14 @@ def test_json_log_lines_healthz_and_build_info(env: Env) -> None:
         assert json.loads(process.stdout.readline()) == {"decision": "allow"}
         # The fail-open warning, then the decision line: one JSON record each.
         warning = json.loads(process.stderr.readline())
-        assert (warning["level"], warning["logger"]) == ("warning", "hookrunner")
+        assert (warning["level"], warning["logger"]) == ("warning", "hookrunner.report")
         assert warning["message"].startswith(
-            "warning kind=fail_open event=pre_tool_execution type=command outcome=unparseable "
+            "hookrunner: warning kind=fail_open event=pre_tool_execution type=command outcome=unparseable "
         ), warning
         decision = json.loads(process.stderr.readline())
         assert decision["level"] == "info"
         assert decision["message"] == (
-            "decision event=pre_tool_execution tool=read_file decision=allow handlers=1"
+            "hookrunner: decision event=pre_tool_execution tool=read_file decision=allow handlers=1"
         )
         process.stdin.close()
         assert process.wait(timeout=10) == 0
