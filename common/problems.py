@@ -30,7 +30,18 @@ import jsonschema
 from referencing import Registry, Resource
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
-MAX_SHOWN = 60  # characters of a shown value (`{json}`, `{repr}`)
+MAX_SHOWN = 40  # characters of a shown value (`{json}`, `{repr}`)
+
+
+def _integer(checker: Any, instance: Any) -> bool:
+    # JSON Schema counts 2.0 as an integer; a port or a timeout written 2.0 is refused.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _integer),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +87,16 @@ def _schema_document(name: str) -> dict[str, Any]:
 
 
 @cache
-def schema_validator(name: str, definition: str | None = None) -> jsonschema.Draft202012Validator:
+def schema_validator(name: str, definition: str | None = None) -> jsonschema.Validator:
     """The validator of `common/schemas/NAME.schema.json`, or of one of its `$defs`."""
     document = _schema_document(name)
     if definition is None:
-        return jsonschema.Draft202012Validator(document)
+        return _Validator(document)
     registry: Registry[Any] = Registry().with_resource(
         document["$id"], Resource.from_contents(document)
     )
     reference = {"$ref": f"{document['$id']}#/$defs/{definition}"}
-    return jsonschema.Draft202012Validator(reference, registry=registry)
+    return _Validator(reference, registry=registry)
 
 
 Unknown = Callable[[Sequence[str | int], str], str]  # (path of the object, key) -> message
@@ -101,7 +112,7 @@ class Found:
 
 
 def schema_errors(
-    validator: jsonschema.Draft202012Validator, value: Any, unknown: Unknown | None = None
+    validator: jsonschema.Validator, value: Any, unknown: Unknown | None = None
 ) -> list[Found]:
     """Every error of `value`, in document order, each worded by the schema's `x-problem`."""
     found: list[Found] = []
@@ -127,10 +138,11 @@ def _found(error: jsonschema.ValidationError, unknown: Unknown | None) -> Iterab
         keys = [key for key in error.validator_value if key not in error.instance]
     for key in keys:
         here = path if key is None or at_object else (*path, key)
-        if isinstance(template, Mapping):
-            message = template.get(key, "is invalid")
-        elif template is not None:
-            message = _fill(template, error, key, schema)
+        if isinstance(template, Mapping) and key is not None:
+            enum = schema.get("properties", {}).get(key, {}).get("enum", [])
+            message = _fill(template.get(key, "is invalid"), error, key, schema, enum)
+        elif isinstance(template, str):
+            message = _fill(template, error, key, schema, error.validator_value)
         elif keyword == "additionalProperties" and unknown is not None and key is not None:
             message = unknown(path, key)
         else:
@@ -138,7 +150,9 @@ def _found(error: jsonschema.ValidationError, unknown: Unknown | None) -> Iterab
         yield Found(here, message, keyword)
 
 
-def _fill(template: str, error: jsonschema.ValidationError, key: str | None, schema: Any) -> str:
+def _fill(
+    template: str, error: jsonschema.ValidationError, key: str | None, schema: Any, enum: Any
+) -> str:
     instance = error.instance
     return template.format(
         key=repr(key),
@@ -148,7 +162,5 @@ def _fill(template: str, error: jsonschema.ValidationError, key: str | None, sch
         else "?",
         repr=repr(instance)[:MAX_SHOWN],
         expected=", ".join(sorted(schema.get("properties", {}))),
-        enum=", ".join(str(v) for v in error.validator_value)
-        if isinstance(error.validator_value, list)
-        else "",
+        enum=", ".join(str(v) for v in enum) if isinstance(enum, list) else "",
     )

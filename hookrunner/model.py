@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from common.problems import Problem
 from hookrunner.matcher import Matcher
+
+__all__ = ["Problem"]  # one Problem for every configuration file (common.problems)
 
 
 class Event(StrEnum):
@@ -93,18 +96,6 @@ class Group:
 
     def rules(self, event: Event) -> tuple[Rule, ...]:
         return self.pre if event is Event.PRE else self.post
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a configuration file."""
-
-    file: str
-    path: str  # JSON path inside the file, "$" for the whole document
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.path}: {self.reason}"
 
 
 @dataclass(frozen=True)

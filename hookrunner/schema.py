@@ -19,6 +19,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from common.problems import type_name
 from hookrunner.handlerhost import HostError, handler_host
 from hookrunner.matcher import compile_matcher
 from hookrunner.model import (
@@ -76,7 +77,7 @@ class JsonObject(dict[str, Any]):
 
 
 def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def loads_strict(text: str) -> Any:
@@ -84,23 +85,11 @@ def loads_strict(text: str) -> Any:
     return json.loads(text, object_pairs_hook=JsonObject, parse_constant=_no_constants)
 
 
+__all__ = ["type_name"]  # common.problems's, read by the AX dialect from here too
+
+
 def key_path(path: str, key: str) -> str:
     return f"{path}.{key}" if _IDENTIFIER.fullmatch(key) else f"{path}[{json.dumps(key)}]"
-
-
-def type_name(value: Any) -> str:
-    """How a JSON value's type reads in a problem message."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
 
 
 class _Validator:

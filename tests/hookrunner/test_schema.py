@@ -354,7 +354,7 @@ def _handlers(groups: list[Any]) -> list[Any]:
 )
 def test_schema_table(document: Any, problems: list[tuple[str, str]], surviving: int) -> None:
     groups, found = validate_document(loads_strict(json.dumps(document)), F)
-    assert [(p.file, p.path, p.reason) for p in found] == [(F, *p) for p in problems]
+    assert [(p.file, p.location, p.message) for p in found] == [(F, *p) for p in problems]
     assert len(_handlers(groups)) == surviving
 
 
@@ -427,5 +427,5 @@ DUPLICATES: list[tuple[str, str, list[tuple[str, str]], int]] = [
 )
 def test_duplicate_keys(text: str, problems: list[tuple[str, str]], surviving: int) -> None:
     groups, found = validate_document(loads_strict(text), F)
-    assert [(p.path, p.reason) for p in found] == problems
+    assert [(p.location, p.message) for p in found] == problems
     assert len(_handlers(groups)) == surviving

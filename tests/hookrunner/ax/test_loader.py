@@ -187,7 +187,7 @@ def test_operator_file_loads_first_and_once(ax: AxEnv, tmp_path: Path) -> None:
     same = load_ax_config(ax.workspace, trusted=True, operator_config=ax.hooks_file)
     assert [e.command for e in same.entries] == ["project"]
     missing = load_ax_config(ax.workspace, trusted=False, operator_config=tmp_path / "nope.json")
-    assert [p.reason for p in missing.problems] == ["file does not exist"]
+    assert [p.message for p in missing.problems] == ["file does not exist"]
 
 
 @pytest.mark.parametrize(
