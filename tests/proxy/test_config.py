@@ -120,6 +120,11 @@ INVALID = [
         "network.allowlist[0].ports[0]: port must be",
     ),
     (
+        "port-whole-float",  # JSON Schema calls 443.0 an integer; the loader does not
+        entries({"domain": "a.com", "ports": [443.0]}),
+        "network.allowlist[0].ports[0]: port must be an integer in 1-65535",
+    ),
+    (
         "plaintext-not-bool",
         entries({"domain": "a.com", "allow_plaintext": "yes"}),
         "network.allowlist[0].allow_plaintext: must be true or false",
