@@ -12,8 +12,8 @@ Invariants:
   (`network.allowlist[3].transform.X-K`, `$.hooks[0].event`), `line L, column C` for a
   syntax error, or the dialect's whole-document location (`""`, `$`);
 * a message is built from the schema's words, key names and JSON type names. A document's
-  value appears only where the schema's message asks for it (`{json}`, `{repr}`), which a
-  schema does only for fields that never hold a secret (ports, event names, domains);
+  value appears only where the schema's message asks for it (`{json}`, `{any}`, `{repr}`),
+  which a schema does only for fields that never hold a secret (domains, event names);
 * a JSON or YAML syntax error reads one way: `FILE: line L, column C: not valid JSON: DETAIL`.
 """
 
@@ -130,6 +130,8 @@ def _found(error: jsonschema.ValidationError, unknown: Unknown | None) -> Iterab
     words = schema.get("x-problem", {})
     template = words if isinstance(words, str) else words.get(keyword, words.get("*"))
     at_object = keyword in schema.get("x-problem-at-object", ())
+    if schema.get("x-problem-at-key") is True:  # propertyNames: the instance is the key
+        path = (*path, error.instance)
     keys: list[str | None] = [None]
     if keyword == "additionalProperties":
         known = schema.get("properties", {})
@@ -161,6 +163,7 @@ def _fill(
         if not isinstance(instance, dict | list)
         else "?",
         repr=repr(instance)[:MAX_SHOWN],
+        any=json.dumps(instance, default=str)[:MAX_SHOWN],
         expected=", ".join(sorted(schema.get("properties", {}))),
         enum=", ".join(str(v) for v in enum) if isinstance(enum, list) else "",
     )

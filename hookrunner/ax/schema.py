@@ -30,7 +30,7 @@ from hookrunner.ax.matcher import AxMatcher, compile_ax_matcher
 from hookrunner.ax.model import BLOCKING_EVENTS, TOOL_EVENTS, AxEntry, AxEvent, Protocol
 from hookrunner.ax.packs.catalogue import PACKS, pack_command
 from hookrunner.model import Problem
-from hookrunner.schema import DEFAULT_TIMEOUT, JsonObject, key_path, type_name
+from hookrunner.schema import DEFAULT_TIMEOUT, JsonObject, json_path, key_path, type_name
 
 MAX_ENTRIES = 100  # AX Code's own limits
 MAX_PACKS = 100
@@ -48,13 +48,6 @@ _ESCALATION_KEYS = frozenset(
         "trustprojectconfig",
     }
 )
-
-
-def json_path(root: str, path: tuple[str | int, ...]) -> str:
-    """``$.hooks[0].event`` for the path of a schema error below ``root``."""
-    for part in path:
-        root = f"{root}[{part}]" if isinstance(part, int) else key_path(root, part)
-    return root
 
 
 def unknown_key(what: str) -> Unknown:
