@@ -6,7 +6,7 @@ walk below skips every object the schema found wrong and adds what no schema
 says: repeated keys, RE2 matchers (``compile_matcher``), URLs (``check_url``)
 and reserved or repeated headers (``headers_problem``).
 Every problem is collected with its file, JSON path and reason; nothing stops
-at the first one. The rules (docs/hooks.md):
+at the first one. The rules (docs/hooks.md#file-format, decisions in docs/hooks.md):
 * a group, rule or handler with a missing or invalid field is skipped whole,
   never repaired (a ``timeout`` of ``0``, ``"10"`` or ``1.5`` skips the handler);
 * an unknown key is reported and ignored, so a stray ``"comment"`` does not
