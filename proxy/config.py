@@ -375,37 +375,38 @@ def _resolve(
     def substitute(match: re.Match[str]) -> str:
         nonlocal failed
         ref = match.group(1)
-        if ref.startswith("file:"):
-            path = ref[5:]
-            try:
-                content = Path(path).read_text(encoding="utf-8")
-            except OSError as exc:
-                report(where, f"cannot read ${{file:{path}}}: {exc.strerror}")
-                failed = True
-                return ""
-            except UnicodeDecodeError:
-                report(where, f"cannot read ${{file:{path}}}: not UTF-8 text")
-                failed = True
-                return ""
-            content = content[:-1] if content.endswith("\n") else content
-            if not content:
-                report(where, f"${{file:{path}}} is empty")
-                failed = True
-            parts.append(content)
-            return content
-        if not _VAR_NAME.match(ref):
-            report(where, f"invalid reference ${{{ref}}} (expected ${{NAME}} or ${{file:/path}})")
+        content, problem = (
+            _file_reference(ref[5:])
+            if ref.startswith("file:")
+            else (_variable_reference(ref, environ))
+        )
+        if problem is not None:
+            report(where, problem)
             failed = True
-            return ""
-        if ref not in environ:
-            report(where, f"environment variable {ref} is not set")
-            failed = True
-            return ""
-        if not environ[ref]:
-            report(where, f"environment variable {ref} is empty")
-            failed = True
-        parts.append(environ[ref])
-        return environ[ref]
+        parts.append(content)
+        return content
 
     resolved = _REFERENCE.sub(substitute, value)
     return None if failed else (resolved, tuple(parts))
+
+
+def _file_reference(path: str) -> tuple[str, str | None]:
+    """What `${file:PATH}` gives (without one final newline), or why it cannot be used."""
+    try:
+        content = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return "", f"cannot read ${{file:{path}}}: {exc.strerror}"
+    except UnicodeDecodeError:
+        return "", f"cannot read ${{file:{path}}}: not UTF-8 text"
+    content = content[:-1] if content.endswith("\n") else content
+    return content, None if content else f"${{file:{path}}} is empty"
+
+
+def _variable_reference(name: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """What `${NAME}` gives, or why it cannot be used."""
+    if not _VAR_NAME.match(name):
+        return "", f"invalid reference ${{{name}}} (expected ${{NAME}} or ${{file:/path}})"
+    if name not in environ:
+        return "", f"environment variable {name} is not set"
+    value = environ[name]
+    return value, None if value else f"environment variable {name} is empty"
