@@ -9,7 +9,7 @@ LISTEN      ?= 127.0.0.1:8080
 METRICS     ?= 127.0.0.1:9464
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint clean demo
+.PHONY: install run test test-unit lint clean demo
 
 install: $(STAMP)
 
@@ -36,6 +36,21 @@ test: install
 	@scripts/base-image
 	@scripts/wheelhouse
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The quick loop: every test that needs no root, no network namespace and no container
+# engine, on two processes, with coverage held to a floor per package (measured by
+# this run only: the end-to-end suites exercise the launcher in child processes).
+UNIT_MARKS      := not netns and not slow and not container and not privileged
+COVERAGE_FLOORS := proxy:82 addons:75 hookrunner:85 common:90
+test-unit: install
+	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)" \
+		--cov=proxy --cov=addons --cov=hookrunner --cov=common --cov-report= $(PYTEST_ARGS)
+	@for floor in $(COVERAGE_FLOORS); do \
+		pkg=$${floor%%:*}; min=$${floor##*:}; \
+		got=$$($(BIN)/python -m coverage report --include="$$pkg/*" --format=total); \
+		echo "coverage $$pkg: $$got% (floor $$min%)"; \
+		[ "$$got" -ge "$$min" ] || { echo "coverage of $$pkg is below its floor" >&2; exit 1; }; \
+	done
 
 lint: install
 	$(BIN)/ruff check proxy addons hookrunner common tests demo bench

@@ -1,4 +1,5 @@
-"""One audit record from what the addon knows about a decision (SPEC 1.7, issue 14).
+"""One audit record from what the addon knows about a decision (docs/configuration.md#audit-log,
+issue 14).
 
 A record names the client, what it asked for, the decision and its entry, the injected
 header *names* (never values), the byte counts and the duration, and since issue 14 also

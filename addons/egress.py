@@ -9,7 +9,8 @@ A client connection has a *target* once it is known: the CONNECT authority in
 regular mode, the TLS SNI (or, without SNI, the original destination address)
 with the original port in transparent mode. Every request on that connection
 must name the target in its Host/:authority and its request-target, which an
-upstream then receives in origin-form (domain fronting, SPEC 1.6; `addons.targets`).
+upstream then receives in origin-form (domain fronting, docs/configuration.md#modes-and-protocols;
+`addons.targets`).
 Each hook reads `self.policy` once: a reload never splits one decision (D24).
 
 Life of a request:
@@ -346,7 +347,8 @@ class EgressPolicy:
     # -- non-HTTP TCP ----------------------------------------------------------------------
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
-        """Raw TCP only reaches destinations of explicit IP/CIDR entries (SPEC 1.6).
+        """Raw TCP only reaches destinations of explicit IP/CIDR entries
+        (docs/configuration.md#modes-and-protocols).
 
         The destination is the CONNECT target (regular) or the original destination
         (transparent); a named entry never becomes a blind TCP pipe.

@@ -1,4 +1,5 @@
-"""The refusal a sandbox sees (SPEC 1.5): status, `X-Egress-Denied: <code>`, a JSON body.
+"""The refusal a sandbox sees (docs/configuration.md#reason-codes): status, `X-Egress-Denied:
+<code>`, a JSON body.
 
 The body names the reason code, a fixed human sentence and the host the client
 asked for (its own input, JSON-escaped). It never carries configuration values.

@@ -1,4 +1,5 @@
-"""Where a request goes, read off a mitmproxy flow (SPEC 1.6; docs/decisions.md D20, D21, D23).
+"""Where a request goes, read off a mitmproxy flow (docs/configuration.md#modes-and-protocols;
+docs/decisions.md D20, D21, D23).
 
 The adapter between a flow and the pure checks of `proxy.targets` and `proxy.fields`:
 `locate_flow` turns the request, its connection's target and its TLS names into plain
@@ -56,7 +57,8 @@ def locate_flow(
 
 
 def origin_form(request: http.Request, located: Location) -> None:
-    """Send the request-target upstream in origin-form (SPEC 1.6, D20), and the decided
+    """Send the request-target upstream in origin-form (docs/configuration.md#modes-and-protocols,
+    D20), and the decided
     host, spelled canonically, as its only authority (D35).
 
     HTTP/1: mitmproxy writes absolute-form while `authority` is set, so it is cleared;

@@ -11,7 +11,7 @@ Pairs, alternated call by call (one warm-up call of each first):
 
 Every call's outcome is checked: a hook that failed open (a refused CONNECT, a
 TLS error) would look fast and must not count. Prints one JSON object; prints
-`{"status": "todo", ...}` when `hookrunner.api` is not usable yet.
+`{"status": "todo", ...}` when `hookrunner.session` is not usable yet.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def _pair(runner: Callable[[], None], bare: Callable[[], None], calls: int) -> d
 def _session(
     workspace: Path, hooks: dict[str, Any], environ: dict[str, str], ca: str | None
 ) -> Any:
-    from hookrunner.api import HookSession
     from hookrunner.metrics import HookMetrics
+    from hookrunner.session import HookSession
 
     config = workspace / f"hooks-{len(list(workspace.iterdir()))}.json"
     config.write_text(json.dumps(hooks))
@@ -131,9 +131,9 @@ def _post(url_host: str, proxy: tuple[str, int] | None, cafile: str) -> Callable
 
 def measure(proxy: str, proxy_ca: str, upstream_ca: str, calls: int) -> dict[str, Any]:
     try:
-        import hookrunner.api  # noqa: F401
+        import hookrunner.session  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any failure means "not usable yet"
-        return {"status": "todo", "reason": f"hookrunner.api not importable: {exc!r}"}
+        return {"status": "todo", "reason": f"hookrunner.session not importable: {exc!r}"}
     host, _, port = proxy.removeprefix("http://").rpartition(":")
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     url = f"https://{HOOK_HOST}/hook"

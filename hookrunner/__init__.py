@@ -1,14 +1,18 @@
-"""The execution side: runs hooks.json hooks around an agent's tool calls.
+"""The execution side: a hook kernel and the dialects that plug into it.
 
-Pure core: ``model`` (frozen values, the ``Outcome`` set), ``matcher``,
-``schema`` and ``loader`` (hooks.json to a snapshot), ``decision`` (exact
-parsing of a handler's output), ``outcome`` (mechanism result to outcome),
-``runner`` (aggregation), ``envsan`` (the handler environment),
-``proxyroute`` (HTTPS_PROXY / NO_PROXY, CONNECT).
+Kernel (knows no dialect): ``kernel`` (session setup, operator switches,
+spawning a command hook), ``outcome`` (the one ``Outcome`` set, ``FAILURES``,
+a mechanism's result to its outcome), ``report`` (warning and decision lines,
+through ``logging`` unless given a stream), ``metrics`` (the registry, and the
+registration of a dialect's series), ``console`` (what the command lines share).
 Mechanisms: ``command`` (child processes), ``httpclient`` (https POST),
-``tools`` (the built-in tools). Wiring: ``dispatch``, ``report``, ``metrics``,
-``api`` (the Python API) and ``cli`` (the ``hookrunner`` command).
-``ax`` is the second dialect, AX Code / Claude Code lifecycle hooks
-(``.ax-code/hooks.json``, ``hookrunner fire``), built on the same mechanisms.
-See docs/hooks.md.
+``envsan`` (the handler environment), ``isolation``, ``contain``, ``beneath``,
+``proxyroute``, ``handlerhost``, ``tokens``, ``tools`` (the built-in tools).
+The hooks.json dialect (``.agents/hooks.json``, ``hookrunner run``): ``model``,
+``matcher``, ``schema`` and ``loader``, ``decode`` (with ``decision``: a
+handler's output), ``dispatch`` (one handler), ``aggregate`` (the decision of
+an event), ``session`` (the Python API) and ``cli`` (the ``hookrunner``
+command, which also wires the other dialect). ``ax`` is the AX Code / Claude
+Code dialect (``.ax-code/hooks.json``, ``hookrunner fire``), with the same
+module names for the same roles. See docs/hooks.md.
 """

@@ -1,4 +1,5 @@
-"""``hookrunner``: validate, run and exec (SPEC 5), a long-lived session, and ``fire``.
+"""``hookrunner``: validate, run and exec (docs/hooks.md#command-line), a long-lived session, and
+``fire``.
 
 Exit codes:
 * ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json`` and the
@@ -10,7 +11,8 @@ Exit codes:
 * ``session``: 0 at the end of stdin;
 * every command: 2 for a usage error, a malformed payload or an unusable
   workspace, 3 for an internal error (never 1, which would read as a deny).
-Results are JSON on stdout; warnings and decision lines go to stderr.
+Results are JSON on stdout; warnings and decision lines go to stderr (the
+library logs them through ``logging``; ``configure_logging`` prints them as is).
 """
 
 from __future__ import annotations
@@ -22,18 +24,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookrunner.api import HookSession, parse_event_payload
+# The one module outside hookrunner.ax that imports it: the command line wires the
+# dialects together (tests/hookrunner/test_layering.py holds every other module to that).
+from hookrunner.ax import metrics as ax_metrics
 from hookrunner.ax.cli import add_fire_parser, run_fire
 from hookrunner.ax.loader import validate_ax_files
+from hookrunner.console import configure_logging, emit, read_stdin_json, say
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
 from hookrunner.isolation import make_undumpable
 from hookrunner.loader import load_config
-from hookrunner.metrics import HookMetrics, default_metrics, parse_address, serve
+from hookrunner.metrics import (
+    HookMetrics,
+    default_metrics,
+    parse_address,
+    register_dialect,
+    serve,
+)
 from hookrunner.model import Event
+from hookrunner.session import HookSession, parse_event_payload
 from hookrunner.tools import TOOLS
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+
+register_dialect(ax_metrics.register)  # every HookMetrics of the command shows both dialects
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
+    configure_logging()
     args = _parser().parse_args(argv)
     try:
         if args.command == "validate":
@@ -99,22 +114,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_fire(args)
         return _session(args)
     except HookRunnerError as exc:
-        _say(f"error: {exc}")
+        say(f"error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug must not exit 1, which means deny
-        _say(f"internal error: {type(exc).__name__}: {exc}")
+        say(f"internal error: {type(exc).__name__}: {exc}")
         return EXIT_INTERNAL
-
-
-def _say(text: str) -> None:
-    sys.stderr.write(f"hookrunner: {text}\n")
-
-
-def _emit(document: dict[str, Any]) -> None:
-    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8") + b"\n")
-    sys.stdout.buffer.flush()
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -131,7 +137,7 @@ def _validate(args: argparse.Namespace) -> int:
     if problems:
         return 1
     files = ", ".join((*config.files, *ax_files)) or "none found"
-    _say(f"valid ({files})")
+    say(f"valid ({files})")
     return 0
 
 
@@ -148,34 +154,26 @@ def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookS
     )
 
 
-def _read_stdin_json() -> Any:
-    data = sys.stdin.buffer.read()
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise PayloadError(f"stdin is not JSON: {exc}") from None
-
-
 def _run(args: argparse.Namespace) -> int:
     event = Event(args.event)
-    payload = parse_event_payload(event, _read_stdin_json())
+    payload = parse_event_payload(event, read_stdin_json())
     session = _open(args)
     if event is Event.POST:
         session.report(payload)
-        _emit({"decision": "allow"})
+        emit({"decision": "allow"})
         return 0
     decision = session.decide(payload)
-    _emit(decision.to_json())
+    emit(decision.to_json())
     return 0 if decision.allowed else 1
 
 
 def _exec(args: argparse.Namespace) -> int:
-    tool_args = _read_stdin_json()
+    tool_args = read_stdin_json()
     if not isinstance(tool_args, dict):
         raise PayloadError("the tool arguments on stdin must be a JSON object")
     session = _open(args)
     result = session.exec_tool(args.tool, tool_args)
-    _emit(result.to_json())
+    emit(result.to_json())
     return 0 if result.status == "ok" else 1
 
 
@@ -190,11 +188,11 @@ def _session(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             host, port = server.address
-            _say(f"metrics on http://{host}:{port}/metrics")
-        _say("session ready")
+            say(f"metrics on http://{host}:{port}/metrics")
+        say("session ready")
         for line in sys.stdin.buffer:
             if line.strip():
-                _emit(_answer(session, line))
+                emit(_answer(session, line))
     finally:
         if server is not None:
             server.close()

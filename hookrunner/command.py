@@ -1,6 +1,7 @@
 """Running one child process with a deadline, bounded output and no leftovers.
 
-Invariants (SPEC 2.5, 2.6; STYLE "Concurrency and processes"):
+Invariants (docs/hooks.md#execution-and-decisions;
+docs/hooks.md#decisions-where-the-specification-is-silent):
 * the child is the leader of a new session and process group, so the whole
   group can be signalled; it also runs in its own cgroup (or PID namespace)
   where the machine has one (``contain``), which is killed whole at the end,

@@ -2,7 +2,8 @@
 
 The only deny is a UTF-8 document that is exactly one JSON object (surrounded
 by nothing but JSON whitespace) whose ``"decision"`` is the string ``"deny"``.
-Everything else allows (SPEC 2.5, 2.6), and each way of allowing has its own
+Everything else allows (docs/hooks.md#execution-and-decisions;
+docs/hooks.md#decisions-where-the-specification-is-silent), and each way of allowing has its own
 ``Outcome``. Output that resembles a deny without being one (``"DENY"``,
 ``"block"``, a deny inside an array, a deny after other text or followed by
 trailing text, a Claude-Code style ``permissionDecision``) is a near miss: it
@@ -15,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
 from hookrunner.schema import loads_strict
 
 MAX_REASON_CHARS = 4096

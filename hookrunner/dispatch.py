@@ -1,37 +1,26 @@
-"""Running one handler for one event: the mechanism, then its interpretation.
+"""Running one hooks.json handler for one event: the mechanism, then its interpretation.
 
-A command handler runs as ``/bin/sh -c COMMAND`` in the workspace, with the
-event JSON on stdin and the sanitised environment plus the ``HOOK_*``
-variables; an http handler is POSTed through ``HttpClient``. The result is
-classified (``outcome.py``), reported (one line and the metrics) and returned.
+A command handler runs through ``Kernel.spawn`` (``/bin/sh -c COMMAND`` in the
+workspace) with the event JSON on stdin and the ``HOOK_*`` variables; an http
+handler is POSTed through ``HttpClient``. The result is decoded (``decode``),
+reported (one warning line for a failure, and the metrics) and returned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from hookrunner.command import run_process
+from hookrunner.decode import Classified, decode_http, decode_process
 from hookrunner.envsan import hook_variables
 from hookrunner.httpclient import HttpClient
+from hookrunner.kernel import Kernel
 from hookrunner.model import CommandHandler, Event, EventPayload, Handler, HandlerRun
-from hookrunner.outcome import Classified, classify_http, classify_process
-from hookrunner.report import Reporter
-
-SHELL = "/bin/sh"
+from hookrunner.outcome import Outcome
+from hookrunner.report import Reporter, WarningKind
 
 
 class HandlerExecutor:
-    def __init__(
-        self,
-        workspace: str,
-        base_env: Mapping[str, str],
-        http: HttpClient,
-        reporter: Reporter,
-    ) -> None:
-        self.workspace = workspace
-        self.base_env = dict(base_env)
+    def __init__(self, kernel: Kernel, http: HttpClient) -> None:
+        self.kernel = kernel
         self.http = http
-        self.reporter = reporter
 
     def __call__(self, group: str, handler: Handler, payload: EventPayload) -> HandlerRun:
         if isinstance(handler, CommandHandler):
@@ -44,7 +33,7 @@ class HandlerExecutor:
                 handler.timeout,
                 read_body=payload.event is Event.PRE,
             )
-            classified, duration = classify_http(payload.event, result), result.duration
+            classified, duration = decode_http(payload.event, result), result.duration
         run = HandlerRun(
             event=payload.event,
             group=group,
@@ -55,20 +44,39 @@ class HandlerExecutor:
             reason=classified.reason,
             near_miss=classified.near_miss,
         )
-        self.reporter.handler_run(run)
+        report_run(self.kernel.reporter, run)
         return run
 
     def _command(self, handler: CommandHandler, payload: EventPayload) -> tuple[Classified, float]:
-        env = {
-            **self.base_env,
-            "PWD": self.workspace,
-            **hook_variables(payload.event.value, payload.tool_call.name, payload.tool_call.args),
-        }
-        result = run_process(
-            [SHELL, "-c", handler.command],
+        call = payload.tool_call
+        result = self.kernel.spawn(
+            handler.command,
             stdin=payload.encode(),
-            cwd=self.workspace,
-            env=env,
+            variables=hook_variables(payload.event.value, call.name, call.args),
             timeout=handler.timeout,
         )
-        return classify_process(payload.event, result, handler.timeout), result.duration
+        return decode_process(payload.event, result, handler.timeout), result.duration
+
+
+def report_run(reporter: Reporter, run: HandlerRun) -> None:
+    """The run's metrics, and a warning line when it failed (its kind says what it caused)."""
+    reporter.metrics.observe_run(run.event.value, run.handler.type, run.outcome, run.duration)
+    if not run.outcome.failed:
+        return
+    if run.event is Event.POST:
+        kind = WarningKind.POST_FAILURE
+    elif run.outcome is Outcome.NEAR_MISS:
+        kind = WarningKind.NEAR_MISS
+    else:
+        kind = WarningKind.FAIL_OPEN
+    fields = {
+        "event": run.event.value,
+        "type": run.handler.type.value,
+        "outcome": run.outcome.value,
+        "group": run.group,
+        "where": run.handler.where,
+        "cause": run.detail,
+    }
+    if run.event is Event.PRE:
+        fields["action"] = "allowed"
+    reporter.warn(kind, **fields)

@@ -1,6 +1,8 @@
 """The environment a command handler (and the code_execution tool) runs with.
 
-SPEC 2.6 and 4: handlers inherit the runner's environment minus
+docs/hooks.md#decisions-where-the-specification-is-silent;
+docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson: handlers inherit the runner's
+environment minus
 * names that look like secrets (``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
   ``*_API_KEY``, ``AUTH``, ``CREDENTIALS``, ... as whole ``_``-separated words),
 * names split into words at ``_ - .`` and camelCase (``accessKey``), read also as

@@ -13,13 +13,11 @@ Invariants: pure (no I/O); a host the proxy would refuse raises `HostError`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult
 
-from hookrunner.model import Event, HookConfig, HttpHandler
 from proxy.hosts import HostError, canonical_host
 
-__all__ = ["HostError", "handler_host", "http_targets"]
+__all__ = ["HostError", "handler_host"]
 
 
 def handler_host(parts: SplitResult) -> str:
@@ -34,16 +32,3 @@ def _written_host(netloc: str) -> str:
         close = hostport.find("]")
         return hostport if close < 0 else hostport[: close + 1]
     return hostport.partition(":")[0]
-
-
-def http_targets(config: HookConfig) -> Iterator[tuple[str, int]]:
-    """(canonical host, port) of every http handler of the enabled groups of a configuration."""
-    for group in config.groups:
-        if not group.enabled:
-            continue
-        for event in Event:
-            for rule in group.rules(event):
-                for handler in rule.handlers:
-                    if isinstance(handler, HttpHandler):
-                        parts = urlsplit(handler.url)
-                        yield handler_host(parts), parts.port or 443

@@ -1,6 +1,6 @@
 """POSTing an event to an https handler, with one total deadline.
 
-Invariants (SPEC 2.5, 5):
+Invariants (docs/hooks.md#execution-and-decisions; docs/hooks.md#command-line):
 * the host is spelled as the egress proxy spells it (`hookrunner.handlerhost`):
   the CONNECT authority, the resolved name, SNI and ``Host`` are one A-label;
 * https only; the certificate is verified against ``--ca-file``, else the

@@ -1,6 +1,6 @@
 """Discovery and loading of hooks.json files into one configuration snapshot.
 
-Invariants (SPEC 2.1):
+Invariants (docs/hooks.md#discovery):
 * the operator file (``/.agents/hooks.json`` or ``--system-config``) comes
   first, then ``<workspace>/.agents/hooks.json``;
 * one file reached both ways (the workspace is ``/``, a symlink, a bind mount)
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +43,35 @@ def load_config(workspace: Path, system_config: Path | None = None) -> HookConfi
     files: list[str] = []
     seen: set[tuple[int, int]] = set()
     for path, explicit in candidate_files(workspace, system_config):
-        text, identity, problem = read_config_file(path, explicit)
-        if problem is not None:
-            problems.append(problem)
-        if text is None or identity is None or identity in seen:
-            continue
-        seen.add(identity)
-        files.append(str(path))
-        found, found_problems = _parse(text, str(path))
+        found, found_problems, loaded = load_file(path, explicit, seen, validate_document)
         groups.extend(found)
         problems.extend(found_problems)
+        if loaded:
+            files.append(str(path))
     return HookConfig(tuple(groups), tuple(problems), tuple(files))
+
+
+def load_file[T](
+    path: Path,
+    explicit: bool,
+    seen: set[tuple[int, int]],
+    validate: Callable[[Any, str], tuple[list[T], list[Problem]]],
+) -> tuple[list[T], list[Problem], bool]:
+    """One file of any dialect: read once, parsed, validated; whether it was loaded.
+
+    A file already in ``seen`` (the same device and inode reached another way) is
+    skipped; a file that is read but not valid JSON counts as loaded, with its problem.
+    """
+    text, identity, problem = read_config_file(path, explicit)
+    problems = [problem] if problem is not None else []
+    if text is None or identity is None or identity in seen:
+        return [], problems, False
+    seen.add(identity)
+    doc, parse_problem = parse_json_file(text, str(path))
+    if parse_problem is not None:
+        return [], [*problems, parse_problem], True
+    found, found_problems = validate(doc, str(path))
+    return found, [*problems, *found_problems], True
 
 
 def read_config_file(
@@ -95,10 +114,3 @@ def parse_json_file(text: str, file: str) -> tuple[Any, Problem | None]:
         line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
         detail = getattr(exc, "msg", str(exc))
         return None, syntax_problem(file, "JSON", detail, line, column, "$")
-
-
-def _parse(text: str, file: str) -> tuple[list[Group], list[Problem]]:
-    doc, problem = parse_json_file(text, file)
-    if problem is not None:
-        return [], [problem]
-    return validate_document(doc, file)

@@ -1,17 +1,16 @@
 """The hook runner's Prometheus metrics, in one place.
 
 * ``hook_runs_total{event,type,outcome}``: one per handler run; ``outcome`` is
-  ``model.Outcome`` (a closed set), so fail-open causes are counted apart;
+  ``outcome.Outcome`` (one closed set for every dialect), so fail-open causes are counted apart;
 * ``hook_duration_seconds{event,type}``: how long each handler run took;
 * ``hook_warnings_total{kind}``: every warning line (``report.WarningKind``);
 * ``hook_decisions_total{decision}``: the aggregated pre_tool_execution verdicts;
 * ``hook_config_problems_total{kind}``: configuration problems found when a
   session opens, ``kind`` from `CONFIG_PROBLEM_KINDS` (a hooks file, the proxy
   variable), each counted once per session, not per call;
-* for the AX Code dialect, ``hook_runs_total`` and ``hook_duration_seconds``
-  with its event names (``PreToolUse``...) and outcomes (``ax.model.AxOutcome``),
-  ``hook_lifecycle_decisions_total{event,decision,cause}`` for the events
-  that can block, and ``hook_observations_dropped_total{event}``.
+* another dialect registers its own series and metrics (``register_dialect``):
+  the AX Code dialect's are in ``hookrunner.ax.metrics``. This module knows
+  no dialect but the hooks.json one of its own package.
 
 Label values come only from those enums: never a group name, a command, a URL
 or a tool name chosen by the sandbox. Each ``HookMetrics`` has its own
@@ -21,40 +20,17 @@ registry unless given one, so tests can use a fresh one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.server import HTTPServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
-from hookrunner.ax.model import (
-    BLOCKING_EVENTS,
-    OBSERVATION_EVENTS,
-    AxEvent,
-    AxOutcome,
-    Cause,
-    Verdict,
-)
-from hookrunner.model import Event, HandlerRun, HandlerType, Outcome
+from hookrunner.model import Event
+from hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
 
 CONFIG_PROBLEM_KINDS = ("hooks_file", "https_proxy")
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
-_SHARED_FAILURES = {Outcome.TIMEOUT}
-_FAILURES = {
-    HandlerType.COMMAND: {
-        Outcome.EXIT_NONZERO,
-        Outcome.NOT_FOUND,
-        Outcome.NOT_EXECUTABLE,
-        Outcome.CRASHED,
-        Outcome.SPAWN_ERROR,
-    },
-    HandlerType.HTTP: {
-        Outcome.HTTP_ERROR,
-        Outcome.NETWORK_ERROR,
-        Outcome.TLS_ERROR,
-        Outcome.PROXY_REFUSED,
-        Outcome.PROXY_UNUSABLE,
-    },
-}
 _PRE_ONLY = {
     Outcome.ALLOW,
     Outcome.DENY,
@@ -65,50 +41,25 @@ _PRE_ONLY = {
     Outcome.TRUNCATED,
 }
 
-
-_AX_FAILURES = {
-    AxOutcome.EXIT_NONZERO,
-    AxOutcome.NOT_FOUND,
-    AxOutcome.NOT_EXECUTABLE,
-    AxOutcome.CRASHED,
-    AxOutcome.TIMEOUT,
-    AxOutcome.SPAWN_ERROR,
-}
-# Which causes go with which verdict, for the events that can block.
-DECISION_CAUSES = {
-    Verdict.ALLOW: (Cause.NO_HOOKS, Cause.ALLOWED, Cause.SKIPPED),
-    Verdict.DENY: (
-        Cause.BLOCK_ON_FAILURE,
-        Cause.EXIT_2,
-        Cause.PERMISSION_DENY,
-        Cause.DECISION_BLOCK,
-        Cause.CONTINUE_FALSE,
-        Cause.MALFORMED_OUTPUT,
-        Cause.ASK_HEADLESS,
-        Cause.ASK_ON_PROMPT,
-    ),
-    Verdict.ASK: (Cause.ASK,),
-}
+# A dialect's metrics: called once per ``HookMetrics`` to add its metrics and label sets.
+DialectMetrics = Callable[["HookMetrics"], None]
+_dialects: list[DialectMetrics] = []
+_dialects_lock = threading.Lock()
 
 
-def possible_lifecycle_outcomes(event: AxEvent) -> frozenset[AxOutcome]:
-    """The outcomes a hook of this AX Code event can have."""
-    if event in OBSERVATION_EVENTS:
-        own = {AxOutcome.OK, AxOutcome.CANCELLED}
-    elif event in BLOCKING_EVENTS:
-        own = {AxOutcome.OK, AxOutcome.ALLOW, AxOutcome.DENY, AxOutcome.ASK}
-        own |= {AxOutcome.EXIT_2, AxOutcome.MALFORMED}
-    elif event is AxEvent.POST_TOOL_USE:
-        own = {AxOutcome.OK, AxOutcome.EXIT_2, AxOutcome.MALFORMED}
-    else:
-        own = {AxOutcome.OK, AxOutcome.EXIT_2}
-    return frozenset(own | _AX_FAILURES)
+def register_dialect(register: DialectMetrics) -> None:
+    """Add a dialect's metrics to every ``HookMetrics`` made from now on (and the default)."""
+    with _dialects_lock:
+        if register not in _dialects:
+            _dialects.append(register)
+    if _default is not None:
+        _default.use(register)
 
 
 def possible_outcomes(event: Event, kind: HandlerType) -> frozenset[Outcome]:
-    """The outcomes a handler of this type can have for this event."""
+    """The outcomes a hooks.json handler of this type can have for this event."""
     own = _PRE_ONLY if event is Event.PRE else {Outcome.OK}
-    return frozenset(own | _SHARED_FAILURES | _FAILURES[kind])
+    return frozenset(own | MECHANISM_FAILURES[kind])
 
 
 class HookMetrics:
@@ -149,50 +100,39 @@ class HookMetrics:
             self.config_problems.labels(problem_kind)
         for event in Event:
             for kind in HandlerType:
-                self.duration.labels(event.value, kind.value)
-                for outcome in possible_outcomes(event, kind):
-                    self.runs.labels(event.value, kind.value, outcome.value)
+                self.expect_runs(event.value, kind, possible_outcomes(event, kind))
         for decision in ("allow", "deny"):
             self.decisions.labels(decision)
-        self.lifecycle_decisions = Counter(
-            "hook_lifecycle_decisions_total",
-            "Decisions of AX Code events that can block, by verdict and cause.",
-            ["event", "decision", "cause"],
-            registry=self.registry,
-        )
-        self.observations_dropped = Counter(
-            "hook_observations_dropped_total",
-            "Observation-only AX Code events that were not run (queue full, session closed).",
-            ["event"],
-            registry=self.registry,
-        )
-        command = HandlerType.COMMAND.value
-        for ax_event in AxEvent:
-            self.duration.labels(ax_event.value, command)
-            for ax_outcome in possible_lifecycle_outcomes(ax_event):
-                self.runs.labels(ax_event.value, command, ax_outcome.value)
-            if ax_event in OBSERVATION_EVENTS:
-                self.observations_dropped.labels(ax_event.value)
-            if ax_event in BLOCKING_EVENTS:
-                for verdict, causes in DECISION_CAUSES.items():
-                    for cause in causes:
-                        self.lifecycle_decisions.labels(ax_event.value, verdict.value, cause.value)
+        self.extra: dict[str, Counter] = {}
+        self._dialects: set[DialectMetrics] = set()
+        with _dialects_lock:
+            dialects = list(_dialects)
+        for register in dialects:
+            self.use(register)
 
-    def observe_run(self, run: HandlerRun) -> None:
-        kind = run.handler.type.value
-        self.runs.labels(run.event.value, kind, run.outcome.value).inc()
-        self.duration.labels(run.event.value, kind).observe(run.duration)
+    def use(self, register: DialectMetrics) -> None:
+        """Add one dialect's metrics to this registry, once."""
+        with _dialects_lock:
+            if register in self._dialects:
+                return
+            self._dialects.add(register)
+        register(self)
 
-    def observe_lifecycle_run(self, event: AxEvent, outcome: AxOutcome, duration: float) -> None:
-        command = HandlerType.COMMAND.value
-        self.runs.labels(event.value, command, outcome.value).inc()
-        self.duration.labels(event.value, command).observe(duration)
+    def add_counter(self, name: str, documentation: str, labels: Sequence[str]) -> Counter:
+        """A dialect's own counter on this registry, kept in ``extra`` under its name."""
+        counter = Counter(name, documentation, list(labels), registry=self.registry)
+        self.extra[name] = counter
+        return counter
 
-    def observe_lifecycle_decision(self, event: AxEvent, decision: Verdict, cause: Cause) -> None:
-        self.lifecycle_decisions.labels(event.value, decision.value, cause.value).inc()
+    def expect_runs(self, event: str, kind: HandlerType, outcomes: Iterable[Outcome]) -> None:
+        """Pre-register the run series of one event, so each starts at zero."""
+        self.duration.labels(event, kind.value)
+        for outcome in outcomes:
+            self.runs.labels(event, kind.value, outcome.value)
 
-    def observe_observation_dropped(self, event: AxEvent) -> None:
-        self.observations_dropped.labels(event.value).inc()
+    def observe_run(self, event: str, kind: HandlerType, outcome: Outcome, duration: float) -> None:
+        self.runs.labels(event, kind.value, outcome.value).inc()
+        self.duration.labels(event, kind.value).observe(duration)
 
     def observe_config_problem(self, kind: str) -> None:
         if kind not in CONFIG_PROBLEM_KINDS:

@@ -1,9 +1,8 @@
-"""Immutable values shared by every layer of the hook runner.
+"""Immutable values of the hooks.json dialect (and ``Problem``, shared by every dialect).
 
 The loader turns ``hooks.json`` into these frozen dataclasses once per
-session; nothing downstream re-parses configuration strings. ``Outcome`` is
-the closed set of results a single handler run can have: it is the
-``outcome`` label of ``hook_runs_total`` and is documented in docs/hooks.md.
+session; nothing downstream re-parses configuration strings. What a handler
+run came to is the kernel's ``outcome.Outcome``, shared with every dialect.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Any
 
 from common.problems import Problem
 from hookrunner.matcher import Matcher
+from hookrunner.outcome import HandlerType, Outcome
 
 __all__ = ["Problem"]  # one Problem for every configuration file (common.problems)
 
@@ -23,39 +23,6 @@ __all__ = ["Problem"]  # one Problem for every configuration file (common.proble
 class Event(StrEnum):
     PRE = "pre_tool_execution"
     POST = "post_tool_execution"
-
-
-class HandlerType(StrEnum):
-    COMMAND = "command"
-    HTTP = "http"
-
-
-class Outcome(StrEnum):
-    """What one handler run came to. Every value except ALLOW, DENY and OK is a failure."""
-
-    ALLOW = "allow"  # pre: a JSON object with "decision": "allow"
-    DENY = "deny"  # pre: exactly a JSON object with "decision": "deny"
-    OK = "ok"  # post: exit status 0 / a 2xx response (output ignored)
-    EMPTY_OUTPUT = "empty_output"  # pre: nothing but whitespace on stdout / in the body
-    UNRECOGNISED = "unrecognised"  # pre: valid JSON that is not a decision object
-    UNPARSEABLE = "unparseable"  # pre: not JSON, not UTF-8, duplicate keys, trailing text
-    NEAR_MISS = "near_miss"  # pre: looks like a deny but is not exactly one
-    TRUNCATED = "truncated"  # pre: output above the 1 MiB cap
-    EXIT_NONZERO = "exit_nonzero"  # the command exited with a status other than 0, 126, 127
-    NOT_FOUND = "not_found"  # exit status 127: the shell did not find the program
-    NOT_EXECUTABLE = "not_executable"  # exit status 126: found but not executable
-    CRASHED = "crashed"  # the command was killed by a signal it did not get from us
-    TIMEOUT = "timeout"  # the deadline passed; the process group was killed
-    SPAWN_ERROR = "spawn_error"  # the shell could not be started at all
-    HTTP_ERROR = "http_error"  # a non-2xx status (3xx included: redirects are not followed)
-    NETWORK_ERROR = "network_error"  # DNS, refused, reset, malformed response
-    TLS_ERROR = "tls_error"  # certificate not trusted, handshake failed, CA file unusable
-    PROXY_REFUSED = "proxy_refused"  # the egress proxy answered the CONNECT with non-2xx
-    PROXY_UNUSABLE = "proxy_unusable"  # HTTPS_PROXY cannot be used (reported at session start)
-
-    @property
-    def failed(self) -> bool:
-        return self not in (Outcome.ALLOW, Outcome.DENY, Outcome.OK)
 
 
 @dataclass(frozen=True)
@@ -115,7 +82,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class EventPayload:
-    """The JSON a handler receives on stdin or as the POST body (SPEC 2.4).
+    """The JSON a handler receives on stdin or as the POST body (docs/hooks.md#events-and-payloads).
 
     Payloads are open: the fields of the caller's payload the runner does not
     read (``extra`` at the top level, ``call_extra`` inside ``tool_call``, such

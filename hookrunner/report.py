@@ -1,4 +1,4 @@
-"""Warnings and decision lines: one structured line each, on stderr and in the metrics.
+"""Warnings and decision lines: one structured line each, logged and in the metrics.
 
 Line format (logfmt; values with spaces or quotes are JSON-quoted)::
 
@@ -6,7 +6,8 @@ Line format (logfmt; values with spaces or quotes are JSON-quoted)::
         group=security-gate where="/.agents/hooks.json $.security-gate.pre_tool_execution[0]..."
         cause="did not finish within 10 s; its process group was killed" action=allowed
 
-(one physical line). ``kind`` is a ``WarningKind``. Every line goes through
+(one physical line). ``kind`` is a ``WarningKind`` (``config`` and ``fail_open``
+are every dialect's; a dialect adds its own enum of kinds). Every line goes through
 the ``Redactor`` built from the runner's environment, so no secret value of
 that environment can be printed, whatever a handler wrote to its stderr.
 """
@@ -14,8 +15,8 @@ that environment can be printed, whatever a handler wrote to its stderr.
 from __future__ import annotations
 
 import json
+import logging
 import re
-import sys
 import threading
 from collections.abc import Callable
 from enum import StrEnum
@@ -23,8 +24,10 @@ from typing import TextIO
 
 from hookrunner.envsan import Redactor
 from hookrunner.metrics import HookMetrics
-from hookrunner.model import Event, HandlerRun, Outcome, PreDecision, Problem
+from hookrunner.model import Problem
 from hookrunner.proxyroute import ProxyProblem
+
+log = logging.getLogger(__name__)
 
 _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 
@@ -32,15 +35,10 @@ _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 class WarningKind(StrEnum):
     CONFIG = "config"  # a configuration problem; that part is skipped or ignored
     FAIL_OPEN = "fail_open"  # a pre handler failed and the call was allowed
+    # The hooks.json dialect's:
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one
     POST_FAILURE = "post_failure"  # a post handler failed (nothing to allow or deny)
-    # The AX Code dialect (hookrunner.ax):
-    FAIL_SAFE = (
-        "fail_safe"  # a hook failed or printed a malformed answer and the action was blocked
-    )
-    HOOK_FAILURE = "hook_failure"  # a hook of an event that cannot block failed
-    PAYLOAD = "payload"  # fields of an observation-only payload were dropped (names only)
-    DROPPED = "dropped"  # an observation-only event could not be run
+    # A dialect adds its own kinds (``hookrunner.ax.model.AxWarningKind``).
 
 
 def format_line(level: str, fields: dict[str, str]) -> str:
@@ -52,7 +50,13 @@ def format_line(level: str, fields: dict[str, str]) -> str:
 
 
 class Reporter:
-    """Writes warning/decision lines and feeds the metrics; safe to share between threads."""
+    """Writes warning/decision lines and feeds the metrics; safe to share between threads.
+
+    Lines go to ``stream`` when one is given, else through ``logging`` (the logger
+    ``hookrunner.report``: warnings at WARNING, decision lines at INFO), so a runtime
+    that embeds the Python API routes them with its own handlers; the command line
+    prints them on stderr as they are (``console.configure_logging``).
+    """
 
     def __init__(
         self,
@@ -70,16 +74,18 @@ class Reporter:
 
     def _write(self, level: str, fields: dict[str, str]) -> None:
         line = self.redact(format_line(level, fields))
-        stream = self.stream if self.stream is not None else sys.stderr
+        if self.stream is None:
+            log.log(logging.WARNING if level == "warning" else logging.INFO, line)
+            return
         with self._lock:
-            stream.write(line + "\n")
-            stream.flush()
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
     def line(self, level: str, fields: dict[str, str]) -> None:
-        """One redacted line that is not a warning (a decision line of another dialect)."""
+        """One redacted line that is not a warning (a dialect's decision line)."""
         self._write(level, fields)
 
-    def warn(self, kind: WarningKind, **fields: str) -> None:
+    def warn(self, kind: StrEnum, **fields: str) -> None:
         self.metrics.observe_warning(kind.value)
         self._write("warning", {"kind": kind.value, **fields})
 
@@ -100,40 +106,3 @@ class Reporter:
             variable=problem.variable,
             cause=f"{problem.reason}; http handlers that need it fail open (proxy_unusable)",
         )
-
-    def handler_run(self, run: HandlerRun) -> None:
-        self.metrics.observe_run(run)
-        if not run.outcome.failed:
-            return
-        if run.event is Event.POST:
-            kind = WarningKind.POST_FAILURE
-        elif run.outcome is Outcome.NEAR_MISS:
-            kind = WarningKind.NEAR_MISS
-        else:
-            kind = WarningKind.FAIL_OPEN
-        fields = {
-            "event": run.event.value,
-            "type": run.handler.type.value,
-            "outcome": run.outcome.value,
-            "group": run.group,
-            "where": run.handler.where,
-            "cause": run.detail,
-        }
-        if run.event is Event.PRE:
-            fields["action"] = "allowed"
-        self.warn(kind, **fields)
-
-    def decision(self, tool: str, decision: PreDecision) -> None:
-        self.metrics.observe_decision(decision.allowed)
-        if not self.log_decisions:
-            return
-        fields = {
-            "event": Event.PRE.value,
-            "tool": tool,
-            "decision": "allow" if decision.allowed else "deny",
-            "handlers": str(len(decision.runs)),
-        }
-        if not decision.allowed:
-            fields["group"] = decision.group or ""
-            fields["reason"] = decision.reason or ""
-        self._write("decision", fields)

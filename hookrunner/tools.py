@@ -1,6 +1,6 @@
 """The built-in tools that ``hookrunner exec`` runs between the hooks.
 
-Invariants (SPEC 5):
+Invariants (docs/hooks.md#command-line):
 * every path (absolute, relative to the workspace, or reached through
   symlinks) must stay inside the workspace after resolving symlinks; one that
   leaves it is a failed operation, nothing is touched;

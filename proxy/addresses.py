@@ -24,7 +24,8 @@ from proxy.hosts import IPAddress
 
 
 class AddressClass(StrEnum):
-    """What kind of destination an address is (SPEC 1.3)."""
+    """What kind of destination an address is
+    (docs/configuration.md#destinations-always-refused)."""
 
     PUBLIC = "public"
     LOOPBACK = "loopback"

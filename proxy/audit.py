@@ -1,4 +1,4 @@
-"""The audit log: one JSON line per egress decision (SPEC 1.7).
+"""The audit log: one JSON line per egress decision (docs/configuration.md#audit-log).
 
 `AuditLog` formats and writes a line in the caller's thread. The running proxy wraps it
 in a `BackgroundAuditLog`, so the event loop only enqueues a record: formatting, writing

@@ -1,4 +1,5 @@
-"""`egress-proxy run|check|ca|health` (SPEC 5). The only place that chooses exit codes.
+"""`egress-proxy run|check|ca|health` (README.md#command-line). The only place that chooses exit
+codes.
 
 Exit codes: 0 success; 1 `check` found problems or `health` found the proxy
 unhealthy; 2 the proxy could not start (configuration error, unreadable CA,

@@ -1,4 +1,5 @@
-"""Load and validate the environment file's `network` section (SPEC 1.1, 1.2).
+"""Load and validate the environment file's `network` section (docs/configuration.md#domain;
+docs/configuration.md#transform).
 
 The loader is the only place that reads YAML: it turns the file into frozen `Entry`
 values or refuses the whole file with every problem it found, each naming the

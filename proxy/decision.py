@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class Reason(StrEnum):
-    """Why a request was allowed or refused (SPEC 1.5 and 5)."""
+    """Why a request was allowed or refused (docs/configuration.md#reason-codes;
+    README.md#command-line)."""
 
     ALLOWLISTED = "allowlisted"
     NOT_ALLOWLISTED = "not_allowlisted"

@@ -1,7 +1,8 @@
 """The running proxy's life: reload on SIGHUP or file change, drain on SIGTERM, a heartbeat.
 
 * `Reloader` loads the configuration file again and swaps the policy in one assignment;
-  a file that fails validation keeps the running policy (SPEC 1.7). Every attempt sets
+  a file that fails validation keeps the running policy (docs/configuration.md#audit-log). Every
+  attempt sets
   `egress_config_last_reload_successful` and, when it worked, the success timestamp.
 * `watch_file` polls the file's identity (the resolved path, inode, size and mtime of what
   it points to), so it sees an editor's rename, an in-place write and the way Kubernetes

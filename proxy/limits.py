@@ -43,7 +43,8 @@ class Limit(enum.StrEnum):
 
 
 def head_refusal_body(limit: Limit) -> dict[str, str]:
-    """The JSON body of a refused request head (the shape of every refusal, SPEC 1.5)."""
+    """The JSON body of a refused request head (the shape of every refusal,
+    docs/configuration.md#reason-codes)."""
     message = (
         f"request head not complete within {HEAD_TIMEOUT_S:g} s"
         if limit is Limit.REQUEST_HEAD_TIMEOUT

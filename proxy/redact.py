@@ -1,4 +1,5 @@
-"""Redaction of injected secrets that an upstream echoes back (SPEC 1.4, docs/decisions.md D30).
+"""Redaction of injected secrets that an upstream echoes back (docs/configuration.md#transform,
+docs/decisions.md D30).
 
 Two places, two matchers, both built once per configuration (`Redactor.build`, called
 by the loader for each entry with a `transform`), never per request:

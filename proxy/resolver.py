@@ -1,7 +1,7 @@
 """Name resolution for the proxy: the system resolver, answers in its order.
 
 Uses getaddrinfo, so /etc/hosts, nsswitch and resolv.conf apply exactly as for
-any other program on the host (SPEC 5). The caller checks every answer and
+any other program on the host (README.md#command-line). The caller checks every answer and
 pins the one it connects to; nothing here is trusted beyond parsing.
 """
 

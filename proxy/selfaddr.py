@@ -1,4 +1,5 @@
-"""The proxy's own endpoints and this host's addresses, refused as destinations (SPEC 1.3).
+"""The proxy's own endpoints and this host's addresses, refused as destinations
+(docs/configuration.md#destinations-always-refused).
 
 No request loops through the proxy: its listening and metrics endpoints are refused in
 every spelling of their address — the address itself, and any IPv6 form that carries

@@ -1,4 +1,5 @@
-"""Which host a request is for, and whether every name it carries agrees (SPEC 1.6).
+"""Which host a request is for, and whether every name it carries agrees
+(docs/configuration.md#modes-and-protocols).
 
 A request can name its destination up to five times: the request-target's authority
 (an HTTP/1 absolute-form URL, or an HTTP/2 `:path` that is not origin-form), the URL

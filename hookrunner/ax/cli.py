@@ -15,7 +15,6 @@ deadline) and exits. A caller reads one line and need not wait for the exit.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from hookrunner.ax.events import parse_event
 from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
 from hookrunner.ax.session import AxSession
-from hookrunner.errors import PayloadError
+from hookrunner.console import emit, read_stdin_json
 from hookrunner.metrics import HookMetrics
 
 
@@ -54,20 +53,6 @@ def add_fire_parser(commands: Any) -> None:
     )
 
 
-def _payload(data: bytes) -> Any:
-    if not data.strip():
-        return {}
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise PayloadError(f"stdin is not JSON: {exc}") from None
-
-
-def _emit(document: dict[str, Any]) -> None:
-    sys.stdout.buffer.write(json.dumps(document, ensure_ascii=False).encode("utf-8") + b"\n")
-    sys.stdout.buffer.flush()
-
-
 def _close_stdout() -> None:
     """Give the caller its EOF now: fd 1 points at /dev/null from here on."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -78,7 +63,7 @@ def _close_stdout() -> None:
 
 
 def run_fire(args: argparse.Namespace) -> int:
-    payload = _payload(sys.stdin.buffer.read())
+    payload = read_stdin_json(empty_is_object=True)
     session = AxSession(
         args.workspace,
         session_id=args.session_id,
@@ -91,7 +76,7 @@ def run_fire(args: argparse.Namespace) -> int:
     try:
         inp = parse_event(args.event, payload, session_id=session.session_id)
         result = session.fire_input(inp)
-        _emit(result.to_json(inp.output))
+        emit(result.to_json(inp.output))
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:

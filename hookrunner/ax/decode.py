@@ -21,7 +21,8 @@ Legacy entries (no ``protocol``):
   under ``hookSpecificOutput``, the stricter when both) ``deny`` blocks, ``ask``
   asks, ``allow`` continues, then the older ``decision`` ``block``/``approve``.
   Anything else (not UTF-8, not JSON, not an object, repeated keys, an unknown
-  ``permissionDecision``, truncated output) is malformed and blocks: SPEC 4
+  ``permissionDecision``, truncated output) is malformed and blocks:
+  docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson
   "malformed stdout blocks". A ``reason`` that is not a string does not turn a
   deny into an allow: the default reason is used;
 * exit 0 on ``UserPromptSubmit`` (Claude Code's context injection): plain
@@ -46,19 +47,16 @@ from typing import Any
 from hookrunner.ax.feedback import bound
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
-    FAILURES,
     OBSERVATION_EVENTS,
     AxEntry,
     AxEvent,
-    AxOutcome,
     Cause,
     Effect,
     Protocol,
 )
 from hookrunner.command import OUTPUT_CAP, ProcessResult
 from hookrunner.decision import MAX_REASON_CHARS
-from hookrunner.model import Event
-from hookrunner.outcome import classify_process
+from hookrunner.outcome import Outcome, classify_process
 from hookrunner.schema import loads_strict
 
 ASK_REASON = "hook requested user confirmation"
@@ -70,7 +68,7 @@ _NOTICE_EVENTS = frozenset({AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COM
 
 @dataclass(frozen=True)
 class Decoded:
-    outcome: AxOutcome
+    outcome: Outcome
     effect: Effect
     detail: str
     reason: str | None = None
@@ -84,11 +82,11 @@ class Decoded:
 def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
     if result.cancelled:
         detail = "stopped because its session closed; its process group was killed"
-        return Decoded(AxOutcome.CANCELLED, Effect.CONTINUE, detail, failed=True)
-    classified = classify_process(Event.POST, result, entry.timeout)
-    base = Decoded(AxOutcome(classified.outcome.value), Effect.CONTINUE, classified.detail)
+        return Decoded(Outcome.CANCELLED, Effect.CONTINUE, detail, failed=True)
+    classified = classify_process(result, entry.timeout)
+    base = Decoded(classified.outcome, Effect.CONTINUE, classified.detail)
     if event in OBSERVATION_EVENTS:
-        return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome in FAILURES)
+        return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome.failed)
     if entry.protocol is Protocol.CLAUDE_CODE:
         return _claude_code(event, result, base)
     return _legacy(event, entry, result, base)
@@ -103,12 +101,12 @@ def _reason(text: str) -> str:
 
 
 def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded) -> Decoded:
-    if base.outcome is AxOutcome.OK:
+    if base.outcome is Outcome.OK:
         text = _text(result.stdout) or None
         if event is AxEvent.POST_TOOL_USE:
-            return Decoded(AxOutcome.OK, Effect.CONTINUE, base.detail, feedback=text)
+            return Decoded(Outcome.OK, Effect.CONTINUE, base.detail, feedback=text)
         if event in _NOTICE_EVENTS:
-            return Decoded(AxOutcome.OK, Effect.CONTINUE, base.detail, notice=text)
+            return Decoded(Outcome.OK, Effect.CONTINUE, base.detail, notice=text)
         return base
     if event in BLOCKING_EVENTS and entry.block_on_failure:
         said = _text(result.stderr) or _text(result.stdout)
@@ -121,13 +119,13 @@ def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded
             base.detail,
             reason=_reason(reason),
             cause=Cause.BLOCK_ON_FAILURE,
-            failed=base.outcome is not AxOutcome.EXIT_NONZERO,
+            failed=base.outcome is not Outcome.EXIT_NONZERO,
         )
     return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
 
 
 def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
-    if result.returncode == 2 and base.outcome is AxOutcome.EXIT_NONZERO:
+    if result.returncode == 2 and base.outcome is Outcome.EXIT_NONZERO:
         stderr = _text(result.stderr)
         if event in BLOCKING_EVENTS:
             answer, _ = parse_answer(result.stdout, result.stdout_truncated)
@@ -135,21 +133,17 @@ def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decode
             reason = stderr or (stated if isinstance(stated, str) and stated.strip() else "")
             reason = reason or f"Blocked by a {event.value} hook (exit status 2)."
             return Decoded(
-                AxOutcome.EXIT_2,
+                Outcome.EXIT_2,
                 Effect.BLOCK,
                 "exited with status 2",
                 _reason(reason),
                 Cause.EXIT_2,
             )
         if event is AxEvent.POST_TOOL_USE:
-            return Decoded(
-                AxOutcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr
-            )
+            return Decoded(Outcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr)
         detail = f"exited with status 2, but {event.value} cannot block; ignored"
-        return Decoded(
-            AxOutcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True
-        )
-    if base.outcome is not AxOutcome.OK:
+        return Decoded(Outcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True)
+    if base.outcome is not Outcome.OK:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
     if event in BLOCKING_EVENTS:
         return _decision(event, result)
@@ -173,7 +167,7 @@ def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Deco
         return base
     reason = stated.strip() if isinstance(stated, str) and stated.strip() else None
     detail = f"answered {asked}, but {event.value} cannot block; ignored"
-    return Decoded(AxOutcome.DENY, Effect.CONTINUE, detail, notice=reason, failed=True)
+    return Decoded(Outcome.DENY, Effect.CONTINUE, detail, notice=reason, failed=True)
 
 
 def _plain_text(data: bytes, truncated: bool) -> str | None:
@@ -221,14 +215,14 @@ def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
     if event is AxEvent.USER_PROMPT_SUBMIT:
         text = _plain_text(result.stdout, result.stdout_truncated)
         if text is not None:
-            return Decoded(AxOutcome.OK, Effect.CONTINUE, "printed context", context=text)
+            return Decoded(Outcome.OK, Effect.CONTINUE, "printed context", context=text)
     answer, problem = parse_answer(result.stdout, result.stdout_truncated)
     if answer is not None:
         problem = _check(answer)
     if answer is None or problem is not None:
         message = f"Blocked by a {event.value} hook: its output is not a valid answer ({problem})."
         return Decoded(
-            AxOutcome.MALFORMED,
+            Outcome.MALFORMED,
             Effect.BLOCK,
             f"exited with status 0 but {problem}",
             _reason(message),
@@ -249,7 +243,7 @@ def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
         text = stop if isinstance(stop, str) and stop.strip() else reason
         text = text or f"Blocked by a {event.value} hook (continue: false)."
         return Decoded(
-            AxOutcome.DENY,
+            Outcome.DENY,
             Effect.BLOCK,
             "printed continue: false",
             _reason(text),
@@ -258,17 +252,17 @@ def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
     if permission == "deny" or (permission is None and answer.get("decision") == "block"):
         cause = Cause.PERMISSION_DENY if permission == "deny" else Cause.DECISION_BLOCK
         text = reason or f"Blocked by a {event.value} hook."
-        return Decoded(AxOutcome.DENY, Effect.BLOCK, f"denied{note}", _reason(text), cause)
+        return Decoded(Outcome.DENY, Effect.BLOCK, f"denied{note}", _reason(text), cause)
     if permission == "ask":
         return Decoded(
-            AxOutcome.ASK, Effect.ASK, f"asked{note}", _reason(reason or ASK_REASON), Cause.ASK
+            Outcome.ASK, Effect.ASK, f"asked{note}", _reason(reason or ASK_REASON), Cause.ASK
         )
     added = nested.get("additionalContext") if event is AxEvent.USER_PROMPT_SUBMIT else None
     context = added.strip() or None if isinstance(added, str) else None
     if permission == "allow" or answer.get("decision") == "approve":
-        return Decoded(AxOutcome.ALLOW, Effect.CONTINUE, "allowed", context=context)
+        return Decoded(Outcome.ALLOW, Effect.CONTINUE, "allowed", context=context)
     detail = "exited with status 0 without a decision"
-    return Decoded(AxOutcome.OK, Effect.CONTINUE, detail, context=context)
+    return Decoded(Outcome.OK, Effect.CONTINUE, detail, context=context)
 
 
 def _check(answer: dict[str, Any]) -> str | None:
@@ -294,7 +288,7 @@ def _post_feedback(result: ProcessResult) -> Decoded:
     answer, problem = parse_answer(result.stdout, result.stdout_truncated)
     if answer is None:
         return Decoded(
-            AxOutcome.MALFORMED, Effect.CONTINUE, f"{problem}; no feedback taken", failed=True
+            Outcome.MALFORMED, Effect.CONTINUE, f"{problem}; no feedback taken", failed=True
         )
     pieces = []
     if answer.get("decision") == "block" and isinstance(answer.get("reason"), str):
@@ -303,4 +297,4 @@ def _post_feedback(result: ProcessResult) -> Decoded:
     if isinstance(nested, dict) and isinstance(nested.get("additionalContext"), str):
         pieces.append(nested["additionalContext"].strip())
     feedback = "\n".join(p for p in pieces if p) or None
-    return Decoded(AxOutcome.OK, Effect.CONTINUE, "exited with status 0", feedback=feedback)
+    return Decoded(Outcome.OK, Effect.CONTINUE, "exited with status 0", feedback=feedback)

@@ -1,6 +1,6 @@
 """PostToolUse feedback: bounded text for the model, in a ``<hook_feedback>`` block (pure).
 
-Invariants (SPEC 4):
+Invariants (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson):
 * each hook contributes at most ``PER_HOOK_CHARS`` characters and one tool call
   at most ``PER_CALL_CHARS`` (the block's body, separators and truncation
   markers included; the two tag lines are not counted);

@@ -1,6 +1,7 @@
 """Discovery of AX hooks files, and the trust that lets a repository's file run.
 
-Invariants (SPEC 4; the source page's "Activar paquetes"):
+Invariants (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson; the source page's
+"Activar paquetes"):
 * ``<workspace>/.ax-code/hooks.json`` is repository-controlled code, so it is
   loaded only when trusted from outside the repository: the runner's
   environment has ``AX_CODE_TRUST_PROJECT_CONFIG`` exactly ``1``, or the
@@ -11,73 +12,36 @@ Invariants (SPEC 4; the source page's "Activar paquetes"):
   from outside the repository) and loads first; a file reached both ways is
   loaded once (device and inode);
 * each file is read once, when the session opens; the snapshot is immutable;
-* the full environment (``AX_CODE_HOOKS_FULL_ENV=1``) is read from the
-  runner's environment only; nothing in a file can ask for it.
+* the full environment (``AX_CODE_HOOKS_FULL_ENV=1``, or the kernel's
+  ``HOOKRUNNER_FULL_ENV=1``) is read from the runner's environment only, by
+  the kernel's one parser (``kernel.env_switch``); nothing in a file can ask for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from hookrunner import kernel
 from hookrunner.ax.model import AxConfig, AxEntry
 from hookrunner.ax.schema import validate_ax_document
-from hookrunner.loader import parse_json_file, read_config_file
+from hookrunner.kernel import Switch, env_switch
+from hookrunner.loader import load_file
 from hookrunner.model import Problem
 
 PROJECT_FILE = Path(".ax-code") / "hooks.json"
 TRUST_VARIABLE = "AX_CODE_TRUST_PROJECT_CONFIG"
 FULL_ENV_VARIABLE = "AX_CODE_HOOKS_FULL_ENV"
-RUNNER_FULL_ENV_VARIABLE = "HOOKRUNNER_FULL_ENV"
-
-
-@dataclass(frozen=True)
-class Switch:
-    """An operator switch read from outside the repository, with why it is off when set."""
-
-    on: bool
-    notice: str | None = None
-
-
-def _exactly_one(environ: Mapping[str, str], name: str) -> Switch:
-    value = environ.get(name)
-    if value is None or value == "1":
-        return Switch(value == "1")
-    return Switch(False, f"{name} is {value[:20]!r}, not '1', so it is ignored")
 
 
 def trust_switch(environ: Mapping[str, str], flag: bool | None = None) -> Switch:
     """Whether project hooks may run: the runner's flag, else AX_CODE_TRUST_PROJECT_CONFIG=1."""
-    if flag is not None:
-        return Switch(flag)
-    return _exactly_one(environ, TRUST_VARIABLE)
+    return env_switch(environ, flag, (TRUST_VARIABLE,))
 
 
 def full_env_switch(environ: Mapping[str, str], flag: bool | None = None) -> Switch:
     """The escape hatch: the flag, else AX_CODE_HOOKS_FULL_ENV=1 (or HOOKRUNNER_FULL_ENV=1)."""
-    if flag is not None:
-        return Switch(flag)
-    ax = _exactly_one(environ, FULL_ENV_VARIABLE)
-    if ax.on:
-        return ax
-    runner = _exactly_one(environ, RUNNER_FULL_ENV_VARIABLE)
-    return Switch(runner.on, ax.notice or runner.notice)
-
-
-def _load_file(
-    path: Path, explicit: bool, seen: set[tuple[int, int]]
-) -> tuple[list[AxEntry], list[Problem], bool]:
-    text, identity, problem = read_config_file(path, explicit)
-    problems = [problem] if problem is not None else []
-    if text is None or identity is None or identity in seen:
-        return [], problems, False
-    seen.add(identity)
-    doc, parse_problem = parse_json_file(text, str(path))
-    if parse_problem is not None:
-        return [], [*problems, parse_problem], True
-    entries, found = validate_ax_document(doc, str(path))
-    return entries, [*problems, *found], True
+    return kernel.full_env_switch(environ, flag, FULL_ENV_VARIABLE)
 
 
 def load_ax_config(
@@ -89,14 +53,14 @@ def load_ax_config(
     notices: list[str] = []
     seen: set[tuple[int, int]] = set()
     if operator_config is not None:
-        found, found_problems, loaded = _load_file(operator_config, True, seen)
+        found, found_problems, loaded = load_file(operator_config, True, seen, validate_ax_document)
         entries += found
         problems += found_problems
         if loaded:
             files.append(str(operator_config))
     project = workspace / PROJECT_FILE
     if trusted:
-        found, found_problems, loaded = _load_file(project, False, seen)
+        found, found_problems, loaded = load_file(project, False, seen, validate_ax_document)
         entries += found
         problems += found_problems
         if loaded:

@@ -1,7 +1,7 @@
-"""Immutable values of the AX Code dialect: events, entries, outcomes, causes, results.
+"""Immutable values of the AX Code dialect: events, entries, causes, results.
 
-``AxOutcome`` is the closed set of what one hook run came to (the ``outcome``
-label of ``hook_runs_total`` for these events); ``Cause`` is the closed set of
+What one hook run came to is the kernel's ``outcome.Outcome`` (the ``outcome``
+label of ``hook_runs_total``, shared with hooks.json); ``Cause`` is the closed set of
 reasons for the decision of one fired event (logged on every decision line,
 the ``cause`` label of ``hook_lifecycle_decisions_total``). Both are
 documented in docs/hooks.md.
@@ -16,6 +16,7 @@ from typing import Any
 
 from hookrunner.ax.matcher import AxMatcher
 from hookrunner.model import Problem
+from hookrunner.outcome import Outcome
 
 
 class AxEvent(StrEnum):
@@ -54,34 +55,13 @@ class Protocol(StrEnum):
     CLAUDE_CODE = "claude-code"
 
 
-class AxOutcome(StrEnum):
-    OK = "ok"  # exit status 0 and nothing to decode (or nothing decided)
-    ALLOW = "allow"  # claude-code: an explicit allow / approve
-    DENY = "deny"  # claude-code: deny, {"decision": "block"} or {"continue": false}
-    ASK = "ask"  # claude-code: ask
-    EXIT_2 = "exit_2"  # claude-code: exit status 2
-    MALFORMED = "malformed"  # claude-code: exit 0 with stdout that is not a valid answer
-    EXIT_NONZERO = "exit_nonzero"
-    NOT_FOUND = "not_found"  # exit status 127
-    NOT_EXECUTABLE = "not_executable"  # exit status 126
-    CRASHED = "crashed"  # killed by a signal the runner did not send
-    TIMEOUT = "timeout"  # the deadline passed; the process group was killed
-    SPAWN_ERROR = "spawn_error"
-    CANCELLED = "cancelled"  # an observation hook stopped because its session closed
+class AxWarningKind(StrEnum):
+    """This dialect's warning kinds, next to the kernel's ``report.WarningKind``."""
 
-
-FAILURES = frozenset(
-    {
-        AxOutcome.MALFORMED,
-        AxOutcome.EXIT_NONZERO,
-        AxOutcome.NOT_FOUND,
-        AxOutcome.NOT_EXECUTABLE,
-        AxOutcome.CRASHED,
-        AxOutcome.TIMEOUT,
-        AxOutcome.SPAWN_ERROR,
-        AxOutcome.CANCELLED,
-    }
-)
+    FAIL_SAFE = "fail_safe"  # a hook failed or printed a malformed answer; the action was blocked
+    HOOK_FAILURE = "hook_failure"  # a hook of an event that cannot block failed
+    PAYLOAD = "payload"  # fields of an observation-only payload were dropped (names only)
+    DROPPED = "dropped"  # an observation-only event could not be run
 
 
 class Effect(StrEnum):
@@ -151,7 +131,7 @@ class HookRun:
     """The result of running one entry once."""
 
     entry: AxEntry
-    outcome: AxOutcome
+    outcome: Outcome
     effect: Effect
     detail: str  # the cause, for warnings; never contains environment values
     duration: float

@@ -1,7 +1,7 @@
 """The owned worker for observation-only events: off the caller's path, never unawaited.
 
-The source page says these events "fire and forget"; STYLE forbids tasks
-nothing awaits. Both hold here:
+The source page says these events "fire and forget"; the project allows no task
+that nothing awaits. Both hold here:
 * ``submit`` only checks and enqueues (a bounded queue), so firing an
   observation-only event never waits for a hook and can never block;
 * one thread per session runs the queued events in order, each hook with its

@@ -21,15 +21,15 @@ closed when the interpreter exits.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from hookrunner.ax import metrics as ax_metrics
 from hookrunner.ax.aggregate import decide, gather
+from hookrunner.ax.dispatch import LifecycleExecutor
 from hookrunner.ax.events import EventInput, parse_event
-from hookrunner.ax.fire import LifecycleExecutor
 from hookrunner.ax.loader import full_env_switch, load_ax_config, trust_switch
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -37,6 +37,7 @@ from hookrunner.ax.model import (
     AxConfig,
     AxEntry,
     AxEvent,
+    AxWarningKind,
     Cause,
     FireResult,
     HookRun,
@@ -44,11 +45,8 @@ from hookrunner.ax.model import (
 )
 from hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
 from hookrunner.command import CancelToken
-from hookrunner.envsan import Redactor, sanitise
-from hookrunner.errors import WorkspaceError
-from hookrunner.isolation import hook_environment, make_undumpable
-from hookrunner.metrics import HookMetrics, default_metrics
-from hookrunner.report import Reporter, WarningKind
+from hookrunner.kernel import Kernel
+from hookrunner.metrics import HookMetrics
 
 CLOSE_TIMEOUT = 5.0
 
@@ -69,31 +67,23 @@ class AxSession:
         observation_capacity: int = DEFAULT_CAPACITY,
         log_decisions: bool = True,
     ) -> None:
-        make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
-        root = Path(os.path.realpath(workspace))
-        if not root.is_dir():
-            raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
-        self.workspace = root
+        self.kernel = Kernel(workspace, environ=environ, metrics=metrics, stream=stream)
+        self.workspace = root = self.kernel.workspace
         self.session_id = session_id
         self.interactive = interactive
         self.log_decisions = log_decisions
-        snapshot = dict(os.environ if environ is None else environ)
-        trust = trust_switch(snapshot, trust_project)
-        full = full_env_switch(snapshot, full_env)
+        trust = trust_switch(self.kernel.environ, trust_project)
+        full = full_env_switch(self.kernel.environ, full_env)
         self.trusted, self.full_env = trust.on, full.on
-        self.metrics = metrics if metrics is not None else default_metrics()
-        self.reporter = Reporter(
-            self.metrics, stream=stream, redact=Redactor.from_environment(snapshot)
-        )
+        self.metrics, self.reporter = self.kernel.metrics, self.kernel.reporter
+        self.metrics.use(ax_metrics.register)  # metrics made before hookrunner.ax was imported
         operator = Path(operator_config) if operator_config is not None else None
         self.config: AxConfig = load_ax_config(root, trusted=trust.on, operator_config=operator)
-        for problem in self.config.problems:
-            self.reporter.problem(problem)
-        for notice in (trust.notice, full.notice, *self.config.notices):
-            if notice is not None:
-                self.reporter.warn(WarningKind.CONFIG, cause=notice)
-        base_env = hook_environment(sanitise(snapshot, full_env=full.on).variables, snapshot, root)
-        self._executor = LifecycleExecutor(str(root), base_env, self.reporter, self.metrics)
+        self.kernel.configuration(
+            self.config.problems, (trust.notice, full.notice, *self.config.notices)
+        )
+        self.kernel.start_hooks(full.on)
+        self._executor = LifecycleExecutor(self.kernel)
         self._worker = ObservationWorker(self._observe, self._dropped, observation_capacity)
         self._finalizer = weakref.finalize(self, self._worker.close, CLOSE_TIMEOUT)
 
@@ -115,7 +105,7 @@ class AxSession:
     def fire_input(self, inp: EventInput) -> FireResult:
         if inp.dropped:
             self.reporter.warn(
-                WarningKind.PAYLOAD,
+                AxWarningKind.PAYLOAD,
                 event=inp.event.value,
                 dropped=",".join(inp.dropped)[:200],
                 cause="observation-only payloads carry ids, reasons and timestamps only",
@@ -157,5 +147,5 @@ class AxSession:
             self._executor.run(entry, inp, cancel)
 
     def _dropped(self, inp: EventInput, cause: str) -> None:
-        self.metrics.observe_observation_dropped(inp.event)
-        self.reporter.warn(WarningKind.DROPPED, event=inp.event.value, cause=cause)
+        ax_metrics.observe_dropped(self.metrics, inp.event)
+        self.reporter.warn(AxWarningKind.DROPPED, event=inp.event.value, cause=cause)

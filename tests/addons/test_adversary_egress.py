@@ -74,9 +74,11 @@ def test_a_request_is_decided_and_pinned_by_one_policy(
 
     if status is None:
         assert flow.response is None
-        assert server.error is None and server.address == ("10.0.0.5", 443)
+        assert server.error is None
+        assert server.address == ("10.0.0.5", 443)
     else:
-        assert flow.response is not None and flow.response.status_code == status
+        assert flow.response is not None
+        assert flow.response.status_code == status
         assert flow.response.headers["X-Egress-Denied"] == "internal_address"
         assert server.error is not None  # nothing pinned: never connected
 
@@ -90,7 +92,8 @@ def test_a_connect_is_decided_and_pinned_by_one_policy() -> None:
         addon.client_connected(connect.client_conn)
         run(addon.http_connect(connect))
 
-    assert connect.response is not None and connect.response.status_code == 403
+    assert connect.response is not None
+    assert connect.response.status_code == 403
     assert connect.response.headers["X-Egress-Denied"] == "internal_address"
     assert addon.pinning.pinned(connect.client_conn, ("db.example", 443)) is None
 

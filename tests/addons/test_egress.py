@@ -80,7 +80,8 @@ def test_exception_in_policy_is_a_counted_refusal() -> None:
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
         run(addon.requestheaders(flow))
-    assert flow.response is not None and flow.response.status_code == 403
+    assert flow.response is not None
+    assert flow.response.status_code == 403
     assert flow.response.headers["X-Egress-Denied"] == "policy_error"
     assert json.loads(flow.response.content)["reason"] == "policy_error"
     assert metrics.registry.get_sample_value("egress_policy_errors_total") == 1.0
@@ -130,7 +131,8 @@ def test_name_that_does_not_resolve_is_a_502_dns_failure() -> None:
         addon.client_connected(flow.client_conn)
         run(addon.requestheaders(flow))
         addon.response(flow)
-    assert flow.response is not None and flow.response.status_code == 502
+    assert flow.response is not None
+    assert flow.response.status_code == 502
     assert flow.response.headers["X-Egress-Denied"] == "dns_failure"
     assert json.loads(flow.response.content)["error"] == "egress_failed"
     assert count(metrics, "deny", "dns_failure") == 1.0
@@ -278,10 +280,12 @@ def test_refused_upload_is_answered_only_when_small() -> None:
         for flow in (small, large, chunked):
             addon.client_connected(flow.client_conn)
             run(addon.requestheaders(flow))
-    assert small.response is not None and small.response.status_code == 403
+    assert small.response is not None
+    assert small.response.status_code == 403
     for flow in (large, chunked):
         assert flow.response is None
-        assert flow.error is not None and flow.error.msg == "Connection killed."
+        assert flow.error is not None
+        assert flow.error.msg == "Connection killed."
     assert count(metrics, "deny", "not_allowlisted") == 3.0
 
 

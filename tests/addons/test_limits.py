@@ -56,7 +56,8 @@ def test_the_internals_the_wrappers_rely_on_are_where_they_were():
     assert "self.buf = ReceiveBuffer()" in inspect.getsource(_http1.Http1Connection.__init__)
     assert "HttpRequestHeadersHook(self.flow)" in inspect.getsource(HttpStream)
     relay = inspect.getsource(websocket.WebsocketLayer)
-    assert "src_ws.frame_buf" in relay and "self.flow.websocket.messages.append" in relay
+    assert "src_ws.frame_buf" in relay
+    assert "self.flow.websocket.messages.append" in relay
     assert limits._original_http1.__qualname__ == "Http1Connection._handle_event"
     assert limits._original_stream.__qualname__ == "HttpStream._handle_event"
     assert "relay_messages" in limits._original_websocket.__qualname__
@@ -78,15 +79,18 @@ def test_a_request_head_over_the_bound_gets_431_and_the_connection_closes(
     server = _http1.Http1Server(ctx)
     head = b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 60_000
     out = feed(server, events.Start(), events.DataReceived(ctx.client, head))
-    assert out == [] and refused == []  # under the bound: still waiting for the head
+    assert out == []
+    assert refused == []
     out = feed(server, events.DataReceived(ctx.client, b"a" * 10_000))
     sent, close = out
-    assert isinstance(sent, commands.SendData) and isinstance(close, commands.CloseConnection)
+    assert isinstance(sent, commands.SendData)
+    assert isinstance(close, commands.CloseConnection)
     status, _, rest = sent.data.partition(b"\r\n")
     assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
     assert b"\r\nX-Egress-Denied: bad_request\r\n" in rest
     assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["reason"] == "bad_request"
-    assert refused == [Limit.REQUEST_HEAD] and len(server.buf) == 0
+    assert refused == [Limit.REQUEST_HEAD]
+    assert len(server.buf) == 0
     assert feed(server, events.DataReceived(ctx.client, b"more")) == []  # done: nothing read
 
 
@@ -101,8 +105,10 @@ def test_a_response_head_over_the_bound_fails_the_stream(
         client, events.DataReceived(ctx.server, b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 12_000)
     )
     close, error = out
-    assert isinstance(close, commands.CloseConnection) and close.connection is ctx.server
-    assert isinstance(error, ReceiveHttp) and isinstance(error.event, ResponseProtocolError)
+    assert isinstance(close, commands.CloseConnection)
+    assert close.connection is ctx.server
+    assert isinstance(error, ReceiveHttp)
+    assert isinstance(error.event, ResponseProtocolError)
     assert refused == [Limit.RESPONSE_HEAD]
 
 
@@ -119,7 +125,8 @@ def test_http1_trailers_are_dropped_instead_of_raising(ctx: context.Context, ref
 
 def test_forwarded_websocket_messages_are_not_kept():
     flow = tflow.twebsocketflow()
-    assert flow.websocket is not None and len(flow.websocket.messages) > 1
+    assert flow.websocket is not None
+    assert len(flow.websocket.messages) > 1
     last = flow.websocket.messages[-1]
     limits.Limits(ProxyMetrics()).websocket_message(flow)
     assert flow.websocket.messages == [last]
@@ -146,7 +153,8 @@ def test_a_status_line_rfc_9112_does_not_allow_fails_the_stream(
     out = feed(client, events.DataReceived(ctx.server, line + b"\r\nContent-Length: 2\r\n\r\nok"))
     close, error = out
     assert isinstance(close, commands.CloseConnection)
-    assert isinstance(error, ReceiveHttp) and isinstance(error.event, ResponseProtocolError)
+    assert isinstance(error, ReceiveHttp)
+    assert isinstance(error.event, ResponseProtocolError)
     assert error.event.message == "invalid status line"
     assert refused == []  # not a memory bound
 
@@ -174,7 +182,8 @@ def test_a_request_head_not_finished_in_time_gets_408(
     assert feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n")) == []
     assert feed(server, events.DataReceived(ctx.client, b"X-Slow: 1\r\n")) == []  # at the limit
     sent, close = feed(server, events.DataReceived(ctx.client, b"X-Slow: 2\r\n"))
-    assert isinstance(sent, commands.SendData) and isinstance(close, commands.CloseConnection)
+    assert isinstance(sent, commands.SendData)
+    assert isinstance(close, commands.CloseConnection)
     assert sent.data.startswith(b"HTTP/1.1 408 Request Time-out\r\n")
     assert b"\r\nX-Egress-Denied: bad_request\r\n" in sent.data
     assert refused == [Limit.REQUEST_HEAD_TIMEOUT]

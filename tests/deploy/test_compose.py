@@ -107,6 +107,12 @@ def proxy_args(service: str) -> Any:
     return proxy_parser().parse_args(command[1:])
 
 
+def dns_args(service: str) -> Any:
+    command = SERVICES[service]["command"]
+    assert command[:2] == ["egress-proxy", "dns"]
+    return proxy_parser().parse_args(command[1:])
+
+
 def runner_args(service: str) -> Any:
     command = SERVICES[service]["command"]
     assert command[0] == "hookrunner"
@@ -155,7 +161,8 @@ def effective_uid(service: str) -> int:
 def load_module(path: Path) -> ModuleType:
     name = f"deploy_example_{path.stem}"  # never shadows a real module
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -366,7 +373,8 @@ def test_allowlist_opens_the_telemetry_network_and_no_other_compose_network(tmp_
     assert opened == [subnet("telemetry")]
     policy = Policy(network)
     decision = policy.decide(canonical_host(TELEMETRY_NAME), TELEMETRY_PORT, tls=True)
-    assert decision.allowed and decision.entry is not None
+    assert decision.allowed
+    assert decision.entry is not None
     assert decision.entry.pattern == TELEMETRY_NAME
     telemetry_ip = ipaddress.ip_address(address_on("telemetry", "telemetry"))
     assert policy.pick_address(decision, [telemetry_ip], TELEMETRY_PORT) == (decision, telemetry_ip)
@@ -426,7 +434,8 @@ def test_sandbox_is_only_on_internal_networks_and_cannot_reach_telemetry() -> No
     assert set(networks_of(sandbox)) == {"sandbox"}
     for network in networks_of(sandbox):
         assert NETWORKS[network].get("internal") is True, network
-    assert "ports" not in sandbox and "network_mode" not in sandbox
+    assert "ports" not in sandbox
+    assert "network_mode" not in sandbox
     assert NETWORKS["telemetry"].get("internal") is True
     assert not set(networks_of(sandbox)) & set(networks_of(SERVICES["telemetry"]))
     # Whatever is on the sandbox's network is not a way out either.
@@ -468,7 +477,8 @@ def test_the_sandbox_trusts_exactly_the_certificate_ca_init_exports() -> None:
         service = SERVICES[name]
         bundle = service["environment"]["SSL_CERT_FILE"]
         public = mount_at(service, bundle)
-        assert public[0] == "ca-public" and public[2] is True, name
+        assert public[0] == "ca-public", name
+        assert public[2] is True, name
         assert bundle == public[1] + relative == f"/etc/egress-ca/{CA_CERT}"
         assert service["environment"]["REQUESTS_CA_BUNDLE"] == bundle
         assert runner_args(name).ca_file == bundle
@@ -510,22 +520,56 @@ def test_transparent_rules_redirect_to_the_listener_and_exempt_only_the_proxy_ui
     assert set(netfilter["cap_add"]) == {"NET_ADMIN", "NET_RAW"}
     proxy_uid = effective_uid("proxy-transparent")
     assert proxy_uid == dockerfile_users()["egress"] == 10001
+    dns = dns_args("dns-transparent")
+    assert dns.listen[0] == "127.0.0.1"  # where REDIRECT sends locally generated packets
     check_transparent_rules(
-        netfilter["command"][2], listen_port=proxy.listen[1], proxy_uid=proxy_uid
+        netfilter["command"][2],
+        listen_port=proxy.listen[1],
+        proxy_uid=proxy_uid,
+        dns_port=dns.listen[1],
     )
     sandbox = SERVICES["sandbox-transparent"]
     assert sandbox["depends_on"]["netfilter"] == {"condition": "service_completed_successfully"}
+    assert sandbox["depends_on"]["dns-transparent"] == {"condition": "service_healthy"}
     assert effective_uid("sandbox-transparent") == dockerfile_users()["sandbox"] != proxy_uid
-    assert "cap_add" not in sandbox and sandbox["cap_drop"] == ["ALL"]
+    assert "cap_add" not in sandbox
+    assert sandbox["cap_drop"] == ["ALL"]
     assert "HTTPS_PROXY" not in sandbox["environment"]
+    # Only the proxy's side runs as its uid: the rules (root) and the responder, whose own
+    # lookups must not be redirected to itself.
     for name, service in SERVICES.items():
-        if service.get("network_mode") == "service:proxy-transparent" and name != "netfilter":
-            assert effective_uid(name) != proxy_uid, f"{name} would bypass the redirect"
+        if service.get("network_mode") == "service:proxy-transparent":
+            if name in {"netfilter", "dns-transparent"}:
+                assert effective_uid(name) == (0 if name == "netfilter" else proxy_uid)
+            else:
+                assert effective_uid(name) != proxy_uid, f"{name} would bypass the redirect"
+
+
+def test_the_transparent_dns_responder_serves_the_proxys_allowlist_and_is_scraped() -> None:
+    dns = dns_args("dns-transparent")
+    proxy = proxy_args("proxy-transparent")
+    service = SERVICES["dns-transparent"]
+    assert service["network_mode"] == "service:proxy-transparent"
+    assert dns.config == proxy.config
+    assert mount_at(service, dns.config) == ("./deploy/compose/env.yaml", dns.config, True)
+    # The environment file's secret reference must resolve for the responder too.
+    assert service["secrets"] == SERVICES["proxy-transparent"]["secrets"]
+    assert dns.metrics == (proxy.metrics[0], 9466) != proxy.metrics
+    assert health_probe("dns-transparent") == dns.metrics
+    assert prometheus_targets()["egress-dns-transparent"] == [f"{dns.metrics[0]}:{dns.metrics[1]}"]
+
+
+def test_both_sandboxes_have_resource_limits() -> None:
+    for name in ("sandbox", "sandbox-transparent"):
+        limits = {
+            k: SERVICES[name][k] for k in ("mem_limit", "memswap_limit", "cpus", "pids_limit")
+        }
+        assert limits == {"mem_limit": "1g", "memswap_limit": "1g", "cpus": 1.0, "pids_limit": 256}
 
 
 def test_profiles_keep_the_transparent_variant_optional() -> None:
     profiled = {n for n, s in SERVICES.items() if "profiles" in s}
-    assert profiled == {"proxy-transparent", "netfilter", "sandbox-transparent"}
+    assert profiled == {"proxy-transparent", "dns-transparent", "netfilter", "sandbox-transparent"}
     for name in profiled:
         assert SERVICES[name]["profiles"] == ["transparent"]
 
@@ -548,6 +592,7 @@ def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
         "pyproject.toml README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
     ]
@@ -587,7 +632,7 @@ def test_image_carries_oci_labels() -> None:
 
 def test_services_that_do_not_run_the_proxy_turn_the_image_healthcheck_off() -> None:
     for name, service in SERVICES.items():
-        runs_proxy = service["command"][:2] == ["egress-proxy", "run"]
+        runs_proxy = service["command"][:2] in (["egress-proxy", "run"], ["egress-proxy", "dns"])
         if runs_proxy:
             health_probe(name)
         elif service["build"]["target"] == "runtime":
@@ -607,6 +652,7 @@ def test_dockerignore_admits_only_the_sources() -> None:
         "README.md",
         "proxy",
         "addons",
+        "common",
         "hookrunner",
         "config/default.yaml",
         "build/wheelhouse/*.whl",

@@ -1,5 +1,8 @@
 """compose.yaml started for real: images built, both profiles up, the source scenario run.
 
+Also, from inside the transparent sandbox: its DNS is `egress-proxy dns` and no other
+resolver, and both sandboxes run with compose.yaml's resource limits (docker inspect).
+
 Needs a running Docker engine, the base image and a Compose implementation
 (`.ci/run` calls scripts/container-engine and scripts/base-image first;
 docs/operations.md, "Containers without a registry"). Every address probed is
@@ -50,7 +53,7 @@ def udp(host, port):
             return "sent"
         except OSError as exc:
             return errno.errorcode.get(exc.errno, str(exc))
-print(json.dumps({"tcp": [tcp(h, p) for h, p in TARGETS], "udp": udp("198.18.0.1", 53)}))
+print(json.dumps({"tcp": [tcp(h, p) for h, p in TARGETS], "udp": udp("198.18.0.1", 443)}))
 """
 
 # Prints the status and the proxy's refusal header of plain requests (urllib: it honours
@@ -67,6 +70,48 @@ for url in URLS:
     except OSError as e:
         out.append(["error", type(getattr(e, "reason", e)).__name__])
 print(json.dumps(out))
+"""
+
+
+# Prints how each DNS query ends: (server, port, transport, name) -> the rcode's name and
+# the A records, or "timeout"/an errno name. dnspython is in the image (the responder's).
+DNS_PROBE = """
+import errno, json, socket
+import dns.exception, dns.message, dns.query, dns.rcode
+def ask(server, port, transport, name):
+    query = dns.message.make_query(name, "A")
+    try:
+        if transport == "udp":
+            answer = dns.query.udp(query, server, port=port, timeout=3)
+        else:
+            answer = dns.query.tcp(query, server, port=port, timeout=3)
+    except dns.exception.Timeout:
+        return "timeout"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc))
+    addresses = sorted(r.address for rrset in answer.answer for r in rrset)
+    return [dns.rcode.to_text(answer.rcode()), addresses]
+def system(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET)})
+    except socket.gaierror as exc:
+        return errno.errorcode.get(exc.errno, "EAI") if exc.errno > 0 else exc.args[1]
+print(json.dumps({"queries": [ask(*q) for q in QUERIES], "system": [system(n) for n in NAMES]}))
+"""
+
+# Docker's embedded resolver listens on 127.0.0.11 on random ports (the nat rules send
+# :53 there); /proc/net shows them to any process of the namespace. Prints those ports.
+DOCKER_DNS_PORTS = """
+import json
+def ports(path):
+    found = []
+    for line in open(path).read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port = local.split(":")
+        if address == "0B00007F" and (state == "0A" or path.endswith("udp")):
+            found.append(int(port, 16))
+    return found
+print(json.dumps({"udp": ports("/proc/net/udp"), "tcp": ports("/proc/net/tcp")}))
 """
 
 
@@ -179,11 +224,86 @@ def test_the_transparent_sandbox_reaches_nothing_but_the_proxy(stack: Stack) -> 
     # what the proxy then does is the policy: a Prometheus query is refused by the
     # proxy, not answered by Prometheus. Other protocols are dropped outright.
     outcome = probe(stack, "sandbox-transparent", CONNECT_PROBE, TARGETS=[OUTSIDE])
-    assert outcome == {"tcp": ["connected"], "udp": "EPERM"}
+    assert outcome == {"tcp": ["connected"], "udp": "EPERM"}  # UDP 443 (QUIC): dropped
     urls = [f"http://{PROMETHEUS['on monitoring'][0]}:9090/api/v1/targets"]
     assert probe(stack, "sandbox-transparent", REQUEST_PROBE, URLS=urls) == [
         [403, "internal_address"]
     ]
+
+
+def dns_queries(stack: Stack) -> dict[str, float]:
+    """egress_dns_queries_total by result, as the transparent sandbox's responder reports it."""
+    script = """
+    import json, urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    text = opener.open("http://172.30.3.11:9466/metrics", timeout=5).read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("egress_dns_queries_total{"):
+            counts[line.split('"')[1]] = float(line.split()[-1])
+    print(json.dumps(counts))
+    """
+    return dict(stack.python("proxy-transparent", textwrap.dedent(script)))
+
+
+def test_the_transparent_sandboxs_dns_is_the_responder_and_no_other_resolver(
+    stack: Stack,
+) -> None:
+    before = dns_queries(stack)
+    # `telemetry` is a name Docker's resolver knows (the telemetry service, on a network
+    # the proxy's namespace shares), but not one the allowlist could allow: asked from
+    # the proxy's uid, Docker answers.
+    proxy_side = probe(stack, "proxy-transparent", DNS_PROBE, QUERIES=[], NAMES=["telemetry"])
+    assert proxy_side["system"] == [["172.30.2.20"]]
+    queries = [
+        ("127.0.0.11", 53, "udp", "telemetry.internal"),  # resolv.conf's server
+        ("127.0.0.11", 53, "udp", "telemetry"),
+        ("127.0.0.11", 53, "tcp", "exfil-4a5b.example.org"),
+        ("198.18.0.1", 53, "udp", "telemetry.internal"),  # "another resolver": the same
+        ("198.18.0.1", 53, "tcp", "exfil-4a5b.example.org"),
+    ]
+    outcome = probe(stack, "sandbox-transparent", DNS_PROBE, QUERIES=queries, NAMES=[])
+    assert outcome["queries"] == [
+        ["NOERROR", ["172.30.2.20"]],
+        ["REFUSED", []],
+        ["REFUSED", []],
+        ["NOERROR", ["172.30.2.20"]],
+        ["REFUSED", []],
+    ]
+    # Every one of them reached the responder, and nothing else did.
+    after = dns_queries(stack)
+    assert {k: after[k] - before[k] for k in after} == {
+        "answered": 2,
+        "refused": 3,
+        "failed": 0,
+        "malformed": 0,
+    }
+    # The system resolver (glibc, resolv.conf) gets the same answers; a REFUSED name fails.
+    names = ["telemetry.internal", "telemetry"]
+    outcome = probe(stack, "sandbox-transparent", DNS_PROBE, QUERIES=[], NAMES=names)
+    assert outcome["system"] == [["172.30.2.20"], "Temporary failure in name resolution"]
+    # Docker's resolver itself, at its real ports on 127.0.0.11, is out of reach.
+    ports = probe(stack, "sandbox-transparent", DOCKER_DNS_PORTS)
+    assert len(ports["udp"]) == 1, ports
+    assert len(ports["tcp"]) == 1, ports
+    direct = [("127.0.0.11", ports["udp"][0], "udp", "telemetry")]
+    direct += [("127.0.0.11", ports["tcp"][0], "tcp", "telemetry")]
+    outcome = probe(stack, "sandbox-transparent", DNS_PROBE, QUERIES=direct, NAMES=[])
+    assert outcome["queries"] == ["EPERM", "timeout"]  # dropped: refused at once, or no answer
+
+
+def test_the_sandboxes_run_with_the_resource_limits_of_compose_yaml(stack: Stack) -> None:
+    for service in ("sandbox", "sandbox-transparent"):
+        host = json.loads(run(["docker", "inspect", stack.container(service)], timeout=30))[0][
+            "HostConfig"
+        ]
+        limits = {k: host[k] for k in ("Memory", "MemorySwap", "NanoCpus", "PidsLimit")}
+        assert limits == {
+            "Memory": 1024**3,
+            "MemorySwap": 1024**3,
+            "NanoCpus": 10**9,
+            "PidsLimit": 256,
+        }, service
 
 
 def test_sighup_reaches_the_proxy_through_init_and_reloads_the_environment_file(
@@ -225,6 +345,7 @@ def test_prometheus_scrapes_both_proxies_and_both_runners(stack: Stack) -> None:
         "hookrunner": "up",
         "egress-proxy-transparent": "up",
         "hookrunner-transparent": "up",
+        "egress-dns-transparent": "up",
     }
     stack.session("sandbox", "env_prometheus", WRITE)
     expected = proxy_counter(stack)

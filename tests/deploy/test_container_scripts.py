@@ -54,7 +54,7 @@ def test_a_daemon_json_written_by_someone_else_is_kept(tmp_path: Path) -> None:
 def test_make_test_prepares_the_engine_the_base_image_and_the_wheelhouse() -> None:
     """`make test` alone sets up what the compose test needs (README: a fresh machine needs
     nothing else), after `install` (scripts/wheelhouse uses the venv's pip); .ci/run calls
-    `make lint` then `make test`."""
+    `make lint`, `make test-unit` without root's capabilities, then `make test`."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile[makefile.index("\ntest: install\n") :].split("\n\n", 1)[0]
     steps = [
@@ -71,6 +71,12 @@ def test_make_test_prepares_the_engine_the_base_image_and_the_wheelhouse() -> No
         for line in (ROOT / ".ci/run").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    assert [line for line in ci if line.startswith("make")] == ["make lint", "make test"]
+    assert ci[ci.index("make lint") :] == [
+        "make lint",
+        "make install",
+        "sh scripts/install-test-deps",
+        "setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- make test-unit",
+        "make test",
+    ]
     for script in ("container-engine", "base-image", "wheelhouse", "compose-secret"):
         assert (ROOT / "scripts" / script).stat().st_mode & 0o111, script

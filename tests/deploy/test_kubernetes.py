@@ -12,8 +12,11 @@ rules redirect to the port the proxy listens on and exempt exactly its uid.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,7 @@ FILES = sorted(K8S.glob("*.yaml"))
 DOCUMENTS: list[dict[str, Any]] = [
     doc for path in FILES for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc
 ]
-CLUSTER_KINDS = {"Namespace"}
+CLUSTER_KINDS = {"Namespace", "PriorityClass"}
 PROXY_UID_IN_IMAGE = (
     10001  # USER egress in the Dockerfile: the default for a container without runAsUser
 )
@@ -137,6 +140,12 @@ def proxies() -> Iterator[tuple[Workload, dict[str, Any], Any]]:
                 yield w, c, proxy_parser().parse_args(c["command"][1:] + c.get("args", []))
 
 
+def dns_args(container: dict[str, Any]) -> Any:
+    command = container["command"] + container.get("args", [])
+    assert command[:2] == ["egress-proxy", "dns"], command
+    return proxy_parser().parse_args(command[1:])
+
+
 def runners() -> Iterator[tuple[Workload, dict[str, Any], Any]]:
     for w in workloads():
         for c in w.containers:
@@ -212,7 +221,9 @@ def test_every_document_is_a_named_object_in_a_declared_namespace() -> None:
     assert namespaces == {"egress-system", "sandboxes", "sandboxes-sidecar"}
     seen = set()
     for doc in DOCUMENTS:
-        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+        assert doc["apiVersion"]
+        assert doc["kind"]
+        assert doc["metadata"]["name"]
         key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
         assert key not in seen, f"duplicate {key}"
         seen.add(key)
@@ -222,10 +233,8 @@ def test_every_document_is_a_named_object_in_a_declared_namespace() -> None:
 
 def test_images_share_one_release() -> None:
     images = {c["image"] for w in workloads() for c in w.containers}
-    assert images == {
-        "registry.example.com/sandbox-egress:0.1.0",
-        "registry.example.com/sandbox-egress-netinit:0.1.0",
-    }
+    # The names compose builds (compose.yaml); kustomization.yaml says where they are pulled.
+    assert images == {"sandbox-egress:0.1.0", "sandbox-egress-netinit:0.1.0"}
     netinit = [c["name"] for w in workloads() for c in w.containers if "netinit" in c["image"]]
     assert netinit == ["egress-netinit"]
 
@@ -396,7 +405,8 @@ def test_sidecar_generates_its_ca_and_exports_only_the_public_certificate() -> N
     sandbox = w.container("sandbox")
     bundle = env(sandbox)["SSL_CERT_FILE"]
     mount, volume = w.mount_at(sandbox, bundle)
-    assert volume is public and mount["readOnly"] is True
+    assert volume is public
+    assert mount["readOnly"] is True
     assert bundle == f"{mount['mountPath']}/{Path(destination).name}" == f"/etc/egress-ca/{CA_CERT}"
 
 
@@ -546,12 +556,14 @@ def test_sidecar_backstop_policy_agrees_with_the_allowlist(tmp_path: Path) -> No
     )
     allowed_ports = {p["port"] for p in web["ports"]}
     for entry in network.allowlist:
-        assert entry.ports is not None and entry.ports <= allowed_ports, entry.pattern
+        assert entry.ports is not None, entry.pattern
+        assert entry.ports <= allowed_ports, entry.pattern
     runner_port = int(
         next(a for ww, _, a in runners() if ww.name == w.name).metrics.rpartition(":")[2]
     )
+    dns = dns_args(w.container("egress-dns"))
     (ingress,) = policy["ingress"]
-    assert {p["port"] for p in ingress["ports"]} == {args.metrics[1], runner_port}
+    assert {p["port"] for p in ingress["ports"]} == {args.metrics[1], runner_port, dns.metrics[1]}
 
 
 # -- the sidecar's firewall -----------------------------------------------------------------
@@ -564,13 +576,24 @@ def test_sidecar_iptables_redirect_to_the_proxy_and_exempt_only_its_uid() -> Non
     assert netinit["command"][:2] == ["sh", "-euc"], "a failing rule must fail the pod"
     proxy_uid = w.uid(proxy)
     assert proxy_uid == 10001
-    check_transparent_rules(netinit["command"][2], listen_port=args.listen[1], proxy_uid=proxy_uid)
-    assert args.listen[0] == "127.0.0.1"  # where REDIRECT sends locally generated connections
-    # Order: rules first, then the CA, then the proxy (a native sidecar), then the sandbox.
+    dns = dns_args(w.container("egress-dns"))
+    check_transparent_rules(
+        netinit["command"][2],
+        listen_port=args.listen[1],
+        proxy_uid=proxy_uid,
+        dns_port=dns.listen[1],
+    )
+    assert args.listen[0] == dns.listen[0] == "127.0.0.1"  # where REDIRECT sends local packets
+    # Order: rules first, then the CA, then the proxy and the DNS responder (native
+    # sidecars, ready before the sandbox starts), then the sandbox.
     init_names = [c["name"] for c in w.spec["initContainers"]]
-    assert init_names == ["egress-netinit", "egress-ca", "egress-proxy"]
-    assert proxy["restartPolicy"] == "Always"
-    assert "startupProbe" in proxy
+    assert init_names == ["egress-netinit", "egress-ca", "egress-proxy", "egress-dns"]
+    for sidecar in (proxy, w.container("egress-dns")):
+        assert sidecar["restartPolicy"] == "Always"
+        assert "startupProbe" in sidecar
+    # The responder resolves as the proxy's uid: exempt from the redirect, or it would
+    # send its own lookups to itself.
+    assert w.uid(w.container("egress-dns")) == proxy_uid
     # Only the init container may change the rules; nobody else runs as the proxy's uid.
     added = netinit["securityContext"]["capabilities"]["add"]
     assert set(added) == {"NET_ADMIN", "NET_RAW"}
@@ -579,34 +602,60 @@ def test_sidecar_iptables_redirect_to_the_proxy_and_exempt_only_its_uid() -> Non
         if c is not netinit:
             assert context["capabilities"] == {"drop": ["ALL"]}, c["name"]
             assert context["allowPrivilegeEscalation"] is False
-        if c["name"] not in {"egress-netinit", "egress-ca", "egress-proxy"}:
+        if c["name"] not in {"egress-netinit", "egress-ca", "egress-proxy", "egress-dns"}:
             assert w.uid(c) != proxy_uid, f"{c['name']} would bypass the redirect"
             assert "runAsUser" in context, f"{c['name']}: the image's default user is the proxy's"
 
 
 def test_rule_checker_fails_on_a_wrong_port_a_wrong_uid_or_no_drop() -> None:
     script = workload("sandbox-sidecar").container("egress-netinit")["command"][2]
-    check_transparent_rules(script, listen_port=8081, proxy_uid=10001)
+    good = {"listen_port": 8081, "proxy_uid": 10001, "dns_port": 5353}
+    check_transparent_rules(script, **good)
+    udp_dns = "iptables -t nat -A EGRESS_REDIRECT -p udp --dport 53 -j REDIRECT --to-ports 5353\n"
+    resolver = "iptables -A OUTPUT -d 10.96.0.10 -p udp --dport 53 -j ACCEPT\n"
     for broken, kwargs in [
-        (script, {"listen_port": 8080, "proxy_uid": 10001}),
-        (script, {"listen_port": 8081, "proxy_uid": 10002}),
+        (script, {**good, "listen_port": 8080}),
+        (script, {**good, "proxy_uid": 10002}),
+        (script, {**good, "dns_port": 53}),
+        (script.replace("iptables -A OUTPUT -j DROP\n", ""), good),
+        (script.replace("--uid-owner 10001 -j RETURN", "--uid-owner 10002 -j RETURN"), good),
+        (script.replace(udp_dns, ""), good),  # UDP DNS would reach the pod's resolver
         (
-            script.replace("iptables -A OUTPUT -j DROP\n", ""),
-            {"listen_port": 8081, "proxy_uid": 10001},
+            script.replace(
+                "iptables -A OUTPUT -j DROP\n", resolver + "iptables -A OUTPUT -j DROP\n"
+            ),
+            good,
         ),
+        (script.replace("-o lo -d 127.0.0.1 -j ACCEPT", "-o lo -j ACCEPT"), good),
         (
-            script.replace("--uid-owner 10001 -j RETURN", "--uid-owner 10002 -j RETURN"),
-            {"listen_port": 8081, "proxy_uid": 10001},
+            script.replace("-t nat -I OUTPUT 1 -j", "-t nat -I OUTPUT 1 -p tcp -j"),
+            good,
         ),
     ]:
         with pytest.raises(AssertionError):
             check_transparent_rules(broken, **kwargs)
-    assert len(parse_rules(script)) == 17
+    assert len(parse_rules(script)) == 18
     without_listener_accept = script.replace(
         "iptables -A OUTPUT -d 127.0.0.1 -p tcp --dport 8081 -j ACCEPT\n", ""
     )
     with pytest.raises(AssertionError, match="redirected to 127.0.0.1:8081"):
-        check_transparent_rules(without_listener_accept, listen_port=8081, proxy_uid=10001)
+        check_transparent_rules(without_listener_accept, **good)
+    without_dns_accept = script.replace(
+        "iptables -A OUTPUT -d 127.0.0.1 -p udp --dport 5353 -j ACCEPT\n", ""
+    )
+    with pytest.raises(AssertionError, match="DNS redirected to 127.0.0.1:5353"):
+        check_transparent_rules(without_dns_accept, **good)
+
+
+def test_sidecar_rules_are_the_ones_the_compose_test_runs() -> None:
+    """compose.yaml's `netfilter` runs in the same shape (the sandbox in the proxy's
+    network namespace) and tests/deploy/test_compose_up.py exercises it for real: with
+    the same rules, that run covers the sidecar's too."""
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    composed = compose["services"]["netfilter"]["command"]
+    sidecar = workload("sandbox-sidecar").container("egress-netinit")["command"]
+    assert composed[:2] == sidecar[:2] == ["sh", "-euc"]
+    assert parse_rules(sidecar[2]) == parse_rules(composed[2])
 
 
 # -- hooks ---------------------------------------------------------------------------------
@@ -629,10 +678,252 @@ def test_hooks_config_maps_are_valid_and_post_to_an_allowlisted_transform_host(
     decision = Policy(configuration.load(path, environ=environ)).decide(
         canonical_host(urlsplit(urls[0]).hostname or ""), 443, tls=True
     )
-    assert decision.allowed and decision.entry is not None and decision.entry.transform
+    assert decision.allowed
+    assert decision.entry is not None
+    assert decision.entry.transform
     if "gate.py" in data:
         command = re.findall(r'"command": "([^"]+)"', data["hooks.json"])
         assert command == ["python3 /.agents/hooks-scripts/gate.py"]
         volume = workload("sandbox").volume("hooks")["configMap"]
         assert {"key": "gate.py", "path": "hooks-scripts/gate.py"} in volume["items"]
         compile(data["gate.py"], "gate.py", "exec")
+
+
+# -- the sidecar's DNS responder -------------------------------------------------------------
+
+
+def test_sidecar_dns_responder_serves_the_proxys_allowlist_and_agrees_with_its_ports(
+    tmp_path: Path,
+) -> None:
+    w = workload("sandbox-sidecar")
+    ((_, proxy, args),) = [p for p in proxies() if p[0].name == "sandbox-sidecar"]
+    responder = w.container("egress-dns")
+    dns = dns_args(responder)
+    assert (dns.config, dns.listen, dns.metrics) == (
+        args.config,
+        ("127.0.0.1", 5353),
+        ("0.0.0.0", 9466),
+    )
+    assert w.mount_at(responder, dns.config)[1] is w.mount_at(proxy, args.config)[1]
+    assert "subPath" not in w.mount_at(responder, dns.config)[0]  # SIGHUP reloads see updates
+    # Its file loads with the references satisfied the way the pod satisfies them.
+    path, environ = environment_file(w, responder, dns, tmp_path, TEST_TOKEN)
+    assert len(configuration.load(path, environ=environ).allowlist) == 4
+    assert {p["name"]: p["containerPort"] for p in responder["ports"]} == {
+        "dns-metrics": dns.metrics[1]
+    }
+    for kind in ("startupProbe", "readinessProbe"):
+        probe = responder[kind]
+        health = proxy_parser().parse_args(probe["exec"]["command"][1:])
+        assert (health.command, health.metrics) == ("health", ("127.0.0.1", dns.metrics[1]))
+        assert health.timeout < probe["timeoutSeconds"]
+    # The responder resolves through the cluster DNS: the backstop lets the pod reach it.
+    to_dns, _ = the("NetworkPolicy", "sandboxes-sidecar", "sandbox-sidecar-backstop")["spec"][
+        "egress"
+    ]
+    assert to_dns["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    assert {(p["protocol"], p["port"]) for p in to_dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+
+
+# -- scheduling, resources, the proxy's own egress ---------------------------------------------
+
+QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti)?$")
+FACTORS = {None: 1.0, "m": 0.001, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+
+def quantity(text: str | int | float) -> float:
+    match = QUANTITY.match(str(text))
+    assert match, f"not a quantity this test reads: {text!r}"
+    return float(match[1]) * FACTORS[match[2]]
+
+
+def test_the_daemonset_outranks_ordinary_pods_and_tolerates_what_sandboxes_tolerate() -> None:
+    w = workload("egress-proxy")
+    priority = the("PriorityClass", "", w.spec["priorityClassName"])
+    assert priority["apiVersion"] == "scheduling.k8s.io/v1"
+    assert (priority["value"], priority["globalDefault"]) == (1000000, False)
+    assert 0 < priority["value"] < 2000000000  # below system-cluster-critical
+    assert priority["preemptionPolicy"] == "PreemptLowerPriority"
+    tolerations = w.spec["tolerations"]
+    assert tolerations == [
+        {"key": "egress.example/sandboxes", "operator": "Exists", "effect": effect}
+        for effect in ("NoSchedule", "NoExecute")
+    ]
+    sandbox = workload("sandbox")
+    assert sandbox.spec["tolerations"], "the example sandbox runs on the sandbox pool"
+    for toleration in sandbox.spec["tolerations"]:
+        assert toleration in tolerations, (
+            f"a node the sandbox may use lacks its proxy: {toleration}"
+        )
+
+
+SANDBOX_RESOURCES = {
+    "requests": {"cpu": "250m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+    "limits": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "5Gi"},
+}
+
+
+@pytest.mark.parametrize("name", ["sandbox", "sandbox-sidecar"])
+def test_sandbox_pods_have_resource_limits_and_bounded_volumes(name: str) -> None:
+    w = workload(name)
+    sandbox = w.container("sandbox")
+    assert sandbox["resources"] == SANDBOX_RESOURCES
+    assert (w.volume("workspace")["emptyDir"], w.volume("tmp")["emptyDir"]) == (
+        {"sizeLimit": "4Gi"},
+        {"sizeLimit": "256Mi"},
+    )
+    # Every container is bounded in memory, and asks for what it needs.
+    for c in w.containers:
+        resources = c["resources"]
+        for key in ("cpu", "memory"):
+            assert key in resources["requests"], (c["name"], key)
+        assert quantity(resources["limits"]["memory"]) >= quantity(resources["requests"]["memory"])
+    # Every emptyDir is bounded, and the ones on disk fit in the sandbox's storage limit.
+    on_disk = 0.0
+    for volume in w.spec["volumes"]:
+        if "emptyDir" in volume:
+            assert "sizeLimit" in volume["emptyDir"], f"{name}: {volume['name']} unbounded"
+            if volume["emptyDir"].get("medium") != "Memory":
+                on_disk += quantity(volume["emptyDir"]["sizeLimit"])
+    assert on_disk <= quantity(sandbox["resources"]["limits"]["ephemeral-storage"])
+
+
+BLOCKED_RANGES = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "169.254.0.0/16",
+]
+
+
+def test_the_proxys_egress_backstop_opens_dns_and_the_internet_on_the_allowlists_ports(
+    tmp_path: Path,
+) -> None:
+    ((w, c, args),) = [p for p in proxies() if p[0].name == "egress-proxy"]
+    policy = the("NetworkPolicy", "egress-system", "egress-proxy-egress")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= w.metadata["labels"].items()
+    assert policy["policyTypes"] == ["Egress"]  # ingress: egress-proxy-ingress
+    to_dns, web = policy["egress"]
+    (dns_peer,) = to_dns["to"]
+    assert dns_peer == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    assert to_dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    (block,) = web["to"]
+    assert block == {"ipBlock": {"cidr": "0.0.0.0/0", "except": BLOCKED_RANGES}}
+    for cidr in BLOCKED_RANGES:
+        assert not ipaddress.ip_network(cidr).is_global, cidr
+    # The same ranges are closed to the sidecar pods.
+    _, sidecar_web = the("NetworkPolicy", "sandboxes-sidecar", "sandbox-sidecar-backstop")["spec"][
+        "egress"
+    ]
+    assert sidecar_web["to"] == web["to"]
+    # Every port the allowlist opens is open here (or the backstop would break it).
+    path, environ = environment_file(w, c, args, tmp_path, TEST_TOKEN)
+    ports = {p["port"] for p in web["ports"]}
+    assert {p["protocol"] for p in web["ports"]} == {"TCP"}
+    for entry in configuration.load(path, environ=environ).allowlist:
+        assert entry.ports is not None, entry.pattern
+        assert entry.ports <= ports, entry.pattern
+
+
+# -- the kustomization ---------------------------------------------------------------------------
+
+DEPLOY = ROOT / "deploy"
+KUSTOMIZATION: dict[str, Any] = yaml.safe_load(
+    (DEPLOY / "kustomization.yaml").read_text(encoding="utf-8")
+)
+REGISTRY = "registry.example.com"
+GENERATED = {
+    ("ConfigMap", "monitoring", "egress-alerts"): (
+        "egress-alerts.yaml",
+        "prometheus/egress-alerts.yaml",
+    ),
+    ("ConfigMap", "monitoring", "egress-dashboard"): (
+        "egress-dashboard.json",
+        "grafana/egress-dashboard.json",
+    ),
+}
+
+
+def version() -> str:
+    (found,) = re.findall(
+        r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M
+    )
+    return found
+
+
+def test_the_kustomization_lists_every_manifest_and_names_every_image() -> None:
+    assert KUSTOMIZATION["resources"] == [f"kubernetes/{p.name}" for p in FILES_IN_APPLY_ORDER]
+    for resource in KUSTOMIZATION["resources"]:
+        assert (DEPLOY / resource).is_file(), resource
+    used = {c["image"].partition(":")[0] for w in workloads() for c in w.containers}
+    assert KUSTOMIZATION["images"] == [
+        {"name": name, "newName": f"{REGISTRY}/{name}", "newTag": version()}
+        for name in sorted(used)
+    ]
+    # compose.yaml builds the same names at the same version.
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    built = {s["image"] for s in compose["services"].values() if "image" in s}
+    assert {c["image"] for w in workloads() for c in w.containers} <= built
+    generators = {
+        ("ConfigMap", g["namespace"], g["name"]): g["files"]
+        for g in KUSTOMIZATION["configMapGenerator"]
+    }
+    assert generators == {key: [source] for key, (_, source) in GENERATED.items()}
+    assert KUSTOMIZATION["generatorOptions"]["disableNameSuffixHash"] is True
+
+
+FILES_IN_APPLY_ORDER = [K8S / n for n in ("namespaces.yaml", "daemonset.yaml")] + [
+    K8S / n for n in ("sandbox-regular.yaml", "sidecar.yaml")
+]
+
+
+def kubectl() -> str:
+    found = shutil.which("kubectl")
+    assert found is not None, (
+        "needs kubectl (Debian's kubernetes-client; scripts/install-test-deps)"
+    )
+    return found
+
+
+def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file() -> None:
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")},
+    )
+    assert done.returncode == 0, done.stderr
+    built = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in yaml.safe_load_all(done.stdout)
+        if d
+    }
+    sources = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in DOCUMENTS
+    }
+    assert set(built) == set(sources) | set(GENERATED)
+    # Every manifest comes out as it is, but for the image names.
+    expected_images = set()
+    for key, source in sources.items():
+        text = yaml.safe_dump(source)
+        for name in ("sandbox-egress", "sandbox-egress-netinit"):
+            text = text.replace(
+                f"image: {name}:{version()}", f"image: {REGISTRY}/{name}:{version()}"
+            )
+        assert built[key] == yaml.safe_load(text), key
+        expected_images |= set(re.findall(r"image: (\S+)", text))
+    assert expected_images == {
+        f"{REGISTRY}/sandbox-egress:{version()}",
+        f"{REGISTRY}/sandbox-egress-netinit:{version()}",
+    }
+    # The rule file and the dashboard, byte for byte, under their own file names.
+    for key, (data_key, source) in GENERATED.items():
+        generated = built[key]
+        assert generated["metadata"]["labels"] == {"app.kubernetes.io/part-of": "sandbox-egress"}
+        assert generated["data"] == {data_key: (DEPLOY / source).read_text(encoding="utf-8")}

@@ -1,5 +1,5 @@
 """End to end, regular mode, against a sandbox that forges request-targets and header bytes
-(issue 10, items 1, 4 and 7; SPEC 1.3, 1.6).
+(issue 10, items 1, 4 and 7; docs/configuration.md#destinations-always-refused; docs/configuration.md#modes-and-protocols).
 
 * Fronting through the request-target: inside a tunnel to a transform host, an
   absolute-form target (HTTP/1) or a non-origin `:path` (HTTP/2) that names another host

@@ -140,7 +140,8 @@ def test_body_echo_split_across_chunks_is_masked(
     )
 
     injected = header_values(obs.only_request(), name)
-    assert len(injected) == 1 and harness.secrets[0] in injected[0]
+    assert len(injected) == 1
+    assert harness.secrets[0] in injected[0]
     assert response.status == 200, response.describe()
     # Same length as the echo, so a Content-Length stays true.
     assert response.body == body_echo(masked(len(injected[0])))

@@ -1,5 +1,5 @@
 """End to end, regular mode: the proxy never reaches itself, and a reload never splits a
-decision (issue 10, items 5 and 7; SPEC 1.3, 1.7; docs/decisions.md D22, D24).
+decision (issue 10, items 5 and 7; docs/configuration.md#destinations-always-refused; docs/configuration.md#audit-log; docs/decisions.md D22, D24).
 
 * Not through the IPv4-mapped spelling of its listen or metrics address (typed by the
   sandbox, or answered by a DNS name the sandbox owns), not when `--listen`/`--metrics`

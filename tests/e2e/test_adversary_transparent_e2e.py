@@ -1,5 +1,5 @@
 """End to end, transparent mode, against a sandbox that forges request-targets
-(issue 10, items 1 and 7; SPEC 1.6; docs/decisions.md D20, D23).
+(issue 10, items 1 and 7; docs/configuration.md#modes-and-protocols; docs/decisions.md D20, D23).
 
 The fixtures are those of tests/e2e/test_transparent_e2e.py (its own topology, proxy
 and upstreams, built once per module): the sandbox aims at an address, names a host

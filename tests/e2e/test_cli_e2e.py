@@ -1,4 +1,4 @@
-"""End to end, the command line (SPEC 5): `check`, `ca`, and `run` refusing a bad configuration.
+"""End to end, the command line (README.md#command-line): `check`, `ca`, and `run` refusing a bad configuration.
 
 These run the real `egress-proxy` executable. A bad configuration must be reported with
 the file name, the entry index and the problem, and never with a secret value, whether
@@ -157,7 +157,8 @@ def test_ca_creates_once_and_prints_the_public_certificate(tmp_path: Path):
     assert second.returncode == 0, second.stderr
     assert Path(second.stdout.strip().splitlines()[-1]) == path
 
-    assert "BEGIN CERTIFICATE" in pem and "PRIVATE KEY" not in pem
+    assert "BEGIN CERTIFICATE" in pem
+    assert "PRIVATE KEY" not in pem
     assert path.resolve().parent == certs.resolve()
     keys = [p for p in certs.iterdir() if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
     assert keys, "no private key kept in the certs directory"

@@ -142,14 +142,16 @@ def refused(outcome: Outcome) -> bool:
     if outcome.status is None:
         return True
     if outcome.status == 403:
-        assert len(outcome.denied) == 1 and outcome.denied[0] in REASONS, outcome.detail
+        assert len(outcome.denied) == 1, outcome.detail
+        assert outcome.denied[0] in REASONS, outcome.detail
         return True
     if outcome.status == 502 and outcome.denied:  # D1: a name that does not resolve
         assert outcome.denied == ["dns_failure"], outcome.detail
         return True
     if outcome.status == 400 and not outcome.denied:
         return True  # mitmproxy's own reader refused it before any hook ran
-    assert outcome.status == 200 and outcome.echoed, f"neither refused nor relayed: {outcome}"
+    assert outcome.status == 200, f"neither refused nor relayed: {outcome}"
+    assert outcome.echoed, f"neither refused nor relayed: {outcome}"
     return False
 
 
@@ -176,17 +178,20 @@ def assert_well_formed(head: bytes, methods: set[bytes]) -> list[tuple[bytes, by
     request_line = lines[0].split(b" ")
     assert len(request_line) == 3, head
     sent_method, target, version = request_line
-    assert _TOKEN.fullmatch(sent_method) and version == b"HTTP/1.1", head
+    assert _TOKEN.fullmatch(sent_method), head
+    assert version == b"HTTP/1.1", head
     assert sent_method in methods, head
     if target == b"*":
         assert sent_method == b"OPTIONS", head
     else:
-        assert _ORIGIN_FORM.fullmatch(target) and b"#" not in target, head
+        assert _ORIGIN_FORM.fullmatch(target), head
+        assert b"#" not in target, head
     fields = []
     for line in lines[1:]:
         assert line[:1] not in (b" ", b"\t"), head  # obs-fold
         name, colon, value = line.partition(b":")
-        assert colon and _TOKEN.fullmatch(name), head
+        assert colon, head
+        assert _TOKEN.fullmatch(name), head
         assert not _FORBIDDEN.search(value), head
         fields.append((name, value.strip(b" \t")))
     return fields
@@ -205,7 +210,8 @@ def assert_property(
         assert events == [], f"refused ({outcome.detail}) yet reached the upstream: {events}"
         return
     requests = [e for e in events if e["event"] == "request"]
-    assert len(requests) == 1 and len(events) == len(requests) + tls + 1, events
+    assert len(requests) == 1, events
+    assert len(events) == len(requests) + tls + 1, events
     assert decided is not None, events
     assert_upstream_request(harness, requests[0], {method}, decided, tls)
 
@@ -222,7 +228,8 @@ def assert_upstream_request(
     host, port = decided
     fields = assert_well_formed(base64.b64decode(record["head_b64"]), methods)
     hosts = [v for n, v in fields if n.lower() == b"host"]
-    assert len(hosts) == 1 and names_host(hosts[0], host, port), (hosts, decided)
+    assert len(hosts) == 1, (hosts, decided)
+    assert names_host(hosts[0], host, port), (hosts, decided)
     if tls:  # RFC 6066 3: an IP literal is never sent as SNI
         assert record["sni"] == (None if _is_ip(host) else host), record
     secret, file_secret = harness.secrets

@@ -1,4 +1,4 @@
-"""HTTP hooks travel through the real egress proxy and get its credentials (SPEC 2.5, 1.4).
+"""HTTP hooks travel through the real egress proxy and get its credentials (docs/hooks.md#execution-and-decisions; docs/configuration.md#transform).
 
 The hook runner runs as the sandbox would: `HTTPS_PROXY` names the proxy,
 `SSL_CERT_FILE` the proxy CA, and hooks.json holds no secret. The upstream must
@@ -125,5 +125,6 @@ def test_hook_to_a_refused_destination_fails_open_and_the_tool_runs(
 
     assert result["status"] == "ok", (result, stderr)
     assert (tmp_path / "out.txt").read_text() == "written"
-    assert "not_allowlisted" in stderr and "loopback" in stderr, stderr
+    assert "not_allowlisted" in stderr, stderr
+    assert "loopback" in stderr, stderr
     obs.assert_nothing_reached()

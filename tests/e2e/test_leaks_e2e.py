@@ -1,4 +1,4 @@
-"""End to end: the transform secrets reach the upstream and nothing else (SPEC 1.2, 1.4).
+"""End to end: the transform secrets reach the upstream and nothing else (docs/configuration.md#transform).
 
 Runs after every other end-to-end test (see `conftest.py`), so it scans everything the
 proxy wrote during the session: its stdout and stderr, the audit log, /metrics, every

@@ -1,5 +1,5 @@
 """End to end, every refusal the proxy makes in regular mode: the exact status, header,
-reason and body (SPEC 1.5), and proof that nothing reached the upstream or a trap.
+reason and body (docs/configuration.md#reason-codes), and proof that nothing reached the upstream or a trap.
 
 Traps listen on [::]:80/443/8443 inside the proxy's namespace (so on 127.0.0.1, ::1 and
 every other local address) and on the "internal" address 198.18.2.2 in the upstream

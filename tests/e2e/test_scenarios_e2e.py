@@ -65,7 +65,8 @@ def test_audit_hooks_reach_telemetry_with_the_proxys_credential_only(
     observed = audit_logging(stage, narration.append)
 
     write, read = observed.calls
-    assert write.result["status"] == "ok" and read.result == {"status": "ok", "output": "event 1"}
+    assert write.result["status"] == "ok"
+    assert read.result == {"status": "ok", "output": "event 1"}
     # Telemetry got one POST per tool call, with the token the sandbox never had.
     assert [(r["method"], r["target"], r["sni"]) for r in observed.upstream] == [
         ("POST", "/api/v1/agent-events", "telemetry.example.test")

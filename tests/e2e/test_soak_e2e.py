@@ -212,7 +212,8 @@ def test_soak_mixed_traffic_keeps_the_proxy_alive_counted_and_flat(
     assert run.problems == [], run.problems[:5]
     assert run.done == TOTAL, f"deadline: {run.done}/{TOTAL} in {elapsed:.0f} s"
     # Same process, alive, healthy: never restarted.
-    assert p.process.child.alive() and p.process.pid == pid
+    assert p.process.child.alive()
+    assert p.process.pid == pid
     assert p.process.healthz() == 200
     # Every decision counted exactly once, by reason.
     outcomes = run.outcomes

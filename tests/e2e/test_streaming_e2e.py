@@ -1,4 +1,4 @@
-"""End to end, streamed bodies with bounded proxy memory (SPEC 1.6; issue 3).
+"""End to end, streamed bodies with bounded proxy memory (docs/configuration.md#modes-and-protocols; issue 3).
 
 A 1 GiB download and a 1 GiB upload pass through a proxy of the test's own, over plain
 HTTP and inside an intercepted TLS tunnel (with a transform), each byte counted and
@@ -208,7 +208,8 @@ def test_a_sandbox_that_stops_reading_holds_the_upstream_back(
     with _plain_socket(p) as sock, RssSampler(p.process) as rss:
         sock.sendall(request.encode())
         status, headers, rest = read_head(sock)
-        assert status == 200 and int(headers["content-length"]) == SIZE
+        assert status == 200
+        assert int(headers["content-length"]) == SIZE
         receive_body(sock, rest, MIB)  # read a little, then stop reading
         # Watch for a while: without backpressure the proxy would pull the whole body
         # from the upstream at full speed and hold it.

@@ -1,4 +1,4 @@
-"""End to end, transparent mode (SPEC 1.3, 1.6; issue 3): a sandbox that knows nothing of
+"""End to end, transparent mode (docs/configuration.md#destinations-always-refused; docs/configuration.md#modes-and-protocols; issue 3): a sandbox that knows nothing of
 the proxy, routed through a gateway whose firewall (docs/operations.md, word for word)
 redirects every TCP connection to `egress-proxy run --mode transparent`.
 
@@ -601,7 +601,8 @@ def test_raw_tcp_passes_to_an_address_a_cidr_entry_opens(
     events = [(e["event"], e["listener"]) for e in seen.raw()]
     assert events == [("connect", f"{ip}:{port}"), ("data", f"{ip}:{port}")], seen.raw()
     assert bytes.fromhex(seen.raw()[1]["hex"]) == send
-    assert seen.upstream() == [] and seen.traps() == []
+    assert seen.upstream() == []
+    assert seen.traps() == []
 
 
 # -- the proxy's own addresses -----------------------------------------------------------------------
@@ -631,7 +632,8 @@ def test_the_metrics_port_answers_inside_the_gateway(tp: Transparent):
     # The control for the test above: something does answer there.
     with Conn.over(nsock.connect(tp.topo.ns_gateway, (GATEWAY_IP, METRICS_PORT))) as conn:
         response = conn.request("GET", "/metrics", [("Host", "x"), ("Connection", "close")])
-    assert response.status == 200 and b"egress_requests_total" in response.body
+    assert response.status == 200
+    assert b"egress_requests_total" in response.body
 
 
 # -- UDP and DNS ----------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookrunner.api import HookSession
 from hookrunner.metrics import HookMetrics
+from hookrunner.session import HookSession
 
 PY = shlex.quote(sys.executable)
 HOOKRUNNER = str(Path(sys.executable).parent / "hookrunner")

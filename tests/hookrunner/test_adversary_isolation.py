@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from hookrunner import contain
-from hookrunner.api import HookSession
 from hookrunner.isolation import hook_environment, runner_owned
 from hookrunner.metrics import HookMetrics
+from hookrunner.session import HookSession
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ
 
 NOBODY = 65534
@@ -135,6 +135,7 @@ def test_what_a_hook_sees(env: Env, tmp_path: Path) -> None:
         ("symlink into the workspace", False),
     ],
 )
+@pytest.mark.privileged
 def test_runner_owned(tmp_path: Path, make: str, owned: bool) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -202,9 +203,11 @@ def nobody_session(workspace: Path, **environ: str) -> HookSession:
     )
 
 
+@pytest.mark.privileged
 def test_tools_run_as_nobody_and_cannot_signal_or_read_the_runner(open_ws: Path) -> None:
     session = nobody_session(open_ws, API_SECRET_TOKEN="s3cret-value-x")
-    assert session.tool_user is not None and session.tool_user.uid == NOBODY
+    assert session.tool_user is not None
+    assert session.tool_user.uid == NOBODY
     code = (
         "id -u; id -g; kill -0 $PPID 2>/dev/null || echo kill-refused; "
         "cat /proc/$PPID/environ >/dev/null 2>&1 || echo environ-refused; "
@@ -218,6 +221,7 @@ def test_tools_run_as_nobody_and_cannot_signal_or_read_the_runner(open_ws: Path)
     assert (open_ws / "made-by-code.txt").stat().st_uid == NOBODY
 
 
+@pytest.mark.privileged
 def test_files_the_file_tools_create_belong_to_the_tool_user(open_ws: Path) -> None:
     session = nobody_session(open_ws)
     assert session.exec_tool("write_file", {"path": "src/a.txt", "content": "x"}).status == "ok"
@@ -229,6 +233,7 @@ def test_files_the_file_tools_create_belong_to_the_tool_user(open_ws: Path) -> N
     assert (follow_up.status, follow_up.output) == ("ok", "xmore\n")
 
 
+@pytest.mark.privileged
 def test_hooks_still_run_as_the_runner(open_ws: Path) -> None:
     seen = open_ws.parent / "hook-uid"
     document = {
@@ -241,6 +246,7 @@ def test_hooks_still_run_as_the_runner(open_ws: Path) -> None:
     assert seen.read_text() == "0\n"
 
 
+@pytest.mark.privileged
 def test_an_unknown_tool_user_is_a_usage_error(open_ws: Path) -> None:
     done = subprocess.run(
         [
@@ -295,7 +301,7 @@ def test_same_uid_code_cannot_read_the_cli_runners_environ(env: Env) -> None:
 def test_same_uid_code_cannot_read_the_api_runners_environ(env: Env) -> None:
     script = (
         "import io, json, sys\n"
-        "from hookrunner.api import HookSession\n"
+        "from hookrunner.session import HookSession\n"
         "from hookrunner.metrics import HookMetrics\n"
         f"s = HookSession({str(env.workspace)!r}, system_config={str(env.system_config)!r},"
         " tool_user='root', metrics=HookMetrics(), stream=io.StringIO())\n"
@@ -327,6 +333,7 @@ KILLER = (
 )
 
 
+@pytest.mark.privileged
 def test_a_leftover_process_of_the_tool_user_cannot_kill_the_gates(
     open_ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -345,6 +352,7 @@ def test_a_leftover_process_of_the_tool_user_cannot_kill_the_gates(
         os.kill(killer, 9)
 
 
+@pytest.mark.privileged
 def test_root_tools_still_read_a_non_dumpable_runner(env: Env) -> None:
     """The real outcome for root reading root: CAP_SYS_PTRACE overrides non-dumpable (D45).
 

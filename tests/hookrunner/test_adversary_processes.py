@@ -54,11 +54,13 @@ def cgroups_left() -> list[str]:
     return sorted(p.name for p in base.glob(f"hookrunner-{os.getpid()}-*"))
 
 
+@pytest.mark.privileged
 def test_this_machine_has_cgroup_v2_with_kill() -> None:
     assert containment() == CGROUP
 
 
 @pytest.mark.parametrize("jail", [CGROUP, PID_NAMESPACE])
+@pytest.mark.privileged
 def test_a_setsid_child_does_not_survive_run_process(tmp_path: Path, jail: str) -> None:
     pidfile = tmp_path / "pid"
     script = ESCAPE.format(pidfile=pidfile, tail="echo verdict")
@@ -90,6 +92,7 @@ def test_without_containment_the_setsid_child_survives(tmp_path: Path) -> None:
     assert leftover(pidfile) is True
 
 
+@pytest.mark.privileged
 def test_a_pre_hook_leaves_nothing_running_after_its_deny(env: Env) -> None:
     pidfile = env.root / "pid"
     command = ESCAPE.format(pidfile=pidfile, tail='echo \'{"decision": "deny"}\'')
@@ -100,6 +103,7 @@ def test_a_pre_hook_leaves_nothing_running_after_its_deny(env: Env) -> None:
     assert cgroups_left() == []
 
 
+@pytest.mark.privileged
 def test_code_execution_leaves_nothing_running(env: Env) -> None:
     pidfile = env.root / "pid"
     code = ESCAPE.format(pidfile=pidfile, tail="echo done")
@@ -132,6 +136,7 @@ def test_a_missing_program_is_a_spawn_error_in_a_cgroup(tmp_path: Path) -> None:
     assert (result.returncode, result.spawn_error) == (None, "No such file or directory")
 
 
+@pytest.mark.privileged
 def test_the_timeout_kills_the_whole_cgroup(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     script = ESCAPE.format(pidfile=pidfile, tail="sleep 30")

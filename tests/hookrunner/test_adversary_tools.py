@@ -105,6 +105,7 @@ def test_read_file_may_still_read_the_hooks(env: Env) -> None:
 
 
 @pytest.mark.parametrize("how", ["flag", "variable", "api"])
+@pytest.mark.privileged
 def test_full_env_does_not_reach_code_execution(env: Env, how: str) -> None:
     seen = env.root / "hook-saw"
     env.hooks(
@@ -239,7 +240,8 @@ def _flipping(env: Env, inside: Path, outside: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+    assert flipper.stdout is not None
+    assert flipper.stdout.readline() == "flipping\n"
     return flipper
 
 

@@ -89,6 +89,7 @@ def seed(env: Env) -> None:
     )
 
 
+@pytest.mark.privileged
 def test_seed_security_gate_through_exec(env: Env) -> None:
     seed(env)
     forbidden = env.root / "forbidden"
@@ -173,7 +174,8 @@ def test_run_post_always_allows_and_passes_error(env: Env) -> None:
     assert (result.returncode, json.loads(result.stdout)) == (0, {"decision": "allow"})
     assert json.loads(log.read_text()) == payload
     [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
-    assert "kind=post_failure" in warning and "outcome=exit_nonzero" in warning
+    assert "kind=post_failure" in warning
+    assert "outcome=exit_nonzero" in warning
 
 
 @pytest.mark.parametrize(
@@ -212,6 +214,7 @@ def test_usage_and_payload_errors_exit_2(
     assert message in result.stderr
 
 
+@pytest.mark.privileged
 def test_exec_tool_failure_and_escape(env: Env) -> None:
     failed = cli(
         env, "exec", "code_execution", stdin={"code": "echo o; exit 5", "language": "bash"}
@@ -321,7 +324,8 @@ def session_process(env: Env, *extra: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def ask(process: subprocess.Popen[str], request: dict[str, Any]) -> dict[str, Any]:
-    assert process.stdin is not None and process.stdout is not None
+    assert process.stdin is not None
+    assert process.stdout is not None
     process.stdin.write(json.dumps(request) + "\n")
     process.stdin.flush()
     return json.loads(process.stdout.readline())

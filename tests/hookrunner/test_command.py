@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hookrunner.command import OUTPUT_CAP, run_process
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
 

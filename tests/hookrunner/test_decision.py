@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hookrunner.decision import MAX_REASON_CHARS, near_miss_in_output, parse_decision
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
 
 DENY, ALLOW, NEAR = Outcome.DENY, Outcome.ALLOW, Outcome.NEAR_MISS
 UNREC, UNPARSE, EMPTY = Outcome.UNRECOGNISED, Outcome.UNPARSEABLE, Outcome.EMPTY_OUTPUT

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from hookrunner.ax.metrics import possible_outcomes as ax_possible_outcomes
+from hookrunner.ax.model import AxEvent
 from hookrunner.metrics import HookMetrics, parse_address, possible_outcomes
-from hookrunner.model import Event, HandlerType, Outcome
+from hookrunner.model import Event
+from hookrunner.outcome import HandlerType, Outcome
 
 FAILURES_BY_TYPE = {
     HandlerType.COMMAND: {"exit_nonzero", "not_found", "not_executable", "crashed", "spawn_error"},
@@ -34,7 +37,9 @@ def test_every_possible_series_starts_at_zero(event: Event, kind: HandlerType) -
 
 
 def test_every_outcome_is_possible_somewhere() -> None:
+    """The one outcome set of both dialects holds no value that no hook can have."""
     seen = {o for e in Event for k in HandlerType for o in possible_outcomes(e, k)}
+    seen |= {o for e in AxEvent for o in ax_possible_outcomes(e)}
     assert seen == set(Outcome)
 
 

@@ -67,7 +67,8 @@ def test_pre_hooks_read_every_field_the_runtime_sent(env: Env) -> None:
 def test_post_hooks_read_every_field_and_the_error_rule_still_holds(env: Env) -> None:
     dumping(env, "post_tool_execution")
     with_error = {**PRE, "error": "ls: cannot access 'x'"}
-    without = {**PRE, "error": ""}  # an empty error is no error: no key (SPEC 2.4)
+    # An empty error is no error: no key (docs/hooks.md#events-and-payloads).
+    without = {**PRE, "error": ""}
     for payload in (with_error, without):
         done = run(env, "run", "post_tool_execution", stdin=json.dumps(payload))
         assert done.returncode == 0

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from hookrunner.api import HookSession
 from hookrunner.errors import PayloadError, WorkspaceError
-from hookrunner.model import Outcome
+from hookrunner.outcome import Outcome
+from hookrunner.session import HookSession
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
 DENY = """echo '{"decision": "deny", "reason": "%s"}'"""
@@ -154,6 +154,7 @@ def test_post_hooks_run_only_for_tools_that_ran_and_cannot_block(env: Env) -> No
     assert [(w["kind"], w["outcome"]) for w in env.warnings()] == [("post_failure", "exit_nonzero")]
 
 
+@pytest.mark.privileged
 def test_post_payload_has_error_only_when_the_tool_failed_or_wrote_stderr(env: Env) -> None:
     log = env.root / "payloads"
     env.hooks({"audit": post_group(rule("*", command(f"cat >> {log}; echo >> {log}")))})

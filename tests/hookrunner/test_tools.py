@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.api import HookSession
 from hookrunner.metrics import HookMetrics
+from hookrunner.session import HookSession
 from hookrunner.tools import ToolResult, Workspace, run_tool
 from tests.hookrunner.helpers import base_environ
 
@@ -250,6 +250,7 @@ def test_code_execution_deadline(ws: Path) -> None:
     assert result == ToolResult(False, "started\n", "timed out after 2 s")
 
 
+@pytest.mark.privileged
 def test_exec_runs_code_with_the_sanitised_environment(ws: Path, tmp_path: Path) -> None:
     empty = tmp_path / "none.json"
     empty.write_text("{}")

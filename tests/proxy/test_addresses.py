@@ -222,7 +222,8 @@ def test_embedded_ipv4(raw: str, expected: tuple[IPv4Address, ...]) -> None:
 def test_classes_are_lowercase_strings_and_severity_is_complete() -> None:
     assert all(cls.value == cls.name.lower() for cls in AddressClass)
     assert sorted(SEVERITY) == sorted(AddressClass)
-    assert SEVERITY[0] is C.PUBLIC and SEVERITY[-1] is C.LOOPBACK
+    assert SEVERITY[0] is C.PUBLIC
+    assert SEVERITY[-1] is C.LOOPBACK
     assert frozenset({C.LOOPBACK, C.UNSPECIFIED}) == NEVER_ALLOWED
 
 
@@ -241,7 +242,8 @@ def test_ipv4_spellings_classify_alike(ip: IPv4Address) -> None:
     v6_spellings = [f"::ffff:{ip}", f"[::ffff:{ip}]", f"[64:ff9b::{ip}]"]
     for raw in v6_spellings:
         host = canonical_host(raw)
-        assert host.ip is not None and classify(host.ip) is expected, raw
+        assert host.ip is not None, raw
+        assert classify(host.ip) is expected, raw
 
 
 NETWORKS_OF_INTEREST = [

@@ -140,14 +140,17 @@ def test_the_internals_the_lean_engine_relies_on() -> None:
     """What proxy/engine.py reaches into; an upgrade that changes one fails here."""
     assert hasattr(optmanager, "unset")
     option = options.Options()._options["listen_port"]
-    assert hasattr(option, "_default") and hasattr(option, "value")
-    assert callable(addonmanager.safecall) and callable(addonmanager.traverse)
+    assert hasattr(option, "_default")
+    assert hasattr(option, "value")
+    assert callable(addonmanager.safecall)
+    assert callable(addonmanager.traverse)
 
     async def manager() -> AddonManager:
         return AddonManager(Master(options.Options()))
 
     made = asyncio.run(manager())
-    assert hasattr(made, "chain") and hasattr(made, "_configure_all")
+    assert hasattr(made, "chain")
+    assert hasattr(made, "_configure_all")
     for method in ("register", "add", "remove", "clear", "handle_lifecycle", "trigger_event"):
         assert callable(getattr(AddonManager, method)), method
     assert hooks.UpdateHook.name == "update"

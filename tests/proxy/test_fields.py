@@ -48,4 +48,5 @@ def test_malformed_heads_name_the_first_problem(
     method: bytes, fields: list[tuple[bytes, bytes]], problem: str
 ) -> None:
     found = head_problem(method, fields)
-    assert found is not None and found.startswith(problem)
+    assert found is not None
+    assert found.startswith(problem)

@@ -182,7 +182,8 @@ def test_pick_address_uses_only_checked_answers(
     decision, address = policy.pick_address(allowed, ips(*answers), port)
     assert decision.reason is reason
     assert address == (ipaddress.ip_address(pinned) if pinned else None)
-    assert decision.entry is not None and decision.entry.pattern == "*"
+    assert decision.entry is not None
+    assert decision.entry.pattern == "*"
 
 
 def test_pick_address_keeps_a_refusal() -> None:

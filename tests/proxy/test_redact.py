@@ -100,7 +100,8 @@ BASE64_EMBEDDED = {  # a secret 0, 1, 2 bytes into a 3-byte group of a longer en
 def test_every_plausible_spelling_of_an_echo_is_redacted(echo: str) -> None:
     out = R.header(f"<{echo}>".encode())
     assert out.count(b"[redacted]") == 1, out
-    assert out.startswith(b"<") and out.endswith(b">"), out
+    assert out.startswith(b"<"), out
+    assert out.endswith(b">"), out
     for spelling in HEADER_ECHOES.values():
         assert spelling.encode() not in out
 
@@ -111,8 +112,10 @@ def test_base64_inside_a_longer_text_keeps_only_the_boundary_characters(encoded:
     assert found, encoded
     # What stays: the neighbours' characters (at most 3 for "ab", 4 and padding for "xyz")
     # and, at each end, the one character that shares bits with them.
-    assert encoded.encode().startswith(head) and len(head) <= 3
-    assert encoded.encode().endswith(tail) and len(tail) <= 7
+    assert encoded.encode().startswith(head)
+    assert len(head) <= 3
+    assert encoded.encode().endswith(tail)
+    assert len(tail) <= 7
 
 
 @pytest.mark.parametrize(
@@ -151,13 +154,15 @@ def test_longer_secret_wins_over_its_own_prefix() -> None:
 
 
 def test_the_redactor_does_not_show_its_secrets() -> None:
-    assert SECRET not in repr(R) and SECRET not in str(R)
+    assert SECRET not in repr(R)
+    assert SECRET not in str(R)
 
 
 @pytest.mark.parametrize(("length", "expected"), [(6, b"******"), (10, b"[redacted]")])
 def test_mask_has_the_secret_length(length: int, expected: bytes) -> None:
     assert mask(length) == expected
-    assert len(mask(23)) == 23 and mask(23).startswith(b"[redacted")
+    assert len(mask(23)) == 23
+    assert mask(23).startswith(b"[redacted")
 
 
 BODY_CASES = {

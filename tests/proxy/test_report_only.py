@@ -62,7 +62,8 @@ def test_enforcing_by_default_and_per_entry() -> None:
         Reason.PORT_NOT_ALLOWED,
         True,
     )
-    assert trial.entry is not None and trial.entry.pattern == "trial.example.com"
+    assert trial.entry is not None
+    assert trial.entry.pattern == "trial.example.com"
 
 
 def test_the_address_stage_still_refuses_internal_answers() -> None:

@@ -128,11 +128,13 @@ def test_local_answers_are_kept_for_a_second_then_asked_again() -> None:
         return str(address) == "198.18.0.9"
 
     own = SelfAddresses(probe=probe, clock=lambda: now[0])
-    assert own.is_local(ip("198.18.0.9")) and own.is_local(ip("::ffff:198.18.0.9"))
+    assert own.is_local(ip("198.18.0.9"))
+    assert own.is_local(ip("::ffff:198.18.0.9"))
     assert not own.is_local(ip("203.0.113.1"))
     # The mapped spelling asks about itself once, and its IPv4 from the cache.
     assert asked == ["198.18.0.9", "::ffff:c612:9", "203.0.113.1"]
-    assert own.is_local(ip("198.18.0.9")) and not own.is_local(ip("203.0.113.1"))
+    assert own.is_local(ip("198.18.0.9"))
+    assert not own.is_local(ip("203.0.113.1"))
     assert len(asked) == 3
     now[0] += 1.5
     assert own.is_local(ip("198.18.0.9"))

@@ -1,6 +1,6 @@
 """Assertions shared by the end-to-end tests: exact refusals, what reached the upstream.
 
-A refusal is checked whole (SPEC 1.5): status, exactly one `X-Egress-Denied` with
+A refusal is checked whole (docs/configuration.md#reason-codes): status, exactly one `X-Egress-Denied` with
 the reason, a JSON body with `error`, `reason`, `message`, `host`. "Nothing reached
 the upstream" means no new event at all in the upstream log (not even a TCP connect,
 since the proxy must not connect before deciding) and none in the trap logs.
@@ -34,7 +34,8 @@ def assert_refused(
     # docs/decisions.md D1: a 502 (dns_failure) keeps the shape, with "egress_failed".
     assert body["error"] == ("egress_denied" if status == 403 else "egress_failed"), detail
     assert body["reason"] == reason, detail
-    assert isinstance(body["message"], str) and body["message"], detail
+    assert isinstance(body["message"], str), detail
+    assert body["message"], detail
     assert "host" in body, detail
     if host is not None:
         assert body["host"] == host, detail

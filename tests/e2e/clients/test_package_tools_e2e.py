@@ -75,7 +75,8 @@ def test_git_clone_over_https(clients: Clients) -> None:
     assert result.returncode == 0, result.stderr
     assert (dest / registries.GIT_FILE).read_text() == registries.GIT_TEXT
     entries = clients.nginx.since(mark)
-    assert entries and entries[0]["uri"] == "/git/demo.git/info/refs?service=git-upload-pack"
+    assert entries
+    assert entries[0]["uri"] == "/git/demo.git/info/refs?service=git-upload-pack"
     for entry in entries:  # the dumb protocol: many GETs, some probing for missing files
         assert entry["auth"] == f"Bearer {clients.secret}", entry
     assert_no_secret(clients, result.stdout, result.stderr)

@@ -84,7 +84,8 @@ def test_fire_observation_event_answers_before_its_hooks_run(ax: AxEnv) -> None:
         env=ax.environ(),
     ) as proc:
         try:
-            assert proc.stdin is not None and proc.stdout is not None
+            assert proc.stdin is not None
+            assert proc.stdout is not None
             proc.stdin.write(json.dumps({"reason": "archive", "session_id": "s9"}).encode())
             proc.stdin.close()
             # The whole answer and EOF arrive while the hook still waits for its go file.

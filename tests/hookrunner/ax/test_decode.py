@@ -12,7 +12,6 @@ from hookrunner.ax.matcher import compile_ax_matcher
 from hookrunner.ax.model import (
     AxEntry,
     AxEvent,
-    AxOutcome,
     Cause,
     Effect,
     HookRun,
@@ -20,6 +19,7 @@ from hookrunner.ax.model import (
     Verdict,
 )
 from hookrunner.command import ProcessResult
+from hookrunner.outcome import Outcome
 
 PRE = AxEvent.PRE_TOOL_USE
 PROMPT = AxEvent.USER_PROMPT_SUBMIT
@@ -58,55 +58,55 @@ def answer(**fields: object) -> str:
 CLAUDE_CODE_BLOCKING = [
     # (name, process, outcome, effect, cause, reason)
     ("exit 2 blocks with stderr", process(2, "", "no force pushes\n"),
-     AxOutcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "no force pushes"),
+     Outcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "no force pushes"),
     ("exit 2 with malformed stdout still blocks", process(2, "{not json", "bad idea"),
-     AxOutcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "bad idea"),
+     Outcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "bad idea"),
     ("exit 2 with an allow on stdout still blocks", process(2, answer(permissionDecision="allow"), "x"),
-     AxOutcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "x"),
+     Outcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "x"),
     ("exit 2 without stderr uses a stated reason", process(2, answer(reason="stated")),
-     AxOutcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "stated"),
+     Outcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "stated"),
     ("exit 2 without any text", process(2),
-     AxOutcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "Blocked by a PreToolUse hook (exit status 2)."),
-    ("empty stdout continues", process(0, " \n"), AxOutcome.OK, Effect.CONTINUE, None, None),
+     Outcome.EXIT_2, Effect.BLOCK, Cause.EXIT_2, "Blocked by a PreToolUse hook (exit status 2)."),
+    ("empty stdout continues", process(0, " \n"), Outcome.OK, Effect.CONTINUE, None, None),
     ("no decision continues", process(0, answer(suppressOutput=True)),
-     AxOutcome.OK, Effect.CONTINUE, None, None),
+     Outcome.OK, Effect.CONTINUE, None, None),
     ("allow", process(0, answer(permissionDecision="allow", reason="fine")),
-     AxOutcome.ALLOW, Effect.CONTINUE, None, None),
+     Outcome.ALLOW, Effect.CONTINUE, None, None),
     ("deny", process(0, answer(permissionDecision="deny", reason="nope")),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "nope"),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "nope"),
     ("deny without a reason", process(0, answer(permissionDecision="deny")),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
     ("deny with a non-string reason", process(0, answer(permissionDecision="deny", reason=42)),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
     ("deny with a null reason", process(0, answer(permissionDecision="deny", reason=None)),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
     ("ask", process(0, answer(permissionDecision="ask", reason="sure?")),
-     AxOutcome.ASK, Effect.ASK, Cause.ASK, "sure?"),
+     Outcome.ASK, Effect.ASK, Cause.ASK, "sure?"),
     ("ask without a reason", process(0, answer(permissionDecision="ask")),
-     AxOutcome.ASK, Effect.ASK, Cause.ASK, ASK_REASON),
+     Outcome.ASK, Effect.ASK, Cause.ASK, ASK_REASON),
     ("nested deny", process(0, answer(hookSpecificOutput={"hookEventName": "PreToolUse",
         "permissionDecision": "deny", "permissionDecisionReason": "nested no"})),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "nested no"),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "nested no"),
     ("nested ask", process(0, answer(hookSpecificOutput={"permissionDecision": "ask"})),
-     AxOutcome.ASK, Effect.ASK, Cause.ASK, ASK_REASON),
+     Outcome.ASK, Effect.ASK, Cause.ASK, ASK_REASON),
     ("top allow, nested deny: the stricter", process(0, answer(permissionDecision="allow",
         hookSpecificOutput={"permissionDecision": "deny"})),
-     AxOutcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
+     Outcome.DENY, Effect.BLOCK, Cause.PERMISSION_DENY, "Blocked by a PreToolUse hook."),
     ("decision block", process(0, answer(decision="block", reason="old style")),
-     AxOutcome.DENY, Effect.BLOCK, Cause.DECISION_BLOCK, "old style"),
+     Outcome.DENY, Effect.BLOCK, Cause.DECISION_BLOCK, "old style"),
     ("decision approve", process(0, answer(decision="approve")),
-     AxOutcome.ALLOW, Effect.CONTINUE, None, None),
+     Outcome.ALLOW, Effect.CONTINUE, None, None),
     ("permissionDecision beats decision", process(0, answer(permissionDecision="allow", decision="block")),
-     AxOutcome.ALLOW, Effect.CONTINUE, None, None),
+     Outcome.ALLOW, Effect.CONTINUE, None, None),
     ("continue false", process(0, answer(**{"continue": False, "stopReason": "halt"})),
-     AxOutcome.DENY, Effect.BLOCK, Cause.CONTINUE_FALSE, "halt"),
+     Outcome.DENY, Effect.BLOCK, Cause.CONTINUE_FALSE, "halt"),
     ("exit 1 does not block", process(1, answer(permissionDecision="deny"), "oops"),
-     AxOutcome.EXIT_NONZERO, Effect.CONTINUE, None, None),
+     Outcome.EXIT_NONZERO, Effect.CONTINUE, None, None),
     ("exit 127 does not block", process(127, "", "sh: x: not found"),
-     AxOutcome.NOT_FOUND, Effect.CONTINUE, None, None),
+     Outcome.NOT_FOUND, Effect.CONTINUE, None, None),
     ("timeout does not block", process(None, timed_out=True),
-     AxOutcome.TIMEOUT, Effect.CONTINUE, None, None),
-    ("crash does not block", process(-11), AxOutcome.CRASHED, Effect.CONTINUE, None, None),
+     Outcome.TIMEOUT, Effect.CONTINUE, None, None),
+    ("crash does not block", process(-11), Outcome.CRASHED, Effect.CONTINUE, None, None),
 ]  # fmt: skip
 MALFORMED = [
     ("text", b"checking..."),
@@ -131,7 +131,7 @@ MALFORMED = [
 def test_claude_code_blocking_events(
     name: str,
     result: ProcessResult,
-    outcome: AxOutcome,
+    outcome: Outcome,
     effect: Effect,
     cause: Cause | None,
     reason: str | None,
@@ -151,7 +151,7 @@ def test_claude_code_blocking_events(
 def test_malformed_stdout_on_exit_0_blocks(name: str, stdout: bytes) -> None:
     decoded = decode(PRE, ax_entry(), process(0, stdout))
     assert (decoded.outcome, decoded.effect, decoded.cause, decoded.failed) == (
-        AxOutcome.MALFORMED,
+        Outcome.MALFORMED,
         Effect.BLOCK,
         Cause.MALFORMED_OUTPUT,
         True,
@@ -166,7 +166,7 @@ def test_truncated_stdout_is_malformed() -> None:
     decoded = decode(
         PRE, ax_entry(), process(0, answer(permissionDecision="allow"), truncated=True)
     )
-    assert (decoded.outcome, decoded.effect) == (AxOutcome.MALFORMED, Effect.BLOCK)
+    assert (decoded.outcome, decoded.effect) == (Outcome.MALFORMED, Effect.BLOCK)
 
 
 def test_non_string_reason_is_noted() -> None:
@@ -272,7 +272,7 @@ def test_stop_notice_is_legacy_stdout() -> None:
 
 
 def run_of(effect: Effect, source: str, reason: str | None = None, cause: Cause | None = None):
-    return HookRun(ax_entry(source=source), AxOutcome.OK, effect, "", 0.0, reason, cause)
+    return HookRun(ax_entry(source=source), Outcome.OK, effect, "", 0.0, reason, cause)
 
 
 def fold(event: AxEvent, runs: list[HookRun], interactive: bool = False):
@@ -360,9 +360,9 @@ def test_no_hooks_and_all_continue() -> None:
 
 def test_gather_builds_one_feedback_block_in_hook_order() -> None:
     runs = [
-        HookRun(ax_entry(POST, source="a"), AxOutcome.OK, Effect.CONTINUE, "", 0.0, feedback="one"),
-        HookRun(ax_entry(POST, source="b"), AxOutcome.OK, Effect.CONTINUE, "", 0.0),
-        HookRun(ax_entry(POST, source="c"), AxOutcome.OK, Effect.CONTINUE, "", 0.0, feedback="two"),
+        HookRun(ax_entry(POST, source="a"), Outcome.OK, Effect.CONTINUE, "", 0.0, feedback="one"),
+        HookRun(ax_entry(POST, source="b"), Outcome.OK, Effect.CONTINUE, "", 0.0),
+        HookRun(ax_entry(POST, source="c"), Outcome.OK, Effect.CONTINUE, "", 0.0, feedback="two"),
     ]
     result = gather(POST, [r.entry for r in runs], lambda e: next(r for r in runs if r.entry == e))
     assert result.feedback == '<hook_feedback event="PostToolUse">\none\n\ntwo\n</hook_feedback>'

@@ -123,7 +123,8 @@ def test_each_sanitised_class_is_removed_and_hook_variables_added_after(ax: AxEn
     assert (env["HOOK_EVENT"], env["HOOK_PACK"], env["HOOK_TOOL"]) == ("Stop", "", "")
     for name, value in KEPT.items():
         assert env[name] == value
-    assert env["PATH"] and env["HOME"]
+    assert env["PATH"]
+    assert env["HOME"]
 
 
 @pytest.mark.parametrize(
@@ -154,7 +155,8 @@ def test_a_file_that_asks_for_the_full_environment_does_not_get_it(ax: AxEnv) ->
     assert session.full_env is False
     session.fire("Stop", {})
     env = dumped(ax)["env"]
-    assert "GITHUB_TOKEN" not in env and "DATABASE_URL" not in env
+    assert "GITHUB_TOKEN" not in env
+    assert "DATABASE_URL" not in env
     assert len([w for w in ax.warnings() if "cannot choose the environment" in w["cause"]]) == 4
 
 

@@ -136,7 +136,9 @@ def test_what_it_does_not_expand_is_marked_and_shaped(
     [(argv, _)] = found
     assert len(argv) == 4, argv  # printf, its format, "@", the one word
     word = argv[3]
-    assert isinstance(word, Word) and word.dynamic and word.expands
+    assert isinstance(word, Word)
+    assert word.dynamic
+    assert word.expands
     [_, built] = bash_words(line, X=value)
     assert fnmatchcase(os.fsdecode(built), word.shape), (built, word.shape)
 
@@ -146,5 +148,7 @@ def test_an_unquoted_glob_is_dynamic_and_a_quoted_one_is_not(glob: str) -> None:
     [(words, _)], _ = split_commands(f"git push {glob} '{glob}'")
     unquoted, quoted = words[2], words[3]  # no printf here: git push GLOB 'GLOB'
     assert (str(unquoted), str(quoted)) == (glob, glob)
-    assert isinstance(unquoted, Word) and (unquoted.dynamic, unquoted.expands) == (True, False)
-    assert isinstance(quoted, Word) and not quoted.dynamic
+    assert isinstance(unquoted, Word)
+    assert (unquoted.dynamic, unquoted.expands) == (True, False)
+    assert isinstance(quoted, Word)
+    assert not quoted.dynamic

@@ -312,7 +312,8 @@ def test_formatter_lookup_needs_an_installed_program(tmp_path: Path) -> None:
     gofmt.write_text("#!/bin/sh\n")
     gofmt.chmod(0o755)
     found = find_formatter("main.go", str(tmp_path), str(bin_dir))
-    assert found is not None and (found[0].label, found[1]) == ("gofmt -w", str(gofmt))
+    assert found is not None
+    assert (found[0].label, found[1]) == ("gofmt -w", str(gofmt))
     assert find_formatter("main.rs", str(tmp_path), str(bin_dir)) is None
     assert find_formatter("README", str(tmp_path), str(bin_dir)) is None
     local = tmp_path / "node_modules" / ".bin" / "prettier"
@@ -320,4 +321,5 @@ def test_formatter_lookup_needs_an_installed_program(tmp_path: Path) -> None:
     local.write_text("#!/bin/sh\n")
     local.chmod(0o755)
     found = find_formatter("app.ts", str(tmp_path), str(bin_dir))
-    assert found is not None and found[1] == str(local)
+    assert found is not None
+    assert found[1] == str(local)

@@ -162,10 +162,8 @@ def test_format_after_edit_with_the_real_ruff(ax: AxEnv) -> None:
     (ax.workspace / "app.py").write_text("x  =  [1,2 ,3]\n")
     result = post_edit(ax, "app.py", ax.environ(PATH=f"{VENV_BIN}:/usr/bin:/bin"))
     assert (ax.workspace / "app.py").read_text() == "x = [1, 2, 3]\n"
-    assert (
-        result.feedback is not None
-        and "Reformatted app.py with `ruff format --quiet`" in result.feedback
-    )
+    assert result.feedback is not None
+    assert "Reformatted app.py with `ruff format --quiet`" in result.feedback
 
 
 def test_format_after_edit_reports_a_formatter_failure_and_skips_the_rest(ax: AxEnv) -> None:
@@ -176,13 +174,10 @@ def test_format_after_edit_reports_a_formatter_failure_and_skips_the_rest(ax: Ax
     outside = ax.root / "outside.go"
     outside.write_text("package   x\n")
     failed = post_edit(ax, "main.go", ax.environ(PATH=path))
+    assert failed.feedback is not None
     assert (
-        failed.feedback is not None
-        and (
-            "[format-after-edit] `gofmt -w` could not format main.go: main.go:1:1: expected package"
-        )
-        in failed.feedback
-    )
+        "[format-after-edit] `gofmt -w` could not format main.go: main.go:1:1: expected package"
+    ) in failed.feedback
     assert post_edit(ax, "notes.txt", ax.environ(PATH=path)).feedback is None
     assert post_edit(ax, str(outside), ax.environ(PATH=path)).feedback is None
     assert outside.read_text() == "package   x\n"
@@ -231,4 +226,5 @@ def test_packs_run_isolated_from_the_callers_python_environment(ax: AxEnv) -> No
     environ = ax.environ(PYTHONPATH=str(evil))
     (ax.workspace / "json.py").write_text("raise SystemExit('imported the workspace json')\n")
     result = pre(ax, "bash", {"command": "git push -f"}, environ=environ)
-    assert result.reason is not None and result.reason.startswith("block-force-push: `git push -f`")
+    assert result.reason is not None
+    assert result.reason.startswith("block-force-push: `git push -f`")

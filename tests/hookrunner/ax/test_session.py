@@ -38,7 +38,8 @@ def test_exit_2_with_malformed_stdout_blocks_with_stderr(ax: AxEnv) -> None:
     )
     assert ax.runs("PreToolUse", "exit_2") == 1
     [line] = [x for x in ax.stream.getvalue().splitlines() if "decision" in x]
-    assert "cause=exit_2" in line and 'reason="no force pushes"' in line
+    assert "cause=exit_2" in line
+    assert 'reason="no force pushes"' in line
 
 
 def test_ask_then_deny_denies_and_both_ran(ax: AxEnv) -> None:
@@ -288,7 +289,8 @@ def test_skipped_events_run_nothing(ax: AxEnv) -> None:
     result = session.fire("UserPromptSubmit", {"prompt": "continue", "synthetic": True})
     assert (result.decision, result.cause) == (Verdict.ALLOW, Cause.SKIPPED)
     session.close()
-    assert not (ax.workspace / "started").exists() and not (ax.workspace / "prompted").exists()
+    assert not (ax.workspace / "started").exists()
+    assert not (ax.workspace / "prompted").exists()
 
 
 def test_convenience_methods_and_metrics(ax: AxEnv) -> None:

@@ -1,9 +1,9 @@
 """Running one AX entry for one event as a child process, then decoding and reporting it.
 
-The mechanism is ``command.run_process`` (own process group, deadline,
-bounded output, group kill) and the environment is ``envsan``'s sanitised
-base (the same sanitiser as the hooks.json dialect), then the ``HOOK_*``
-variables: ``HOOK_EVENT``, ``HOOK_TOOL``, ``HOOK_SESSION_ID``,
+The mechanism is the kernel's ``Kernel.spawn`` (own process group, deadline,
+bounded output, group kill, the environment of the one sanitiser shared with
+the hooks.json dialect), with this dialect's ``HOOK_*`` variables:
+``HOOK_EVENT``, ``HOOK_TOOL``, ``HOOK_SESSION_ID``,
 ``HOOK_ARGS_JSON`` (empty above 32 KiB of UTF-8), ``HOOK_ARGS_STDIN=1``,
 ``HOOK_PACK`` (``""`` for custom entries), plus ``PWD`` and, for claude-code
 entries, ``CLAUDE_PROJECT_DIR`` (the workspace) that Claude Code hooks use to
@@ -15,44 +15,35 @@ of an event that can block is one decision line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from hookrunner.ax.decode import decode
 from hookrunner.ax.envelope import args_document, claude_code_document
 from hookrunner.ax.events import EventInput
 from hookrunner.ax.feedback import PER_HOOK_CHARS, bound, hook_feedback
+from hookrunner.ax.metrics import observe_decision
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
     AxEntry,
+    AxWarningKind,
     Effect,
     FireResult,
     HookRun,
     Protocol,
 )
-from hookrunner.command import CancelToken, run_process
-from hookrunner.dispatch import SHELL
+from hookrunner.command import CancelToken
 from hookrunner.envsan import args_json, hook_variables
-from hookrunner.metrics import HookMetrics
-from hookrunner.model import HandlerType, encode_json
-from hookrunner.report import Reporter, WarningKind
+from hookrunner.kernel import Kernel
+from hookrunner.model import encode_json
+from hookrunner.outcome import HandlerType
+from hookrunner.report import WarningKind
 
 NOTICE_CHARS = 4000
 
 
-def hook_environment(
-    base_env: Mapping[str, str], workspace: str, entry: AxEntry, inp: EventInput
-) -> dict[str, str]:
-    env = {
-        **base_env,
-        "PWD": workspace,
-        **hook_variables(
-            inp.event.value,
-            inp.tool,
-            args_document(inp),
-            session_id=inp.session_id,
-            pack=entry.pack,
-        ),
-    }
+def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str, str]:
+    """The variables this dialect adds to the kernel's hook environment."""
+    env = hook_variables(
+        inp.event.value, inp.tool, args_document(inp), session_id=inp.session_id, pack=entry.pack
+    )
     if entry.protocol is Protocol.CLAUDE_CODE:
         env["CLAUDE_PROJECT_DIR"] = workspace
     return env
@@ -65,24 +56,17 @@ def hook_stdin(workspace: str, entry: AxEntry, inp: EventInput) -> bytes:
 
 
 class LifecycleExecutor:
-    def __init__(
-        self,
-        workspace: str,
-        base_env: Mapping[str, str],
-        reporter: Reporter,
-        metrics: HookMetrics,
-    ) -> None:
-        self.workspace = workspace
-        self.base_env = dict(base_env)
-        self.reporter = reporter
-        self.metrics = metrics
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.workspace = str(kernel.workspace)
+        self.reporter = kernel.reporter
+        self.metrics = kernel.metrics
 
     def run(self, entry: AxEntry, inp: EventInput, cancel: CancelToken | None = None) -> HookRun:
-        result = run_process(
-            [SHELL, "-c", entry.command],
+        result = self.kernel.spawn(
+            entry.command,
             stdin=hook_stdin(self.workspace, entry, inp),
-            cwd=self.workspace,
-            env=hook_environment(self.base_env, self.workspace, entry, inp),
+            variables=entry_variables(self.workspace, entry, inp),
             timeout=entry.timeout,
             cancel=cancel,
         )
@@ -106,7 +90,7 @@ class LifecycleExecutor:
         return run
 
     def _report(self, inp: EventInput, run: HookRun) -> None:
-        self.metrics.observe_lifecycle_run(inp.event, run.outcome, run.duration)
+        self.metrics.observe_run(inp.event.value, HandlerType.COMMAND, run.outcome, run.duration)
         if not run.failed:
             return
         fields = {
@@ -118,14 +102,14 @@ class LifecycleExecutor:
             "cause": run.detail,
         }
         if inp.event not in BLOCKING_EVENTS:
-            self.reporter.warn(WarningKind.HOOK_FAILURE, **fields)
+            self.reporter.warn(AxWarningKind.HOOK_FAILURE, **fields)
         elif run.effect is Effect.BLOCK:
-            self.reporter.warn(WarningKind.FAIL_SAFE, **fields, action="blocked")
+            self.reporter.warn(AxWarningKind.FAIL_SAFE, **fields, action="blocked")
         else:
             self.reporter.warn(WarningKind.FAIL_OPEN, **fields, action="allowed")
 
     def report_decision(self, inp: EventInput, result: FireResult, *, log: bool = True) -> None:
-        self.metrics.observe_lifecycle_decision(inp.event, result.decision, result.cause)
+        observe_decision(self.metrics, inp.event, result.decision, result.cause)
         if not log:
             return
         fields = {

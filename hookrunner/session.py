@@ -12,37 +12,45 @@ a post_tool_execution event, ``exec_tool`` runs a built-in tool between them::
 
     result = session.exec_tool("code_execution", {"code": "ls", "language": "bash"})
 
-Configuration problems are reported (stderr and metrics) when the session
-opens, once: those of the hooks files, and an unusable ``HTTPS_PROXY`` when an
-http handler would need it; the session then runs with the valid rest.
+Configuration problems are reported (a warning line and the metrics) when the
+session opens, once: those of the hooks files, a ``HOOKRUNNER_FULL_ENV`` that is
+set but not ``1``, and an unusable ``HTTPS_PROXY`` when an http handler would
+need it; the session then runs with the valid rest. The setup every dialect
+shares (workspace, environment snapshot, reporter, spawning) is ``kernel.Kernel``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
+from hookrunner.aggregate import decide_pre, notify_post
 from hookrunner.dispatch import HandlerExecutor
-from hookrunner.envsan import Redactor, sanitise
-from hookrunner.errors import PayloadError, WorkspaceError
-from hookrunner.handlerhost import http_targets
+from hookrunner.envsan import sanitise
+from hookrunner.errors import PayloadError
+from hookrunner.handlerhost import handler_host
 from hookrunner.httpclient import HttpClient
-from hookrunner.isolation import hook_environment, make_undumpable
 from hookrunner.isolation import tool_user as resolve_tool_user
+from hookrunner.kernel import Kernel, full_env_switch
 from hookrunner.loader import load_config
-from hookrunner.metrics import HookMetrics, default_metrics
-from hookrunner.model import Event, EventPayload, HandlerRun, HookConfig, PreDecision, ToolCall
+from hookrunner.metrics import HookMetrics
+from hookrunner.model import (
+    Event,
+    EventPayload,
+    HandlerRun,
+    HookConfig,
+    HttpHandler,
+    PreDecision,
+    ToolCall,
+)
 from hookrunner.proxyroute import proxy_problem
-from hookrunner.report import Reporter
-from hookrunner.runner import decide_pre, notify_post
 from hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
-FULL_ENV_VARIABLE = "HOOKRUNNER_FULL_ENV"
 
 
 @dataclass(frozen=True)
@@ -78,38 +86,27 @@ class HookSession:
         log_decisions: bool = True,
         tool_user: str | None = None,
     ) -> None:
-        make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
-        root = Path(os.path.realpath(workspace))
-        if not root.is_dir():
-            raise WorkspaceError(f"workspace {str(workspace)!r} is not a directory")
+        self.kernel = Kernel(
+            workspace, environ=environ, metrics=metrics, stream=stream, log_decisions=log_decisions
+        )
+        root, snapshot = self.kernel.workspace, self.kernel.environ
         self.workspace = Workspace(root)
         self.environment_id = environment_id
         self.tool_timeout = tool_timeout
-        snapshot = dict(os.environ if environ is None else environ)
         self.tool_user = resolve_tool_user(tool_user, snapshot)
-        if full_env is None:
-            full_env = snapshot.get(FULL_ENV_VARIABLE) == "1"
-        self.metrics = metrics if metrics is not None else default_metrics()
-        self.reporter = Reporter(
-            self.metrics,
-            stream=stream,
-            redact=Redactor.from_environment(snapshot),
-            log_decisions=log_decisions,
-        )
+        full = full_env_switch(snapshot, full_env)
+        self.metrics, self.reporter = self.kernel.metrics, self.kernel.reporter
         system = Path(system_config) if system_config is not None else None
         self.config: HookConfig = load_config(root, system)
-        for problem in self.config.problems:
-            self.reporter.problem(problem)
+        self.kernel.configuration(self.config.problems, (full.notice,))
         # The full-environment switch is for the operator's command hooks only: the
         # agent's own code always gets the sanitised environment.
         self.tool_env = dict(sanitise(snapshot).variables)
-        hook_env = hook_environment(sanitise(snapshot, full_env=full_env).variables, snapshot, root)
+        self.kernel.start_hooks(full.on)
         proxy = proxy_problem(snapshot, http_targets(self.config))
         if proxy is not None:
             self.reporter.proxy_problem(proxy)
-        self._run = HandlerExecutor(
-            str(root), hook_env, HttpClient(snapshot, ca_file), self.reporter
-        )
+        self._run = HandlerExecutor(self.kernel, HttpClient(snapshot, ca_file))
 
     def payload(
         self,
@@ -145,8 +142,23 @@ class HookSession:
 
     def decide(self, payload: EventPayload) -> PreDecision:
         decision = decide_pre(self.config, payload, self._run)
-        self.reporter.decision(payload.tool_call.name, decision)
+        self._report_decision(payload.tool_call.name, decision)
         return decision
+
+    def _report_decision(self, tool: str, decision: PreDecision) -> None:
+        self.metrics.observe_decision(decision.allowed)
+        if not self.reporter.log_decisions:
+            return
+        fields = {
+            "event": Event.PRE.value,
+            "tool": tool,
+            "decision": "allow" if decision.allowed else "deny",
+            "handlers": str(len(decision.runs)),
+        }
+        if not decision.allowed:
+            fields["group"] = decision.group or ""
+            fields["reason"] = decision.reason or ""
+        self.reporter.line("decision", fields)
 
     def post(
         self,
@@ -181,7 +193,8 @@ class HookSession:
 def parse_event_payload(
     event: Event, document: Any, *, default_environment_id: str = ""
 ) -> EventPayload:
-    """Check the SPEC 2.4 payload read by ``hookrunner run``: only the fields the runner reads."""
+    """Check the docs/hooks.md#events-and-payloads payload read by ``hookrunner run``: only the
+    fields the runner reads."""
     if not isinstance(document, dict):
         raise PayloadError("the payload must be a JSON object")
     call = document.get("tool_call")
@@ -209,3 +222,16 @@ def parse_event_payload(
     return EventPayload(
         event, ToolCall(name, args), environment_id, error or None, extra, call_extra
     )
+
+
+def http_targets(config: HookConfig) -> Iterator[tuple[str, int]]:
+    """(canonical host, port) of every http handler of the enabled groups of a configuration."""
+    for group in config.groups:
+        if not group.enabled:
+            continue
+        for event in Event:
+            for rule in group.rules(event):
+                for handler in rule.handlers:
+                    if isinstance(handler, HttpHandler):
+                        parts = urlsplit(handler.url)
+                        yield handler_host(parts), parts.port or 443

@@ -1,6 +1,7 @@
 """Aggregation of handler runs into the result of one event (pure).
 
-Invariants (SPEC 2.5, 2.6):
+Invariants (docs/hooks.md#execution-and-decisions;
+docs/hooks.md#decisions-where-the-specification-is-silent):
 * enabled groups in configuration order (operator file first), rules in
   declaration order, every rule whose matcher matches, handlers in
   declaration order, one at a time;
