@@ -114,7 +114,7 @@ class Found:
 def schema_errors(
     validator: jsonschema.Validator, value: Any, unknown: Unknown | None = None
 ) -> list[Found]:
-    """Every error of `value`, in document order, each worded by the schema's `x-problem`."""
+    """Every error of `value`, in the schema's order, each worded by its `x-problem`."""
     found: list[Found] = []
     for error in validator.iter_errors(value):
         for item in _found(error, unknown):

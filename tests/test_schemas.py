@@ -1,8 +1,9 @@
 """The JSON Schemas in schemas/ agree with the validators they describe (issue 14).
 
-Each schema describes a file's structure; the loaders also make domain checks no schema
-can express (IDNA, loopback entries, `${VAR}` references, RE2 matchers). So: every
-document the loader accepts, the schema accepts; every structural mistake, both refuse;
+Each schema describes a file's structure, and the loaders check that structure with it
+(common/problems.py); they also make domain checks no schema can express (IDNA, loopback
+entries, `${VAR}` references, RE2 matchers). So: every document the loader accepts, the
+schema accepts; every structural mistake, both refuse;
 the domain checks are listed as what the schema accepts and only the loader refuses.
 The examples shipped in the repository validate.
 """
