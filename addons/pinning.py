@@ -14,14 +14,12 @@ reused for its own host and never for another one.
 
 from __future__ import annotations
 
-import logging
-
 from mitmproxy import connection
 from mitmproxy.proxy import server_hooks
 
+from addons.failclosed import failclosed
+from proxy.decision import Stage
 from proxy.metrics import ProxyMetrics
-
-log = logging.getLogger("egress")
 
 Address = tuple[str, int]
 NO_DECISION = "egress: no policy decision for this destination"
@@ -48,7 +46,8 @@ class Pinning:
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         server = data.server
-        try:
+        opened = False
+        with failclosed(self.metrics, Stage.UPSTREAM):
             destination = server.address
             address = self.pinned(data.client, destination) if destination else None
             if destination is None or address is None:
@@ -56,9 +55,8 @@ class Pinning:
                 return
             self._renamed[server.id] = destination
             server.address = address
-        except Exception:  # noqa: BLE001 - fail closed
-            log.exception("policy error on server connect")
-            self.metrics.policy_errors.inc()
+            opened = True
+        if not opened:
             server.error = "egress: policy error"
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:

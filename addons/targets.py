@@ -1,14 +1,13 @@
 """Where a request goes, read off a mitmproxy flow (docs/configuration.md#modes-and-protocols;
 docs/decisions.md D20, D21, D23).
 
-The adapter between a flow and the pure checks of `proxy.targets` and `proxy.fields`:
-`locate_flow` turns the request, its connection's target and its TLS names into plain
-values and asks `proxy.targets.locate`; `origin_form` rewrites an allowed request so
+The adapter between a flow and the pure checks of `proxy.targets`: `request_names`
+turns the request, its connection's target and its TLS names into plain values for
+`proxy.stages.decide_request`; `origin_form` rewrites an allowed request so
 that an upstream only ever receives an origin-form request-target and the decided
 host, canonically spelled, as its Host/:authority (D35).
 
-Invariant: nothing here decides. A request whose head holds bytes no upstream may see
-is `bad_request` before any name is looked at.
+Invariant: nothing here decides.
 """
 
 from __future__ import annotations
@@ -16,43 +15,35 @@ from __future__ import annotations
 from mitmproxy import connection, http
 from mitmproxy.proxy import mode_specs
 
-from proxy.decision import Reason
-from proxy.fields import head_problem
-from proxy.hosts import Host
-from proxy.targets import Location, RequestNames, locate, upstream_authority
+from proxy.stages import ConnectionFacts
+from proxy.targets import Location, RequestNames, upstream_authority
 
 
 def is_transparent(client: connection.Client) -> bool:
     return isinstance(client.proxy_mode, mode_specs.TransparentMode)
 
 
-def locate_flow(
-    flow: http.HTTPFlow, target: tuple[Host, int] | None, bad_sni: bool
-) -> Location | Reason:
-    """Where `flow`'s request goes, given the connection's `target` (see addons.egress)."""
+def request_names(flow: http.HTTPFlow, facts: ConnectionFacts) -> RequestNames:
+    """Every name `flow`'s request carries, with its connection's target (`proxy.stages`)."""
     request = flow.request
-    if head_problem(request.data.method, request.headers.fields) is not None:
-        return Reason.BAD_REQUEST  # bytes no upstream may see (D21)
     http1 = not (request.is_http2 or request.is_http3)
-    return locate(
-        RequestNames(
-            transparent=is_transparent(flow.client_conn),
-            host=request.host,
-            port=request.port,
-            host_header=request.host_header,
-            sni=flow.client_conn.sni,
-            client_tls=flow.client_conn.tls,
-            target=target,
-            sni_malformed=bad_sni,
-            method=request.method,
-            path=request.path,
-            # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
-            # mode; for HTTP/2 `authority` is :authority (the Host header, above).
-            target_authority=request.authority if http1 else "",
-            host_fields=tuple(request.headers.get_all("Host"))
-            if not http1 and request.data.authority
-            else (),
-        )
+    return RequestNames(
+        transparent=is_transparent(flow.client_conn),
+        host=request.host,
+        port=request.port,
+        host_header=request.host_header,
+        sni=flow.client_conn.sni,
+        client_tls=flow.client_conn.tls,
+        target=facts.target,
+        sni_malformed=facts.bad_sni,
+        method=request.method,
+        path=request.path,
+        # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
+        # mode; for HTTP/2 `authority` is :authority (the Host header, above).
+        target_authority=request.authority if http1 else "",
+        host_fields=tuple(request.headers.get_all("Host"))
+        if not http1 and request.data.authority
+        else (),
     )
 
 

@@ -5,6 +5,7 @@ Invariants:
   (`Decision.deny(...)`) is a refusal; an allow always names the entry that allowed it.
 * `Reason` is the complete set of codes that can appear in a response header, an
   audit line or a metric label. Adding one is a documented change (docs/configuration.md).
+  `Stage` is the closed set of stages a decision or a policy error is counted under.
 """
 
 from __future__ import annotations
@@ -33,6 +34,25 @@ class Reason(StrEnum):
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+
+
+class Stage(StrEnum):
+    """Where in a connection the proxy decides (`proxy.stages`), or failed to: a label value.
+
+    `DECIDING` stages count decisions (`egress_decisions_total{stage}`), so a CONNECT and
+    the requests inside its tunnel are not summed; every stage counts its exceptions
+    (`egress_policy_errors_total{stage}`): `response` cleans answers, `upstream` pins.
+    """
+
+    CONNECT = "connect"
+    TLS = "tls"
+    REQUEST = "request"
+    TCP = "tcp"
+    RESPONSE = "response"
+    UPSTREAM = "upstream"
+
+
+DECIDING: tuple[Stage, ...] = (Stage.CONNECT, Stage.TLS, Stage.REQUEST, Stage.TCP)
 
 
 # A human sentence for each refusal, shown in the JSON body. Never includes secrets.

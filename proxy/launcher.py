@@ -1,6 +1,7 @@
 """Starts mitmproxy with the egress addon: CA, upstream trust, options, metrics, reload.
 
-This is the one module of `proxy/` that imports mitmproxy; the policy core does not.
+A launcher module: it imports mitmproxy and `addons/`; the policy core imports neither
+(tests/proxy/test_layers.py).
 
 Invariants:
 * Nothing listens before the configuration, the CA and the upstream trust have

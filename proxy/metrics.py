@@ -1,8 +1,8 @@
 """The proxy's Prometheus metrics and the small HTTP server that exposes them.
 
 Invariants:
-* Every label value comes from a bounded set: `decision` and `reason` from the
-  closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `rule` from
+* Every label value comes from a bounded set: `decision`, `reason` and `stage` from
+  the closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `rule` from
   the operator's allowlist patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
   name, a path) ever becomes a label value.
 * Each `ProxyMetrics` owns its registry, so tests build their own.
@@ -24,7 +24,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from proxy.decision import REPORTABLE, Reason
+from proxy.decision import DECIDING, REPORTABLE, Reason, Stage
 from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
@@ -38,8 +38,14 @@ class ProxyMetrics:
         r = self.registry
         self.requests = Counter(
             "egress_requests_total",
-            "Egress decisions (CONNECTs and requests), by verdict and reason code.",
+            "Egress decisions of every stage, summed, by verdict and reason code.",
             ["decision", "reason"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "egress_decisions_total",
+            "Egress decisions by stage (connect, tls, request, tcp), verdict and reason code.",
+            ["stage", "decision", "reason"],
             registry=r,
         )
         self.injections = Counter(
@@ -64,7 +70,8 @@ class ProxyMetrics:
         )
         self.policy_errors = Counter(
             "egress_policy_errors_total",
-            "Exceptions inside the policy addon; each one became a refusal.",
+            "Exceptions inside the policy addons, by stage; each one became a refusal.",
+            ["stage"],
             registry=r,
         )
         self.audit_dropped = Counter(
@@ -104,11 +111,14 @@ class ProxyMetrics:
         )
         for limit in Limit:
             self.limit_refusals.labels(limit.value)
-        for reason in Reason:
-            decision = "allow" if reason is Reason.ALLOWLISTED else "deny"
+        verdicts = [("allow" if r is Reason.ALLOWLISTED else "deny", r) for r in Reason]
+        verdicts += [("would_deny", r) for r in REPORTABLE]
+        for decision, reason in verdicts:
             self.requests.labels(decision, reason.value)
-        for reason in REPORTABLE:
-            self.requests.labels("would_deny", reason.value)
+            for stage in DECIDING:
+                self.decisions.labels(stage.value, decision, reason.value)
+        for stage in Stage:
+            self.policy_errors.labels(stage.value)
         for decision in ("allow", "deny", "would_deny"):
             self.duration.labels(decision)
         for result in ("ok", "failed"):

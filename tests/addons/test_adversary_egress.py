@@ -66,7 +66,7 @@ def test_a_request_is_decided_and_pinned_by_one_policy(
     flow = https_flow("db.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
         server = Server(address=("db.example", 443))
         addon.pinning.server_connect(
             server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
@@ -90,7 +90,7 @@ def test_a_connect_is_decided_and_pinned_by_one_policy() -> None:
     connect.request.host, connect.request.port = "db.example", 443
     with taddons.context(addon):
         addon.client_connected(connect.client_conn)
-        run(addon.http_connect(connect))
+        run(addon.connect.http_connect(connect))
 
     assert connect.response is not None
     assert connect.response.status_code == 403
@@ -106,9 +106,9 @@ def test_raw_tcp_refused_in_a_named_tunnel_unpins_the_tunnel() -> None:
     tcp_flow = tflow.ttcpflow(client_conn=connect.client_conn)
     with taddons.context(addon):
         addon.client_connected(connect.client_conn)
-        run(addon.http_connect(connect))
+        run(addon.connect.http_connect(connect))
         assert addon.pinning.pinned(connect.client_conn, ("git.example", 22)) is not None
-        addon.tcp_start(tcp_flow)
+        addon.tcp.tcp_start(tcp_flow)
         server = Server(address=("git.example", 22))
         addon.pinning.server_connect(
             server_hooks.ServerConnectionHookData(server=server, client=connect.client_conn)
@@ -134,6 +134,6 @@ def test_request_trailers_with_forbidden_bytes_are_dropped(
     flow = https_flow("db.example")
     flow.request.trailers = http.Headers(trailers)
     with taddons.context(addon):
-        addon.request(flow)
+        addon.requests.request(flow)
 
     assert (flow.request.trailers is not None) is kept

@@ -79,12 +79,13 @@ def test_exception_in_policy_is_a_counted_refusal() -> None:
     flow = https_flow("api.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
     assert flow.response is not None
     assert flow.response.status_code == 403
     assert flow.response.headers["X-Egress-Denied"] == "policy_error"
     assert json.loads(flow.response.content)["reason"] == "policy_error"
-    assert metrics.registry.get_sample_value("egress_policy_errors_total") == 1.0
+    errors = metrics.registry.get_sample_value("egress_policy_errors_total", {"stage": "request"})
+    assert errors == 1.0
     assert count(metrics, "deny", "policy_error") == 1.0
 
 
@@ -99,7 +100,7 @@ def test_rebinding_answer_pins_the_checked_public_address() -> None:
     )
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
         assert flow.response is None
         assert flow.request.headers.get_all("authorization") == [f"Bearer {SECRET}"]
         server = Server(address=("api.example", 443))
@@ -129,8 +130,8 @@ def test_name_that_does_not_resolve_is_a_502_dns_failure() -> None:
     flow = https_flow("nowhere.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
-        addon.response(flow)
+        run(addon.requests.requestheaders(flow))
+        addon.responses.response(flow)
     assert flow.response is not None
     assert flow.response.status_code == 502
     assert flow.response.headers["X-Egress-Denied"] == "dns_failure"
@@ -150,7 +151,7 @@ def test_only_loopback_answers_are_refused_as_loopback() -> None:
     flow = https_flow("evil.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
     assert flow.response is not None
     assert flow.response.headers["X-Egress-Denied"] == "loopback"
 
@@ -163,7 +164,7 @@ def test_response_headers_are_cleaned_before_the_sandbox_sees_them() -> None:
     flow = https_flow("api.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
         flow.response = http.Response.make(
             200,
             b"ok",
@@ -174,7 +175,7 @@ def test_response_headers_are_cleaned_before_the_sandbox_sees_them() -> None:
                 "Other": "kept",
             },
         )
-        addon.responseheaders(flow)
+        addon.responses.responseheaders(flow)
     assert "X-Egress-Denied" not in flow.response.headers
     assert flow.response.headers["X-Echo"] == "token=[redacted];"
     assert flow.response.headers["X-Echo-Token"] == "t=[redacted]"
@@ -189,9 +190,9 @@ def _injected_response(headers: dict[str, str]) -> tuple[EgressPolicy, http.HTTP
     flow = https_flow("api.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
         flow.response = http.Response.make(200, b"", headers)
-        addon.responseheaders(flow)
+        addon.responses.responseheaders(flow)
     return addon, flow
 
 
@@ -219,7 +220,7 @@ def test_trailers_are_redacted_before_they_are_sent() -> None:
     assert flow.response is not None
     flow.response.trailers = http.Headers([(b"x-echo", f"t={SECRET.upper()}".encode())])
     with taddons.context(addon):
-        addon.response(flow)
+        addon.responses.response(flow)
     assert flow.response.trailers.fields == ((b"x-echo", b"t=[redacted]"),)
 
 
@@ -232,7 +233,7 @@ def test_trace_to_a_transform_host_is_refused_and_injects_nothing() -> None:
     flow.request.method = "TRACE"
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
+        run(addon.requests.requestheaders(flow))
     assert flow.response is not None
     assert flow.response.headers["X-Egress-Denied"] == "method_not_allowed"
     assert "Authorization" not in flow.request.headers
@@ -243,8 +244,8 @@ def test_our_own_refusal_keeps_its_header() -> None:
     flow = https_flow("other.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.requestheaders(flow))
-        addon.responseheaders(flow)
+        run(addon.requests.requestheaders(flow))
+        addon.responses.responseheaders(flow)
     assert flow.response is not None
     assert flow.response.headers["X-Egress-Denied"] == "not_allowlisted"
 
@@ -259,9 +260,9 @@ def test_raw_tcp_inside_a_named_tunnel_is_closed() -> None:
     tcp_flow = tflow.ttcpflow(client_conn=connect.client_conn)
     with taddons.context(addon):
         addon.client_connected(connect.client_conn)
-        run(addon.http_connect(connect))
+        run(addon.connect.http_connect(connect))
         assert connect.response is None  # the CONNECT itself was allowed
-        addon.tcp_start(tcp_flow)
+        addon.tcp.tcp_start(tcp_flow)
     assert tcp_flow.killable is False or tcp_flow.error is not None or not tcp_flow.live
     assert count(metrics, "deny", "not_allowlisted") == 1.0
 
@@ -279,7 +280,7 @@ def test_refused_upload_is_answered_only_when_small() -> None:
     with taddons.context(addon):
         for flow in (small, large, chunked):
             addon.client_connected(flow.client_conn)
-            run(addon.requestheaders(flow))
+            run(addon.requests.requestheaders(flow))
     assert small.response is not None
     assert small.response.status_code == 403
     for flow in (large, chunked):
@@ -301,8 +302,8 @@ def test_transform_is_never_sent_to_another_host_on_a_reused_connection() -> Non
     second.client_conn = first.client_conn
     with taddons.context(addon):
         addon.client_connected(first.client_conn)
-        run(addon.requestheaders(first))
-        run(addon.requestheaders(second))
+        run(addon.requests.requestheaders(first))
+        run(addon.requests.requestheaders(second))
     assert (first.request.host, second.request.host) == ("a.example", "b.example")
     assert "authorization" not in second.request.headers
     pins = addon.pinning._pins[first.client_conn.id]
@@ -322,7 +323,9 @@ def client_hello(
 
     context = Context(flow.client_conn, taddons.context().options)
     context.server = Server(address=address)
-    return tls.ClientHelloData(context=context, client_hello=SimpleNamespace(sni=sni))  # type: ignore[arg-type]
+    return tls.ClientHelloData(
+        context=context, client_hello=SimpleNamespace(sni=sni, extensions=[], alpn_protocols=[])
+    )  # type: ignore[arg-type]
 
 
 def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
@@ -340,11 +343,11 @@ def test_passthrough_tunnel_is_relayed_only_when_the_sni_names_the_target() -> N
     with taddons.context(addon):
         for flow in (same, other):
             addon.client_connected(flow.client_conn)
-            run(addon.http_connect(flow))
+            run(addon.connect.http_connect(flow))
             assert flow.response is None
         relayed, fronted = client_hello(same, "pkg.example"), client_hello(other, "evil.example")
-        run(addon.tls_clienthello(relayed))
-        run(addon.tls_clienthello(fronted))
+        run(addon.clienthello.tls_clienthello(relayed))
+        run(addon.clienthello.tls_clienthello(fronted))
     assert relayed.ignore_connection is True
     assert fronted.ignore_connection is False  # stays intercepted: its requests meet host_mismatch
     assert same.request.host == "pkg.example"  # the tunnel connects to the canonical, pinned name
@@ -359,9 +362,9 @@ def test_intercepted_entries_are_never_relayed() -> None:
     flow = connect_flow("api.example")
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
-        run(addon.http_connect(flow))
+        run(addon.connect.http_connect(flow))
         hello = client_hello(flow, "api.example")
-        run(addon.tls_clienthello(hello))
+        run(addon.clienthello.tls_clienthello(hello))
     assert hello.ignore_connection is False
 
 
@@ -376,7 +379,7 @@ def test_transparent_passthrough_connects_to_the_name_not_the_original_destinati
     with taddons.context(addon):
         addon.client_connected(flow.client_conn)
         hello = client_hello(flow, "pkg.example", address=("203.0.113.66", 443))
-        run(addon.tls_clienthello(hello))
+        run(addon.clienthello.tls_clienthello(hello))
     assert hello.ignore_connection is True
     assert addon.pinning.pinned(flow.client_conn, ("203.0.113.66", 443)) == ("93.184.216.34", 443)
     line = json.loads(audit.getvalue())

@@ -220,12 +220,12 @@ def test_a_head_finished_in_time_is_not_refused(
 def test_which_refused_requests_can_get_the_readable_403(
     version: str, headers: dict[str, str], follows: bool, small: bool
 ):
-    from addons.egress import REFUSED_BODY_LIMIT, _body_size
+    from addons.request import REFUSED_BODY_LIMIT, body_size
 
     request = tflow.treq(http_version=version.encode(), method=b"POST")
     request.headers.clear()
     request.headers.update(headers)
-    assert (_body_size(request, follows) <= REFUSED_BODY_LIMIT) is small
+    assert (body_size(request, follows) <= REFUSED_BODY_LIMIT) is small
 
 
 def test_websocket_compression_is_neither_offered_nor_accepted():

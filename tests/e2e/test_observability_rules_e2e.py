@@ -117,7 +117,7 @@ def annotations(alert: str, **values: str) -> dict[str, str]:
 
 
 def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> None:
-    errors = used(real, "egress_policy_errors_total")
+    errors = used(real, "egress_policy_errors_total", stage="request")
     failed = used(real, "egress_config_reloads_total", result="failed")
     reloaded = used(real, "egress_config_reloads_total", result="ok")
     denied = used(real, "egress_requests_total", decision="deny", reason="not_allowlisted")
@@ -156,8 +156,9 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
             ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": "EgressPolicyErrors",
-                 "exp_alerts": [{"exp_labels": {"severity": "critical", **p},
-                                 "exp_annotations": annotations("EgressPolicyErrors", value="1")}]},
+                 "exp_alerts": [{"exp_labels": {"severity": "critical", "stage": "request", **p},
+                                 "exp_annotations": annotations("EgressPolicyErrors", value="1",
+                                                                stage="request")}]},
                 {"eval_time": "5m", "alertname": "EgressConfigReloadFailed",
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "result": "failed", **p},
                                  "exp_annotations": annotations("EgressConfigReloadFailed")}]},

@@ -1,0 +1,108 @@
+"""The request stage: decide every request, then refuse it or send it on, rewritten.
+
+`requestheaders` turns the request into plain values, asks
+`proxy.stages.decide_request` once, and applies the answer. An allow pins the checked
+address, re-targets the request at its decided host in origin-form (so mitmproxy keys
+connection reuse on it, and an upstream sees only the decided authority and SNI, D35)
+and writes the transform headers. A refusal is the readable 403/502 when its body is
+small; a larger or unknown-length body is never read: the stream is reset (HTTP/2, D25)
+or the connection closed. `request` drops a trailer block with bytes no upstream may
+see (D21).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mitmproxy import http
+from mitmproxy.net.http.http1.read import expected_http_body_size
+
+from addons.limits import body_follows
+from addons.refusal import refusal_response
+from addons.shared import FLOW_KEY, FlowState, Shared, counter
+from addons.targets import origin_form, request_names, upstream_sni
+from addons.workarounds import hang_up
+from proxy.decision import Decision, Reason, Stage
+from proxy.fields import fields_problem
+from proxy.limits import Limit
+from proxy.redact import NO_REDACTION
+from proxy.stages import RequestAnswer, RequestAsk, decide_request
+
+# mitmproxy reads a refused request's body before it can answer. Up to this size the
+# sandbox gets the readable 403; a larger or unknown-length body closes the connection
+# instead, so a refused upload can never make the proxy buffer gigabytes.
+REFUSED_BODY_LIMIT = 64 * 1024
+
+
+class Requests:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        shared, request = self.shared, flow.request
+        state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
+        flow.metadata[FLOW_KEY] = state
+        with shared.failclosed(Stage.REQUEST):
+            facts = shared.facts(flow.client_conn)
+            ask = RequestAsk(
+                method=request.data.method,
+                fields=request.headers.fields,
+                names=request_names(flow, facts),
+                https=request.scheme == "https",
+            )
+            answer = await decide_request(shared.policy, shared.resolve, facts, ask)
+            state.host = answer.host
+            self._apply(flow, state, answer)
+            state.decision = answer.decision  # only once applied: an exception refuses
+        shared.count(Stage.REQUEST, state.decision)
+        if state.decision.allowed:
+            flow.request.stream = counter(state, "bytes_sent")
+            return
+        state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
+        state.refused_here = True
+        flow.request.stream = False
+        if body_size(flow.request, body_follows(flow)) > REFUSED_BODY_LIMIT:
+            shared.metrics.limit_refusals.labels(Limit.REFUSED_BODY.value).inc()
+            flow.kill()  # HTTP/2: the stream is reset (D25); the connection stays
+            if not (flow.request.is_http2 or flow.request.is_http3):
+                asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
+        else:
+            flow.response = refusal_response(state.decision, state.host, flow.request.method)
+
+    def _apply(self, flow: http.HTTPFlow, state: FlowState, answer: RequestAnswer) -> None:
+        request, location = flow.request, answer.location
+        if answer.pin is None or location is None:
+            return  # refused
+        self.shared.pin(flow.client_conn, answer.pin)
+        # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
+        # and keys connection reuse on it, so each host gets its own upstream connection.
+        request.data.host, request.data.port = answer.pin.destination
+        origin_form(request, location)
+        upstream_sni(flow, location)
+        if answer.transforms:
+            for transform in answer.transforms:
+                request.headers[transform.header] = transform.value.reveal()
+            state.injected = tuple(t.header for t in answer.transforms)
+            state.redactions = answer.redactions
+            self.shared.metrics.injections.labels(answer.decision.rule).inc()
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        """Request trailers arrive after the body streamed, too late for a refusal: a trailer
+        block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        trailers = flow.request.trailers
+        if trailers is not None and fields_problem(trailers.fields) is not None:
+            flow.request.trailers = None
+
+
+def body_size(request: http.Request, follows: bool) -> int:
+    """The request body's announced size; unknown counts as unbounded: chunked, invalid,
+    or an HTTP/2 stream its head left open without a content-length (D25)."""
+    if not follows:
+        return 0
+    if (request.is_http2 or request.is_http3) and "content-length" not in request.headers:
+        return REFUSED_BODY_LIMIT + 1
+    try:
+        size = expected_http_body_size(request)
+    except ValueError:
+        return REFUSED_BODY_LIMIT + 1
+    return REFUSED_BODY_LIMIT + 1 if size is None or size < 0 else size

@@ -1,0 +1,87 @@
+"""The response stage: clean what an upstream answers, then write the request's audit line.
+
+Nothing is decided here: the request stage decided which secrets were injected, and
+only those can be echoed back. `responseheaders` strips an upstream's `X-Egress-Denied`,
+redacts the secrets in headers and streams the body (masking them in identity bodies,
+D32); `response` redacts trailers; `response` and `error` write the audit line. What
+could not be cleaned is never forwarded: the flow is killed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from mitmproxy import http
+
+from addons.auditing import Where, address_text
+from addons.shared import FLOW_KEY, FlowState, Shared, counter
+from proxy.decision import Stage
+from proxy.redact import BodyMatcher
+
+DENIED_HEADER = "X-Egress-Denied"
+
+
+class Responses:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state: FlowState | None = flow.metadata.get(FLOW_KEY)
+        if state is None or state.refused_here or flow.response is None:
+            return
+        cleaned = False
+        with self.shared.failclosed(Stage.RESPONSE):
+            headers = flow.response.headers
+            headers.pop(DENIED_HEADER, None)
+            count = counter(state, "bytes_received")
+            flow.response.stream = count
+            if state.redactions:  # only what this request carried can be echoed back
+                redactor = state.redactions
+                headers.fields = tuple((n, redactor.header(v)) for n, v in headers.fields)
+                if headers.get("content-encoding", "identity").strip().lower() == "identity":
+                    flow.response.stream = _scrubbed(count, redactor.body())  # not compressed
+            cleaned = True
+        if not cleaned:
+            flow.kill()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        # Trailers are sent after this hook (HTTP/2; mitmproxy drops HTTP/1 ones).
+        state: FlowState | None = flow.metadata.get(FLOW_KEY)
+        trailers = flow.response.trailers if flow.response else None
+        if state is not None and state.redactions and trailers:
+            cleaned = False
+            with self.shared.failclosed(Stage.RESPONSE):
+                redactor = state.redactions
+                trailers.fields = tuple((n, redactor.header(v)) for n, v in trailers.fields)
+                cleaned = True
+            if not cleaned:
+                flow.kill()
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def _finish(self, flow: http.HTTPFlow) -> None:
+        state: FlowState | None = flow.metadata.pop(FLOW_KEY, None)
+        if state is None:
+            return
+        shared, request = self.shared, flow.request
+        shared.metrics.duration.labels(state.decision.verdict).observe(
+            time.monotonic() - state.started
+        )
+        upstream = address_text(flow.server_conn.peername) or shared.pinned(
+            flow.client_conn, request.host, request.port
+        )
+        where = Where(
+            flow.client_conn, request.method, request.scheme, state.host, request.port, upstream
+        )
+        status = flow.response.status_code if flow.response else None
+        shared.write_audit(where, state.decision, state.started, status, state)
+
+
+def _scrubbed(
+    count: Callable[[bytes], bytes], scrub: BodyMatcher
+) -> Callable[[bytes], Iterable[bytes] | bytes]:
+    """Count what the upstream sent, forward it with the injected secrets masked."""
+    return lambda chunk: scrub(count(chunk))

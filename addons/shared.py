@@ -1,0 +1,117 @@
+"""What the stage addons share: the policy snapshot, the facts per client connection,
+the pins, the decision counters and the audit line.
+
+Invariant: `policy` is replaced in one assignment (a reload), and each hook reads it
+once, so a reload never splits one decision (D24).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from mitmproxy import connection
+
+from addons.auditing import Where, address_text, record
+from addons.failclosed import failclosed
+from addons.pinning import Pinning
+from proxy.audit import AuditSink
+from proxy.decision import Decision, Stage
+from proxy.metrics import ProxyMetrics
+from proxy.policy import Policy
+from proxy.redact import NO_REDACTION, Redactor
+from proxy.resolver import Resolve
+from proxy.stages import ConnectionFacts, Pin
+
+FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
+
+
+@dataclass
+class FlowState:
+    """What the addons know about one request, from its headers to its audit line."""
+
+    decision: Decision
+    host: str
+    started: float = field(default_factory=time.monotonic)
+    injected: tuple[str, ...] = ()
+    redactions: Redactor = NO_REDACTION
+    refused_here: bool = False
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+class Shared:
+    def __init__(
+        self,
+        policy: Policy,
+        metrics: ProxyMetrics,
+        audit: AuditSink,
+        resolve: Resolve,
+        pinning: Pinning,
+    ) -> None:
+        self.policy = policy
+        self.metrics = metrics
+        self.audit = audit
+        self.resolve = resolve
+        self.pinning = pinning
+        self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
+
+    # -- connections ----------------------------------------------------------------------
+
+    def facts(self, client: connection.Client) -> ConnectionFacts:
+        return self._facts.get(client.id) or ConnectionFacts()
+
+    def learned(self, client: connection.Client, facts: ConnectionFacts) -> None:
+        self._facts[client.id] = facts
+
+    def opened(self, client: connection.Client) -> None:
+        self._facts[client.id] = ConnectionFacts()
+
+    def closed(self, client: connection.Client) -> bool:
+        """Forget the connection; False when it was never opened (or closed twice)."""
+        return self._facts.pop(client.id, None) is not None
+
+    def pin(self, client: connection.Client, *pins: Pin) -> None:
+        for pin in pins:
+            self.pinning.pin(client, pin.destination, pin.address)
+
+    def pinned(self, client: connection.Client, host: str, port: int | None) -> str | None:
+        """The checked address a destination is pinned to, as `ip:port`."""
+        if port is None:
+            return None
+        return address_text(self.pinning.pinned(client, (host, port)))
+
+    # -- failing closed, counting, auditing -------------------------------------------------
+
+    def failclosed(self, stage: Stage) -> AbstractContextManager[None]:
+        """The one fail-closed wrapper (`addons.failclosed`), counting under `stage`."""
+        return failclosed(self.metrics, stage)
+
+    def count(self, stage: Stage, decision: Decision) -> None:
+        self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
+        self.metrics.decisions.labels(stage.value, decision.verdict, decision.reason.value).inc()
+
+    def write_audit(
+        self,
+        where: Where,
+        decision: Decision,
+        started: float,
+        status: int | None,
+        state: FlowState | None = None,
+    ) -> None:
+        sent, received, injected = (
+            (state.bytes_sent, state.bytes_received, state.injected) if state else (0, 0, ())
+        )
+        self.audit.write(record(where, decision, started, status, sent, received, injected))
+
+
+def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
+    """A mitmproxy stream callable that passes chunks through and counts their bytes."""
+
+    def count(chunk: bytes) -> bytes:
+        setattr(state, attribute, getattr(state, attribute) + len(chunk))
+        return chunk
+
+    return count
