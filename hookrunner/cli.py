@@ -2,8 +2,9 @@
 ``fire``.
 
 Exit codes:
-* ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json``
-  included), 1 problems (one line each on stdout: ``FILE: JSON-PATH: REASON``);
+* ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json`` and the
+  ``--ax-config`` operator file included), 1 problems (one line each on stdout:
+  ``FILE: LOCATION: REASON``);
 * ``run``: 0 allow (always for post), 1 deny;
 * ``fire`` (the AX Code dialect, ``hookrunner.ax.cli``): 0 allow, 1 deny or ask;
 * ``exec``: 0 ``ok``, 1 ``denied`` or ``error`` (the JSON says which);
@@ -83,7 +84,11 @@ def _parser() -> argparse.ArgumentParser:
             help="user the tools run as (default as root: nobody; also HOOKRUNNER_TOOL_USER)",
         )
 
-    common(commands.add_parser("validate", help="check every discovered hooks.json"))
+    validate = commands.add_parser("validate", help="check every discovered hooks.json")
+    common(validate)
+    validate.add_argument(
+        "--ax-config", default=None, help="also check an operator AX hooks file (as fire loads it)"
+    )
     run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
     run.add_argument("event", choices=[e.value for e in Event])
     running(run)
@@ -127,7 +132,8 @@ def _validate(args: argparse.Namespace) -> int:
     system = Path(args.system_config) if args.system_config else None
     workspace = Path(os.path.realpath(args.workspace))
     config = load_config(workspace, system)
-    ax_files, ax_problems = validate_ax_files(workspace)
+    operator = Path(args.ax_config) if args.ax_config else None
+    ax_files, ax_problems = validate_ax_files(workspace, operator)
     problems = (*config.problems, *ax_problems)
     for problem in problems:
         sys.stdout.write(f"{problem}\n")

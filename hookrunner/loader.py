@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.problems import syntax_problem
 from hookrunner.model import Group, HookConfig, Problem
 from hookrunner.schema import loads_strict, validate_document
 
@@ -108,11 +109,8 @@ def parse_json_file(text: str, file: str) -> tuple[Any, Problem | None]:
     try:
         return loads_strict(text), None
     except RecursionError:
-        return None, Problem(file, "$", "not valid JSON: nested too deeply")
+        return None, syntax_problem(file, "JSON", "nested too deeply", None, None, "$")
     except ValueError as exc:
-        where = ""
-        lineno, colno = getattr(exc, "lineno", None), getattr(exc, "colno", None)
-        if lineno is not None:
-            where = f" (line {lineno}, column {colno})"
-        message = getattr(exc, "msg", str(exc))
-        return None, Problem(file, "$", f"not valid JSON: {message}{where}")
+        line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+        detail = getattr(exc, "msg", str(exc))
+        return None, syntax_problem(file, "JSON", detail, line, column, "$")

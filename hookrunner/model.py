@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from common.problems import Problem
 from hookrunner.matcher import Matcher
 from hookrunner.outcome import HandlerType, Outcome
+
+__all__ = ["Problem"]  # one Problem for every configuration file (common.problems)
 
 
 class Event(StrEnum):
@@ -60,18 +63,6 @@ class Group:
 
     def rules(self, event: Event) -> tuple[Rule, ...]:
         return self.pre if event is Event.PRE else self.post
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a configuration file."""
-
-    file: str
-    path: str  # JSON path inside the file, "$" for the whole document
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.path}: {self.reason}"
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,8 @@ class Reporter:
         self.warn(
             WarningKind.CONFIG,
             file=problem.file,
-            path=problem.path,
-            cause=problem.reason,
+            path=problem.location,
+            cause=problem.message,
         )
 
     def proxy_problem(self, problem: ProxyProblem) -> None:

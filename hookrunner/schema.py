@@ -1,5 +1,10 @@
 """Validation of one parsed hooks.json document into frozen groups.
 
+The structure is the JSON Schema ``common/schemas/hooks.schema.json``
+(checked by ``common.problems``, whose ``x-problem`` words each message); the
+walk below skips every object the schema found wrong and adds what no schema
+says: repeated keys, RE2 matchers (``compile_matcher``), URLs (``check_url``)
+and reserved or repeated headers (``headers_problem``).
 Every problem is collected with its file, JSON path and reason; nothing stops
 at the first one. The rules (docs/hooks.md#file-format, decisions in docs/hooks.md):
 * a group, rule or handler with a missing or invalid field is skipped whole,
@@ -16,9 +21,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from common.problems import Found, schema_errors, schema_validator, type_name
 from hookrunner.handlerhost import HostError, handler_host
 from hookrunner.matcher import compile_matcher
 from hookrunner.model import (
@@ -76,7 +83,7 @@ class JsonObject(dict[str, Any]):
 
 
 def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def loads_strict(text: str) -> Any:
@@ -84,179 +91,120 @@ def loads_strict(text: str) -> Any:
     return json.loads(text, object_pairs_hook=JsonObject, parse_constant=_no_constants)
 
 
+__all__ = ["type_name"]  # common.problems's, read by the AX dialect from here too
+
+
 def key_path(path: str, key: str) -> str:
     return f"{path}.{key}" if _IDENTIFIER.fullmatch(key) else f"{path}[{json.dumps(key)}]"
 
 
-def type_name(value: Any) -> str:
-    """How a JSON value's type reads in a problem message."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
+def json_path(root: str, path: Sequence[str | int]) -> str:
+    """``$.g.pre_tool_execution[0].hooks[1]`` for the path of a schema error below ``root``."""
+    for part in path:
+        root = f"{root}[{part}]" if isinstance(part, int) else key_path(root, part)
+    return root
+
+
+Path = tuple[str | int, ...]
 
 
 class _Validator:
-    def __init__(self, file: str) -> None:
+    """Walks the document the schema checked: an object with a schema error is skipped."""
+
+    def __init__(self, file: str, found: list[Found]) -> None:
         self.file = file
+        self.found = found
         self.problems: list[Problem] = []
 
-    def problem(self, path: str, reason: str) -> None:
-        self.problems.append(Problem(self.file, path, reason))
+    def problem(self, path: Path, reason: str) -> None:
+        self.problems.append(Problem(self.file, json_path("$", path), reason))
 
-    def object(self, value: Any, path: str, what: str, allowed: frozenset[str]) -> bool:
-        """Check that ``value`` is an unambiguous object; report unknown keys."""
-        if not isinstance(value, dict):
-            self.problem(path, f"{what} must be an object, got {type_name(value)}; skipped")
-            return False
+    def valid(self, value: Any, path: Path, what: str, depth: int | None = 1) -> bool:
+        """Report the errors of the object at ``path`` (not of the objects inside it)."""
         for key in getattr(value, "duplicates", ()):
-            self.problem(key_path(path, key), f"duplicate key in {what}; {what} skipped")
-        for key in value:
-            if key not in allowed:
-                self.problem(key_path(path, key), f"unknown key in {what} (ignored)")
-        return not getattr(value, "duplicates", ())
+            self.problem((*path, key), f"duplicate key in {what}; {what} skipped")
+        limit = len(path) + depth if depth is not None else None
+        own = [
+            f
+            for f in self.found
+            if f.path[: len(path)] == path and (limit is None or len(f.path) <= limit)
+        ]
+        for item in own:
+            self.problem(item.path, item.message)
+        skipped = [f for f in own if f.keyword != "additionalProperties"]
+        return not skipped and not getattr(value, "duplicates", ())
 
     def document(self, doc: Any) -> list[Group]:
         if not isinstance(doc, dict):
-            self.problem("$", f"the document must be an object, got {type_name(doc)}")
+            self.valid(doc, (), "document")
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
-            self.problem(key_path("$", key), "group name used twice; both groups run")
-        groups = [self.group(name, value, key_path("$", name)) for name, value in pairs]
+            self.problem((key,), "group name used twice; both groups run")
+        groups = [self.group(name, value, (name,)) for name, value in pairs]
         return [g for g in groups if g is not None]
 
-    def group(self, name: str, value: Any, path: str) -> Group | None:
-        if not self.object(value, path, "group", _GROUP_KEYS):
+    def group(self, name: str, value: Any, path: Path) -> Group | None:
+        ok = self.valid(value, path, "group")
+        if not isinstance(value, dict) or getattr(value, "duplicates", None):
             return None
-        ok = True
-        enabled = value.get("enabled", True)
-        if not isinstance(enabled, bool):
-            self.problem(
-                key_path(path, "enabled"),
-                f"must be true or false, got {type_name(enabled)}; group skipped",
-            )
-            ok = False
         rules: dict[Event, tuple[Rule, ...]] = {}
         for event in Event:
-            found = self.rules(value.get(event.value, []), key_path(path, event.value))
-            ok = ok and found is not None
-            rules[event] = found or ()
+            found = value.get(event.value, [])
+            if isinstance(found, list):
+                walked = (self.rule(r, (*path, event.value, i)) for i, r in enumerate(found))
+                rules[event] = tuple(r for r in walked if r is not None)
         if not ok:
             return None
+        enabled = value.get("enabled", True)
         return Group(name, enabled, rules[Event.PRE], rules[Event.POST], self.file)
 
-    def rules(self, value: Any, path: str) -> tuple[Rule, ...] | None:
-        if not isinstance(value, list):
-            self.problem(path, f"must be an array of rules, got {type_name(value)}; group skipped")
-            return None
-        found = (self.rule(item, f"{path}[{i}]") for i, item in enumerate(value))
-        return tuple(r for r in found if r is not None)
-
-    def rule(self, value: Any, path: str) -> Rule | None:
-        if not self.object(value, path, "rule", _RULE_KEYS):
+    def rule(self, value: Any, path: Path) -> Rule | None:
+        if not self.valid(value, path, "rule"):
             return None
         pattern = value.get("matcher", "")
-        if not isinstance(pattern, str):
-            self.problem(
-                key_path(path, "matcher"),
-                f"must be a string, got {type_name(pattern)}; rule skipped",
-            )
-            return None
         matcher = compile_matcher(pattern)
         if matcher.error is not None:
             self.problem(
-                key_path(path, "matcher"),
-                f"{json.dumps(pattern)} is {matcher.error}; matches nothing",
+                (*path, "matcher"), f"{json.dumps(pattern)} is {matcher.error}; matches nothing"
             )
-        if "hooks" not in value:
-            self.problem(path, 'missing required key "hooks"; rule skipped')
-            return None
         hooks = value["hooks"]
-        if not isinstance(hooks, list):
-            self.problem(
-                key_path(path, "hooks"),
-                f"must be an array of handlers, got {type_name(hooks)}; rule skipped",
-            )
-            return None
-        handlers = (self.handler(h, f"{key_path(path, 'hooks')}[{i}]") for i, h in enumerate(hooks))
+        handlers = (self.handler(h, (*path, "hooks", i)) for i, h in enumerate(hooks))
         return Rule(matcher, tuple(h for h in handlers if h is not None))
 
-    def handler(self, value: Any, path: str) -> Handler | None:
-        if not isinstance(value, dict):
-            self.skip(path, f"a handler must be an object, got {type_name(value)}")
-            return None
-        kind = value.get("type")
-        if not isinstance(kind, str) or kind not in _HANDLER_KEYS:
-            got = "missing" if kind is None else json.dumps(kind)[:40]
-            self.skip(key_path(path, "type"), f'must be "command" or "http", got {got}')
-            return None
-        if not self.object(value, path, "handler", _HANDLER_KEYS[kind]):
+    def handler(self, value: Any, path: Path) -> Handler | None:
+        if not self.valid(value, path, "handler", depth=None):
             return None
         timeout = value.get("timeout", DEFAULT_TIMEOUT)
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
-            shown = json.dumps(timeout)[:40] if not isinstance(timeout, dict | list) else "?"
-            self.skip(
-                key_path(path, "timeout"), f"must be a positive integer of seconds, got {shown}"
-            )
+        where = f"{self.file} {json_path('$', path)}"
+        if value["type"] == "command":
+            return CommandHandler(value["command"], timeout, where)
+        url_problem = check_url(value["url"])
+        if url_problem is not None:
+            self.problem((*path, "url"), f"{url_problem}; handler skipped")
             return None
-        where = f"{self.file} {path}"
-        if kind == "command":
-            command = value.get("command")
-            if not isinstance(command, str) or not command.strip():
-                self.skip(key_path(path, "command"), "must be a non-empty string")
-                return None
-            if "\x00" in command:
-                self.skip(key_path(path, "command"), "must not contain a NUL character")
-                return None
-            return CommandHandler(command, timeout, where)
-        url = value.get("url")
-        url_problem = check_url(url)
-        if url_problem is not None or not isinstance(url, str):
-            self.skip(key_path(path, "url"), url_problem or "must be a string")
+        headers = value.get("headers", {})
+        problem = headers_problem(headers)
+        if problem is not None:
+            self.problem((*path, "headers", *problem[0]), f"{problem[1]}; handler skipped")
             return None
-        headers = self.headers(value.get("headers", {}), key_path(path, "headers"))
-        if headers is None:
-            return None
-        return HttpHandler(url, headers, timeout, where)
+        return HttpHandler(value["url"], tuple(headers.items()), timeout, where)
 
-    def headers(self, value: Any, path: str) -> tuple[tuple[str, str], ...] | None:
-        if not isinstance(value, dict):
-            self.skip(path, f"must be an object of header names to strings, got {type_name(value)}")
-            return None
-        if getattr(value, "duplicates", ()):
-            self.skip(path, "a header is given twice")
-            return None
-        seen: set[str] = set()
-        for name, header_value in value.items():
-            where = key_path(path, name)
-            if not _TOKEN.fullmatch(name):
-                self.skip(where, "is not a valid header name")
-                return None
-            if name.lower() in RESERVED_HEADERS:
-                self.skip(where, "is set by the runner and cannot be configured")
-                return None
-            if name.lower() in seen:
-                self.skip(where, "the same header is given twice (names ignore case)")
-                return None
-            seen.add(name.lower())
-            if not isinstance(header_value, str):
-                self.skip(where, f"must be a string, got {type_name(header_value)}")
-                return None
-            if _CONTROL.search(header_value):
-                self.skip(where, "must not contain control characters (CR, LF, NUL...)")
-                return None
-        return tuple(value.items())
 
-    def skip(self, path: str, reason: str) -> None:
-        self.problem(path, f"{reason}; handler skipped")
+def headers_problem(headers: dict[str, str]) -> tuple[tuple[str, ...], str] | None:
+    """The first header the runner refuses as ((name,), reason), or ((), reason) for all."""
+    if getattr(headers, "duplicates", ()):
+        return (), "a header is given twice"
+    seen: set[str] = set()
+    for name, value in headers.items():
+        if name.lower() in RESERVED_HEADERS:
+            return (name,), "is set by the runner and cannot be configured"
+        if name.lower() in seen:
+            return (name,), "the same header is given twice (names ignore case)"
+        seen.add(name.lower())
+        if _CONTROL.search(value):
+            return (name,), "must not contain control characters (CR, LF, NUL...)"
+    return None
 
 
 def check_url(url: Any) -> str | None:
@@ -287,6 +235,6 @@ def check_url(url: Any) -> str | None:
 
 def validate_document(doc: Any, file: str) -> tuple[list[Group], list[Problem]]:
     """Turn a parsed document into its valid groups and the problems found."""
-    validator = _Validator(file)
+    validator = _Validator(file, schema_errors(schema_validator("hooks"), doc))
     groups = validator.document(doc)
     return groups, validator.problems

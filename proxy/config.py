@@ -4,6 +4,11 @@ docs/configuration.md#transform).
 The loader is the only place that reads YAML: it turns the file into frozen `Entry`
 values or refuses the whole file with every problem it found, each naming the
 file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
+The structure is the JSON Schema `common/schemas/egress-config.schema.json`
+(checked by `common.problems`); what no schema can say is the named validators
+below: `_pattern` (IDNA, CIDR, loopback), `_transform` and `_resolve` (framing
+headers, `${NAME}`/`${file:}` references), `_combinations` (fields refused
+together) and the duplicate check in `parse`.
 
 Invariants:
 * A resolved secret (a transform value) lives only inside a `Secret`, whose repr
@@ -18,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -26,16 +31,14 @@ from typing import Any
 
 import yaml
 
+from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.redact import NO_REDACTION, Redactor
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Report = Callable[[str, str], None]  # (location, message)
 
-ENTRY_KEYS = frozenset(
-    {"domain", "transform", "ports", "allow_plaintext", "passthrough", "report_only"}
-)
-NETWORK_KEYS = ("allowlist", "report_only")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 # Headers that frame or route the message: a transform may not rewrite them.
 FORBIDDEN_TRANSFORM_HEADERS = frozenset(
@@ -130,17 +133,6 @@ class NetworkConfig:
     report_only: bool = False  # every reportable refusal is logged and let through
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
-    source: str
-    location: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f": {self.location}" if self.location else ""
-        return f"{self.source}{where}: {self.message}"
-
-
 class ConfigError(Exception):
     """The configuration was refused. `problems` lists every error found."""
 
@@ -161,53 +153,63 @@ def load(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None)
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError([Problem(source, where, f"invalid YAML: {problem}")]) from exc
+        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        detail = getattr(exc, "problem", None) or "unreadable"
+        raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
     return parse(document, source, os.environ if environ is None else environ)
 
 
 def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConfig:
+    """The whole file as typed values, or ConfigError with every problem found, in order."""
     problems: list[Problem] = []
 
     def report(location: str, message: str) -> None:
         problems.append(Problem(source, location, message))
 
     network = _network_section(document, report)
+    found = schema_errors(schema_validator("egress-config", "network"), network)
+    by_entry: dict[int, list[Found]] = {}
+    for item in found:
+        if len(item.path) >= 2 and item.path[0] == "allowlist" and isinstance(item.path[1], int):
+            by_entry.setdefault(item.path[1], []).append(item)
+        else:
+            report(_location(item.path), item.message)
+    allowlist = network.get("allowlist") if isinstance(network, dict) else None
     entries: list[Entry] = []
-    if network is not None:
-        allowlist = network.get("allowlist")
-        for key in network:
-            if key not in NETWORK_KEYS:
-                report(f"network.{key}", f"unknown key (expected: {', '.join(NETWORK_KEYS)})")
-        report_only = network.get("report_only", False)
-        if not isinstance(report_only, bool):
-            report("network.report_only", "must be true or false")
-        if allowlist is None:
-            allowlist = []
-        if not isinstance(allowlist, list):
-            report("network.allowlist", "must be a list of entries")
-            allowlist = []
-        seen: dict[str, int] = {}
-        for index, raw in enumerate(allowlist):
-            entry = _entry(index, raw, environ, report)
-            if entry is None:
-                continue
-            if entry.pattern in seen:
-                report(
-                    f"network.allowlist[{index}]",
-                    f"duplicate of network.allowlist[{seen[entry.pattern]}] ({entry.pattern})",
-                )
-                continue
-            seen[entry.pattern] = index
-            entries.append(entry)
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(allowlist if isinstance(allowlist, list) else []):
+        errors = by_entry.get(index, [])
+        for item in errors:
+            report(_location(item.path), item.message)
+        entry = _entry(
+            index, raw, {str(e.path[2]) for e in errors if len(e.path) > 2}, environ, report
+        )
+        if entry is None or errors:
+            continue
+        if entry.pattern in seen:
+            report(
+                f"network.allowlist[{index}]",
+                f"duplicate of network.allowlist[{seen[entry.pattern]}] ({entry.pattern})",
+            )
+            continue
+        seen[entry.pattern] = index
+        entries.append(entry)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
     return NetworkConfig(source, tuple(entries), report_only=report_only)
 
 
-def _network_section(document: Any, report: Any) -> dict[str, Any] | None:
+def _location(path: Sequence[str | int]) -> str:
+    """`network.allowlist[3].transform.X-K` for a path inside the network section."""
+    text = "network"
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def _network_section(document: Any, report: Report) -> Any:
+    """The `network` value (a pasted environment object's too); None when there is none."""
     if document is None:
         return None
     if not isinstance(document, dict):
@@ -215,83 +217,64 @@ def _network_section(document: Any, report: Any) -> dict[str, Any] | None:
         return None
     if "network" not in document and isinstance(document.get("environment"), dict):
         document = document["environment"]  # a pasted environment object works too
-    network = document.get("network")
-    if network is None:
-        return None
-    if not isinstance(network, dict):
-        report("network", "must be a mapping")
-        return None
-    return network
+    return document.get("network")
 
 
-def _entry(index: int, raw: Any, environ: Mapping[str, str], report: Any) -> Entry | None:
+def _entry(
+    index: int, raw: Any, failed: set[str], environ: Mapping[str, str], report: Report
+) -> Entry | None:
+    """The domain checks of one entry whose fields `failed` the schema already."""
     where = f"network.allowlist[{index}]"
-    if not isinstance(raw, dict):
-        report(where, "an entry must be a mapping with a 'domain' key")
-        return None
-    ok = True
-    for key in raw:
-        if key not in ENTRY_KEYS:
-            report(where, f"unknown key {str(key)!r} (expected: {', '.join(sorted(ENTRY_KEYS))})")
-            ok = False
-    domain = raw.get("domain")
-    if not isinstance(domain, str) or not domain.strip():
-        report(f"{where}.domain", "required, a non-empty string")
+    if not isinstance(raw, dict) or "domain" in failed:
         return None
     try:
-        base = _pattern(domain.strip())
+        base = _pattern(raw["domain"])
     except ValueError as exc:
-        report(f"{where}.domain", f"{exc} (got {domain!r})")
+        report(f"{where}.domain", f"{exc} (got {raw['domain']!r})")
         return None
-    ports = _ports(raw.get("ports"), f"{where}.ports", report)
-    if isinstance(ports, bool):
-        ok, ports = False, None
-    plaintext = raw.get("allow_plaintext", False)
-    if not isinstance(plaintext, bool):
-        report(f"{where}.allow_plaintext", "must be true or false")
-        ok = False
-    entry_report_only = raw.get("report_only", False)
-    if not isinstance(entry_report_only, bool):
-        report(f"{where}.report_only", "must be true or false")
-        ok = False
-    passthrough = raw.get("passthrough", False)
-    if not isinstance(passthrough, bool):
-        report(f"{where}.passthrough", "must be true or false")
-        ok = False
-    elif passthrough and raw.get("transform"):
-        report(
-            f"{where}.passthrough",
-            "a pass-through entry is not intercepted, so it cannot have a transform",
-        )
-        ok = False
-    transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
-    if transform is None:
-        ok = False
-    elif transform and base.kind is PatternKind.ANY:
-        report(
-            f"{where}.transform",
-            "a transform on '*' would send the credential to every host; name the host",
-        )
-        ok = False
-    if not ok:
+    transform: tuple[Transform, ...] | None = ()
+    if "transform" not in failed:
+        transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
+    refusals = list(_combinations(raw, base, failed))
+    for field_name, message in refusals:
+        report(f"{where}.{field_name}", message)
+    if failed or transform is None or refusals:
         return None
+    ports = raw.get("ports")
     return Entry(
         index=index,
         pattern=base.pattern,
         kind=base.kind,
         name=base.name,
         network=base.network,
-        ports=ports,
-        transform=transform or (),
-        redactions=_redactions(transform or ()),
-        allow_plaintext=bool(plaintext),
-        passthrough=bool(passthrough),
-        report_only=entry_report_only is True,
+        ports=None if ports is None else frozenset(ports),
+        transform=transform,
+        redactions=_redactions(transform),
+        allow_plaintext=raw.get("allow_plaintext") is True,
+        passthrough=raw.get("passthrough") is True,
+        report_only=raw.get("report_only") is True,
     )
+
+
+def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterator[tuple[str, str]]:
+    """Fields valid alone but refused together: (field, message)."""
+    if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("transform"):
+        yield (
+            "passthrough",
+            "a pass-through entry is not intercepted, so it cannot have a transform",
+        )
+    if raw.get("transform") and base.kind is PatternKind.ANY:
+        yield (
+            "transform",
+            "a transform on '*' would send the credential to every host; name the host",
+        )
 
 
 def _pattern(domain: str) -> Entry:
     """Classify a `domain` value. Raises ValueError with the problem."""
+    domain = domain.strip()
+    if not domain:
+        raise ValueError("required, a non-empty string")
     if domain == "*":
         return Entry(-1, "*", PatternKind.ANY)
     if "/" in domain:
@@ -340,65 +323,38 @@ def _refuse_loopback_network(network: IPNetwork) -> None:
         raise ValueError("loopback and unspecified addresses can never be opened")
 
 
-def _ports(raw: Any, where: str, report: Any) -> frozenset[int] | None | bool:
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or not raw:
-        report(where, "must be a non-empty list of port numbers")
-        return False
-    ports = set()
-    for i, port in enumerate(raw):
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            report(f"{where}[{i}]", f"port must be an integer in 1-65535 (got {port!r})")
-            return False
-        ports.add(port)
-    return frozenset(ports)
-
-
 def _transform(
-    raw: Any, where: str, environ: Mapping[str, str], report: Any
+    raw: Any, where: str, environ: Mapping[str, str], report: Report
 ) -> tuple[Transform, ...] | None:
+    """The domain checks of a transform the schema accepted; None when refused."""
     if raw is None:
         return ()
-    if not isinstance(raw, dict) or not raw:
-        report(where, "must be a non-empty mapping of header name to value")
-        return None
     result: list[Transform] = []
     seen: set[str] = set()
     ok = True
     for header, value in raw.items():
         here = f"{where}.{header}"
-        if not isinstance(header, str) or not _TOKEN.match(header):
+        if not isinstance(header, str) or not _TOKEN.fullmatch(header):
             report(where, f"invalid header name {str(header)!r}")
             ok = False
-            continue
-        if header.lower() in FORBIDDEN_TRANSFORM_HEADERS:
+        elif header.lower() in FORBIDDEN_TRANSFORM_HEADERS:
             report(here, "this header frames or routes the request and cannot be set")
             ok = False
-            continue
-        if header.lower() in seen:
+        elif header.lower() in seen:
             report(here, "header given twice (names are case-insensitive)")
             ok = False
-            continue
-        seen.add(header.lower())
-        if not isinstance(value, str):
-            report(here, "value must be a string")
+        elif (resolution := _resolve(value, here, environ, report)) is None:
             ok = False
-            continue
-        resolution = _resolve(value, here, environ, report)
-        if resolution is None:
-            ok = False
-            continue
-        resolved, parts = resolution
-        if any(c in resolved for c in "\r\n\0"):
+        elif any(c in resolution[0] for c in "\r\n\0"):
             report(here, "value contains CR, LF or NUL (after resolving references)")
             ok = False
-            continue
-        if not resolved:
+        elif not resolution[0]:
             report(here, "value is empty (after resolving references)")
             ok = False
-            continue
-        result.append(Transform(header, Secret(resolved, parts)))
+        else:
+            result.append(Transform(header, Secret(*resolution)))
+        if isinstance(header, str):
+            seen.add(header.lower())
     return tuple(result) if ok else None
 
 
@@ -408,7 +364,7 @@ def _redactions(transform: tuple[Transform, ...]) -> Redactor:
 
 
 def _resolve(
-    value: str, where: str, environ: Mapping[str, str], report: Any
+    value: str, where: str, environ: Mapping[str, str], report: Report
 ) -> tuple[str, tuple[str, ...]] | None:
     """Replace `${NAME}` and `${file:/path}`; return the value and what each reference gave.
 
@@ -420,37 +376,38 @@ def _resolve(
     def substitute(match: re.Match[str]) -> str:
         nonlocal failed
         ref = match.group(1)
-        if ref.startswith("file:"):
-            path = ref[5:]
-            try:
-                content = Path(path).read_text(encoding="utf-8")
-            except OSError as exc:
-                report(where, f"cannot read ${{file:{path}}}: {exc.strerror}")
-                failed = True
-                return ""
-            except UnicodeDecodeError:
-                report(where, f"cannot read ${{file:{path}}}: not UTF-8 text")
-                failed = True
-                return ""
-            content = content[:-1] if content.endswith("\n") else content
-            if not content:
-                report(where, f"${{file:{path}}} is empty")
-                failed = True
-            parts.append(content)
-            return content
-        if not _VAR_NAME.match(ref):
-            report(where, f"invalid reference ${{{ref}}} (expected ${{NAME}} or ${{file:/path}})")
+        content, problem = (
+            _file_reference(ref[5:])
+            if ref.startswith("file:")
+            else (_variable_reference(ref, environ))
+        )
+        if problem is not None:
+            report(where, problem)
             failed = True
-            return ""
-        if ref not in environ:
-            report(where, f"environment variable {ref} is not set")
-            failed = True
-            return ""
-        if not environ[ref]:
-            report(where, f"environment variable {ref} is empty")
-            failed = True
-        parts.append(environ[ref])
-        return environ[ref]
+        parts.append(content)
+        return content
 
     resolved = _REFERENCE.sub(substitute, value)
     return None if failed else (resolved, tuple(parts))
+
+
+def _file_reference(path: str) -> tuple[str, str | None]:
+    """What `${file:PATH}` gives (without one final newline), or why it cannot be used."""
+    try:
+        content = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return "", f"cannot read ${{file:{path}}}: {exc.strerror}"
+    except UnicodeDecodeError:
+        return "", f"cannot read ${{file:{path}}}: not UTF-8 text"
+    content = content[:-1] if content.endswith("\n") else content
+    return content, None if content else f"${{file:{path}}} is empty"
+
+
+def _variable_reference(name: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """What `${NAME}` gives, or why it cannot be used."""
+    if not _VAR_NAME.match(name):
+        return "", f"invalid reference ${{{name}}} (expected ${{NAME}} or ${{file:/path}})"
+    if name not in environ:
+        return "", f"environment variable {name} is not set"
+    value = environ[name]
+    return value, None if value else f"environment variable {name} is empty"

@@ -1,8 +1,9 @@
 """The JSON Schemas in schemas/ agree with the validators they describe (issue 14).
 
-Each schema describes a file's structure; the loaders also make domain checks no schema
-can express (IDNA, loopback entries, `${VAR}` references, RE2 matchers). So: every
-document the loader accepts, the schema accepts; every structural mistake, both refuse;
+Each schema describes a file's structure, and the loaders check that structure with it
+(common/problems.py); they also make domain checks no schema can express (IDNA, loopback
+entries, `${VAR}` references, RE2 matchers). So: every document the loader accepts, the
+schema accepts; every structural mistake, both refuse;
 the domain checks are listed as what the schema accepts and only the loader refuses.
 The examples shipped in the repository validate.
 """
@@ -189,3 +190,37 @@ def test_the_documented_ax_example_validates() -> None:
 def test_ax_refused_by_both(case: str) -> None:
     assert list(schema("ax-hooks").iter_errors(AX_BOTH_REFUSE[case])) != []
     assert not ax_accepts(AX_BOTH_REFUSE[case])
+
+
+def test_the_loaders_read_the_schemas_of_this_folder() -> None:
+    from common.problems import SCHEMAS as PACKAGED
+
+    assert SCHEMAS.resolve() == PACKAGED
+    assert sorted(p.name for p in PACKAGED.glob("*.json")) == [
+        "ax-hooks.schema.json",
+        "egress-config.schema.json",
+        "hooks.schema.json",
+    ]
+
+
+def loader_messages(document: Any, kind: str) -> list[str]:
+    if kind == "ax":
+        return [p.message for p in validate_ax_document(document, ".ax-code/hooks.json")[1]]
+    try:
+        parse(document, "env.yaml", {"TOKEN": "t0ken-value"})
+    except ConfigError as exc:
+        return [p.message for p in exc.problems]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("kind", "case"),
+    [("config", c) for c in sorted(CONFIG_BOTH_REFUSE)]
+    + [("ax", c) for c in sorted(AX_BOTH_REFUSE)],
+)
+def test_every_schema_error_has_the_schemas_words(kind: str, case: str) -> None:
+    """An error whose subschema has no `x-problem` reads "is invalid": none may."""
+    document = (CONFIG_BOTH_REFUSE if kind == "config" else AX_BOTH_REFUSE)[case]
+    messages = loader_messages(document, kind)
+    assert messages != []
+    assert [m for m in messages if "is invalid" in m] == []

@@ -262,8 +262,15 @@ def test_raw_tcp_inside_a_named_tunnel_is_closed() -> None:
         addon.client_connected(connect.client_conn)
         run(addon.connect.http_connect(connect))
         assert connect.response is None  # the CONNECT itself was allowed
+        assert addon.pinning.pinned(connect.client_conn, ("git.example", 22)) == (
+            "93.184.216.34",
+            22,
+        )
         addon.tcp.tcp_start(tcp_flow)
-    assert tcp_flow.killable is False or tcp_flow.error is not None or not tcp_flow.live
+    # Killed, and unpinned, so that mitmproxy's TCP layer cannot relay it anyway.
+    assert tcp_flow.error is not None
+    assert tcp_flow.error.msg == "Connection killed."
+    assert addon.pinning.pinned(connect.client_conn, ("git.example", 22)) is None
     assert count(metrics, "deny", "not_allowlisted") == 1.0
 
 

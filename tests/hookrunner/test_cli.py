@@ -270,8 +270,8 @@ def test_validate_valid_and_invalid(env: Env) -> None:
     bad = cli(env, "validate")
     assert bad.returncode == 1
     assert bad.stdout.splitlines() == [
-        f"{env.system_config}: $: not valid JSON: Expecting property name enclosed in double "
-        "quotes (line 1, column 2)",
+        f"{env.system_config}: line 1, column 2: not valid JSON: Expecting property name "
+        "enclosed in double quotes",
         f"{hooks}: $.g.enabled: must be true or false, got a string; group skipped",
         f'{hooks}: $.g.pre_tool_execution[0].matcher: "*_file" is not a valid RE2 pattern '
         "(no argument for repetition operator: *); matches nothing",

@@ -84,13 +84,13 @@ def test_snapshot_does_not_change_when_the_file_does(env: Env) -> None:
     [
         (
             b"{not json",
-            "not valid JSON: Expecting property name enclosed in double quotes (line 1, column 2)",
+            "line 1, column 2: not valid JSON: Expecting property name enclosed in double quotes",
         ),
-        (b'{"a" 1}', "not valid JSON: Expecting ':' delimiter (line 1, column 6)"),
-        (b"", "not valid JSON: Expecting value (line 1, column 1)"),
-        (b'{"g": \xff}', "not UTF-8 (byte offset 6)"),
-        (b"[" * 100_000, "not valid JSON: nested too deeply"),
-        (b'{"g": NaN}', "not valid JSON: NaN is not valid JSON"),
+        (b'{"a" 1}', "line 1, column 6: not valid JSON: Expecting ':' delimiter"),
+        (b"", "line 1, column 1: not valid JSON: Expecting value"),
+        (b'{"g": \xff}', "$: not UTF-8 (byte offset 6)"),
+        (b"[" * 100_000, "$: not valid JSON: nested too deeply"),
+        (b'{"g": NaN}', "$: not valid JSON: NaN is not a JSON value"),
     ],
 )
 def test_unusable_workspace_file_is_a_problem_and_the_operator_file_still_loads(
@@ -100,7 +100,7 @@ def test_unusable_workspace_file_is_a_problem_and_the_operator_file_still_loads(
     path = env.workspace / ".agents" / "hooks.json"
     path.write_bytes(content)
     config = load_config(env.workspace, env.system_config)
-    assert [str(p) for p in config.problems] == [f"{path}: $: {reason}"]
+    assert [str(p) for p in config.problems] == [f"{path}: {reason}"]
     assert [g.name for g in config.groups] == ["operator"]
 
 

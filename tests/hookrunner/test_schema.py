@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hookrunner.model import CommandHandler, HttpHandler
+from hookrunner.model import CommandHandler, Event, HttpHandler
 from hookrunner.schema import loads_strict, validate_document
 
 F = "/x/hooks.json"
@@ -354,7 +354,7 @@ def _handlers(groups: list[Any]) -> list[Any]:
 )
 def test_schema_table(document: Any, problems: list[tuple[str, str]], surviving: int) -> None:
     groups, found = validate_document(loads_strict(json.dumps(document)), F)
-    assert [(p.file, p.path, p.reason) for p in found] == [(F, *p) for p in problems]
+    assert [(p.file, p.location, p.message) for p in found] == [(F, *p) for p in problems]
     assert len(_handlers(groups)) == surviving
 
 
@@ -427,5 +427,29 @@ DUPLICATES: list[tuple[str, str, list[tuple[str, str]], int]] = [
 )
 def test_duplicate_keys(text: str, problems: list[tuple[str, str]], surviving: int) -> None:
     groups, found = validate_document(loads_strict(text), F)
-    assert [(p.path, p.reason) for p in found] == problems
+    assert [(p.location, p.message) for p in found] == problems
     assert len(_handlers(groups)) == surviving
+
+
+SECRET = "ghp_7d3c1a9e-never-print-me"
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        {**HTTP, "headers": {"Authorization": f"Bearer {SECRET}\r\nX: 1"}},
+        {**HTTP, "headers": {"Authorization": [SECRET]}},
+        {**HTTP, "headers": {"Host": SECRET}},
+        {**HTTP, "headers": {"X-Key": SECRET, "x-key": SECRET}},
+        {**HTTP, "url": f"https://user:{SECRET}@telemetry.example.com/"},
+        {**HTTP, "url": f"http://telemetry.example.com/?token={SECRET}"},
+        {**CMD, "command": f"curl -H 'X-Key: {SECRET}'\x00", "timeout": 5},
+        {"type": "command", "command": [SECRET]},
+    ],
+    ids=["crlf", "list", "reserved", "twice", "credentials", "plain", "nul", "list command"],
+)
+def test_a_refused_value_is_never_printed(handler: Any) -> None:
+    groups, found = validate_document(doc(handler), F)
+    assert [g.rules(Event.PRE)[0].handlers for g in groups] == [()]
+    assert found != []
+    assert [str(p) for p in found if SECRET[4:] in str(p)] == []

@@ -120,6 +120,11 @@ INVALID = [
         "network.allowlist[0].ports[0]: port must be",
     ),
     (
+        "port-whole-float",  # JSON Schema calls 443.0 an integer; the loader does not
+        entries({"domain": "a.com", "ports": [443.0]}),
+        "network.allowlist[0].ports[0]: port must be an integer in 1-65535",
+    ),
+    (
         "plaintext-not-bool",
         entries({"domain": "a.com", "allow_plaintext": "yes"}),
         "network.allowlist[0].allow_plaintext: must be true or false",
@@ -314,7 +319,9 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load(path, ENV)
     (problem,) = info.value.problems
-    assert str(problem).startswith(f"{path}: line 4, column 1: invalid YAML")
+    assert str(problem) == (
+        f"{path}: line 4, column 1: not valid YAML: expected ',' or ']', but got '<stream end>'"
+    )
 
 
 def test_unreadable_file() -> None:
@@ -335,3 +342,31 @@ def test_a_reference_to_an_empty_file_is_refused(tmp_path: Path) -> None:
     assert problems == [
         f"env.yaml: network.allowlist[0].transform.Authorization: ${{file:{empty}}} is empty"
     ]
+
+
+SECRET_CARRYING = {  # a bad entry or field that holds a secret-looking value
+    "literal value with CR LF": entries(
+        {"domain": "a.com", "transform": {"Authorization": f"Bearer {SECRET}\r\nX-A: 1"}}
+    ),
+    "literal value with NUL": entries({"domain": "a.com", "transform": {"X-K": f"{SECRET}\0"}}),
+    "value a list": entries({"domain": "a.com", "transform": {"X-K": [SECRET]}}),
+    "transform a list": entries({"domain": "a.com", "transform": [SECRET]}),
+    "entry with an unknown key": entries({"domain": "a.com", "token": SECRET}),
+    "entry a string": entries(SECRET),
+    "port a string": entries({"domain": "a.com", "ports": [SECRET]}),
+    "ports a string": entries({"domain": "a.com", "ports": SECRET}),
+    "flag a string": entries({"domain": "a.com", "passthrough": SECRET}),
+    "unknown network key": {"network": {"token": SECRET}},
+    "allowlist a string": {"network": {"allowlist": SECRET}},
+    "network a string": {"network": SECRET},
+    "pass-through with a transform": entries(
+        {"domain": "a.com", "passthrough": True, "transform": {"X-K": SECRET}}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SECRET_CARRYING))
+def test_a_refused_value_is_never_printed(case: str) -> None:
+    problems = problems_of(SECRET_CARRYING[case])
+    assert problems != []
+    assert [p for p in problems if SECRET[4:] in p] == []

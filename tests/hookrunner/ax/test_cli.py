@@ -139,3 +139,62 @@ def test_validate_reports_ax_problems_without_trust(ax: AxEnv) -> None:
         lines[2]
         == f"{ax.hooks_file}: $.hooks[0].blockOnFailure: has no effect: Stop cannot block (ignored)"
     )
+
+
+def validate(ax: AxEnv, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`hookrunner validate` with an empty operator hooks.json, so only AX files speak."""
+    system = ax.root / "system-hooks.json"
+    system.write_text("{}")
+    return subprocess.run(
+        [HOOKRUNNER, "validate", "--workspace", str(ax.workspace), "--system-config", str(system)]
+        + list(flags),
+        capture_output=True,
+        text=True,
+        env=ax.environ(),
+        timeout=60,
+    )
+
+
+def test_validate_checks_an_operator_ax_file(ax: AxEnv) -> None:
+    operator = ax.root / "operator-hooks.json"
+    operator.write_text(json.dumps({"packs": ["block-force-push"], "hooks": [entry("Stop", "x")]}))
+    ok = validate(ax, "--ax-config", str(operator))
+    assert (ok.returncode, ok.stdout) == (0, "")
+    assert ok.stderr == f"hookrunner: valid ({ax.root / 'system-hooks.json'}, {operator})\n"
+    operator.write_text(
+        json.dumps(
+            {
+                "packs": ["nope"],
+                "hooks": [
+                    {"event": "Stop", "command": " ", "timeout": 2.0, "env": {"A": "1"}},
+                    entry("PreToolUse", "x", protocol="claude"),
+                ],
+            }
+        )
+    )
+    bad = validate(ax, "--ax-config", str(operator))
+    assert (bad.returncode, bad.stderr) == (1, "")
+    assert bad.stdout.splitlines() == [
+        f'{operator}: $.packs[0]: unknown pack "nope"; known: format-after-edit, '
+        "block-force-push, require-tests-on-stop, protect-env-files, log-bash-commands; skipped",
+        f"{operator}: $.hooks[0].env: a hooks file cannot choose the environment or trust; "
+        "only the runner's own environment and flags can (ignored)",
+        f"{operator}: $.hooks[0].command: must be a non-empty string; entry skipped",
+        f"{operator}: $.hooks[0].timeout: must be a positive integer of seconds; entry skipped",
+        f'{operator}: $.hooks[1].protocol: must be "claude-code", got "claude"; entry skipped',
+    ]
+
+
+def test_validate_an_operator_ax_file_that_is_not_json_or_missing(ax: AxEnv) -> None:
+    operator = ax.root / "operator-hooks.json"
+    operator.write_text('{"hooks": [}')
+    bad = validate(ax, "--ax-config", str(operator))
+    assert (bad.returncode, bad.stdout) == (
+        1,
+        f"{operator}: line 1, column 12: not valid JSON: Expecting value\n",
+    )
+    missing = validate(ax, "--ax-config", str(ax.root / "nope.json"))
+    assert (missing.returncode, missing.stdout) == (
+        1,
+        f"{ax.root / 'nope.json'}: $: file does not exist\n",
+    )

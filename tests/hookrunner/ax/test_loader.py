@@ -187,7 +187,7 @@ def test_operator_file_loads_first_and_once(ax: AxEnv, tmp_path: Path) -> None:
     same = load_ax_config(ax.workspace, trusted=True, operator_config=ax.hooks_file)
     assert [e.command for e in same.entries] == ["project"]
     missing = load_ax_config(ax.workspace, trusted=False, operator_config=tmp_path / "nope.json")
-    assert [p.reason for p in missing.problems] == ["file does not exist"]
+    assert [p.message for p in missing.problems] == ["file does not exist"]
 
 
 @pytest.mark.parametrize(
@@ -217,3 +217,30 @@ def test_operator_file_loads_first_and_once(ax: AxEnv, tmp_path: Path) -> None:
 )
 def test_ax_matchers(pattern: str, tool: str, matches: bool) -> None:
     assert compile_ax_matcher(pattern).matches(tool) is matches
+
+
+SECRET = "sk-live-4e1b9d7c-never-print-me"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"hooks": [{"event": "Stop", "command": f"curl -H 'Authorization: {SECRET}' x\0"}]},
+        {"hooks": [{"event": "Stop", "command": [SECRET]}]},
+        {"hooks": [{"event": "Stop", "command": "x", "matcher": SECRET * 30}]},
+        {"hooks": [{"event": "Stop", "command": "x", "timeout": SECRET}]},
+        {"hooks": [{"event": "Stop", "command": "x", "blockOnFailure": SECRET}]},
+        {"hooks": [{"event": "Stop", "command": "x", "pack": [SECRET]}]},
+        {"hooks": [{"event": "Stop", "command": "x", "env": {"TOKEN": SECRET}}]},
+        {"hooks": [{"command": f"run --token {SECRET}"}]},
+        {"token": SECRET, "hooks": SECRET},
+    ],
+    ids=["nul", "list", "long matcher", "timeout", "flag", "pack", "env", "no event", "top"],
+)
+def test_a_refused_value_is_never_printed(ax: AxEnv, document: Any) -> None:
+    path = ax.hooks(document)
+    config = load_ax_config(ax.workspace, trusted=True)
+    problems = [str(p) for p in config.problems]
+    assert problems != []
+    assert all(p.startswith(f"{path}: $") for p in problems)
+    assert [p for p in problems if SECRET[3:20] in p] == []
