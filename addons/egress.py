@@ -42,6 +42,7 @@ from addons.limits import body_follows
 from addons.pinning import Pinning
 from addons.refusal import refusal_response
 from addons.targets import is_transparent, locate_flow, origin_form, upstream_sni
+from common.invariant import InvariantError
 from proxy.audit import AuditSink
 from proxy.config import PatternKind
 from proxy.decision import Decision, Reason
@@ -215,7 +216,8 @@ class EgressPolicy:
         address: tuple[str, int],
     ) -> bool:
         """Transparent: relay what a pass-through entry allows; True when it was decided."""
-        assert state.target is not None
+        if state.target is None:
+            raise InvariantError("a transparent client has a target from its SNI")
         host, port = state.target
         decision = policy.decide(host, port, tls=True)
         if not (decision.allowed and decision.entry is not None and decision.entry.passthrough):
@@ -243,7 +245,8 @@ class EgressPolicy:
         choice (D19). The upstream is the SNI's checked address, never the original
         destination; a refused name opens nothing, and its requests are refused readably.
         """
-        assert state.target is not None
+        if state.target is None:
+            raise InvariantError("a transparent client has a target from its SNI")
         if not _upstream_chooses(data.client_hello.alpn_protocols):
             return
         host, port = state.target
@@ -325,7 +328,8 @@ class EgressPolicy:
         if host.ip is not None:
             pinned: IPAddress | None = host.ip
         else:
-            assert host.name is not None
+            if host.name is None:
+                raise InvariantError("a Host without an address has a name")
             try:
                 async with asyncio.timeout(RESOLVE_TIMEOUT_S):
                     addresses = await self._resolve(host.name, port)
@@ -358,7 +362,8 @@ class EgressPolicy:
                 address = flow.server_conn.address
                 destination = (canonical_host(address[0]), address[1])
             if self._opened_by_address(self.policy, destination) and flow.server_conn.address:
-                assert destination is not None
+                if destination is None:
+                    raise InvariantError("a tunnel opened by address has a destination")
                 pinned = (str(destination[0]), destination[1])
                 self.pinning.pin(flow.client_conn, flow.server_conn.address, pinned)
                 self.metrics.requests.labels("allow", Reason.ALLOWLISTED.value).inc()

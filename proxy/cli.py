@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from proxy import config as configuration
-from proxy import health
+from proxy import health, optimized
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -109,6 +109,8 @@ def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "run" and argv is None:  # the console script, not a test's call
+        optimized.reexec_optimized()  # under -O: mitmproxy's debug-only checks off (D75)
     if args.command == "check":
         try:
             network = configuration.load(args.file)

@@ -26,7 +26,7 @@ import certifi
 from cryptography import x509
 
 from proxy import config as configuration
-from proxy import lifecycle, limits, workers
+from proxy import lifecycle, limits, optimized, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import MetricsServer, ProxyMetrics
@@ -236,5 +236,6 @@ def banner(settings: Settings, ca_cert: Path, entries: int) -> str:
         f"egress-proxy: {settings.mode} proxy listening on {listen}\n"
         f"egress-proxy: metrics on http://{metrics}/metrics (health: /healthz)\n"
         f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
-        f"egress-proxy: {entries} allowlist entries from {settings.config_path}"
+        f"egress-proxy: {entries} allowlist entries from {settings.config_path}\n"
+        f"egress-proxy: {optimized.describe()}"
     )
