@@ -62,6 +62,7 @@ class Settings:
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
     watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
     engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
+    http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -130,6 +131,7 @@ async def serve(settings: Settings) -> int:
         # `body_size_limit` stays unset: mitmproxy applies it to an announced
         # Content-Length before any addon runs, streamed or not (D27).
         stream_large_bodies=limits.STREAM_BODIES_OVER,
+        http2=settings.http2,
     )
 
     def on_running() -> None:
