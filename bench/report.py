@@ -240,7 +240,8 @@ def profile_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
         by_owner = ", ".join(f"{k} {v:.0%}" for k, v in p["self_by_owner"].items() if v >= 0.01)
         lines += [
             "",
-            f"{key}: {p['samples']} samples; under our code {p['under_ours']:.0%}; "
+            f"{key}: {p['samples']} samples (and {p.get('idle_samples', 0)} of waiting threads, "
+            f"left out); under our code {p['under_ours']:.0%}; "
             f"getaddrinfo {p['getaddrinfo']:.0%}",
             f"  self time by owner: {by_owner}",
         ]
