@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="offer HTTP/2 to clients (default; gRPC needs it); --no-http2: HTTP/1.1 only, "
-        "about 1.5x cheaper per request (D76)",
+        "1.2-1.5x cheaper per request (D76)",
     )
     run.add_argument(
         "--dns-cache",
