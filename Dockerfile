@@ -85,7 +85,11 @@ RUN python3 -m venv /opt/egress \
     else \
         pip install . ; \
     fi \
+    && python -m compileall -q -j 0 -o 1 /opt/egress/lib \
     && rm -rf /src /wheels
+# `egress-proxy run` re-executes itself under `python -O` (D75: mitmproxy's debug-only
+# checks off): the optimized bytecode (.opt-1.pyc) is compiled above, at build time,
+# because the egress user cannot write it into /opt/egress at start.
 
 # The embedded default environment (config/default.yaml, as for `make run`):
 # the image runs without a mounted configuration. Mount your own over

@@ -53,6 +53,7 @@ from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
 from addons import backpressure
+from common.invariant import InvariantError
 from proxy.decision import Reason
 from proxy.limits import (
     HEAD_LIMIT,
@@ -213,7 +214,8 @@ def _refusal(status: int, limit: Limit) -> bytes:
 
 def _end_without_trailers(conn: _http1.Http1Connection) -> Commands:
     """What mitmproxy does at the end of a chunked body, minus the trailers it cannot carry."""
-    assert conn.stream_id is not None and conn.request is not None
+    if conn.stream_id is None or conn.request is None:
+        raise InvariantError("a chunked body ends inside a request")
     log.info("dropped HTTP/1 trailers (mitmproxy does not forward them)")
     if conn.request.data.method.upper() != b"CONNECT":
         yield ReceiveHttp(conn.ReceiveEndOfMessage(conn.stream_id))
@@ -255,7 +257,8 @@ def _bounded_websocket(self: websocket.WebsocketLayer, event: events.Event) -> C
 
 def _close_too_big(layer: websocket.WebsocketLayer) -> Commands:
     _report(Limit.WEBSOCKET_MESSAGE)
-    assert layer.flow.websocket is not None
+    if layer.flow.websocket is None:
+        raise InvariantError("a WebSocket layer has a WebSocket flow")
     layer.flow.websocket.close_code = 1009
     layer.flow.websocket.close_reason = "message too big"
     for ws in (layer.server_ws, layer.client_ws):

@@ -170,8 +170,10 @@ def start_egress(
     name: str = "egress-proxy",
     extra_args: tuple[str, ...] = (),
     offset: int = 0,
+    extra_env: dict[str, str] | None = None,
 ) -> Contender:
-    """`egress-proxy run` (a variant with `extra_args` listens `offset` ports further on)."""
+    """`egress-proxy run` (a variant with `extra_args` and `extra_env` listens `offset`
+    ports further on)."""
     confdir = copy_confdir(ca, work / f"{name}-certs")
     config = work / "egress.yaml"
     if not config.exists():
@@ -195,7 +197,28 @@ def start_egress(
         str(pki.ca_cert),
         *extra_args,
     ]
-    env = {**os.environ, **allowlist.environ}
+    env = {**os.environ, **allowlist.environ, **(extra_env or {})}
     child = procs.start(name, argv, log_dir, env=env)
     _wait_listening(ns, child, port, 60)
     return Contender(name, child, port)
+
+
+FORWARDER_PORT = 18181  # + the contender's index: its CONNECT forwarder for h2load
+
+
+def start_forwarder(
+    ns: netns.Namespaces, contender: Contender, index: int, authority: str, log_dir: Path
+) -> tuple[procs.Child, str]:
+    """`socat`: each connection to 127.0.0.1:PORT becomes a CONNECT tunnel to `authority`
+    through the contender (h2load has no proxy support). Returns the child and HOST:PORT."""
+    port = FORWARDER_PORT + index
+    host, _, upstream_port = authority.rpartition(":")
+    argv = [
+        *ns.exec_prefix(ns.client),
+        "socat",
+        f"TCP-LISTEN:{port},bind={LOOPBACK},fork,reuseaddr,backlog=512",
+        f"PROXY:{LOOPBACK}:{host}:{upstream_port},proxyport={contender.port}",
+    ]
+    child = procs.start(f"socat-{contender.name}", argv, log_dir)
+    _wait_listening(ns, child, port, 30)
+    return child, f"{LOOPBACK}:{port}"

@@ -84,20 +84,29 @@ def function(frame: str) -> str:
     return f"{match.group('func')} ({match.group('file')})" if match else frame
 
 
+# Innermost frames of a thread that waits, not works: py-spy (without --idle) still
+# samples a thread blocked in these, since it cannot tell a lock wait from work. The
+# audit writer waits in `Condition.wait`, an executor's idle worker in `_worker`.
+IDLE_LEAVES = ("wait (threading.py", "Condition.wait (threading.py", "_worker (concurrent/futures")
+
+
 def analyse(raw: Path, top: int = 15) -> dict[str, Any]:
     self_owner: collections.Counter[str] = collections.Counter()
     self_function: collections.Counter[str] = collections.Counter()
     ours_inclusive: collections.Counter[str] = collections.Counter()
     under_ours_by_owner: collections.Counter[str] = collections.Counter()
-    total = under_ours = resolver = 0
+    total = under_ours = resolver = idle = 0
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
         frames = stack.split(";")
-        total += count
         leaf = frames[-1]
+        if leaf.startswith(IDLE_LEAVES):
+            idle += count
+            continue
+        total += count
         self_owner[owner(leaf)] += count
         self_function[function(leaf)] += count
         mine = [f for f in frames if owner(f) == "ours"]
@@ -114,6 +123,7 @@ def analyse(raw: Path, top: int = 15) -> dict[str, Any]:
 
     return {
         "samples": total,
+        "idle_samples": idle,
         "self_by_owner": {k: share(v) for k, v in self_owner.most_common()},
         "self_top": [
             {"function": k, "owner": owner(k), "share": share(v)}

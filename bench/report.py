@@ -90,6 +90,89 @@ def throughput_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[st
                 ]
             )
         lines += ["", workload["title"], *grid(header, rows)]
+    return lines + h2_lines(section, grid)
+
+
+def h2_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    """CPU per request with an HTTP/2 client leg against HTTP/1.1, same client (h2load)."""
+    workloads = section["workloads"]
+    if "h2load_h1" not in workloads or "h2load_h2" not in workloads:
+        return []
+    h1, h2 = workloads["h2load_h1"]["contenders"], workloads["h2load_h2"]["contenders"]
+    header = ["contender", "h1 CPU ms/req", "h2 CPU ms/req", "h2 ÷ h1", "h1 req/s", "h2 req/s"]
+    rows = []
+    for name, c in h2.items():
+        if name not in h1:
+            continue
+        a, b = h1[name]["summary"], c["summary"]
+        rows.append(
+            [
+                name,
+                _ranged(a["proxy_cpu_ms_per_req"], 2),
+                _ranged(b["proxy_cpu_ms_per_req"], 2),
+                _ratio(b["proxy_cpu_ms_per_req"], a["proxy_cpu_ms_per_req"]),
+                _num(a["rps"]["median"]) if a["rps"] else "-",
+                _num(b["rps"]["median"]) if b["rps"] else "-",
+            ]
+        )
+    return ["", "HTTP/2 against HTTP/1.1 on the client leg ((e) against (d))", *grid(header, rows)]
+
+
+def idle_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    proxies = section["proxies"]
+    squid = proxies.get("squid", {}).get("kib_per_connection")
+    header = ["proxy", "connections", "failures", "RSS before MiB", "RSS after MiB"]
+    header += ["KiB per connection", "x squid", "open s"]
+    rows = []
+    for name, m in proxies.items():
+        per = m["kib_per_connection"]
+        rows.append(
+            [
+                name,
+                str(m["connections"]),
+                str(m["failures"]),
+                _num(m["rss_before_kib"] / 1024),
+                _num(m["rss_after_kib"] / 1024),
+                _num(per),
+                f"{per / squid:.2f}" if per is not None and squid else "-",
+                _num(m["open_seconds"]),
+            ]
+        )
+    return [
+        f"Scenario 6: memory per idle intercepted connection ({section['count']} TLS tunnels "
+        "per proxy, one GET each, then idle; RSS of the process tree)",
+        *grid(header, rows),
+    ]
+
+
+def latency_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    lines = [
+        f"Scenario 7: latency at low load (one client, {section['rate_per_s']:g} requests/s, "
+        f"{section['requests']} requests, median of {section['rounds']} run(s))",
+    ]
+    for workload in section["workloads"].values():
+        contenders = workload["contenders"]
+        squid = contenders.get("squid", {})
+        header = ["contender", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms"]
+        header += ["added p50 x squid", "added p99 x squid"]
+        rows = []
+        for name, c in contenders.items():
+            ratios = []
+            for key in ("added_p50_ms", "added_p99_ms"):
+                base = squid.get(key)
+                ok = c[key] is not None and base
+                ratios.append(f"{c[key] / base:.1f}" if ok and name != "direct" else "-")
+            rows.append(
+                [
+                    name,
+                    _num(c["p50_ms"], 2),
+                    _num(c["p99_ms"], 2),
+                    _num(c["added_p50_ms"], 2) if name != "direct" else "-",
+                    _num(c["added_p99_ms"], 2) if name != "direct" else "-",
+                    *ratios,
+                ]
+            )
+        lines += ["", workload["title"], *grid(header, rows)]
     return lines
 
 
@@ -157,7 +240,8 @@ def profile_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
         by_owner = ", ".join(f"{k} {v:.0%}" for k, v in p["self_by_owner"].items() if v >= 0.01)
         lines += [
             "",
-            f"{key}: {p['samples']} samples; under our code {p['under_ours']:.0%}; "
+            f"{key}: {p['samples']} samples (and {p.get('idle_samples', 0)} of waiting threads, "
+            f"left out); under our code {p['under_ours']:.0%}; "
             f"getaddrinfo {p['getaddrinfo']:.0%}",
             f"  self time by owner: {by_owner}",
         ]
@@ -208,6 +292,8 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("decide", decide_lines),
         ("memory", memory_lines),
         ("hooks", hooks_lines),
+        ("idle", idle_lines),
+        ("latency", latency_lines),
         ("redact", redact_lines),
         ("profile", profile_lines),
     ):

@@ -3,7 +3,8 @@
 Order: the pure microbenchmarks (scenarios 2 and 5, which alone need neither root
 nor the system tools) first, on a quiet machine; then the
 namespaces, certificates, upstreams and the three proxies; a probe of each; the
-load (scenario 1), the 1 GiB transfers (3), the hook runner (4) and, with
+load (scenario 1), the 1 GiB transfers (3), the hook runner (4), 1,000 idle
+tunnels (6), the latency at low load (7) and, with
 `--profile`, the py-spy profiles. Everything started is stopped by pid and the
 namespaces are deleted in a `finally`, also after a failure, Ctrl-C or SIGTERM.
 Results go to bench-results/<UTC timestamp>.json; the table to stdout. On a
@@ -19,6 +20,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -33,6 +35,8 @@ from bench import (
     contenders,
     decide,
     hooks,
+    idle,
+    latency,
     memory,
     netns,
     pki,
@@ -46,9 +50,10 @@ from bench import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("throughput", "decide", "memory", "hooks", "redact")
+SCENARIOS = ("throughput", "decide", "memory", "hooks", "redact", "idle", "latency")
 PURE = frozenset({"decide", "redact"})  # no network, no root, no system tools
-REQUIRED = ("ip", "hey", "nginx", "squid", str(contenders.CERTGEN))
+REQUIRED = ("ip", "hey", "h2load", "socat", "nginx", "squid", str(contenders.CERTGEN))
+_ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=")
 
 
 def _say(text: str) -> None:
@@ -142,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=ARGS",
-        help='another egress-proxy contender with extra arguments, e.g. "w2=--workers 2"; '
+        help='another egress-proxy contender with extra arguments, e.g. "w2=--workers 2" '
+        '(leading VAR=value words are its environment: "debug-checks=PYTHONOPTIMIZE=0"); '
         f'"{TODAY}" (the engine of today) is always measured unless --no-today',
     )
     parser.add_argument(
@@ -150,19 +156,35 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"skip the {TODAY} variant (egress-proxy on mitmproxy's full addon chain)",
     )
+    parser.add_argument(
+        "--idle-connections", type=int, default=1000, help="idle tunnels per proxy (scenario 6)"
+    )
+    parser.add_argument(
+        "--latency-requests", type=int, default=200, help="requests per low-load run (7)"
+    )
+    parser.add_argument("--latency-rounds", type=int, default=1, help="low-load runs (7)")
     parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
     parser.add_argument("--output", type=Path, default=REPO / "bench-results")
     return parser
 
 
-def _variants(specs: list[str], today: bool = True) -> list[tuple[str, tuple[str, ...]]]:
-    found = [(f"egress-proxy {TODAY}", ("--engine", "mitmdump"))] if today else []
+Variant = tuple[str, tuple[str, ...], dict[str, str]]
+
+
+def _variants(specs: list[str], today: bool = True) -> list[Variant]:
+    found: list[Variant] = (
+        [(f"egress-proxy {TODAY}", ("--engine", "mitmdump"), {})] if today else []
+    )
     for spec in specs:
         name, sep, extra = spec.partition("=")
         if not sep or not name.strip() or name.strip() in contenders.PORTS:
             raise SystemExit(f"bench: --variant wants NAME=ARGS with a new name, got {spec!r}")
-        found.append((f"egress-proxy {name.strip()}", tuple(shlex.split(extra))))
+        words, env = shlex.split(extra), {}
+        while words and _ENV_WORD.match(words[0]):
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+        found.append((f"egress-proxy {name.strip()}", tuple(words), env))
     return found
 
 
@@ -256,9 +278,10 @@ def _network_scenarios(
         egress = contenders.start_egress(ns, ca, upstream_pki, policy, work, logs)
         children.append(egress.child)
         proxies = [mitmdump, squid, egress]
-        for offset, (name, extra) in enumerate(_variants(args.variant, not args.no_today), start=1):
+        variants = _variants(args.variant, not args.no_today)
+        for offset, (name, extra, env) in enumerate(variants, start=1):
             variant = contenders.start_egress(
-                ns, ca, upstream_pki, policy, work, logs, name, extra, offset
+                ns, ca, upstream_pki, policy, work, logs, name, extra, offset, env
             )
             children.append(variant.child)
             proxies.append(variant)
@@ -277,8 +300,19 @@ def _network_scenarios(
         _say(f"probe: {results['probe']}")
 
         prefix = ns.exec_prefix(ns.client)
-        targets = [throughput.Target("direct", None, None)] + [
-            throughput.Target(p.name, p.proxy_url, p.child.pid) for p in proxies
+        tunnels: dict[str, str] = {}
+        if "throughput" in wanted:
+            authority = f"{allowlist.TARGET}:{upstream.HTTPS_PORT}"
+            for index, p in enumerate(proxies):
+                forwarder, tunnels[p.name] = contenders.start_forwarder(
+                    ns, p, index, authority, logs
+                )
+                children.append(forwarder)
+        targets = [throughput.Target("direct", None, None, http2=True)] + [
+            throughput.Target(
+                p.name, p.proxy_url, p.child.pid, tunnels.get(p.name), p.name != "squid"
+            )
+            for p in proxies
         ]
         if "throughput" in wanted:
             _say("scenario 1: throughput, latency, CPU per request")
@@ -300,6 +334,24 @@ def _network_scenarios(
                 egress.port,
                 str(ca.cert),
                 str(upstream_pki.ca_cert),
+            )
+        if "idle" in wanted:
+            _say(f"scenario 6: memory per idle connection ({args.idle_connections} per proxy)")
+            results["idle"] = idle.measure(
+                ns.client,
+                [(p.name, p.child.pid, p.port) for p in proxies],
+                str(ca.cert),
+                args.idle_connections,
+            )
+        if "latency" in wanted:
+            _say("scenario 7: latency at low load (one client, a request per 50 ms)")
+            results["latency"] = latency.measure(
+                prefix,
+                targets,
+                requests=args.latency_requests,
+                rounds=args.latency_rounds,
+                log_dir=logs,
+                progress=_say,
             )
         if "hooks" in wanted:
             _say("scenario 4: hook runner overhead")
@@ -336,7 +388,7 @@ def _profiles(
     for target in targets:
         if target.name not in ("egress-proxy", "mitmdump"):
             continue
-        for workload in throughput.WORKLOADS[1:]:
+        for workload in throughput.HEY_WORKLOADS[1:]:
             key = f"{target.name} {workload.key}"
             _say(f"  {key}")
             found[key] = profile.profile(

@@ -49,7 +49,7 @@ http {{
     }}
     server {{
         listen {ip}:{http_port} reuseport backlog=4096;
-        listen {ip}:{https_port} ssl reuseport backlog=4096;
+        listen {ip}:{https_port} ssl http2 reuseport backlog=4096;
         ssl_certificate {cert};
         ssl_certificate_key {key};
         ssl_protocols TLSv1.3;

@@ -29,6 +29,7 @@ import os
 import stat
 from collections.abc import Sequence
 
+from common.invariant import InvariantError
 from hookrunner.contain import Credentials
 
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -61,7 +62,8 @@ _openat2_works: bool | None = None
 
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
-    assert _syscall is not None
+    if _syscall is None:
+        raise InvariantError("openat2 is called only where libc has syscall()")
     mode = mode if flags & os.O_CREAT else 0  # openat2 refuses a mode it would not use
     how = _OpenHow(flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)
     fd = _syscall(

@@ -38,6 +38,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from common.invariant import InvariantError
 from hookrunner.contain import Credentials, Jail, new_jail
 
 OUTPUT_CAP = 1024 * 1024
@@ -226,7 +227,8 @@ class _Child:
         cancel: CancelToken | None = None,
         jail: Jail | None = None,
     ):
-        assert proc.stdin and proc.stdout and proc.stderr
+        if not (proc.stdin and proc.stdout and proc.stderr):
+            raise InvariantError("a hook process is started with three pipes")
         self.proc = proc
         self.jail = jail if jail is not None else Jail()
         self.pgid = proc.pid
@@ -314,7 +316,8 @@ class _Child:
             del self.sinks[fd]
 
     def _write(self) -> None:
-        assert self.stdin_fd is not None
+        if self.stdin_fd is None:
+            raise InvariantError("stdin is written only while it is open")
         try:
             written = os.write(self.stdin_fd, self.payload[:_CHUNK])
         except BlockingIOError:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.hosts import HostError, canonical_host, canonical_name
@@ -302,7 +303,8 @@ def _pattern(domain: str) -> Entry:
         network = ipaddress.ip_network(host.ip)
         _refuse_loopback_network(network)
         return Entry(-1, network.network_address.compressed, PatternKind.ADDRESS, network=network)
-    assert host.name is not None
+    if host.name is None:
+        raise InvariantError("a Host without an address has a name")
     if host.name in LOOPBACK_NAMES or host.name.endswith(".localhost"):
         raise ValueError("loopback names can never be opened")
     return Entry(-1, host.name, PatternKind.EXACT, name=host.name)

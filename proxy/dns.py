@@ -39,6 +39,7 @@ import dns.rdatatype
 import dns.rrset
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from common.invariant import InvariantError
 from proxy import config as configuration
 from proxy.config import NetworkConfig, PatternKind
 from proxy.hosts import HostError, IPAddress, canonical_name
@@ -146,7 +147,8 @@ class _Udp(asyncio.DatagramProtocol):
         self.pending: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
+        if not isinstance(transport, asyncio.DatagramTransport):
+            raise InvariantError("a datagram endpoint gets a datagram transport")
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:

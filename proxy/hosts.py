@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import idna
 
+from common.invariant import InvariantError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 MAX_NAME_LENGTH = 253
@@ -54,7 +56,8 @@ class Host:
     def __str__(self) -> str:
         if self.name is not None:
             return self.name
-        assert self.ip is not None
+        if self.ip is None:
+            raise InvariantError("a Host has exactly one of name and ip")
         return self.ip.compressed
 
 

@@ -30,7 +30,7 @@ from common.endpoint import format_endpoint, parse_endpoint
 from common.logs import JsonLogFormatter, announce
 from common.serve import MetricsServer
 from proxy import config as configuration
-from proxy import lifecycle, limits, workers
+from proxy import lifecycle, limits, optimized, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import ProxyMetrics
@@ -67,6 +67,7 @@ class Settings:
     watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
     engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
     log_format: str = "text"  # or "json": operator messages on stderr as JSON lines
+    http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -137,6 +138,7 @@ async def serve(settings: Settings) -> int:
         # `body_size_limit` stays unset: mitmproxy applies it to an announced
         # Content-Length before any addon runs, streamed or not (D27).
         stream_large_bodies=limits.STREAM_BODIES_OVER,
+        http2=settings.http2,
     )
 
     def on_running() -> None:
@@ -250,5 +252,6 @@ def banner(settings: Settings, ca_cert: Path, entries: int) -> str:
         f"egress-proxy: {settings.mode} proxy listening on {listen}\n"
         f"egress-proxy: metrics on http://{metrics}/metrics (health: /healthz)\n"
         f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
-        f"egress-proxy: {entries} allowlist entries from {settings.config_path}"
+        f"egress-proxy: {entries} allowlist entries from {settings.config_path}\n"
+        f"egress-proxy: {optimized.describe()}"
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
+from common.invariant import InvariantError
 from proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
 from proxy.config import Entry, NetworkConfig, PatternKind
 from proxy.decision import REPORTABLE, Decision, Reason
@@ -44,16 +45,16 @@ class Policy:
         # Per IP version: prefix length -> (address >> host bits) -> entry.
         self._networks: dict[int, dict[int, dict[int, Entry]]] = {4: {}, 6: {}}
         for entry in config.allowlist:
-            if entry.kind is PatternKind.EXACT:
-                assert entry.name is not None
-                self._exact[entry.name] = entry
-            elif entry.kind is PatternKind.WILDCARD:
-                assert entry.name is not None
-                self._wildcard[entry.name] = entry
-            elif entry.kind is PatternKind.ANY:
+            if entry.kind is PatternKind.ANY:
                 self._any = entry
+            elif entry.kind in (PatternKind.EXACT, PatternKind.WILDCARD):
+                if entry.name is None:
+                    raise InvariantError("an exact or wildcard entry has a name")
+                table = self._exact if entry.kind is PatternKind.EXACT else self._wildcard
+                table[entry.name] = entry
             else:
-                assert entry.network is not None
+                if entry.network is None:
+                    raise InvariantError("an address entry has a network")
                 network = entry.network
                 shift = network.max_prefixlen - network.prefixlen
                 by_length = self._networks[network.version].setdefault(network.prefixlen, {})
@@ -122,7 +123,8 @@ class Policy:
         if host.ip is not None:
             return self._decide_address(host.ip, port, tls)
         name = host.name
-        assert name is not None
+        if name is None:
+            raise InvariantError("a Host without an address has a name")
         if name in LOOPBACK_NAMES or name.endswith(".localhost"):
             return Decision.deny(Reason.LOOPBACK)
         entry = self.entry_for_name(name)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
+from common.invariant import InvariantError
 from proxy.config import PatternKind, Transform
 from proxy.decision import Decision, Reason
 from proxy.fields import head_problem
@@ -74,7 +75,8 @@ async def admit(
         return decision, None
     if host.ip is not None:
         return decision, host.ip
-    assert host.name is not None
+    if host.name is None:
+        raise InvariantError("a Host without an address has a name")
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_S):
             addresses = await resolve(host.name, port)

@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,36 @@ def test_ca_creates_once_and_prints_the_public_certificate(tmp_path: Path):
     for key in keys:
         assert key.stat().st_mode & 0o077 == 0, f"{key} is readable by others"
     assert path.read_text() == pem  # the second call did not regenerate it
+
+
+@pytest.mark.parametrize(("flags", "selected"), [([], "h2"), (["--no-http2"], None)])
+def test_run_offers_http2_to_clients_unless_no_http2(
+    tmp_path: Path, flags: list[str], selected: str | None
+):
+    """D76: `--no-http2` keeps the client leg on HTTP/1.1. The client offers `h2` alone, so
+    the proxy answers the handshake itself (D19 asks the upstream only when the client
+    offers a choice); the tunnel goes to an address entry, so nothing is resolved and,
+    connections being lazy, nothing is connected upstream."""
+    config = tmp_path / "env.yaml"
+    config.write_text("network:\n  allowlist:\n    - domain: 198.18.0.5/32\n")
+    listen, metrics = free_port(), free_port()
+    argv = [str(EGRESS_PROXY), "run", "--config", str(config), *flags]
+    argv += ["--listen", f"127.0.0.1:{listen}", "--metrics", f"127.0.0.1:{metrics}"]
+    argv += ["--certs", str(tmp_path / "certs"), "--audit-log", str(tmp_path / "audit.jsonl")]
+    child = procs.start("proxy-http2", argv, tmp_path)
+    try:
+        procs.wait_until(
+            "listening", lambda: "listening on" in child.stderr.read_text(), TIMEOUT, child
+        )
+        with socket.create_connection(("127.0.0.1", listen), timeout=TIMEOUT) as sock:
+            sock.sendall(b"CONNECT 198.18.0.5:443 HTTP/1.1\r\nHost: 198.18.0.5:443\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+            context = ssl.create_default_context(
+                cafile=tmp_path / "certs" / "mitmproxy-ca-cert.pem"
+            )
+            context.set_alpn_protocols(["h2"])
+            with context.wrap_socket(sock, server_hostname="198.18.0.5") as tls:
+                assert tls.selected_alpn_protocol() == selected
+                assert tls.version() == "TLSv1.3"
+    finally:
+        child.stop()

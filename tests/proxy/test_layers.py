@@ -68,6 +68,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
+    "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
 }
 

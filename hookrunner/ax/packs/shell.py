@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 
+from common.invariant import InvariantError
 from hookrunner.ax.packs.ansic import ansi_c
 
 _OPERATORS = sorted(
@@ -256,7 +257,8 @@ class _Reader:
     def parameter(self) -> str:
         """``$NAME``, ``$1``, ``$@``...: the text, as written."""
         match = _NAME.match(self.text, self.i + 1)
-        assert match is not None
+        if match is None:
+            raise InvariantError("parameter() is called on a '$' that starts a name")
         name = match.group(0)
         if name[0].isdigit():
             name = name[0]  # $10 is ${1}0
