@@ -60,8 +60,8 @@ test-unit: install
 	done
 
 lint: install
-	$(BIN)/ruff check proxy addons hookrunner common tests demo bench
-	$(BIN)/ruff format --check proxy addons hookrunner common tests demo bench
+	$(BIN)/ruff check proxy addons hookrunner common testbed tests demo bench
+	$(BIN)/ruff format --check proxy addons hookrunner common testbed tests demo bench
 	$(BIN)/mypy proxy addons hookrunner common
 
 # The three scenarios of the source pages, narrated (needs root: network namespaces).

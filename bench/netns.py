@@ -14,14 +14,14 @@ Invariants:
 * Names resolve only from /etc/netns/<tag>c/hosts (bind-mounted over /etc/hosts by
   `ip netns exec`); its resolv.conf points at 127.0.0.1 where nothing listens.
 * Everything created is registered for removal as soon as it exists, and `close()`
-  removes it even after a partial set-up (`tests.support.netns.Namespaces`).
+  removes it even after a partial set-up (`testbed.netns.Namespaces`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.support import netns, nsock
+from testbed import netns, nsock
 
 CLIENT_SIDE_IP = "198.18.77.1"
 UPSTREAM_IP = "198.18.77.2"

@@ -1,7 +1,7 @@
 """Certificates of a benchmark run: the upstream's test CA, and the proxies' shared CA.
 
 * The upstream (nginx, the sink) presents a P-256 certificate signed by a throwaway
-  test CA (made by `tests.support.testca.write_pki`); every proxy verifies it against
+  test CA (made by `testbed.testca.write_pki`); every proxy verifies it against
   the same bundle (public roots + that CA), which is what `egress-proxy --upstream-ca`
   builds.
 * The three intercepting proxies sign their generated certificates with one CA
@@ -20,7 +20,7 @@ from pathlib import Path
 import certifi
 from cryptography.hazmat.primitives import serialization
 
-from tests.support.testca import write_pki
+from testbed.testca import write_pki
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Child processes of the benchmark, and what /proc says about them.
 
-Starting, stopping and waiting are the tests' own (`tests.support.procs`, re-exported
+Starting, stopping and waiting are the tests' own (`testbed.procs`, re-exported
 here): each child in its own session with its output in files, stopped by pid with
 SIGTERM, a grace, then SIGKILL, and waited for by polling under a deadline.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.support.procs import Child, start, wait_until
+from testbed.procs import Child, start, wait_until
 
 __all__ = [
     "Child",

@@ -11,7 +11,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from tests.support import nsock
+from testbed import nsock
 
 CHUNK = 1 << 20
 TIMEOUT = 30.0

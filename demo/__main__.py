@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.netns import netns_available
+from testbed.netns import netns_available
 
 
 def main() -> int:
@@ -21,7 +21,7 @@ def main() -> int:
         print("Run it as root (for example: sudo make demo).", file=sys.stderr)
         return 2
     from demo.scenarios import SCENARIOS
-    from tests.support.stage import system_stage
+    from testbed.stage import system_stage
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.stage import LOOPBACK_HOOK, NOT_ALLOWED, TELEMETRY, Stage
+from testbed.stage import LOOPBACK_HOOK, NOT_ALLOWED, TELEMETRY, Stage
 
 Say = Callable[[str], None]
 

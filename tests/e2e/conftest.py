@@ -23,17 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import nsock, procs
-from tests.support.expect import Observed
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
-from tests.support.proxyproc import ProxyProcess, start_proxy
-from tests.support.rawhttp import Conn
-from tests.support.testca import Pki, make_test_pki
+from testbed import nsock, procs
+from testbed.expect import Observed
+from testbed.harness import Harness, JsonLines
+from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
+from testbed.proxyproc import ProxyProcess, start_proxy
+from testbed.rawhttp import Conn
+from testbed.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
-ECHO_SERVER = REPO / "tests" / "support" / "echo_server.py"
+ECHO_SERVER = REPO / "testbed" / "echo_server.py"
 PROXY_PORT = 8080
 METRICS_PORT = 9464
 SECRET_ENV = "E2E_SECRET"
@@ -58,7 +58,7 @@ PROXY_HOSTS: dict[str, list[str]] = {
 # upstream certificate carries them too, so a pinned connection to the upstream succeeds.
 DNS_ONLY_NAMES = ["rebind-tunnel.allowed.test", "rebind-plain.allowed.test", "multi.allowed.test"]
 CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"] + DNS_ONLY_NAMES
-BULK_SERVER = REPO / "tests" / "support" / "bulk_server.py"
+BULK_SERVER = REPO / "testbed" / "bulk_server.py"
 BULK_PORT, BULK_TLS_PORT = 8000, 8001
 
 CONFIG = """\
@@ -329,7 +329,7 @@ def obs(harness: Harness) -> Observed:
 
 @dataclass(frozen=True)
 class Bulk:
-    """The bulk upstream (tests/support/bulk_server.py) in the upstream namespace."""
+    """The bulk upstream (testbed/bulk_server.py) in the upstream namespace."""
 
     log: JsonLines
     ns_upstream: str

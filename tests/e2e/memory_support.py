@@ -4,7 +4,7 @@
 idle baseline; `GROWTH_BOUND_MIB` is the bound every path must stay under, for `SIZE`
 (256 MiB, `EGRESS_E2E_MEMORY_BYTES`) going through. The fixtures `proxy` (a fresh
 proxy per test, so one test's memory never hides in another's) and `hostile` (the
-upstream of tests/support/hostile_server.py) are imported by the test modules (as
+upstream of testbed/hostile_server.py) are imported by the test modules (as
 `proxy_fixture` and `hostile_fixture`: pytest finds them by their `name`).
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.harness import JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.proxyproc import ProxyProcess, RssSampler, record_result
+from testbed.streaming import read_head
 from tests.e2e.conftest import BULK_TLS_PORT, REPO, SECRET_ENV, Bulk, PrivateProxy, _start_and_wait
-from tests.support.harness import JsonLines
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.proxyproc import ProxyProcess, RssSampler, record_result
-from tests.support.streaming import read_head
 
 MIB = 1 << 20
 SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
@@ -36,7 +36,7 @@ SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
 # would exceed it.
 GROWTH_BOUND_MIB = 64
 HOSTILE_PORT = 8090
-HOSTILE_SERVER = REPO / "tests" / "support" / "hostile_server.py"
+HOSTILE_SERVER = REPO / "testbed" / "hostile_server.py"
 TIMEOUT = 30.0
 
 CONFIG = f"""\

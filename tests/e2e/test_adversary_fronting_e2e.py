@@ -21,9 +21,9 @@ import json
 
 import pytest
 
-from tests.support.expect import Observed, assert_refused, header_values
-from tests.support.h2client import exchange
-from tests.support.harness import Harness
+from testbed.expect import Observed, assert_refused, header_values
+from testbed.h2client import exchange
+from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns
 

@@ -16,6 +16,9 @@ import time
 
 import pytest
 
+from testbed.bulk_server import pattern_chunks
+from testbed.h2stream import H2Stream
+from testbed.streaming import download, expected_sha256, send_pattern
 from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, Bulk, PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     HOSTILE_PORT,
@@ -31,9 +34,6 @@ from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     read_answer,
     send_until_answered,
 )
-from tests.support.bulk_server import pattern_chunks
-from tests.support.h2stream import H2Stream
-from tests.support.streaming import download, expected_sha256, send_pattern
 
 pytestmark = pytest.mark.netns
 

@@ -1,7 +1,7 @@
 """End to end, an upstream that reflects the injected credential back (issue 10, item 6).
 
-The upstream is the echo server (tests/support/echo_server.py: `/echo-location`,
-`/echo-body`) or, for HTTP/2 trailers, tests/support/h2_echo.py (HTTP/2 only) started here in
+The upstream is the echo server (testbed/echo_server.py: `/echo-location`,
+`/echo-body`) or, for HTTP/2 trailers, testbed/h2_echo.py (HTTP/2 only) started here in
 the upstream namespace. Each test first checks that the secret did reach the upstream
 (so the echo is real), then that the sandbox reads no spelling of it. The percent and
 case tests use a proxy of their own whose secret holds the bytes encoders change.
@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.expect import Observed, assert_refused, header_values
+from testbed.h2client import exchange
+from testbed.harness import Harness, JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
-from tests.support import procs
-from tests.support.expect import Observed, assert_refused, header_values
-from tests.support.h2client import exchange
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.testca import Pki
 
 pytestmark = pytest.mark.netns
 
 H2_PORT = 9443
-H2_SERVER = Path(__file__).resolve().parents[1] / "support" / "h2_echo.py"
+H2_SERVER = Path(__file__).resolve().parents[2] / "testbed" / "h2_echo.py"
 # 27 bytes: a whole number of base64 groups, so its base64 echo is redacted whole.
 ODD_SECRET = f"e2e/To+en= {secrets.token_hex(8)}"
 ODD_CONFIG = f"""\

@@ -9,7 +9,7 @@ decision (issue 10, items 5 and 7; docs/configuration.md#destinations-always-ref
   request: it is decided and pinned by the configuration it arrived under.
 
 Names only the tests' DNS server answers are served inside the proxy namespace
-(tests/support/dns_server.py, with `--hold` to keep a lookup in flight).
+(testbed/dns_server.py, with `--hold` to keep a lookup in flight).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.expect import Observed, assert_refused
+from testbed.harness import Harness, JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.proxyproc import ProxyProcess, start_proxy
+from testbed.rawhttp import Conn, Response
 from tests.e2e.conftest import EGRESS_PROXY, REPO, PrivateProxy, proxy_env
-from tests.support import procs
-from tests.support.expect import Observed, assert_refused
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.proxyproc import ProxyProcess, start_proxy
-from tests.support.rawhttp import Conn, Response
 
 pytestmark = pytest.mark.netns
 
@@ -130,13 +130,13 @@ RACE_V2 = RACE_V1 + "    - domain: 198.18.1.0/24\n"  # opens the upstream's rese
 @pytest.fixture
 def held_dns(topology: Topology, e2e_dir: Path) -> Iterator[tuple[JsonLines, Path]]:
     """The tests' DNS server in the proxy namespace, holding answers for SLOW until the
-    release file exists (tests/support/dns_server.py --hold)."""
+    release file exists (testbed/dns_server.py --hold)."""
     zone, log, release = (e2e_dir / f"race-{n}" for n in ("zone.json", "dns.jsonl", "release"))
     zone.write_text(json.dumps({SLOW: [[UPSTREAM_IP]], MAPPED: [[f"::ffff:{topology.proxy_ip}"]]}))
     log.touch()
     release.unlink(missing_ok=True)
     argv = topology.exec_prefix(topology.ns_proxy) + [
-        sys.executable, "-m", "tests.support.dns_server", "--listen", "127.0.0.1:53",
+        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
         "--zone", str(zone), "--log", str(log), "--hold", f"{SLOW}={release}",
     ]  # fmt: skip
     child = procs.start("race-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -13,11 +13,11 @@ import ssl
 
 import pytest
 
+from testbed.expect import assert_refused, header_values
+from testbed.h2client import exchange
+from testbed.rawhttp import Conn
+from testbed.transparent import DECOY_IP, REAL_IP
 from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
-from tests.support.expect import assert_refused, header_values
-from tests.support.h2client import exchange
-from tests.support.rawhttp import Conn
-from tests.support.transparent import DECOY_IP, REAL_IP
 
 pytestmark = pytest.mark.netns
 __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here

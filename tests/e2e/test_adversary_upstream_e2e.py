@@ -1,7 +1,7 @@
 """End to end, memory stays bounded on WebSocket and against a hostile upstream (issue 10).
 
 WebSocket messages in both directions (many, and one that never ends), and an upstream
-allowed by `*` (tests/support/hostile_server.py) whose heads, chunk lines and trailers
+allowed by `*` (testbed/hostile_server.py) whose heads, chunk lines and trailers
 never end, or whose status line is invalid: the proxy stays within `GROWTH_BOUND_MIB`
 (tests/e2e/memory_support.py), answers the sandbox with a 502 (or cuts a streamed
 response off), and never crashes.
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed.streaming import read_head
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     HOSTILE_PORT,
@@ -29,7 +30,6 @@ from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     read_answer,
     send_until_answered,
 )
-from tests.support.streaming import read_head
 
 pytestmark = pytest.mark.netns
 

@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from testbed.expect import header_values
+from testbed.h2client import exchange
+from testbed.harness import Harness, JsonLines, TunnelRefused
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.testca import Pki
+from testbed.transparent import DECOY_IP, REAL_IP
 from tests.e2e.conftest import _start_and_wait
 from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
-from tests.support.expect import header_values
-from tests.support.h2client import exchange
-from tests.support.harness import Harness, JsonLines, TunnelRefused
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.testca import Pki
-from tests.support.transparent import DECOY_IP, REAL_IP
 
 pytestmark = pytest.mark.netns
 __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
 
-H2_ECHO = Path(__file__).resolve().parents[1] / "support" / "h2_echo.py"
+H2_ECHO = Path(__file__).resolve().parents[2] / "testbed" / "h2_echo.py"
 H2_PORT = 9446  # 9443 is the redaction tests' HTTP/2 upstream
 
 

@@ -4,7 +4,7 @@ Each example opens its own connection and sends one generated request: an HTTP/1
 head written byte for byte, or one HTTP/2 HEADERS block sent with the h2 library's
 validation off, inside CONNECT api.allowed.test:443 + TLS (trusting the proxy CA); an
 absolute-form head to plain.allowed.test; or a CONNECT to a generated authority, then
-TLS and a GET with the same spelling. Then the property of tests/support/fuzz_property.py
+TLS and a GET with the same spelling. Then the property of testbed/fuzz_property.py
 (docs/decisions.md D36) is checked against what the upstream logged.
 
 After every example a barrier request (plain HTTP to other.allowed.test) runs before the
@@ -31,8 +31,7 @@ import h2.exceptions as h2_exceptions
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from tests.e2e.conftest import PROXY_HOSTS
-from tests.support.attack_strategies import (
+from testbed.attack_strategies import (
     DECIDED,
     PLAIN,
     Field,
@@ -42,15 +41,16 @@ from tests.support.attack_strategies import (
     plain_heads,
     request_heads,
 )
-from tests.support.fuzz_property import (
+from testbed.fuzz_property import (
     Expected,
     check_upstream_request,
     denied_reason,
     is_address,
 )
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import UPSTREAM_IP
-from tests.support.rawhttp import Conn, Response
+from testbed.harness import Harness, JsonLines
+from testbed.netns import UPSTREAM_IP
+from testbed.rawhttp import Conn, Response
+from tests.e2e.conftest import PROXY_HOSTS
 
 TIMEOUT = 5.0
 LONG_RUN = int(os.environ.get("EGRESS_FUZZ_EXAMPLES", "0"))

@@ -3,7 +3,7 @@
 The sandbox of tests/e2e/test_transparent_e2e.py (its module fixture `tp`, a stage of
 its own for this module) opens TLS with SNI `api.t.test` to the host's real address;
 the gateway's firewall sends it to the transparent proxy. Each generated head is then
-judged by the property of tests/support/fuzz_property.py (docs/decisions.md D36), as in
+judged by the property of testbed/fuzz_property.py (docs/decisions.md D36), as in
 tests/e2e/test_attack_fuzz_e2e.py; the raw-TCP listeners must see nothing either.
 """
 
@@ -16,6 +16,11 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import example, given
 
+from testbed.attack_strategies import Field, Head, request_heads
+from testbed.fuzz_property import Expected
+from testbed.harness import JsonLines
+from testbed.rawhttp import Conn
+from testbed.transparent import REAL_IP
 from tests.e2e.test_attack_fuzz_e2e import (
     FUZZ,
     TIMEOUT,
@@ -26,11 +31,6 @@ from tests.e2e.test_attack_fuzz_e2e import (
     since,
 )
 from tests.e2e.test_transparent_e2e import Transparent, tp  # noqa: F401 - the fixture
-from tests.support.attack_strategies import Field, Head, request_heads
-from tests.support.fuzz_property import Expected
-from tests.support.harness import JsonLines
-from tests.support.rawhttp import Conn
-from tests.support.transparent import REAL_IP
 
 DECIDED_TP = "api.t.test"
 HOST_TP = b"Host: " + DECIDED_TP.encode()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.harness import Harness
-from tests.support.netns import UPSTREAM_IP
+from testbed.harness import Harness
+from testbed.netns import UPSTREAM_IP
 
 pytestmark = pytest.mark.netns
 

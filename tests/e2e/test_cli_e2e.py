@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import procs
+from testbed import procs
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 TIMEOUT = 60

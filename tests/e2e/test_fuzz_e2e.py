@@ -1,9 +1,9 @@
 """The protocol fuzzer: generated requests through the real proxy (issue 10; D34).
 
 Hypothesis builds request heads, request-targets, Host headers, header blocks
-(tests/support/fuzz_strategies.py) and HTTP/2 header lists; each example is sent on a
+(testbed/fuzz_strategies.py) and HTTP/2 header lists; each example is sent on a
 connection of its own through the session's proxy to the recording upstream
-(tests/support/echo_server.py, which logs every request head as received). The property,
+(testbed/echo_server.py, which logs every request head as received). The property,
 checked exactly on every example:
 
 * refused: the proxy answered 403 with exactly one `X-Egress-Denied` reason code, or
@@ -37,10 +37,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support import fuzz_strategies as fz
-from tests.support.h2client import H2Result, exchange
-from tests.support.harness import REASONS, Harness
-from tests.support.rawhttp import Response
+from testbed import fuzz_strategies as fz
+from testbed.h2client import H2Result, exchange
+from testbed.harness import REASONS, Harness
+from testbed.rawhttp import Response
 
 pytestmark = pytest.mark.netns
 

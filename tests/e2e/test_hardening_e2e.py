@@ -2,7 +2,7 @@
 HTTP/2 fronting, DNS rebinding and multi-answer names, configuration reload under
 traffic, and metric labels that attacker-chosen host names cannot grow.
 
-Rebinding uses the tests' own DNS server (`tests/support/dns_server.py`) on 127.0.0.1:53
+Rebinding uses the tests' own DNS server (`testbed/dns_server.py`) on 127.0.0.1:53
 inside the proxy namespace, where resolv.conf already points; names not in the hosts
 file are answered from its script, one answer set per query. The proxies that must see
 every lookup run with `--dns-cache 0`; reload and metrics tests use proxies of their own
@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.bulk_server import pattern_chunks
+from testbed.expect import Observed, assert_refused, header_values
+from testbed.h2client import exchange
+from testbed.harness import Harness, JsonLines, TunnelRefused
+from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology
+from testbed.proxyproc import Samples, record_result
+from testbed.rawhttp import Conn
+from testbed.streaming import expected_sha256, read_head, receive_body
 from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, REPO, SECRET_ENV, Bulk, PrivateProxy
-from tests.support import procs
-from tests.support.bulk_server import pattern_chunks
-from tests.support.expect import Observed, assert_refused, header_values
-from tests.support.h2client import exchange
-from tests.support.harness import Harness, JsonLines, TunnelRefused
-from tests.support.netns import INTERNAL_IP, UPSTREAM_IP, Topology
-from tests.support.proxyproc import Samples, record_result
-from tests.support.rawhttp import Conn
-from tests.support.streaming import expected_sha256, read_head, receive_body
 
 pytestmark = pytest.mark.netns
 
@@ -100,7 +100,7 @@ def dns_log(topology: Topology, e2e_dir: Path) -> Iterator[JsonLines]:
     zone.write_text(json.dumps(DNS_ZONE))
     log.touch()
     argv = topology.exec_prefix(topology.ns_proxy) + [
-        sys.executable, "-m", "tests.support.dns_server", "--listen", "127.0.0.1:53",
+        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
         "--zone", str(zone), "--log", str(log),
     ]  # fmt: skip
     child = procs.start("hardening-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.expect import Observed
-from tests.support.h2client import exchange
-from tests.support.harness import Harness
+from testbed.expect import Observed
+from testbed.h2client import exchange
+from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.expect import Observed, header_values
-from tests.support.harness import Harness
+from testbed.expect import Observed, header_values
+from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.expect import Observed, header_values
-from tests.support.harness import Harness
+from testbed.expect import Observed, header_values
+from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.proxyproc import Samples, reload_counts
+from testbed.streaming import expected_sha256, read_head, receive_body
 from tests.e2e.conftest import BULK_TLS_PORT, Bulk, PrivateProxy
 from tests.e2e.test_hardening_e2e import INVALID, RELOAD_V1, RELOAD_V2
-from tests.support import procs
-from tests.support.proxyproc import Samples, reload_counts
-from tests.support.streaming import expected_sha256, read_head, receive_body
 
 pytestmark = pytest.mark.netns
 

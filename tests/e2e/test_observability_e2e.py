@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.expect import Observed, assert_refused
-from tests.support.harness import AUDIT_KEYS, REASONS, Harness
+from testbed.expect import Observed, assert_refused
+from testbed.harness import AUDIT_KEYS, REASONS, Harness
 
 pytestmark = pytest.mark.netns
 

@@ -24,7 +24,7 @@ from hookrunner.ax import metrics as ax_metrics
 from hookrunner.metrics import HookMetrics
 from hookrunner.outcome import FAILURES, Outcome
 from hookrunner.report import WarningKind
-from tests.support.harness import Harness
+from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns
 

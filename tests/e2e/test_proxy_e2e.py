@@ -14,10 +14,10 @@ import h2.connection as h2_connection
 import h2.events as h2_events
 import pytest
 
-from tests.support.expect import Observed, assert_refused, header_values
-from tests.support.harness import Harness
-from tests.support.netns import UPSTREAM_IP
-from tests.support.rawhttp import chunked
+from testbed.expect import Observed, assert_refused, header_values
+from testbed.harness import Harness
+from testbed.netns import UPSTREAM_IP
+from testbed.rawhttp import chunked
 
 pytestmark = pytest.mark.netns
 

@@ -16,8 +16,8 @@ import ssl
 
 import pytest
 
-from tests.support.expect import Observed, assert_refused
-from tests.support.harness import Harness, TunnelRefused
+from testbed.expect import Observed, assert_refused
+from testbed.harness import Harness, TunnelRefused
 
 pytestmark = pytest.mark.netns
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from testbed.expect import Observed, assert_refused, header_values
 from tests.e2e.conftest import SECRET_ENV, PrivateProxy
-from tests.support.expect import Observed, assert_refused, header_values
 
 pytestmark = pytest.mark.netns
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from demo.scenarios import audit_logging, privacy_gate, security_gate
-from tests.support.expect import header_values
-from tests.support.stage import Stage, system_stage
+from testbed.expect import header_values
+from testbed.stage import Stage, system_stage
 
 pytestmark = pytest.mark.netns
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from testbed.proxyproc import record_result
+from testbed.rawhttp import Conn
 from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy
-from tests.support.proxyproc import record_result
-from tests.support.rawhttp import Conn
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy
-from tests.support.proxyproc import ProxyProcess, RssSampler, record_result
-from tests.support.streaming import (
+from testbed.proxyproc import ProxyProcess, RssSampler, record_result
+from testbed.streaming import (
     download,
     expected_sha256,
     read_head,
@@ -33,6 +32,7 @@ from tests.support.streaming import (
     send_pattern,
     send_until_closed,
 )
+from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

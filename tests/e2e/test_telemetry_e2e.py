@@ -3,7 +3,7 @@ and `--log-format json`, with exact counts after traffic this module sends itsel
 
 Every test uses a proxy of its own (`private_proxy`), so no other test's traffic moves
 its counters. Names outside the hosts file are answered by the tests' scripted DNS
-server (`tests/support/dns_server.py`) on 127.0.0.1:53 inside the proxy namespace,
+server (`testbed/dns_server.py`) on 127.0.0.1:53 inside the proxy namespace,
 where resolv.conf points; never by the machine's resolver.
 """
 
@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from common.serve import version
+from testbed import procs
+from testbed.expect import assert_refused
+from testbed.harness import JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.proxyproc import ProxyProcess, Samples
 from tests.e2e.conftest import REPO, PrivateProxy
-from tests.support import procs
-from tests.support.expect import assert_refused
-from tests.support.harness import JsonLines
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.proxyproc import ProxyProcess, Samples
 
 pytestmark = pytest.mark.netns
 
@@ -48,7 +48,7 @@ def dns_log(topology: Topology, e2e_dir: Path) -> Iterator[JsonLines]:
     zone.write_text(json.dumps(DNS_ZONE))
     log.touch()
     argv = topology.exec_prefix(topology.ns_proxy) + [
-        sys.executable, "-m", "tests.support.dns_server", "--listen", "127.0.0.1:53",
+        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
         "--zone", str(zone), "--log", str(log),
     ]  # fmt: skip
     child = procs.start("telemetry-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})

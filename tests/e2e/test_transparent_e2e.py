@@ -8,8 +8,8 @@ disagree, leaves SNI out, speaks non-HTTP, sends UDP, and points names at loopba
 through the gateway's DNS. Each test checks the exact outcome: status and reason, which
 listener received what (with which credential), and that every trap stayed silent.
 
-Topology: `tests/support/transparent.py`. The test process opens the sandbox's sockets
-inside the sandbox namespace (`tests/support/nsock.py`); the root namespace gets no route.
+Topology: `testbed/transparent.py`. The test process opens the sandbox's sockets
+inside the sandbox namespace (`testbed/nsock.py`); the root namespace gets no route.
 """
 
 from __future__ import annotations
@@ -29,16 +29,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ECHO_SERVER, EGRESS_PROXY, create_ca
-from tests.support import nsock, procs
-from tests.support.expect import assert_refused, header_values
-from tests.support.h2client import exchange
-from tests.support.harness import JsonLines
-from tests.support.netns import netns_available
-from tests.support.proxyproc import ProxyProcess, start_proxy
-from tests.support.rawhttp import Conn, Response
-from tests.support.testca import make_test_pki
-from tests.support.transparent import (
+from testbed import nsock, procs
+from testbed.expect import assert_refused, header_values
+from testbed.h2client import exchange
+from testbed.harness import JsonLines
+from testbed.netns import netns_available
+from testbed.proxyproc import ProxyProcess, start_proxy
+from testbed.rawhttp import Conn, Response
+from testbed.testca import make_test_pki
+from testbed.transparent import (
     DECOY_IP,
     GATEWAY_IP,
     METRICS_PORT,
@@ -50,12 +49,13 @@ from tests.support.transparent import (
     RESOLVER,
     TransparentTopology,
 )
+from tests.e2e.conftest import ECHO_SERVER, EGRESS_PROXY, create_ca
 
 pytestmark = pytest.mark.netns
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
+SUPPORT = Path(__file__).resolve().parents[2] / "testbed"
 RAW_SERVER = SUPPORT / "raw_server.py"
-DNS_SERVER = "tests.support.dns_server"
+DNS_SERVER = "testbed.dns_server"
 REPO = Path(__file__).resolve().parents[2]
 SECRET_ENV = "E2E_TP_SECRET"
 

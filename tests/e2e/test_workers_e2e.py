@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.expect import Observed, header_values
+from testbed.harness import Harness, JsonLines
+from testbed.netns import Topology
+from testbed.testca import Pki
 from tests.e2e.conftest import EGRESS_PROXY, proxy_env
-from tests.support import procs
-from tests.support.expect import Observed, header_values
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import Topology
-from tests.support.testca import Pki
 
 pytestmark = pytest.mark.netns
 

@@ -28,10 +28,10 @@ from proxy.config import parse
 from proxy.decision import Reason
 from proxy.hosts import canonical_host, canonical_name, parse_authority
 from proxy.policy import Policy
+from testbed.testca import write_pki
 from tests.hookrunner.helpers import Env, base_environ, pre_group, rule
 from tests.hookrunner.net_support import Reply, _relay, https_server
 from tests.hookrunner.tls_support import Pki
-from tests.support.testca import write_pki
 
 DENY_BODY = json.dumps({"decision": "deny", "reason": "idna gate"}).encode()
 

@@ -6,7 +6,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.testca import write_pki
+from testbed.testca import write_pki
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import procs
+from testbed import procs
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION = ("proxy", "addons", "hookrunner", "common")

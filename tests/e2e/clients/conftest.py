@@ -2,7 +2,7 @@
 
 The session proxy, namespaces and test PKI are those of tests/e2e/conftest.py. Here:
 * nginx in the upstream namespace (HTTPS with HTTP/2 on 198.18.1.2:9444, HTTP on
-  :9081) serving `tests.support.registries` content: a 32 MiB file, a pip index, a git
+  :9081) serving `testbed.registries` content: a 32 MiB file, a pip index, a git
   repository, an npm registry;
 * a WebSocket echo upstream on 198.18.1.2:9445;
 * the Node.js proxy agents (`https-proxy-agent`, `undici`), installed once from the npm
@@ -26,15 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from testbed import nginx, nsock, registries
+from testbed.harness import Harness, JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.testca import Pki
 from tests.e2e.conftest import REPO, _start_and_wait
-from tests.support import nginx, nsock, registries
-from tests.support.harness import Harness, JsonLines
-from tests.support.netns import UPSTREAM_IP, Topology
-from tests.support.testca import Pki
 
 HTTPS_PORT, HTTP_PORT, WS_PORT = 9444, 9081, 9445
 BASE_URL = f"https://api.allowed.test:{HTTPS_PORT}"
-WS_ECHO = REPO / "tests" / "support" / "ws_echo.py"
+WS_ECHO = REPO / "testbed" / "ws_echo.py"
 NODE_CACHE = REPO / ".cache" / "clients-node"
 NODE_PACKAGES = ["https-proxy-agent@7", "undici@7"]
 CLIENT_TIMEOUT = 120

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from tests.support.nginx import Nginx
+from testbed.nginx import Nginx
 
 
 class Observed(Protocol):

@@ -24,6 +24,12 @@ from typing import Any
 
 import pytest
 
+from testbed import nginx, nsock, procs, registries
+from testbed.harness import JsonLines
+from testbed.netns import netns_available
+from testbed.proxyproc import start_proxy
+from testbed.testca import make_test_pki
+from testbed.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTopology
 from tests.e2e.clients.conftest import CLIENT_TIMEOUT, WS_ECHO
 from tests.e2e.clients.expect import (
     assert_every_request_injected,
@@ -31,12 +37,6 @@ from tests.e2e.clients.expect import (
     assert_no_secret,
 )
 from tests.e2e.conftest import EGRESS_PROXY, create_ca
-from tests.support import nginx, nsock, procs, registries
-from tests.support.harness import JsonLines
-from tests.support.netns import netns_available
-from tests.support.proxyproc import start_proxy
-from tests.support.testca import make_test_pki
-from tests.support.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTopology
 
 pytestmark = pytest.mark.netns
 

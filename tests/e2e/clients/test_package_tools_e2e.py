@@ -1,5 +1,5 @@
 """Package tools through the proxy: pip, git and npm, against a static index, a git
-repository and an npm registry that nginx serves (tests/support/registries.py).
+repository and an npm registry that nginx serves (testbed/registries.py).
 
 CA recipes (README): pip reads `PIP_CERT`, git `GIT_SSL_CAINFO`, npm its `cafile`
 setting. Each tool sends its own credential (basic auth in the index URL, an extra
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed import registries
 from tests.e2e.clients.conftest import BASE_URL, HTTPS_PORT, Clients
 from tests.e2e.clients.expect import assert_every_request_injected, assert_no_secret
-from tests.support import registries
 
 pytestmark = pytest.mark.netns
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.harness import REASONS, Harness
-from tests.support.rawhttp import Response
+from testbed.harness import REASONS, Harness
+from testbed.rawhttp import Response
 
 
 def header_values(record: dict[str, Any], name: str) -> list[str]:

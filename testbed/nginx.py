@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support import procs
+from testbed import procs
 
 CONF = """\
 daemon off;

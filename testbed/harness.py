@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.rawhttp import Conn, Response
+from testbed.rawhttp import Conn, Response
 
 REASONS = frozenset(
     {

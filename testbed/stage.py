@@ -24,15 +24,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import nsock, procs
-from tests.support.harness import JsonLines
-from tests.support.proxyproc import ProxyProcess, start_proxy
-from tests.support.testca import make_test_pki
-from tests.support.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTopology
+from testbed import nsock, procs
+from testbed.harness import JsonLines
+from testbed.proxyproc import ProxyProcess, start_proxy
+from testbed.testca import make_test_pki
+from testbed.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTopology
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ECHO_SERVER = REPO / "tests" / "support" / "echo_server.py"
+ECHO_SERVER = REPO / "testbed" / "echo_server.py"
 
 TELEMETRY = "telemetry.example.test"
 LOOPBACK_HOOK = "loopback-hook.example.test"  # the proxy resolves it to 127.0.0.1
@@ -127,7 +127,7 @@ def system_stage(base: Path) -> Iterator[Stage]:
         _ready_file(trap, trap_ready, "loopback trap ready")
         dns = procs.start(
             "stage-dns",
-            [*gw, py, "-m", "tests.support.dns_server", "--listen", "0.0.0.0:53",
+            [*gw, py, "-m", "testbed.dns_server", "--listen", "0.0.0.0:53",
              "--zone", str(zone), "--log", str(logs["dns"])],
             base,
             env={**os.environ, "PYTHONPATH": str(REPO)},

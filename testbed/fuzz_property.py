@@ -13,7 +13,7 @@ upstream received is well formed:
   any case), the SNI the upstream saw (over TLS), and the listener it reached;
 * each transform header is there exactly once, with the configured value.
 
-The upstream's `head_b64` (base64, tests/support/echo_server.py) is the ground truth.
+The upstream's `head_b64` (base64, testbed/echo_server.py) is the ground truth.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.harness import REASONS
+from testbed.harness import REASONS
 
 TCHAR_RE = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 REQUEST_LINE = re.compile(rb"(" + TCHAR_RE + rb") (\S+) HTTP/1\.1")

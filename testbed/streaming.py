@@ -12,7 +12,7 @@ import hashlib
 import socket
 from dataclasses import dataclass
 
-from tests.support.bulk_server import pattern_chunks
+from testbed.bulk_server import pattern_chunks
 
 BUFFER = 1 << 20
 MAX_HEAD = 64 * 1024

@@ -1,6 +1,6 @@
 """A scripted DNS server for rebinding and multi-answer tests (UDP, A and AAAA only).
 
-    python -m tests.support.dns_server --listen 127.0.0.1:53 --zone zone.json --log queries.jsonl
+    python -m testbed.dns_server --listen 127.0.0.1:53 --zone zone.json --log queries.jsonl
 
 `zone.json` maps a name to a list of answer sets; the n-th query of a name and type
 gets the n-th set (the last one repeats), with TTL 0 so no cache keeps it:

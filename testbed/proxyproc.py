@@ -24,8 +24,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import procs
-from tests.support.rawhttp import Conn
+from testbed import procs
+from testbed.rawhttp import Conn
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 RESULTS_FILE = Path(os.environ.get("EGRESS_E2E_RESULTS", "/tmp/egress-e2e-results.json"))

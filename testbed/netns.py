@@ -70,7 +70,7 @@ class Namespaces:
 
     Every step is registered for undoing as soon as it exists; `close()` undoes them
     newest first, even after a partial set-up. The topologies here, in
-    `tests.support.transparent` and in `bench.netns` build on it.
+    `testbed.transparent` and in `bench.netns` build on it.
     """
 
     tag: str

@@ -16,7 +16,7 @@ an upstream is the FORWARD rule, as on a real host, not a missing sysctl.
 
 Invariants:
 * The root namespace gets nothing: no address, no route. The tests reach the sandbox
-  and the gateway through sockets opened inside them (`tests.support.nsock`).
+  and the gateway through sockets opened inside them (`testbed.nsock`).
 * The gateway resolves names from /etc/netns/<tag>g/hosts first, then from the DNS
   server the tests run on its 127.0.0.1:53 (resolv.conf says so); the upstream
   namespace has no default route, the gateway none either.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.support.netns import Namespaces, run
+from testbed.netns import Namespaces, run
 
 GATEWAY_IP = "198.18.10.1"
 SANDBOX_IP = "198.18.10.2"
