@@ -48,7 +48,7 @@ test: install
 # engine, on two processes, with coverage held to a floor per package (measured by
 # this run only: the end-to-end suites exercise the launcher in child processes).
 UNIT_MARKS      := not netns and not slow and not container and not privileged
-COVERAGE_FLOORS := proxy:82 addons:75 hookrunner:85 common:90
+COVERAGE_FLOORS := proxy:82 addons:84 hookrunner:84 common:95
 test-unit: install
 	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)" \
 		--cov=proxy --cov=addons --cov=hookrunner --cov=common --cov-report= $(PYTEST_ARGS)
