@@ -8,6 +8,7 @@ A SIGTERM to pytest is turned into KeyboardInterrupt so that teardown still runs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -116,6 +117,29 @@ except socket.gaierror:
     out["missing.allowed.test"] = "unresolved"
 print(json.dumps(out))
 """
+
+
+@contextlib.contextmanager
+def scripted_dns(
+    name: str, topology: Topology, workdir: Path, zone: dict[str, object]
+) -> Iterator[JsonLines]:
+    """The tests' DNS server (testbed/dns_server.py) on 127.0.0.1:53 of the proxy's
+    namespace, answering from `zone`; yields its query log."""
+    zone_file, log = workdir / f"{name}-zone.json", workdir / f"{name}-dns.jsonl"
+    zone_file.write_text(json.dumps(zone))
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_proxy) + [
+        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
+        "--zone", str(zone_file), "--log", str(log),
+    ]  # fmt: skip
+    child = procs.start(f"{name}-dns", argv, workdir, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        procs.wait_until(
+            "DNS server", lambda: "ready" in child.stdout.read_text(), timeout=15, child=child
+        )
+        yield JsonLines(log)
+    finally:
+        child.stop()
 
 
 def probe_harness(topology: Topology, pki: Pki, upstreams: Upstreams) -> None:

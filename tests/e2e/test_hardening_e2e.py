@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed import procs
 from testbed.bulk_server import pattern_chunks
 from testbed.expect import Observed, assert_refused, header_values
 from testbed.h2client import exchange
@@ -33,7 +31,14 @@ from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology
 from testbed.proxyproc import Samples, record_result
 from testbed.rawhttp import Conn
 from testbed.streaming import expected_sha256, read_head, receive_body
-from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, REPO, SECRET_ENV, Bulk, PrivateProxy
+from tests.e2e.conftest import (
+    BULK_PORT,
+    BULK_TLS_PORT,
+    SECRET_ENV,
+    Bulk,
+    PrivateProxy,
+    scripted_dns,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -96,21 +101,8 @@ network:
 
 @pytest.fixture(scope="module")
 def dns_log(topology: Topology, e2e_dir: Path) -> Iterator[JsonLines]:
-    zone, log = e2e_dir / "hardening-zone.json", e2e_dir / "hardening-dns.jsonl"
-    zone.write_text(json.dumps(DNS_ZONE))
-    log.touch()
-    argv = topology.exec_prefix(topology.ns_proxy) + [
-        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
-        "--zone", str(zone), "--log", str(log),
-    ]  # fmt: skip
-    child = procs.start("hardening-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        procs.wait_until(
-            "DNS server", lambda: "ready" in child.stdout.read_text(), timeout=15, child=child
-        )
-        yield JsonLines(log)
-    finally:
-        child.stop()
+    with scripted_dns("hardening", topology, e2e_dir, DNS_ZONE) as log:
+        yield log
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import ssl
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from testbed.expect import assert_refused
 from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.proxyproc import ProxyProcess, Samples
-from tests.e2e.conftest import REPO, PrivateProxy
+from tests.e2e.conftest import PrivateProxy, scripted_dns
 
 pytestmark = pytest.mark.netns
 
@@ -44,21 +43,8 @@ CLOSED_PORT = 81  # nothing listens there in the upstream namespace: the kernel 
 
 @pytest.fixture(scope="module")
 def dns_log(topology: Topology, e2e_dir: Path) -> Iterator[JsonLines]:
-    zone, log = e2e_dir / "telemetry-zone.json", e2e_dir / "telemetry-dns.jsonl"
-    zone.write_text(json.dumps(DNS_ZONE))
-    log.touch()
-    argv = topology.exec_prefix(topology.ns_proxy) + [
-        sys.executable, "-m", "testbed.dns_server", "--listen", "127.0.0.1:53",
-        "--zone", str(zone), "--log", str(log),
-    ]  # fmt: skip
-    child = procs.start("telemetry-dns", argv, e2e_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        procs.wait_until(
-            "DNS server", lambda: "ready" in child.stdout.read_text(), timeout=15, child=child
-        )
-        yield JsonLines(log)
-    finally:
-        child.stop()
+    with scripted_dns("telemetry", topology, e2e_dir, DNS_ZONE) as log:
+        yield log
 
 
 @pytest.fixture
