@@ -35,6 +35,7 @@ from tests.deploy.netrules import check_transparent_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
+REGISTRY_IMAGES = {"grafana"}  # the one service not built here: Debian packages no Grafana
 COMPOSE: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 NETWORKS: dict[str, dict[str, Any]] = COMPOSE["networks"]
@@ -174,7 +175,7 @@ def load_module(path: Path) -> ModuleType:
 
 def test_build_contexts_dockerfiles_and_stages_exist() -> None:
     built = {name: s["build"] for name, s in SERVICES.items() if "build" in s}
-    assert set(built) == set(SERVICES)
+    assert set(built) == set(SERVICES) - REGISTRY_IMAGES
     for name, build in built.items():
         context = (COMPOSE_FILE.parent / build["context"]).resolve()
         dockerfile = context / build.get("dockerfile", "Dockerfile")
@@ -567,11 +568,48 @@ def test_both_sandboxes_have_resource_limits() -> None:
         assert limits == {"mem_limit": "1g", "memswap_limit": "1g", "cpus": 1.0, "pids_limit": 256}
 
 
-def test_profiles_keep_the_transparent_variant_optional() -> None:
-    profiled = {n for n, s in SERVICES.items() if "profiles" in s}
-    assert profiled == {"proxy-transparent", "dns-transparent", "netfilter", "sandbox-transparent"}
-    for name in profiled:
-        assert SERVICES[name]["profiles"] == ["transparent"]
+def test_profiles_keep_the_transparent_variant_and_the_dashboards_optional() -> None:
+    profiled = {n: s["profiles"] for n, s in SERVICES.items() if "profiles" in s}
+    assert profiled == {
+        "proxy-transparent": ["transparent"],
+        "dns-transparent": ["transparent"],
+        "netfilter": ["transparent"],
+        "sandbox-transparent": ["transparent"],
+        "grafana": ["dashboards"],
+    }
+
+
+def test_grafana_is_provisioned_with_the_prometheus_and_the_dashboard() -> None:
+    grafana = SERVICES["grafana"]
+    assert grafana["image"] == "${GRAFANA_IMAGE:-docker.io/grafana/grafana-oss:11.3.0}"
+    targets = {target: (source, read_only) for source, target, read_only in mounts(grafana)}
+    assert targets["/etc/grafana/provisioning"] == ("./deploy/grafana/provisioning", True)
+    dashboard = "/etc/grafana/dashboards/egress-dashboard.json"
+    assert targets[dashboard] == ("./deploy/grafana/egress-dashboard.json", True)
+    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())[
+        "datasources"
+    ]
+    # The data source is Prometheus's one listen address, which Grafana's network reaches.
+    listen = next(
+        arg.removeprefix("--web.listen-address=")
+        for arg in SERVICES["prometheus"]["command"]
+        if arg.startswith("--web.listen-address=")
+    )
+    assert (source["type"], source["url"], source["isDefault"]) == (
+        "prometheus",
+        f"http://{listen}",
+        True,
+    )
+    listen_ip = ipaddress.IPv4Address(listen.partition(":")[0])
+    assert [n for n in networks_of(grafana) if listen_ip in subnet(n)] == ["egress"]
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "egress.yaml").read_text())[
+        "providers"
+    ]
+    assert (provider["type"], provider["options"]["path"]) == ("file", str(Path(dashboard).parent))
+    # Only loopback of the host sees it, and the sandbox's network does not.
+    assert grafana["ports"] == ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"]
+    assert set(networks_of(grafana)) == {"egress"}
 
 
 # -- the image -----------------------------------------------------------------------
@@ -632,10 +670,13 @@ def test_image_carries_oci_labels() -> None:
 
 def test_services_that_do_not_run_the_proxy_turn_the_image_healthcheck_off() -> None:
     for name, service in SERVICES.items():
-        runs_proxy = service["command"][:2] in (["egress-proxy", "run"], ["egress-proxy", "dns"])
+        runs_proxy = service.get("command", [])[:2] in (
+            ["egress-proxy", "run"],
+            ["egress-proxy", "dns"],
+        )
         if runs_proxy:
             health_probe(name)
-        elif service["build"]["target"] == "runtime":
+        elif service.get("build", {}).get("target") == "runtime":
             assert service["healthcheck"] == {"disable": True}, name
 
 
