@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hookrunner.ax.feedback import PER_CALL_CHARS, bound, feedback_block
+from hookrunner.ax.feedback import NOTICE_CHARS, PER_CALL_CHARS, bound, feedback_block
 from hookrunner.ax.model import (
     AxEntry,
     AxEvent,
@@ -35,7 +35,6 @@ from hookrunner.ax.model import (
 )
 
 RunEntry = Callable[[AxEntry], HookRun]
-NOTICE_CHARS = 4000
 
 
 def headless_reason(tool: str, reason: str) -> str:

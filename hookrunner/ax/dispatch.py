@@ -18,7 +18,7 @@ from __future__ import annotations
 from hookrunner.ax.decode import decode
 from hookrunner.ax.envelope import args_document, claude_code_document
 from hookrunner.ax.events import EventInput
-from hookrunner.ax.feedback import PER_HOOK_CHARS, bound, hook_feedback
+from hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
 from hookrunner.ax.metrics import observe_decision
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -35,8 +35,6 @@ from hookrunner.kernel import Kernel
 from hookrunner.model import encode_json
 from hookrunner.outcome import HandlerType
 from hookrunner.report import WarningKind
-
-NOTICE_CHARS = 4000
 
 
 def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str, str]:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 PER_HOOK_CHARS = 4000
 PER_CALL_CHARS = 8000
+NOTICE_CHARS = 4000  # a hook's notice to the user (systemMessage), per hook and in the block
 OPEN_TAG = '<hook_feedback event="PostToolUse">'
 CLOSE_TAG = "</hook_feedback>"
 _SEPARATOR = "\n\n"

@@ -123,6 +123,7 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
     denied = used(real, "egress_requests_total", decision="deny", reason="not_allowlisted")
     allowed = used(real, "egress_requests_total", decision="allow", reason="allowlisted")
     dropped = used(real, "egress_audit_lines_dropped_total")
+    client_tls = used(real, "egress_client_tls_failures_total")
     entries = used(real, "egress_allowlist_entries")
     timeout = used(real, "hook_runs_total", event="pre_tool_execution", type="command",
                    outcome="timeout")  # fmt: skip
@@ -144,6 +145,9 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
                 {"series": series_line("egress_audit_lines_dropped_total", dropped, p),
                  "values": "0x7"},
                 {"series": series_line("egress_allowlist_entries", entries, p), "values": "9x7"},
+                # A sandbox that does not trust the CA: 3 failed handshakes a minute.
+                {"series": series_line("egress_client_tls_failures_total", client_tls, p),
+                 "values": "0+3x7"},
                 # 60 refusals and 6 allows a minute: a sandbox probing.
                 {"series": series_line("egress_requests_total", denied, p),
                  "values": "0+60x30"},
@@ -163,6 +167,12 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "result": "failed", **p},
                                  "exp_annotations": annotations("EgressConfigReloadFailed")}]},
                 {"eval_time": "5m", "alertname": "EgressAuditLinesDropped", "exp_alerts": []},
+                {"eval_time": "1m", "alertname": "EgressClientTlsFailures", "exp_alerts": []},
+                {"eval_time": "5m", "alertname": "EgressClientTlsFailures",
+                 "exp_alerts": [{"exp_labels": {"severity": "warning",
+                                                "instance": p["instance"]},
+                                 "exp_annotations": annotations("EgressClientTlsFailures",
+                                                                value="15")}]},
                 {"eval_time": "7m", "alertname": "EgressEmptyAllowlist", "exp_alerts": []},
                 {"eval_time": "5m", "alertname": "EgressProxyDown",
                  "exp_alerts": [{"exp_labels": {"severity": "critical", **p},
