@@ -10,16 +10,20 @@ pinned (fail closed: no decision, no connection).
 Once connected, the host name is put back on the connection: mitmproxy matches
 later requests to open connections by that name, so a kept-alive connection is
 reused for its own host and never for another one.
+
+`server_connect` runs before the upstream TLS handshake starts, so it also sets the
+ALPN offers of an `h2`-only client's upstream connection (`offer_http11`, D82).
 """
 
 from __future__ import annotations
 
-from mitmproxy import connection
+from mitmproxy import connection, ctx
 from mitmproxy.proxy import server_hooks
 
 from addons.failclosed import failclosed
 from proxy.decision import Stage
 from proxy.metrics import ProxyMetrics
+from proxy.stages import upstream_offers
 
 Address = tuple[str, int]
 NO_DECISION = "egress: no policy decision for this destination"
@@ -55,6 +59,7 @@ class Pinning:
                 return
             self._renamed[server.id] = destination
             server.address = address
+            offer_http11(data.client, server)
             opened = True
         if not opened:
             server.error = "egress: policy error"
@@ -68,3 +73,14 @@ class Pinning:
 
     def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
         self._renamed.pop(data.server.id, None)
+
+
+def offer_http11(client: connection.Client, server: connection.Server) -> None:
+    """mitmproxy's TlsConfig offers upstream exactly what the client offered: with only
+    `h2`, an HTTP/1.1-only upstream refuses the handshake (no common protocol) and every
+    request gets a 502. Offer `http/1.1` too; mitmproxy then translates (D82)."""
+    if server.alpn_offers or not ctx.options.http2:
+        return  # set already (kept), or HTTP/2 off: TlsConfig drops `h2` itself
+    offers = upstream_offers(tuple(client.alpn_offers))
+    if offers != tuple(client.alpn_offers):
+        server.alpn_offers = offers

@@ -151,6 +151,15 @@ def upstream_chooses(offers: tuple[bytes, ...]) -> bool:
     return b"h2" in offers and len(offers) > 1
 
 
+def upstream_offers(client_offers: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The ALPN list offered upstream on an intercepted connection with HTTP/2 enabled:
+    the client's, plus `http/1.1` when it offers `h2` without it (D82) — the proxy
+    speaks HTTP/2 to the client and HTTP/1.1 to an upstream that has no HTTP/2."""
+    if b"h2" in client_offers and b"http/1.1" not in client_offers:
+        return (*client_offers, b"http/1.1")
+    return client_offers
+
+
 async def decide_clienthello(
     policy: Policy, resolve: Resolve, facts: ConnectionFacts, hello: Hello
 ) -> HelloAnswer:

@@ -56,7 +56,21 @@ http {{
         }}
         location / {{ }}
     }}
-}}
+{http11_server}}}
+"""
+
+# An HTTPS listener without HTTP/2 (start's `http11_port`): nginx refuses a ClientHello
+# offering only `h2` (no_application_protocol), as an HTTP/1.1-only server does.
+HTTP11_SERVER = """\
+    server {{
+        listen {ip}:{port} ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location = /proto {{
+            default_type text/plain;
+            return 200 "$server_protocol\\n";
+        }}
+    }}
 """
 
 
@@ -86,9 +100,14 @@ def start(
     key: Path,
     log_dir: Path,
     accepting: Any,
+    http11_port: int | None = None,
 ) -> Nginx:
-    """Start nginx (HTTPS on ports[0], HTTP on ports[1]) and wait until it accepts."""
+    """Start nginx (HTTPS on ports[0], HTTP on ports[1], and HTTPS without HTTP/2 on
+    `http11_port` if given) and wait until it accepts."""
     work.mkdir(parents=True, exist_ok=True)
+    http11_server = ""
+    if http11_port is not None:
+        http11_server = HTTP11_SERVER.format(ip=ip, port=http11_port, cert=cert, key=key)
     conf = work / "nginx.conf"
     conf.write_text(
         CONF.format(
@@ -99,6 +118,7 @@ def start(
             cert=cert,
             key=key,
             content=content,
+            http11_server=http11_server,
         )  # fmt: skip
     )
     child = procs.start(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import nginx, nsock
 from testbed.expect import header_values
 from testbed.h2client import exchange
 from testbed.harness import Harness, JsonLines, TunnelRefused
@@ -32,6 +33,9 @@ __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
 
 H2_ECHO = Path(__file__).resolve().parents[2] / "testbed" / "h2_echo.py"
 H2_PORT = 9446  # 9443 is the redaction tests' HTTP/2 upstream
+# nginx without HTTP/2 on HTTP11_PORT (its other listeners: 9447 HTTPS+h2, 9083 HTTP);
+# the client suite's nginx uses 9444 and 9081.
+HTTP11_PORT, NGINX_PORTS = 9448, (9447, 9083)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,52 @@ def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLin
         yield JsonLines(log)
     finally:
         child.stop()
+
+
+@pytest.fixture(scope="module")
+def http11_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[nginx.Nginx]:
+    """nginx with an HTTPS listener that does not speak HTTP/2 (UPSTREAM_IP:9448)."""
+
+    def accepting() -> bool:
+        try:
+            nsock.connect(topology.ns_upstream, (UPSTREAM_IP, HTTP11_PORT), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    content = e2e_dir / "alpn-nginx-content"
+    content.mkdir(exist_ok=True)
+    server = nginx.start(
+        topology.exec_prefix(topology.ns_upstream), e2e_dir / "alpn-nginx", content,
+        UPSTREAM_IP, NGINX_PORTS, pki.server_cert, pki.server_key, e2e_dir, accepting,
+        http11_port=HTTP11_PORT,
+    )  # fmt: skip
+    try:
+        yield server
+    finally:
+        server.child.stop()
+
+
+def test_h2_only_client_gets_h2_from_the_proxy_to_an_http11_upstream(
+    harness: Harness, http11_upstream: nginx.Nginx
+) -> None:
+    """A client offering only `h2` (h2load, gRPC) to an upstream without HTTP/2: the
+    upstream is offered `http/1.1` too (D82), the client keeps HTTP/2 with the proxy."""
+    mark = http11_upstream.mark()
+    authority = f"other.allowed.test:{HTTP11_PORT}"
+    with harness.tunnel(authority, alpn=["h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
+        result = exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
+              (":path", "/proto")]],
+        )  # fmt: skip
+    assert result.status(1) == "200"
+    assert result.bodies[1] == b"HTTP/1.1\n"
+    entries = http11_upstream.since(mark)
+    assert [(e["uri"], e["proto"], e["alpn"], e["sni"], e["status"]) for e in entries] == [
+        ("/proto", "HTTP/1.1", "http/1.1", "other.allowed.test", 200)
+    ]
 
 
 def test_http11_first_client_gets_h2_from_an_h2_upstream(

@@ -29,6 +29,7 @@ from proxy.stages import (
     decide_connect,
     decide_request,
     decide_tcp,
+    upstream_offers,
 )
 from proxy.targets import RequestNames
 
@@ -115,6 +116,25 @@ def test_connect(
 
 
 # -- TLS ClientHello -------------------------------------------------------------------------
+
+UPSTREAM_OFFERS = [
+    ("h2_only", (b"h2",), (b"h2", b"http/1.1")),
+    ("h2_and_another", (b"h2", b"acme"), (b"h2", b"acme", b"http/1.1")),
+    ("h2_first", (b"h2", b"http/1.1"), (b"h2", b"http/1.1")),
+    ("http11_first", (b"http/1.1", b"h2"), (b"http/1.1", b"h2")),
+    ("http11_only", (b"http/1.1",), (b"http/1.1",)),
+    ("none", (), ()),
+    ("other_only", (b"acme",), (b"acme",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream"), [c[1:] for c in UPSTREAM_OFFERS], ids=[c[0] for c in UPSTREAM_OFFERS]
+)
+def test_upstream_offers(client: tuple[bytes, ...], upstream: tuple[bytes, ...]) -> None:
+    """The upstream is offered `http/1.1` too when the client offers `h2` without it (D82)."""
+    assert upstream_offers(client) == upstream
+
 
 H2_CHOICE = (b"h2", b"http/1.1")
 ORIGINAL = ("203.0.113.66", 443)  # a transparent connection's original destination
