@@ -24,7 +24,7 @@ from testbed.h2client import exchange
 from testbed.harness import Harness, JsonLines, TunnelRefused
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
-from testbed.transparent import DECOY_IP, REAL_IP
+from testbed.transparent import DECOY_IP, OPEN_IP, REAL_IP
 from tests.e2e.conftest import _start_and_wait
 from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
 
@@ -196,3 +196,54 @@ def test_transparent_refused_sni_opens_no_upstream_connection(tp: Transparent, s
     assert result.status(1) == "403"
     assert result.headers[1]["x-egress-denied"] == "not_allowlisted"
     seen.assert_nothing_reached()
+
+
+@pytest.fixture(scope="module")
+def tp_http11_upstream(tp: Transparent) -> Iterator[nginx.Nginx]:
+    """nginx without HTTP/2 on OPEN_IP:9448 in the transparent topology (an address the
+    IP/CIDR entry opens for any port), with the certificate of its other upstreams
+    (written next to the upstream CA; it names OPEN_IP)."""
+
+    def accepting() -> bool:
+        try:
+            nsock.connect(tp.topo.ns_upstream, (OPEN_IP, HTTP11_PORT), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    pki_dir = tp.upstream_ca.parent
+    work = pki_dir.parent / "alpn-nginx"
+    content = pki_dir.parent / "alpn-nginx-content"
+    content.mkdir(exist_ok=True)
+    server = nginx.start(
+        tp.topo.exec_prefix(tp.topo.ns_upstream), work, content, OPEN_IP, NGINX_PORTS,
+        pki_dir / "server.pem", pki_dir / "server-key.pem", pki_dir.parent, accepting,
+        http11_port=HTTP11_PORT,
+    )  # fmt: skip
+    try:
+        yield server
+    finally:
+        server.child.stop()
+
+
+def test_transparent_h2_only_client_gets_h2_to_an_http11_upstream(
+    tp: Transparent, seen: Seen, tp_http11_upstream: nginx.Nginx
+) -> None:
+    """Transparent mode, one offer (`h2`), no SNI (the IP/CIDR entry decides): the proxy's
+    own handshake gives HTTP/2, and the upstream without HTTP/2 is offered `http/1.1`
+    too (D82) instead of refusing the handshake."""
+    mark, authority = tp_http11_upstream.mark(), f"{OPEN_IP}:{HTTP11_PORT}"
+    with tp.tls(OPEN_IP, None, port=HTTP11_PORT, alpn=["h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
+        result = exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
+              (":path", "/proto")]],
+        )  # fmt: skip
+    assert result.status(1) == "200", result.headers[1]
+    assert result.bodies[1] == b"HTTP/1.1\n"
+    entries = tp_http11_upstream.since(mark)
+    assert [(e["uri"], e["proto"], e["alpn"], e["sni"], e["status"]) for e in entries] == [
+        ("/proto", "HTTP/1.1", "http/1.1", "", 200)
+    ]
+    seen.assert_nothing_reached()  # nothing else: no echo listener, raw listener or trap
