@@ -101,6 +101,25 @@ def test_h2_only_client_gets_h2_from_the_proxy_to_an_http11_upstream(
     ]
 
 
+def test_h2_only_client_still_gets_h2_from_an_h2_upstream(
+    harness: Harness, h2_upstream: JsonLines
+) -> None:
+    """Offered `h2, http/1.1` for an `h2`-only client (D82), an HTTP/2 upstream picks `h2`."""
+    mark = h2_upstream.mark()
+    authority = f"other.allowed.test:{H2_PORT}"
+    with harness.tunnel(authority, alpn=["h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
+        result = exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
+              (":path", "/h2-only")]],
+        )  # fmt: skip
+    assert result.status(1) == "200"
+    assert json.loads(result.bodies[1])["version"] == "h2"
+    events = h2_upstream.wait_count(mark, 2)
+    assert [(e["event"], e.get("alpn")) for e in events] == [("tls", "h2"), ("request", None)]
+
+
 def test_http11_first_client_gets_h2_from_an_h2_upstream(
     harness: Harness, h2_upstream: JsonLines
 ) -> None:
