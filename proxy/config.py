@@ -14,6 +14,9 @@ Invariants:
 * A resolved secret (a transform value) lives only inside a `Secret`, whose repr
   and str never show it; no `Problem` message is ever built from a value, only
   from key names, variable names and file paths.
+* A configuration loaded with `secrets=False` (the DNS responder's, docs/decisions.md D83)
+  read no environment variable and opened no referenced file: its transform values are
+  `Unresolved`, which refuse `reveal()`, and `NetworkConfig.secrets_resolved` is False.
 * Entries are canonical: names are lowercase IDNA without the trailing dot,
   networks are `ip_network` values, ports a frozenset.
 """
@@ -101,6 +104,29 @@ class Secret:
         return hash(self._value)
 
 
+class Unresolved(Secret):
+    """A transform value whose references were checked but not looked up (`secrets=False`).
+
+    It holds no secret, and `reveal()` raises: such a configuration cannot inject.
+    """
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def reveal(self) -> str:
+        raise InvariantError("an unresolved transform value cannot be injected (secrets=False)")
+
+    def reveal_all(self) -> tuple[str, ...]:
+        return ()
+
+    def __repr__(self) -> str:
+        return "Unresolved()"
+
+    __str__ = __repr__
+
+
 @dataclass(frozen=True, slots=True)
 class Transform:
     header: str
@@ -132,6 +158,8 @@ class NetworkConfig:
     source: str
     allowlist: tuple[Entry, ...] = field(default_factory=tuple)
     report_only: bool = False  # every reportable refusal is logged and let through
+    # False when loaded with `secrets=False`: its transforms are `Unresolved`; never inject.
+    secrets_resolved: bool = True
 
 
 class ConfigError(Exception):
@@ -142,7 +170,10 @@ class ConfigError(Exception):
         super().__init__("\n".join(str(p) for p in problems))
 
 
-def load(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> NetworkConfig:
+def load(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *, secrets: bool = True
+) -> NetworkConfig:
+    """The file at `path`, parsed; `secrets=False` checks references without looking them up."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -157,11 +188,19 @@ def load(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         detail = getattr(exc, "problem", None) or "unreadable"
         raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
+    if not secrets:
+        return parse(document, source, {}, resolve_secrets=False)
     return parse(document, source, os.environ if environ is None else environ)
 
 
-def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConfig:
-    """The whole file as typed values, or ConfigError with every problem found, in order."""
+def parse(
+    document: Any, source: str, environ: Mapping[str, str], *, resolve_secrets: bool = True
+) -> NetworkConfig:
+    """The whole file as typed values, or ConfigError with every problem found, in order.
+
+    With `resolve_secrets=False`, `environ` is never read and no referenced file is opened.
+    """
+    lookup = environ if resolve_secrets else None
     problems: list[Problem] = []
 
     def report(location: str, message: str) -> None:
@@ -183,7 +222,7 @@ def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConf
         for item in errors:
             report(_location(item.path), item.message)
         entry = _entry(
-            index, raw, {str(e.path[2]) for e in errors if len(e.path) > 2}, environ, report
+            index, raw, {str(e.path[2]) for e in errors if len(e.path) > 2}, lookup, report
         )
         if entry is None or errors:
             continue
@@ -198,7 +237,9 @@ def parse(document: Any, source: str, environ: Mapping[str, str]) -> NetworkConf
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
-    return NetworkConfig(source, tuple(entries), report_only=report_only)
+    return NetworkConfig(
+        source, tuple(entries), report_only=report_only, secrets_resolved=resolve_secrets
+    )
 
 
 def _location(path: Sequence[str | int]) -> str:
@@ -222,7 +263,7 @@ def _network_section(document: Any, report: Report) -> Any:
 
 
 def _entry(
-    index: int, raw: Any, failed: set[str], environ: Mapping[str, str], report: Report
+    index: int, raw: Any, failed: set[str], environ: Mapping[str, str] | None, report: Report
 ) -> Entry | None:
     """The domain checks of one entry whose fields `failed` the schema already."""
     where = f"network.allowlist[{index}]"
@@ -326,9 +367,12 @@ def _refuse_loopback_network(network: IPNetwork) -> None:
 
 
 def _transform(
-    raw: Any, where: str, environ: Mapping[str, str], report: Report
+    raw: Any, where: str, environ: Mapping[str, str] | None, report: Report
 ) -> tuple[Transform, ...] | None:
-    """The domain checks of a transform the schema accepted; None when refused."""
+    """The domain checks of a transform the schema accepted; None when refused.
+
+    `environ` None: references are checked for syntax only and values are `Unresolved`.
+    """
     if raw is None:
         return ()
     result: list[Transform] = []
@@ -345,6 +389,9 @@ def _transform(
         elif header.lower() in seen:
             report(here, "header given twice (names are case-insensitive)")
             ok = False
+        elif environ is None:
+            ok = _check_unresolved(value, here, report) and ok
+            result.append(Transform(header, Unresolved()))
         elif (resolution := _resolve(value, here, environ, report)) is None:
             ok = False
         elif any(c in resolution[0] for c in "\r\n\0"):
@@ -358,6 +405,25 @@ def _transform(
         if isinstance(header, str):
             seen.add(header.lower())
     return tuple(result) if ok else None
+
+
+def _check_unresolved(value: str, where: str, report: Report) -> bool:
+    """The checks of `_resolve` and `_transform` that need no reference's value."""
+    ok = True
+    for match in _REFERENCE.finditer(value):
+        ref = match.group(1)
+        if not ref.startswith("file:") and not _VAR_NAME.match(ref):
+            report(where, _invalid_reference(ref))
+            ok = False
+    if not ok:
+        return False
+    if any(c in _REFERENCE.sub("", value) for c in "\r\n\0"):
+        report(where, "value contains CR, LF or NUL (after resolving references)")
+        return False
+    if not value:
+        report(where, "value is empty (after resolving references)")
+        return False
+    return True
 
 
 def _redactions(transform: tuple[Transform, ...]) -> Redactor:
@@ -405,10 +471,14 @@ def _file_reference(path: str) -> tuple[str, str | None]:
     return content, None if content else f"${{file:{path}}} is empty"
 
 
+def _invalid_reference(ref: str) -> str:
+    return f"invalid reference ${{{ref}}} (expected ${{NAME}} or ${{file:/path}})"
+
+
 def _variable_reference(name: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
     """What `${NAME}` gives, or why it cannot be used."""
     if not _VAR_NAME.match(name):
-        return "", f"invalid reference ${{{name}}} (expected ${{NAME}} or ${{file:/path}})"
+        return "", _invalid_reference(name)
     if name not in environ:
         return "", f"environment variable {name} is not set"
     value = environ[name]

@@ -16,8 +16,9 @@ allowed, and every name is resolved: the leak is then the operator's choice.
 
 Parsing and building messages is dnspython's; a datagram that does not parse is dropped
 and counted, and nothing here raises into the event loop. The configuration is reloaded
-on SIGHUP like the proxy's. Metrics: `egress_dns_queries_total{result}` and
-`egress_dns_resolve_seconds`.
+on SIGHUP like the proxy's, without its secrets: transform references are checked but
+never looked up, so the responder holds no credential (docs/decisions.md D83).
+Metrics: `egress_dns_queries_total{result}` and `egress_dns_resolve_seconds`.
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, 
     from common.serve import MetricsServer, add_build_info
     from proxy.resolver import CachingResolver, system_resolve
 
-    network = configuration.load(config_path)  # ConfigError goes to the CLI
+    # secrets=False: the responder needs the domains only, never a credential (D83).
+    network = configuration.load(config_path, secrets=False)  # ConfigError goes to the CLI
     metrics = DnsMetrics()
     add_build_info(metrics.registry, "egress")
     responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
@@ -223,7 +225,7 @@ async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, 
 
     def reload() -> None:
         try:
-            responder.reload(configuration.load(config_path))
+            responder.reload(configuration.load(config_path, secrets=False))
         except configuration.ConfigError as exc:
             for problem in exc.problems:
                 log.error("dns: reload refused, keeping the running allowlist: %s", problem)

@@ -27,6 +27,7 @@ import certifi
 from cryptography import x509
 
 from common.endpoint import format_endpoint, parse_endpoint
+from common.invariant import InvariantError
 from common.logs import JsonLogFormatter, announce
 from common.serve import MetricsServer
 from proxy import config as configuration
@@ -98,6 +99,12 @@ def self_addresses(settings: Settings) -> SelfAddresses:
         raise LaunchError(f"--listen/--metrics: {exc}") from exc
 
 
+def _require_secrets(network: configuration.NetworkConfig) -> None:
+    """The proxy injects: a configuration loaded with `secrets=False` is a bug here (D83)."""
+    if not network.secrets_resolved:
+        raise InvariantError("the proxy was given a configuration without its secrets")
+
+
 async def serve(settings: Settings) -> int:
     from mitmproxy.addons.termlog import TermLog
 
@@ -158,12 +165,14 @@ async def serve(settings: Settings) -> int:
     resolver: Resolve = MeasuredResolver(system_resolve, on_lookup)
     if settings.dns_cache_seconds > 0:
         resolver = CachingResolver(resolver, max_age=settings.dns_cache_seconds)
+    _require_secrets(network)
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     master.addons.add(Limits(metrics), addon, Telemetry(metrics))
 
     def apply(fresh: configuration.NetworkConfig) -> None:
+        _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
         metrics.allowlist_entries.set(len(fresh.allowlist))
 

@@ -553,8 +553,10 @@ def test_the_transparent_dns_responder_serves_the_proxys_allowlist_and_is_scrape
     assert service["network_mode"] == "service:proxy-transparent"
     assert dns.config == proxy.config
     assert mount_at(service, dns.config) == ("./deploy/compose/env.yaml", dns.config, True)
-    # The environment file's secret reference must resolve for the responder too.
-    assert service["secrets"] == SERVICES["proxy-transparent"]["secrets"]
+    # It holds no secret (D83): it loads the file without resolving its references.
+    assert "secrets" not in service and "environment" not in service and "env_file" not in service
+    assert [v.split(":")[0] for v in service["volumes"]] == ["./deploy/compose/env.yaml"]
+    assert "${file:/run/secrets/telemetry_token}" in (ROOT / "deploy/compose/env.yaml").read_text()
     assert dns.metrics == (proxy.metrics[0], 9466) != proxy.metrics
     assert health_probe("dns-transparent") == dns.metrics
     assert prometheus_targets()["egress-dns-transparent"] == [f"{dns.metrics[0]}:{dns.metrics[1]}"]

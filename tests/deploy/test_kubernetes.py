@@ -706,9 +706,14 @@ def test_sidecar_dns_responder_serves_the_proxys_allowlist_and_agrees_with_its_p
     )
     assert w.mount_at(responder, dns.config)[1] is w.mount_at(proxy, args.config)[1]
     assert "subPath" not in w.mount_at(responder, dns.config)[0]  # SIGHUP reloads see updates
-    # Its file loads with the references satisfied the way the pod satisfies them.
-    path, environ = environment_file(w, responder, dns, tmp_path, TEST_TOKEN)
-    assert len(configuration.load(path, environ=environ).allowlist) == 4
+    # It holds no secret (D83): no env, no envFrom, no Secret volume; its file loads
+    # without one, as `egress-proxy dns` loads it.
+    assert "env" not in responder and "envFrom" not in responder
+    mounted = {m["name"] for m in responder["volumeMounts"]}
+    assert [v["name"] for v in w.spec["volumes"] if v["name"] in mounted and "secret" in v] == []
+    path, _ = environment_file(w, proxy, args, tmp_path, TEST_TOKEN)
+    assert "${TELEMETRY_TOKEN}" in path.read_text()
+    assert len(configuration.load(path, environ={}, secrets=False).allowlist) == 4
     assert {p["name"]: p["containerPort"] for p in responder["ports"]} == {
         "dns-metrics": dns.metrics[1]
     }

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, PatternKind, load, parse
+from common.invariant import InvariantError
+from proxy.config import ConfigError, PatternKind, Unresolved, load, parse
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "OTHER": "x", "EMPTY": ""}
@@ -370,3 +372,66 @@ def test_a_refused_value_is_never_printed(case: str) -> None:
     problems = problems_of(SECRET_CARRYING[case])
     assert problems != []
     assert [p for p in problems if SECRET[4:] in p] == []
+
+
+# The problems only a reference's value can show: `secrets=False` accepts these (D83).
+NEEDS_A_VALUE = {"unset-var", "empty-var", "missing-file"}
+
+
+class NoEnvironment(dict[str, str]):
+    """An environment that fails the test if anything reads it."""
+
+    def __getitem__(self, key: str) -> str:
+        raise AssertionError(f"read {key}")
+
+    def __contains__(self, key: object) -> bool:
+        raise AssertionError(f"looked up {key}")
+
+    def get(self, key: str, default: object = None) -> str:  # type: ignore[override]
+        raise AssertionError(f"read {key}")
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [pytest.param(d, e, id=i) for i, d, e in INVALID if i not in NEEDS_A_VALUE],
+)
+def test_without_secrets_every_other_check_still_runs(document: object, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(document, "env.yaml", NoEnvironment(), resolve_secrets=False)
+    with pytest.raises(ConfigError) as resolved:
+        parse(document, "env.yaml", ENV)
+    assert [str(p) for p in info.value.problems] == [str(p) for p in resolved.value.problems]
+
+
+@pytest.mark.parametrize("case", sorted(NEEDS_A_VALUE))
+def test_without_secrets_references_are_not_looked_up(case: str) -> None:
+    document = next(d for i, d, _ in INVALID if i == case)
+    config = parse(document, "env.yaml", NoEnvironment(), resolve_secrets=False)
+    (entry,) = config.allowlist
+    (transform,) = entry.transform
+    assert config.secrets_resolved is False
+    assert (type(transform.value), repr(transform.value)) == (Unresolved, "Unresolved()")
+    assert transform.value.reveal_all() == ()
+    with pytest.raises(InvariantError, match="cannot be injected"):
+        transform.value.reveal()
+
+
+def test_load_without_secrets_opens_no_referenced_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)  # opening it to read would block this test forever
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n  allowlist:\n    - domain: a.com\n"
+        f"      transform:\n        X-V: '${{UNSET_HERE}}'\n        X-K: '${{file:{fifo}}}'\n"
+    )
+    config = load(path, NoEnvironment(), secrets=False)
+    assert [t.header for t in config.allowlist[0].transform] == ["X-V", "X-K"]
+
+
+def test_the_proxy_refuses_a_configuration_without_secrets() -> None:
+    from proxy.launcher import _require_secrets
+
+    unresolved = parse(entries({"domain": "a.com"}), "env.yaml", {}, resolve_secrets=False)
+    with pytest.raises(InvariantError, match="without its secrets"):
+        _require_secrets(unresolved)
+    _require_secrets(parse(entries({"domain": "a.com"}), "env.yaml", {}))

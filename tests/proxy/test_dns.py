@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -190,3 +192,70 @@ def test_the_command_refuses_and_reports_health(tmp_path: Path) -> None:
     finally:
         child.terminate()
         assert child.wait(10) == 0
+
+
+# The child's system resolver is a table: the allowed name never reaches a real resolver.
+TABLE_CHILD = """
+import ipaddress, sys
+import proxy.resolver
+async def table(name, port):
+    return [ipaddress.ip_address("203.0.113.7")] if name == "api.example.com" else []
+proxy.resolver.system_resolve = table
+from proxy.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def ask_until_up(port: int, name: str, child: subprocess.Popen[bytes]) -> dns.message.Message:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", timeout=0.5,
+                                 port=port)  # fmt: skip
+        except (dns.exception.Timeout, OSError):
+            time.sleep(0.1)
+    raise AssertionError(child.stderr.read1().decode() if child.stderr else "no answer")
+
+
+@pytest.mark.parametrize(
+    "reference",
+    ["Bearer ${DNS_TEST_UNSET_TOKEN}", "${file:/nonexistent/dnssecret/token}", "${file:FIFO}"],
+)
+def test_the_command_answers_without_the_secrets_its_transforms_reference(
+    tmp_path: Path, reference: str
+) -> None:
+    # A FIFO without a writer: opening it to read blocks forever, so answering proves that
+    # the responder never opened it (root reads a chmod 0 file; a FIFO it cannot).
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    config = tmp_path / "env.yaml"
+    config.write_text(
+        "network:\n  allowlist:\n    - domain: api.example.com\n"
+        f"      transform:\n        Authorization: '{reference.replace('FIFO', str(fifo))}'\n"
+    )
+    port, metrics = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DNS_TEST_UNSET_TOKEN"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", TABLE_CHILD, "dns", "--config", str(config),
+         "--listen", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{metrics}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        allowed = ask_until_up(port, "api.example.com", child)
+        other = ask_until_up(port, "notlisted.example", child)
+        assert (allowed.rcode(), addresses(allowed)) == (dns.rcode.NOERROR, ["203.0.113.7"])
+        assert (other.rcode(), other.answer) == (dns.rcode.REFUSED, [])
+        # A reload does not look the references up either: the renamed entry takes over.
+        config.write_text(config.read_text().replace("api.example.com", "api2.example.com"))
+        child.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while ask_until_up(port, "api.example.com", child).rcode() != dns.rcode.REFUSED:
+            assert time.monotonic() < deadline, "the reload was refused"
+            time.sleep(0.1)
+        renamed = ask_until_up(port, "api2.example.com", child)
+        assert (renamed.rcode(), renamed.answer) == (dns.rcode.NOERROR, [])
+    finally:
+        child.terminate()
+        assert child.wait(10) == 0
+    stderr = child.stderr.read().decode() if child.stderr else ""
+    assert "refused" not in stderr
