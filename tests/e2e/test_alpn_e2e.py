@@ -20,7 +20,7 @@ import pytest
 
 from testbed import nginx, nsock
 from testbed.expect import header_values
-from testbed.h2client import exchange
+from testbed.h2client import H2Result, exchange
 from testbed.harness import Harness, JsonLines, TunnelRefused
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
@@ -79,6 +79,17 @@ def http11_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[ngi
         server.child.stop()
 
 
+def h2_get(harness: Harness, authority: str, alpn: list[str], path: str) -> H2Result:
+    """One HTTP/2 GET through a tunnel whose client offers `alpn`; the proxy must speak h2."""
+    with harness.tunnel(authority, alpn=alpn) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
+        return exchange(
+            conn.sock,
+            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
+              (":path", path)]],
+        )  # fmt: skip
+
+
 def test_h2_only_client_gets_h2_from_the_proxy_to_an_http11_upstream(
     harness: Harness, http11_upstream: nginx.Nginx
 ) -> None:
@@ -86,13 +97,7 @@ def test_h2_only_client_gets_h2_from_the_proxy_to_an_http11_upstream(
     upstream is offered `http/1.1` too (D82), the client keeps HTTP/2 with the proxy."""
     mark = http11_upstream.mark()
     authority = f"other.allowed.test:{HTTP11_PORT}"
-    with harness.tunnel(authority, alpn=["h2"]) as conn:
-        assert conn.sock.selected_alpn_protocol() == "h2"
-        result = exchange(
-            conn.sock,
-            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
-              (":path", "/proto")]],
-        )  # fmt: skip
+    result = h2_get(harness, authority, ["h2"], "/proto")
     assert result.status(1) == "200"
     assert result.bodies[1] == b"HTTP/1.1\n"
     entries = http11_upstream.since(mark)
@@ -107,13 +112,7 @@ def test_h2_only_client_still_gets_h2_from_an_h2_upstream(
     """Offered `h2, http/1.1` for an `h2`-only client (D82), an HTTP/2 upstream picks `h2`."""
     mark = h2_upstream.mark()
     authority = f"other.allowed.test:{H2_PORT}"
-    with harness.tunnel(authority, alpn=["h2"]) as conn:
-        assert conn.sock.selected_alpn_protocol() == "h2"
-        result = exchange(
-            conn.sock,
-            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
-              (":path", "/h2-only")]],
-        )  # fmt: skip
+    result = h2_get(harness, authority, ["h2"], "/h2-only")
     assert result.status(1) == "200"
     assert json.loads(result.bodies[1])["version"] == "h2"
     events = h2_upstream.wait_count(mark, 2)
@@ -126,13 +125,7 @@ def test_http11_first_client_gets_h2_from_an_h2_upstream(
     """httpx's order (`http/1.1, h2`) used to get HTTP/1.1 from an HTTP/2 upstream."""
     mark = h2_upstream.mark()
     authority = f"other.allowed.test:{H2_PORT}"
-    with harness.tunnel(authority, alpn=["http/1.1", "h2"]) as conn:
-        assert conn.sock.selected_alpn_protocol() == "h2"
-        result = exchange(
-            conn.sock,
-            [[(":method", "GET"), (":scheme", "https"), (":authority", authority),
-              (":path", "/alpn")]],
-        )  # fmt: skip
+    result = h2_get(harness, authority, ["http/1.1", "h2"], "/alpn")
     assert result.status(1) == "200"
     assert json.loads(result.bodies[1])["version"] == "h2"
     events = h2_upstream.wait_count(mark, 2)
