@@ -54,7 +54,7 @@ from wsproto.connection import ConnectionState
 
 from addons import backpressure
 from common.invariant import InvariantError
-from proxy.decision import Reason
+from proxy.decision import Reason, Stage
 from proxy.limits import (
     HEAD_LIMIT,
     HEAD_TIMEOUT_S,
@@ -285,7 +285,7 @@ class Limits:
         self.metrics.limit_refusals.labels(limit.value).inc()
         if limit in (Limit.REQUEST_HEAD, Limit.REQUEST_HEAD_TIMEOUT):
             # A refused request like any other, though it never became a flow.
-            self.metrics.requests.labels("deny", Reason.BAD_REQUEST.value).inc()
+            self.metrics.count_decision(Stage.REQUEST, "deny", Reason.BAD_REQUEST)
         log.warning("refused by a memory bound: %s", limit.value)
 
     def client_disconnected(self, client: connection.Client) -> None:

@@ -90,8 +90,7 @@ class Shared:
         return failclosed(self.metrics, stage)
 
     def count(self, stage: Stage, decision: Decision) -> None:
-        self.metrics.requests.labels(decision.verdict, decision.reason.value).inc()
-        self.metrics.decisions.labels(stage.value, decision.verdict, decision.reason.value).inc()
+        self.metrics.count_decision(stage, decision.verdict, decision.reason)
 
     def write_audit(
         self,

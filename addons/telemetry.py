@@ -54,7 +54,8 @@ class Telemetry:
             self._count(message.from_client, len(message.content))
 
     def _count(self, from_client: bool, size: int) -> None:
-        self.metrics.bytes.labels("upstream" if from_client else "downstream").inc(size)
+        m = self.metrics
+        (m.bytes_upstream if from_client else m.bytes_downstream).inc(size)
 
 
 class CountingAudit:
@@ -67,7 +68,7 @@ class CountingAudit:
 
     def write(self, record: AuditRecord) -> None:
         if record.bytes_sent:
-            self._metrics.bytes.labels("upstream").inc(record.bytes_sent)
+            self._metrics.bytes_upstream.inc(record.bytes_sent)
         if record.bytes_received:
-            self._metrics.bytes.labels("downstream").inc(record.bytes_received)
+            self._metrics.bytes_downstream.inc(record.bytes_received)
         self._sink.write(record)

@@ -123,6 +123,21 @@ class ProxyMetrics:
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)
         self._operator_metrics(r)
+        self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
+
+    def count_decision(self, stage: Stage, verdict: str, reason: Reason) -> None:
+        """One decision, in `egress_decisions_total` by stage and in `egress_requests_total`
+        (the sum over stages, D63). The series are looked up once per label set: keys
+        come from the closed `Stage`/verdict/`Reason` sets."""
+        series = self._decided.get((stage, verdict, reason))
+        if series is None:
+            series = (
+                self.requests.labels(verdict, reason.value),
+                self.decisions.labels(stage.value, verdict, reason.value),
+            )
+            self._decided[(stage, verdict, reason)] = series
+        series[0].inc()
+        series[1].inc()
 
     def _operator_metrics(self, r: CollectorRegistry) -> None:
         """What an operator looks at first (issue 14): build, process, bytes, DNS, TLS.
@@ -138,6 +153,8 @@ class ProxyMetrics:
             ["direction"],
             registry=r,
         )
+        # The two series, looked up once: they are counted per message and per record.
+        self.bytes_upstream, self.bytes_downstream = (self.bytes.labels(d) for d in DIRECTIONS)
         self.dns_lookups = Counter(
             "egress_dns_lookups_total",
             "Name lookups the proxy made (cache misses), by result (ok, failed, timeout).",
@@ -161,8 +178,6 @@ class ProxyMetrics:
             "TLS handshakes with a client that failed (often: the sandbox does not trust the CA).",
             registry=r,
         )
-        for direction in DIRECTIONS:
-            self.bytes.labels(direction)
         for result in DNS_RESULTS:
             self.dns_lookups.labels(result)
         for kind in UPSTREAM_ERRORS:

@@ -141,6 +141,9 @@ def test_head_refusals_are_counted_as_bad_request_and_by_bound():
     assert value("egress_limit_refusals_total", {"limit": "request_head"}) == 1
     assert value("egress_limit_refusals_total", {"limit": "websocket_message"}) == 1
     assert value("egress_requests_total", {"decision": "deny", "reason": "bad_request"}) == 1
+    # Counted at its stage too, so egress_requests_total stays the sum over stages (D63).
+    decided = {"stage": "request", "decision": "deny", "reason": "bad_request"}
+    assert value("egress_decisions_total", decided) == 1
 
 
 @pytest.mark.parametrize("line", [b"HTTP/1.1 2000 OK", b"HTTP/1.1 099 Low", b"HTTP/9.9 200 OK"])
