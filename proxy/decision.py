@@ -34,6 +34,8 @@ class Reason(StrEnum):
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    CREDENTIAL_REQUIRED = "credential_required"
+    PLACEHOLDER_ELSEWHERE = "placeholder_elsewhere"
 
 
 class Stage(StrEnum):
@@ -78,6 +80,13 @@ MESSAGES: dict[Reason, str] = {
     Reason.METHOD_NOT_ALLOWED: (
         "TRACE and TRACK are refused to a host that receives injected credentials: "
         "the answer would echo them."
+    ),
+    Reason.CREDENTIAL_REQUIRED: (
+        "This host requires the placeholder the sandbox was given; "
+        "a request without it (or with a credential of its own) is refused."
+    ),
+    Reason.PLACEHOLDER_ELSEWHERE: (
+        "The request carries a placeholder that belongs to another allowlist entry's host."
     ),
 }
 

@@ -35,6 +35,7 @@ from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_author
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
 from proxy.resolver import Resolve
+from proxy.swap import swap
 from proxy.targets import Location, RequestNames, locate
 
 RESOLVE_TIMEOUT_S = 5.0
@@ -276,6 +277,10 @@ class RequestAnswer:
     pin: Pin | None = None
     transforms: tuple[Transform, ...] = ()  # headers to write: a real allow only
     redactions: Redactor = NO_REDACTION  # what the answer may echo of them
+    # Placeholders swapped (proxy.swap): the header fields to send (None: as received)
+    # and where values went. The location's path carries a swapped query.
+    fields: tuple[tuple[bytes, bytes], ...] | None = None
+    swapped: tuple[str, ...] = ()
 
 
 def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> bool:
@@ -302,11 +307,26 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
+    swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
+    if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
+        return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
     pin = _pin(located.host, located.port, address)
     entry = decision.entry
-    if decision.injects and entry is not None and entry.transform:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin, entry.transform, entry.redactions)
-    return RequestAnswer(decision, host, located, pin)
+    if swapped.path is not None:
+        located = replace(located, path=swapped.path)
+    transforms = entry.transform if decision.injects and entry is not None else ()
+    if not (transforms or swapped.injected) or entry is None:  # never a would_deny
+        return RequestAnswer(decision, host, located, pin)
+    return RequestAnswer(
+        decision,
+        host,
+        located,
+        pin,
+        transforms,
+        entry.redactions,
+        fields=swapped.fields,
+        swapped=swapped.injected,
+    )
