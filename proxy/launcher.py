@@ -182,7 +182,7 @@ async def serve(settings: Settings) -> int:
         if ok:
             metrics.reload_success_time.set(time.time())
 
-    reload = lifecycle.Reloader(settings.config_path, apply, on_result)
+    reload = lifecycle.Reloader(settings.config_path, apply, on_result, network.secret_files)
     metrics.reload_successful.set(1)  # the load at start
     metrics.reload_success_time.set(time.time())
 
