@@ -43,6 +43,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.metrics": Layer.CORE,
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
+    "proxy.propose": Layer.CORE,
     "proxy.redact": Layer.CORE,
     "proxy.resolver": Layer.CORE,
     "proxy.selfaddr": Layer.CORE,
