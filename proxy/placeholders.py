@@ -1,5 +1,5 @@
 """Placeholder secrets (`secrets:` on an entry): their typed values and their checks
-(docs/configuration.md#placeholders, SPEC 1.10, docs/decisions.md D112).
+(docs/configuration.md#placeholders, docs/decisions.md D112).
 
 The loader (`proxy.config`) hands each entry's `secrets` list to `parse_secrets`, with its
 own reference resolver, and the finished allowlist to `index`, which checks that no

@@ -1,5 +1,5 @@
 """The learning loop: turn refused and `would_deny` audit lines into a proposed allowlist
-(`egress-proxy propose`, docs/configuration.md#propose, SPEC 1.12, docs/decisions.md D116).
+(`egress-proxy propose`, docs/configuration.md#learning-an-allowlist, docs/decisions.md D116).
 
 Pure: audit lines (parsed JSON objects) in, `Proposal`s out, then YAML text. Only the
 refusals an allowlist entry could lift are read: `not_allowlisted` (a new entry) and

@@ -1,4 +1,4 @@
-"""The placeholder stage of a request (docs/configuration.md#placeholders, SPEC 1.10,
+"""The placeholder stage of a request (docs/configuration.md#placeholders,
 docs/decisions.md D112-D114): refuse a request that carries another entry's placeholder,
 swap the deciding entry's placeholders for their values, refuse one that lacks a
 required placeholder.

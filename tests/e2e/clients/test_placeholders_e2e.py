@@ -1,4 +1,4 @@
-"""Real clients holding only placeholders, through the real proxy (SPEC 1.10; issue 23).
+"""Real clients holding only placeholders, through the real proxy (issue 23).
 
 A proxy of this module's own swaps each placeholder for the session secret on the way to
 its host: the OpenAI and Anthropic Python SDKs (which refuse to start without a key) to
