@@ -14,12 +14,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.proxyproc import reload_counts
 from tests.e2e.clients.conftest import HTTPS_PORT, Clients
 from tests.e2e.conftest import SECRET_ENV, PrivateProxy
 
@@ -164,3 +167,51 @@ def test_the_placeholder_sent_to_another_allowed_host_is_refused(
     )
     metrics = p.view.metrics_text()
     assert 'egress_requests_total{decision="deny",reason="placeholder_elsewhere"} 1.0' in metrics
+
+
+def test_a_rotated_secret_file_is_used_without_a_restart(
+    clients: Clients, private_proxy: Callable[..., PrivateProxy], tmp_path: Path
+) -> None:
+    """The value comes from a file; replacing the file changes what the upstream gets, and
+    a file that vanishes keeps the last value (the reload is refused and counted)."""
+    key = tmp_path / "github-token"
+    key.write_text("rotated-token-v1\n")
+    config = (
+        "network:\n  allowlist:\n    - domain: other.allowed.test\n"
+        f"      secrets: [{{placeholder: {GIT}, value: '${{file:{key}}}'}}]\n"
+        "    - domain: 198.18.1.0/24\n"
+    )
+    p = private_proxy("rotation", config, "--watch-interval", "0.2")
+    c = dataclasses.replace(clients, harness=p.view)
+
+    def upstream_auth() -> str:
+        mark = c.nginx.mark()
+        result = c.run(
+            ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+             f"Authorization: token {GIT}", f"https://other.allowed.test:{HTTPS_PORT}/headers"],
+            c.proxy_env(CURL_CA_BUNDLE=c.ca),
+        )  # fmt: skip
+        assert (result.returncode, result.stdout) == (0, "200"), result.stderr
+        [entry] = c.nginx.since(mark)
+        return str(entry["auth"])
+
+    def reloads(expected: dict[str, float]) -> None:
+        procs.wait_until(
+            f"reloads {expected}",
+            lambda: reload_counts(p.process.scrape()) == expected,
+            timeout=15,
+            child=p.process.child,
+        )
+
+    assert upstream_auth() == "token rotated-token-v1"
+    fresh = key.with_name("github-token.new")
+    fresh.write_text("rotated-token-v2\n")
+    os.replace(fresh, key)
+    reloads({"ok": 1.0, "failed": 0.0})
+    assert upstream_auth() == "token rotated-token-v2"
+    key.unlink()
+    reloads({"ok": 1.0, "failed": 1.0})
+    assert upstream_auth() == "token rotated-token-v2"  # the last value keeps serving
+    stderr = p.process.child.stderr.read_text()
+    assert f"cannot read ${{file:{key}}}" in stderr
+    assert "rotated-token" not in stderr
