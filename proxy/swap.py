@@ -50,21 +50,29 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     """The placeholder stage of one request decided `decision`; `path` is its target."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
+    if index.pattern is None:
+        return UNCHANGED  # no placeholder anywhere in the configuration
+    # Every header value, then every decoded `Basic` credential, searched as one text.
+    basics = {i: c for i, (_, v) in enumerate(fields) if (c := _basic(v)) is not None}
+    # A placeholder holds no LF: no match can span two values.
+    headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     own = decision.entry.index if decision.entry is not None else None
-    if _foreign(index, own, fields, path):
+    if _foreign(index, own, headers, path):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
         return UNCHANGED
     found: set[str] = set()
-    in_headers = [s for s in entry.secrets if Place.HEADERS in s.places]
+    in_headers = [
+        s for s in entry.secrets if Place.HEADERS in s.places and s.placeholder.encode() in headers
+    ]
     in_query = [s for s in entry.secrets if Place.QUERY in s.places]
-    sent, injected = list[tuple[bytes, bytes]](), list[str]()
-    for name, value in fields:
-        written = _swap_header(value, in_headers, found) if in_headers else value
+    sent, injected = list(fields), list[str]()
+    for number, (name, value) in enumerate(fields if in_headers else ()):
+        written = _swap_header(value, basics.get(number), in_headers, found)
         if written != value:
             injected.append(name.decode("latin-1"))
-        sent.append((name, written))
+            sent[number] = (name, written)
     target = _swap_query(path, in_query, found) if in_query else path
     if target != path:
         injected.append("query")
@@ -79,23 +87,18 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     )
 
 
-def _foreign(index: PlaceholderIndex, own: int | None, fields: Fields, path: str) -> bool:
-    """Whether a placeholder of an entry other than `own` occurs anywhere it is searched."""
-    if index.pattern is None:
-        return False
-    places: list[bytes] = []
-    for _name, value in fields:
-        places.append(value)
-        credential = _basic(value)
-        if credential is not None:
-            places.append(credential[1])
+def _foreign(index: PlaceholderIndex, own: int | None, headers: bytes, path: str) -> bool:
+    """Whether a placeholder of an entry other than `own` occurs in the header text or the
+    request-target (as sent, or percent-decoded)."""
     target = path.encode("utf-8", "surrogateescape")
-    places += (target, unquote_to_bytes(target))
+    places = (headers, target, unquote_to_bytes(target)) if b"%" in target else (headers, target)
     return any(index.owners_in(data) - {own} for data in places)
 
 
 def _basic(value: bytes) -> tuple[bytes, bytes] | None:
     """A `Basic` credential: (the scheme as sent, with its space; the decoded credential)."""
+    if b"BASIC " not in value[:16].upper():
+        return None  # the usual header: one short search
     stripped = value.lstrip()
     if stripped[: len(_BASIC)].lower() != _BASIC:
         return None
@@ -107,8 +110,13 @@ def _basic(value: bytes) -> tuple[bytes, bytes] | None:
     return value[: len(value) - len(stripped) + len(_BASIC)], decoded
 
 
-def _swap_header(value: bytes, secrets: Sequence[Placeholder], found: set[str]) -> bytes:
-    credential = _basic(value)
+def _swap_header(
+    value: bytes,
+    credential: tuple[bytes, bytes] | None,
+    secrets: Sequence[Placeholder],
+    found: set[str],
+) -> bytes:
+    """`value` (whose `Basic` credential, if any, is `credential`) with `secrets` swapped."""
     if credential is not None:
         scheme, decoded = credential
         swapped = _replace(decoded, secrets, found, lambda s: s.value.reveal().encode())
