@@ -35,6 +35,8 @@ REASONS = frozenset(
         "dns_failure",
         "policy_error",
         "method_not_allowed",
+        "credential_required",
+        "placeholder_elsewhere",
     }
 )
 AUDIT_KEYS = frozenset(
