@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 
 import pytest
 
@@ -197,4 +198,18 @@ def test_a_malformed_basic_credential_is_searched_as_it_is() -> None:
     assert answer.fields == (
         (b"Host", b"git.test"),
         (b"Authorization", b"Basic !!" + REAL_GIT.encode()),
+    )
+
+
+def test_trace_to_a_host_with_placeholders_is_refused() -> None:
+    trace = dataclasses.replace(
+        ask("git.test", "/", (b"Authorization", basic("x", GIT))),
+        method=b"TRACE",
+    )
+    trace = dataclasses.replace(trace, names=dataclasses.replace(trace.names, method="TRACE"))
+    answer = asyncio.run(decide_request(POLICY, resolve, ConnectionFacts(), trace))
+    assert (answer.decision.reason, answer.fields, answer.pin) == (
+        Reason.METHOD_NOT_ALLOWED,
+        None,
+        None,
     )
