@@ -68,7 +68,10 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     ]
     in_query = [s for s in entry.secrets if Place.QUERY in s.places]
     sent, injected = list(fields), list[str]()
+    needles = [s.placeholder.encode() for s in in_headers]
     for number, (name, value) in enumerate(fields if in_headers else ()):
+        if number not in basics and not any(n in value for n in needles):
+            continue
         written = _swap_header(value, basics.get(number), in_headers, found)
         if written != value:
             injected.append(name.decode("latin-1"))
