@@ -14,40 +14,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+# Re-exported: the event table (``eventtable``) is where events are described.
+from hookrunner.ax.eventtable import BLOCKING_EVENTS as BLOCKING_EVENTS
+from hookrunner.ax.eventtable import OBSERVATION_EVENTS as OBSERVATION_EVENTS
+from hookrunner.ax.eventtable import TOOL_EVENTS as TOOL_EVENTS
+from hookrunner.ax.eventtable import AxEvent as AxEvent
 from hookrunner.ax.matcher import AxMatcher
 from hookrunner.model import Problem
 from hookrunner.outcome import Outcome
-
-
-class AxEvent(StrEnum):
-    PRE_TOOL_USE = "PreToolUse"
-    POST_TOOL_USE = "PostToolUse"
-    POST_TOOL_USE_FAILURE = "PostToolUseFailure"
-    STOP = "Stop"
-    USER_PROMPT_SUBMIT = "UserPromptSubmit"
-    PRE_COMPACT = "PreCompact"
-    SUBAGENT_STOP = "SubagentStop"
-    SESSION_START = "SessionStart"
-    SESSION_END = "SessionEnd"
-    POST_COMPACT = "PostCompact"
-    INTERRUPT = "Interrupt"
-
-
-# Only these can stop what the agent is doing.
-BLOCKING_EVENTS = frozenset({AxEvent.PRE_TOOL_USE, AxEvent.USER_PROMPT_SUBMIT})
-# Never block, never delay the lifecycle path; payloads carry ids, reasons, timestamps only.
-OBSERVATION_EVENTS = frozenset(
-    {
-        AxEvent.SESSION_START,
-        AxEvent.SESSION_END,
-        AxEvent.POST_COMPACT,
-        AxEvent.INTERRUPT,
-        AxEvent.POST_TOOL_USE_FAILURE,
-    }
-)
-TOOL_EVENTS = frozenset(
-    {AxEvent.PRE_TOOL_USE, AxEvent.POST_TOOL_USE, AxEvent.POST_TOOL_USE_FAILURE}
-)
 
 
 class Protocol(StrEnum):
