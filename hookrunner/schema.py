@@ -106,6 +106,22 @@ def json_path(root: str, path: Sequence[str | int]) -> str:
 
 
 Path = tuple[str | int, ...]
+CLAUDE_SETTINGS_HERE = (
+    "this is Claude Code's settings format; `hookrunner fire` reads it as "
+    "<workspace>/.claude/settings.json, .claude/settings.local.json, ~/.claude/settings.json "
+    "or the managed file (--managed-settings), not here"
+)
+
+
+def is_claude_settings(doc: Any) -> bool:
+    """A Claude Code settings document: ``{"hooks": {"PreToolUse": [...], ...}}``."""
+    hooks = doc.get("hooks") if isinstance(doc, dict) else None
+    return (
+        isinstance(hooks, dict)
+        and bool(hooks)
+        and all(isinstance(k, str) and k[:1].isupper() for k in hooks)
+        and all(isinstance(v, list) for v in hooks.values())
+    )
 
 
 class _Validator:
@@ -137,6 +153,9 @@ class _Validator:
     def document(self, doc: Any) -> list[Group]:
         if not isinstance(doc, dict):
             self.valid(doc, (), "document")
+            return []
+        if is_claude_settings(doc):
+            self.problems = [Problem(self.file, "$.hooks", CLAUDE_SETTINGS_HERE)]
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
