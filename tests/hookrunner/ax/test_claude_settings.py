@@ -343,3 +343,23 @@ def test_managed_settings_flag_names_the_file_and_a_missing_one_is_a_problem(
     )
     assert missing.returncode == 0
     assert "missing.json" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("matcher", "tool", "fires"),
+    [
+        ("mcp__github__.*", "mcp__github__create_issue", True),
+        ("mcp__github__.*", "mcp__memory__create_entities", False),
+        ("mcp__memory", "mcp__memory__create_entities", True),
+        ("mcp__memory", "mcp__memory_bank__read", False),
+        ("mcp__.*", "mcp__memory__create_entities", True),
+        ("mcp__memory__create_entities", "mcp__memory__create_entities", True),
+    ],
+)
+def test_mcp_tools_fire_pre_tool_use_with_matchers_as_users_write_them(
+    claude: Claude, matcher: str, tool: str, fires: bool
+) -> None:
+    claude.write("user", settings(("PreToolUse", matcher, claude.blocker)))
+    done = claude.fire("PreToolUse", {"tool_name": tool, "tool_input": {"command": "rm -rf x"}})
+    assert done.returncode == (1 if fires else 0)
+    assert claude.runs() == (["PreToolUse"] if fires else [])
