@@ -37,6 +37,7 @@ from hookrunner.model import (
     Problem,
     Rule,
 )
+from hookrunner.tokens import token_format
 
 DEFAULT_TIMEOUT = 30
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -223,6 +224,12 @@ def headers_problem(headers: dict[str, str]) -> tuple[tuple[str, ...], str] | No
         seen.add(name.lower())
         if _CONTROL.search(value):
             return (name,), "must not contain control characters (CR, LF, NUL...)"
+        found = token_format(value)
+        if found is not None:
+            return (name,), (
+                f"holds a literal credential ({found}); a hooks file is no place for a secret: "
+                "let the egress proxy inject it"
+            )
     return None
 
 

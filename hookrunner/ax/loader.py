@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hookrunner import kernel
 from hookrunner.ax.model import AxConfig, AxEntry
 from hookrunner.ax.schema import validate_ax_document
-from hookrunner.ax.settings import Level, SettingsFile, read_settings
+from hookrunner.ax.settings import Level, SettingsFile, read_settings, url_allowed
 from hookrunner.kernel import Switch, env_switch
 from hookrunner.loader import load_file
 from hookrunner.model import Problem
@@ -151,6 +151,7 @@ def load_ax_config(
     for item, why in skipped:
         if item.entries:
             loading.notices.append(f"{item.file}: its {len(item.entries)} hooks are skipped: {why}")
+    running = [_allowed_urls(item, read, loading.notices) for item in running]
     managed = [e for s in running if s.level is Level.MANAGED for e in s.entries]
     others = [e for s in running if s.level is not Level.MANAGED for e in s.entries]
     if project and any(s.level is Level.MANAGED and s.managed_only for s in read):
@@ -159,6 +160,22 @@ def load_ax_config(
         project = []
     entries = (*operator, *managed, *_user_first(others, project))
     return AxConfig(entries, tuple(loading.problems), tuple(loading.files), tuple(loading.notices))
+
+
+def _allowed_urls(item: SettingsFile, read: list[SettingsFile], notices: list[str]) -> SettingsFile:
+    """The file without the http hooks whose URL the managed ``allowedHttpHookUrls`` refuses."""
+    patterns = next((s.allowed_urls for s in read if s.level is Level.MANAGED), None)
+    if patterns is None:
+        return item
+    kept = []
+    for entry in item.entries:
+        if entry.http is not None and not url_allowed(entry.http.url, patterns):
+            notices.append(
+                f"{entry.where}: skipped: its URL is not in the managed allowedHttpHookUrls"
+            )
+        else:
+            kept.append(entry)
+    return replace(item, entries=tuple(kept))
 
 
 def _outside(

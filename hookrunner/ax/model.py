@@ -71,6 +71,15 @@ class Cause(StrEnum):
 
 
 @dataclass(frozen=True)
+class HttpTarget:
+    """An ``http`` handler of a settings file: POSTed through the egress proxy."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]  # values may hold $VAR / ${VAR}
+    allowed_env: tuple[str, ...]  # allowedEnvVars: the only variables interpolated
+
+
+@dataclass(frozen=True)
 class AxEntry:
     """One hook to run: a custom ``hooks`` entry or one hook of a pack."""
 
@@ -83,6 +92,7 @@ class AxEntry:
     pack: str  # HOOK_PACK: the pack name, "" for a custom entry without "pack"
     source: str  # what warnings and decisions name: the pack, or "hooks[3]"
     where: str  # file and JSON path
+    http: HttpTarget | None = None  # an http handler (settings files); command is then ""
 
 
 @dataclass(frozen=True)
