@@ -9,6 +9,11 @@ the hooks.json dialect), with this dialect's ``HOOK_*`` variables:
 entries, ``CLAUDE_PROJECT_DIR`` (the workspace) that Claude Code hooks use to
 find their scripts. The full arguments are always on stdin.
 
+An ``http`` entry (a Claude Code settings file's http handler) is POSTed
+instead, by the client of the hooks.json dialect (``httpclient``: through the
+egress proxy, https, no redirects), its headers interpolated from the runner's
+environment for ``allowedEnvVars`` only; a 2xx body is decoded as stdout.
+
 Every failed run is one warning line and every run a metric; every decision
 of an event that can block is one decision line.
 """

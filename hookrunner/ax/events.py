@@ -7,16 +7,18 @@ checked, in either shape — AX Code's or Claude Code's (``tool``/``tool_name``,
 ``output``/``tool_response``; both names given with different values is an
 error). Every other field is kept in ``extra`` and reaches claude-code
 entries unchanged. A wrong type of a needed field is a ``PayloadError``.
-* tool events need a tool name; ``UserPromptSubmit`` needs ``prompt``;
-  ``Stop``/``SubagentStop`` take ``stop_hook_active``; ``PreCompact`` takes
-  ``trigger`` and ``custom_instructions``; a ``hook_event_name`` must name
-  the event fired;
+* which fields an event reads is its row of ``eventtable``: tool events need a
+  tool name (``TOOL_FIELDS``), then the row's own ``fields`` (``prompt`` of
+  ``UserPromptSubmit`` is required, ``stop_hook_active`` of ``Stop``...), each
+  checked for its form under either name; a ``hook_event_name`` must name the
+  event fired;
 * observation-only events keep **only** ids, reasons, paths and timestamps:
   the keys of ``OBSERVATION_KEYS`` with a value of the right form (source
   page: never conversation text, summaries or tool output). Anything else is
   dropped, never an error, and the dropped key names are reported;
-* a ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
-  ``UserPromptSubmit`` with ``"synthetic": true`` do not fire (source page).
+* an event whose row has ``skip`` does not fire when that field is true: a
+  ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
+  ``UserPromptSubmit`` with ``"synthetic": true`` (source page).
 
 What each hook receives is built from the ``EventInput`` in ``envelope``.
 """
