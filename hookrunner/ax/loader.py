@@ -68,19 +68,20 @@ def settings_places(
     """
     if not wanted:
         return None, None
-    if NESTED_VARIABLE in environ:
-        return None, (
-            f"{NESTED_VARIABLE} is set, so this runner is a hook of another: Claude Code "
-            "settings files are not read (a settings entry that runs the runner cannot recurse)"
-        )
     home = environ.get("HOME")
-    return (
-        SettingsPlaces(
-            home=Path(home) if home else None,
-            managed=Path(managed) if managed is not None else MANAGED_SETTINGS,
-            managed_explicit=managed is not None,
-        ),
-        None,
+    places = SettingsPlaces(
+        home=Path(home) if home else None,
+        managed=Path(managed) if managed is not None else MANAGED_SETTINGS,
+        managed_explicit=managed is not None,
+    )
+    if NESTED_VARIABLE not in environ:
+        return places, None
+    present = [places.managed] + ([places.home / USER_SETTINGS] if places.home else [])
+    if not any(path.exists() for path in present):
+        return None, None  # nothing is left unread: no warning
+    return None, (
+        f"{NESTED_VARIABLE} is set, so this runner is a hook of another: Claude Code "
+        "settings files are not read (a settings entry that runs the runner cannot recurse)"
     )
 
 
