@@ -115,6 +115,14 @@ TOOL_FIELDS = (
 _STOP_FIELDS = (Field("stop_hook_active", "stop_hook_active", Form.BOOLEAN, default=False),)
 _OBSERVED = "none: observation-only, fire and forget (exit status and output ignored)"
 
+
+def _observed(
+    event: AxEvent, claude_code: str, *, tool: bool = False, skip: tuple[str, str] | None = None
+) -> EventSpec:
+    """The row of an observation-only event: it never blocks and keeps ids only."""
+    return EventSpec(event, False, Output.IGNORED, tool, (), _OBSERVED, claude_code, skip=skip)
+
+
 EVENTS: Mapping[AxEvent, EventSpec] = {
     spec.event: spec
     for spec in (
@@ -186,56 +194,23 @@ EVENTS: Mapping[AxEvent, EventSpec] = {
             feedback="notices for the user",
             claude_code="PreCompact: trigger (manual/auto), custom_instructions",
         ),
-        EventSpec(
+        _observed(
             AxEvent.POST_TOOL_USE_FAILURE,
-            blocks=False,
-            output=Output.IGNORED,
-            tool=True,
-            fields=(),
-            feedback=_OBSERVED,
-            claude_code="PostToolUseFailure: tool_name, tool_input, tool_use_id, error "
+            "PostToolUseFailure: tool_name, tool_input, tool_use_id, error "
             "(tool_input and error dropped here)",
+            tool=True,
         ),
-        EventSpec(
+        _observed(
             AxEvent.SESSION_START,
-            blocks=False,
-            output=Output.IGNORED,
-            tool=False,
-            fields=(),
-            feedback=_OBSERVED,
-            claude_code="SessionStart: source, model",
+            "SessionStart: source, model",
             skip=(
                 "parent_session_id",
                 "subagent sessions do not fire SessionStart (they surface through SubagentStop)",
             ),
         ),
-        EventSpec(
-            AxEvent.SESSION_END,
-            blocks=False,
-            output=Output.IGNORED,
-            tool=False,
-            fields=(),
-            feedback=_OBSERVED,
-            claude_code="SessionEnd: reason",
-        ),
-        EventSpec(
-            AxEvent.POST_COMPACT,
-            blocks=False,
-            output=Output.IGNORED,
-            tool=False,
-            fields=(),
-            feedback=_OBSERVED,
-            claude_code="PostCompact: trigger (summary dropped here)",
-        ),
-        EventSpec(
-            AxEvent.INTERRUPT,
-            blocks=False,
-            output=Output.IGNORED,
-            tool=False,
-            fields=(),
-            feedback=_OBSERVED,
-            claude_code="not a Claude Code event (AX Code's)",
-        ),
+        _observed(AxEvent.SESSION_END, "SessionEnd: reason"),
+        _observed(AxEvent.POST_COMPACT, "PostCompact: trigger (summary dropped here)"),
+        _observed(AxEvent.INTERRUPT, "not a Claude Code event (AX Code's)"),
     )
 }
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,6 @@ import pytest
 
 from tests.hookrunner.ax.conftest import AxEnv
 from tests.hookrunner.ax.test_claude_settings import Claude
-from tests.hookrunner.helpers import HOOKRUNNER
 from tests.hookrunner.net_support import Reply, connect_proxy, https_server
 from tests.hookrunner.tls_support import Pki
 
@@ -100,13 +98,7 @@ def test_validate_flags_a_literal_secret_in_headers_of_either_dialect(claude: Cl
     agents.write_text(
         json.dumps({"audit": {"pre_tool_execution": [{"matcher": "*", "hooks": [handler]}]}})
     )
-    done = subprocess.run(
-        [HOOKRUNNER, "validate", "--workspace", str(claude.ax.workspace)],
-        capture_output=True,
-        text=True,
-        env=claude.ax.environ(HOME=str(claude.home)),
-        timeout=60,
-    )
+    done = claude.validate()
     assert done.returncode == 1
     lines = sorted(done.stdout.splitlines())
     assert {line.split(": ")[1] for line in lines} == {

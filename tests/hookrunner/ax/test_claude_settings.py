@@ -64,6 +64,15 @@ class Claude:
             timeout=60,
         )
 
+    def validate(self, *flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [HOOKRUNNER, "validate", "--workspace", str(self.ax.workspace), *flags],
+            capture_output=True,
+            text=True,
+            env=self.ax.environ(HOME=str(self.home)),
+            timeout=60,
+        )
+
     def runs(self) -> list[str]:
         return self.log.read_text().split() if self.log.exists() else []
 
@@ -185,13 +194,7 @@ def test_validate_reports_settings_problems_with_their_location(claude: Claude) 
             "disableAllHooks": "yes",
         },
     )
-    done = subprocess.run(
-        [HOOKRUNNER, "validate", "--workspace", str(claude.ax.workspace)],
-        capture_output=True,
-        text=True,
-        env=claude.ax.environ(HOME=str(claude.home)),
-        timeout=60,
-    )
+    done = claude.validate()
     assert done.returncode == 1
     lines = [line.split(": ", 2)[1:] for line in done.stdout.splitlines()]
     assert [path for path, _ in lines] == [
@@ -225,20 +228,7 @@ def test_a_settings_file_where_a_hooks_json_belongs_is_recognised(claude: Claude
         claude.ax.root / "operator.json",
     ):
         path.write_text(json.dumps(document))
-    done = subprocess.run(
-        [
-            HOOKRUNNER,
-            "validate",
-            "--workspace",
-            str(claude.ax.workspace),
-            "--ax-config",
-            str(claude.ax.root / "operator.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=claude.ax.environ(HOME=str(claude.home)),
-        timeout=60,
-    )
+    done = claude.validate("--ax-config", str(claude.ax.root / "operator.json"))
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert len(lines) == 3
