@@ -12,6 +12,12 @@ Invariants (docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson; the
   from outside the repository) and loads first; a file reached both ways is
   loaded once (device and inode);
 * each file is read once, when the session opens; the snapshot is immutable;
+* Claude Code's settings files (``SettingsPlaces``: managed, ``~/.claude``, and,
+  trusted only, the project's ``.claude/settings.json`` and ``settings.local.json``)
+  are read with Claude Code's switches (``_switches``); the managed file's
+  ``disableAllHooks`` / ``allowManagedHooksOnly`` also skip ``.ax-code/hooks.json``,
+  never the ``--ax-config`` file; none is read by a runner that is a hook
+  (``settings_places``: the recursion guard);
 * the full environment (``AX_CODE_HOOKS_FULL_ENV=1``, or the kernel's
   ``HOOKRUNNER_FULL_ENV=1``) is read from the runner's environment only, by
   the kernel's one parser (``kernel.env_switch``); nothing in a file can ask for it.
@@ -155,8 +161,10 @@ def load_ax_config(
     running = [_allowed_urls(item, read, loading.notices) for item in running]
     managed = [e for s in running if s.level is Level.MANAGED for e in s.entries]
     others = [e for s in running if s.level is not Level.MANAGED for e in s.entries]
-    if project and any(s.level is Level.MANAGED and s.managed_only for s in read):
-        why = "allowManagedHooksOnly is set in the managed settings"
+    policy = next((s for s in read if s.level is Level.MANAGED), None)
+    if project and policy is not None and (policy.managed_only or policy.disable_all):
+        switch = "allowManagedHooksOnly" if policy.managed_only else "disableAllHooks"
+        why = f"{switch} is set in {policy.file}"
         loading.notices.append(f"{workspace / PROJECT_FILE}: its hooks are skipped: {why}")
         project = []
     entries = (*operator, *managed, *_user_first(others, project))

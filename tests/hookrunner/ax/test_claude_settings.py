@@ -353,3 +353,22 @@ def test_mcp_tools_fire_pre_tool_use_with_matchers_as_users_write_them(
     done = claude.fire("PreToolUse", {"tool_name": tool, "tool_input": {"command": "rm -rf x"}})
     assert done.returncode == (1 if fires else 0)
     assert claude.runs() == (["PreToolUse"] if fires else [])
+
+
+@pytest.mark.parametrize("switch", ["allowManagedHooksOnly", "disableAllHooks"])
+def test_managed_switches_skip_the_project_ax_file_never_the_operator_s(
+    claude: Claude, switch: str
+) -> None:
+    marker = claude.ax.script(
+        "mark2.py", "import sys\nopen(sys.argv[1], 'a').write(sys.argv[2] + '\\n')\n"
+    )
+    claude.ax.hooks({"hooks": [{"event": "Stop", "command": f"{marker} {claude.log} project-ax"}]})
+    operator = claude.ax.root / "operator.json"
+    operator.write_text(
+        json.dumps({"hooks": [{"event": "Stop", "command": f"{marker} {claude.log} operator"}]})
+    )
+    claude.write("managed", {switch: True})
+    claude.session(operator_config=operator).fire("Stop", {})
+    assert claude.runs() == ["operator"]
+    causes = [w["cause"] for w in claude.ax.warnings() if w["kind"] == "config"]
+    assert any(f"hooks are skipped: {switch} is set" in c for c in causes)
