@@ -58,7 +58,8 @@ PATCH_KEYS = ("patchText", "patch", "input", "diff")
 GLOB_KEYS = ("include", "glob")
 HARMLESS = frozenset(
     {"echo", "printf", "ls", "test", "[", "[[", "true", ":", "type", "which",
-     "cd", "pushd", "popd", "export", "unset", "local", "declare", "readonly", "mkdir"}
+     "cd", "pushd", "popd", "export", "unset", "local", "declare", "readonly", "mkdir",
+     "dirname", "basename", "realpath", "readlink", "kill"}
 )  # fmt: skip
 _PATCH_FILE = re.compile(
     r"^(?:\*\*\* (?:Add|Update|Delete) File: |\+\+\+ |--- )(?:[ab]/)?(.+?)\s*$"
