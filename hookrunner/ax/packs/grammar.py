@@ -16,7 +16,6 @@ one word adds a *problem*: the caller cannot vouch for the text (D91).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hookrunner.ax.packs import braces
@@ -34,21 +33,25 @@ _COMMANDS = frozenset({"command", "declaration_command"})
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
-@dataclass
 class Raw:
-    """One simple command: its words and redirections, and what feeds its standard input."""
+    """One simple command: its words and redirections, and what feeds its standard input.
 
-    words: list[str]
-    redirects: list[tuple[str, str]]
-    stdin: str | None = None  # a here-document body or here-string: text the program reads
-    piped: bool = False  # its standard input is the previous command of a pipeline
-    inner: list[str] = field(default_factory=list)  # substitutions of here-document bodies
+    (Plain classes, not dataclasses: the pack's child imports this on every tool call,
+    and ``dataclasses`` costs more to import than the grammar.)
+    """
+
+    def __init__(self, words: list[str], piped: bool) -> None:
+        self.words = words
+        self.redirects: list[tuple[str, str]] = []
+        self.stdin: str | None = None  # a here-document body or here-string: what it reads
+        self.piped = piped  # its standard input is the previous command of a pipeline
+        self.inner: list[str] = []  # the substitutions of an unquoted here-document body
 
 
-@dataclass
 class Parsed:
-    commands: list[Raw] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    def __init__(self, problems: list[str] | None = None) -> None:
+        self.commands: list[Raw] = []
+        self.problems: list[str] = problems or []
 
 
 def available() -> bool:
@@ -131,7 +134,7 @@ class _Walker:
         words: list[str] = []
         for raw in raw_words:
             words.extend(self.word(raw))
-        command = Raw(words, [], piped=piped)
+        command = Raw(words, piped)
         for redirect in redirects:
             self.redirect(redirect, command)
         if command.words or command.redirects:
