@@ -8,8 +8,9 @@ reason on stderr; 1 is an internal error, which blocks too for the blocking
 packs (their entries set ``blockOnFailure``: a guard that cannot look does
 not let things through).
 
-Only the standard library and this package are imported, and each pack
-imports what it needs when it runs: the child starts with ``python -I -S`` on
+Only the standard library, this package and the shell grammar
+(``tree_sitter``, D90) are imported, and each pack imports what it needs when
+it runs: the child starts with ``python -I -S`` on
 every tool call, so import time is latency the agent waits for.
 """
 
