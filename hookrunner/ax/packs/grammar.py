@@ -16,6 +16,7 @@ one word adds a *problem*: the caller cannot vouch for the text (D91).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hookrunner.ax.packs import braces
@@ -29,6 +30,7 @@ try:
 except ImportError:  # pragma: no cover - a declared dependency; without it nothing is vouched for
     _PARSER = None
 
+_SEPARATORS = re.compile(rb"^(?:[ \t]|\\\n)+")
 _COMMANDS = frozenset({"command", "declaration_command"})
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
@@ -74,9 +76,12 @@ class _Walker:
     def __init__(self, source: bytes) -> None:
         self.source = source
         self.parsed = Parsed()
+        self.consumed: set[int] = set()  # nodes whose skipped prefix a word took back
 
     def text(self, node: Any) -> str:
-        return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
+        """The source of a node (or a byte slice of the source), as written."""
+        raw = node if isinstance(node, bytes) else self.source[node.start_byte : node.end_byte]
+        return raw.decode("utf-8", "surrogatepass")
 
     def problem(self, what: str) -> None:
         if what not in self.parsed.problems:
@@ -113,15 +118,36 @@ class _Walker:
                 self.walk(child)
 
     def simple(self, node: Any, redirects: list[Any], piped: bool) -> None:
-        words: list[str] = []
         own = list(redirects)
+        parts = []
         for child in node.children:
             self.walk_inside(child)
             if child.type in _REDIRECTS:
                 own.append(child)
             elif child.type != "comment":
-                words.append(self.text(child))
-        self.emit(words, own, piped)
+                parts.append(child)
+        self.emit(self.joined(parts), own, piped)
+
+    def joined(self, nodes: list[Any]) -> list[str]:
+        """The words of sibling nodes: nodes with no space between them are one word
+        (the grammar leaves ``$"x"`` as ``$`` and a string, bash makes one word)."""
+        words: list[str] = []
+        end = -1
+        for node in nodes:
+            gap = self.source[end : node.start_byte] if words else b" "
+            if not gap.replace(b"\\\n", b"")[:1].isspace():  # no blank: the same word
+                if gap:
+                    self.consumed.add(node.start_byte)
+                words[-1] += self.text(self.source[end : node.end_byte])
+            else:
+                # what the grammar skipped that is not a separator (a leading "\ ") is the
+                # word's own text: bash keeps it
+                kept = _SEPARATORS.sub(b"", gap)
+                if kept:
+                    self.consumed.add(node.start_byte)
+                words.append(self.text(kept + self.source[node.start_byte : node.end_byte]))
+            end = node.end_byte
+        return words
 
     def walk_inside(self, node: Any) -> None:
         """The commands inside a word (substitutions), not the word itself."""
@@ -167,8 +193,8 @@ class _Walker:
             return
         # bash reads words after a redirection as the command's arguments ("> out a b"),
         # the grammar puts them inside the redirection node
-        for extra in targets[1:]:
-            command.words.extend(self.word(self.text(extra)))
+        for extra in self.joined(targets[1:]):
+            command.words.extend(self.word(extra))
         words = self.word(self.text(targets[0]))
         if node.type == "herestring_redirect":
             command.stdin = " ".join(words)
@@ -184,5 +210,32 @@ def parse(text: str) -> Parsed:
         return Parsed(problems=["the shell grammar (tree-sitter-bash) is not installed"])
     source = text.encode("utf-8", "surrogatepass")
     walker = _Walker(source)
-    walker.walk(_PARSER.parse(source).root_node)
+    root = _PARSER.parse(source).root_node
+    walker.walk(root)
+    if not _covered(source, root, walker.consumed):
+        walker.problem("the shell grammar skipped part of it")
     return walker.parsed
+
+
+def _covered(source: bytes, root: Any, consumed: set[int]) -> bool:
+    """Whether every byte between the grammar's tokens is a separator (blanks, newlines,
+    line continuations) or was taken back into a word: nothing bash reads was dropped."""
+    leaves = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0:
+            leaves.append((node.start_byte, node.end_byte))
+        else:
+            stack.extend(node.children)
+    leaves.sort()
+    end = 0
+    for start, stop in leaves:
+        if start > end and start not in consumed:
+            if _GAP.fullmatch(source[end:start]) is None:
+                return False
+        end = max(end, stop)
+    return _GAP.fullmatch(source[end:]) is not None
+
+
+_GAP = re.compile(rb"(?:[ \t\r\n]|\\\n)*")

@@ -26,6 +26,9 @@ FORCE_AFTER_LOST_LINES = [
     ("git push origin {-f,main}", "git push -f"),
     ("git {push,-f} origin main", "git push -f"),
     ("git push origin {+main,x}", "git push +main"),
+    # found by the differential test: the grammar splits words bash joins
+    ("git push -\\\nf origin main", "git push -f"),
+    ('git push $"-f" origin', "git push -f"),
 ]
 ENV_AFTER_LOST_LINES = [
     ("((x=1<<2))\ncat .env", ".env"),
