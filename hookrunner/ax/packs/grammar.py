@@ -231,9 +231,9 @@ def _covered(source: bytes, root: Any, consumed: set[int]) -> bool:
     leaves.sort()
     end = 0
     for start, stop in leaves:
-        if start > end and start not in consumed:
-            if _GAP.fullmatch(source[end:start]) is None:
-                return False
+        gap = source[end:start] if start > end and start not in consumed else b""
+        if _GAP.fullmatch(gap) is None:
+            return False
         end = max(end, stop)
     return _GAP.fullmatch(source[end:]) is not None
 
