@@ -134,12 +134,16 @@ def grammar_words(line: str) -> list[str] | None:
     return words
 
 
-_BRACE_PART = st.one_of(_BARE.filter(lambda t: not set(t) & set("{},")), st.sampled_from(["", "'a,b'", '"{x}"', "\\,"]))
+_BRACE_PART = st.one_of(
+    _BARE.filter(lambda t: not set(t) & set("{},")), st.sampled_from(["", "'a,b'", '"{x}"', "\\,"])
+)
 BRACES = st.recursive(
     _BRACE_PART,
-    lambda inner: st.lists(inner, min_size=2, max_size=3).map(lambda ps: "{" + ",".join(ps) + "}")
-    | st.tuples(inner, inner).map("".join)
-    | st.sampled_from(["{1..3}", "{a..c}", "{05..1..2}", "{x}", "{,}"]),
+    lambda inner: (
+        st.lists(inner, min_size=2, max_size=3).map(lambda ps: "{" + ",".join(ps) + "}")
+        | st.tuples(inner, inner).map("".join)
+        | st.sampled_from(["{1..3}", "{a..c}", "{05..1..2}", "{x}", "{,}"])
+    ),
     max_leaves=6,
 )
 
