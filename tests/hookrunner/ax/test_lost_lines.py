@@ -8,10 +8,12 @@ pure rules and through a real session (the pack's child process).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hookrunner.ax.model import Verdict
-from hookrunner.ax.packs import braces, envfiles, git
+from hookrunner.ax.packs import braces, envfiles, git, main
 from hookrunner.ax.packs.commands import read_script
 from tests.hookrunner.ax.conftest import AxEnv
 
@@ -216,3 +218,100 @@ def test_too_many_braces_cannot_be_verified() -> None:
         braces.expand("{1..257}")
     script = read_script("git push {a,b}{c,d}{e,f}{g,h}{i,j}{k,l}{m,n}{o,p}{q,r}")
     assert (script.complete, script.problems) == (False, ("a word that cannot be read (TooMany)",))
+
+
+def judge(pack: str, tmp_path: Path, tool: str, args: dict) -> tuple[int, str]:
+    """A pack's handler in this process (the sessions above run it as a child)."""
+    import io
+    import sys
+
+    context = main.Context("PreToolUse", tool, "s", args, str(tmp_path), {})
+    saved, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        status = main.HANDLERS[pack](context)
+        return status, sys.stderr.getvalue()
+    finally:
+        sys.stderr = saved
+
+
+@pytest.mark.parametrize(
+    ("pack", "tool", "args", "status", "says"),
+    [
+        ("block-force-push", "bash", {"command": "git push -f"}, 2, "`git push -f` rewrites"),
+        (
+            "block-force-push",
+            "bash",
+            {"command": "git push $X"},
+            2,
+            "only known when the shell runs",
+        ),
+        (
+            "block-force-push",
+            "bash",
+            {"command": "echo x | sh"},
+            2,
+            "cannot verify this command (sh reads",
+        ),
+        (
+            "block-force-push",
+            "code_execution",
+            {"code": "import os; os.system('x')", "language": "python"},
+            2,
+            "python code uses `os.system`",
+        ),
+        (
+            "block-force-push",
+            "code_execution",
+            {"code": "perl -e 'system(\"x\")'"},
+            2,
+            "perl code uses `system`",
+        ),
+        ("block-force-push", "code_execution", {"code": "print(1)", "language": "python"}, 0, ""),
+        ("block-force-push", "read_file", {"path": "a"}, 0, ""),
+        ("protect-env-files", "bash", {"command": "cat .env"}, 2, "would read or write '.env'"),
+        (
+            "protect-env-files",
+            "bash",
+            {"command": "echo 'open"},
+            2,
+            "cannot verify this command (the shell grammar",
+        ),
+        (
+            "protect-env-files",
+            "code_execution",
+            {"code": "import subprocess", "language": "python"},
+            2,
+            "python code uses `subprocess`",
+        ),
+        (
+            "protect-env-files",
+            "code_execution",
+            {"code": "open('.env.local')", "language": "python"},
+            2,
+            "would read or write '.env.local'",
+        ),
+        ("protect-env-files", "bash", {"command": "grep -r KEY ."}, 0, ""),
+        ("protect-env-files", "code_execution", {"code": "ls", "language": 3}, 0, ""),
+    ],
+)
+def test_the_handlers_in_process(
+    tmp_path: Path, pack: str, tool: str, args: dict, status: int, says: str
+) -> None:
+    assert judge(pack, tmp_path, tool, args)[0] == status
+    assert says in judge(pack, tmp_path, tool, args)[1]
+
+
+def test_a_tree_too_large_to_search_is_not_vouched_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.txt").write_text("")
+    assert judge("protect-env-files", tmp_path, "bash", {"command": "grep -r KEY ."})[0] == 0
+    monkeypatch.setattr(main, "MAX_WALK", 2)
+    status, says = judge("protect-env-files", tmp_path, "bash", {"command": "grep -r KEY ."})
+    assert (status, "too large to search" in says) == (2, True)
+    (tmp_path / "b" / ".env").write_text("K=1\n")
+    monkeypatch.setattr(main, "MAX_WALK", 100)
+    status, says = judge("protect-env-files", tmp_path, "bash", {"command": "tar czf /tmp/o.tgz b"})
+    assert (status, "would read or write 'b/.env'" in says) == (2, True)
