@@ -175,6 +175,15 @@ def load(
 ) -> NetworkConfig:
     """The file at `path`, parsed; `secrets=False` checks references without looking them up."""
     source = str(path)
+    document = read_document(path)
+    if not secrets:
+        return parse(document, source, {}, resolve_secrets=False)
+    return parse(document, source, os.environ if environ is None else environ)
+
+
+def read_document(path: str | os.PathLike[str]) -> Any:
+    """The YAML (or JSON) document at `path`, or ConfigError naming the file (and line)."""
+    source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -188,9 +197,7 @@ def load(
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         detail = getattr(exc, "problem", None) or "unreadable"
         raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
-    if not secrets:
-        return parse(document, source, {}, resolve_secrets=False)
-    return parse(document, source, os.environ if environ is None else environ)
+    return document
 
 
 def parse(

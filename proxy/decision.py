@@ -34,6 +34,8 @@ class Reason(StrEnum):
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
+    CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
 
 
 class Stage(StrEnum):
@@ -79,10 +81,15 @@ MESSAGES: dict[Reason, str] = {
         "TRACE and TRACK are refused to a host that receives injected credentials: "
         "the answer would echo them."
     ),
+    Reason.UNKNOWN_SANDBOX: (
+        "This proxy serves sandboxes and no sandbox claims this client "
+        "(proxy credentials or source address)."
+    ),
+    Reason.CONNECTION_LIMIT: "This sandbox has as many connections open as it may; retry later.",
 }
 
 # Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
-STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502}
+STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502, Reason.CONNECTION_LIMIT: 429}
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md
