@@ -35,6 +35,8 @@ REASONS = frozenset(
         "dns_failure",
         "policy_error",
         "method_not_allowed",
+        "unknown_sandbox",
+        "connection_limit",
     }
 )
 AUDIT_KEYS = frozenset(
