@@ -1,4 +1,4 @@
-"""Which sandbox a client connection belongs to, on a node proxy (SPEC 1.12).
+"""Which sandbox a client connection belongs to, on a node proxy (docs/configuration.md#sandboxes).
 
 Runs before the stage addons and does nothing without `sandboxes:` (`Shared.tenancy`).
 Identity is decided once per client connection (`proxy.identity.identify`) and kept in

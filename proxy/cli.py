@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
-from proxy import health, optimized
+from proxy import health, optimized, sandboxes
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -126,11 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         try:
             network = configuration.load(args.file)
+            loaded = sandboxes.check_node(args.file)  # with `sandboxes:`, every file too
         except configuration.ConfigError as exc:
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)
             return 1
-        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
+        shown = f", {loaded} sandbox files" if loaded is not None else ""
+        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries{shown}")
         return 0
     if args.command == "dns":
         return _run_dns(args)

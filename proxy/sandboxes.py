@@ -1,4 +1,4 @@
-"""The sandboxes of a node proxy (docs/configuration.md#sandboxes, SPEC 1.12): the node file's
+"""The sandboxes of a node proxy (docs/configuration.md#sandboxes): the node file's
 `sandboxes:` section, and one file per sandbox, `<id>.yaml`, in a watched directory.
 
 A sandbox file holds `token` (proxy_auth), `class` (the one label metrics may carry),
@@ -248,3 +248,16 @@ class SandboxDirectory:
                 message = f"{address} already identifies sandbox {other.id}"
                 problems.append(Problem(str(path), "addresses", message))
         return problems
+
+
+def check_node(path: str | os.PathLike[str]) -> int | None:
+    """`egress-proxy check`: the node's `sandboxes:` section and every file of its directory;
+    the number of sandbox files (None without the section), or ConfigError with every problem."""
+    section = node_section(path)
+    if section is None:
+        return None
+    directory = SandboxDirectory(section.directory)
+    found = directory.scan()
+    if found.problems:
+        raise ConfigError(list(found.problems))
+    return len(directory.sandboxes)

@@ -1,4 +1,4 @@
-"""End to end, many sandboxes in one proxy (issue 23, SPEC 1.12): the real proxy, real sockets.
+"""End to end, many sandboxes in one proxy (issue 23, docs/configuration.md#sandboxes): the real proxy, real sockets.
 
 Two sandboxes on one node proxy, each identified by its proxy credentials, each reaching
 only its own hosts with its own injected header; a wrong or missing credential gets 407 and
