@@ -1,4 +1,5 @@
-"""Which sandbox a client connection belongs to (docs/configuration.md#sandboxes): proxy credentials or address.
+"""Which sandbox a client connection belongs to: proxy credentials or address
+(docs/configuration.md#sandboxes).
 
 `identify` is pure: the node's methods (`sandboxes.identify`) are tried in a fixed way.
 * `proxy_auth`: `Proxy-Authorization: Basic base64(<id>:<token>)`, as a client sends it

@@ -164,16 +164,17 @@ def _addresses(raw: Any, report: Any) -> frozenset[IPAddress]:
 
 # -- the watched directory -----------------------------------------------------------------
 
-Fingerprint = tuple[str, int, int, int, int]
+Fingerprint = tuple[int, int, int, int]
 
 
 def _fingerprint(path: Path) -> Fingerprint | None:
+    """What changes when the file, or what its symlinks lead to, is replaced or written
+    (a Kubernetes volume swaps `..data`: the file reached has another inode)."""
     try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
+        st = os.stat(path)
     except OSError:
         return None
-    return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,7 @@ class SandboxDirectory:
             self.sandboxes.pop(gone, None)
         changed: set[str] = set()
         problems: list[Problem] = []
+        holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
@@ -224,12 +226,16 @@ class SandboxDirectory:
                 problems.extend(exc.problems)
                 self._invalid.add(sandbox)
                 continue
-            claimed = self._claims(fresh, path)
+            claimed = _claims(fresh, path, holders)
             if claimed:
                 problems.extend(claimed)
                 self._invalid.add(sandbox)
                 continue
             self._invalid.discard(sandbox)
+            old = self.sandboxes.get(sandbox)
+            for address in old.addresses if old is not None else ():
+                holders.pop(address, None)
+            holders.update(dict.fromkeys(fresh.addresses, sandbox))
             self.sandboxes[sandbox] = fresh
             changed.add(sandbox)
         return Scan(frozenset(changed), removed, tuple(problems))
@@ -238,16 +244,16 @@ class SandboxDirectory:
     def invalid(self) -> frozenset[str]:
         return frozenset(self._invalid)
 
-    def _claims(self, fresh: Sandbox, path: Path) -> list[Problem]:
-        """An address another sandbox holds cannot identify this one too."""
-        problems = []
-        for other in self.sandboxes.values():
-            if other.id == fresh.id:
-                continue
-            for address in sorted(fresh.addresses & other.addresses, key=str):
-                message = f"{address} already identifies sandbox {other.id}"
-                problems.append(Problem(str(path), "addresses", message))
-        return problems
+
+def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:
+    """An address another sandbox holds cannot identify this one too."""
+    problems = []
+    for address in sorted(fresh.addresses, key=str):
+        holder = holders.get(address)
+        if holder is not None and holder != fresh.id:
+            message = f"{address} already identifies sandbox {holder}"
+            problems.append(Problem(str(path), "addresses", message))
+    return problems
 
 
 def check_node(path: str | os.PathLike[str]) -> int | None:

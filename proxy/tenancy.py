@@ -1,4 +1,5 @@
-"""Many sandboxes in one proxy (docs/configuration.md#sandboxes): each sandbox's policy inside the node's ceiling.
+"""Many sandboxes in one proxy: each sandbox's policy inside the node's ceiling
+(docs/configuration.md#sandboxes).
 
 * `bounded(node, own)` is the whole rule, a pure function of two decisions: a request is
   allowed only when the node's allowlist and the sandbox's both allow it, and what is
