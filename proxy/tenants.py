@@ -1,7 +1,8 @@
 """A node proxy's sandboxes while it runs: load the directory, watch it, swap the snapshot.
 
-`Tenants` owns the `SandboxDirectory` and the current `Tenancy`. `scan()` (at start, then
-every watch interval, and on SIGHUP) reads the files that changed and, when a sandbox was
+`Tenants` owns the `SandboxDirectory` and the current `Tenancy`. A scan (at start, on
+SIGHUP, and every watch interval in a worker thread, one at a time) reads the files that
+changed; back on the event loop, when a sandbox was
 added, changed or removed, hands a new snapshot to `install` in one assignment; an invalid
 file is logged (never its secret values) and counted, and its sandbox keeps its last good
 policy. `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Mapping
 
 from proxy.metrics import SandboxMetrics
 from proxy.policy import Policy
-from proxy.sandboxes import SandboxDirectory, SandboxesSection
+from proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
 from proxy.tenancy import Tenancy
 
 log = logging.getLogger("egress")
@@ -35,9 +37,26 @@ class Tenants:
         self.tenancy = Tenancy(section, node)
         self._install = install
         self._metrics = metrics
+        self._scanning = threading.Lock()
 
     def scan(self, cause: str = "file change") -> None:
-        result = self.directory.scan()
+        with self._scanning:
+            result = self.directory.scan()
+        self._apply(result, cause)
+
+    async def watch(self, interval: float) -> None:
+        """Scan every `interval` seconds, off the event loop (stat'ing a thousand files and
+        parsing the changed ones must not stall connections); runs until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            result = await asyncio.to_thread(self._scan_locked)
+            self._apply(result, "file change")
+
+    def _scan_locked(self) -> Scan:
+        with self._scanning:  # a SIGHUP scan on the loop waits for a running one
+            return self.directory.scan()
+
+    def _apply(self, result: Scan, cause: str) -> None:
         for problem in result.problems:
             log.error("sandbox file refused (%s), keeping its last good policy: %s",
                       cause, problem)  # fmt: skip
@@ -59,9 +78,3 @@ class Tenants:
         self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
         self._metrics.loaded.set(len(self.tenancy.policies))
         self._install(self.tenancy)
-
-    async def watch(self, interval: float) -> None:
-        """Scan every `interval` seconds; runs until cancelled."""
-        while True:
-            await asyncio.sleep(interval)
-            self.scan()

@@ -52,3 +52,31 @@ def test_check_reads_every_sandbox_file(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "sandboxes" / "beta.yaml").write_text("token: short\nnetwork: {}\n")
     assert main(["check", str(node)]) == 1
     assert "beta.yaml: token: must be at least 16 characters" in capsys.readouterr().err
+
+
+def test_the_watch_scans_off_the_loop_and_installs_on_it(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    installed: list[tuple[Tenancy, str]] = []
+    metrics = ProxyMetrics()
+
+    def install(tenancy: Tenancy) -> None:
+        installed.append((tenancy, threading.current_thread().name))
+
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes)
+    tenants.scan("start")
+    (tmp_path / "alpha.yaml").write_text(ALPHA)
+
+    async def watch_once() -> None:
+        task = asyncio.create_task(tenants.watch(0.01))
+        for _ in range(500):  # bounded: 5 s at most
+            await asyncio.sleep(0.01)
+            if installed:
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(watch_once())
+    assert [(list(t.policies), name) for t, name in installed] == [(["alpha"], "MainThread")]
