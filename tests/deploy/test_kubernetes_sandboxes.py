@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from proxy.hosts import canonical_host
 from proxy.policy import Policy
 from proxy.sandboxes import Identify, load_sandbox, parse_section
 from proxy.tenancy import SandboxPolicy
+from tests.deploy.test_kubernetes import kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "deploy/kubernetes/per-sandbox"
@@ -31,8 +30,6 @@ COMPONENT = ROOT / "deploy/kubernetes/per-sandbox"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl is not None, "needs kubectl (Debian's kubernetes-client)"
     overlay = tmp_path_factory.mktemp("overlay")
     base = os.path.relpath(ROOT / "deploy", overlay)
     component = os.path.relpath(COMPONENT, overlay)
@@ -40,16 +37,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dic
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources: [{base}]\ncomponents: [{component}]\n"
     )
-    done = subprocess.run(
-        [kubectl, "kustomize", str(overlay)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")},
-    )
-    assert done.returncode == 0, done.stderr
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+    output = kustomize(overlay)
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(output) if d}
 
 
 def mounts(container: dict[str, Any]) -> dict[str, str]:
