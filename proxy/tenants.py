@@ -75,6 +75,7 @@ class Tenants:
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:
-        self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
+            self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
         self._metrics.loaded.set(len(self.tenancy.policies))
         self._install(self.tenancy)
