@@ -264,3 +264,23 @@ def test_one_sandbox_cannot_take_the_connections_of_another(
     assert (
         samples[("egress_sandbox_connection_refusals_total", (("sandbox_class", "agents"),))] == 1
     )
+
+
+def test_report_only_is_per_sandbox(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    trying = BETA.replace("network:\n", "network:\n  report_only: true\n")
+    p, _ = node_proxy(private_proxy, tmp_path, "proxy_auth", alpha=ALPHA, beta=trying)
+    mark = p.view.audit_log.mark()
+    response = https_as(p.view, basic("beta", BETA_TOKEN), "api.allowed.test", "/trial")
+    assert response.status == 200, response.describe()
+    assert header_values(obs.only_request(), "X-Sandbox-Key") == []  # nothing injected
+    assert_refused(
+        https_as(p.view, basic("alpha", ALPHA_TOKEN), "other.allowed.test"), "not_allowlisted"
+    )
+    lines = p.view.audit_log.wait_count(mark, 3)
+    assert [(a["sandbox"], a["method"], a["decision"]) for a in lines] == [
+        ("beta", "CONNECT", "would_deny"),
+        ("beta", "GET", "would_deny"),
+        ("alpha", "CONNECT", "deny"),
+    ]
