@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from common.problems import Problem, schema_errors, schema_validator
-from proxy.config import ConfigError, NetworkConfig, Secret, _resolve, parse, read_document
+from proxy.config import (
+    ConfigError,
+    NetworkConfig,
+    Secret,
+    _check_unresolved,
+    _resolve,
+    parse,
+    read_document,
+)
 from proxy.hosts import IPAddress
 
 SUFFIX = ".yaml"
@@ -94,19 +102,27 @@ def sandbox_id(path: Path) -> str | None:
     return path.stem if _ID.fullmatch(path.stem) else None
 
 
-def load_sandbox(path: Path, environ: Mapping[str, str] | None = None) -> Sandbox:
-    """The sandbox file at `path`, or ConfigError with every problem found."""
+def load_sandbox(
+    path: Path, environ: Mapping[str, str] | None = None, *, secrets: bool = True
+) -> Sandbox:
+    """The sandbox file at `path`, or ConfigError with every problem found; `secrets=False`
+    checks references without looking them up (the DNS responder's, D83)."""
     found = sandbox_id(path)
     if found is None:
         message = "a sandbox file is named <id>.yaml, id of letters, digits, '.', '_', '-'"
         raise ConfigError([Problem(str(path), "", message)])
-    return parse_sandbox(read_document(path), str(path), found, environ)
+    return parse_sandbox(read_document(path), str(path), found, environ, secrets=secrets)
 
 
 def parse_sandbox(
-    document: Any, source: str, sandbox: str, environ: Mapping[str, str] | None = None
+    document: Any,
+    source: str,
+    sandbox: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    secrets: bool = True,
 ) -> Sandbox:
-    environ = os.environ if environ is None else environ
+    environ = (os.environ if environ is None else environ) if secrets else {}
     problems = [
         Problem(source, _where("", f.path), f.message)
         for f in schema_errors(schema_validator("egress-sandbox"), document)
@@ -115,14 +131,18 @@ def parse_sandbox(
         raise ConfigError(problems)
     network: NetworkConfig | None = None
     try:
-        network = parse({"network": document.get("network")}, source, environ)
+        network = parse(
+            {"network": document.get("network")}, source, environ, resolve_secrets=secrets
+        )
     except ConfigError as exc:
         problems.extend(exc.problems)
 
     def report(location: str, message: str) -> None:
         problems.append(Problem(source, location, message))
 
-    token = _token(document.get("token"), environ, report)
+    token = _token(document.get("token"), environ, report) if secrets else None
+    if not secrets and isinstance(document.get("token"), str) and document["token"]:
+        _check_unresolved(document["token"], "token", report)
     addresses = _addresses(document.get("addresses"), report)
     if problems or network is None:
         raise ConfigError(problems)
@@ -192,6 +212,7 @@ class SandboxDirectory:
 
     directory: Path
     environ: Mapping[str, str] | None = None
+    secrets: bool = True  # False: tokens and transform values are checked, never looked up
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
     _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
@@ -221,7 +242,7 @@ class SandboxDirectory:
                 continue
             self._seen[sandbox] = identity
             try:
-                fresh = load_sandbox(path, self.environ)
+                fresh = load_sandbox(path, self.environ, secrets=self.secrets)
             except ConfigError as exc:
                 problems.extend(exc.problems)
                 self._invalid.add(sandbox)
