@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench import sandboxes
+
 BASELINES = ("direct", "mitmdump", "squid")
 
 
@@ -295,6 +297,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("idle", idle_lines),
         ("latency", latency_lines),
         ("redact", redact_lines),
+        ("sandboxes", sandboxes.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

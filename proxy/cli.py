@@ -17,7 +17,7 @@ from typing import Any
 
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
-from proxy import health, optimized
+from proxy import health, optimized, sandboxes
 from proxy import propose as proposing
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
@@ -155,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         try:
             network = configuration.load(args.file)
+            loaded = sandboxes.check_node(args.file)  # with `sandboxes:`, every file too
         except configuration.ConfigError as exc:
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)
             return 1
-        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
+        shown = f", {loaded} sandbox files" if loaded is not None else ""
+        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries{shown}")
         return 0
     if args.command == "propose":
         return _propose(args)

@@ -55,6 +55,8 @@ class ConnectionFacts:
     passthrough: bool = False
     # The ClientHello carried an SNI that does not parse: every request is bad_request (D23).
     bad_sni: bool = False
+    # A node proxy's sandbox (1.12), once identified: whose policy decides (`Tenancy`).
+    sandbox: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

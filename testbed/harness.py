@@ -37,6 +37,8 @@ REASONS = frozenset(
         "method_not_allowed",
         "credential_required",
         "placeholder_elsewhere",
+        "unknown_sandbox",
+        "connection_limit",
     }
 )
 AUDIT_KEYS = frozenset(

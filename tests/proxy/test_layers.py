@@ -38,6 +38,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
     "proxy.fields": Layer.CORE,
     "proxy.health": Layer.CORE,
+    "proxy.identity": Layer.CORE,
     "proxy.hosts": Layer.CORE,
     "proxy.limits": Layer.CORE,
     "proxy.metrics": Layer.CORE,
@@ -46,10 +47,12 @@ LAYERS: dict[str, Layer] = {
     "proxy.propose": Layer.CORE,
     "proxy.redact": Layer.CORE,
     "proxy.resolver": Layer.CORE,
+    "proxy.sandboxes": Layer.CORE,
     "proxy.selfaddr": Layer.CORE,
     "proxy.stages": Layer.CORE,
     "proxy.swap": Layer.CORE,
     "proxy.targets": Layer.CORE,
+    "proxy.tenancy": Layer.CORE,
     "addons.auditing": Layer.ADAPTER,
     "addons.backpressure": Layer.ADAPTER,
     "addons.clienthello": Layer.ADAPTER,
@@ -61,6 +64,7 @@ LAYERS: dict[str, Layer] = {
     "addons.refusal": Layer.ADAPTER,
     "addons.request": Layer.ADAPTER,
     "addons.response": Layer.ADAPTER,
+    "addons.sandboxes": Layer.ADAPTER,
     "addons.shared": Layer.ADAPTER,
     "addons.targets": Layer.ADAPTER,
     "addons.telemetry": Layer.ADAPTER,
@@ -71,6 +75,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
+    "proxy.tenants": Layer.LAUNCHER,  # loads and watches the sandbox directory
     "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
 }
