@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
-from proxy import health, optimized
+from proxy import health, lint, optimized
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -90,8 +90,20 @@ def _parser() -> argparse.ArgumentParser:
     dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
     add_log_format_option(dns)
 
-    check = sub.add_parser("check", help="validate a configuration file")
-    check.add_argument("file")
+    check = sub.add_parser(
+        "check",
+        help="validate a configuration file",
+        description="Validate an environment file: exit 0 when the proxy would load it, "
+        "1 with one line per problem (FILE:LINE:COLUMN: location: message). "
+        "Warnings (a literal credential in a transform) do not fail the check.",
+    )
+    check.add_argument("file", help="environment file (YAML or JSON)")
+    check.add_argument(
+        "--no-secrets",
+        action="store_true",
+        help="check everything that needs no secret: ${NAME} and ${file:} references are "
+        "checked for syntax, not looked up (for CI, where the secrets are not)",
+    )
 
     ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
     ca.add_argument("--certs", default="certs", type=Path)
@@ -124,14 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and argv is None:  # the console script, not a test's call
         optimized.reexec_optimized()  # under -O: mitmproxy's debug-only checks off (D75)
     if args.command == "check":
-        try:
-            network = configuration.load(args.file)
-        except configuration.ConfigError as exc:
-            for problem in exc.problems:
-                print(f"error: {problem}", file=sys.stderr)
-            return 1
-        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
-        return 0
+        return _check(args.file, secrets=not args.no_secrets)
     if args.command == "dns":
         return _run_dns(args)
     if args.command == "health":
@@ -192,6 +197,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _check(path: str, *, secrets: bool) -> int:
+    try:
+        network = configuration.load(path, secrets=secrets)
+    except configuration.ConfigError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    for warning in lint.warnings(path):
+        print(f"warning: {warning}", file=sys.stderr)
+    unresolved = "" if secrets else " (references not looked up: --no-secrets)"
+    print(f"{path}: ok, {len(network.allowlist)} allowlist entries{unresolved}")
+    return 0
 
 
 def _run_dns(args: argparse.Namespace) -> int:

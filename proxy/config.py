@@ -36,8 +36,11 @@ import yaml
 
 from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
+from common.tokens import shown
 from proxy.addresses import NEVER_ALLOWED, classify
+from proxy.formats import missing_network
 from proxy.hosts import HostError, canonical_host, canonical_name
+from proxy.positions import Positions, compose
 from proxy.redact import NO_REDACTION, Redactor
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -182,15 +185,23 @@ def load(
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem(source, "", "cannot read file: not UTF-8 text")]) from exc
     try:
-        document = yaml.safe_load(text)
+        document, positions = compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         detail = getattr(exc, "problem", None) or "unreadable"
         raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
-    if not secrets:
-        return parse(document, source, {}, resolve_secrets=False)
-    return parse(document, source, os.environ if environ is None else environ)
+    try:
+        if not secrets:
+            return parse(document, source, {}, resolve_secrets=False)
+        return parse(document, source, os.environ if environ is None else environ)
+    except ConfigError as exc:
+        raise _placed(exc, positions) from None
+
+
+def _placed(error: ConfigError, positions: Positions) -> ConfigError:
+    """`error` with each problem at its `file:line:column`."""
+    return ConfigError([positions.place(problem) for problem in error.problems])
 
 
 def parse(
@@ -251,14 +262,21 @@ def _location(path: Sequence[str | int]) -> str:
 
 
 def _network_section(document: Any, report: Report) -> Any:
-    """The `network` value (a pasted environment object's too); None when there is none."""
+    """The `network` value (a pasted environment object's too); None when there is none.
+
+    A file without a `network` key is refused: read as an empty allowlist, a misspelt key
+    or the wrong file would silently refuse everything.
+    """
     if document is None:
+        report("", missing_network(document))
         return None
     if not isinstance(document, dict):
         report("", "the file must be a mapping with a 'network' section")
         return None
     if "network" not in document and isinstance(document.get("environment"), dict):
         document = document["environment"]  # a pasted environment object works too
+    if "network" not in document:
+        report("", missing_network(document))
     return document.get("network")
 
 
@@ -272,7 +290,7 @@ def _entry(
     try:
         base = _pattern(raw["domain"])
     except ValueError as exc:
-        report(f"{where}.domain", f"{exc} (got {raw['domain']!r})")
+        report(f"{where}.domain", f"{exc} (got {shown(raw['domain'], 200)})")
         return None
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
@@ -381,7 +399,7 @@ def _transform(
     for header, value in raw.items():
         here = f"{where}.{header}"
         if not isinstance(header, str) or not _TOKEN.fullmatch(header):
-            report(where, f"invalid header name {str(header)!r}")
+            report(where, f"invalid header name {shown(str(header), 200)}")
             ok = False
         elif header.lower() in FORBIDDEN_TRANSFORM_HEADERS:
             report(here, "this header frames or routes the request and cannot be set")

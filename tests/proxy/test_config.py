@@ -306,13 +306,35 @@ def test_json_and_pasted_environment_objects_load(tmp_path: Path) -> None:
     assert [e.pattern for e in load(path, ENV).allowlist] == ["*"]
 
 
-@pytest.mark.parametrize("text", ["", "network:\n", "network:\n  allowlist: []\n", "other: 1\n"])
-def test_empty_or_missing_allowlist_is_valid_and_denies_everything(
-    tmp_path: Path, text: str
-) -> None:
+@pytest.mark.parametrize("text", ["network:\n", "network:\n  allowlist: []\n"])
+def test_an_empty_allowlist_is_valid_and_denies_everything(tmp_path: Path, text: str) -> None:
     path = tmp_path / "env.yaml"
     path.write_text(text)
     assert load(path, ENV).allowlist == ()
+
+
+NO_NETWORK_SECTION = "no 'network' section (write `network: {allowlist: []}` to refuse everything)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", f"the file is empty: {NO_NETWORK_SECTION}"),
+        ("other: 1\n", f":1:1: {NO_NETWORK_SECTION}"),
+        ("environment: {}\n", f":1:1: {NO_NETWORK_SECTION}"),
+        ("Network: {}\n", ":1:1: no 'network' section; did you mean 'network' (not 'Network')?"),
+    ],
+)
+def test_a_file_without_a_network_section_is_refused(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """Read as an empty allowlist, a misspelt key would silently refuse everything."""
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, ENV)
+    separator = "" if expected.startswith(":") else ": "
+    assert [str(p) for p in info.value.problems] == [f"{path}{separator}{expected}"]
 
 
 def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:

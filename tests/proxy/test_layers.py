@@ -37,11 +37,14 @@ LAYERS: dict[str, Layer] = {
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
     "proxy.fields": Layer.CORE,
+    "proxy.formats": Layer.CORE,  # other tools' files: what they are (check's hints)
     "proxy.health": Layer.CORE,
     "proxy.hosts": Layer.CORE,
     "proxy.limits": Layer.CORE,
+    "proxy.lint": Layer.CORE,  # warnings of `check` (a literal credential in a transform)
     "proxy.metrics": Layer.CORE,
     "proxy.policy": Layer.CORE,
+    "proxy.positions": Layer.CORE,  # file:line:column of each configuration problem
     "proxy.redact": Layer.CORE,
     "proxy.resolver": Layer.CORE,
     "proxy.selfaddr": Layer.CORE,
