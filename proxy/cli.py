@@ -17,7 +17,7 @@ from pathlib import Path
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
 from proxy import health, lint, optimized
-from proxy.ca import KeyType, ensure_ca
+from proxy.ca import CAError, KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
 
@@ -31,8 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the proxy")
     run.add_argument("--config", required=True, help="environment file (YAML or JSON)")
     run.add_argument("--mode", choices=["regular", "transparent"], default="regular")
-    run.add_argument("--listen", default="127.0.0.1:8080", type=parse_hostport)
-    run.add_argument("--metrics", default="127.0.0.1:9464", type=parse_hostport)
+    run.add_argument("--listen", default="127.0.0.1:8080", type=_endpoint)
+    run.add_argument("--metrics", default="127.0.0.1:9464", type=_endpoint)
     run.add_argument("--certs", default="certs", type=Path, help="CA directory")
     run.add_argument("--audit-log", default="-", help="audit log file, or - for stdout")
     run.add_argument("--upstream-ca", type=Path, help="extra CA for upstream certificates")
@@ -86,8 +86,8 @@ def _parser() -> argparse.ArgumentParser:
         "dns", help="answer DNS for names the allowlist could allow, refuse the rest"
     )
     dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
-    dns.add_argument("--listen", default="127.0.0.1:5353", type=parse_hostport)
-    dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
+    dns.add_argument("--listen", default="127.0.0.1:5353", type=_endpoint)
+    dns.add_argument("--metrics", default="127.0.0.1:9466", type=_endpoint)
     add_log_format_option(dns)
 
     check = sub.add_parser(
@@ -113,11 +113,19 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--metrics",
         default="127.0.0.1:9464",
-        type=parse_hostport,
+        type=_endpoint,
         help="the metrics address of `run` (a wildcard address is probed on loopback)",
     )
     probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
     return parser
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    """`HOST:PORT` for argparse: its message, not "invalid parse_hostport value"."""
+    try:
+        return parse_hostport(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (for example 127.0.0.1:8080 or :8080)") from None
 
 
 def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
@@ -145,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome.detail, file=sys.stdout if outcome.healthy else sys.stderr)
         return 0 if outcome.healthy else 1
     if args.command == "ca":
-        ca = ensure_ca(args.certs, args.key_type)
+        try:
+            ca = ensure_ca(args.certs, args.key_type)
+        except CAError as exc:
+            print(f"egress-proxy: {exc}", file=sys.stderr)
+            return 2
         if not ca.created and ca.key_type is not args.key_type:
             print(
                 f"egress-proxy: kept the existing {ca.key_type.value} CA in {args.certs}; "
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
         return 2
-    except LaunchError as exc:
+    except (LaunchError, CAError) as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
