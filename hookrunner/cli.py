@@ -27,6 +27,7 @@ from typing import Any
 from common.endpoint import parse_endpoint
 from common.logs import add_log_format_option
 from common.serve import MetricsServer, add_build_info
+from common.versions import DefaultsHelpFormatter, add_version_option
 
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
@@ -46,6 +47,7 @@ from hookrunner.model import Event
 from hookrunner.session import HookSession, parse_event_payload
 from hookrunner.tools import TOOLS
 
+DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
@@ -53,7 +55,10 @@ register_dialect(ax_metrics.register)  # every HookMetrics of the command shows 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hookrunner", description="Run hooks.json hooks.")
+    parser = argparse.ArgumentParser(
+        prog="hookrunner", description="Run hooks.json hooks.", formatter_class=DEFAULTS
+    )
+    add_version_option(parser, "hookrunner", mitmproxy=False)
     add_log_format_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -84,18 +89,26 @@ def _parser() -> argparse.ArgumentParser:
             help="user the tools run as (default as root: nobody; also HOOKRUNNER_TOOL_USER)",
         )
 
-    validate = commands.add_parser("validate", help="check every discovered hooks.json")
+    validate = commands.add_parser(
+        "validate", help="check every discovered hooks.json", formatter_class=DEFAULTS
+    )
     common(validate)
     validate.add_argument(
         "--ax-config", default=None, help="also check an operator AX hooks file (as fire loads it)"
     )
-    run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
+    run = commands.add_parser(
+        "run", help="run the hooks of one event (payload on stdin)", formatter_class=DEFAULTS
+    )
     run.add_argument("event", choices=[e.value for e in Event])
     running(run)
-    exec_ = commands.add_parser("exec", help="run a tool between its hooks (args on stdin)")
+    exec_ = commands.add_parser(
+        "exec", help="run a tool between its hooks (args on stdin)", formatter_class=DEFAULTS
+    )
     exec_.add_argument("tool", choices=TOOLS)
     executing(exec_)
-    session = commands.add_parser("session", help="long-lived: JSON requests, one per line")
+    session = commands.add_parser(
+        "session", help="long-lived: JSON requests, one per line", formatter_class=DEFAULTS
+    )
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
     add_fire_parser(commands)
@@ -234,3 +247,7 @@ def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
         return session.decide(payload).to_json()
     except (ValueError, RecursionError, HookRunnerError) as exc:
         return {"status": "invalid", "error": str(exc)}
+
+
+if __name__ == "__main__":  # `python -m hookrunner.cli`
+    sys.exit(main())

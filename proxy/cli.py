@@ -15,27 +15,67 @@ import sys
 from pathlib import Path
 
 from common.logs import add_log_format_option, log_handler
+from common.versions import DefaultsHelpFormatter, add_version_option
 from proxy import config as configuration
 from proxy import health, lint, optimized
 from proxy.ca import CAError, KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
 
+PROG = "egress-proxy"
+
+
+DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="egress-proxy", description="Egress proxy with allowlist and token transformation."
+        prog="egress-proxy",
+        description="Egress proxy with allowlist and token transformation.",
+        formatter_class=DEFAULTS,
     )
+    add_version_option(parser, PROG, mitmproxy=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the proxy")
-    run.add_argument("--config", required=True, help="environment file (YAML or JSON)")
-    run.add_argument("--mode", choices=["regular", "transparent"], default="regular")
-    run.add_argument("--listen", default="127.0.0.1:8080", type=_endpoint)
-    run.add_argument("--metrics", default="127.0.0.1:9464", type=_endpoint)
-    run.add_argument("--certs", default="certs", type=Path, help="CA directory")
-    run.add_argument("--audit-log", default="-", help="audit log file, or - for stdout")
-    run.add_argument("--upstream-ca", type=Path, help="extra CA for upstream certificates")
+    run = sub.add_parser("run", help="run the proxy", formatter_class=DEFAULTS)
+    run.add_argument(
+        "--config", required=True, metavar="FILE", help="environment file (YAML or JSON)"
+    )
+    run.add_argument(
+        "--mode",
+        choices=["regular", "transparent"],
+        default="regular",
+        help="regular: clients name the proxy (HTTPS_PROXY); transparent: their TCP is "
+        "redirected to it (iptables/nftables, docs/operations.md)",
+    )
+    run.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        type=_endpoint,
+        metavar="HOST:PORT",
+        help="proxy address, HOST:PORT",
+    )
+    run.add_argument(
+        "--metrics",
+        default="127.0.0.1:9464",
+        type=_endpoint,
+        metavar="HOST:PORT",
+        help="address of /metrics and /healthz, HOST:PORT",
+    )
+    run.add_argument(
+        "--certs",
+        default="certs",
+        type=Path,
+        metavar="DIR",
+        help="CA directory (created with the CA when missing; relative to the working "
+        "directory, the resolved path is printed at start)",
+    )
+    run.add_argument(
+        "--audit-log", default="-", metavar="PATH", help="audit log file, or - for stdout"
+    )
+    run.add_argument(
+        "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
+    )
     run.add_argument(
         "--workers",
         type=int,
@@ -83,16 +123,33 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     dns = sub.add_parser(
-        "dns", help="answer DNS for names the allowlist could allow, refuse the rest"
+        "dns",
+        help="answer DNS for names the allowlist could allow, refuse the rest",
+        formatter_class=DEFAULTS,
     )
-    dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
-    dns.add_argument("--listen", default="127.0.0.1:5353", type=_endpoint)
-    dns.add_argument("--metrics", default="127.0.0.1:9466", type=_endpoint)
+    dns.add_argument(
+        "--config", required=True, metavar="FILE", help="environment file (YAML or JSON)"
+    )
+    dns.add_argument(
+        "--listen",
+        default="127.0.0.1:5353",
+        type=_endpoint,
+        metavar="HOST:PORT",
+        help="DNS address (UDP and TCP)",
+    )
+    dns.add_argument(
+        "--metrics",
+        default="127.0.0.1:9466",
+        type=_endpoint,
+        metavar="HOST:PORT",
+        help="address of /metrics",
+    )
     add_log_format_option(dns)
 
     check = sub.add_parser(
         "check",
         help="validate a configuration file",
+        formatter_class=DEFAULTS,
         description="Validate an environment file: exit 0 when the proxy would load it, "
         "1 with one line per problem (FILE:LINE:COLUMN: location: message). "
         "Warnings (a literal credential in a transform) do not fail the check.",
@@ -105,18 +162,31 @@ def _parser() -> argparse.ArgumentParser:
         "checked for syntax, not looked up (for CI, where the secrets are not)",
     )
 
-    ca = sub.add_parser("ca", help="create the CA if missing and print its certificate path")
-    ca.add_argument("--certs", default="certs", type=Path)
+    ca = sub.add_parser(
+        "ca",
+        help="create the CA if missing and print its certificate path",
+        formatter_class=DEFAULTS,
+    )
+    ca.add_argument("--certs", default="certs", type=Path, metavar="DIR", help="CA directory")
     _key_type_option(ca, "--key-type")
 
-    probe = sub.add_parser("health", help="exit 0 when the proxy's /healthz answers 200")
+    probe = sub.add_parser(
+        "health", help="exit 0 when the proxy's /healthz answers 200", formatter_class=DEFAULTS
+    )
     probe.add_argument(
         "--metrics",
         default="127.0.0.1:9464",
         type=_endpoint,
+        metavar="HOST:PORT",
         help="the metrics address of `run` (a wildcard address is probed on loopback)",
     )
-    probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
+    probe.add_argument(
+        "--timeout",
+        default=health.DEFAULT_TIMEOUT,
+        type=float,
+        metavar="SECONDS",
+        help="how long to wait for the answer",
+    )
     return parser
 
 

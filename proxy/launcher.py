@@ -146,7 +146,17 @@ async def serve(settings: Settings) -> int:
     from addons.limits import Limits
     from addons.telemetry import CountingAudit, Telemetry
 
-    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
+    ca = ensure_ca(settings.certs, settings.ca_key_type)
+    ca_cert = ca.cert
+    if ca.created and settings.worker in (None, 0):  # a relative --certs elsewhere: a new CA
+        announce(
+            settings.log_format,
+            sys.stderr,
+            "egress-proxy",
+            "egress",
+            f"created a new CA in {settings.certs.resolve()}: sandboxes must trust its "
+            "certificate (--certs is relative to the working directory)",
+        )
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))

@@ -66,6 +66,7 @@ LAYERS: dict[str, Layer] = {
     "addons.telemetry": Layer.ADAPTER,
     "addons.tcp": Layer.ADAPTER,
     "addons.workarounds": Layer.ADAPTER,
+    "proxy.__main__": Layer.LAUNCHER,  # `python -m proxy`
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.cli": Layer.LAUNCHER,
     "proxy.engine": Layer.LAUNCHER,

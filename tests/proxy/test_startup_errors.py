@@ -119,6 +119,10 @@ def test_sigterm_logs_the_drain_and_the_stop(tmp_path: Path) -> None:
         child.stop()
     lines = child.stderr.read_text().splitlines()
     assert status == 0
+    assert lines[0] == (
+        f"egress-proxy: created a new CA in {tmp_path / 'certs'}: sandboxes must trust its "
+        "certificate (--certs is relative to the working directory)"
+    )
     assert lines[-2:] == [
         "egress-proxy: SIGTERM: draining, new connections refused; 0 open connections get "
         "up to 3 s",
