@@ -23,6 +23,9 @@ from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
 
 PROG = "egress-proxy"
+# config/default.yaml, shipped as package data (pyproject.toml), so `run` alone works
+# wherever the package is installed (its transform needs DEMO_API_TOKEN).
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "default.yaml"
 
 
 DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
@@ -39,7 +42,11 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the proxy", formatter_class=DEFAULTS)
     run.add_argument(
-        "--config", required=True, metavar="FILE", help="environment file (YAML or JSON)"
+        "--config",
+        default=str(DEFAULT_CONFIG),
+        metavar="FILE",
+        help="environment file (YAML or JSON); the default is config/default.yaml as "
+        "installed with the package",
     )
     run.add_argument(
         "--mode",
@@ -154,7 +161,12 @@ def _parser() -> argparse.ArgumentParser:
         "1 with one line per problem (FILE:LINE:COLUMN: location: message). "
         "Warnings (a literal credential in a transform) do not fail the check.",
     )
-    check.add_argument("file", help="environment file (YAML or JSON)")
+    check.add_argument(
+        "file",
+        nargs="?",
+        default=str(DEFAULT_CONFIG),
+        help="environment file (YAML or JSON); the default is the packaged config/default.yaml",
+    )
     check.add_argument(
         "--no-secrets",
         action="store_true",
