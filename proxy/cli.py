@@ -17,7 +17,7 @@ from pathlib import Path
 from common.logs import add_log_format_option, log_handler
 from common.versions import DefaultsHelpFormatter, add_version_option
 from proxy import config as configuration
-from proxy import health, lint, optimized
+from proxy import formats, health, importers, lint, optimized
 from proxy.ca import CAError, KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -174,6 +174,18 @@ def _parser() -> argparse.ArgumentParser:
         "checked for syntax, not looked up (for CI, where the secrets are not)",
     )
 
+    imported = sub.add_parser(
+        "import",
+        help="print an environment file with the allowlist of another sandbox's settings",
+        formatter_class=DEFAULTS,
+    )
+    imported.add_argument(
+        "--from", dest="kind", required=True, choices=importers.FORMATS, help="its format"
+    )
+    imported.add_argument(
+        "file", help="sandbox-runtime settings JSON, or Codex config.toml (permission profiles)"
+    )
+
     ca = sub.add_parser(
         "ca",
         help="create the CA if missing and print its certificate path",
@@ -227,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         optimized.reexec_optimized()  # under -O: mitmproxy's debug-only checks off (D75)
     if args.command == "check":
         return _check(args.file, secrets=not args.no_secrets)
+    if args.command == "import":
+        return _import(args.kind, args.file)
     if args.command == "dns":
         return _run_dns(args)
     if args.command == "health":
@@ -293,12 +307,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _import(kind: str, path: str) -> int:
+    try:
+        imported = importers.read(kind, Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {path}: cannot read file: {exc}", file=sys.stderr)
+        return 1
+    except importers.ImportRefused as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(importers.as_environment_file(imported, path, kind))
+    return 0
+
+
 def _check(path: str, *, secrets: bool) -> int:
     try:
         network = configuration.load(path, secrets=secrets)
     except configuration.ConfigError as exc:
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {formats.hinted(problem)}", file=sys.stderr)
         return 1
     for warning in lint.warnings(path):
         print(f"warning: {warning}", file=sys.stderr)

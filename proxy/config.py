@@ -217,7 +217,7 @@ def parse(
     def report(location: str, message: str) -> None:
         problems.append(Problem(source, location, message))
 
-    network = _network_section(document, report)
+    network = _shorthand(_network_section(document, report))
     found = schema_errors(schema_validator("egress-config", "network"), network)
     by_entry: dict[int, list[Found]] = {}
     for item in found:
@@ -251,6 +251,15 @@ def parse(
     return NetworkConfig(
         source, tuple(entries), report_only=report_only, secrets_resolved=resolve_secrets
     )
+
+
+def _shorthand(network: Any) -> Any:
+    """`allowlist: [github.com, ...]`: a bare string entry is `{domain: github.com}`."""
+    allowlist = network.get("allowlist") if isinstance(network, dict) else None
+    if not isinstance(allowlist, list) or not any(isinstance(e, str) for e in allowlist):
+        return network
+    entries = [{"domain": e} if isinstance(e, str) else e for e in allowlist]
+    return {**network, "allowlist": entries}
 
 
 def _location(path: Sequence[str | int]) -> str:

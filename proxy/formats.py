@@ -10,9 +10,10 @@ credential is not named either.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from common.problems import did_you_mean
+from common.problems import Problem, did_you_mean
 
 # Top-level keys of a Claude Code settings file (code.claude.com/docs/en/settings).
 CLAUDE_CODE_KEYS = frozenset(
@@ -35,3 +36,11 @@ def missing_network(document: Any) -> str:
             "runner reads (`hookrunner fire`), not the proxy"
         )
     return NO_SECTION
+
+
+def hinted(problem: Problem) -> Problem:
+    """`problem`, with the importer named when it is another tool's key (sandbox-runtime's)."""
+    if problem.location in ("network.allowedDomains", "network.deniedDomains"):
+        hint = "; a sandbox-runtime settings file? `egress-proxy import --from sandbox-runtime`"
+        return dataclasses.replace(problem, message=problem.message + hint)
+    return problem

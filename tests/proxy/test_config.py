@@ -38,7 +38,11 @@ INVALID = [
         {"network": {"allowlist": [], "denylist": []}},
         "network.denylist: unknown key",
     ),
-    ("entry-not-mapping", entries("a.com"), "network.allowlist[0]: an entry must be a mapping"),
+    (
+        "entry-not-mapping",
+        entries(5),
+        "network.allowlist[0]: an entry must be a domain or a mapping with a 'domain' key",
+    ),
     ("missing-domain", entries({"ports": [443]}), "network.allowlist[0].domain: required"),
     ("empty-domain", entries({"domain": "  "}), "network.allowlist[0].domain: required"),
     ("domain-not-string", entries({"domain": 42}), "network.allowlist[0].domain: required"),
@@ -376,7 +380,7 @@ SECRET_CARRYING = {  # a bad entry or field that holds a secret-looking value
     "value a list": entries({"domain": "a.com", "transform": {"X-K": [SECRET]}}),
     "transform a list": entries({"domain": "a.com", "transform": [SECRET]}),
     "entry with an unknown key": entries({"domain": "a.com", "token": SECRET}),
-    "entry a string": entries(SECRET),
+    "entry a string": entries(f"Bearer {SECRET}"),  # a bare domain string: it is not one
     "port a string": entries({"domain": "a.com", "ports": [SECRET]}),
     "ports a string": entries({"domain": "a.com", "ports": SECRET}),
     "flag a string": entries({"domain": "a.com", "passthrough": SECRET}),

@@ -40,6 +40,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.formats": Layer.CORE,  # other tools' files: what they are (check's hints)
     "proxy.health": Layer.CORE,
     "proxy.hosts": Layer.CORE,
+    "proxy.importers": Layer.CORE,  # other sandboxes' allowlists (egress-proxy import)
     "proxy.limits": Layer.CORE,
     "proxy.lint": Layer.CORE,  # warnings of `check` (a literal credential in a transform)
     "proxy.metrics": Layer.CORE,
