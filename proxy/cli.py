@@ -271,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return run_workers(run_argv, args.workers, args.config, args.metrics)
         except configuration.ConfigError as exc:
-            for problem in exc.problems:
-                print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+            _print_problems(exc)
             return 2
         except OSError as exc:
             print(f"egress-proxy: cannot listen for metrics: {exc.strerror}", file=sys.stderr)
@@ -297,14 +296,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(serve(settings))
     except configuration.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+        _print_problems(exc)
         return 2
     except (LaunchError, CAError) as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _print_problems(error: configuration.ConfigError) -> None:
+    """The one wording of a refused configuration, for `check`, `run` and `dns` alike."""
+    for problem in error.problems:
+        print(f"error: {formats.hinted(problem)}", file=sys.stderr)
 
 
 def _import(kind: str, path: str) -> int:
@@ -324,8 +328,7 @@ def _check(path: str, *, secrets: bool) -> int:
     try:
         network = configuration.load(path, secrets=secrets)
     except configuration.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"error: {formats.hinted(problem)}", file=sys.stderr)
+        _print_problems(exc)
         return 1
     for warning in lint.warnings(path):
         print(f"warning: {warning}", file=sys.stderr)
@@ -342,8 +345,7 @@ def _run_dns(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(dns.run(args.config, args.listen, args.metrics))
     except configuration.ConfigError as exc:
-        for problem in exc.problems:
-            print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)
+        _print_problems(exc)
         return 2
     except OSError as exc:
         print(f"egress-proxy: cannot listen: {exc.strerror or exc}", file=sys.stderr)

@@ -163,3 +163,27 @@ def test_a_wrong_direction_import_is_found(tmp_path: Path) -> None:
         "    from proxy.cli import main\n"
     )
     assert {"addons.egress", "proxy.launcher", "proxy.cli"} <= imported(source, "proxy.probe")
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    """A cycle hides which module owns a rule (issue 25: config -> redact -> decision -> config,
+    because a policy rule lived in the redaction module). `TYPE_CHECKING` imports count."""
+    core = sorted(n for n, layer in LAYERS.items() if layer is Layer.CORE)
+    edges = {
+        name: sorted(
+            t for t in imported(REPO / Path(*name.split(".")).with_suffix(".py"), name) if t in core
+        )
+        for name in core
+    }
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        for target in edges[name]:
+            if target == path[0]:
+                cycles.append([*path, target])
+            elif target not in path and target > path[0]:  # each cycle once, from its least
+                visit(target, [*path, target])
+
+    for name in core:
+        visit(name, [name])
+    assert cycles == []

@@ -128,3 +128,19 @@ def test_sigterm_logs_the_drain_and_the_stop(tmp_path: Path) -> None:
         "up to 3 s",
         "egress-proxy: stopped",
     ]
+
+
+def test_a_refused_configuration_reads_as_check_says_it(tmp_path: Path) -> None:
+    config = tmp_path / "env.yaml"
+    config.write_text("netwrok: {}\n")
+    argv = [str(EGRESS_PROXY), "run", "--config", str(config)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    checked = subprocess.run(
+        [str(EGRESS_PROXY), "check", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, checked.returncode) == (2, 1)
+    assert (
+        result.stderr
+        == checked.stderr
+        == (f"error: {config}:1:1: no 'network' section; did you mean 'network' (not 'netwrok')?\n")
+    )
