@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_version_option(parser, "hookrunner", mitmproxy=False)
     add_log_format_option(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, help="each has its own --help")
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--workspace", default=".", help="workspace directory (default: .)")
@@ -99,12 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="run the hooks of one event (payload on stdin)", formatter_class=DEFAULTS
     )
-    run.add_argument("event", choices=[e.value for e in Event])
+    run.add_argument("event", choices=[e.value for e in Event], help="the event of the payload")
     running(run)
     exec_ = commands.add_parser(
         "exec", help="run a tool between its hooks (args on stdin)", formatter_class=DEFAULTS
     )
-    exec_.add_argument("tool", choices=TOOLS)
+    exec_.add_argument("tool", choices=TOOLS, help="the built-in tool to run")
     executing(exec_)
     session = commands.add_parser(
         "session", help="long-lived: JSON requests, one per line", formatter_class=DEFAULTS

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=DEFAULTS,
     )
     add_version_option(parser, PROG, mitmproxy=True)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, help="each has its own --help")
 
     run = sub.add_parser("run", help="run the proxy", formatter_class=DEFAULTS)
     run.add_argument(

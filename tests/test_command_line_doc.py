@@ -135,3 +135,19 @@ def test_python_m_hookrunner_cli_help_prints_the_help() -> None:
     )
     assert result.returncode == 0
     assert result.stdout.startswith("usage: hookrunner ")
+
+
+@pytest.mark.parametrize("program", sorted(PARSERS))
+def test_every_argument_has_help(program: str) -> None:
+    parser = PARSERS[program]()
+    parsers = [("", parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += list(action.choices.items())
+    missing = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, sub in parsers
+        for action in sub._actions
+        if action.help is None
+    ]
+    assert missing == []
