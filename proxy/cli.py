@@ -19,7 +19,7 @@ from common.versions import DefaultsHelpFormatter, add_version_option
 from proxy import config as configuration
 from proxy import formats, health, importers, lint, optimized
 from proxy.ca import CAError, KeyType, ensure_ca
-from proxy.launcher import LaunchError, Settings, parse_hostport, serve
+from proxy.launcher import LaunchError, Settings, parse_hostport, refuse_a_taken_port, serve
 from proxy.workers import run_workers
 
 PROG = "egress-proxy"
@@ -268,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.workers > 1 and args.worker is None:
         run_argv = list(sys.argv[1:] if argv is None else argv)
+        try:
+            refuse_a_taken_port(args.listen)  # the workers share it: probed once, here
+        except LaunchError as exc:
+            print(f"egress-proxy: {exc}", file=sys.stderr)
+            return 2
         try:
             return run_workers(run_argv, args.workers, args.config, args.metrics)
         except configuration.ConfigError as exc:

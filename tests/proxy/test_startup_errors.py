@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from proxy.ca import CA_CERT, ensure_ca
 from testbed import procs
 
@@ -35,7 +37,8 @@ def run_proxy(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_a_taken_proxy_port_is_one_line_naming_listen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_taken_proxy_port_is_one_line_naming_listen(tmp_path: Path, workers: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -44,7 +47,7 @@ def test_a_taken_proxy_port_is_one_line_naming_listen(tmp_path: Path) -> None:
         result = run_proxy(
             tmp_path,
             *("--listen", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{free_port()}"),
-            *("--certs", str(tmp_path / "certs")),
+            *("--certs", str(tmp_path / "certs"), "--workers", workers),
         )
         print(f"\n[measured] taken port refused after {time.monotonic() - started:.2f} s")
     assert (result.returncode, result.stdout) == (2, "")
