@@ -208,9 +208,9 @@ def _session(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             say(f"metrics on {server.url}")
-        say("session ready")
         if server is not None:
-            server.ready.set()  # /healthz: 200 from here on
+            server.ready.set()  # /healthz: 200 from here on, before the line says so
+        say("session ready")
         for line in sys.stdin.buffer:
             if line.strip():
                 emit(_answer(session, line))
