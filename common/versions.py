@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import ssl
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -19,10 +18,7 @@ def describe(program: str, *, mitmproxy: bool) -> str:
     """Lines for `PROGRAM --version`: version, mitmproxy (the proxy), Python, OpenSSL."""
     lines = [f"{program} {version()}"]
     if mitmproxy:
-        try:
-            lines.append(f"mitmproxy: {metadata.version('mitmproxy')}")
-        except metadata.PackageNotFoundError:
-            lines.append("mitmproxy: not installed")
+        lines.append(f"mitmproxy: {metadata.version('mitmproxy')}")  # a dependency
     lines.append(f"Python:    {platform.python_version()}")
     lines.append(f"OpenSSL:   {_openssl()}")
     lines.append(f"Platform:  {platform.platform()}")
@@ -30,13 +26,10 @@ def describe(program: str, *, mitmproxy: bool) -> str:
 
 
 def _openssl() -> str:
-    """The OpenSSL that does TLS: cryptography's (mitmproxy's), else Python's ssl module."""
-    try:
-        from cryptography.hazmat.backends.openssl.backend import backend
+    """The OpenSSL that does the proxy's TLS: cryptography's (a dependency; mitmproxy's)."""
+    from cryptography.hazmat.backends.openssl.backend import backend
 
-        return str(backend.openssl_version_text())
-    except ImportError:
-        return ssl.OPENSSL_VERSION
+    return str(backend.openssl_version_text())
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
