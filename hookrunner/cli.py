@@ -27,6 +27,7 @@ from typing import Any
 from common.endpoint import parse_endpoint
 from common.logs import add_log_format_option
 from common.serve import MetricsServer, add_build_info
+from common.versions import DefaultsHelpFormatter, add_version_option
 
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
@@ -46,6 +47,7 @@ from hookrunner.model import Event
 from hookrunner.session import HookSession, parse_event_payload
 from hookrunner.tools import TOOLS
 
+DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
@@ -53,9 +55,12 @@ register_dialect(ax_metrics.register)  # every HookMetrics of the command shows 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hookrunner", description="Run hooks.json hooks.")
+    parser = argparse.ArgumentParser(
+        prog="hookrunner", description="Run hooks.json hooks.", formatter_class=DEFAULTS
+    )
+    add_version_option(parser, "hookrunner", mitmproxy=False)
     add_log_format_option(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, help="each has its own --help")
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--workspace", default=".", help="workspace directory (default: .)")
@@ -84,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
             help="user the tools run as (default as root: nobody; also HOOKRUNNER_TOOL_USER)",
         )
 
-    validate = commands.add_parser("validate", help="check every discovered hooks.json")
+    validate = commands.add_parser(
+        "validate", help="check every discovered hooks.json", formatter_class=DEFAULTS
+    )
     common(validate)
     validate.add_argument(
         "--ax-config", default=None, help="also check an operator AX hooks file (as fire loads it)"
@@ -95,13 +102,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Claude Code's managed settings file (default /etc/claude-code/managed-settings.json)",
     )
-    run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
-    run.add_argument("event", choices=[e.value for e in Event])
+    run = commands.add_parser(
+        "run", help="run the hooks of one event (payload on stdin)", formatter_class=DEFAULTS
+    )
+    run.add_argument("event", choices=[e.value for e in Event], help="the event of the payload")
     running(run)
-    exec_ = commands.add_parser("exec", help="run a tool between its hooks (args on stdin)")
-    exec_.add_argument("tool", choices=TOOLS)
+    exec_ = commands.add_parser(
+        "exec", help="run a tool between its hooks (args on stdin)", formatter_class=DEFAULTS
+    )
+    exec_.add_argument("tool", choices=TOOLS, help="the built-in tool to run")
     executing(exec_)
-    session = commands.add_parser("session", help="long-lived: JSON requests, one per line")
+    session = commands.add_parser(
+        "session", help="long-lived: JSON requests, one per line", formatter_class=DEFAULTS
+    )
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
     add_fire_parser(commands)
@@ -208,9 +221,9 @@ def _session(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             say(f"metrics on {server.url}")
-        say("session ready")
         if server is not None:
-            server.ready.set()  # /healthz: 200 from here on
+            server.ready.set()  # /healthz: 200 from here on, before the line says so
+        say("session ready")
         for line in sys.stdin.buffer:
             if line.strip():
                 emit(_answer(session, line))
@@ -247,3 +260,7 @@ def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
         return session.decide(payload).to_json()
     except (ValueError, RecursionError, HookRunnerError) as exc:
         return {"status": "invalid", "error": str(exc)}
+
+
+if __name__ == "__main__":  # `python -m hookrunner.cli`
+    sys.exit(main())

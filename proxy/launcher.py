@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from cryptography import x509
 
 from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
-from common.logs import JsonLogFormatter, announce
+from common.logs import announce, formatter
 from common.serve import MetricsServer
 from proxy import config as configuration
 from proxy import lifecycle, limits, optimized, sandboxes, workers
@@ -91,9 +93,35 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
         raise LaunchError(
             f"--upstream-ca {extra_ca}: not a readable PEM certificate ({exc})"
         ) from exc
-    bundle = certs / UPSTREAM_TRUST
-    bundle.write_bytes(Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem)
+    content = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem
+    try:
+        bundle = certs / UPSTREAM_TRUST
+        bundle.write_bytes(content)
+    except OSError:  # a read-only CA directory (a mounted Secret): a private one instead
+        bundle = Path(tempfile.mkdtemp(prefix="egress-trust-")) / UPSTREAM_TRUST
+        bundle.write_bytes(content)
     return bundle
+
+
+def refuse_a_taken_port(listen: tuple[str, int]) -> None:
+    """Fail now, in our words, when the proxy port is taken (mitmproxy says so only later).
+
+    Binds and closes a socket with the options the server uses (SO_REUSEADDR), so a port in
+    TIME_WAIT is not refused. Workers share the port (SO_REUSEPORT) and skip this.
+    """
+    host, port = listen
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise LaunchError(
+            f"cannot listen on {format_endpoint(host, port)}: {reason}; choose another "
+            "address with --listen HOST:PORT (make run LISTEN=HOST:PORT)"
+        ) from exc
 
 
 def self_addresses(settings: Settings) -> SelfAddresses:
@@ -111,16 +139,30 @@ def _require_secrets(network: configuration.NetworkConfig) -> None:
 
 
 async def serve(settings: Settings) -> int:
+    # What can fail is checked before mitmproxy is imported (seconds on a busy machine).
+    network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
+    section = sandboxes.node_section(settings.config_path)  # a node proxy's sandboxes (1.12)
+    own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
+    if settings.worker is None:
+        refuse_a_taken_port(settings.listen)
+
     from mitmproxy.addons.termlog import TermLog
 
     from addons.egress import EgressPolicy
     from addons.limits import Limits
     from addons.telemetry import CountingAudit, Telemetry
 
-    network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
-    section = sandboxes.node_section(settings.config_path)  # a node proxy's sandboxes (1.12)
-    own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
-    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
+    ca = ensure_ca(settings.certs, settings.ca_key_type)
+    ca_cert = ca.cert
+    if ca.created and settings.worker in (None, 0):  # a relative --certs elsewhere: a new CA
+        announce(
+            settings.log_format,
+            sys.stderr,
+            "egress-proxy",
+            "egress",
+            f"created a new CA in {settings.certs.resolve()}: sandboxes must trust its "
+            "certificate (--certs is relative to the working directory)",
+        )
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
@@ -136,8 +178,8 @@ async def serve(settings: Settings) -> int:
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
     termlog = TermLog(out=sys.stderr)
-    if settings.log_format == "json":
-        termlog.logger.setFormatter(JsonLogFormatter())
+    # mitmproxy's own lines read like ours: `egress-proxy: message`, or the same JSON fields.
+    termlog.logger.setFormatter(formatter(settings.log_format, "egress-proxy"))
     master.addons.add(termlog)
     options.update(  # after the master: its addons declare most of these options
         mode=[settings.mode],
@@ -207,6 +249,11 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.draining.set()
         proxyserver = master.addons.get("proxyserver")
+        in_flight = len(proxyserver.connections) if proxyserver else 0
+        say(
+            f"SIGTERM: draining, new connections refused; {in_flight} open connections "
+            f"get up to {settings.drain_seconds:g} s"
+        )
         drained = lifecycle.drain(
             stop_listening=lambda: options.update(server=False),
             open_connections=lambda: len(proxyserver.connections) if proxyserver else 0,
@@ -214,6 +261,9 @@ async def serve(settings: Settings) -> int:
             grace=settings.drain_seconds,
         )
         tasks.append(loop.create_task(drained, name="drain"))
+
+    def say(message: str) -> None:
+        announce(settings.log_format, sys.stderr, "egress-proxy", "egress", message)
 
     loop.add_signal_handler(signal.SIGHUP, _on_sighup(reload, tenants))
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
@@ -241,6 +291,8 @@ async def serve(settings: Settings) -> int:
         audit.close()
         if metrics_server is not None:
             metrics_server.stop()
+        if settings.worker is None or settings.worker == 0:
+            say("stopped")
     return 0 if ready.is_set() else 1
 
 

@@ -32,8 +32,8 @@ from proxy.config import PatternKind, Transform
 from proxy.decision import Decision, Reason
 from proxy.fields import head_problem
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
-from proxy.policy import Policy
-from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
+from proxy.policy import Policy, refuse_echoing_method
+from proxy.redact import NO_REDACTION, Redactor
 from proxy.resolver import Resolve
 from proxy.swap import swap
 from proxy.targets import Location, RequestNames, locate

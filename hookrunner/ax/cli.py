@@ -38,7 +38,9 @@ def add_fire_parser(commands: Any) -> None:
     fire = commands.add_parser(
         "fire", help="fire one AX Code / Claude Code lifecycle event (payload on stdin)"
     )
-    fire.add_argument("event", choices=[e.value for e in AxEvent])
+    fire.add_argument(
+        "event", choices=[e.value for e in AxEvent], help="the AX Code / Claude Code event"
+    )
     fire.add_argument("--workspace", default=".", help="workspace directory (default: .)")
     fire.add_argument("--session-id", default="", help="HOOK_SESSION_ID (or session_id on stdin)")
     fire.add_argument(

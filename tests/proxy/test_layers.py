@@ -37,14 +37,19 @@ LAYERS: dict[str, Layer] = {
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
     "proxy.fields": Layer.CORE,
+    "proxy.formats": Layer.CORE,  # other tools' files: what they are (check's hints)
     "proxy.health": Layer.CORE,
     "proxy.identity": Layer.CORE,
     "proxy.hosts": Layer.CORE,
+    "proxy.importers": Layer.CORE,  # other sandboxes' allowlists (egress-proxy import)
     "proxy.limits": Layer.CORE,
+    "proxy.lint": Layer.CORE,  # warnings of `check` (a literal credential in a transform)
     "proxy.metrics": Layer.CORE,
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
     "proxy.propose": Layer.CORE,
+    "proxy.positions": Layer.CORE,
+    "proxy.secret": Layer.CORE,  # a credential value that never shows itself  # file:line:column of each configuration problem
     "proxy.redact": Layer.CORE,
     "proxy.resolver": Layer.CORE,
     "proxy.sandboxes": Layer.CORE,
@@ -70,6 +75,7 @@ LAYERS: dict[str, Layer] = {
     "addons.telemetry": Layer.ADAPTER,
     "addons.tcp": Layer.ADAPTER,
     "addons.workarounds": Layer.ADAPTER,
+    "proxy.__main__": Layer.LAUNCHER,  # `python -m proxy`
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.cli": Layer.LAUNCHER,
     "proxy.engine": Layer.LAUNCHER,
@@ -166,3 +172,27 @@ def test_a_wrong_direction_import_is_found(tmp_path: Path) -> None:
         "    from proxy.cli import main\n"
     )
     assert {"addons.egress", "proxy.launcher", "proxy.cli"} <= imported(source, "proxy.probe")
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    """A cycle hides which module owns a rule (issue 25: config -> redact -> decision -> config,
+    because a policy rule lived in the redaction module). `TYPE_CHECKING` imports count."""
+    core = sorted(n for n, layer in LAYERS.items() if layer is Layer.CORE)
+    edges = {
+        name: sorted(
+            t for t in imported(REPO / Path(*name.split(".")).with_suffix(".py"), name) if t in core
+        )
+        for name in core
+    }
+    cycles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        for target in edges[name]:
+            if target == path[0]:
+                cycles.append([*path, target])
+            elif target not in path and target > path[0]:  # each cycle once, from its least
+                visit(target, [*path, target])
+
+    for name in core:
+        visit(name, [name])
+    assert cycles == []

@@ -131,7 +131,7 @@ PROBLEMS: list[tuple[str, Any, list[tuple[str, str]], int]] = [
     ("repeated hooks key", '{"hooks": [{"event": "Stop", "command": "a"}], "hooks": [{"event": "Stop", "command": "b"}]}',
      [("$.hooks", "key given twice; both lists are loaded, in order")], 2),
     ("unknown entry key", {"hooks": [entry("Stop", "x", comment="hi")]},
-     [("$.hooks[0].comment", "unknown key in an entry (ignored)")], 1),
+     [("$.hooks[0].comment", "unknown key in an entry (ignored); did you mean 'command'?")], 1),
     ("blockOnFailure on an event that cannot block", {"hooks": [entry("Stop", "x", blockOnFailure=True)]},
      [("$.hooks[0].blockOnFailure", "has no effect: Stop cannot block (ignored)")], 1),
     ("blockOnFailure with claude-code", {"hooks": [cc("PreToolUse", "x", blockOnFailure=True)]},
