@@ -20,8 +20,9 @@ import sys
 from typing import Any
 
 from hookrunner.ax.events import parse_event
-from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
+from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent, FireResult
 from hookrunner.ax.session import AxSession
+from hookrunner.bounds import PayloadRefused
 from hookrunner.console import emit, read_stdin_json
 from hookrunner.metrics import HookMetrics
 
@@ -63,7 +64,10 @@ def _close_stdout() -> None:
 
 
 def run_fire(args: argparse.Namespace) -> int:
-    payload = read_stdin_json(empty_is_object=True)
+    try:
+        payload, refusal = read_stdin_json(empty_is_object=True), None
+    except PayloadRefused as exc:  # beyond the bound: refused, not malformed
+        payload, refusal = None, str(exc)
     session = AxSession(
         args.workspace,
         session_id=args.session_id,
@@ -74,11 +78,25 @@ def run_fire(args: argparse.Namespace) -> int:
         metrics=HookMetrics(),
     )
     try:
-        inp = parse_event(args.event, payload, session_id=session.session_id)
-        result = session.fire_input(inp)
-        emit(result.to_json(inp.output))
+        result, output = _fire(session, args.event, payload, refusal)
+        emit(result.to_json(output))
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:
         session.close(timeout=None)  # each queued hook still has its own deadline
     return 0 if result.allowed else 1
+
+
+def _fire(
+    session: AxSession, event: str, payload: Any, refusal: str | None
+) -> tuple[FireResult, str | None]:
+    """The event's result and the tool output its feedback follows; a payload beyond
+    ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused without a hook."""
+    if refusal is None:
+        try:
+            inp = parse_event(event, payload, session_id=session.session_id)
+        except PayloadRefused as exc:
+            refusal = str(exc)
+        else:
+            return session.fire_input(inp), inp.output
+    return session.refused(AxEvent(event), refusal), None

@@ -1,0 +1,246 @@
+"""Issue 20, item 1: input a gate can read.
+
+The finding: an extra argument nested 1,000-1,400 levels deep crashed the
+documented example gate (``python3``, ``json.load``: ``RecursionError``),
+exit 1 failed open and the denied code ran — through ``run``, ``exec``,
+``session``, ``fire`` and the Python API alike. Every entry point is driven
+here with the real CLI or API, the real example gate and, for the tools, a
+marker file the denied code would have written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hookrunner import bounds
+from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, pre_group, rule
+
+DEEP = 1_200  # inside the finding's 1,000-1,400: json.load in a default python3 dies here
+HANG_LIMIT = 60.0
+
+# The documented example gate (docs/hooks.md#file-format, demo/scenarios.py), as it is.
+EXAMPLE_GATE = """\
+import sys, json
+data = json.load(sys.stdin)
+cmd = str(data.get("tool_call", {}).get("args", {}))
+if "rm -rf" in cmd:
+    print(json.dumps({"decision": "deny", "reason": "Destructive command blocked by security gate."}))
+else:
+    print(json.dumps({"decision": "allow"}))
+"""
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+def marker_in(tmp_path: Path) -> Path:
+    """Where the denied code would leave a mark: writable by the tool user (nobody) too."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    return shared / "denied-code-ran"
+
+
+def destructive(marker: Path, depth: int = DEEP) -> dict[str, Any]:
+    """A call the gate denies, with an extra argument nested ``depth`` levels deep."""
+    return {"code": f"rm -rf /nothing; touch {marker}", "language": "bash", "x": nested(depth)}
+
+
+def gated(env: Env) -> None:
+    # ``python3`` as the documented hooks.json spells it: the host's, not the test's.
+    gate = "python3 " + env.script("gate.py", EXAMPLE_GATE).split(" ", 1)[1]
+    env.hooks({"security-gate": pre_group(rule("code_execution", command(gate)))}, system=True)
+
+
+def hookrunner(env: Env, *args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [
+            HOOKRUNNER,
+            *args,
+            "--workspace",
+            str(env.workspace),
+            "--system-config",
+            str(env.system_config),
+        ],
+        input=stdin,
+        capture_output=True,
+        env=base_environ(),
+        timeout=HANG_LIMIT,
+    )
+
+
+TOO_DEEP = f"the payload is nested deeper than {bounds.MAX_DEPTH} levels"
+
+
+# The pure bound: depth and size, measured without recursion.
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ("scalar", False),
+        ({}, False),
+        (nested(bounds.MAX_DEPTH - 1), False),  # 63 objects
+        ({"tool_call": {"args": nested(bounds.MAX_DEPTH - 2)}}, False),  # 64 levels in all
+        ({"tool_call": {"args": nested(bounds.MAX_DEPTH - 1)}}, True),  # 65
+        ([[[]]] * 3, False),
+        ([nested(bounds.MAX_DEPTH)], True),
+        (nested(100_000), True),
+        ({"a": "x" * (bounds.MAX_BYTES - 20)}, False),
+        ({"a": "x" * bounds.MAX_BYTES}, True),
+        ({"a": "é" * (bounds.MAX_BYTES // 2)}, True),  # counted as UTF-8 bytes
+    ],
+    ids=[
+        "scalar",
+        "empty",
+        "63",
+        "64-with-envelope",
+        "65-with-envelope",
+        "arrays",
+        "array-of-deep",
+        "100000",
+        "just-under-size",
+        "over-size",
+        "over-size-utf8",
+    ],
+)
+def test_refusal_of_depth_and_size(value: Any, refused: bool) -> None:
+    assert (bounds.refusal(value) is not None) is refused
+
+
+def test_refusal_reasons_name_the_bound() -> None:
+    assert bounds.refusal(nested(65)) == TOO_DEEP
+    assert bounds.refusal({"a": "x" * bounds.MAX_BYTES}) == (
+        f"the payload is larger than {bounds.MAX_BYTES // 1024 // 1024} MiB as JSON"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 3_000 + b"1" + b"}" * 3_000],
+    ids=["arrays-100000", "objects-3000"],
+)
+def test_parse_refuses_what_the_parser_cannot_nest(text: bytes) -> None:
+    with pytest.raises(bounds.PayloadRefused, match=TOO_DEEP):
+        bounds.parse(text)
+
+
+def test_parse_refuses_oversized_text_before_parsing() -> None:
+    with pytest.raises(bounds.PayloadRefused, match="larger than"):
+        bounds.parse(b" " * (bounds.MAX_BYTES + 1) + b"{}")
+
+
+# Every entry point of the hooks.json dialect.
+
+
+def test_run_denies_a_payload_the_gate_cannot_read(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    payload = {"tool_call": {"name": "code_execution", "args": destructive(tmp_path / "m")}}
+    done = hookrunner(env, "run", "pre_tool_execution", stdin=json.dumps(payload).encode())
+    assert done.returncode == 1, done.stderr.decode()
+    assert json.loads(done.stdout) == {"decision": "deny", "reason": TOO_DEEP, "group": ""}
+    assert b"kind=input_refused" in done.stderr
+    assert b"outcome=" not in done.stderr  # no hook ran
+
+
+def test_run_denies_a_payload_python_cannot_parse(env: Env) -> None:
+    gated(env)
+    text = b'{"tool_call": {"name": "code_execution", "args": {"x": ' + b"[" * 5000
+    text += b"]" * 5000 + b"}}}"
+    done = hookrunner(env, "run", "pre_tool_execution", stdin=text)
+    assert done.returncode == 1, done.stderr.decode()
+    assert json.loads(done.stdout)["reason"] == TOO_DEEP
+
+
+def test_run_post_skips_the_hooks(env: Env, tmp_path: Path) -> None:
+    seen = tmp_path / "post-ran"
+    env.hooks({"g": {"post_tool_execution": [rule("", command(f"touch {seen}"))]}}, system=True)
+    payload = {"tool_call": {"name": "code_execution", "args": destructive(tmp_path / "m")}}
+    done = hookrunner(env, "run", "post_tool_execution", stdin=json.dumps(payload).encode())
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"decision": "allow"})
+    assert not seen.exists()
+    assert b"kind=input_refused" in done.stderr
+
+
+def test_exec_reports_error_and_never_runs_the_tool(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    marker = marker_in(tmp_path)
+    done = hookrunner(env, "exec", "code_execution", stdin=json.dumps(destructive(marker)).encode())
+    assert done.returncode == 1, done.stderr.decode()
+    assert json.loads(done.stdout) == {"status": "error", "output": "", "error": TOO_DEEP}
+    assert not marker.exists()
+
+
+def test_exec_of_unparseable_depth_reports_error(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    done = hookrunner(
+        env, "exec", "read_file", stdin=b'{"path": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    )
+    assert done.returncode == 1, done.stderr.decode()
+    assert json.loads(done.stdout)["status"] == "error"
+
+
+def test_session_refuses_each_request(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    marker = marker_in(tmp_path)
+    args = destructive(marker)
+    lines = [
+        {"exec": "code_execution", "args": args},
+        {"event": "pre_tool_execution", "tool_call": {"name": "code_execution", "args": args}},
+        {"exec": "list_files", "args": {"path": "."}},
+    ]
+    text = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+    text += b'{"exec": "code_execution", "args": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    done = hookrunner(env, "session", stdin=text)
+    assert done.returncode == 0, done.stderr.decode()
+    answers = [json.loads(x) for x in done.stdout.splitlines()]
+    assert answers[0] == {"status": "error", "output": "", "error": TOO_DEEP}
+    assert answers[1] == {"decision": "deny", "reason": TOO_DEEP, "group": ""}
+    assert answers[2]["status"] == "ok"
+    assert answers[3] == {
+        "status": "error",
+        "output": "",
+        "error": TOO_DEEP,
+        "decision": "deny",
+        "reason": TOO_DEEP,
+    }
+    assert not marker.exists()
+
+
+def test_python_api_denies_and_never_runs_the_tool(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    marker = marker_in(tmp_path)
+    session = env.session()
+    decision = session.pre("code_execution", destructive(marker))
+    assert (decision.allowed, decision.reason) == (False, TOO_DEEP)
+    result = session.exec_tool("code_execution", destructive(marker, 100_000))
+    assert (result.status, result.error) == ("error", TOO_DEEP)
+    assert session.post("code_execution", destructive(marker)) == ()
+    assert not marker.exists()
+    assert env.runs("pre_tool_execution", "command", "exit_nonzero") == 0
+    kinds = [w["kind"] for w in env.warnings()]
+    assert kinds == ["input_refused"] * 3
+
+
+def test_a_large_file_within_the_cap_still_reaches_the_gate_and_the_tool(env: Env) -> None:
+    gated(env)
+    content = "x" * (5 * 1024 * 1024)  # file contents travel in arguments
+    result = env.session().exec_tool("write_file", {"path": "big.txt", "content": content})
+    assert result.status == "ok", result
+    assert (env.workspace / "big.txt").stat().st_size == len(content)
+
+
+def test_the_gate_still_denies_a_payload_within_the_bound(env: Env, tmp_path: Path) -> None:
+    gated(env)
+    args = destructive(tmp_path / "m", depth=bounds.MAX_DEPTH - 3)  # 64 with the envelope
+    decision = env.session().pre("code_execution", args)
+    assert decision.reason == "Destructive command blocked by security gate."
