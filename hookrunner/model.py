@@ -61,6 +61,7 @@ class Group:
     pre: tuple[Rule, ...]
     post: tuple[Rule, ...]
     source: str
+    fail_closed: bool = False  # a failure of one of its pre handlers denies
 
     def rules(self, event: Event) -> tuple[Rule, ...]:
         return self.pre if event is Event.PRE else self.post

@@ -35,6 +35,7 @@ _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 class WarningKind(StrEnum):
     CONFIG = "config"  # a configuration problem; that part is skipped or ignored
     FAIL_OPEN = "fail_open"  # a pre handler failed and the call was allowed
+    FAIL_CLOSED = "fail_closed"  # a pre handler of a fail-closed group failed: denied
     INPUT_REFUSED = "input_refused"  # a payload beyond ``bounds``: no hook saw it
     # The hooks.json dialect's:
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -160,6 +160,8 @@ class HookSession:
 
     def decide(self, payload: EventPayload) -> PreDecision:
         decision = decide_pre(self.config, payload, self._run)
+        if decision.reason is not None:  # a failure's reason quotes a handler's stderr
+            decision = replace(decision, reason=self.reporter.redact(decision.reason))
         self._report_decision(payload.tool_call.name, decision)
         return decision
 
