@@ -8,10 +8,9 @@ Three things, each applied where the environment or the process is set up:
   workspace, owned by the runner's user or root, not writable by group or
   others, and no ancestor writable by others unless sticky); otherwise
   ``HOME`` becomes the hook home and the XDG variable is dropped (so it
-  defaults under that home). ``PYTHONNOUSERSITE=1`` is set, more
-  interpreter-injection variables are removed, and relative ``PATH`` entries
-  (``""``, ``.``, ``bin``) are dropped, because they would find programs in
-  the workspace, the hook's working directory.
+  defaults under that home). ``PYTHONNOUSERSITE=1`` is set and more
+  interpreter-injection variables are removed. ``PATH`` and the other
+  path-valued variables are filtered to runner-owned entries by ``programs``.
 * ``tool_user``: the uid/gid the tools' processes run as. When the runner is
   root the default is ``nobody``, so code the agent runs cannot signal,
   ptrace or read the hooks (root's processes) or the runner.
@@ -127,8 +126,6 @@ def hook_environment(
         if name in env and not runner_owned(env[name], workspace):
             del env[name]
     env["PYTHONNOUSERSITE"] = "1"
-    if "PATH" in env:
-        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if os.path.isabs(p))
     return env
 
 
