@@ -9,7 +9,10 @@ above 256. The runner therefore refuses, at every entry point (``run``,
 * nested deeper than ``MAX_DEPTH`` (64) levels of objects and arrays, counted
   on the document a hook receives (the envelope's own levels included), or
 * larger than ``MAX_BYTES`` (8 MiB) as UTF-8 JSON (a 4 MiB file travels in
-  ``write_file``'s arguments with room for escaping).
+  ``write_file``'s arguments with room for escaping), or
+* holding ``NaN`` or ``Infinity`` (``1e400`` reads as one) or a lone UTF-16
+  surrogate (``"\ud800"``): Python's ``json`` reads and writes them, but
+  ``JSON.parse`` in a Node gate throws on the first and jq 1.6 on the last.
 
 ``refusal`` measures a value without recursion (a Python value nested
 100,000 deep is measured, not crashed on) and says why it is refused;
@@ -34,6 +37,8 @@ MAX_DEPTH = 64
 MAX_BYTES = 8 * 1024 * 1024
 TOO_DEEP = f"the payload is nested deeper than {MAX_DEPTH} levels"
 TOO_LARGE = f"the payload is larger than {MAX_BYTES // 1024 // 1024} MiB as JSON"
+NOT_JSON_NUMBER = "the payload holds NaN or Infinity, which JSON does not have"
+LONE_SURROGATE = "the payload holds a lone UTF-16 surrogate, which is not Unicode text"
 
 
 class PayloadRefused(PayloadError):
@@ -45,10 +50,15 @@ def refusal(value: Any) -> str | None:
     if _deeper_than(value, MAX_DEPTH):
         return TOO_DEEP
     try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # Python's json reads and writes them; JSON.parse and others fail
+        return NOT_JSON_NUMBER
+    except TypeError:
         return None  # not JSON at all: the caller's own check says so
-    size = len(text.encode("utf-8", "surrogatepass"))  # what encode_json writes, or less
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # Python reads "\ud800"; jq 1.6 and others refuse it
+        return LONE_SURROGATE
     return TOO_LARGE if size > MAX_BYTES else None
 
 

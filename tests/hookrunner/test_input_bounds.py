@@ -117,6 +117,22 @@ def test_refusal_of_depth_and_size(value: Any, refused: bool) -> None:
     assert (bounds.refusal(value) is not None) is refused
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"x": float("nan")}, bounds.NOT_JSON_NUMBER),
+        ({"x": [float("inf")]}, bounds.NOT_JSON_NUMBER),
+        ({"x": "\ud800"}, bounds.LONE_SURROGATE),
+        ({"\udfff": 1}, bounds.LONE_SURROGATE),
+        ({"x": "\U0001f600 \u202e \x00"}, None),
+        ({"x": object()}, None),  # not JSON at all: the caller's own check says so
+    ],
+    ids=["nan", "infinity", "surrogate-value", "surrogate-key", "odd-but-valid", "not-json"],
+)
+def test_refusal_of_what_some_parsers_cannot_read(value: Any, reason: str | None) -> None:
+    assert bounds.refusal(value) == reason
+
+
 def test_refusal_reasons_name_the_bound() -> None:
     assert bounds.refusal(nested(65)) == TOO_DEEP
     assert bounds.refusal({"a": "x" * bounds.MAX_BYTES}) == (
