@@ -190,6 +190,7 @@ def _exec(args: argparse.Namespace) -> int:
     if not isinstance(tool_args, dict):
         raise PayloadError("the tool arguments on stdin must be a JSON object")
     session = _open(args)
+    session.check_workspace_access()
     result = session.exec_tool(args.tool, tool_args)
     emit(result.to_json())
     return 0 if result.status == "ok" else 1
@@ -202,6 +203,7 @@ def _session(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics: {exc}") from None
     metrics = default_metrics() if address else HookMetrics()
     session = _open(args, metrics)
+    session.check_workspace_access()
     server = None
     if address is not None:
         add_build_info(metrics.registry, "hookrunner")
@@ -210,9 +212,9 @@ def _session(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             say(f"metrics on {server.url}")
-        say("session ready")
         if server is not None:
-            server.ready.set()  # /healthz: 200 from here on
+            server.ready.set()  # /healthz: 200 from here on, before a caller reads "ready"
+        say("session ready")
         for line in sys.stdin.buffer:
             if line.strip():
                 emit(_answer(session, line))

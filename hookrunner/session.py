@@ -40,6 +40,7 @@ from hookrunner.errors import PayloadError
 from hookrunner.handlerhost import handler_host
 from hookrunner.httpclient import HttpClient
 from hookrunner.isolation import tool_user as resolve_tool_user
+from hookrunner.isolation import workspace_write_problem
 from hookrunner.kernel import Kernel, full_env_switch
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics
@@ -53,6 +54,7 @@ from hookrunner.model import (
     ToolCall,
 )
 from hookrunner.proxyroute import proxy_problem
+from hookrunner.report import WarningKind
 from hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
@@ -112,6 +114,14 @@ class HookSession:
         if proxy is not None:
             self.reporter.proxy_problem(proxy)
         self._run = HandlerExecutor(self.kernel, HttpClient(snapshot, ca_file))
+
+    def check_workspace_access(self) -> str | None:
+        """Say once, as a warning, when the tool user cannot write the workspace (``exec`` and
+        ``session`` call it at start; a runtime calls it before its first ``exec_tool``)."""
+        problem = workspace_write_problem(self.workspace.root, self.tool_user)
+        if problem is not None:
+            self.reporter.warn(WarningKind.WORKSPACE, cause=problem)
+        return problem
 
     def payload(
         self,
