@@ -11,28 +11,18 @@ marker file the denied code would have written.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from demo.scenarios import SECURITY_GATE as EXAMPLE_GATE  # the documented gate, as it is
 from hookrunner import bounds
-from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, pre_group, rule
+from tests.hookrunner.helpers import Env, command, pre_group, rule
+from tests.hookrunner.test_cli import cli
 
 DEEP = 1_200  # inside the finding's 1,000-1,400: json.load in a default python3 dies here
 HANG_LIMIT = 60.0
-
-# The documented example gate (docs/hooks.md#file-format, demo/scenarios.py), as it is.
-EXAMPLE_GATE = """\
-import sys, json
-data = json.load(sys.stdin)
-cmd = str(data.get("tool_call", {}).get("args", {}))
-if "rm -rf" in cmd:
-    print(json.dumps({"decision": "deny", "reason": "Destructive command blocked by security gate."}))
-else:
-    print(json.dumps({"decision": "allow"}))
-"""
 
 
 def nested(depth: int) -> Any:
@@ -59,23 +49,6 @@ def gated(env: Env) -> None:
     # ``python3`` as the documented hooks.json spells it: the host's, not the test's.
     gate = "python3 " + env.script("gate.py", EXAMPLE_GATE).split(" ", 1)[1]
     env.hooks({"security-gate": pre_group(rule("code_execution", command(gate)))}, system=True)
-
-
-def hookrunner(env: Env, *args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [
-            HOOKRUNNER,
-            *args,
-            "--workspace",
-            str(env.workspace),
-            "--system-config",
-            str(env.system_config),
-        ],
-        input=stdin,
-        capture_output=True,
-        env=base_environ(),
-        timeout=HANG_LIMIT,
-    )
 
 
 TOO_DEEP = f"the payload is nested deeper than {bounds.MAX_DEPTH} levels"
@@ -161,19 +134,19 @@ def test_parse_refuses_oversized_text_before_parsing() -> None:
 def test_run_denies_a_payload_the_gate_cannot_read(env: Env, tmp_path: Path) -> None:
     gated(env)
     payload = {"tool_call": {"name": "code_execution", "args": destructive(tmp_path / "m")}}
-    done = hookrunner(env, "run", "pre_tool_execution", stdin=json.dumps(payload).encode())
-    assert done.returncode == 1, done.stderr.decode()
+    done = cli(env, "run", "pre_tool_execution", stdin=json.dumps(payload))
+    assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout) == {"decision": "deny", "reason": TOO_DEEP, "group": ""}
-    assert b"kind=input_refused" in done.stderr
-    assert b"outcome=" not in done.stderr  # no hook ran
+    assert "kind=input_refused" in done.stderr
+    assert "outcome=" not in done.stderr  # no hook ran
 
 
 def test_run_denies_a_payload_python_cannot_parse(env: Env) -> None:
     gated(env)
-    text = b'{"tool_call": {"name": "code_execution", "args": {"x": ' + b"[" * 5000
-    text += b"]" * 5000 + b"}}}"
-    done = hookrunner(env, "run", "pre_tool_execution", stdin=text)
-    assert done.returncode == 1, done.stderr.decode()
+    text = '{"tool_call": {"name": "code_execution", "args": {"x": ' + "[" * 5000
+    text += "]" * 5000 + "}}}"
+    done = cli(env, "run", "pre_tool_execution", stdin=text)
+    assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["reason"] == TOO_DEEP
 
 
@@ -181,27 +154,25 @@ def test_run_post_skips_the_hooks(env: Env, tmp_path: Path) -> None:
     seen = tmp_path / "post-ran"
     env.hooks({"g": {"post_tool_execution": [rule("", command(f"touch {seen}"))]}}, system=True)
     payload = {"tool_call": {"name": "code_execution", "args": destructive(tmp_path / "m")}}
-    done = hookrunner(env, "run", "post_tool_execution", stdin=json.dumps(payload).encode())
+    done = cli(env, "run", "post_tool_execution", stdin=json.dumps(payload))
     assert (done.returncode, json.loads(done.stdout)) == (0, {"decision": "allow"})
     assert not seen.exists()
-    assert b"kind=input_refused" in done.stderr
+    assert "kind=input_refused" in done.stderr
 
 
 def test_exec_reports_error_and_never_runs_the_tool(env: Env, tmp_path: Path) -> None:
     gated(env)
     marker = marker_in(tmp_path)
-    done = hookrunner(env, "exec", "code_execution", stdin=json.dumps(destructive(marker)).encode())
-    assert done.returncode == 1, done.stderr.decode()
+    done = cli(env, "exec", "code_execution", stdin=json.dumps(destructive(marker)))
+    assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout) == {"status": "error", "output": "", "error": TOO_DEEP}
     assert not marker.exists()
 
 
 def test_exec_of_unparseable_depth_reports_error(env: Env, tmp_path: Path) -> None:
     gated(env)
-    done = hookrunner(
-        env, "exec", "read_file", stdin=b'{"path": ' + b"[" * 5000 + b"]" * 5000 + b"}"
-    )
-    assert done.returncode == 1, done.stderr.decode()
+    done = cli(env, "exec", "read_file", stdin='{"path": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["status"] == "error"
 
 
@@ -214,10 +185,10 @@ def test_session_refuses_each_request(env: Env, tmp_path: Path) -> None:
         {"event": "pre_tool_execution", "tool_call": {"name": "code_execution", "args": args}},
         {"exec": "list_files", "args": {"path": "."}},
     ]
-    text = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
-    text += b'{"exec": "code_execution", "args": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
-    done = hookrunner(env, "session", stdin=text)
-    assert done.returncode == 0, done.stderr.decode()
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    text += '{"exec": "code_execution", "args": ' + "[" * 5000 + "]" * 5000 + "}\n"
+    done = cli(env, "session", stdin=text)
+    assert done.returncode == 0, done.stderr
     answers = [json.loads(x) for x in done.stdout.splitlines()]
     assert answers[0] == {"status": "error", "output": "", "error": TOO_DEEP}
     assert answers[1] == {"decision": "deny", "reason": TOO_DEEP, "group": ""}
