@@ -34,6 +34,8 @@ regular expressions without nested repetition.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -159,8 +161,10 @@ _ASSIGNMENT = re2.compile(
     r"(?:^|[\s;,(])(?:-D)?([A-Za-z][A-Za-z0-9_.\-]{0,63})\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s;,&\"']+)"
 )
 _HARMLESS = frozenset({"", "true", "false", "yes", "no", "on", "off", "0", "1", "none", "null"})
-# A Basic or Bearer credential anywhere in a value (a header kept in a variable).
-_SCHEME_CREDENTIAL = re2.compile(r"(?i)\b(?:basic|bearer)\s+[A-Za-z0-9+/._~-]{8,}=*")
+# A Basic or Bearer credential anywhere in a value (a header kept in a variable): Basic is
+# base64 of "user:password"; a bearer token is long and has a digit ("Bearer auth" is text).
+_BASIC = re2.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{4,}={0,2})")
+_BEARER = re2.compile(r"(?i)\bbearer\s+([A-Za-z0-9+/._~-]{16,}=*)")
 _MIN_REDACT_CHARS = 6
 
 
@@ -205,7 +209,9 @@ def secret_value(value: str) -> bool:
     """Whether a value carries a credential whatever its variable is called."""
     if _URL_WITH_USERINFO.search(value) or token_format(value) is not None:
         return True
-    if _SCHEME_CREDENTIAL.search(value):
+    if any(_basic_pair(m.group(1)) for m in _BASIC.finditer(value)):
+        return True
+    if any(any(c.isdigit() for c in m.group(1)) for m in _BEARER.finditer(value)):
         return True
     if any(secret_name(m.group(1)) for m in _QUERY_PARAM.finditer(value)):
         return True
@@ -213,6 +219,15 @@ def secret_value(value: str) -> bool:
         secret_name(m.group(1)) and m.group(2).strip("\"'").lower() not in _HARMLESS
         for m in _ASSIGNMENT.finditer(value)
     )
+
+
+def _basic_pair(encoded: str) -> bool:
+    """Whether base64 text decodes to ``user:password`` (a Basic credential)."""
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
 
 
 def _secret_header(name: str, value: str) -> bool:

@@ -221,7 +221,8 @@ def test_python_api_denies_and_never_runs_the_tool(env: Env, tmp_path: Path) -> 
 def test_a_large_file_within_the_cap_still_reaches_the_gate_and_the_tool(env: Env) -> None:
     gated(env)
     content = "x" * (5 * 1024 * 1024)  # file contents travel in arguments
-    result = env.session().exec_tool("write_file", {"path": "big.txt", "content": content})
+    session = env.session(tool_user="root")  # no chown to another tool user: no capability
+    result = session.exec_tool("write_file", {"path": "big.txt", "content": content})
     assert result.status == "ok", result
     assert (env.workspace / "big.txt").stat().st_size == len(content)
 
