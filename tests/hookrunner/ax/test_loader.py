@@ -134,9 +134,8 @@ PROBLEMS: list[tuple[str, Any, list[tuple[str, str]], int]] = [
      [("$.hooks[0].comment", "unknown key in an entry (ignored); did you mean 'command'?")], 1),
     ("blockOnFailure on an event that cannot block", {"hooks": [entry("Stop", "x", blockOnFailure=True)]},
      [("$.hooks[0].blockOnFailure", "has no effect: Stop cannot block (ignored)")], 1),
-    ("blockOnFailure with claude-code", {"hooks": [cc("PreToolUse", "x", blockOnFailure=True)]},
-     [("$.hooks[0].blockOnFailure", "has no effect: claude-code entries block by their exit "
-       "status and output (ignored)")], 1),
+    ("blockOnFailure with claude-code fails closed (issue 20)",
+     {"hooks": [cc("PreToolUse", "x", blockOnFailure=True)]}, [], 1),
     ("matcher on an event without a tool", {"hooks": [entry("Stop", "x", matcher="bash")]},
      [("$.hooks[0].matcher", 'Stop has no tool, so only "" or "*" match it; this entry never runs')], 1),
     ("matcher that matches no tool name", {"hooks": [entry("PreToolUse", "x", matcher="Bash(npm test)")]},
