@@ -50,7 +50,8 @@ class Requests:
                 names=request_names(flow, facts),
                 https=request.scheme == "https",
             )
-            answer = await decide_request(shared.policy, shared.resolve, facts, ask)
+            resolve = shared.resolve_for(flow.client_conn)
+            answer = await decide_request(shared.policy, resolve, facts, ask)
             state.host = answer.host
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
-from proxy import health, optimized
+from proxy import fairness, health, optimized
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -82,12 +82,15 @@ def _parser() -> argparse.ArgumentParser:
         help="keep resolver answers this long (0: ask the resolver for every request)",
     )
 
+    _fair_options(run, connections=True)
+
     dns = sub.add_parser(
         "dns", help="answer DNS for names the allowlist could allow, refuse the rest"
     )
     dns.add_argument("--config", required=True, help="environment file (YAML or JSON)")
     dns.add_argument("--listen", default="127.0.0.1:5353", type=parse_hostport)
     dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
+    _fair_options(dns, connections=False)
     add_log_format_option(dns)
 
     check = sub.add_parser("check", help="validate a configuration file")
@@ -106,6 +109,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
     return parser
+
+
+def _fair_options(parser: argparse.ArgumentParser, *, connections: bool) -> None:
+    """The fair-share bounds (docs/configuration.md#fair-sharing)."""
+    bounds = [
+        ("--dns-lookups", fairness.DNS_LOOKUPS, "name lookups at once, all clients"),
+        ("--dns-lookups-per-client", fairness.DNS_LOOKUPS_PER_CLIENT, "... of one client"),
+    ]
+    if connections:
+        bounds += [
+            ("--max-connections", fairness.CONNECTIONS, "client connections, all clients"),
+            ("--max-connections-per-client", fairness.CONNECTIONS_PER_CLIENT, "... of one"),
+        ]
+    for flag, default, text in bounds:
+        parser.add_argument(flag, type=_positive, default=default, metavar="N", help=text)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def fairness_of(args: argparse.Namespace) -> fairness.Fairness:
+    default = fairness.Fairness()
+    dns = fairness.FairShare(
+        args.dns_lookups, args.dns_lookups_per_client, default.dns.queue_per_client
+    )
+    connections = fairness.FairShare(
+        getattr(args, "max_connections", default.connections.total),
+        getattr(args, "max_connections_per_client", default.connections.per_client),
+    )
+    return fairness.Fairness(dns, connections)
 
 
 def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
@@ -173,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         audit_log=args.audit_log,
         upstream_ca=args.upstream_ca,
         dns_cache_seconds=args.dns_cache,
+        fairness=fairness_of(args),
         worker=args.worker,
         ca_key_type=args.ca_key_type,
         drain_seconds=args.drain_seconds,
@@ -200,7 +238,7 @@ def _run_dns(args: argparse.Namespace) -> int:
     # The responder's messages already start with "egress-proxy dns:" in text.
     log_handler("egress", args.log_format, sys.stderr, "", logging.WARNING)
     try:
-        return asyncio.run(dns.run(args.config, args.listen, args.metrics))
+        return asyncio.run(dns.run(args.config, args.listen, args.metrics, fairness_of(args)))
     except configuration.ConfigError as exc:
         for problem in exc.problems:
             print(f"egress-proxy: configuration error: {problem}", file=sys.stderr)

@@ -18,7 +18,11 @@ Parsing and building messages is dnspython's; a datagram that does not parse is 
 and counted, and nothing here raises into the event loop. The configuration is reloaded
 on SIGHUP like the proxy's, without its secrets: transform references are checked but
 never looked up, so the responder holds no credential (docs/decisions.md D83).
-Metrics: `egress_dns_queries_total{result}` and `egress_dns_resolve_seconds`.
+Lookups are shared fairly between clients (`proxy.fairness`, keyed by the client's
+address): a client asking for names whose server never answers ties up its own share
+of the resolver, and another client's names are still answered (issue 21).
+Metrics: `egress_dns_queries_total{result}`, `egress_dns_resolve_seconds` and
+`egress_bound_hits_total{bound,outcome}`.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from common.invariant import InvariantError
 from proxy import config as configuration
 from proxy.config import NetworkConfig, PatternKind
+from proxy.fairness import Bound, ClientKey, Fairness, Slots, client_key
 from proxy.hosts import HostError, IPAddress, canonical_name
 from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
+from proxy.resolver import FairResolver
 
 log = logging.getLogger("egress.dns")
 
@@ -52,6 +58,8 @@ TTL_S = 5
 RESOLVE_TIMEOUT_S = 5.0
 MAX_TCP_MESSAGE = 65535
 RESULTS = ("answered", "refused", "failed", "malformed")
+ANY_CLIENT = ClientKey("")  # a query whose sender is not known shares one key
+DEFAULT_FAIRNESS = Fairness()
 
 Resolve = Callable[[str, int], Awaitable[list[IPAddress]]]
 
@@ -72,8 +80,20 @@ class DnsMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
             registry=self.registry,
         )
+        self.bound_hits = Counter(
+            "egress_bound_hits_total",
+            "Times a fair-share bound bit, by bound and outcome (waited or refused).",
+            ["bound", "outcome"],
+            registry=self.registry,
+        )
         for result in RESULTS:
             self.queries.labels(result)
+        for bound in (Bound.DNS_CLIENT, Bound.DNS_TOTAL):
+            for outcome in ("waited", "refused"):
+                self.bound_hits.labels(bound.value, outcome)
+
+    def hit(self, outcome: str) -> Callable[[Bound], None]:
+        return lambda bound: self.bound_hits.labels(bound.value, outcome).inc()
 
 
 def allowable(policy: Policy, qname: dns.name.Name) -> str | None:
@@ -93,12 +113,14 @@ def allowable(policy: Policy, qname: dns.name.Name) -> str | None:
 class Responder:
     """Turns one query (wire bytes) into one answer (wire bytes), or None to drop it."""
 
-    def __init__(self, policy: Policy, resolve: Resolve, metrics: DnsMetrics) -> None:
+    def __init__(
+        self, policy: Policy, resolve: Resolve | FairResolver, metrics: DnsMetrics
+    ) -> None:
         self.policy = policy
         self._resolve = resolve
         self.metrics = metrics
 
-    async def answer(self, wire: bytes) -> bytes | None:
+    async def answer(self, wire: bytes, client: ClientKey = ANY_CLIENT) -> bytes | None:
         try:
             query = dns.message.from_wire(wire)
         except dns.exception.DNSException:
@@ -121,7 +143,7 @@ class Responder:
             started = time.monotonic()
             try:
                 async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-                    addresses = await self._resolve(name, 443)
+                    addresses = await self._resolver(client)(name, 443)
             except (OSError, TimeoutError):
                 response.set_rcode(dns.rcode.SERVFAIL)
                 self.metrics.queries.labels("failed").inc()
@@ -136,6 +158,11 @@ class Responder:
                 )
         self.metrics.queries.labels("answered").inc()
         return response.to_wire()
+
+    def _resolver(self, client: ClientKey) -> Resolve:
+        if isinstance(self._resolve, FairResolver):
+            return self._resolve.for_client(client)
+        return self._resolve
 
     def reload(self, config: NetworkConfig) -> None:
         self.policy = Policy(config)
@@ -158,7 +185,7 @@ class _Udp(asyncio.DatagramProtocol):
         task.add_done_callback(self.pending.discard)
 
     async def _reply(self, data: bytes, addr: tuple[str, int]) -> None:
-        wire = await self.responder.answer(data)
+        wire = await self.responder.answer(data, client_key(addr[0]))
         if wire is not None and self.transport is not None:
             self.transport.sendto(wire, addr)
 
@@ -166,12 +193,14 @@ class _Udp(asyncio.DatagramProtocol):
 async def _tcp(
     responder: Responder, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    peer = writer.get_extra_info("peername")
+    client = client_key(str(peer[0]) if peer else "")
     try:
         while True:
             async with asyncio.timeout(10):
                 length = int.from_bytes(await reader.readexactly(2), "big")
                 wire = await reader.readexactly(length)
-            answer = await responder.answer(wire)
+            answer = await responder.answer(wire, client)
             if answer is None:
                 return
             writer.write(len(answer).to_bytes(2, "big") + answer)
@@ -209,16 +238,27 @@ async def serve(
             task.cancel()
 
 
-async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, int]) -> int:
+async def run(
+    config_path: str,
+    listen: tuple[str, int],
+    metrics_at: tuple[str, int],
+    fairness: Fairness = DEFAULT_FAIRNESS,
+) -> int:
     """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
     from common.serve import MetricsServer, add_build_info
-    from proxy.resolver import CachingResolver, system_resolve
+    from proxy import resolver
 
     # secrets=False: the responder needs the domains only, never a credential (D83).
     network = configuration.load(config_path, secrets=False)  # ConfigError goes to the CLI
     metrics = DnsMetrics()
     add_build_info(metrics.registry, "egress")
-    responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
+    share = fairness.dns
+    cache = resolver.CachingResolver(
+        resolver.threaded_resolve(share.total), max_age=TTL_S, negative_age=TTL_S
+    )
+    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, metrics.hit("waited"))
+    fair = FairResolver(cache, slots, cache, metrics.hit("refused"))
+    responder = Responder(Policy(network), fair, metrics)
     server = MetricsServer(metrics_at, metrics.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,9 +35,16 @@ from proxy import config as configuration
 from proxy import lifecycle, limits, optimized, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
+from proxy.fairness import Bound, Fairness, Slots
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import CachingResolver, MeasuredResolver, Resolve, system_resolve
+from proxy.resolver import (
+    CachingResolver,
+    FairResolver,
+    MeasuredResolver,
+    Resolve,
+    threaded_resolve,
+)
 from proxy.selfaddr import SelfAddressError, SelfAddresses
 
 if TYPE_CHECKING:
@@ -62,6 +70,7 @@ class Settings:
     audit_log: str
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
+    fairness: Fairness = Fairness()  # the fair-share bounds (docs/configuration.md)
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
     ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
@@ -162,9 +171,7 @@ async def serve(settings: Settings) -> int:
         metrics.dns_lookups.labels(result).inc()
         metrics.dns_lookup_seconds.observe(seconds)
 
-    resolver: Resolve = MeasuredResolver(system_resolve, on_lookup)
-    if settings.dns_cache_seconds > 0:
-        resolver = CachingResolver(resolver, max_age=settings.dns_cache_seconds)
+    resolver = fair_resolver(settings, metrics, on_lookup)
     _require_secrets(network)
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
@@ -230,6 +237,26 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
+
+
+def fair_resolver(
+    settings: Settings, metrics: ProxyMetrics, on_lookup: Callable[[str, float], None]
+) -> FairResolver:
+    """The system resolver on threads of its own, shared fairly between clients, behind
+    the answer cache (whose failures are kept as long as its answers)."""
+    share = settings.fairness.dns
+
+    def hit(outcome: str) -> Callable[[Bound], None]:
+        return lambda bound: metrics.bound_hits.labels(bound.value, outcome).inc()
+
+    resolve: Resolve = MeasuredResolver(threaded_resolve(share.total), on_lookup)
+    cache = None
+    if settings.dns_cache_seconds > 0:
+        age = settings.dns_cache_seconds
+        cache = CachingResolver(resolve, max_age=age, negative_age=age)
+        resolve = cache
+    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, hit("waited"))
+    return FairResolver(resolve, slots, cache, hit("refused"))
 
 
 def _engine(name: str) -> tuple[Options, Master]:

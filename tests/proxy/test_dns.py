@@ -200,7 +200,7 @@ import ipaddress, sys
 import proxy.resolver
 async def table(name, port):
     return [ipaddress.ip_address("203.0.113.7")] if name == "api.example.com" else []
-proxy.resolver.system_resolve = table
+proxy.resolver.threaded_resolve = lambda threads: table
 from proxy.cli import main
 sys.exit(main(sys.argv[1:]))
 """

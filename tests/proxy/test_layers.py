@@ -36,6 +36,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.config": Layer.CORE,
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
+    "proxy.fairness": Layer.CORE,
     "proxy.fields": Layer.CORE,
     "proxy.health": Layer.CORE,
     "proxy.hosts": Layer.CORE,
