@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed import nsock, procs
+from testbed.harness import Harness
 from testbed.netns import Topology
 from testbed.rawhttp import Conn, Response
 from tests.e2e.conftest import REPO, PrivateProxy
@@ -85,3 +86,22 @@ def test_stuck_lookups_of_one_client_do_not_fail_another_clients_hosts_name(
     waited = 'egress_bound_hits_total{bound="dns_per_client",outcome="waited"} '
     counted = [line for line in p.view.metrics_text().splitlines() if line.startswith(waited)]
     assert len(counted) == 1 and float(counted[0].split()[-1]) > 0, counted
+
+
+@pytest.mark.slow
+def test_a_client_silent_mid_head_gets_408_at_the_deadline(harness_view_conn: Conn):
+    # issue 21: the 30 s deadline was checked only when bytes arrived.
+    conn = harness_view_conn
+    conn.send(b"GET http://other.allowed.test/ HTTP/1.1\r\nHost: other.allo")
+    response = conn.read_response()
+    assert response.status == 408, response.describe()
+    assert response.header("X-Egress-Denied") == "bad_request"
+
+
+@pytest.fixture
+def harness_view_conn(harness: Harness) -> Iterator[Conn]:
+    conn = Conn(harness.proxy_host, harness.proxy_port, timeout=60)
+    try:
+        yield conn
+    finally:
+        conn.close()
