@@ -68,6 +68,22 @@ class Fairness:
     connections: FairShare = FairShare(CONNECTIONS, CONNECTIONS_PER_CLIENT)
 
 
+# Descriptors kept for everything but client connections (listeners, the resolver, logs).
+RESERVED_DESCRIPTORS = 64
+
+
+def within_descriptors(share: FairShare, limit: int) -> FairShare:
+    """The connection share that fits a process limit of `limit` descriptors.
+
+    Each client connection may need one upstream connection too, so at most half of
+    what is not reserved; and one client at most half of that, so a client alone can
+    never exhaust the others' share whatever the options say.
+    """
+    fits = max(2, (limit - RESERVED_DESCRIPTORS) // 2)
+    total = min(share.total, fits)
+    return FairShare(total, max(1, min(share.per_client, total // 2)), share.queue_per_client)
+
+
 class Saturated(Exception):
     """A key already has its whole share in use and its whole queue waiting."""
 

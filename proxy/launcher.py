@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -31,11 +32,11 @@ from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
 from common.logs import JsonLogFormatter, announce
 from common.serve import MetricsServer
+from proxy import accepting, lifecycle, limits, optimized, workers
 from proxy import config as configuration
-from proxy import lifecycle, limits, optimized, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
-from proxy.fairness import Bound, Fairness, Slots
+from proxy.fairness import Bound, Fairness, Slots, within_descriptors
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import (
@@ -117,6 +118,7 @@ def _require_secrets(network: configuration.NetworkConfig) -> None:
 async def serve(settings: Settings) -> int:
     from mitmproxy.addons.termlog import TermLog
 
+    from addons.connections import Connections
     from addons.egress import EgressPolicy
     from addons.limits import Limits
     from addons.telemetry import CountingAudit, Telemetry
@@ -176,7 +178,9 @@ async def serve(settings: Settings) -> int:
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
-    master.addons.add(Limits(metrics), addon, Telemetry(metrics))
+    connections = within_descriptors(settings.fairness.connections, descriptor_limit())
+    accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
+    master.addons.add(Connections(metrics, connections), Limits(metrics), addon, Telemetry(metrics))
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
@@ -237,6 +241,12 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
+
+
+def descriptor_limit() -> int:
+    """The process's soft limit on open descriptors (RLIMIT_NOFILE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def fair_resolver(

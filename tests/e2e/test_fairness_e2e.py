@@ -7,6 +7,7 @@ proxy's namespace, so the two have different addresses (the fair-share key).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -105,3 +106,37 @@ def harness_view_conn(harness: Harness) -> Iterator[Conn]:
         yield conn
     finally:
         conn.close()
+
+
+HALF_SENT = 300  # the issue's figure: more than a 256-descriptor proxy can hold
+
+
+def test_one_client_holding_many_half_sent_requests_does_not_starve_another(
+    private_proxy: Callable[..., PrivateProxy], topology: Topology
+):
+    # issue 21: at a 256-descriptor limit, 300 idle half-sent requests of one client left
+    # a second client unanswered, and the proxy spun logging "Too many open files".
+    p = private_proxy("fair-conns", CONFIG, wrapper=("prlimit", "--nofile=256:256"))
+    held: list[socket.socket] = []
+    try:
+        for _ in range(HALF_SENT):
+            try:
+                sock = socket.create_connection((topology.proxy_ip, p.view.proxy_port), 10)
+                sock.sendall(b"GET http://other.allowed.test/ HTTP/1.1\r\nHost: oth")
+            except OSError:
+                break  # the proxy closed one of ours: refused past its share
+            held.append(sock)
+        with other_client(p, topology) as conn:
+            hdrs = [("Host", "other.allowed.test"), ("Connection", "close")]
+            other = conn.request("GET", "http://other.allowed.test/fair", hdrs, b"")
+    finally:
+        for sock in held:
+            sock.close()
+
+    assert other.status == 200, other.describe()
+    stderr = p.view.proxy_stderr.read_text()
+    assert "Traceback" not in stderr
+    assert stderr.count("refusing client connections: connections_per_client") == 1, stderr
+    refused = 'egress_bound_hits_total{bound="connections_per_client",outcome="refused"} '
+    counted = [line for line in p.view.metrics_text().splitlines() if line.startswith(refused)]
+    assert len(counted) == 1 and float(counted[0].split()[-1]) > 0, counted

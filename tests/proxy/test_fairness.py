@@ -9,7 +9,15 @@ import socket
 
 import pytest
 
-from proxy.fairness import Bound, ClientKey, FairShare, Saturated, Slots, client_key
+from proxy.fairness import (
+    Bound,
+    ClientKey,
+    FairShare,
+    Saturated,
+    Slots,
+    client_key,
+    within_descriptors,
+)
 from proxy.hosts import IPAddress
 from proxy.resolver import CachingResolver, FairResolver
 
@@ -222,3 +230,24 @@ def test_the_dns_responder_answers_another_client_while_one_client_is_stuck() ->
         return answer.rcode(), [str(r) for rrset in answer.answer for r in rrset]
 
     assert asyncio.run(scenario()) == (dns.rcode.NOERROR, ["198.18.1.2"])
+
+
+DESCRIPTORS = [
+    # (name, options (total, per client), RLIMIT_NOFILE, expected (total, per client))
+    ("large-limit-keeps-the-options", (4096, 512), 1 << 20, (4096, 512)),
+    ("issue-21-256-descriptors", (4096, 512), 256, (96, 48)),
+    ("per-client-never-over-half", (100, 100), 1 << 20, (100, 50)),
+    ("tiny-limit-still-serves", (4096, 512), 10, (2, 1)),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "limit", "expected"),
+    [c[1:] for c in DESCRIPTORS],
+    ids=[c[0] for c in DESCRIPTORS],
+)
+def test_the_connection_share_fits_the_descriptor_limit(
+    options: tuple[int, int], limit: int, expected: tuple[int, int]
+) -> None:
+    share = within_descriptors(FairShare(*options), limit)
+    assert (share.total, share.per_client) == expected

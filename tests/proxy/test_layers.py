@@ -52,6 +52,7 @@ LAYERS: dict[str, Layer] = {
     "addons.backpressure": Layer.ADAPTER,
     "addons.clienthello": Layer.ADAPTER,
     "addons.connect": Layer.ADAPTER,
+    "addons.connections": Layer.ADAPTER,
     "addons.egress": Layer.ADAPTER,
     "addons.failclosed": Layer.ADAPTER,
     "addons.limits": Layer.ADAPTER,
@@ -65,6 +66,7 @@ LAYERS: dict[str, Layer] = {
     "addons.tcp": Layer.ADAPTER,
     "addons.workarounds": Layer.ADAPTER,
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
+    "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
     "proxy.cli": Layer.LAUNCHER,
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
