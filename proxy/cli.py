@@ -121,6 +121,7 @@ def _fair_options(parser: argparse.ArgumentParser, *, connections: bool) -> None
         bounds += [
             ("--max-connections", fairness.CONNECTIONS, "client connections, all clients"),
             ("--max-connections-per-client", fairness.CONNECTIONS_PER_CLIENT, "... of one"),
+            ("--metrics-connections", fairness.METRICS_CONNECTIONS, "metrics/health listener"),
         ]
     for flag, default, text in bounds:
         parser.add_argument(flag, type=_positive, default=default, metavar="N", help=text)
@@ -142,7 +143,8 @@ def fairness_of(args: argparse.Namespace) -> fairness.Fairness:
         getattr(args, "max_connections", default.connections.total),
         getattr(args, "max_connections_per_client", default.connections.per_client),
     )
-    return fairness.Fairness(dns, connections)
+    served = getattr(args, "metrics_connections", default.metrics_connections)
+    return fairness.Fairness(dns, connections, served)
 
 
 def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:

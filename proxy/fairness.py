@@ -33,6 +33,7 @@ DNS_LOOKUPS_PER_CLIENT = 4  # ... of one client; more wait their turn
 DNS_QUEUE_PER_CLIENT = 64  # lookups of one client waiting; more fail at once (dns_failure)
 CONNECTIONS = 4096  # client connections open at once, all clients
 CONNECTIONS_PER_CLIENT = 512  # ... of one client address
+METRICS_CONNECTIONS = 32  # connections the metrics/health listener serves at once
 
 
 class Bound(enum.StrEnum):
@@ -66,6 +67,7 @@ class Fairness:
 
     dns: FairShare = FairShare(DNS_LOOKUPS, DNS_LOOKUPS_PER_CLIENT, DNS_QUEUE_PER_CLIENT)
     connections: FairShare = FairShare(CONNECTIONS, CONNECTIONS_PER_CLIENT)
+    metrics_connections: int = METRICS_CONNECTIONS
 
 
 # Descriptors kept for everything but client connections (listeners, the resolver, logs).

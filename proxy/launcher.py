@@ -285,7 +285,12 @@ def _engine(name: str) -> tuple[Options, Master]:
 
 def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
     try:
-        return MetricsServer(settings.metrics, metrics.registry)
+        return MetricsServer(
+            settings.metrics,
+            metrics.registry,
+            max_connections=settings.fairness.metrics_connections,
+            on_refused=metrics.bound_hits.labels(Bound.METRICS_CONNECTIONS.value, "refused").inc,
+        )
     except OSError as exc:
         shown = format_endpoint(*settings.metrics)
         raise LaunchError(f"cannot listen for metrics on {shown}: {exc.strerror}") from exc
