@@ -41,6 +41,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.health": Layer.CORE,
     "proxy.hosts": Layer.CORE,
     "proxy.limits": Layer.CORE,
+    "proxy.outbound": Layer.CORE,
     "proxy.metrics": Layer.CORE,
     "proxy.policy": Layer.CORE,
     "proxy.redact": Layer.CORE,
