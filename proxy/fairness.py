@@ -1,7 +1,7 @@
 """Fair shares of what every client of the proxy uses: name lookups and connections.
 
 A node-wide proxy serves many sandboxes, and one of them must not exhaust what the
-others share (SPEC 1.12; issue 21). Every bound here is held per *client key* and in
+others share (issue 21). Every bound here is held per *client key* and in
 total, and each is an operator option with a documented default
 (docs/configuration.md#fair-sharing):
 
