@@ -34,6 +34,7 @@ class Reason(StrEnum):
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    UPSTREAM_TLS = "upstream_tls"
 
 
 class Stage(StrEnum):
@@ -79,10 +80,15 @@ MESSAGES: dict[Reason, str] = {
         "TRACE and TRACK are refused to a host that receives injected credentials: "
         "the answer would echo them."
     ),
+    Reason.UPSTREAM_TLS: (
+        "The TLS handshake with the destination failed: its certificate did not verify "
+        "or it does not speak TLS."
+    ),
 }
 
-# Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
-STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502}
+# Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
+# gateway failure, not a policy refusal.
+STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502, Reason.UPSTREAM_TLS: 502}
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md

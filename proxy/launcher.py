@@ -122,6 +122,7 @@ async def serve(settings: Settings) -> int:
     from addons.egress import EgressPolicy
     from addons.limits import Limits
     from addons.telemetry import CountingAudit, Telemetry
+    from addons.upstream import UpstreamFailures
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
@@ -180,7 +181,13 @@ async def serve(settings: Settings) -> int:
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
-    master.addons.add(Connections(metrics, connections), Limits(metrics), addon, Telemetry(metrics))
+    master.addons.add(
+        Connections(metrics, connections),
+        Limits(metrics),
+        UpstreamFailures(),  # before the policy addon, whose `error` hook audits
+        addon,
+        Telemetry(metrics),
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)

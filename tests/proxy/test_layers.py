@@ -64,6 +64,7 @@ LAYERS: dict[str, Layer] = {
     "addons.shared": Layer.ADAPTER,
     "addons.targets": Layer.ADAPTER,
     "addons.telemetry": Layer.ADAPTER,
+    "addons.upstream": Layer.ADAPTER,
     "addons.tcp": Layer.ADAPTER,
     "addons.workarounds": Layer.ADAPTER,
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
