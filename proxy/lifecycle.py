@@ -7,6 +7,9 @@
 * `watch_file` polls the file's identity (the resolved path, inode, size and mtime of what
   it points to), so it sees an editor's rename, an in-place write and the way Kubernetes
   swaps a mounted ConfigMap (the `..data` symlink is replaced, the file name stays).
+  A change is applied once the file has stayed the same for `SETTLE_S`, so a file
+  written slowly in place is not applied half-written (docs/operations.md: write by
+  rename, which is atomic).
 * `drain` answers SIGTERM: `/healthz` turns 503, the listeners close so no new connection
   is accepted, transfers in flight get `grace` seconds to finish, then the proxy stops.
 * `heartbeat` stamps the time from the event loop every second; the health endpoint
@@ -22,7 +25,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy import config as configuration
@@ -30,6 +33,8 @@ from proxy import config as configuration
 log = logging.getLogger("egress")
 
 WATCH_INTERVAL_S = 1.0
+# A changed file is applied once it has not changed for this long (issue 21).
+SETTLE_S = 2.0
 HEARTBEAT_INTERVAL_S = 1.0
 
 Fingerprint = tuple[str, int, int, int, int] | None
@@ -70,14 +75,28 @@ class Reloader:
         return True
 
 
-async def watch_file(reload: Reloader, interval: float = WATCH_INTERVAL_S) -> None:
-    """Reload whenever the file's fingerprint changes; runs until cancelled."""
-    seen = fingerprint(reload.path)
+async def watch_file(
+    reload: Reloader,
+    interval: float = WATCH_INTERVAL_S,
+    settle: float = SETTLE_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Reload once the file's fingerprint has changed and then stayed the same for
+    `settle` seconds (a file written in place is not read half-written); runs until
+    cancelled."""
+    applied = fingerprint(reload.path)
+    candidate: Fingerprint = None
+    since = 0.0
     while True:
-        await asyncio.sleep(interval)
+        await sleep(interval)
         now = fingerprint(reload.path)
-        if now != seen and now is not None:
-            seen = now
+        if now is None or now == applied:
+            candidate = None
+        elif now != candidate:
+            candidate, since = now, clock()  # changed (again): wait for it to settle
+        elif clock() - since >= settle:
+            applied, candidate = now, None
             reload("file change")
 
 
