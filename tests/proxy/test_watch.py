@@ -4,6 +4,7 @@ content has been stable: a file written slowly in place is never applied half-wr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -44,7 +45,7 @@ class Script:
 
 def run(script: Script, settle: float) -> list[str]:
     async def watch() -> None:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await lifecycle.watch_file(
                 script,  # type: ignore[arg-type]  # a Reloader: `path`, called to reload
                 interval=0.2,
@@ -52,8 +53,6 @@ def run(script: Script, settle: float) -> list[str]:
                 sleep=script.sleep,
                 clock=script.clock,
             )
-        except asyncio.CancelledError:
-            pass
 
     asyncio.run(watch())
     return script.applied
