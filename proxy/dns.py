@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from common.invariant import InvariantError
 from proxy import config as configuration
 from proxy.config import NetworkConfig, PatternKind
-from proxy.fairness import Bound, ClientKey, Fairness, Slots, client_key
+from proxy.fairness import Bound, ClientKey, Fairness, FairShare, Slots, client_key
 from proxy.hosts import HostError, IPAddress, canonical_name
 from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
 from proxy.resolver import FairResolver
@@ -58,6 +58,8 @@ TTL_S = 5
 RESOLVE_TIMEOUT_S = 5.0
 MAX_TCP_MESSAGE = 65535
 RESULTS = ("answered", "refused", "failed", "malformed")
+# TCP connections at once, all clients and one client; each lives 10 s without a query.
+TCP_CONNECTIONS = FairShare(256, 16)
 ANY_CLIENT = ClientKey("")  # a query whose sender is not known shares one key
 DEFAULT_FAIRNESS = Fairness()
 
@@ -88,7 +90,12 @@ class DnsMetrics:
         )
         for result in RESULTS:
             self.queries.labels(result)
-        for bound in (Bound.DNS_CLIENT, Bound.DNS_TOTAL):
+        for bound in (
+            Bound.DNS_CLIENT,
+            Bound.DNS_TOTAL,
+            Bound.CONNECTIONS_CLIENT,
+            Bound.CONNECTIONS_TOTAL,
+        ):
             for outcome in ("waited", "refused"):
                 self.bound_hits.labels(bound.value, outcome)
 
@@ -191,10 +198,18 @@ class _Udp(asyncio.DatagramProtocol):
 
 
 async def _tcp(
-    responder: Responder, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    responder: Responder,
+    slots: Slots,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
 ) -> None:
     peer = writer.get_extra_info("peername")
     client = client_key(str(peer[0]) if peer else "")
+    bound = slots.try_acquire(client)
+    if bound is not None:  # one client's connections cannot take every descriptor
+        responder.metrics.hit("refused")(bound)
+        writer.close()
+        return
     try:
         while True:
             async with asyncio.timeout(10):
@@ -208,6 +223,7 @@ async def _tcp(
     except (asyncio.IncompleteReadError, TimeoutError, OSError):
         pass
     finally:
+        slots.release(client)
         writer.close()
 
 
@@ -224,8 +240,9 @@ async def serve(
     transport, protocol = await loop.create_datagram_endpoint(
         lambda: _Udp(responder), local_addr=(host, port), family=family
     )
+    slots = Slots(TCP_CONNECTIONS, Bound.CONNECTIONS_CLIENT, Bound.CONNECTIONS_TOTAL)
     server = await asyncio.start_server(
-        lambda r, w: _tcp(responder, r, w), host, port, family=family
+        lambda r, w: _tcp(responder, slots, r, w), host, port, family=family
     )
     log.warning("egress-proxy dns: answering on %s:%d (UDP and TCP)", host, port)
     on_ready()
