@@ -35,6 +35,7 @@ REASONS = frozenset(
         "dns_failure",
         "policy_error",
         "method_not_allowed",
+        "upstream_tls",
     }
 )
 AUDIT_KEYS = frozenset(
