@@ -3,11 +3,13 @@ a JSON 502 with `X-Egress-Denied: upstream_tls`, the host in the log, an honest 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import certifi
 import pytest
 
+from testbed.h2client import exchange
 from testbed.harness import Harness
 from tests.e2e.conftest import PrivateProxy
 
@@ -42,3 +44,26 @@ def test_an_unverifiable_upstream_certificate_is_a_readable_refusal(
     line = view.audit_log.wait_for(0, lambda e: e.get("method") == method)
     assert (line["decision"], line["reason"], line["status"]) == ("deny", "upstream_tls", 502)
     assert "api.allowed.test" in view.proxy_stderr.read_text()
+
+
+def test_an_http2_client_gets_the_same_refusal(
+    private_proxy: Callable[..., PrivateProxy], harness: Harness
+):
+    p = private_proxy("untrusted-h2", CONFIG, "--upstream-ca", certifi.where())
+    with p.view.tunnel("api.allowed.test:443", alpn=["h2"]) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
+        result = exchange(
+            conn.sock,
+            [
+                [
+                    (":method", "GET"),
+                    (":scheme", "https"),
+                    (":authority", "api.allowed.test"),
+                    (":path", "/untrusted-h2"),
+                ]
+            ],
+        )
+
+    assert result.status(1) == "502", result.headers
+    assert result.headers[1].get("x-egress-denied") == "upstream_tls"
+    assert json.loads(result.bodies[1])["reason"] == "upstream_tls"
