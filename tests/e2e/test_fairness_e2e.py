@@ -136,7 +136,11 @@ def test_one_client_holding_many_half_sent_requests_does_not_starve_another(
     assert other.status == 200, other.describe()
     stderr = p.view.proxy_stderr.read_text()
     assert "Traceback" not in stderr
-    assert stderr.count("refusing client connections: connections_per_client") == 1, stderr
     refused = 'egress_bound_hits_total{bound="connections_per_client",outcome="refused"} '
     counted = [line for line in p.view.metrics_text().splitlines() if line.startswith(refused)]
-    assert len(counted) == 1 and float(counted[0].split()[-1]) > 0, counted
+    assert len(counted) == 1, counted
+    refusals = float(counted[0].split()[-1])
+    assert refusals >= HALF_SENT - 2 * 48  # the share at 256 descriptors is 48 (D97)
+    # One log line per 10 s, not one per refusal.
+    lines = stderr.count("refusing client connections: connections_per_client")
+    assert 1 <= lines <= 3, stderr
