@@ -8,10 +8,11 @@ before its transform headers are written (issue 21):
   `Keep-Alive`, `Proxy-Connection`, every `Proxy-*` field (`Proxy-Authorization`
   included: a credential for this proxy, never for the upstream), `TE` other than
   `trailers`, and `Upgrade` unless the request is a WebSocket upgrade. `Connection`
-  itself keeps only `close` (mitmproxy reads it to end the connection after the
-  answer) and, for a WebSocket, `upgrade`. `Host`, `Content-Length` and
-  `Transfer-Encoding` stay whatever `Connection` names: mitmproxy frames the message by
-  them. The transform headers are written after, so `Connection` cannot remove them.
+  itself keeps only `close` and `keep-alive` (mitmproxy reads them to end or keep the
+  client's connection after the answer) and, for a WebSocket, `upgrade`. `Host`,
+  `Content-Length` and `Transfer-Encoding` stay whatever `Connection` names: mitmproxy
+  frames the message by them. The transform headers are written after, so `Connection`
+  cannot remove them.
 * A transform header also removes the client's spellings of its name that a server
   may read as the same field: any letter case and `_` for `-` (CGI and WSGI servers map
   both `X-Tenant` and `X_Tenant` to `HTTP_X_TENANT`).
@@ -57,11 +58,11 @@ def outbound_fields(
             named.update(_tokens(value))
     named -= {b"close", b"upgrade"} | FRAMING
     kept: list[tuple[bytes, bytes]] = []
-    close = False
+    options: set[bytes] = set()
     for name, value in fields:
         lower = name.lower()
         if lower == b"connection":
-            close = close or b"close" in _tokens(value)
+            options.update(_tokens(value))
             continue
         if lower == b"te":
             if b"trailers" in _tokens(value):
@@ -77,7 +78,7 @@ def outbound_fields(
         if injected_spellings and spelling(lower) == b"accept-encoding":
             continue
         kept.append((name, value))
-    connection = [b"close"] if close else []
+    connection: list[bytes] = [t for t in (b"close", b"keep-alive") if t in options]
     if websocket:
         connection.append(b"Upgrade")
     if connection:

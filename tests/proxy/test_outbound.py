@@ -65,7 +65,7 @@ CASES: list[tuple[str, H, tuple[str, ...], bool, H]] = [
         [*HOST, ("Connection", "keep-alive, Upgrade"), ("Upgrade", "websocket")],
         (),
         True,
-        [*HOST, ("Upgrade", "websocket"), ("Connection", "Upgrade")],
+        [*HOST, ("Upgrade", "websocket"), ("Connection", "keep-alive, Upgrade")],
     ),
     (
         "injected-name-variants-removed",
