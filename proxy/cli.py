@@ -18,7 +18,7 @@ from typing import Any
 from common.logs import add_log_format_option, log_handler
 from common.versions import DefaultsHelpFormatter, add_version_option
 from proxy import config as configuration
-from proxy import formats, health, importers, lint, optimized, sandboxes
+from proxy import fairness, formats, health, importers, lint, optimized, sandboxes
 from proxy import propose as proposing
 from proxy.ca import CAError, KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, refuse_a_taken_port, serve
@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
         help="keep resolver answers this long (0: ask the resolver for every request)",
     )
 
+    _fair_options(run, connections=True)
+
     dns = sub.add_parser(
         "dns",
         help="answer DNS for names the allowlist could allow, refuse the rest",
@@ -153,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="address of /metrics",
     )
+    _fair_options(dns, connections=False)
     add_log_format_option(dns)
 
     _propose_parser(sub)
@@ -251,6 +254,42 @@ def _endpoint(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{exc} (for example 127.0.0.1:8080 or :8080)") from None
 
 
+def _fair_options(parser: argparse.ArgumentParser, *, connections: bool) -> None:
+    """The fair-share bounds (docs/configuration.md#fair-sharing)."""
+    bounds = [
+        ("--dns-lookups", fairness.DNS_LOOKUPS, "name lookups at once, all clients"),
+        ("--dns-lookups-per-client", fairness.DNS_LOOKUPS_PER_CLIENT, "... of one client"),
+    ]
+    if connections:
+        bounds += [
+            ("--max-connections", fairness.CONNECTIONS, "client connections, all clients"),
+            ("--max-connections-per-client", fairness.CONNECTIONS_PER_CLIENT, "... of one"),
+            ("--metrics-connections", fairness.METRICS_CONNECTIONS, "metrics/health listener"),
+        ]
+    for flag, default, text in bounds:
+        parser.add_argument(flag, type=_positive, default=default, metavar="N", help=text)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def fairness_of(args: argparse.Namespace) -> fairness.Fairness:
+    default = fairness.Fairness()
+    dns = fairness.FairShare(
+        args.dns_lookups, args.dns_lookups_per_client, default.dns.queue_per_client
+    )
+    connections = fairness.FairShare(
+        getattr(args, "max_connections", default.connections.total),
+        getattr(args, "max_connections_per_client", default.connections.per_client),
+    )
+    served = getattr(args, "metrics_connections", default.metrics_connections)
+    return fairness.Fairness(dns, connections, served)
+
+
 def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
     parser.add_argument(
         flag,
@@ -321,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         audit_log=args.audit_log,
         upstream_ca=args.upstream_ca,
         dns_cache_seconds=args.dns_cache,
+        fairness=fairness_of(args),
         worker=args.worker,
         ca_key_type=args.ca_key_type,
         drain_seconds=args.drain_seconds,
@@ -381,7 +421,7 @@ def _run_dns(args: argparse.Namespace) -> int:
     # The responder's messages already start with "egress-proxy dns:" in text.
     log_handler("egress", args.log_format, sys.stderr, "", logging.WARNING)
     try:
-        return asyncio.run(dns.run(args.config, args.listen, args.metrics))
+        return asyncio.run(dns.run(args.config, args.listen, args.metrics, fairness_of(args)))
     except configuration.ConfigError as exc:
         _print_problems(exc)
         return 2

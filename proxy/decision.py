@@ -38,6 +38,7 @@ class Reason(StrEnum):
     PLACEHOLDER_ELSEWHERE = "placeholder_elsewhere"
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
+    UPSTREAM_TLS = "upstream_tls"
 
 
 class Stage(StrEnum):
@@ -95,10 +96,19 @@ MESSAGES: dict[Reason, str] = {
         "(proxy credentials or source address)."
     ),
     Reason.CONNECTION_LIMIT: "This sandbox has as many connections open as it may; retry later.",
+    Reason.UPSTREAM_TLS: (
+        "The TLS handshake with the destination failed: its certificate did not verify "
+        "or it does not speak TLS."
+    ),
 }
 
-# Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
-STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502, Reason.CONNECTION_LIMIT: 429}
+# Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
+# gateway failure, not a policy refusal; a sandbox at its connection bound is asked to wait.
+STATUS: dict[Reason, int] = {
+    Reason.DNS_FAILURE: 502,
+    Reason.UPSTREAM_TLS: 502,
+    Reason.CONNECTION_LIMIT: 429,
+}
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md

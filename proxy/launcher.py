@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -33,13 +34,20 @@ from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
 from common.logs import announce, formatter
 from common.serve import MetricsServer
+from proxy import accepting, lifecycle, limits, optimized, sandboxes, workers
 from proxy import config as configuration
-from proxy import lifecycle, limits, optimized, sandboxes, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
+from proxy.fairness import Bound, Fairness, Slots, within_descriptors
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import CachingResolver, MeasuredResolver, Resolve, system_resolve
+from proxy.resolver import (
+    CachingResolver,
+    FairResolver,
+    MeasuredResolver,
+    Resolve,
+    threaded_resolve,
+)
 from proxy.selfaddr import SelfAddressError, SelfAddresses
 from proxy.tenancy import Tenancy
 from proxy.tenants import Tenants
@@ -69,6 +77,7 @@ class Settings:
     audit_log: str
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
+    fairness: Fairness = Fairness()  # the fair-share bounds (docs/configuration.md)
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
     ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
@@ -148,9 +157,11 @@ async def serve(settings: Settings) -> int:
 
     from mitmproxy.addons.termlog import TermLog
 
+    from addons.connections import Connections
     from addons.egress import EgressPolicy
     from addons.limits import Limits
     from addons.telemetry import CountingAudit, Telemetry
+    from addons.upstream import UpstreamFailures
 
     ca = ensure_ca(settings.certs, settings.ca_key_type)
     ca_cert = ca.cert
@@ -210,14 +221,20 @@ async def serve(settings: Settings) -> int:
         metrics.dns_lookups.labels(result).inc()
         metrics.dns_lookup_seconds.observe(seconds)
 
-    resolver: Resolve = MeasuredResolver(system_resolve, on_lookup)
-    if settings.dns_cache_seconds > 0:
-        resolver = CachingResolver(resolver, max_age=settings.dns_cache_seconds)
+    resolver = fair_resolver(settings, metrics, on_lookup)
     _require_secrets(network)
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
-    master.addons.add(Limits(metrics), addon, Telemetry(metrics))
+    connections = within_descriptors(settings.fairness.connections, descriptor_limit())
+    accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
+    master.addons.add(
+        Connections(metrics, connections),
+        Limits(metrics),
+        UpstreamFailures(),  # before the policy addon, whose `error` hook audits
+        addon,
+        Telemetry(metrics),
+    )
     tenants = _tenants(section, policy, addon, metrics)
 
     def apply(fresh: configuration.NetworkConfig) -> None:
@@ -325,6 +342,32 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
     return on_sighup
 
 
+def descriptor_limit() -> int:
+    """The process's soft limit on open descriptors (RLIMIT_NOFILE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def fair_resolver(
+    settings: Settings, metrics: ProxyMetrics, on_lookup: Callable[[str, float], None]
+) -> FairResolver:
+    """The system resolver on threads of its own, shared fairly between clients, behind
+    the answer cache (whose failures are kept as long as its answers)."""
+    share = settings.fairness.dns
+
+    def hit(outcome: str) -> Callable[[Bound], None]:
+        return lambda bound: metrics.bound_hits.labels(bound.value, outcome).inc()
+
+    resolve: Resolve = MeasuredResolver(threaded_resolve(share.total), on_lookup)
+    cache = None
+    if settings.dns_cache_seconds > 0:
+        age = settings.dns_cache_seconds
+        cache = CachingResolver(resolve, max_age=age, negative_age=age)
+        resolve = cache
+    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, hit("waited"))
+    return FairResolver(resolve, slots, cache, hit("refused"))
+
+
 def _engine(name: str) -> tuple[Options, Master]:
     """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
@@ -341,7 +384,12 @@ def _engine(name: str) -> tuple[Options, Master]:
 
 def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
     try:
-        return MetricsServer(settings.metrics, metrics.registry)
+        return MetricsServer(
+            settings.metrics,
+            metrics.registry,
+            max_connections=settings.fairness.metrics_connections,
+            on_refused=metrics.bound_hits.labels(Bound.METRICS_CONNECTIONS.value, "refused").inc,
+        )
     except OSError as exc:
         shown = format_endpoint(*settings.metrics)
         raise LaunchError(f"cannot listen for metrics on {shown}: {exc.strerror}") from exc

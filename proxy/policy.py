@@ -32,6 +32,8 @@ ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 METADATA_NAMES = frozenset({"metadata.google.internal", "metadata"})
+# A bind to these succeeds on Linux, yet they are no address of the host (issue 21).
+NOT_HOST_ADDRESSES = frozenset({AddressClass.BROADCAST, AddressClass.MULTICAST})
 
 
 class Policy:
@@ -190,6 +192,8 @@ class Policy:
         entry names (D22): a CIDR that happens to contain the host opens none of its ports."""
         if (ip, port) in self._self_addresses:
             return True
+        if classify(ip) in NOT_HOST_ADDRESSES:
+            return False  # Linux binds broadcast and multicast too: not the host's own
         if self._is_local is None or not self._is_local(ip):
             return False
         entry = self.entry_for_address(ip)

@@ -36,6 +36,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.config": Layer.CORE,
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
+    "proxy.fairness": Layer.CORE,
     "proxy.fields": Layer.CORE,
     "proxy.formats": Layer.CORE,  # other tools' files: what they are (check's hints)
     "proxy.health": Layer.CORE,
@@ -44,6 +45,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.importers": Layer.CORE,  # other sandboxes' allowlists (egress-proxy import)
     "proxy.limits": Layer.CORE,
     "proxy.lint": Layer.CORE,  # warnings of `check` (a literal credential in a transform)
+    "proxy.outbound": Layer.CORE,
     "proxy.metrics": Layer.CORE,
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
@@ -62,6 +64,7 @@ LAYERS: dict[str, Layer] = {
     "addons.backpressure": Layer.ADAPTER,
     "addons.clienthello": Layer.ADAPTER,
     "addons.connect": Layer.ADAPTER,
+    "addons.connections": Layer.ADAPTER,
     "addons.egress": Layer.ADAPTER,
     "addons.failclosed": Layer.ADAPTER,
     "addons.limits": Layer.ADAPTER,
@@ -73,10 +76,12 @@ LAYERS: dict[str, Layer] = {
     "addons.shared": Layer.ADAPTER,
     "addons.targets": Layer.ADAPTER,
     "addons.telemetry": Layer.ADAPTER,
+    "addons.upstream": Layer.ADAPTER,
     "addons.tcp": Layer.ADAPTER,
     "addons.workarounds": Layer.ADAPTER,
     "proxy.__main__": Layer.LAUNCHER,  # `python -m proxy`
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
+    "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
     "proxy.cli": Layer.LAUNCHER,
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
