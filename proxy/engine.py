@@ -21,7 +21,8 @@ from __future__ import annotations
 import copy
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mitmproxy import exceptions, flow, hooks, master, options, optmanager
@@ -35,6 +36,10 @@ from mitmproxy.addons import (
     proxyserver,
     tlsconfig,
 )
+from mitmproxy.proxy import layer
+from mitmproxy.proxy.layers import tls
+
+from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -54,11 +59,40 @@ def lean_addons() -> list[Any]:
         core.Core(),
         block.Block(),
         disable_h2c.DisableH2C(),
-        proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        CoalescingProxyserver(),
+        CoalescingNextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
     ]
+
+
+class CoalescingProxyserver(proxyserver.Proxyserver):
+    """mitmproxy's `Proxyserver`; each connection's root layer sends one write per event."""
+
+    name = "proxyserver"  # mitmproxy's master and proxyserver look it up by this name
+
+    @contextmanager
+    def register_connection(self, connection_id: Any, handler: Any) -> Iterator[None]:
+        # Called by the server instance after the top layer is set, before handle_client.
+        coalesce_root(handler)
+        with super().register_connection(connection_id, handler):
+            yield
+
+
+class CoalescingNextLayer(next_layer.NextLayer):
+    """mitmproxy's `NextLayer`; a client TLS layer gets one record per message."""
+
+    name = "nextlayer"
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        super().next_layer(nextlayer)
+        coalesce_decided(nextlayer)
+        # The decided layer may be a stack (server TLS over client TLS): walk it down.
+        found = nextlayer.layer
+        while found is not None:
+            if isinstance(found, tls.ClientTLSLayer):
+                coalesce_tunnel(found)
+            found = getattr(found, "child_layer", None)
 
 
 class LeanOptions(options.Options):

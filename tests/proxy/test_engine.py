@@ -161,5 +161,6 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
         return [type(a).__name__ for a in LeanMaster(LeanOptions()).addons.chain]
 
     assert asyncio.run(main()) == [
-        "Core", "Block", "DisableH2C", "Proxyserver", "NextLayer", "TlsConfig", "ErrorCheck",
+        "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
+        "ErrorCheck",
     ]  # fmt: skip

@@ -65,6 +65,7 @@ LAYERS: dict[str, Layer] = {
     "addons.workarounds": Layer.ADAPTER,
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.cli": Layer.LAUNCHER,
+    "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
