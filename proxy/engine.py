@@ -19,6 +19,7 @@ mitmproxy and fails when an upgrade changes an internal this module relies on.
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import types
 from collections.abc import Callable, Iterator
@@ -63,7 +64,18 @@ def lean_addons() -> list[Any]:
         CoalescingNextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
+        FreezeAtStart(),
     ]
+
+
+class FreezeAtStart:
+    """Once the proxy runs, what it has loaded (policy, addons, mitmproxy) is frozen out of
+    the garbage collector's reach (`gc.freeze`): a full collection during a request no
+    longer walks the policy's objects (issue 26, D143)."""
+
+    def running(self) -> None:
+        gc.collect()
+        gc.freeze()
 
 
 class CoalescingProxyserver(proxyserver.Proxyserver):

@@ -162,5 +162,28 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
 
     assert asyncio.run(main()) == [
         "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
-        "ErrorCheck",
+        "ErrorCheck", "FreezeAtStart",
     ]  # fmt: skip
+
+
+def test_what_is_loaded_at_start_is_frozen_out_of_the_collector() -> None:
+    import gc
+
+    async def main() -> int:
+        master = LeanMaster(LeanOptions())
+        master.options.update(listen_host="127.0.0.1", listen_port=0, server=False)
+        runner = asyncio.create_task(master.run())
+        for _ in range(200):
+            if gc.get_freeze_count():
+                break
+            await asyncio.sleep(0.01)
+        frozen = gc.get_freeze_count()
+        master.shutdown()
+        await runner
+        return frozen
+
+    gc.unfreeze()
+    try:
+        assert asyncio.run(main()) > 1000
+    finally:
+        gc.unfreeze()
