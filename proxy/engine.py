@@ -39,6 +39,8 @@ from mitmproxy.addons import (
 )
 from mitmproxy.proxy import layer
 from mitmproxy.proxy.layers import tls
+from OpenSSL import SSL
+from OpenSSL._util import lib as _ssl_lib
 
 from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
 
@@ -64,8 +66,28 @@ def lean_addons() -> list[Any]:
         CoalescingNextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
+        ReleaseIdleTlsBuffers(),
         FreezeAtStart(),
     ]
+
+
+class ReleaseIdleTlsBuffers:
+    """Each TLS connection (both legs) frees OpenSSL's read and write buffers while idle
+    (`SSL_MODE_RELEASE_BUFFERS`, as nginx does): an idle intercepted connection holds two
+    TLS objects without their ~50 KiB of buffers (issue 26, D144). Runs after TlsConfig,
+    which made the connection; pyOpenSSL offers the mode only on a context not yet used,
+    so it is set on the connection itself (pinned by tests/proxy/test_engine.py)."""
+
+    def tls_start_client(self, tls_start: tls.TlsData) -> None:
+        _release_buffers(tls_start)
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        _release_buffers(tls_start)
+
+
+def _release_buffers(tls_start: tls.TlsData) -> None:
+    if tls_start.ssl_conn is not None:
+        _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
 
 
 class FreezeAtStart:

@@ -162,7 +162,7 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
 
     assert asyncio.run(main()) == [
         "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
-        "ErrorCheck", "FreezeAtStart",
+        "ErrorCheck", "ReleaseIdleTlsBuffers", "FreezeAtStart",
     ]  # fmt: skip
 
 
@@ -187,3 +187,24 @@ def test_what_is_loaded_at_start_is_frozen_out_of_the_collector() -> None:
         assert asyncio.run(main()) > 1000
     finally:
         gc.unfreeze()
+
+
+def test_both_tls_legs_release_their_buffers_while_idle() -> None:
+    """The mode is set on the connection TlsConfig made; pyOpenSSL internals pinned."""
+    from mitmproxy import connection
+    from mitmproxy.proxy import context
+    from mitmproxy.proxy.layers import tls
+    from OpenSSL import SSL
+    from OpenSSL._util import lib
+
+    from proxy.engine import ReleaseIdleTlsBuffers
+
+    client = connection.Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2))
+    ctx = context.Context(client, options.Options())
+    for hook in ("tls_start_client", "tls_start_server"):
+        made = SSL.Connection(SSL.Context(SSL.TLS_METHOD))
+        assert lib.SSL_set_mode(made._ssl, 0) & SSL.MODE_RELEASE_BUFFERS == 0
+        getattr(ReleaseIdleTlsBuffers(), hook)(tls.TlsData(client, ctx, made))
+        assert lib.SSL_set_mode(made._ssl, 0) & SSL.MODE_RELEASE_BUFFERS
+    # A TLS start that made no connection (an addon refused it) is left alone.
+    ReleaseIdleTlsBuffers().tls_start_client(tls.TlsData(client, ctx, None))
