@@ -7,6 +7,11 @@ regular or transparent proxy needs (`ADDONS`) and an addon manager that keeps, p
 name, the list of handlers that exist, so a hook costs one call per addon implementing it.
 `LeanOptions` reads scalar options without mitmproxy's defensive deep copy.
 
+Three changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
+sends within one event goes out as one write per connection, one TLS record per message
+to the client (proxy/coalesce.py, D142); an idle TLS connection frees OpenSSL's buffers
+(D144); what is loaded at start is frozen out of the garbage collector (D143).
+
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
 chain order; sub-addons (`.addons`) after their parent, depth first; sync and async
@@ -54,8 +59,9 @@ def lean_addons() -> list[Any]:
     """mitmproxy's addons that a regular/transparent egress proxy needs, in mitmdump's order.
 
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
-    mitmdump), DisableH2C, Proxyserver, NextLayer, TlsConfig, ErrorCheck (stop at start
-    when an option or addon failed). The egress addons and the log sink are added by the
+    mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
+    ErrorCheck (stop at start when an option or addon failed), then the engine's own
+    ReleaseIdleTlsBuffers and FreezeAtStart. The egress addons and the log sink are added by the
     launcher.
     """
     return [
