@@ -7,6 +7,11 @@ regular or transparent proxy needs (`ADDONS`) and an addon manager that keeps, p
 name, the list of handlers that exist, so a hook costs one call per addon implementing it.
 `LeanOptions` reads scalar options without mitmproxy's defensive deep copy.
 
+Three changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
+sends within one event goes out as one write per connection, one TLS record per message
+to the client (proxy/coalesce.py, D142); an idle TLS connection frees OpenSSL's buffers
+(D144); what is loaded at start is frozen out of the garbage collector (D143).
+
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
 chain order; sub-addons (`.addons`) after their parent, depth first; sync and async
@@ -19,9 +24,11 @@ mitmproxy and fails when an upgrade changes an internal this module relies on.
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mitmproxy import exceptions, flow, hooks, master, options, optmanager
@@ -35,6 +42,12 @@ from mitmproxy.addons import (
     proxyserver,
     tlsconfig,
 )
+from mitmproxy.proxy import layer
+from mitmproxy.proxy.layers import tls
+from OpenSSL import SSL
+from OpenSSL._util import lib as _ssl_lib
+
+from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -46,19 +59,80 @@ def lean_addons() -> list[Any]:
     """mitmproxy's addons that a regular/transparent egress proxy needs, in mitmdump's order.
 
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
-    mitmdump), DisableH2C, Proxyserver, NextLayer, TlsConfig, ErrorCheck (stop at start
-    when an option or addon failed). The egress addons and the log sink are added by the
+    mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
+    ErrorCheck (stop at start when an option or addon failed), then the engine's own
+    ReleaseIdleTlsBuffers and FreezeAtStart. The egress addons and the log sink are added by the
     launcher.
     """
     return [
         core.Core(),
         block.Block(),
         disable_h2c.DisableH2C(),
-        proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        CoalescingProxyserver(),
+        CoalescingNextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
+        ReleaseIdleTlsBuffers(),
+        FreezeAtStart(),
     ]
+
+
+class ReleaseIdleTlsBuffers:
+    """Each TLS connection (both legs) frees OpenSSL's read and write buffers while idle
+    (`SSL_MODE_RELEASE_BUFFERS`, as nginx does): an idle intercepted connection holds two
+    TLS objects without their ~50 KiB of buffers (issue 26, D144). Runs after TlsConfig,
+    which made the connection; pyOpenSSL offers the mode only on a context not yet used,
+    so it is set on the connection itself (pinned by tests/proxy/test_engine.py)."""
+
+    def tls_start_client(self, tls_start: tls.TlsData) -> None:
+        _release_buffers(tls_start)
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        _release_buffers(tls_start)
+
+
+def _release_buffers(tls_start: tls.TlsData) -> None:
+    if tls_start.ssl_conn is not None:
+        _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
+
+
+class FreezeAtStart:
+    """Once the proxy runs, what it has loaded (policy, addons, mitmproxy) is frozen out of
+    the garbage collector's reach (`gc.freeze`): a full collection during a request no
+    longer walks the policy's objects (issue 26, D143)."""
+
+    def running(self) -> None:
+        gc.collect()
+        gc.freeze()
+
+
+class CoalescingProxyserver(proxyserver.Proxyserver):
+    """mitmproxy's `Proxyserver`; each connection's root layer sends one write per event."""
+
+    name = "proxyserver"  # mitmproxy's master and proxyserver look it up by this name
+
+    @contextmanager
+    def register_connection(self, connection_id: Any, handler: Any) -> Iterator[None]:
+        # Called by the server instance after the top layer is set, before handle_client.
+        coalesce_root(handler)
+        with super().register_connection(connection_id, handler):
+            yield
+
+
+class CoalescingNextLayer(next_layer.NextLayer):
+    """mitmproxy's `NextLayer`; a client TLS layer gets one record per message."""
+
+    name = "nextlayer"
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        super().next_layer(nextlayer)
+        coalesce_decided(nextlayer)
+        # The decided layer may be a stack (server TLS over client TLS): walk it down.
+        found = nextlayer.layer
+        while found is not None:
+            if isinstance(found, tls.ClientTLSLayer):
+                coalesce_tunnel(found)
+            found = getattr(found, "child_layer", None)
 
 
 class LeanOptions(options.Options):

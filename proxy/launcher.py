@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import resource
 import signal
@@ -243,6 +244,7 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
+        gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 
     def on_result(ok: bool) -> None:
         metrics.config_reloads.labels("ok" if ok else "failed").inc()

@@ -161,5 +161,50 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
         return [type(a).__name__ for a in LeanMaster(LeanOptions()).addons.chain]
 
     assert asyncio.run(main()) == [
-        "Core", "Block", "DisableH2C", "Proxyserver", "NextLayer", "TlsConfig", "ErrorCheck",
+        "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
+        "ErrorCheck", "ReleaseIdleTlsBuffers", "FreezeAtStart",
     ]  # fmt: skip
+
+
+def test_what_is_loaded_at_start_is_frozen_out_of_the_collector() -> None:
+    import gc
+
+    async def main() -> int:
+        master = LeanMaster(LeanOptions())
+        master.options.update(listen_host="127.0.0.1", listen_port=0, server=False)
+        runner = asyncio.create_task(master.run())
+        for _ in range(200):
+            if gc.get_freeze_count():
+                break
+            await asyncio.sleep(0.01)
+        frozen = gc.get_freeze_count()
+        master.shutdown()
+        await runner
+        return frozen
+
+    gc.unfreeze()
+    try:
+        assert asyncio.run(main()) > 1000
+    finally:
+        gc.unfreeze()
+
+
+def test_both_tls_legs_release_their_buffers_while_idle() -> None:
+    """The mode is set on the connection TlsConfig made; pyOpenSSL internals pinned."""
+    from mitmproxy import connection
+    from mitmproxy.proxy import context
+    from mitmproxy.proxy.layers import tls
+    from OpenSSL import SSL
+    from OpenSSL._util import lib
+
+    from proxy.engine import ReleaseIdleTlsBuffers
+
+    client = connection.Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2))
+    ctx = context.Context(client, options.Options())
+    for hook in ("tls_start_client", "tls_start_server"):
+        made = SSL.Connection(SSL.Context(SSL.TLS_METHOD))
+        assert lib.SSL_set_mode(made._ssl, 0) & SSL.MODE_RELEASE_BUFFERS == 0
+        getattr(ReleaseIdleTlsBuffers(), hook)(tls.TlsData(client, ctx, made))
+        assert lib.SSL_set_mode(made._ssl, 0) & SSL.MODE_RELEASE_BUFFERS
+    # A TLS start that made no connection (an addon refused it) is left alone.
+    ReleaseIdleTlsBuffers().tls_start_client(tls.TlsData(client, ctx, None))

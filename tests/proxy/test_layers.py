@@ -83,6 +83,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
     "proxy.cli": Layer.LAUNCHER,
+    "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
