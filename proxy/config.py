@@ -39,6 +39,7 @@ from common.problems import Found, Problem, schema_errors, schema_validator, syn
 from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.redact import NO_REDACTION, Redactor
+from proxy.rules import NO_RULES, Rules, parse_rules
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Report = Callable[[str, str], None]  # (location, message)
@@ -145,6 +146,7 @@ class Entry:
     allow_plaintext: bool = False
     passthrough: bool = False
     report_only: bool = False  # refusals this entry decides are logged and let through
+    rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -277,10 +279,11 @@ def _entry(
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
         transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
+    rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
-    if failed or transform is None or refusals:
+    if failed or transform is None or refusals or rules is None:
         return None
     ports = raw.get("ports")
     return Entry(
@@ -295,6 +298,7 @@ def _entry(
         allow_plaintext=raw.get("allow_plaintext") is True,
         passthrough=raw.get("passthrough") is True,
         report_only=raw.get("report_only") is True,
+        rules=rules,
     )
 
 
@@ -304,6 +308,11 @@ def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterato
         yield (
             "passthrough",
             "a pass-through entry is not intercepted, so it cannot have a transform",
+        )
+    if raw.get("passthrough") is True and ("rules" in raw or "deny" in raw):
+        yield (
+            "passthrough",
+            "a pass-through entry is not intercepted, so its rules could not be applied",
         )
     if raw.get("transform") and base.kind is PatternKind.ANY:
         yield (

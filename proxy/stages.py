@@ -12,8 +12,8 @@ next to its table of named cases (tests/proxy/test_stages.py):
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
 * request (`decide_request`): the `no_sni` gate, head bytes (D21), where the request goes
-  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the pinned address,
-  and the transform to write.
+  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the entry's rules
+  (`decide_rules`), the pinned address, and the transform to write.
 
 Invariants: a function reads the one `Policy` snapshot it is given (a reload never splits
 a decision, D24); a name is resolved only after the policy allowed it, through the
@@ -35,6 +35,7 @@ from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_author
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
 from proxy.resolver import Resolve
+from proxy.rules import judge
 from proxy.targets import Location, RequestNames, locate
 
 RESOLVE_TIMEOUT_S = 5.0
@@ -254,6 +255,8 @@ def decide_tcp(
     entry = decision.entry
     if not (decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS):
         return refused
+    if entry.rules.active:  # rules judge HTTP requests; a raw stream has none to judge
+        return TcpAnswer(Decision.deny(Reason.RULE_MISMATCH, entry))
     return TcpAnswer(decision, Pin(destination, (str(target[0]), target[1])))
 
 
@@ -287,6 +290,24 @@ def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> b
     return decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS
 
 
+def decide_rules(policy: Policy, decision: Decision, method: str, target: str) -> Decision:
+    """The rules stage (SPEC 1.8): an allowed request's method, path and query against
+    its entry's `rules` and `deny`; the decision names the clause that decided.
+
+    An ambiguous path is `bad_request` (never reported through); a rule refusal is
+    reportable like allowlist membership (report-only lets it through as `would_deny`).
+    """
+    entry = decision.entry
+    if not decision.allowed or entry is None or not entry.rules.active:
+        return decision
+    reason, clause = judge(entry.rules, method, target)
+    if reason is Reason.ALLOWLISTED:
+        return replace(decision, clause=clause)
+    if reason is Reason.BAD_REQUEST:
+        return Decision.deny(reason, entry)
+    return policy.reported(Decision.deny(reason, entry, clause))
+
+
 async def decide_request(
     policy: Policy, resolve: Resolve, facts: ConnectionFacts, ask: RequestAsk
 ) -> RequestAnswer:
@@ -302,6 +323,7 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
+    decision = decide_rules(policy, decision, ask.names.method, located.path)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)

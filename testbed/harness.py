@@ -35,6 +35,8 @@ REASONS = frozenset(
         "dns_failure",
         "policy_error",
         "method_not_allowed",
+        "rule_mismatch",
+        "rule_denied",
     }
 )
 AUDIT_KEYS = frozenset(
