@@ -17,6 +17,7 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from addons import gitpush
 from addons.limits import body_follows
 from addons.refusal import refusal_response
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -54,6 +55,11 @@ class Requests:
             state.host = answer.host
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
+            if answer.push is not None and state.decision.allowed:
+                held = gitpush.hold(request, state, answer.push)
+                state.decision = held or state.decision
+                if held is None:
+                    return  # decided and counted once its command list is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
             flow.request.stream = counter(state, "bytes_sent")
@@ -87,8 +93,20 @@ class Requests:
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """Request trailers arrive after the body streamed, too late for a refusal: a trailer
+        """A held git push is judged on its command list (`addons.gitpush`). Request
+        trailers arrive after the body streamed, too late for a refusal: a trailer
         block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        state = flow.metadata.get(FLOW_KEY)
+        if isinstance(state, FlowState) and state.push is not None:
+            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+            with self.shared.failclosed(Stage.REQUEST):
+                state.decision = gitpush.judge(flow, state, decided)
+            self.shared.count(Stage.REQUEST, state.decision)
+            if not state.decision.allowed:
+                state.injected, state.redactions = (), NO_REDACTION
+                state.refused_here = True
+                if flow.response is None and flow.error is None:
+                    flow.kill()
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None

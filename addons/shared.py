@@ -19,6 +19,7 @@ from addons.failclosed import failclosed
 from addons.pinning import Pinning
 from proxy.audit import AuditSink
 from proxy.decision import Decision, Stage
+from proxy.gitpush import PushItem
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor
@@ -40,6 +41,7 @@ class FlowState:
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
+    push: PushItem | None = None  # a git push held until its command list is judged
 
 
 class Shared:

@@ -37,6 +37,7 @@ import yaml
 from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from proxy.addresses import NEVER_ALLOWED, classify
+from proxy.gitpush import GitPolicy, parse_git
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.redact import NO_REDACTION, Redactor
 from proxy.rules import NO_RULES, Rules, parse_rules
@@ -147,6 +148,7 @@ class Entry:
     passthrough: bool = False
     report_only: bool = False  # refusals this entry decides are logged and let through
     rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
+    git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -280,10 +282,13 @@ def _entry(
     if "transform" not in failed:
         transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
     rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
+    git_ok, git = (
+        (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
+    )
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
-    if failed or transform is None or refusals or rules is None:
+    if failed or transform is None or refusals or rules is None or not git_ok:
         return None
     ports = raw.get("ports")
     return Entry(
@@ -299,6 +304,7 @@ def _entry(
         passthrough=raw.get("passthrough") is True,
         report_only=raw.get("report_only") is True,
         rules=rules,
+        git=git,
     )
 
 
@@ -309,7 +315,7 @@ def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterato
             "passthrough",
             "a pass-through entry is not intercepted, so it cannot have a transform",
         )
-    if raw.get("passthrough") is True and ("rules" in raw or "deny" in raw):
+    if raw.get("passthrough") is True and ("rules" in raw or "deny" in raw or "git" in raw):
         yield (
             "passthrough",
             "a pass-through entry is not intercepted, so its rules could not be applied",

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     RULE_MISMATCH = "rule_mismatch"
     RULE_DENIED = "rule_denied"
+    GIT_PUSH_DENIED = "git_push_denied"
 
 
 class Stage(StrEnum):
@@ -86,6 +87,9 @@ MESSAGES: dict[Reason, str] = {
     ),
     Reason.RULE_MISMATCH: "No rule of the allowlist entry admits this method, path and query.",
     Reason.RULE_DENIED: "A deny rule of the allowlist entry refuses this request.",
+    Reason.GIT_PUSH_DENIED: (
+        "The allowlist entry's git.push does not allow this push (repository, ref or deletion)."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.

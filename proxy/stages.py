@@ -28,10 +28,12 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from common.invariant import InvariantError
-from proxy.config import PatternKind, Transform
+from proxy.config import Entry, PatternKind, Transform
 from proxy.decision import Decision, Reason
 from proxy.fields import head_problem
+from proxy.gitpush import PushItem, judge_git, smart_http
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
+from proxy.paths import canonical_path, split_target
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
 from proxy.resolver import Resolve
@@ -279,6 +281,9 @@ class RequestAnswer:
     pin: Pin | None = None
     transforms: tuple[Transform, ...] = ()  # headers to write: a real allow only
     redactions: Redactor = NO_REDACTION  # what the answer may echo of them
+    # A git push allowed by repository: its command list must match this item's refs
+    # before any body byte goes upstream (addons/gitpush.py).
+    push: PushItem | None = None
 
 
 def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> bool:
@@ -290,16 +295,36 @@ def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> b
     return decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS
 
 
-def decide_rules(policy: Policy, decision: Decision, method: str, target: str) -> Decision:
-    """The rules stage (SPEC 1.8): an allowed request's method, path and query against
-    its entry's `rules` and `deny`; the decision names the clause that decided.
+def decide_rules(
+    policy: Policy, decision: Decision, method: str, target: str
+) -> tuple[Decision, PushItem | None]:
+    """The rules stage (docs/configuration.md#rules, #git-over-https): a smart-HTTP git request against its entry's
+    `git`, any other allowed request's method, path and query against its `rules` and
+    `deny`; the decision names the clause that decided. A push allowed by repository
+    comes with the item its command list must then match.
 
     An ambiguous path is `bad_request` (never reported through); a rule refusal is
     reportable like allowlist membership (report-only lets it through as `would_deny`).
     """
     entry = decision.entry
-    if not decision.allowed or entry is None or not entry.rules.active:
-        return decision
+    if not decision.allowed or entry is None:
+        return decision, None
+    if entry.git is not None and canonical_path(split_target(target)[0]) is None:
+        return Decision.deny(Reason.BAD_REQUEST, entry), None  # no push hides in a spelling
+    git = smart_http(method, target) if entry.git is not None else None
+    if entry.git is not None and git is not None:
+        reason, clause, item = judge_git(entry.git, git)
+        if reason is Reason.ALLOWLISTED:
+            return replace(decision, clause=clause), item if git.rpc else None
+        if reason is Reason.GIT_PUSH_DENIED:
+            return Decision.deny(reason, entry, clause), None
+        return policy.reported(Decision.deny(reason, entry, clause)), None
+    if not entry.rules.active:
+        return decision, None
+    return _rules(policy, decision, entry, method, target), None
+
+
+def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
     reason, clause = judge(entry.rules, method, target)
     if reason is Reason.ALLOWLISTED:
         return replace(decision, clause=clause)
@@ -323,12 +348,12 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
-    decision = decide_rules(policy, decision, ask.names.method, located.path)
+    decision, push = decide_rules(policy, decision, ask.names.method, located.path)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
     pin = _pin(located.host, located.port, address)
     entry = decision.entry
     if decision.injects and entry is not None and entry.transform:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin, entry.transform, entry.redactions)
-    return RequestAnswer(decision, host, located, pin)
+        return RequestAnswer(decision, host, located, pin, entry.transform, entry.redactions, push)
+    return RequestAnswer(decision, host, located, pin, push=push)

@@ -37,6 +37,7 @@ REASONS = frozenset(
         "method_not_allowed",
         "rule_mismatch",
         "rule_denied",
+        "git_push_denied",
     }
 )
 AUDIT_KEYS = frozenset(

@@ -1,4 +1,4 @@
-"""End to end, rules inside an allowed host (SPEC 1.8): the real proxy decides each request
+"""End to end, rules inside an allowed host (docs/configuration.md#rules): the real proxy decides each request
 by method, path and query — HTTP/1 on a kept-alive connection inside a tunnel, plain
 HTTP, HTTP/2 streams, and a WebSocket upgrade — and an ambiguous path never reaches the
 upstream. Transparent mode: tests/e2e/test_transparent_e2e.py (rules section)."""

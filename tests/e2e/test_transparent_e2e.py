@@ -97,7 +97,7 @@ network:
     - domain: multi.t.test
     - domain: pass.t.test               # relayed, not intercepted
       passthrough: true
-    - domain: rules.t.test              # GET only, never below /private/ (SPEC 1.8)
+    - domain: rules.t.test              # GET only, never below /private/ (docs/configuration.md#rules)
       rules:
         - methods: [GET]
       deny:

@@ -38,6 +38,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
     "proxy.fields": Layer.CORE,
     "proxy.health": Layer.CORE,
+    "proxy.gitpush": Layer.CORE,
     "proxy.hosts": Layer.CORE,
     "proxy.limits": Layer.CORE,
     "proxy.metrics": Layer.CORE,
@@ -55,6 +56,7 @@ LAYERS: dict[str, Layer] = {
     "addons.connect": Layer.ADAPTER,
     "addons.egress": Layer.ADAPTER,
     "addons.failclosed": Layer.ADAPTER,
+    "addons.gitpush": Layer.ADAPTER,
     "addons.limits": Layer.ADAPTER,
     "addons.pinning": Layer.ADAPTER,
     "addons.refusal": Layer.ADAPTER,

@@ -1,4 +1,4 @@
-"""Rules on allowlist entries (SPEC 1.8): the located configuration problems, the pattern
+"""Rules on allowlist entries (docs/configuration.md#rules): the located configuration problems, the pattern
 language, and the one path canonicaliser (proxy/paths.py). Decisions are in
 tests/proxy/test_stages.py (RULE_REQUESTS); the canonicaliser against real servers in
 tests/proxy/test_paths_upstreams.py."""

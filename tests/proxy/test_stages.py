@@ -388,7 +388,7 @@ def test_a_refused_name_is_never_resolved() -> None:
     assert asked == ["api.example", "api.example"]
 
 
-# -- rules inside an allowed host (SPEC 1.8) --------------------------------------------------
+# -- rules inside an allowed host (docs/configuration.md#rules) --------------------------------------------------
 
 RULED = policy_of(
     {
