@@ -1,4 +1,5 @@
-"""The git push gate (docs/configuration.md#git-over-https): a receive-pack POST allowed by repository is held until
+"""The git push gate (docs/configuration.md#git-over-https): a receive-pack POST
+allowed by repository is held until
 its command list is judged, so no byte of a refused push goes upstream.
 
 `hold` (from the request stage) buffers the body instead of streaming it: only a body

@@ -1,4 +1,5 @@
-"""Git over HTTPS (docs/configuration.md#git-over-https): which repositories may be fetched, which refs pushed.
+"""Git over HTTPS (docs/configuration.md#git-over-https): which repositories may be
+fetched, which refs pushed.
 
 Pure: `smart_http` recognises a smart-HTTP request by its canonical path, `judge_git`
 decides it by the entry's `git` section, `read_commands` parses a receive-pack command

@@ -1,4 +1,5 @@
-"""The one canonical spelling of a request path, for entries with rules (docs/configuration.md#rules; D104).
+"""The one canonical spelling of a request path, for entries with rules
+(docs/configuration.md#rules; D104).
 
 `canonical_path` takes the origin-form request-target exactly as sent and returns the
 path (before `?`) that rules are matched against, or None when an upstream could read

@@ -1,4 +1,5 @@
-"""Rules inside an allowed host: which methods, paths and queries an entry admits (docs/configuration.md#rules).
+"""Rules inside an allowed host: which methods, paths and queries an entry admits
+(docs/configuration.md#rules).
 
 `parse_rules` turns an entry's `rules` / `deny` lists (already shaped by the JSON Schema)
 into a frozen `Rules`, reporting every problem at its location
