@@ -300,8 +300,9 @@ def decide_rules(
 ) -> tuple[Decision, PushItem | None]:
     """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
     a smart-HTTP git request against its entry's `git`, any other allowed request's
-    method, path and query against its `rules` and `deny`; the decision names the clause that decided. A push allowed by repository
-    comes with the item its command list must then match.
+    method, path and query against its `rules` and `deny`; the decision names the
+    clause that decided. A push allowed by repository comes with the item its command
+    list must then match.
 
     An ambiguous path is `bad_request` (never reported through); a rule refusal is
     reportable like allowlist membership (report-only lets it through as `would_deny`).
