@@ -17,12 +17,13 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from addons import gitpush
+from addons import budget, gitpush
 from addons.limits import body_follows
 from addons.refusal import refusal_response
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from addons.targets import origin_form, request_names, upstream_sni
 from addons.workarounds import hang_up
+from proxy.budget import Admission
 from proxy.decision import Decision, Reason, Stage
 from proxy.fields import fields_problem
 from proxy.limits import Limit
@@ -43,6 +44,7 @@ class Requests:
         shared, request = self.shared, flow.request
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
         flow.metadata[FLOW_KEY] = state
+        admission = Admission(True)
         with shared.failclosed(Stage.REQUEST):
             facts = shared.facts(flow.client_conn)
             ask = RequestAsk(
@@ -53,6 +55,11 @@ class Requests:
             )
             answer = await decide_request(shared.policy, shared.resolve, facts, ask)
             state.host = answer.host
+            decided, admission = budget.admit(
+                shared.budgets, shared.metrics, answer.decision, announced(flow)
+            )
+            if not decided.allowed:
+                answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
             if answer.push is not None and state.decision.allowed:
@@ -62,7 +69,8 @@ class Requests:
                     return  # decided and counted once its command list is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
-            flow.request.stream = counter(state, "bytes_sent")
+            count = counter(state, "bytes_sent")
+            flow.request.stream = budget.metered(shared.budgets, shared.metrics, flow, state, count)
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
@@ -74,6 +82,8 @@ class Requests:
                 asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
         else:
             flow.response = refusal_response(state.decision, state.host, flow.request.method)
+            if admission.retry_after_s:
+                flow.response.headers["Retry-After"] = str(admission.retry_after_s)
 
     def _apply(self, flow: http.HTTPFlow, state: FlowState, answer: RequestAnswer) -> None:
         request, location = flow.request, answer.location
@@ -110,6 +120,16 @@ class Requests:
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+
+def announced(flow: http.HTTPFlow) -> int | None:
+    """The request body's announced size for a budget: 0 without a body, None unknown."""
+    if not body_follows(flow):
+        return 0
+    size = body_size(flow.request, True)
+    return (
+        None if size > REFUSED_BODY_LIMIT and "content-length" not in flow.request.headers else size
+    )
 
 
 def body_size(request: http.Request, follows: bool) -> int:

@@ -18,6 +18,7 @@ from addons.auditing import Where, address_text, record
 from addons.failclosed import failclosed
 from addons.pinning import Pinning
 from proxy.audit import AuditSink
+from proxy.budget import Budgets
 from proxy.decision import Decision, Stage
 from proxy.gitpush import PushItem
 from proxy.metrics import ProxyMetrics
@@ -59,6 +60,7 @@ class Shared:
         self.resolve = resolve
         self.pinning = pinning
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
+        self.budgets = Budgets()  # outlives a reload: what was spent stays spent
 
     # -- connections ----------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ import yaml
 from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from proxy.addresses import NEVER_ALLOWED, classify
+from proxy.budget import Budget, parse_budget
 from proxy.gitpush import GitPolicy, parse_git
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.redact import NO_REDACTION, Redactor
@@ -149,6 +150,7 @@ class Entry:
     report_only: bool = False  # refusals this entry decides are logged and let through
     rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
     git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
+    budget: Budget | None = None  # requests and upload per window (proxy.budget)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -285,10 +287,15 @@ def _entry(
     git_ok, git = (
         (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
     )
+    budget_ok, budget = (
+        (False, None)
+        if "budget" in failed
+        else (parse_budget(raw.get("budget"), f"{where}.budget", report))
+    )
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
-    if failed or transform is None or refusals or rules is None or not git_ok:
+    if failed or transform is None or refusals or rules is None or not (git_ok and budget_ok):
         return None
     ports = raw.get("ports")
     return Entry(
@@ -305,6 +312,7 @@ def _entry(
         report_only=raw.get("report_only") is True,
         rules=rules,
         git=git,
+        budget=budget,
     )
 
 

@@ -37,6 +37,7 @@ class Reason(StrEnum):
     RULE_MISMATCH = "rule_mismatch"
     RULE_DENIED = "rule_denied"
     GIT_PUSH_DENIED = "git_push_denied"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 class Stage(StrEnum):
@@ -87,13 +88,17 @@ MESSAGES: dict[Reason, str] = {
     ),
     Reason.RULE_MISMATCH: "No rule of the allowlist entry admits this method, path and query.",
     Reason.RULE_DENIED: "A deny rule of the allowlist entry refuses this request.",
+    Reason.BUDGET_EXCEEDED: (
+        "The allowlist entry's budget (requests or upload per window) is spent; "
+        "retry after the Retry-After seconds."
+    ),
     Reason.GIT_PUSH_DENIED: (
         "The allowlist entry's git.push does not allow this push (repository, ref or deletion)."
     ),
 }
 
 # Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
-STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502}
+STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502, Reason.BUDGET_EXCEEDED: 429}
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md

@@ -110,6 +110,21 @@ class ProxyMetrics:
         )
         for limit in Limit:
             self.limit_refusals.labels(limit.value)
+        # Budgets (docs/configuration.md#budgets), by the deciding entry's pattern: bounded
+        # by the operator's configuration, never by the sandbox.
+        self.budget_remaining = Gauge(
+            "egress_budget_remaining",
+            "What is left of an entry's budget now: requests, or upload bytes.",
+            ["rule", "budget"],
+            registry=r,
+            multiprocess_mode="min",
+        )
+        self.budget_exceeded = Counter(
+            "egress_budget_exceeded_total",
+            "Requests refused, and uploads cut, for exceeding an entry's budget.",
+            ["rule", "budget"],
+            registry=r,
+        )
         verdicts = [("allow" if r is Reason.ALLOWLISTED else "deny", r) for r in Reason]
         verdicts += [("would_deny", r) for r in REPORTABLE]
         for decision, reason in verdicts:

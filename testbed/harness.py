@@ -38,6 +38,7 @@ REASONS = frozenset(
         "rule_mismatch",
         "rule_denied",
         "git_push_denied",
+        "budget_exceeded",
     }
 )
 AUDIT_KEYS = frozenset(

@@ -48,5 +48,6 @@ def test_secrets_pasted_in_the_wrong_field_are_not_printed(tmp_path: Path) -> No
         f"error: {path}: network.allowlist[0].ports[0]: port must be an integer in 1-65535",
         f"error: {path}: network.allowlist[1].transform.X-Key: value must be a string",
         f"error: {path}: network.allowlist[2]: unknown key 'token' (expected: allow_encoded_slash, "
-        "allow_plaintext, deny, domain, git, passthrough, ports, report_only, rules, transform)",
+        "allow_plaintext, budget, deny, domain, git, passthrough, ports, report_only, rules, "
+        "transform)",
     ]

@@ -33,6 +33,7 @@ class Layer(IntEnum):
 LAYERS: dict[str, Layer] = {
     "proxy.addresses": Layer.CORE,
     "proxy.audit": Layer.CORE,
+    "proxy.budget": Layer.CORE,
     "proxy.config": Layer.CORE,
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
@@ -52,6 +53,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.targets": Layer.CORE,
     "addons.auditing": Layer.ADAPTER,
     "addons.backpressure": Layer.ADAPTER,
+    "addons.budget": Layer.ADAPTER,
     "addons.clienthello": Layer.ADAPTER,
     "addons.connect": Layer.ADAPTER,
     "addons.egress": Layer.ADAPTER,
