@@ -10,6 +10,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -139,6 +141,13 @@ class ProxyMetrics:
             self.config_reloads.labels(result)
         self._operator_metrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
+
+    def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
+        """(entry pattern, "requests"/"upload", amount) of every budget in the running
+        configuration: their series exist from the start, full until the next request."""
+        for rule, kind, amount in budgets:
+            self.budget_exceeded.labels(rule, kind)
+            self.budget_remaining.labels(rule, kind).set(amount)
 
     def count_decision(self, stage: Stage, verdict: str, reason: Reason) -> None:
         """One decision, in `egress_decisions_total` by stage and in `egress_requests_total`
