@@ -45,6 +45,7 @@ from bench import (
     profile,
     redact,
     report,
+    rules,
     throughput,
     upstream,
 )
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if "decide" in wanted:
         _say("scenario 2: deciding a host as the allowlist grows")
         results["decide"] = decide.measure()
+        results["decide"]["rules"] = rules.measure()
     if "redact" in wanted:
         _say("scenario 5: redacting echoed secrets (streaming body matcher, headers)")
         results["redact"] = redact.measure()

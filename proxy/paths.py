@@ -40,6 +40,8 @@ def canonical_path(path: str, *, allow_encoded_slash: bool = False) -> str | Non
     """The path rules compare, or None when its meaning is ambiguous (see the module)."""
     if not path.startswith("/") or "\\" in path or "\0" in path or ";" in path:
         return None
+    if "%" not in path:
+        return path if _plain_segments(path) else None
     out: list[str] = []
     i, size = 0, len(path)
     while i < size:
@@ -61,7 +63,12 @@ def canonical_path(path: str, *, allow_encoded_slash: bool = False) -> str | Non
             out.append("%" + digits)
         i += 3
     result = "".join(out)
-    segments = result.split("/")[1:]
-    if any(s in (".", "..") for s in segments) or "" in segments[:-1]:
-        return None
-    return result
+    return result if _plain_segments(result) else None
+
+
+def _plain_segments(path: str) -> bool:
+    """No `.` or `..` segment, and no empty segment but the last."""
+    if "//" in path or "/." not in path:
+        return "//" not in path
+    segments = path.split("/")[1:]
+    return not any(s in (".", "..") for s in segments) and "" not in segments[:-1]

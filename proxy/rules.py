@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -58,10 +58,45 @@ class Rules:
     allow: tuple[Rule, ...] | None = None  # None: `rules` absent, every request matches
     deny: tuple[Rule, ...] = ()
     allow_encoded_slash: bool = False
+    # Every rule's paths as one alternation, so that one regex call finds the first rule
+    # whose paths match (built by `__post_init__`; the rules before it cannot match).
+    _first_allow: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    _first_deny: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_first_allow", _first_path(self.allow or ()))
+        object.__setattr__(self, "_first_deny", _first_path(self.deny))
 
     @property
     def active(self) -> bool:
         return self.allow is not None or bool(self.deny)
+
+
+def _first_path(rules: tuple[Rule, ...]) -> re.Pattern[str] | None:
+    if not rules:
+        return None
+    parts = []
+    for index, rule in enumerate(rules):
+        paths = "|".join(p.pattern for p in rule.paths) if rule.paths is not None else ".*"
+        parts.append(f"(?P<r{index}>{paths})")
+    return re.compile("|".join(parts), re.DOTALL)
+
+
+def _first(
+    rules: tuple[Rule, ...],
+    first: re.Pattern[str] | None,
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+) -> int | None:
+    """The index of the first rule matching the request, or None."""
+    found = first.fullmatch(path) if first is not None else None
+    if found is None or found.lastgroup is None:
+        return None
+    for index in range(int(found.lastgroup[1:]), len(rules)):
+        if rules[index].matches(method, path, query):
+            return index
+    return None
 
 
 NO_RULES = Rules()
@@ -75,15 +110,15 @@ def judge(rules: Rules, method: str, target: str) -> tuple[Reason, str]:
     path = canonical_path(raw_path, allow_encoded_slash=rules.allow_encoded_slash)
     if path is None:
         return Reason.BAD_REQUEST, ""
-    query = _query(raw_query)
-    for index, rule in enumerate(rules.deny):
-        if rule.matches(method, path, query):
-            return Reason.RULE_DENIED, f"deny[{index}]"
+    query = _query(raw_query) if raw_query else {}
+    denied = _first(rules.deny, rules._first_deny, method, path, query)
+    if denied is not None:
+        return Reason.RULE_DENIED, f"deny[{denied}]"
     if rules.allow is None:
         return Reason.ALLOWLISTED, ""
-    for index, rule in enumerate(rules.allow):
-        if rule.matches(method, path, query):
-            return Reason.ALLOWLISTED, f"rules[{index}]"
+    allowed = _first(rules.allow, rules._first_allow, method, path, query)
+    if allowed is not None:
+        return Reason.ALLOWLISTED, f"rules[{allowed}]"
     return Reason.RULE_MISMATCH, ""
 
 
