@@ -163,22 +163,25 @@ def test_push_to_an_agent_branch_lands(
     assert f"refs/heads/agent/fix-1 {head}" in git_server.heads("acme/web.git")
 
 
+def refused_push(c: Client, server: GitServer, *refspecs: str) -> str:
+    """Push a new commit of acme/web with `refspecs`; the push fails, no receive-pack POST
+    reaches the server and its refs are unchanged. git's stderr."""
+    before = server.heads("acme/web.git")
+    work = clone_and_commit(c, "acme/web")
+    seen = len(server.requests())
+    done = c.run("push", "origin", *refspecs, cwd=work)
+    assert done.returncode != 0
+    assert not any(r.startswith("POST") and "receive-pack" in r for r in server.requests()[seen:])
+    assert server.heads("acme/web.git") == before
+    return done.stderr
+
+
 def test_push_to_main_is_refused_with_the_reason_and_lands_nothing(
     git_server: GitServer, client: tuple[Client, PrivateProxy]
 ) -> None:
     c, p = client
-    before = git_server.heads("acme/web.git")
-    work = clone_and_commit(c, "acme/web")
-    seen = len(git_server.requests())
-    done = c.run("push", "origin", "HEAD:refs/heads/main", cwd=work)
-    assert done.returncode != 0
-    assert "[remote rejected] HEAD -> main (egress policy: this ref may not be pushed)" in (
-        done.stderr
-    ), done.stderr
-    assert git_server.heads("acme/web.git") == before
-    assert not any(
-        "git-receive-pack" in r and r.startswith("POST") for r in git_server.requests()[seen:]
-    )
+    stderr = refused_push(c, git_server, "HEAD:refs/heads/main")
+    assert "[remote rejected] HEAD -> main (egress policy: this ref may not be pushed)" in stderr
     assert any(a["reason"] == "git_push_denied" for a in p.view.audit_log.all())
 
 
@@ -186,13 +189,9 @@ def test_a_push_mixing_allowed_and_refused_refs_lands_nothing(
     git_server: GitServer, client: tuple[Client, PrivateProxy]
 ) -> None:
     c, _ = client
-    before = git_server.heads("acme/web.git")
-    work = clone_and_commit(c, "acme/web")
-    done = c.run("push", "origin", "HEAD:refs/heads/agent/mixed", "HEAD:refs/heads/main", cwd=work)
-    assert done.returncode != 0
-    assert "agent/mixed (egress policy: refused with the rest of this push)" in done.stderr
-    assert "main (egress policy: this ref may not be pushed)" in done.stderr
-    assert git_server.heads("acme/web.git") == before
+    stderr = refused_push(c, git_server, "HEAD:refs/heads/agent/mixed", "HEAD:refs/heads/main")
+    assert "agent/mixed (egress policy: refused with the rest of this push)" in stderr
+    assert "main (egress policy: this ref may not be pushed)" in stderr
 
 
 def test_deletion_is_refused_unless_the_item_allows_it(

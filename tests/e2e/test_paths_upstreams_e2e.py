@@ -125,24 +125,22 @@ PROPERTY = settings(
 )
 
 
+def assert_served_as_accepted(port: int, raw: str) -> None:
+    canonical = canonical_path(raw)
+    if canonical is not None:
+        assert resolved(port, raw) == (200, unquote_to_bytes(canonical)), raw
+
+
 @PROPERTY
 @given(raw=RAW_PATHS)
 def test_nginx_resolves_an_accepted_path_to_itself(nginx_port: int, raw: str) -> None:
-    canonical = canonical_path(raw)
-    if canonical is None:
-        return
-    status, body = resolved(nginx_port, raw)
-    assert (status, body) == (200, unquote_to_bytes(canonical)), raw
+    assert_served_as_accepted(nginx_port, raw)
 
 
 @PROPERTY
 @given(raw=RAW_PATHS)
 def test_wsgi_resolves_an_accepted_path_to_itself(wsgi_port: int, raw: str) -> None:
-    canonical = canonical_path(raw)
-    if canonical is None:
-        return
-    status, body = resolved(wsgi_port, raw)
-    assert (status, body) == (200, unquote_to_bytes(canonical)), raw
+    assert_served_as_accepted(wsgi_port, raw)
 
 
 @pytest.mark.parametrize("raw", ["/a/../b", "/a/%2e%2e/b", "/a//b", "/a%2fb", "/a/./b"])
