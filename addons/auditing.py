@@ -44,6 +44,7 @@ def record(
     sent: int = 0,
     received: int = 0,
     injected: tuple[str, ...] = (),
+    sandbox: str | None = None,
 ) -> AuditRecord:
     peer = where.client.peername
     return AuditRecord(
@@ -64,4 +65,5 @@ def record(
         bytes_sent=sent,
         bytes_received=received,
         duration_s=time.monotonic() - started,
+        sandbox=sandbox,
     )

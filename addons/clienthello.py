@@ -30,7 +30,7 @@ class ClientHello:
         hello = data.client_hello
         with shared.failclosed(Stage.TLS):
             answer = await decide_clienthello(
-                shared.policy,
+                shared.policy_for(client),
                 shared.resolve,
                 shared.facts(client),
                 Hello(

@@ -34,6 +34,7 @@ from addons.connect import Connect
 from addons.pinning import Pinning
 from addons.request import Requests
 from addons.response import Responses
+from addons.sandboxes import SandboxIdentity
 from addons.shared import Shared
 from addons.tcp import RawTcp
 from proxy.audit import AuditSink
@@ -54,6 +55,7 @@ class EgressPolicy:
         self.pinning = Pinning(metrics)
         self.shared = Shared(policy, metrics, audit, resolver, self.pinning)
         self._on_running = on_running
+        self.identity = SandboxIdentity(self.shared)  # a node proxy's sandboxes (1.12)
         self.connect = Connect(self.shared)
         self.clienthello = ClientHello(self.shared)
         self.requests = Requests(self.shared)
@@ -62,6 +64,7 @@ class EgressPolicy:
         # mitmproxy calls each sub-addon's hooks after this one's.
         self.addons = [
             self.pinning,
+            self.identity,
             self.connect,
             self.clienthello,
             self.requests,

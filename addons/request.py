@@ -53,7 +53,8 @@ class Requests:
                 names=request_names(flow, facts),
                 https=request.scheme == "https",
             )
-            answer = await decide_request(shared.policy, shared.resolve, facts, ask)
+            policy = shared.policy_for(flow.client_conn)
+            answer = await decide_request(policy, shared.resolve, facts, ask)
             state.host = answer.host
             decided, admission = budget.admit(
                 shared.budgets, shared.metrics, answer.decision, announced(flow)
@@ -93,12 +94,15 @@ class Requests:
         # From here mitmproxy connects to (host, port) — the pinned address in server_connect —
         # and keys connection reuse on it, so each host gets its own upstream connection.
         request.data.host, request.data.port = answer.pin.destination
+        if answer.fields is not None:  # placeholders swapped (proxy.swap), before Host is set
+            request.headers.fields = answer.fields
         origin_form(request, location)
         upstream_sni(flow, location)
-        if answer.transforms:
+        if answer.transforms or answer.swapped:
             for transform in answer.transforms:
                 request.headers[transform.header] = transform.value.reveal()
-            state.injected = tuple(t.header for t in answer.transforms)
+            written = (*answer.swapped, *(t.header for t in answer.transforms))
+            state.injected = tuple(dict.fromkeys(written))
             state.redactions = answer.redactions
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 

@@ -26,6 +26,7 @@ from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor
 from proxy.resolver import Resolve
 from proxy.stages import ConnectionFacts, Pin
+from proxy.tenancy import Tenancy
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
 
@@ -61,11 +62,19 @@ class Shared:
         self.pinning = pinning
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
         self.budgets = Budgets()  # outlives a reload: what was spent stays spent
+        self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
 
     # -- connections ----------------------------------------------------------------------
 
     def facts(self, client: connection.Client) -> ConnectionFacts:
         return self._facts.get(client.id) or ConnectionFacts()
+
+    def policy_for(self, client: connection.Client) -> Policy:
+        """The policy that decides for this connection: the node's, or its sandbox's."""
+        tenancy = self.tenancy
+        if tenancy is None:
+            return self.policy
+        return tenancy.policy(self.facts(client).sandbox)
 
     def learned(self, client: connection.Client, facts: ConnectionFacts) -> None:
         self._facts[client.id] = facts
@@ -107,7 +116,10 @@ class Shared:
         sent, received, injected = (
             (state.bytes_sent, state.bytes_received, state.injected) if state else (0, 0, ())
         )
-        self.audit.write(record(where, decision, started, status, sent, received, injected))
+        sandbox = self.facts(where.client).sandbox
+        self.audit.write(
+            record(where, decision, started, status, sent, received, injected, sandbox)
+        )
 
 
 def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:

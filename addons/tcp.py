@@ -24,7 +24,7 @@ class RawTcp:
         answer = TcpAnswer(Decision.deny(Reason.POLICY_ERROR))
         with shared.failclosed(Stage.TCP):
             decided = decide_tcp(
-                shared.policy,
+                shared.policy_for(client),
                 shared.facts(client),
                 is_transparent(client),
                 flow.server_conn.address,

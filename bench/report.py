@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import rules
+from bench import rules, sandboxes
 
 BASELINES = ("direct", "mitmdump", "squid")
 
@@ -300,6 +300,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("idle", idle_lines),
         ("latency", latency_lines),
         ("redact", redact_lines),
+        ("sandboxes", sandboxes.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

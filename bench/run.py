@@ -46,13 +46,14 @@ from bench import (
     redact,
     report,
     rules,
+    sandboxes,
     throughput,
     upstream,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("throughput", "decide", "memory", "hooks", "redact", "idle", "latency")
-PURE = frozenset({"decide", "redact"})  # no network, no root, no system tools
+SCENARIOS = ("throughput", "decide", "memory", "hooks", "redact", "idle", "latency", "sandboxes")
+PURE = frozenset({"decide", "redact", "sandboxes"})  # no network (but loopback), no root
 REQUIRED = ("ip", "hey", "h2load", "socat", "nginx", "squid", str(contenders.CERTGEN))
 _ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=")
 
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     if "redact" in wanted:
         _say("scenario 5: redacting echoed secrets (streaming body matcher, headers)")
         results["redact"] = redact.measure()
+    if "sandboxes" in wanted:
+        _say("scenario 8: a node proxy serving 1,000 sandbox files")
+        results["sandboxes"] = sandboxes.measure()
     if wanted & {"throughput", "memory", "hooks"} or args.profile:
         ok = False
         work = Path(tempfile.mkdtemp(prefix="egress-bench-"))

@@ -32,7 +32,7 @@ from common.serve import MetricsServer, add_build_info
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
 from hookrunner.ax import metrics as ax_metrics
 from hookrunner.ax.cli import add_fire_parser, run_fire
-from hookrunner.ax.loader import validate_ax_files
+from hookrunner.ax.loader import MANAGED_SETTINGS, SettingsPlaces, validate_ax_files
 from hookrunner.console import configure_logging, emit, read_stdin_json, say
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
 from hookrunner.isolation import make_undumpable
@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--ax-config", default=None, help="also check an operator AX hooks file (as fire loads it)"
     )
+    validate.add_argument(
+        "--managed-settings",
+        default=None,
+        metavar="PATH",
+        help="Claude Code's managed settings file (default /etc/claude-code/managed-settings.json)",
+    )
     run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
     run.add_argument("event", choices=[e.value for e in Event])
     running(run)
@@ -133,7 +139,14 @@ def _validate(args: argparse.Namespace) -> int:
     workspace = Path(os.path.realpath(args.workspace))
     config = load_config(workspace, system)
     operator = Path(args.ax_config) if args.ax_config else None
-    ax_files, ax_problems = validate_ax_files(workspace, operator)
+    managed = Path(args.managed_settings) if args.managed_settings else None
+    home = os.environ.get("HOME")
+    places = SettingsPlaces(
+        home=Path(home) if home else None,
+        managed=managed or MANAGED_SETTINGS,
+        managed_explicit=managed is not None,
+    )
+    ax_files, ax_problems = validate_ax_files(workspace, operator, places)
     problems = (*config.problems, *ax_problems)
     for problem in problems:
         sys.stdout.write(f"{problem}\n")

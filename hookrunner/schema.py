@@ -37,6 +37,7 @@ from hookrunner.model import (
     Problem,
     Rule,
 )
+from hookrunner.tokens import token_format
 
 DEFAULT_TIMEOUT = 30
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -106,6 +107,22 @@ def json_path(root: str, path: Sequence[str | int]) -> str:
 
 
 Path = tuple[str | int, ...]
+CLAUDE_SETTINGS_HERE = (
+    "this is Claude Code's settings format; `hookrunner fire` reads it as "
+    "<workspace>/.claude/settings.json, .claude/settings.local.json, ~/.claude/settings.json "
+    "or the managed file (--managed-settings), not here"
+)
+
+
+def is_claude_settings(doc: Any) -> bool:
+    """A Claude Code settings document: ``{"hooks": {"PreToolUse": [...], ...}}``."""
+    hooks = doc.get("hooks") if isinstance(doc, dict) else None
+    return (
+        isinstance(hooks, dict)
+        and bool(hooks)
+        and all(isinstance(k, str) and k[:1].isupper() for k in hooks)
+        and all(isinstance(v, list) for v in hooks.values())
+    )
 
 
 class _Validator:
@@ -137,6 +154,9 @@ class _Validator:
     def document(self, doc: Any) -> list[Group]:
         if not isinstance(doc, dict):
             self.valid(doc, (), "document")
+            return []
+        if is_claude_settings(doc):
+            self.problems = [Problem(self.file, "$.hooks", CLAUDE_SETTINGS_HERE)]
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
@@ -204,6 +224,12 @@ def headers_problem(headers: dict[str, str]) -> tuple[tuple[str, ...], str] | No
         seen.add(name.lower())
         if _CONTROL.search(value):
             return (name,), "must not contain control characters (CR, LF, NUL...)"
+        found = token_format(value)
+        if found is not None:
+            return (name,), (
+                f"holds a literal credential ({found}); a hooks file is no place for a secret: "
+                "let the egress proxy inject it"
+            )
     return None
 
 

@@ -15,7 +15,8 @@ Invariants (docs/hooks.md#command-line):
 * ``code_execution`` runs ``bash -c CODE`` or ``python3 -c CODE`` in the
   workspace with the sanitised environment, an empty stdin, the same process
   group and cgroup discipline and output cap as command hooks, and a deadline,
-  as the tool user when there is one (``isolation.tool_user``); files and
+  as the tool user when there is one (``isolation.tool_user``), with the
+  workspace's ``.env`` files masked when the runner is root (``mask``); files and
   directories the file tools create belong to that user too;
 * a tool never raises for what the agent asked: bad arguments, missing files
   and failing code all come back as a ``ToolResult`` with ``ok=False`` and the
@@ -35,6 +36,7 @@ from typing import Any
 from hookrunner.beneath import RaceError, open_beneath, open_directory
 from hookrunner.command import OUTPUT_CAP, run_process
 from hookrunner.contain import Credentials
+from hookrunner.mask import masked
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 LANGUAGES = {"bash": "bash", "python": "python3"}
@@ -137,8 +139,9 @@ def code_execution(
     program = LANGUAGES.get(language)
     if program is None:
         raise ToolFailure(f'unsupported language {language!r} (use "bash" or "python")')
+    argv, user = masked([program, "-c", code], workspace.root, user)  # .env unreadable (D93)
     result = run_process(
-        [program, "-c", code],
+        argv,
         stdin=b"",
         cwd=str(workspace.root),
         env={**env, "PWD": str(workspace.root)},

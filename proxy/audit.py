@@ -51,6 +51,7 @@ class AuditRecord:
     sni: str | None = None  # the TLS server name the client sent
     upstream: str | None = None  # the address connected to (or pinned, before connecting)
     clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
+    sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
 
 
 class AuditSink(Protocol):
@@ -74,6 +75,8 @@ class AuditLog:
         line["injected"] = list(record.injected)
         line["duration_s"] = round(record.duration_s, 6)
         line["worker"] = self._worker
+        if record.sandbox is None:
+            del line["sandbox"]
         self._stream.write(json_line(line))
         if flush:
             self._stream.flush()

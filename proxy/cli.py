@@ -1,5 +1,5 @@
-"""`egress-proxy run|check|ca|health` (README.md#command-line). The only place that chooses exit
-codes.
+"""`egress-proxy run|check|ca|health|propose` (README.md#command-line). The only place that
+chooses exit codes.
 
 Exit codes: 0 success; 1 `check` found problems or `health` found the proxy
 unhealthy; 2 the proxy could not start (configuration error, unreadable CA,
@@ -13,10 +13,12 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from common.logs import add_log_format_option, log_handler
 from proxy import config as configuration
-from proxy import health, optimized
+from proxy import health, optimized, sandboxes
+from proxy import propose as proposing
 from proxy.ca import KeyType, ensure_ca
 from proxy.launcher import LaunchError, Settings, parse_hostport, serve
 from proxy.workers import run_workers
@@ -90,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     dns.add_argument("--metrics", default="127.0.0.1:9466", type=parse_hostport)
     add_log_format_option(dns)
 
+    _propose_parser(sub)
     check = sub.add_parser("check", help="validate a configuration file")
     check.add_argument("file")
 
@@ -106,6 +109,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--timeout", default=health.DEFAULT_TIMEOUT, type=float, metavar="SECONDS")
     return parser
+
+
+def _propose_parser(sub: Any) -> None:
+    propose = sub.add_parser(
+        "propose", help="print a proposed allowlist from refused and would_deny audit lines"
+    )
+    propose.add_argument("--audit-log", required=True, help="the audit log file (JSON lines)")
+    propose.add_argument("--sandbox", metavar="ID", help="only this sandbox's lines")
+    propose.add_argument(
+        "--wildcards",
+        action="store_true",
+        help="group two or more sibling names into one *.parent entry (flagged as broader)",
+    )
+
+
+def _propose(args: argparse.Namespace) -> int:
+    findings = proposing.Findings()
+    try:
+        with open(args.audit_log, encoding="utf-8", errors="replace") as log:
+            lines = proposing.parse_lines(log, findings)
+    except OSError as exc:
+        print(f"egress-proxy: cannot read {args.audit_log}: {exc.strerror}", file=sys.stderr)
+        return 1
+    proposals = proposing.propose(lines, findings, args.sandbox, args.wildcards)
+    print(proposing.render(proposals, findings, args.audit_log), end="")
+    return 0
 
 
 def _key_type_option(parser: argparse.ArgumentParser, flag: str) -> None:
@@ -126,12 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         try:
             network = configuration.load(args.file)
+            loaded = sandboxes.check_node(args.file)  # with `sandboxes:`, every file too
         except configuration.ConfigError as exc:
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)
             return 1
-        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries")
+        shown = f", {loaded} sandbox files" if loaded is not None else ""
+        print(f"{args.file}: ok, {len(network.allowlist)} allowlist entries{shown}")
         return 0
+    if args.command == "propose":
+        return _propose(args)
     if args.command == "dns":
         return _run_dns(args)
     if args.command == "health":

@@ -40,6 +40,8 @@ from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.budget import Budget, parse_budget
 from proxy.gitpush import GitPolicy, parse_git
 from proxy.hosts import HostError, canonical_host, canonical_name
+from proxy.placeholders import NO_PLACEHOLDERS, Placeholder, PlaceholderIndex, parse_secrets
+from proxy.placeholders import index as placeholder_index
 from proxy.redact import NO_REDACTION, Redactor
 from proxy.rules import NO_RULES, Rules, parse_rules
 
@@ -67,6 +69,10 @@ _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 # Shorter referenced parts are not redacted on their own: "1" would mangle every header.
 MIN_REDACTED_LENGTH = 6
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# libyaml's safe loader when PyYAML has it: ~10x faster, which a node proxy reading a
+# thousand sandbox files at start notices (docs/benchmarks.md). A file it refuses is read
+# again by the pure-Python loader, whose error messages the documentation shows.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class PatternKind(Enum):
@@ -148,6 +154,7 @@ class Entry:
     allow_plaintext: bool = False
     passthrough: bool = False
     report_only: bool = False  # refusals this entry decides are logged and let through
+    secrets: tuple[Placeholder, ...] = ()  # placeholders swapped for values (proxy.swap)
     rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
     git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
     budget: Budget | None = None  # requests and upload per window (proxy.budget)
@@ -166,6 +173,9 @@ class NetworkConfig:
     report_only: bool = False  # every reportable refusal is logged and let through
     # False when loaded with `secrets=False`: its transforms are `Unresolved`; never inject.
     secrets_resolved: bool = True
+    placeholders: PlaceholderIndex = field(default=NO_PLACEHOLDERS, repr=False, compare=False)
+    # The files `${file:...}` references read: watched, a change reloads (D115).
+    secret_files: tuple[str, ...] = ()
 
 
 class ConfigError(Exception):
@@ -181,6 +191,15 @@ def load(
 ) -> NetworkConfig:
     """The file at `path`, parsed; `secrets=False` checks references without looking them up."""
     source = str(path)
+    document = read_document(path)
+    if not secrets:
+        return parse(document, source, {}, resolve_secrets=False)
+    return parse(document, source, os.environ if environ is None else environ)
+
+
+def read_document(path: str | os.PathLike[str]) -> Any:
+    """The YAML (or JSON) document at `path`, or ConfigError naming the file (and line)."""
+    source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -188,15 +207,16 @@ def load(
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem(source, "", "cannot read file: not UTF-8 text")]) from exc
     try:
-        document = yaml.safe_load(text)
+        try:
+            document = yaml.load(text, Loader=_SAFE_LOADER)
+        except yaml.YAMLError:
+            document = yaml.safe_load(text)  # the pure-Python loader words the error
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         detail = getattr(exc, "problem", None) or "unreadable"
         raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
-    if not secrets:
-        return parse(document, source, {}, resolve_secrets=False)
-    return parse(document, source, os.environ if environ is None else environ)
+    return document
 
 
 def parse(
@@ -240,11 +260,17 @@ def parse(
             continue
         seen[entry.pattern] = index
         entries.append(entry)
+    placeholders = placeholder_index(entries, report)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
     return NetworkConfig(
-        source, tuple(entries), report_only=report_only, secrets_resolved=resolve_secrets
+        source,
+        tuple(entries),
+        report_only=report_only,
+        secrets_resolved=resolve_secrets,
+        placeholders=placeholders,
+        secret_files=_referenced_files(allowlist),
     )
 
 
@@ -283,6 +309,11 @@ def _entry(
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
         transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
+    secrets: tuple[Placeholder, ...] | None = ()
+    if "secrets" not in failed:
+        secrets = parse_secrets(
+            raw.get("secrets"), f"{where}.secrets", _resolver(environ, report), report
+        )
     rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
     git_ok, git = (
         (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
@@ -295,7 +326,9 @@ def _entry(
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
-    if failed or transform is None or refusals or rules is None or not (git_ok and budget_ok):
+    if failed or transform is None or secrets is None or refusals:
+        return None
+    if rules is None or not (git_ok and budget_ok):
         return None
     ports = raw.get("ports")
     return Entry(
@@ -306,7 +339,8 @@ def _entry(
         network=base.network,
         ports=None if ports is None else frozenset(ports),
         transform=transform,
-        redactions=_redactions(transform),
+        secrets=secrets,
+        redactions=_redactions(transform, secrets),
         allow_plaintext=raw.get("allow_plaintext") is True,
         passthrough=raw.get("passthrough") is True,
         report_only=raw.get("report_only") is True,
@@ -333,6 +367,10 @@ def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterato
             "transform",
             "a transform on '*' would send the credential to every host; name the host",
         )
+    if raw.get("secrets") and base.kind is PatternKind.ANY:
+        yield ("secrets", "a secret on '*' would go to every host; name the host")
+    if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("secrets"):
+        yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
 
 
 def _pattern(domain: str) -> Entry:
@@ -449,9 +487,46 @@ def _check_unresolved(value: str, where: str, report: Report) -> bool:
     return True
 
 
-def _redactions(transform: tuple[Transform, ...]) -> Redactor:
-    found = {s for t in transform for s in t.value.reveal_all() if len(s) >= MIN_REDACTED_LENGTH}
+def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:
+    values = [t.value for t in transform] + [p.value for p in secrets]
+    found = {s for v in values for s in v.reveal_all() if len(s) >= MIN_REDACTED_LENGTH}
     return Redactor.build(tuple(s.encode() for s in found))
+
+
+def _resolver(
+    environ: Mapping[str, str] | None, report: Report
+) -> Callable[[str, str], Secret | None]:
+    """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
+    if environ is None:
+
+        def check(value: str, where: str) -> Secret | None:
+            return Unresolved() if _check_unresolved(value, where, report) else None
+
+        return check
+
+    def resolve(value: str, where: str) -> Secret | None:
+        resolution = _resolve(value, where, environ, report)
+        if resolution is None:
+            return None
+        if any(c in resolution[0] for c in "\r\n\0"):
+            report(where, "value contains CR, LF or NUL (after resolving references)")
+            return None
+        if not resolution[0]:
+            report(where, "value is empty (after resolving references)")
+            return None
+        return Secret(*resolution)
+
+    return resolve
+
+
+def _referenced_files(allowlist: Any) -> tuple[str, ...]:
+    """The paths of every `${file:...}` in transform and secret values (already checked)."""
+    values: list[str] = []
+    for raw in allowlist if isinstance(allowlist, list) else []:
+        values += (raw.get("transform") or {}).values()
+        values += (s["value"] for s in raw.get("secrets") or ())
+    refs = (m.group(1) for v in values for m in _REFERENCE.finditer(v))
+    return tuple(dict.fromkeys(r[5:] for r in refs if r.startswith("file:")))
 
 
 def _resolve(

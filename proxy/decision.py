@@ -38,6 +38,10 @@ class Reason(StrEnum):
     RULE_DENIED = "rule_denied"
     GIT_PUSH_DENIED = "git_push_denied"
     BUDGET_EXCEEDED = "budget_exceeded"
+    CREDENTIAL_REQUIRED = "credential_required"
+    PLACEHOLDER_ELSEWHERE = "placeholder_elsewhere"
+    UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
+    CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
 
 
 class Stage(StrEnum):
@@ -95,10 +99,26 @@ MESSAGES: dict[Reason, str] = {
     Reason.GIT_PUSH_DENIED: (
         "The allowlist entry's git.push does not allow this push (repository, ref or deletion)."
     ),
+    Reason.CREDENTIAL_REQUIRED: (
+        "This host requires the placeholder the sandbox was given; "
+        "a request without it (or with a credential of its own) is refused."
+    ),
+    Reason.PLACEHOLDER_ELSEWHERE: (
+        "The request carries a placeholder that belongs to another allowlist entry's host."
+    ),
+    Reason.UNKNOWN_SANDBOX: (
+        "This proxy serves sandboxes and no sandbox claims this client "
+        "(proxy credentials or source address)."
+    ),
+    Reason.CONNECTION_LIMIT: "This sandbox has as many connections open as it may; retry later.",
 }
 
 # Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
-STATUS: dict[Reason, int] = {Reason.DNS_FAILURE: 502, Reason.BUDGET_EXCEEDED: 429}
+STATUS: dict[Reason, int] = {
+    Reason.DNS_FAILURE: 502,
+    Reason.CONNECTION_LIMIT: 429,
+    Reason.BUDGET_EXCEEDED: 429,
+}
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md

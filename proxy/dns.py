@@ -24,6 +24,7 @@ Metrics: `egress_dns_queries_total{result}` and `egress_dns_resolve_seconds`.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 import socket
@@ -42,9 +43,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from common.invariant import InvariantError
 from proxy import config as configuration
+from proxy import sandboxes
 from proxy.config import NetworkConfig, PatternKind
 from proxy.hosts import HostError, IPAddress, canonical_name
 from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
+from proxy.tenancy import Tenancy
 
 log = logging.getLogger("egress.dns")
 
@@ -95,10 +98,14 @@ class Responder:
 
     def __init__(self, policy: Policy, resolve: Resolve, metrics: DnsMetrics) -> None:
         self.policy = policy
+        # A node file's sandboxes (docs/configuration.md#sandboxes): a client address
+        # no sandbox claims is refused every name; a claimed one gets its sandbox's names.
+        self.tenancy: Tenancy | None = None
         self._resolve = resolve
         self.metrics = metrics
 
-    async def answer(self, wire: bytes) -> bytes | None:
+    async def answer(self, wire: bytes, client: IPAddress | None = None) -> bytes | None:
+        """The answer to one query from `client` (a node's sandboxes are told apart by it)."""
         try:
             query = dns.message.from_wire(wire)
         except dns.exception.DNSException:
@@ -111,8 +118,12 @@ class Responder:
             self.metrics.queries.labels("malformed").inc()
             return response.to_wire()
         question = query.question[0]
-        policy = self.policy  # one snapshot per query
+        policy, tenancy = self.policy, self.tenancy  # one snapshot per query
         name = allowable(policy, question.name)
+        if name is not None and tenancy is not None:  # and the client's sandbox's own
+            claimant = tenancy.claimant(client) if client is not None else None
+            if allowable(tenancy.policy(claimant), question.name) is None:
+                name = None
         if name is None or question.rdclass != dns.rdataclass.IN:
             response.set_rcode(dns.rcode.REFUSED)
             self.metrics.queries.labels("refused").inc()
@@ -158,20 +169,30 @@ class _Udp(asyncio.DatagramProtocol):
         task.add_done_callback(self.pending.discard)
 
     async def _reply(self, data: bytes, addr: tuple[str, int]) -> None:
-        wire = await self.responder.answer(data)
+        wire = await self.responder.answer(data, _client(addr))
         if wire is not None and self.transport is not None:
             self.transport.sendto(wire, addr)
+
+
+def _client(peer: object) -> IPAddress | None:
+    if not isinstance(peer, tuple) or not peer:
+        return None
+    try:
+        return ipaddress.ip_address(str(peer[0]).partition("%")[0])
+    except ValueError:
+        return None
 
 
 async def _tcp(
     responder: Responder, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    client = _client(writer.get_extra_info("peername"))
     try:
         while True:
             async with asyncio.timeout(10):
                 length = int.from_bytes(await reader.readexactly(2), "big")
                 wire = await reader.readexactly(length)
-            answer = await responder.answer(wire)
+            answer = await responder.answer(wire, client)
             if answer is None:
                 return
             writer.write(len(answer).to_bytes(2, "big") + answer)
@@ -219,6 +240,12 @@ async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, 
     metrics = DnsMetrics()
     add_build_info(metrics.registry, "egress")
     responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
+    section = sandboxes.node_section(config_path)
+    directory = None
+    if section is not None:
+        directory = sandboxes.SandboxDirectory(section.directory, secrets=False)
+        responder.tenancy = Tenancy(section, responder.policy)
+        _rescan(responder, directory)
     server = MetricsServer(metrics_at, metrics.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -230,6 +257,8 @@ async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, 
             for problem in exc.problems:
                 log.error("dns: reload refused, keeping the running allowlist: %s", problem)
             return
+        if directory is not None:
+            _rescan(responder, directory)
         log.warning("dns: allowlist reloaded")
 
     loop.add_signal_handler(signal.SIGHUP, reload)
@@ -241,3 +270,14 @@ async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, 
     finally:
         server.stop()
     return 0
+
+
+def _rescan(responder: Responder, directory: sandboxes.SandboxDirectory) -> None:
+    """The sandbox files again (at start and on SIGHUP), inside the node's current policy."""
+    found = directory.scan()
+    for problem in found.problems:
+        log.error("dns: sandbox file refused, keeping its last good names: %s", problem)
+    tenancy = responder.tenancy
+    if tenancy is not None:
+        everything = frozenset(directory.sandboxes)
+        responder.tenancy = tenancy.rebuilt(directory.sandboxes, responder.policy, everything)

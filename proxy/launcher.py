@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,17 +32,21 @@ from common.invariant import InvariantError
 from common.logs import JsonLogFormatter, announce
 from common.serve import MetricsServer
 from proxy import config as configuration
-from proxy import lifecycle, limits, optimized, workers
+from proxy import lifecycle, limits, optimized, sandboxes, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.resolver import CachingResolver, MeasuredResolver, Resolve, system_resolve
 from proxy.selfaddr import SelfAddressError, SelfAddresses
+from proxy.tenancy import Tenancy
+from proxy.tenants import Tenants
 
 if TYPE_CHECKING:
     from mitmproxy.master import Master
     from mitmproxy.options import Options
+
+    from addons.egress import EgressPolicy
 
 log = logging.getLogger("egress")
 
@@ -113,6 +118,7 @@ async def serve(settings: Settings) -> int:
     from addons.telemetry import CountingAudit, Telemetry
 
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
+    section = sandboxes.node_section(settings.config_path)  # a node proxy's sandboxes (1.12)
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
     ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
@@ -171,10 +177,13 @@ async def serve(settings: Settings) -> int:
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     master.addons.add(Limits(metrics), addon, Telemetry(metrics))
+    tenants = _tenants(section, policy, addon, metrics)
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
+        if tenants is not None:
+            tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
         metrics.budgets_configured(budget_series(fresh))
 
@@ -184,7 +193,7 @@ async def serve(settings: Settings) -> int:
         if ok:
             metrics.reload_success_time.set(time.time())
 
-    reload = lifecycle.Reloader(settings.config_path, apply, on_result)
+    reload = lifecycle.Reloader(settings.config_path, apply, on_result, network.secret_files)
     metrics.reload_successful.set(1)  # the load at start
     metrics.reload_success_time.set(time.time())
 
@@ -208,12 +217,15 @@ async def serve(settings: Settings) -> int:
         )
         tasks.append(loop.create_task(drained, name="drain"))
 
-    loop.add_signal_handler(signal.SIGHUP, reload)
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup(reload, tenants))
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     loop.add_signal_handler(signal.SIGINT, master.shutdown)
     if settings.watch_interval > 0:
         watch = lifecycle.watch_file(reload, settings.watch_interval)
         tasks.append(loop.create_task(watch, name="watch"))
+        if tenants is not None:
+            watched = tenants.watch(settings.watch_interval)
+            tasks.append(loop.create_task(watched, name="watch-sandboxes"))
     if metrics_server is not None:
         server = metrics_server
 
@@ -232,6 +244,35 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.stop()
     return 0 if ready.is_set() else 1
+
+
+def _tenants(
+    section: sandboxes.SandboxesSection | None,
+    policy: Policy,
+    addon: EgressPolicy,
+    metrics: ProxyMetrics,
+) -> Tenants | None:
+    """With `sandboxes:`, the directory loaded and its snapshot installed before listening
+    (with no valid sandbox file, every client is refused `unknown_sandbox`)."""
+    if section is None:
+        return None
+
+    def install(tenancy: Tenancy) -> None:
+        addon.shared.tenancy = tenancy  # one assignment (D24)
+
+    tenants = Tenants(section, policy, install, metrics.sandboxes)
+    install(tenants.tenancy)
+    tenants.scan("start")
+    return tenants
+
+
+def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[[], None]:
+    def on_sighup() -> None:
+        reload()
+        if tenants is not None:
+            tenants.scan("SIGHUP")
+
+    return on_sighup
 
 
 def _engine(name: str) -> tuple[Options, Master]:

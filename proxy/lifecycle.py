@@ -7,6 +7,9 @@
 * `watch_file` polls the file's identity (the resolved path, inode, size and mtime of what
   it points to), so it sees an editor's rename, an in-place write and the way Kubernetes
   swaps a mounted ConfigMap (the `..data` symlink is replaced, the file name stays).
+  It watches every file a `${file:...}` reference of the running configuration read
+  too (`Reloader.files`), so a rotated secret is re-read without a restart (D115); a
+  failed re-read is a refused reload: the last values stay, and it is logged and counted.
 * `drain` answers SIGTERM: `/healthz` turns 503, the listeners close so no new connection
   is accepted, transfers in flight get `grace` seconds to finish, then the proxy stops.
 * `heartbeat` stamps the time from the event loop every second; the health endpoint
@@ -52,6 +55,11 @@ class Reloader:
     path: str
     apply: Callable[[configuration.NetworkConfig], None]
     on_result: Callable[[bool], None]
+    files: tuple[str, ...] = ()  # the secret files the running configuration read
+
+    def fingerprints(self) -> tuple[Fingerprint, ...]:
+        """The configuration file's, then each secret file's."""
+        return tuple(fingerprint(p) for p in (self.path, *self.files))
 
     def __call__(self, cause: str = "SIGHUP") -> bool:
         try:
@@ -64,6 +72,7 @@ class Reloader:
             self.on_result(False)
             return False
         self.apply(fresh)
+        self.files = fresh.secret_files
         log.warning("configuration reloaded (%s): %d allowlist entries", cause,
                     len(fresh.allowlist))  # fmt: skip
         self.on_result(True)
@@ -71,14 +80,17 @@ class Reloader:
 
 
 async def watch_file(reload: Reloader, interval: float = WATCH_INTERVAL_S) -> None:
-    """Reload whenever the file's fingerprint changes; runs until cancelled."""
-    seen = fingerprint(reload.path)
+    """Reload whenever the file's, or a secret file's, fingerprint changes; runs until
+    cancelled. A secret file that vanished is a change too: the reload reports it."""
+    seen = reload.fingerprints()
     while True:
         await asyncio.sleep(interval)
-        now = fingerprint(reload.path)
-        if now != seen and now is not None:
-            seen = now
+        now = reload.fingerprints()
+        if now != seen and now[0] is not None:
+            files = reload.files
             reload("file change")
+            # What was read; when the reload changed the set of files, what it now reads.
+            seen = now if reload.files == files else reload.fingerprints()
 
 
 async def heartbeat(stamp: Callable[[float], None], interval: float = HEARTBEAT_INTERVAL_S) -> None:

@@ -140,6 +140,7 @@ class ProxyMetrics:
         for result in ("ok", "failed"):
             self.config_reloads.labels(result)
         self._operator_metrics(r)
+        self.sandboxes = SandboxMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
 
     def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
@@ -206,3 +207,52 @@ class ProxyMetrics:
             self.dns_lookups.labels(result)
         for kind in UPSTREAM_ERRORS:
             self.upstream_errors.labels(kind)
+
+
+IDENTIFICATIONS = ("identified", "auth_required", "unknown_sandbox", "connection_limit")
+
+
+class SandboxMetrics:
+    """A node proxy's sandboxes (1.12). The one sandbox label is `sandbox_class`, from the
+    operator's files; a sandbox id is never a label value."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.loaded = Gauge(
+            "egress_sandboxes", "Sandboxes whose policy is loaded.", registry=r,
+            multiprocess_mode="max",
+        )  # fmt: skip
+        self.invalid = Gauge(
+            "egress_sandbox_files_invalid",
+            "Sandbox files refused by the last scan: each keeps its last good policy, if any.",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.loads = Counter(
+            "egress_sandbox_file_loads_total",
+            "Sandbox files read after a change, by result (ok, failed).",
+            ["result"],
+            registry=r,
+        )
+        self.identifications = Counter(
+            "egress_sandbox_identifications_total",
+            "Client connections tied to a sandbox, or refused, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.connections = Gauge(
+            "egress_sandbox_connections",
+            "Client connections open per sandbox class.",
+            ["sandbox_class"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.connection_refusals = Counter(
+            "egress_sandbox_connection_refusals_total",
+            "Connections refused because their sandbox was at its connection bound, by class.",
+            ["sandbox_class"],
+            registry=r,
+        )
+        for result in ("ok", "failed"):
+            self.loads.labels(result)
+        for result in IDENTIFICATIONS:
+            self.identifications.labels(result)

@@ -155,7 +155,7 @@ class Policy:
     def _finish(entry: Entry, port: int, tls: bool | None) -> Decision:
         if not entry.allows_port(port):
             return Decision.deny(Reason.PORT_NOT_ALLOWED, entry)
-        if entry.transform and tls is False and not entry.allow_plaintext:
+        if (entry.transform or entry.secrets) and tls is False and not entry.allow_plaintext:
             return Decision.deny(Reason.PLAINTEXT_CREDENTIALS, entry)
         return Decision.allow(entry)
 

@@ -228,6 +228,7 @@ def refuse_echoing_method(decision: Decision, method: str) -> Decision:
     """
     entry = decision.entry
     echoes = method.upper() in ECHOING_METHODS
-    if echoes and decision.allowed and entry is not None and entry.transform:
+    credentialled = entry is not None and bool(entry.transform or entry.secrets)
+    if echoes and decision.allowed and credentialled:
         return Decision.deny(Reason.METHOD_NOT_ALLOWED, entry)
     return decision

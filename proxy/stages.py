@@ -38,6 +38,7 @@ from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
 from proxy.resolver import Resolve
 from proxy.rules import judge
+from proxy.swap import swap
 from proxy.targets import Location, RequestNames, locate
 
 RESOLVE_TIMEOUT_S = 5.0
@@ -57,6 +58,8 @@ class ConnectionFacts:
     passthrough: bool = False
     # The ClientHello carried an SNI that does not parse: every request is bad_request (D23).
     bad_sni: bool = False
+    # A node proxy's sandbox (1.12), once identified: whose policy decides (`Tenancy`).
+    sandbox: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +284,10 @@ class RequestAnswer:
     pin: Pin | None = None
     transforms: tuple[Transform, ...] = ()  # headers to write: a real allow only
     redactions: Redactor = NO_REDACTION  # what the answer may echo of them
+    # Placeholders swapped (proxy.swap): the header fields to send (None: as received)
+    # and where values went. The location's path carries a swapped query.
+    fields: tuple[tuple[bytes, bytes], ...] | None = None
+    swapped: tuple[str, ...] = ()
     # A git push allowed by repository: its command list must match this item's refs
     # before any body byte goes upstream (addons/gitpush.py).
     push: PushItem | None = None
@@ -350,11 +357,27 @@ async def decide_request(
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
     decision, push = decide_rules(policy, decision, ask.names.method, located.path)
+    swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
+    if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
+        return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
     pin = _pin(located.host, located.port, address)
     entry = decision.entry
-    if decision.injects and entry is not None and entry.transform:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin, entry.transform, entry.redactions, push)
-    return RequestAnswer(decision, host, located, pin, push=push)
+    if swapped.path is not None:
+        located = replace(located, path=swapped.path)
+    transforms = entry.transform if decision.injects and entry is not None else ()
+    if not (transforms or swapped.injected) or entry is None:  # never a would_deny
+        return RequestAnswer(decision, host, located, pin, push=push)
+    return RequestAnswer(
+        decision,
+        host,
+        located,
+        pin,
+        transforms,
+        entry.redactions,
+        fields=swapped.fields,
+        swapped=swapped.injected,
+        push=push,
+    )

@@ -39,6 +39,10 @@ REASONS = frozenset(
         "rule_denied",
         "git_push_denied",
         "budget_exceeded",
+        "credential_required",
+        "placeholder_elsewhere",
+        "unknown_sandbox",
+        "connection_limit",
     }
 )
 AUDIT_KEYS = frozenset(

@@ -201,6 +201,7 @@ def test_the_loaders_read_the_schemas_of_this_folder() -> None:
     assert sorted(p.name for p in PACKAGED.glob("*.json")) == [
         "ax-hooks.schema.json",
         "egress-config.schema.json",
+        "egress-sandbox.schema.json",
         "hooks.schema.json",
     ]
 

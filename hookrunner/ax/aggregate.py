@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from hookrunner.ax.eventtable import spec_of
 from hookrunner.ax.feedback import NOTICE_CHARS, PER_CALL_CHARS, bound, feedback_block
 from hookrunner.ax.model import (
     AxEntry,
@@ -67,7 +68,7 @@ def decide(
     if ask is not None:
         reason = ask.reason or ""
         source = ask.entry.source
-        if event is AxEvent.USER_PROMPT_SUBMIT:
+        if spec_of(event).ask == "block":
             return FireResult(
                 event, Verdict.DENY, Cause.ASK_ON_PROMPT, reason, source, runs=tuple(runs)
             )

@@ -6,6 +6,11 @@ Prints one JSON object (``ax.model.FireResult.to_json``): ``decision``
 (the payload's ``output`` with the block after it) and ``notices``.
 Exit status: 0 allow, 1 deny or ask (never run the action without the human's
 answer), 2 usage or payload error, 3 internal error (``hookrunner.cli``).
+With ``--claude-exit-codes`` (the runner as Claude Code's hook command): 2 with
+the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is the
+same JSON. An error is a block (2) on an event that can block, else 1 (Claude
+Code's non-blocking error); Claude Code's settings files are not read in this
+mode, since Claude Code runs their hooks itself (the recursion guard).
 
 For observation-only events the answer is printed and stdout is closed at
 once, before any hook runs; the process then runs the hooks (each with its
@@ -20,10 +25,13 @@ import sys
 from typing import Any
 
 from hookrunner.ax.events import parse_event
-from hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
+from hookrunner.ax.model import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent
 from hookrunner.ax.session import AxSession
-from hookrunner.console import emit, read_stdin_json
+from hookrunner.console import emit, read_stdin_json, say
+from hookrunner.errors import HookRunnerError
 from hookrunner.metrics import HookMetrics
+
+CLAUDE_BLOCK = 2  # Claude Code's exit status for "blocked"
 
 
 def add_fire_parser(commands: Any) -> None:
@@ -47,6 +55,18 @@ def add_fire_parser(commands: Any) -> None:
         help="give hooks the unsanitised environment (also AX_CODE_HOOKS_FULL_ENV=1)",
     )
     fire.add_argument(
+        "--managed-settings",
+        default=None,
+        metavar="PATH",
+        help="Claude Code's managed settings file (default /etc/claude-code/managed-settings.json)",
+    )
+    fire.add_argument(
+        "--claude-exit-codes",
+        action="store_true",
+        help="be Claude Code's hook: exit 2 with the reason on stderr when blocked, else 0; "
+        "Claude Code settings files are not read (Claude Code runs them itself)",
+    )
+    fire.add_argument(
         "--interactive",
         action="store_true",
         help="the caller shows an ask to a human (without it, ask is refused)",
@@ -63,6 +83,22 @@ def _close_stdout() -> None:
 
 
 def run_fire(args: argparse.Namespace) -> int:
+    if not args.claude_exit_codes:
+        return _fire(args)
+    blocks = AxEvent(args.event) in BLOCKING_EVENTS
+    try:
+        return _fire(args)
+    except (HookRunnerError, ValueError, RecursionError) as exc:
+        # Claude Code reads exit 2 as a block: a call that cannot be judged is blocked,
+        # but only on an event that can block (exit 2 on Stop would keep the agent going).
+        say(f"error: {exc}")
+        return CLAUDE_BLOCK if blocks else 1
+    except Exception as exc:
+        say(f"internal error: {type(exc).__name__}: {exc}")
+        return CLAUDE_BLOCK if blocks else 1
+
+
+def _fire(args: argparse.Namespace) -> int:
     payload = read_stdin_json(empty_is_object=True)
     session = AxSession(
         args.workspace,
@@ -70,8 +106,11 @@ def run_fire(args: argparse.Namespace) -> int:
         trust_project=True if args.trust_project_hooks else None,
         full_env=True if args.full_env else None,
         operator_config=args.ax_config,
+        claude_settings=not args.claude_exit_codes,
+        managed_settings=args.managed_settings,
         interactive=args.interactive,
         metrics=HookMetrics(),
+        log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
     )
     try:
         inp = parse_event(args.event, payload, session_id=session.session_id)
@@ -81,4 +120,10 @@ def run_fire(args: argparse.Namespace) -> int:
             _close_stdout()
     finally:
         session.close(timeout=None)  # each queued hook still has its own deadline
+    if args.claude_exit_codes:
+        if result.allowed:
+            return 0
+        sys.stderr.write(f"{result.reason or f'Blocked by a {args.event} hook.'}\n")
+        sys.stderr.flush()
+        return CLAUDE_BLOCK
     return 0 if result.allowed else 1

@@ -44,16 +44,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hookrunner.ax.eventtable import AxEvent, Output, spec_of
 from hookrunner.ax.feedback import bound
-from hookrunner.ax.model import (
-    BLOCKING_EVENTS,
-    OBSERVATION_EVENTS,
-    AxEntry,
-    AxEvent,
-    Cause,
-    Effect,
-    Protocol,
-)
+from hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
 from hookrunner.command import OUTPUT_CAP, ProcessResult
 from hookrunner.decision import MAX_REASON_CHARS
 from hookrunner.outcome import Outcome, classify_process
@@ -63,7 +56,6 @@ ASK_REASON = "hook requested user confirmation"
 PERMISSIONS = ("allow", "deny", "ask")
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 _JSON_WHITESPACE = " \t\n\r"
-_NOTICE_EVENTS = frozenset({AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COMPACT})
 
 
 @dataclass(frozen=True)
@@ -85,7 +77,7 @@ def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
         return Decoded(Outcome.CANCELLED, Effect.CONTINUE, detail, failed=True)
     classified = classify_process(result, entry.timeout)
     base = Decoded(classified.outcome, Effect.CONTINUE, classified.detail)
-    if event in OBSERVATION_EVENTS:
+    if spec_of(event).output is Output.IGNORED:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome.failed)
     if entry.protocol is Protocol.CLAUDE_CODE:
         return _claude_code(event, result, base)
@@ -101,14 +93,15 @@ def _reason(text: str) -> str:
 
 
 def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded) -> Decoded:
+    output = spec_of(event).output
     if base.outcome is Outcome.OK:
         text = _text(result.stdout) or None
-        if event is AxEvent.POST_TOOL_USE:
+        if output is Output.FEEDBACK:
             return Decoded(Outcome.OK, Effect.CONTINUE, base.detail, feedback=text)
-        if event in _NOTICE_EVENTS:
+        if output is Output.NOTICE:
             return Decoded(Outcome.OK, Effect.CONTINUE, base.detail, notice=text)
         return base
-    if event in BLOCKING_EVENTS and entry.block_on_failure:
+    if output is Output.DECISION and entry.block_on_failure:
         said = _text(result.stderr) or _text(result.stdout)
         reason = said or f"Blocked by a {event.value} hook that failed: {base.detail}."
         # A non-zero exit is how a legacy hook blocks on purpose: the decision line says
@@ -125,9 +118,10 @@ def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded
 
 
 def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
+    output = spec_of(event).output
     if result.returncode == 2 and base.outcome is Outcome.EXIT_NONZERO:
         stderr = _text(result.stderr)
-        if event in BLOCKING_EVENTS:
+        if output is Output.DECISION:
             answer, _ = parse_answer(result.stdout, result.stdout_truncated)
             stated = answer.get("reason") if answer is not None else None
             reason = stderr or (stated if isinstance(stated, str) and stated.strip() else "")
@@ -139,19 +133,17 @@ def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decode
                 _reason(reason),
                 Cause.EXIT_2,
             )
-        if event is AxEvent.POST_TOOL_USE:
+        if output is Output.FEEDBACK:
             return Decoded(Outcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr)
         detail = f"exited with status 2, but {event.value} cannot block; ignored"
         return Decoded(Outcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True)
     if base.outcome is not Outcome.OK:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
-    if event in BLOCKING_EVENTS:
+    if output is Output.DECISION:
         return _decision(event, result)
-    if event is AxEvent.POST_TOOL_USE:
+    if output is Output.FEEDBACK:
         return _post_feedback(result)
-    if event in _NOTICE_EVENTS:
-        return _ignored_block(event, result, base)
-    return base
+    return _ignored_block(event, result, base)
 
 
 def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
@@ -212,7 +204,8 @@ def _show(value: Any) -> str:
 
 
 def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
-    if event is AxEvent.USER_PROMPT_SUBMIT:
+    takes_context = spec_of(event).context
+    if takes_context:
         text = _plain_text(result.stdout, result.stdout_truncated)
         if text is not None:
             return Decoded(Outcome.OK, Effect.CONTINUE, "printed context", context=text)
@@ -257,7 +250,7 @@ def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
         return Decoded(
             Outcome.ASK, Effect.ASK, f"asked{note}", _reason(reason or ASK_REASON), Cause.ASK
         )
-    added = nested.get("additionalContext") if event is AxEvent.USER_PROMPT_SUBMIT else None
+    added = nested.get("additionalContext") if takes_context else None
     context = added.strip() or None if isinstance(added, str) else None
     if permission == "allow" or answer.get("decision") == "approve":
         return Decoded(Outcome.ALLOW, Effect.CONTINUE, "allowed", context=context)

@@ -9,13 +9,21 @@ the hooks.json dialect), with this dialect's ``HOOK_*`` variables:
 entries, ``CLAUDE_PROJECT_DIR`` (the workspace) that Claude Code hooks use to
 find their scripts. The full arguments are always on stdin.
 
+An ``http`` entry (a Claude Code settings file's http handler) is POSTed
+instead, by the client of the hooks.json dialect (``httpclient``: through the
+egress proxy, https, no redirects), its headers interpolated from the runner's
+environment for ``allowedEnvVars`` only; a 2xx body is decoded as stdout.
+
 Every failed run is one warning line and every run a metric; every decision
 of an event that can block is one decision line.
 """
 
 from __future__ import annotations
 
-from hookrunner.ax.decode import decode
+import re
+from collections.abc import Mapping
+
+from hookrunner.ax.decode import Decoded, decode
 from hookrunner.ax.envelope import args_document, claude_code_document
 from hookrunner.ax.events import EventInput
 from hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
@@ -27,13 +35,15 @@ from hookrunner.ax.model import (
     Effect,
     FireResult,
     HookRun,
+    HttpTarget,
     Protocol,
 )
-from hookrunner.command import CancelToken
+from hookrunner.command import CancelToken, ProcessResult
 from hookrunner.envsan import args_json, hook_variables
+from hookrunner.httpclient import HttpClient
 from hookrunner.kernel import Kernel
 from hookrunner.model import encode_json
-from hookrunner.outcome import HandlerType
+from hookrunner.outcome import HandlerType, Outcome, classify_http
 from hookrunner.report import WarningKind
 
 
@@ -45,6 +55,22 @@ def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str
     if entry.protocol is Protocol.CLAUDE_CODE:
         env["CLAUDE_PROJECT_DIR"] = workspace
     return env
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def interpolate(value: str, allowed: tuple[str, ...], environ: Mapping[str, str]) -> str:
+    """``$VAR`` / ``${VAR}`` of a header: the runner's value when listed in allowedEnvVars,
+    else empty (Claude Code's rule); a value with a control character is sent empty."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = environ.get(name, "") if name in allowed else ""
+        return "" if _CONTROL.search(found) else found
+
+    return _VARIABLE.sub(one, value)
 
 
 def hook_stdin(workspace: str, entry: AxEntry, inp: EventInput) -> bytes:
@@ -59,16 +85,20 @@ class LifecycleExecutor:
         self.workspace = str(kernel.workspace)
         self.reporter = kernel.reporter
         self.metrics = kernel.metrics
+        self.http = HttpClient(kernel.environ)
 
     def run(self, entry: AxEntry, inp: EventInput, cancel: CancelToken | None = None) -> HookRun:
-        result = self.kernel.spawn(
-            entry.command,
-            stdin=hook_stdin(self.workspace, entry, inp),
-            variables=entry_variables(self.workspace, entry, inp),
-            timeout=entry.timeout,
-            cancel=cancel,
-        )
-        decoded = decode(inp.event, entry, result)
+        if entry.http is not None:
+            decoded, result = self._post(entry, entry.http, inp)
+        else:
+            result = self.kernel.spawn(
+                entry.command,
+                stdin=hook_stdin(self.workspace, entry, inp),
+                variables=entry_variables(self.workspace, entry, inp),
+                timeout=entry.timeout,
+                cancel=cancel,
+            )
+            decoded = decode(inp.event, entry, result)
         run = HookRun(
             entry=entry,
             outcome=decoded.outcome,
@@ -87,13 +117,40 @@ class LifecycleExecutor:
         self._report(inp, run)
         return run
 
+    def _post(
+        self, entry: AxEntry, target: HttpTarget, inp: EventInput
+    ) -> tuple[Decoded, ProcessResult]:
+        """An http handler: Claude Code's envelope POSTed (through the egress proxy); a 2xx
+        body is read as a claude-code hook's stdout, anything else never blocks."""
+        headers = tuple(
+            (name, interpolate(value, target.allowed_env, self.kernel.environ))
+            for name, value in target.headers
+        )
+        body = hook_stdin(self.workspace, entry, inp)
+        answer = self.http.post(target.url, body, headers, entry.timeout)
+        classified = classify_http(answer)
+        as_output = ProcessResult(
+            0 if classified.outcome is Outcome.OK else 1,
+            answer.body,
+            b"",
+            answer.truncated,
+            False,
+            False,
+            answer.duration,
+        )
+        if classified.outcome is not Outcome.OK:
+            failed = Decoded(classified.outcome, Effect.CONTINUE, classified.detail, failed=True)
+            return failed, as_output
+        return decode(inp.event, entry, as_output), as_output
+
     def _report(self, inp: EventInput, run: HookRun) -> None:
-        self.metrics.observe_run(inp.event.value, HandlerType.COMMAND, run.outcome, run.duration)
+        kind = HandlerType.HTTP if run.entry.http is not None else HandlerType.COMMAND
+        self.metrics.observe_run(inp.event.value, kind, run.outcome, run.duration)
         if not run.failed:
             return
         fields = {
             "event": inp.event.value,
-            "type": HandlerType.COMMAND.value,
+            "type": kind.value,
             "outcome": run.outcome.value,
             "source": run.entry.source,
             "where": run.entry.where,

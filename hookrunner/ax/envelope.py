@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from hookrunner.ax.events import EventInput
-from hookrunner.ax.model import OBSERVATION_EVENTS, TOOL_EVENTS, AxEvent
+from hookrunner.ax.eventtable import Field, Output
 
 
 def args_document(inp: EventInput) -> Mapping[str, Any]:
     """HOOK_ARGS_JSON and a legacy hook's stdin: the tool's arguments, or the event's fields."""
-    if inp.event in OBSERVATION_EVENTS:
+    if inp.spec.output is Output.IGNORED:
         body: dict[str, Any] = {"session_id": inp.session_id, **inp.fields}
         if inp.tool:
             body["tool"] = inp.tool
@@ -34,7 +34,8 @@ def args_document(inp: EventInput) -> Mapping[str, Any]:
 
 def claude_code_document(inp: EventInput, cwd: str) -> dict[str, Any]:
     """The stdin of a claude-code entry: Claude Code's hook input envelope."""
-    if inp.event in OBSERVATION_EVENTS:
+    spec = inp.spec
+    if spec.output is Output.IGNORED:
         body: dict[str, Any] = {"session_id": inp.session_id, "hook_event_name": inp.event.value}
         for key, value in inp.fields.items():
             body["tool_use_id" if key == "tool_call_id" else key] = value
@@ -46,24 +47,28 @@ def claude_code_document(inp: EventInput, cwd: str) -> dict[str, Any]:
     body["session_id"] = inp.session_id
     body["hook_event_name"] = inp.event.value
     body.setdefault("cwd", cwd)
-    if inp.event in TOOL_EVENTS:
+    if spec.tool:
         body["tool_name"] = inp.claude_tool
         body["tool_input"] = dict(inp.claude_input)
         if "tool_call_id" in inp.fields:
             body["tool_use_id"] = inp.fields["tool_call_id"]
-    if inp.event is AxEvent.POST_TOOL_USE:
-        response = inp.tool_response if inp.tool_response is not None else inp.output
-        body["tool_response"] = response if response is not None else ""
-    if inp.event is AxEvent.USER_PROMPT_SUBMIT:
-        body["prompt"] = inp.prompt
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP):
-        body["stop_hook_active"] = inp.stop_hook_active
-    if inp.event is AxEvent.PRE_COMPACT:
-        auto = inp.args.get("auto") is True
-        trigger = inp.extra.get("trigger", inp.args.get("trigger"))
-        body["trigger"] = trigger if isinstance(trigger, str) else ("auto" if auto else "manual")
-        body.setdefault("custom_instructions", "")
-    if inp.event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP, AxEvent.PRE_COMPACT) and inp.args:
+    for declared in spec.fields:
+        if declared.claude:
+            value = _value(inp, declared)
+            if value is not None:
+                body[declared.claude] = value
+    if not spec.tool and not spec.legacy_args and inp.args:
         body["args"] = dict(inp.args)  # AX Code's arguments of the event, when it has any
     body.setdefault("timestamp", inp.timestamp)
     return body
+
+
+def _value(inp: EventInput, declared: Field) -> Any:
+    """The field as the caller gave it, else the row's default for a claude-code hook."""
+    if declared.ax in inp.values:
+        return inp.values[declared.ax]
+    default = declared.default
+    if isinstance(default, str) and default.startswith("="):
+        fallback = inp.values.get(default[1:])
+        return fallback if fallback is not None else ""
+    return default(inp.args) if callable(default) else default

@@ -7,16 +7,18 @@ checked, in either shape — AX Code's or Claude Code's (``tool``/``tool_name``,
 ``output``/``tool_response``; both names given with different values is an
 error). Every other field is kept in ``extra`` and reaches claude-code
 entries unchanged. A wrong type of a needed field is a ``PayloadError``.
-* tool events need a tool name; ``UserPromptSubmit`` needs ``prompt``;
-  ``Stop``/``SubagentStop`` take ``stop_hook_active``; ``PreCompact`` takes
-  ``trigger`` and ``custom_instructions``; a ``hook_event_name`` must name
-  the event fired;
+* which fields an event reads is its row of ``eventtable``: tool events need a
+  tool name (``TOOL_FIELDS``), then the row's own ``fields`` (``prompt`` of
+  ``UserPromptSubmit`` is required, ``stop_hook_active`` of ``Stop``...), each
+  checked for its form under either name; a ``hook_event_name`` must name the
+  event fired;
 * observation-only events keep **only** ids, reasons, paths and timestamps:
   the keys of ``OBSERVATION_KEYS`` with a value of the right form (source
   page: never conversation text, summaries or tool output). Anything else is
   dropped, never an error, and the dropped key names are reported;
-* a ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
-  ``UserPromptSubmit`` with ``"synthetic": true`` do not fire (source page).
+* an event whose row has ``skip`` does not fire when that field is true: a
+  ``SessionStart`` with a ``parent_session_id`` (a subagent's session) and a
+  ``UserPromptSubmit`` with ``"synthetic": true`` (source page).
 
 What each hook receives is built from the ``EventInput`` in ``envelope``.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.clock import utc_timestamp
-from hookrunner.ax.model import OBSERVATION_EVENTS, TOOL_EVENTS, AxEvent
+from hookrunner.ax.eventtable import AxEvent, EventSpec, Form, Output, spec_of
 from hookrunner.ax.vocabulary import claude_code_input, claude_code_name
 from hookrunner.errors import PayloadError
 
@@ -75,15 +77,17 @@ class EventInput:
     tool: str = ""  # HOOK_TOOL, as the caller named it; "" for events without a tool
     args: Mapping[str, Any] = field(default_factory=dict)  # HOOK_ARGS_JSON / legacy stdin
     output: str | None = None  # PostToolUse: the tool result (text) the feedback follows
-    prompt: str | None = None  # UserPromptSubmit
     fields: Mapping[str, Any] = field(default_factory=dict)  # ids (observation-only: all kept)
     skip: str | None = None  # why this event does not fire
     dropped: tuple[str, ...] = ()  # observation-only: keys that were not ids/reasons/timestamps
     extra: Mapping[str, Any] = field(default_factory=dict)  # fields passed on unchanged
     claude_tool: str = ""  # tool_name for claude-code entries
     claude_input: Mapping[str, Any] = field(default_factory=dict)  # tool_input for them
-    tool_response: Any = None  # PostToolUse: the caller's tool_response (an object too)
-    stop_hook_active: bool = False  # Stop, SubagentStop
+    values: Mapping[str, Any] = field(default_factory=dict)  # the row's own fields, as given
+
+    @property
+    def spec(self) -> EventSpec:
+        return spec_of(self.event)
 
 
 def parse_event(
@@ -109,29 +113,28 @@ def parse_event(
     named = document.get("hook_event_name", event.value)
     if named != event.value:
         raise PayloadError(f'"hook_event_name" is {json.dumps(named)[:60]}, not {event.value!r}')
-    if event in OBSERVATION_EVENTS:
+    if spec_of(event).output is Output.IGNORED:
         return _observation(event, document, given, clock())
-    return _blocking_or_stop_like(event, document, given, clock())
+    return _acting(event, document, given, clock())
 
 
-def _blocking_or_stop_like(
+def _acting(
     event: AxEvent, document: Mapping[str, Any], session_id: str, timestamp: str
 ) -> EventInput:
+    """An event whose hooks' output counts: the tool fields, then the row's own fields."""
+    spec = spec_of(event)
     used = {"session_id", "hook_event_name"}
     tool = claude_tool = ""
     args: Mapping[str, Any] = {}
     claude_input: Mapping[str, Any] = {}
-    output = prompt = None
     fields: dict[str, Any] = {}
-    tool_response = None
-    if event in TOOL_EVENTS:
+    if spec.tool:
         key, tool = _alias(document, "tool", "tool_name", used)
         if not isinstance(tool, str) or not tool:
             raise PayloadError(f'"{key}" must be a non-empty string')
         args_key, given_args = _alias(document, "args", "tool_input", used)
         args = _object(args_key, {} if given_args is None else given_args)
-        claude_shape = key == "tool_name"
-        claude_tool = tool if claude_shape else claude_code_name(tool)
+        claude_tool = tool if key == "tool_name" else claude_code_name(tool)
         claude_input = dict(args) if args_key == "tool_input" else claude_code_input(tool, args)
         call_key, call_id = _alias(document, "tool_call_id", "tool_use_id", used)
         if _string(call_key, call_id):
@@ -139,33 +142,23 @@ def _blocking_or_stop_like(
     else:
         used.add("args")
         args = _object("args", document.get("args", {}))
-    if event is AxEvent.POST_TOOL_USE:
-        used |= {"output", "tool_response"}
-        output = _string("output", document.get("output"))
-        tool_response = document.get("tool_response")
-        if output is None and tool_response is not None:
-            output = tool_response if isinstance(tool_response, str) else _compact(tool_response)
-    skip = None
-    if event is AxEvent.USER_PROMPT_SUBMIT:
-        used |= {"prompt", "synthetic"}
-        prompt = _string("prompt", document.get("prompt"))
-        if prompt is None:
-            raise PayloadError('"prompt" must be a string')
-        synthetic = document.get("synthetic", False)
-        if not isinstance(synthetic, bool):
-            raise PayloadError('"synthetic" must be a boolean')
-        args = {"prompt": prompt}
-        if synthetic:
-            skip = "synthetic continuation prompts do not fire UserPromptSubmit"
-    stop_hook_active = False
-    if event in (AxEvent.STOP, AxEvent.SUBAGENT_STOP):
-        used.add("stop_hook_active")
-        stop_hook_active = document.get("stop_hook_active", False)
-        if not isinstance(stop_hook_active, bool):
-            raise PayloadError('"stop_hook_active" must be a boolean')
-    if event is AxEvent.PRE_COMPACT:
-        for key in ("trigger", "custom_instructions"):
-            _string(key, document.get(key))
+    values: dict[str, Any] = {}
+    for declared in spec.fields:
+        names = {declared.ax, declared.claude} - {""}
+        used |= names
+        key, value = _alias(document, declared.ax, declared.claude or declared.ax, used)
+        if value is None:
+            if declared.required:
+                raise PayloadError(f'"{key}" must be {_FORM_WORDS[declared.form]}')
+            continue
+        values[declared.ax] = _checked(key, declared.form, value)
+    if spec.legacy_args:
+        args = {name: values[name] for name in spec.legacy_args if name in values}
+    output = values.get("output")
+    response = values.get("tool_response")
+    if output is None and response is not None:
+        output = response if isinstance(response, str) else _compact(response)
+    skip = spec.skip[1] if spec.skip is not None and values.get(spec.skip[0]) else None
     extra = {k: v for k, v in document.items() if k not in used}
     return EventInput(
         event,
@@ -174,15 +167,33 @@ def _blocking_or_stop_like(
         tool,
         dict(args),
         output,
-        prompt,
         fields,
         skip,
         extra=extra,
         claude_tool=claude_tool,
         claude_input=claude_input,
-        tool_response=tool_response,
-        stop_hook_active=stop_hook_active,
+        values=values,
     )
+
+
+_FORM_WORDS = {
+    Form.STRING: "a string",
+    Form.BOOLEAN: "a boolean",
+    Form.OBJECT: "an object",
+    Form.JSON: "JSON",
+}
+
+
+def _checked(key: str, form: Form, value: Any) -> Any:
+    if form is Form.OBJECT:
+        return dict(_object(key, value))
+    if form is Form.JSON:
+        _compact(value, key)
+        return value
+    wanted = str if form is Form.STRING else bool
+    if not isinstance(value, wanted):
+        raise PayloadError(f'"{key}" must be {_FORM_WORDS[form]}')
+    return value
 
 
 def _alias(document: Mapping[str, Any], ax: str, claude: str, used: set[str]) -> tuple[str, Any]:
@@ -211,16 +222,17 @@ def _string(key: str, value: Any) -> str | None:
     return value
 
 
-def _compact(value: Any) -> str:
+def _compact(value: Any, key: str = "tool_response") -> str:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise PayloadError(f'"tool_response" is not JSON: {exc}') from None
+        raise PayloadError(f'"{key}" is not JSON: {exc}') from None
 
 
 def _observation(
     event: AxEvent, document: Mapping[str, Any], session_id: str, timestamp: str
 ) -> EventInput:
+    spec = spec_of(event)
     kept: dict[str, Any] = {}
     dropped: list[str] = []
     for given_key, value in document.items():
@@ -228,7 +240,7 @@ def _observation(
             continue
         key = _OBSERVATION_ALIASES.get(given_key, given_key)
         form = OBSERVATION_KEYS.get(key)
-        wanted = form is not None and (key not in _TOOL_KEYS or event in TOOL_EVENTS)
+        wanted = form is not None and (key not in _TOOL_KEYS or spec.tool)
         if wanted and _fits(form, value) and kept.get(key, value) == value:
             kept[key] = value
         else:
@@ -236,10 +248,8 @@ def _observation(
     if session_id and not _TOKEN.fullmatch(session_id):
         dropped.append("session_id")
         session_id = ""
-    skip = None
-    if event is AxEvent.SESSION_START and "parent_session_id" in kept:
-        skip = "subagent sessions do not fire SessionStart (they surface through SubagentStop)"
-    tool = kept.pop("tool", "") if event in TOOL_EVENTS else ""
+    skip = spec.skip[1] if spec.skip is not None and kept.get(spec.skip[0]) else None
+    tool = kept.pop("tool", "") if spec.tool else ""
     stamp = kept.pop("timestamp", timestamp)
     return EventInput(
         event,

@@ -14,6 +14,8 @@ Invariants (docs/hooks.md, "Tool names and matchers"):
   matches nothing and carries ``problem``; so does one that can match no
   tool name at all (``"Bash(npm test)"``, a permission rule written where a
   matcher goes), for validation to report;
+* ``mcp__<server>`` alone (no ``__<tool>``) names every tool of that MCP server,
+  as Claude Code users write it: no tool is called ``mcp__memory``;
 * a tool call is matched by either of its names (``vocabulary.names_of``):
   ``"Bash"`` matches ``bash`` and ``"bash"`` matches ``Bash``.
 """
@@ -58,9 +60,18 @@ class AxMatcher:
             if alternative.endswith("*"):
                 if name.startswith(alternative[:-1]):
                     return True
-            elif name == alternative:
+            elif name == alternative or _server_of(alternative, name):
                 return True
         return False
+
+
+def _server_of(alternative: str, name: str) -> bool:
+    """``mcp__memory`` names an MCP server: it matches each of its tools, ``mcp__memory__*``."""
+    return (
+        alternative.startswith("mcp__")
+        and "__" not in alternative[5:]
+        and name.startswith(alternative + "__")
+    )
 
 
 def compile_ax_matcher(pattern: str) -> AxMatcher:

@@ -14,7 +14,8 @@ work too.
 
 from __future__ import annotations
 
-from hookrunner.ax.model import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent, Cause, Verdict
+from hookrunner.ax.eventtable import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent, Output, spec_of
+from hookrunner.ax.model import Cause, Verdict
 from hookrunner.metrics import HookMetrics
 from hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
 
@@ -37,17 +38,25 @@ DECISION_CAUSES = {
 }
 
 
+# The outcomes a hook can have, by what its output means (eventtable.Output).
+_OUTCOMES = {
+    Output.IGNORED: {Outcome.OK, Outcome.CANCELLED},
+    Output.DECISION: {
+        Outcome.OK,
+        Outcome.ALLOW,
+        Outcome.DENY,
+        Outcome.ASK,
+        Outcome.EXIT_2,
+        Outcome.MALFORMED,
+    },
+    Output.FEEDBACK: {Outcome.OK, Outcome.EXIT_2, Outcome.MALFORMED},
+    Output.NOTICE: {Outcome.OK, Outcome.EXIT_2, Outcome.DENY},
+}
+
+
 def possible_outcomes(event: AxEvent) -> frozenset[Outcome]:
     """The outcomes a hook of this AX Code event can have."""
-    if event in OBSERVATION_EVENTS:
-        own = {Outcome.OK, Outcome.CANCELLED}
-    elif event in BLOCKING_EVENTS:
-        own = {Outcome.OK, Outcome.ALLOW, Outcome.DENY, Outcome.ASK}
-        own |= {Outcome.EXIT_2, Outcome.MALFORMED}
-    elif event is AxEvent.POST_TOOL_USE:
-        own = {Outcome.OK, Outcome.EXIT_2, Outcome.MALFORMED}
-    else:
-        own = {Outcome.OK, Outcome.EXIT_2}
+    own = _OUTCOMES[spec_of(event).output]
     return frozenset(own | MECHANISM_FAILURES[HandlerType.COMMAND])
 
 

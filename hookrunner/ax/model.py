@@ -14,40 +14,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+# Re-exported: the event table (``eventtable``) is where events are described.
+from hookrunner.ax.eventtable import BLOCKING_EVENTS as BLOCKING_EVENTS
+from hookrunner.ax.eventtable import OBSERVATION_EVENTS as OBSERVATION_EVENTS
+from hookrunner.ax.eventtable import TOOL_EVENTS as TOOL_EVENTS
+from hookrunner.ax.eventtable import AxEvent as AxEvent
 from hookrunner.ax.matcher import AxMatcher
 from hookrunner.model import Problem
 from hookrunner.outcome import Outcome
-
-
-class AxEvent(StrEnum):
-    PRE_TOOL_USE = "PreToolUse"
-    POST_TOOL_USE = "PostToolUse"
-    POST_TOOL_USE_FAILURE = "PostToolUseFailure"
-    STOP = "Stop"
-    USER_PROMPT_SUBMIT = "UserPromptSubmit"
-    PRE_COMPACT = "PreCompact"
-    SUBAGENT_STOP = "SubagentStop"
-    SESSION_START = "SessionStart"
-    SESSION_END = "SessionEnd"
-    POST_COMPACT = "PostCompact"
-    INTERRUPT = "Interrupt"
-
-
-# Only these can stop what the agent is doing.
-BLOCKING_EVENTS = frozenset({AxEvent.PRE_TOOL_USE, AxEvent.USER_PROMPT_SUBMIT})
-# Never block, never delay the lifecycle path; payloads carry ids, reasons, timestamps only.
-OBSERVATION_EVENTS = frozenset(
-    {
-        AxEvent.SESSION_START,
-        AxEvent.SESSION_END,
-        AxEvent.POST_COMPACT,
-        AxEvent.INTERRUPT,
-        AxEvent.POST_TOOL_USE_FAILURE,
-    }
-)
-TOOL_EVENTS = frozenset(
-    {AxEvent.PRE_TOOL_USE, AxEvent.POST_TOOL_USE, AxEvent.POST_TOOL_USE_FAILURE}
-)
 
 
 class Protocol(StrEnum):
@@ -97,6 +71,15 @@ class Cause(StrEnum):
 
 
 @dataclass(frozen=True)
+class HttpTarget:
+    """An ``http`` handler of a settings file: POSTed through the egress proxy."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]  # values may hold $VAR / ${VAR}
+    allowed_env: tuple[str, ...]  # allowedEnvVars: the only variables interpolated
+
+
+@dataclass(frozen=True)
 class AxEntry:
     """One hook to run: a custom ``hooks`` entry or one hook of a pack."""
 
@@ -109,6 +92,7 @@ class AxEntry:
     pack: str  # HOOK_PACK: the pack name, "" for a custom entry without "pack"
     source: str  # what warnings and decisions name: the pack, or "hooks[3]"
     where: str  # file and JSON path
+    http: HttpTarget | None = None  # an http handler (settings files); command is then ""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,15 @@ from hookrunner.ax.matcher import AxMatcher, compile_ax_matcher
 from hookrunner.ax.model import BLOCKING_EVENTS, TOOL_EVENTS, AxEntry, AxEvent, Protocol
 from hookrunner.ax.packs.catalogue import PACKS, pack_command
 from hookrunner.model import Problem
-from hookrunner.schema import DEFAULT_TIMEOUT, JsonObject, json_path, key_path, type_name
+from hookrunner.schema import (
+    CLAUDE_SETTINGS_HERE,
+    DEFAULT_TIMEOUT,
+    JsonObject,
+    is_claude_settings,
+    json_path,
+    key_path,
+    type_name,
+)
 
 MAX_ENTRIES = 100  # AX Code's own limits
 MAX_PACKS = 100
@@ -80,6 +88,9 @@ class _Validator:
     def document(self, doc: Any) -> list[AxEntry]:
         if not isinstance(doc, dict):
             self.problem("$", f"the document must be an object, got {type_name(doc)}")
+            return []
+        if is_claude_settings(doc):
+            self.problem("$.hooks", CLAUDE_SETTINGS_HERE)
             return []
         pairs = doc.pairs if isinstance(doc, JsonObject) else list(doc.items())
         for key in getattr(doc, "duplicates", ()):
@@ -165,7 +176,7 @@ class _Validator:
         protocol = Protocol.CLAUDE_CODE if "protocol" in value else Protocol.LEGACY
         matcher = compile_ax_matcher(value.get("matcher", ""))
         block = value.get("blockOnFailure", False)
-        for key, message in _entry_notes(event, protocol, matcher, block):
+        for key, message in entry_notes(event, protocol, matcher, block):
             self.problem(key_path(path, key), message)
         return AxEntry(
             event=event,
@@ -180,7 +191,7 @@ class _Validator:
         )
 
 
-def _entry_notes(
+def entry_notes(
     event: AxEvent, protocol: Protocol, matcher: AxMatcher, block: bool
 ) -> list[tuple[str, str]]:
     """What a valid entry does not do as written: (key, message); the entry still loads."""

@@ -30,7 +30,12 @@ from hookrunner.ax import metrics as ax_metrics
 from hookrunner.ax.aggregate import decide, gather
 from hookrunner.ax.dispatch import LifecycleExecutor
 from hookrunner.ax.events import EventInput, parse_event
-from hookrunner.ax.loader import full_env_switch, load_ax_config, trust_switch
+from hookrunner.ax.loader import (
+    full_env_switch,
+    load_ax_config,
+    settings_places,
+    trust_switch,
+)
 from hookrunner.ax.model import (
     BLOCKING_EVENTS,
     OBSERVATION_EVENTS,
@@ -61,6 +66,8 @@ class AxSession:
         trust_project: bool | None = None,
         full_env: bool | None = None,
         operator_config: str | Path | None = None,
+        claude_settings: bool = True,
+        managed_settings: str | Path | None = None,
         interactive: bool = False,
         metrics: HookMetrics | None = None,
         stream: TextIO | None = None,
@@ -78,9 +85,12 @@ class AxSession:
         self.metrics, self.reporter = self.kernel.metrics, self.kernel.reporter
         self.metrics.use(ax_metrics.register)  # metrics made before hookrunner.ax was imported
         operator = Path(operator_config) if operator_config is not None else None
-        self.config: AxConfig = load_ax_config(root, trusted=trust.on, operator_config=operator)
+        places, nested = settings_places(self.kernel.environ, claude_settings, managed_settings)
+        self.config: AxConfig = load_ax_config(
+            root, trusted=trust.on, operator_config=operator, settings=places
+        )
         self.kernel.configuration(
-            self.config.problems, (trust.notice, full.notice, *self.config.notices)
+            self.config.problems, (trust.notice, full.notice, nested, *self.config.notices)
         )
         self.kernel.start_hooks(full.on)
         self._executor = LifecycleExecutor(self.kernel)

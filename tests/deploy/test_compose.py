@@ -253,7 +253,7 @@ def test_proxy_command_parses_with_the_real_cli() -> None:
     assert args.mode == "regular"
     assert args.listen == ("172.30.1.10", 8080)
     assert args.metrics == ("172.30.3.10", 9464)
-    assert args.config == "/etc/egress/env.yaml"
+    assert args.config == "/etc/egress/node.yaml"
     assert args.certs == Path("/var/lib/egress/certs")
     assert args.upstream_ca == Path("/var/lib/egress/upstream-ca/ca.pem")
     assert args.audit_log == "-"
@@ -333,9 +333,42 @@ def resolved_environment_file(tmp_path: Path, token: str) -> Path:
 
 
 def test_environment_file_is_the_one_mounted_at_the_config_path() -> None:
-    for service in ("proxy", "proxy-transparent"):
-        config = proxy_args(service).config
-        assert mount_at(SERVICES[service], config) == ("./deploy/compose/env.yaml", config, True)
+    config = proxy_args("proxy-transparent").config
+    assert mount_at(SERVICES["proxy-transparent"], config) == (
+        "./deploy/compose/env.yaml",
+        config,
+        True,
+    )
+    node = proxy_args("proxy").config
+    assert mount_at(SERVICES["proxy"], node) == ("./deploy/compose/node.yaml", node, True)
+    directory = "/etc/egress/sandboxes"
+    assert f"directory: {directory}" in (ROOT / "deploy/compose/node.yaml").read_text()
+    assert mount_at(SERVICES["proxy"], directory) == ("./deploy/compose/sandboxes", directory, True)
+
+
+def test_the_node_file_and_both_sandbox_files_pass_real_validation(tmp_path: Path) -> None:
+    """Two sandboxes on the regular proxy, each identified by its own address on `sandbox`,
+    each with its own policy; only `sandbox` is given the telemetry credential."""
+    from proxy.sandboxes import load_sandbox, node_section
+
+    section = node_section(ROOT / "deploy/compose/node.yaml")
+    assert section is not None and str(section.directory) == "/etc/egress/sandboxes"
+    secret = tmp_path / "telemetry_token"
+    secret.write_text(TEST_TOKEN + "\n", encoding="utf-8")
+    found = {}
+    for name in ("sandbox", "sandbox-b"):
+        text = (ROOT / f"deploy/compose/sandboxes/{name}.yaml").read_text(encoding="utf-8")
+        copy = tmp_path / f"{name}.yaml"
+        copy.write_text(text.replace("/run/secrets/telemetry_token", str(secret)))
+        found[name] = load_sandbox(copy, environ={})
+        assert [str(a) for a in found[name].addresses] == [address_on(name, "sandbox")]
+    own = {n: [e.pattern for e in s.network.allowlist] for n, s in found.items()}
+    assert own["sandbox-b"] == [TELEMETRY_NAME, "172.30.2.0/24"]
+    assert "pypi.org" in own["sandbox"]
+    assert [e.transform != () for e in found["sandbox-b"].network.allowlist] == [False, False]
+    assert (
+        found["sandbox"].network.allowlist[0].transform[0].value.reveal() == f"Bearer {TEST_TOKEN}"
+    )
 
 
 def test_environment_file_passes_real_validation(tmp_path: Path) -> None:
@@ -442,7 +475,7 @@ def test_sandbox_is_only_on_internal_networks_and_cannot_reach_telemetry() -> No
     # Whatever is on the sandbox's network is not a way out either.
     for name, service in SERVICES.items():
         if "sandbox" in networks_of(service):
-            assert name in {"sandbox", "proxy", "prometheus"}
+            assert name in {"sandbox", "sandbox-b", "proxy", "prometheus"}
 
 
 def test_the_ca_key_volume_is_mounted_only_by_the_proxy_side() -> None:

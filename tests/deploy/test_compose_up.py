@@ -191,6 +191,33 @@ def test_the_sandbox_hook_reaches_telemetry_through_the_proxy_with_the_injected_
     assert stack.token not in stack.logs()
 
 
+def test_two_sandboxes_on_one_proxy_each_get_their_own_policy(stack: Stack) -> None:
+    """deploy/compose/sandboxes: `sandbox-b` reaches telemetry without the credential
+    `sandbox` is given, and no package index; the audit names each sandbox."""
+    before = len(telemetry_lines(stack))
+    assert stack.session("sandbox-b", "env_sandbox_b", WRITE) == [
+        {"status": "ok", "output": "wrote 2 bytes to notes.txt"}
+    ]
+    received = wait_for("telemetry line", lambda: telemetry_lines(stack)[before:])
+    assert [(r["path"], r["authorized"]) for r in received] == [("/api/v1/agent-events", False)]
+    outcome = probe(stack, "sandbox-b", REQUEST_PROBE, URLS=["https://pypi.org/simple/"])
+    assert outcome == [["error", "OSError"]]  # urllib: "Tunnel connection failed: 403"
+
+    def lines() -> list[tuple[str, str, str, str, list[str]]] | None:
+        found = [
+            (a["sandbox"], a["method"], a["host"], a["reason"], a["injected"])
+            for a in stack.audit("proxy")
+            if a.get("sandbox") == "sandbox-b"
+        ]
+        return found if len(found) >= 3 else None
+
+    seen = wait_for("sandbox-b's audit lines", lines)
+    assert ("sandbox-b", "POST", "telemetry.internal", "allowlisted", []) in seen
+    assert ("sandbox-b", "CONNECT", "pypi.org", "not_allowlisted", []) in seen
+    posts = [a for a in injected_posts(stack, "proxy") if a.get("sandbox") == "sandbox"]
+    assert posts and all(p["injected"] == ["Authorization"] for p in posts)
+
+
 def test_the_regular_sandbox_cannot_connect_anywhere_directly(stack: Stack) -> None:
     targets = [TELEMETRY, PROMETHEUS["on sandbox"], PROMETHEUS["on monitoring"]]
     targets += [PROMETHEUS_API, PROXY_METRICS, OUTSIDE]

@@ -894,9 +894,10 @@ def kubectl() -> str:
     return found
 
 
-def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file() -> None:
+def kustomize(directory: Path) -> str:
+    """`kubectl kustomize DIRECTORY`'s output (the test fails with its stderr otherwise)."""
     done = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY)],
+        [kubectl(), "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -904,9 +905,14 @@ def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_fi
         env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")},
     )
     assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file() -> None:
+    output = kustomize(DEPLOY)
     built = {
         (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
-        for d in yaml.safe_load_all(done.stdout)
+        for d in yaml.safe_load_all(output)
         if d
     }
     sources = {

@@ -58,7 +58,7 @@ def test_secrets_pasted_in_the_wrong_field_are_not_printed(tmp_path: Path) -> No
         f"error: {path}: network.allowlist[1].transform.X-Key: value must be a string",
         f"error: {path}: network.allowlist[2]: unknown key 'token' (expected: allow_encoded_slash, "
         "allow_plaintext, budget, deny, domain, git, passthrough, ports, report_only, rules, "
-        "transform)",
+        "secrets, transform)",
     ]
 
 

@@ -4,10 +4,11 @@ A pack is one or more legacy entries whose command runs this package's
 ``main`` in a child process, exactly like a custom hook (same process-group
 discipline, deadline, sanitised environment, ``HOOK_PACK`` set). The child
 runs ``python -I -S`` with only this project's root on ``sys.path``: no
-``PYTHONPATH``, no site-packages, so the packs import the standard library
-and their own modules only. Blocking packs exit 2 with the reason on stderr
-and set ``blockOnFailure``, so a pack that crashes blocks rather than lets a
-force push or an ``.env`` read through.
+``PYTHONPATH``, no site-packages: the packs import the standard library,
+their own modules and the shell grammar (``tree_sitter``, ``tree_sitter_bash``,
+whose directory is appended after the standard library; D90). Blocking packs
+exit 2 with the reason on stderr and set ``blockOnFailure``, so a pack that
+crashes blocks rather than lets a force push or an ``.env`` read through.
 
 Tool ids of both vocabularies are matched: AX Code's (``bash``, ``edit``,
 ``write``, ``read``...), this runner's (``code_execution``, ``write_file``,
@@ -16,6 +17,7 @@ Tool ids of both vocabularies are matched: AX Code's (``bash``, ``edit``,
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import sys
 from dataclasses import dataclass
@@ -65,10 +67,23 @@ PACKS: dict[str, tuple[PackHook, ...]] = {
 }
 
 
+def grammar_paths() -> list[str]:
+    """The directories holding the shell grammar (tree-sitter, tree-sitter-bash), D90."""
+    paths: list[str] = []
+    for module in ("tree_sitter", "tree_sitter_bash"):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin is not None:
+            directory = str(Path(spec.origin).resolve().parents[1])
+            if directory not in paths:
+                paths.append(directory)
+    return paths
+
+
 def pack_command(name: str, python: str | None = None) -> str:
     """The shell command line of a pack's hooks."""
     bootstrap = (
         f"import sys; sys.path.insert(0, {str(PROJECT_ROOT)!r}); "
+        f"sys.path.extend({grammar_paths()!r}); "
         "from hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
     )
     argv = [python or sys.executable, "-I", "-S", "-c", bootstrap, name]

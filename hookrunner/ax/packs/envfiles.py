@@ -22,6 +22,13 @@ Where it looks:
 * other code (``language: python``): any word that is an env-file path, e.g.
   ``open(".env")`` (a string that only mentions one counts too).
 
+A command that reads whole directories (``grep -r``, ``tar c``, ``zip -r``,
+``cp -r``, ``rg --hidden``: `recursive_operands`) reads the env files below
+them: with a ``reach`` function (the pack passes a bounded walk of the
+workspace) such a command counts when an env file is there. ``find ...
+-exec CMD {}`` and ``xargs CMD`` give ``CMD`` a word shaped by ``-name``
+(``'*env'`` can be ``.env``; no ``-name``: any file).
+
 A link is what it points to: with a ``resolve`` function (the pack passes
 ``realpath`` from the workspace) every path and shell word is also judged by
 the name of the file it resolves to, so ``notes.txt -> .env`` is an env file.
@@ -35,14 +42,15 @@ expansion (``$DIR/config.yaml``, ``$NAME.txt``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from hookrunner.ax.packs.commands import basename, read_script
+from hookrunner.ax.packs.commands import SUPPLIED, Command, basename, read_script
 from hookrunner.ax.packs.shell import Word, is_dynamic
 
 Resolve = Callable[[str], "str | None"]
+Reach = Callable[[str], "str | None"]  # a directory -> an env file somewhere below it
 
 PATH_KEYS = ("filePath", "file_path", "path", "notebook_path")
 LIST_KEYS = ("paths", "files")
@@ -50,7 +58,8 @@ PATCH_KEYS = ("patchText", "patch", "input", "diff")
 GLOB_KEYS = ("include", "glob")
 HARMLESS = frozenset(
     {"echo", "printf", "ls", "test", "[", "[[", "true", ":", "type", "which",
-     "cd", "pushd", "popd", "export", "unset", "local", "declare", "readonly", "mkdir"}
+     "cd", "pushd", "popd", "export", "unset", "local", "declare", "readonly", "mkdir",
+     "dirname", "basename", "realpath", "readlink", "kill"}
 )  # fmt: skip
 _PATCH_FILE = re.compile(
     r"^(?:\*\*\* (?:Add|Update|Delete) File: |\+\+\+ |--- )(?:[ab]/)?(.+?)\s*$"
@@ -126,18 +135,74 @@ def env_word(word: str, resolve: Resolve | None = None) -> str | None:
     return None
 
 
-def in_shell(text: str, resolve: Resolve | None = None) -> str | None:
+def in_shell(text: str, resolve: Resolve | None = None, reach: Reach | None = None) -> str | None:
     """The first env file a shell command line reads or writes, as written."""
-    for command in read_script(text).commands:
+    return in_commands(read_script(text).commands, resolve, reach)
+
+
+def in_commands(
+    commands: Iterable[Command], resolve: Resolve | None = None, reach: Reach | None = None
+) -> str | None:
+    for command in commands:
         for _operator, target in command.redirects:
             if env_word(target, resolve):
                 return target
         if command.program in HARMLESS:
             continue
-        for word in command.words:
+        supplied = [w for w in command.argv if w is SUPPLIED]  # what xargs adds
+        for word in (*command.words, *supplied):
             if env_word(word, resolve):
                 return word
+        if reach is not None:
+            for directory in recursive_operands(command):
+                found = reach(directory)
+                if found is not None:
+                    return found
     return None
+
+
+def _short_flags(args: Sequence[str]) -> set[str]:
+    flags: set[str] = set()
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--"):
+            flags.update(arg[1:])
+    return flags
+
+
+def recursive_operands(command: Command) -> list[str]:
+    """The directories a command reads every file of, hidden ones included (``grep -r``,
+    ``tar c``, ``zip -r``, ``cp -r``, ``rg --hidden``...); a word bash still expands is
+    read as the workspace (``.``)."""
+    program, args = command.program, list(command.argv[1:])
+    longs = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    shorts = _short_flags(args)
+    operands = [a for a in args if not a.startswith("-")]
+    recursive: bool
+    if program in ("grep", "egrep", "fgrep", "zgrep"):
+        recursive = bool(shorts & {"r", "R"} or longs & {"--recursive", "--dereference-recursive"})
+        recursive = recursive or "--directories=recurse" in args
+        patterned = shorts & {"e", "f"} or longs & {"--regexp", "--file"}
+        paths = operands if patterned else operands[1:]
+    elif program in ("rg", "ag"):
+        hidden = longs & {"--hidden", "--unrestricted", "--no-ignore-dot"} or "." in shorts
+        recursive = bool(hidden) or any(a.startswith("-uu") for a in args)
+        recursive = recursive or (program == "ag" and "u" in shorts)
+        paths = operands[1:]
+    elif program in ("tar", "bsdtar"):
+        mode = args[0].lstrip("-") if args else ""
+        recursive = bool(set(mode) & {"c", "r", "u"} or longs & {"--create", "--append"})
+        paths = operands[1:] if args and not args[0].startswith("-") else operands
+    elif program in ("zip", "cp", "scp", "rsync", "7z", "cpio", "pax"):
+        recursive = bool(shorts & {"r", "R", "a"} or longs & {"--recursive", "--archive"})
+        recursive = recursive or program in ("7z", "rsync")
+        paths = operands
+    else:
+        return []
+    if not recursive:
+        return []
+    return [("." if is_dynamic(p) else p) for p in paths] or ["."]
 
 
 def in_code(text: str) -> str | None:

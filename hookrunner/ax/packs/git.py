@@ -33,7 +33,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hookrunner.ax.packs.commands import basename, read_script
+from hookrunner.ax.packs.commands import Command, basename, read_script
 from hookrunner.ax.packs.shell import is_dynamic
 
 _GLOBAL_WITH_VALUE = frozenset(
@@ -59,12 +59,25 @@ def _is_git(word: str) -> bool:
     return basename(word) in ("git", "git.exe")
 
 
+def _entry_point(argv: Sequence[str]) -> Sequence[str]:
+    """``/usr/lib/git-core/git-push -f`` is ``git push -f`` (git's other entry points)."""
+    if argv and not is_dynamic(argv[0]):
+        name = basename(argv[0])
+        if name.startswith("git-") and name[4:] in PUSHES:
+            return ["git", name[4:], *argv[1:]]
+    return argv
+
+
+PUSHES = ("push", "send-pack")  # send-pack takes --force, --mirror and +refspecs as push does
+
+
 def push_force(argv: Sequence[str]) -> str | None:
-    """The spelling that makes this argv a forced ``git push``, or None."""
+    """The spelling that makes this argv a forced ``git push`` (or ``send-pack``), or None."""
+    argv = _entry_point(argv)
     if not argv or not _is_git(argv[0]):
         return None
     i = _subcommand(argv)
-    if i >= len(argv) or argv[i] != "push":
+    if i >= len(argv) or argv[i] not in PUSHES:
         return None
     force: str | None = None
     lease: str | None = None
@@ -108,14 +121,21 @@ def push_force(argv: Sequence[str]) -> str | None:
 
 def hidden_push(argv: Sequence[str]) -> str | None:
     """A word the shell expands where it could make this argv a (forced) push, or None."""
+    argv = _entry_point(argv)
     if not argv or not (_is_git(argv[0]) or is_dynamic(argv[0])):
         return None
     i = _subcommand(argv)
     if i >= len(argv):
         return None
-    if argv[i] != "push":
+    if argv[i] not in PUSHES:
         return f"git {argv[i]}" if _is_git(argv[0]) and is_dynamic(argv[i]) else None
-    return next((f"git push {a}" for a in argv[i + 1 :] if is_dynamic(a)), None)
+    return next((f"git {argv[i]} {a}" for a in argv[i + 1 :] if is_dynamic(a)), None)
+
+
+def _verb(argv: Sequence[str]) -> str:
+    argv = _entry_point(argv)
+    i = _subcommand(argv)
+    return argv[i] if 0 < i < len(argv) and argv[i] in PUSHES else "push"
 
 
 class Push(NamedTuple):
@@ -125,14 +145,18 @@ class Push(NamedTuple):
 
 def push_in_shell(text: str) -> Push | None:
     """The first command of a shell text that force-pushes, or may (`hidden_push`)."""
-    for command in read_script(text).commands:
+    return push_in_commands(read_script(text).commands)
+
+
+def push_in_commands(commands: Sequence[Command]) -> Push | None:
+    for command in commands:
         argv = command.argv
         if argv and is_dynamic(argv[0]) and not _is_git(argv[0]):
             found = push_force(["git", *argv[1:]])  # "$(command -v git)" push -f
         else:
             found = push_force(argv)
         if found is not None:
-            return Push(f"git push {found}", True)
+            return Push(f"git {_verb(argv)} {found}", True)
         hidden = hidden_push(argv)
         if hidden is not None:
             return Push(hidden, False)
@@ -148,9 +172,10 @@ def force_push_in_code(text: str) -> str | None:
     """For code that is not shell: a ``git`` ... ``push`` word sequence on one line."""
     for line in text.splitlines():
         words = _CODE_WORD.findall(line)
-        for start, word in enumerate(words):
-            if basename(word) in ("git", "git.exe") and "push" in words[start:]:
-                found = push_force(words[start:])
+        for start in range(len(words)):
+            rest = list(_entry_point(words[start:]))
+            if _is_git(rest[0]) and any(p in rest for p in PUSHES):
+                found = push_force(rest)
                 if found is not None:
                     return f"git push {found}"
     return None

@@ -8,8 +8,9 @@ reason on stderr; 1 is an internal error, which blocks too for the blocking
 packs (their entries set ``blockOnFailure``: a guard that cannot look does
 not let things through).
 
-Only the standard library and this package are imported, and each pack
-imports what it needs when it runs: the child starts with ``python -I -S`` on
+Only the standard library, this package and the shell grammar
+(``tree_sitter``, D90) are imported, and each pack imports what it needs when
+it runs: the child starts with ``python -I -S`` on
 every tool call, so import time is latency the agent waits for.
 """
 
@@ -50,14 +51,28 @@ class Context(NamedTuple):
         )
 
     def script(self) -> tuple[str, bool] | None:
-        """The code this call runs, and whether it is shell."""
+        """The code this call runs, and whether it is shell (the first of `scripts`)."""
+        scripts = self.scripts()
+        return (scripts[0][0], scripts[0][1] == "bash") if scripts else None
+
+    def scripts(self) -> list[tuple[str, str]]:
+        """Every text this call may run, with its language (``bash``, ``python``...).
+
+        ``code_execution`` runs ``code``; a ``command`` beside it is judged too, so a
+        decoy argument can only make a pack stricter (issue 20).
+        """
+        found: list[tuple[str, str]] = []
         command = self.args.get("command")
         if isinstance(command, str):
-            return command, True
+            found.append((command, "bash"))
         code = self.args.get("code")
         if isinstance(code, str):
-            return code, self.args.get("language", "bash") in ("bash", "sh")
-        return None
+            language = self.args.get("language", "bash")
+            language = language if isinstance(language, str) else "?"
+            found.append((code, "bash" if language in ("bash", "sh") else language))
+        if self.tool == "code_execution":
+            found.sort(key=lambda each: each[0] is not code)  # the code that runs first
+        return found
 
     def state_dir(self) -> str:
         home = self.environ.get("HOME", "/")
@@ -70,46 +85,108 @@ def _block(message: str) -> int:
     return 2
 
 
-def block_force_push(ctx: Context) -> int:
-    from hookrunner.ax.packs import git
-
-    script = ctx.script()
-    if script is None:
-        return 0
-    text, shell = script
-    if shell:
-        push = git.push_in_shell(text)
-        if push is not None and not push.seen:
-            return _block(
-                f"block-force-push: `{push.spelling}` is only known when the shell runs it, "
-                "so whether this push forces cannot be checked. Write the arguments out."
-            )
-        found = None if push is None else push.spelling
-    else:
-        found = git.force_push_in_code(text)
-    if found is None:
-        return 0
+def _unverified(pack: str, what: str) -> int:
     return _block(
-        f"block-force-push: `{found}` rewrites the remote branch's history and is blocked. "
+        f"{pack}: cannot verify this command ({what}), so it is refused. Run the commands "
+        "plainly, one per line, with their arguments written out."
+    )
+
+
+def _codes(text: str, language: str) -> tuple[list[tuple[str, str]], Any]:
+    """The inline codes a text holds (itself when it is not shell), and its read script."""
+    from hookrunner.ax.packs.commands import read_script
+
+    if language != "bash":
+        return [(language, text)], None
+    script = read_script(text)
+    return list(script.codes), script
+
+
+def block_force_push(ctx: Context) -> int:
+    from hookrunner.ax.packs import git, inline
+
+    for text, language in ctx.scripts():
+        codes, script = _codes(text, language)
+        if script is not None:
+            push = git.push_in_commands(script.commands)
+            if push is not None and push.seen:
+                return _forced(push.spelling)
+            if push is not None:
+                return _block(
+                    f"block-force-push: `{push.spelling}` is only known when the shell runs "
+                    "it, so whether this push forces cannot be checked. Write the arguments out."
+                )
+        for _language, code in codes:
+            found = git.force_push_in_code(code)
+            if found is not None:
+                return _forced(found)
+        if script is not None and not script.complete:
+            return _unverified("block-force-push", "; ".join(script.problems))
+        for code_language, code in codes:
+            starts = inline.starts_programs(code_language, code)
+            if starts is not None:
+                return _unverified("block-force-push", f"{code_language} code uses `{starts}`")
+    return 0
+
+
+def _forced(spelling: str) -> int:
+    return _block(
+        f"block-force-push: `{spelling}` rewrites the remote branch's history and is blocked. "
         "Push without force (rebase or merge first), or ask a human to do it."
     )
 
 
 def protect_env_files(ctx: Context) -> int:
-    from hookrunner.ax.packs import envfiles
+    from hookrunner.ax.packs import envfiles, inline
 
     resolve = _resolver(ctx.workspace)
     hit = envfiles.in_arguments(ctx.args, resolve)
-    script = ctx.script()
-    if hit is None and script is not None:
-        text, shell = script
-        hit = envfiles.in_shell(text, resolve) if shell else envfiles.in_code(text)
+    unverified = None
+    for text, language in [] if hit is not None else ctx.scripts():
+        codes, script = _codes(text, language)
+        if script is not None:
+            hit = envfiles.in_commands(script.commands, resolve, _reach(ctx.workspace))
+            if not script.complete:
+                unverified = unverified or "; ".join(script.problems)
+        for code_language, code in codes:
+            hit = hit or envfiles.in_code(code)
+            starts = inline.starts_programs(code_language, code)
+            if starts is not None:
+                unverified = unverified or f"{code_language} code uses `{starts}`"
+        if hit is not None:
+            break
+    if hit is None and unverified is not None:
+        return _unverified("protect-env-files", unverified)
     if hit is None:
         return 0
     return _block(
         f"protect-env-files: this {ctx.tool or 'tool'} call would read or write {hit!r}. "
         ".env files hold secrets and are off limits; ask the user for the values you need."
     )
+
+
+MAX_WALK = 20_000  # entries a recursive read's directory is searched through for env files
+
+
+def _reach(workspace: str) -> Callable[[str], str | None]:
+    """The first env file below a directory of the workspace (bounded; links not followed)."""
+    from hookrunner.ax.packs import envfiles
+
+    def reach(path: str) -> str | None:
+        top = os.path.realpath(os.path.join(workspace, path))
+        if not os.path.isdir(top):
+            return None
+        seen = 0
+        for directory, subdirectories, files in os.walk(top):
+            seen += len(subdirectories) + len(files)
+            for name in files:
+                if envfiles.is_env_name(name):
+                    return os.path.relpath(os.path.join(directory, name), workspace)
+            if seen > MAX_WALK:
+                return os.path.relpath(top, workspace) + "/ (too large to search for .env files)"
+        return None
+
+    return reach
 
 
 def _resolver(workspace: str) -> Callable[[str], str | None]:

@@ -165,6 +165,8 @@ class _Reader:
                 inner = self.backticks()
                 self.substitution(inner)
                 self.expansion("`" + inner + "`")
+            elif c == "$" and text.startswith(("$((", "$["), self.i):
+                self.expansion(self.arithmetic())  # a number; its substitutions: `grammar`
             elif c == "$" and text.startswith("$(", self.i):
                 inner = self.balanced(self.i + 2)
                 self.substitution(inner)
@@ -292,6 +294,21 @@ class _Reader:
                 i += 1
         raise ShellSyntaxError("unclosed ${")
 
+    def arithmetic(self) -> str:
+        """``$((...))`` or ``$[...]`` as written (``<<`` inside is a shift, not a here-document)."""
+        start = self.i
+        if self.text.startswith("$[", start):
+            depth, i = 1, start + 2
+            while i < len(self.text) and depth:
+                depth += {"[": 1, "]": -1}.get(self.text[i], 0)
+                i += 1
+            if depth:
+                raise ShellSyntaxError("unclosed $[")
+            self.i = i
+        else:
+            self.balanced(start + 2)
+        return self.text[start : self.i]
+
     def ansi_c_body(self) -> str:
         """The raw text between ``$'`` and its closing quote (``\\'`` does not close it)."""
         i = self.i + 2
@@ -356,3 +373,39 @@ def split_commands(text: str) -> tuple[list[Found], list[tuple[int, str]]]:
     reader = _Reader(text)
     reader.read()
     return reader.found, reader.nested
+
+
+def substitutions(text: str) -> list[str]:
+    """The commands an unquoted here-document body runs: each ``$(...)`` and backquote's text.
+
+    The body is read as bash reads it (as inside double quotes: ``\\$``, ``\\```
+    and ``\\\\`` escape; quotes are plain characters); ``${...}`` is searched too
+    (``${X:-$(cmd)}``). Arithmetic ``$((...))`` is searched as a command's text
+    would be, which only finds more, never less.
+    """
+    found: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "`":
+            reader = _Reader(text)
+            reader.i = i
+            inner = reader.backticks()
+            found.append(inner)
+            i = reader.i
+        elif text.startswith("$(", i):
+            reader = _Reader(text)
+            inner = reader.balanced(i + 2)
+            found.append(inner)
+            i = reader.i
+        elif text.startswith("${", i):
+            reader = _Reader(text)
+            reader.i = i
+            braced = reader.braced()
+            found.extend(substitutions(braced[2:-1]))
+            i = reader.i
+        else:
+            i += 1
+    return found

@@ -45,6 +45,7 @@ NODE_CLIENT = Path(__file__).with_name("node_client.cjs")
 WS_PORT = 8443
 BASE = "https://api.t.test"
 SECRET_ENV = "E2E_TPC_SECRET"
+PLACEHOLDER = "sk-egress-placeholder-tpc"
 NAMES = ["api.t.test", "other.t.test", "notlisted.t.test"]
 CONFIG = f"""\
 network:
@@ -54,6 +55,7 @@ network:
         Authorization: "Bearer ${{{SECRET_ENV}}}"
         X-Api-Key: "${{{SECRET_ENV}}}"
     - domain: other.t.test
+      secrets: [{{placeholder: {PLACEHOLDER}, value: "${{{SECRET_ENV}}}", require: true}}]
     - domain: {REAL_IP}/32             # the names' home, in a reserved range
       ports: [443, {WS_PORT}]
 """
@@ -264,3 +266,26 @@ def test_node_https_needs_no_agent(sandbox: Sandbox) -> None:
                          NODE_EXTRA_CA_CERTS=sandbox.ca)  # fmt: skip
     assert json.loads(result.stdout) == {"status": 200, "bytes": 3}, result.stderr
     assert_injected_once(sandbox, mark, "/headers")
+
+
+def test_placeholders_are_swapped_and_refused_elsewhere(sandbox: Sandbox) -> None:
+    """Transparent mode, HTTP/1.1 and HTTP/2: the placeholder becomes the value on its own
+    host, and is refused `placeholder_elsewhere` on another (docs/configuration.md#placeholders)."""
+    held = f"Authorization: Bearer {PLACEHOLDER}"
+    for flag, proto in (("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2.0")):
+        mark = sandbox.nginx.mark()
+        result = sandbox.run(
+            ["curl", "-sS", flag, "-H", held, "-o", "/dev/null", "-w", "%{http_code}",
+             "https://other.t.test/headers"],
+            CURL_CA_BUNDLE=sandbox.ca,
+        )  # fmt: skip
+        assert (result.returncode, result.stdout) == (0, "200"), result.stderr
+        [entry] = sandbox.nginx.since(mark)
+        assert (entry["proto"], entry["auth"]) == (proto, f"Bearer {sandbox.secret}")
+        mark = sandbox.nginx.mark()
+        result = sandbox.run(
+            ["curl", "-sS", flag, "-H", held, "-D", "-", "-o", "/dev/null", f"{BASE}/headers"],
+            CURL_CA_BUNDLE=sandbox.ca,
+        )  # fmt: skip
+        assert "x-egress-denied: placeholder_elsewhere" in result.stdout.lower(), result.stdout
+        assert sandbox.nginx.since(mark) == []

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from hookrunner.ax.packs.commands import read_script
 from hookrunner.ax.packs.shell import Word, split_commands
 
 BASH = shutil.which("bash")  # part of every supported base image; a missing one fails loudly
@@ -116,6 +117,46 @@ def test_the_lexer_reads_words_as_bash_does(line: str) -> None:
     theirs = bash_words(line)
     assert ours == theirs
     assert not any(isinstance(w, Word) and w.dynamic for w in lexer_words(line))
+    seen = grammar_words(line)  # the packs' reader: the same words, or a refusal
+    assert seen is None or [os.fsencode(w) for w in seen] == theirs
+
+
+def grammar_words(line: str) -> list[str] | None:
+    """The words the packs see (tree-sitter structure, lexer words, braces expanded), or
+    None when they cannot vouch for the line (the blocking packs refuse it)."""
+    script = read_script(line)
+    if not script.complete:
+        return None
+    words: list[str] = []
+    for command in script.commands:
+        assert list(command.words[:2]) == ["printf", "%s\\0"]
+        words.extend(command.words[2:])
+    return words
+
+
+_BRACE_PART = st.one_of(
+    _BARE.filter(lambda t: not set(t) & set("{},")), st.sampled_from(["", "'a,b'", '"{x}"', "\\,"])
+)
+BRACES = st.recursive(
+    _BRACE_PART,
+    lambda inner: (
+        st.lists(inner, min_size=2, max_size=3).map(lambda ps: "{" + ",".join(ps) + "}")
+        | st.tuples(inner, inner).map("".join)
+        | st.sampled_from(["{1..3}", "{a..c}", "{05..1..2}", "{x}", "{,}"])
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(st.lists(BRACES.filter(lambda w: w != ""), min_size=1, max_size=3))
+@example(["git", "{push,-f}", "origin", "{-f,main}"])
+@example(["a{b,c{d,e}}f", "x{1..10..3}", "'{a,b}'", "{a}", "{a,b"])
+def test_brace_expansion_as_bash_does(words: list[str]) -> None:
+    line = " ".join([PRINT, *words])
+    seen = grammar_words(line)
+    assert seen is not None
+    assert [os.fsencode(w) for w in seen] == bash_words(line)
 
 
 _VALUE = st.text("abcdefghij.-_/0123456789", min_size=1, max_size=8)

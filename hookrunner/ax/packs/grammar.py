@@ -1,0 +1,241 @@
+"""Bash read with a real grammar (tree-sitter-bash): every simple command a line runs (pure).
+
+The grammar finds the structure: lists, pipelines, compound commands,
+function bodies, arithmetic (``((x=1<<2))``, ``$((...))``, ``$[...]``), the
+commands inside substitutions wherever they are (words, assignments,
+redirection targets, unquoted here-document bodies, arithmetic), and which
+here-document bodies are literal (a quoted delimiter). Each word is then read
+by the hand lexer (``shell``), which knows quoting, ANSI-C escapes and what
+bash still expands (`shell.Word`), after brace expansion (``braces``).
+
+Invariants: every ``command`` node of the tree becomes a `Raw` command, inner
+ones (substitutions) before the command that holds them; a node the grammar
+could not read (``ERROR``, a missing token) or a word that does not read as
+one word adds a *problem*: the caller cannot vouch for the text (D91).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hookrunner.ax.packs import braces
+from hookrunner.ax.packs.shell import ShellSyntaxError, Word, split_commands, substitutions
+
+try:
+    import tree_sitter
+    import tree_sitter_bash
+
+    _PARSER: Any = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+except ImportError:  # pragma: no cover - a declared dependency; without it nothing is vouched for
+    _PARSER = None
+
+_SEPARATORS = re.compile(rb"^(?:[ \t]|\\\n)+")
+_COMMANDS = frozenset({"command", "declaration_command"})
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+
+
+class Raw:
+    """One simple command: its words and redirections, and what feeds its standard input.
+
+    (Plain classes, not dataclasses: the pack's child imports this on every tool call,
+    and ``dataclasses`` costs more to import than the grammar.)
+    """
+
+    def __init__(self, words: list[str], piped: bool) -> None:
+        self.words = words
+        self.redirects: list[tuple[str, str]] = []
+        self.stdin: str | None = None  # a here-document body or here-string: what it reads
+        self.piped = piped  # its standard input is the previous command of a pipeline
+        self.inner: list[str] = []  # the substitutions of an unquoted here-document body
+
+
+class Parsed:
+    def __init__(self, problems: list[str] | None = None) -> None:
+        self.commands: list[Raw] = []
+        self.problems: list[str] = problems or []
+
+
+def available() -> bool:
+    return _PARSER is not None
+
+
+def read_word(raw: str) -> list[str]:
+    """The words (`shell.Word`) bash makes of one word as written, after brace expansion."""
+    words: list[str] = []
+    for alternative in braces.expand(raw):
+        found, _ = split_commands(alternative)
+        for each, redirects in found:
+            if redirects:
+                raise ShellSyntaxError(f"not one word: {raw[:60]!r}")
+            words.extend(each)
+    return words
+
+
+class _Walker:
+    def __init__(self, source: bytes) -> None:
+        self.source = source
+        self.parsed = Parsed()
+        self.consumed: set[int] = set()  # nodes whose skipped prefix a word took back
+
+    def text(self, node: Any) -> str:
+        """The source of a node (or a byte slice of the source), as written."""
+        raw = node if isinstance(node, bytes) else self.source[node.start_byte : node.end_byte]
+        return raw.decode("utf-8", "surrogatepass")
+
+    def problem(self, what: str) -> None:
+        if what not in self.parsed.problems:
+            self.parsed.problems.append(what)
+
+    def walk(self, node: Any, piped: bool = False) -> None:
+        if node.type == "ERROR" or node.is_missing:
+            self.problem("the shell grammar cannot read part of it")
+        if node.type in _COMMANDS:
+            self.simple(node, [], piped)
+        elif node.type == "redirected_statement":
+            body = node.child_by_field_name("body")
+            redirects = [c for c in node.children if c.type in _REDIRECTS]
+            for redirect in redirects:
+                self.children(redirect)
+            if body is not None and body.type in _COMMANDS:
+                self.simple(body, redirects, piped)
+            else:
+                if body is not None:
+                    self.walk(body, piped)
+                self.emit([], redirects, piped)
+        elif node.type in _REDIRECTS:
+            self.children(node)
+            self.emit([], [node], piped)
+        elif node.type == "pipeline":
+            for index, child in enumerate(c for c in node.children if c.is_named):
+                self.walk(child, piped=index > 0)
+        else:
+            self.children(node)
+
+    def children(self, node: Any) -> None:
+        for child in node.children:
+            if child.type != "heredoc_body":  # read by `redirect` (the grammar misses backquotes)
+                self.walk(child)
+
+    def simple(self, node: Any, redirects: list[Any], piped: bool) -> None:
+        own = list(redirects)
+        parts = []
+        for child in node.children:
+            self.walk_inside(child)
+            if child.type in _REDIRECTS:
+                own.append(child)
+            elif child.type != "comment":
+                parts.append(child)
+        self.emit(self.joined(parts), own, piped)
+
+    def joined(self, nodes: list[Any]) -> list[str]:
+        """The words of sibling nodes: nodes with no space between them are one word
+        (the grammar leaves ``$"x"`` as ``$`` and a string, bash makes one word)."""
+        words: list[str] = []
+        end = -1
+        for node in nodes:
+            gap = self.source[end : node.start_byte] if words else b" "
+            if not gap.replace(b"\\\n", b"")[:1].isspace():  # no blank: the same word
+                if gap:
+                    self.consumed.add(node.start_byte)
+                words[-1] += self.text(self.source[end : node.end_byte])
+            else:
+                # what the grammar skipped that is not a separator (a leading "\ ") is the
+                # word's own text: bash keeps it
+                kept = _SEPARATORS.sub(b"", gap)
+                if kept:
+                    self.consumed.add(node.start_byte)
+                words.append(self.text(kept + self.source[node.start_byte : node.end_byte]))
+            end = node.end_byte
+        return words
+
+    def walk_inside(self, node: Any) -> None:
+        """The commands inside a word (substitutions), not the word itself."""
+        if node.type in _REDIRECTS:
+            self.children(node)
+        else:
+            self.walk(node) if node.type not in _COMMANDS else self.children(node)
+
+    def emit(self, raw_words: list[str], redirects: list[Any], piped: bool) -> None:
+        words: list[str] = []
+        for raw in raw_words:
+            words.extend(self.word(raw))
+        command = Raw(words, piped)
+        for redirect in redirects:
+            self.redirect(redirect, command)
+        if command.words or command.redirects:
+            self.parsed.commands.append(command)
+
+    def word(self, raw: str) -> list[str]:
+        try:
+            return read_word(raw)
+        except (ShellSyntaxError, braces.TooMany) as exc:
+            self.problem(f"a word that cannot be read ({type(exc).__name__})")
+            return [Word(raw, "*", expands=True)]
+
+    def redirect(self, node: Any, command: Raw) -> None:
+        operator = next((self.text(c) for c in node.children if not c.is_named), "")
+        if node.type == "heredoc_redirect":
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            delimiter = self.word(self.text(start))[:1] if start is not None else []
+            command.redirects.append((operator, delimiter[0] if delimiter else ""))
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            command.stdin = "" if body is None else self.text(body)
+            quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+            if not quoted:
+                try:
+                    command.inner.extend(substitutions(command.stdin))
+                except ShellSyntaxError:
+                    self.problem("a here-document whose substitutions cannot be read")
+            return
+        targets = [c for c in node.children if c.is_named and c.type != "file_descriptor"]
+        if not targets:
+            return
+        # bash reads words after a redirection as the command's arguments ("> out a b"),
+        # the grammar puts them inside the redirection node
+        for extra in self.joined(targets[1:]):
+            command.words.extend(self.word(extra))
+        words = self.word(self.text(targets[0]))
+        if node.type == "herestring_redirect":
+            command.stdin = " ".join(words)
+            command.redirects.append(("<<<", words[0] if words else ""))
+            return
+        for word in words or [""]:
+            command.redirects.append((operator, word))
+
+
+def parse(text: str) -> Parsed:
+    """Every simple command of ``text``; ``problems`` lists what could not be vouched for."""
+    if _PARSER is None:  # pragma: no cover
+        return Parsed(problems=["the shell grammar (tree-sitter-bash) is not installed"])
+    source = text.encode("utf-8", "surrogatepass")
+    walker = _Walker(source)
+    root = _PARSER.parse(source).root_node
+    walker.walk(root)
+    if not _covered(source, root, walker.consumed):
+        walker.problem("the shell grammar skipped part of it")
+    return walker.parsed
+
+
+def _covered(source: bytes, root: Any, consumed: set[int]) -> bool:
+    """Whether every byte between the grammar's tokens is a separator (blanks, newlines,
+    line continuations) or was taken back into a word: nothing bash reads was dropped."""
+    leaves = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0:
+            leaves.append((node.start_byte, node.end_byte))
+        else:
+            stack.extend(node.children)
+    leaves.sort()
+    end = 0
+    for start, stop in leaves:
+        gap = source[end:start] if start > end and start not in consumed else b""
+        if _GAP.fullmatch(gap) is None:
+            return False
+        end = max(end, stop)
+    return _GAP.fullmatch(source[end:]) is not None
+
+
+_GAP = re.compile(rb"(?:[ \t\r\n]|\\\n)*")

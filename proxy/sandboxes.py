@@ -1,0 +1,290 @@
+"""The sandboxes of a node proxy (docs/configuration.md#sandboxes): the node file's
+`sandboxes:` section, and one file per sandbox, `<id>.yaml`, in a watched directory.
+
+A sandbox file holds `token` (proxy_auth), `class` (the one label metrics may carry),
+`addresses` (source_address) and a `network` section parsed by `proxy.config.parse`, the
+node's own entry parser, so every entry feature applies to sandboxes unchanged. Problems
+name the sandbox file and the location inside it, like the node file's.
+
+`SandboxDirectory.scan()` reads only the files whose identity (path, inode, size, mtime)
+changed since the last scan: a new or changed valid file replaces that sandbox, a removed
+file removes it, an invalid one keeps that sandbox's last good policy (a new sandbox stays
+unknown) and is reported; the other sandboxes are untouched.
+
+Invariants:
+* A token is a `Secret`: no problem message, repr or log line shows it.
+* A sandbox id is the file name without `.yaml`: letters, digits, `.`, `_`, `-` (never
+  `:`, which would split a Basic credential). Hidden files (Kubernetes' `..data`) are not
+  sandboxes.
+* An address identifies at most one sandbox: a file claiming an address another sandbox
+  holds is refused (the holder keeps it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from common.problems import Problem, schema_errors, schema_validator
+from proxy.config import (
+    ConfigError,
+    NetworkConfig,
+    Secret,
+    _check_unresolved,
+    _resolve,
+    parse,
+    read_document,
+)
+from proxy.hosts import IPAddress
+
+SUFFIX = ".yaml"
+DEFAULT_CLASS = "default"
+DEFAULT_MAX_CONNECTIONS = 512
+MIN_TOKEN_LENGTH = 16
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class Identify(StrEnum):
+    """How a client connection is tied to a sandbox, tried in the configured order."""
+
+    PROXY_AUTH = "proxy_auth"
+    SOURCE_ADDRESS = "source_address"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxesSection:
+    """The node file's `sandboxes:` section."""
+
+    directory: Path
+    identify: tuple[Identify, ...] = (Identify.PROXY_AUTH, Identify.SOURCE_ADDRESS)
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # open client connections per sandbox
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    id: str
+    network: NetworkConfig
+    token: Secret | None = None
+    sandbox_class: str = DEFAULT_CLASS
+    addresses: frozenset[IPAddress] = frozenset()
+
+
+def node_section(path: str | os.PathLike[str]) -> SandboxesSection | None:
+    """The node file's `sandboxes:` section (None without one), or ConfigError."""
+    return parse_section(read_document(path), str(path))
+
+
+def parse_section(document: Any, source: str) -> SandboxesSection | None:
+    if not isinstance(document, dict) or document.get("sandboxes") is None:
+        return None
+    raw = document["sandboxes"]
+    found = schema_errors(schema_validator("egress-sandbox", "sandboxes"), raw)
+    if found:
+        raise ConfigError([Problem(source, _where("sandboxes", f.path), f.message) for f in found])
+    directory = Path(raw["directory"])
+    if not directory.is_absolute():  # relative to the node file, like a mounted volume
+        directory = Path(source).resolve().parent / directory
+    identify = tuple(Identify(i) for i in raw.get("identify", [i.value for i in Identify]))
+    bound = raw.get("max_connections", DEFAULT_MAX_CONNECTIONS)
+    return SandboxesSection(directory, identify, bound)
+
+
+def sandbox_id(path: Path) -> str | None:
+    """The sandbox a file of the directory defines, or None when it defines none."""
+    if path.name.startswith(".") or path.suffix != SUFFIX:
+        return None
+    return path.stem if _ID.fullmatch(path.stem) else None
+
+
+def load_sandbox(
+    path: Path, environ: Mapping[str, str] | None = None, *, secrets: bool = True
+) -> Sandbox:
+    """The sandbox file at `path`, or ConfigError with every problem found; `secrets=False`
+    checks references without looking them up (the DNS responder's, D83)."""
+    found = sandbox_id(path)
+    if found is None:
+        message = "a sandbox file is named <id>.yaml, id of letters, digits, '.', '_', '-'"
+        raise ConfigError([Problem(str(path), "", message)])
+    return parse_sandbox(read_document(path), str(path), found, environ, secrets=secrets)
+
+
+def parse_sandbox(
+    document: Any,
+    source: str,
+    sandbox: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    secrets: bool = True,
+) -> Sandbox:
+    environ = (os.environ if environ is None else environ) if secrets else {}
+    problems = [
+        Problem(source, _where("", f.path), f.message)
+        for f in schema_errors(schema_validator("egress-sandbox"), document)
+    ]
+    if not isinstance(document, dict):
+        raise ConfigError(problems)
+    network: NetworkConfig | None = None
+    try:
+        network = parse(
+            {"network": document.get("network")}, source, environ, resolve_secrets=secrets
+        )
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+
+    def report(location: str, message: str) -> None:
+        problems.append(Problem(source, location, message))
+
+    token = _token(document.get("token"), environ, report) if secrets else None
+    if not secrets and isinstance(document.get("token"), str) and document["token"]:
+        _check_unresolved(document["token"], "token", report)
+    addresses = _addresses(document.get("addresses"), report)
+    if problems or network is None:
+        raise ConfigError(problems)
+    sandbox_class = document.get("class", DEFAULT_CLASS)
+    return Sandbox(sandbox, network, token, sandbox_class, addresses)
+
+
+def _where(base: str, path: tuple[str | int, ...]) -> str:
+    text = base
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _token(raw: Any, environ: Mapping[str, str], report: Any) -> Secret | None:
+    if not isinstance(raw, str) or not raw:
+        return None  # absent, or refused by the schema
+    resolved = _resolve(raw, "token", environ, report)
+    if resolved is None:
+        return None
+    value, parts = resolved
+    if len(value) < MIN_TOKEN_LENGTH or any(c in value for c in ":\r\n\0"):
+        report("token", f"must be at least {MIN_TOKEN_LENGTH} characters, without ':', CR, LF, NUL")
+        return None
+    return Secret(value, parts)
+
+
+def _addresses(raw: Any, report: Any) -> frozenset[IPAddress]:
+    found: set[IPAddress] = set()
+    for index, text in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(text, str):
+            continue  # refused by the schema
+        try:
+            found.add(ipaddress.ip_address(text.strip()))
+        except ValueError:
+            report(f"addresses[{index}]", f"not an IP address (got {text[:40]!r})")
+    return frozenset(found)
+
+
+# -- the watched directory -----------------------------------------------------------------
+
+Fingerprint = tuple[int, int, int, int]
+
+
+def _fingerprint(path: Path) -> Fingerprint | None:
+    """What changes when the file, or what its symlinks lead to, is replaced or written
+    (a Kubernetes volume swaps `..data`: the file reached has another inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What one scan changed: ids whose policy changed or vanished, and the problems."""
+
+    changed: frozenset[str] = frozenset()
+    removed: frozenset[str] = frozenset()
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass
+class SandboxDirectory:
+    """The sandboxes of one directory, each its last good file; `scan()` brings it up to date."""
+
+    directory: Path
+    environ: Mapping[str, str] | None = None
+    secrets: bool = True  # False: tokens and transform values are checked, never looked up
+    sandboxes: dict[str, Sandbox] = field(default_factory=dict)
+    _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
+    _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
+
+    def scan(self) -> Scan:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            problem = Problem(str(self.directory), "", f"cannot list: {exc.strerror}")
+            return Scan(problems=(problem,))  # every sandbox keeps its policy
+        present: dict[str, Path] = {}
+        for name in names:
+            found = sandbox_id(Path(name))
+            if found is not None:
+                present[found] = self.directory / name
+        removed = frozenset(set(self._seen) - set(present))
+        for gone in removed:
+            self._seen.pop(gone, None)
+            self._invalid.discard(gone)
+            self.sandboxes.pop(gone, None)
+        changed: set[str] = set()
+        problems: list[Problem] = []
+        holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
+        for sandbox, path in present.items():
+            identity = _fingerprint(path)
+            if sandbox in self._seen and self._seen[sandbox] == identity:
+                continue
+            self._seen[sandbox] = identity
+            try:
+                fresh = load_sandbox(path, self.environ, secrets=self.secrets)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+                self._invalid.add(sandbox)
+                continue
+            claimed = _claims(fresh, path, holders)
+            if claimed:
+                problems.extend(claimed)
+                self._invalid.add(sandbox)
+                continue
+            self._invalid.discard(sandbox)
+            old = self.sandboxes.get(sandbox)
+            for address in old.addresses if old is not None else ():
+                holders.pop(address, None)
+            holders.update(dict.fromkeys(fresh.addresses, sandbox))
+            self.sandboxes[sandbox] = fresh
+            changed.add(sandbox)
+        return Scan(frozenset(changed), removed, tuple(problems))
+
+    @property
+    def invalid(self) -> frozenset[str]:
+        return frozenset(self._invalid)
+
+
+def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:
+    """An address another sandbox holds cannot identify this one too."""
+    problems = []
+    for address in sorted(fresh.addresses, key=str):
+        holder = holders.get(address)
+        if holder is not None and holder != fresh.id:
+            message = f"{address} already identifies sandbox {holder}"
+            problems.append(Problem(str(path), "addresses", message))
+    return problems
+
+
+def check_node(path: str | os.PathLike[str]) -> int | None:
+    """`egress-proxy check`: the node's `sandboxes:` section and every file of its directory;
+    the number of sandbox files (None without the section), or ConfigError with every problem."""
+    section = node_section(path)
+    if section is None:
+        return None
+    directory = SandboxDirectory(section.directory)
+    found = directory.scan()
+    if found.problems:
+        raise ConfigError(list(found.problems))
+    return len(directory.sandboxes)

@@ -1,0 +1,156 @@
+"""The placeholder stage of a request (docs/configuration.md#placeholders,
+docs/decisions.md D112-D114): refuse a request that carries another entry's placeholder,
+swap the deciding entry's placeholders for their values, refuse one that lacks a
+required placeholder.
+
+Pure: the request's header fields and request-target in, the fields and target to send
+(or the reason to refuse) out; `proxy.stages.decide_request` calls `swap` once per
+request, the adapter (`addons/request.py`) applies the answer.
+
+Invariants:
+* A placeholder of an entry other than the deciding one, found in any header value
+  (a `Basic` credential decoded too) or in the request-target (as sent, or
+  percent-decoded), refuses the request with `placeholder_elsewhere`, whatever the
+  allowlist said, except a refusal that is not about the allowlist (loopback, internal
+  address, a malformed request): those keep their own reason.
+* Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
+  into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
+* The answer names where values went (header names, `query`), never a value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote, unquote_to_bytes
+
+from proxy.decision import REPORTABLE, Decision, Reason
+from proxy.placeholders import Place, Placeholder, PlaceholderIndex
+
+Fields = tuple[tuple[bytes, bytes], ...]
+Spelling = Callable[[Placeholder], bytes]  # how a value is written in one place
+
+_BASIC = b"basic "
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    reason: Reason | None = None  # placeholder_elsewhere or credential_required: refuse
+    fields: Fields | None = None  # the header fields to send, when a value was written
+    path: str | None = None  # the request-target to send, when a value was written
+    injected: tuple[str, ...] = ()  # where values went: header names, then "query"
+
+
+UNCHANGED = Swap()
+
+
+def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str) -> Swap:
+    """The placeholder stage of one request decided `decision`; `path` is its target."""
+    if not (decision.allowed or decision.reason in REPORTABLE):
+        return UNCHANGED  # refused for a reason the placeholder does not change
+    if index.pattern is None:
+        return UNCHANGED  # no placeholder anywhere in the configuration
+    # Every header value, then every decoded `Basic` credential, searched as one text.
+    basics = {i: c for i, (_, v) in enumerate(fields) if (c := _basic(v)) is not None}
+    # A placeholder holds no LF: no match can span two values.
+    headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
+    own = decision.entry.index if decision.entry is not None else None
+    if _foreign(index, own, headers, path):
+        return Swap(Reason.PLACEHOLDER_ELSEWHERE)
+    entry = decision.entry
+    if not decision.injects or entry is None or not entry.secrets:
+        return UNCHANGED
+    found: set[str] = set()
+    in_headers = [
+        s for s in entry.secrets if Place.HEADERS in s.places and s.placeholder.encode() in headers
+    ]
+    in_query = [s for s in entry.secrets if Place.QUERY in s.places]
+    sent, injected = list(fields), list[str]()
+    needles = [s.placeholder.encode() for s in in_headers]
+    for number, (name, value) in enumerate(fields if in_headers else ()):
+        if number not in basics and not any(n in value for n in needles):
+            continue
+        written = _swap_header(value, basics.get(number), in_headers, found)
+        if written != value:
+            injected.append(name.decode("latin-1"))
+            sent[number] = (name, written)
+    target = _swap_query(path, in_query, found) if in_query else path
+    if target != path:
+        injected.append("query")
+    if any(s.require and s.placeholder not in found for s in entry.secrets):
+        return Swap(Reason.CREDENTIAL_REQUIRED)
+    if not injected:
+        return UNCHANGED
+    return Swap(
+        fields=tuple(sent) if sent != list(fields) else None,
+        path=target if target != path else None,
+        injected=tuple(dict.fromkeys(injected)),
+    )
+
+
+def _foreign(index: PlaceholderIndex, own: int | None, headers: bytes, path: str) -> bool:
+    """Whether a placeholder of an entry other than `own` occurs in the header text or the
+    request-target (as sent, or percent-decoded)."""
+    target = path.encode("utf-8", "surrogateescape")
+    places = (headers, target, unquote_to_bytes(target)) if b"%" in target else (headers, target)
+    return any(index.owners_in(data) - {own} for data in places)
+
+
+def _basic(value: bytes) -> tuple[bytes, bytes] | None:
+    """A `Basic` credential: (the scheme as sent, with its space; the decoded credential)."""
+    if b"BASIC " not in value[:16].upper():
+        return None  # the usual header: one short search
+    stripped = value.lstrip()
+    if stripped[: len(_BASIC)].lower() != _BASIC:
+        return None
+    encoded = stripped[len(_BASIC) :].strip()
+    try:
+        decoded = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return value[: len(value) - len(stripped) + len(_BASIC)], decoded
+
+
+def _swap_header(
+    value: bytes,
+    credential: tuple[bytes, bytes] | None,
+    secrets: Sequence[Placeholder],
+    found: set[str],
+) -> bytes:
+    """`value` (whose `Basic` credential, if any, is `credential`) with `secrets` swapped."""
+    if credential is not None:
+        scheme, decoded = credential
+        swapped = _replace(decoded, secrets, found, lambda s: s.value.reveal().encode())
+        if swapped != decoded:
+            return scheme + base64.b64encode(swapped)
+    return _replace(value, secrets, found, lambda s: s.value.reveal().encode())
+
+
+def _swap_query(path: str, secrets: Sequence[Placeholder], found: set[str]) -> str:
+    """`path` with the placeholders in its query parameter values replaced (percent-encoded)."""
+    head, question, query = path.partition("?")
+    if not question:
+        return path
+    params = query.split("&")
+    for number, param in enumerate(params):
+        key, equals, value = param.partition("=")
+        if not equals:
+            continue
+        raw = value.encode("utf-8", "surrogateescape")
+        swapped = _replace(raw, secrets, found, lambda s: quote(s.value.reveal(), safe="").encode())
+        if swapped != raw:
+            params[number] = f"{key}={swapped.decode('utf-8', 'surrogateescape')}"
+    return f"{head}?{'&'.join(params)}"
+
+
+def _replace(
+    data: bytes, secrets: Sequence[Placeholder], found: set[str], spelled: Spelling
+) -> bytes:
+    for secret in secrets:
+        placeholder = secret.placeholder.encode()
+        if placeholder in data:
+            data = data.replace(placeholder, spelled(secret))
+            found.add(secret.placeholder)
+    return data

@@ -1,0 +1,148 @@
+"""Many sandboxes in one proxy: each sandbox's policy inside the node's ceiling
+(docs/configuration.md#sandboxes).
+
+* `bounded(node, own)` is the whole rule, a pure function of two decisions: a request is
+  allowed only when the node's allowlist and the sandbox's both allow it, and what is
+  written into it (transforms, later secrets and budgets) comes from the sandbox's
+  deciding entry, never the node's.
+* `SandboxPolicy` is a sandbox's own `Policy` (its allowlist, indexed once) whose `decide`
+  and `pick_address` also ask the node's: the connection stages (`proxy.stages`) take it
+  where they take the node's policy, unchanged.
+* `Tenancy` is one immutable snapshot of every sandbox's policy, token and addresses,
+  replaced in one assignment when the directory or the node file changes (D24). A
+  client no sandbox claims gets `UNKNOWN`, which refuses everything as `unknown_sandbox`.
+* `ConnectionQuota` bounds the open client connections of each sandbox, so one sandbox
+  cannot take the connections the others share.
+
+Invariant: one sandbox's policy is reachable only through its own id; no lookup falls
+back to another sandbox's policy or to the node's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from proxy.config import NetworkConfig, Secret
+from proxy.decision import Decision, Reason
+from proxy.hosts import Host, IPAddress
+from proxy.policy import Policy
+from proxy.sandboxes import Sandbox, SandboxesSection
+
+
+def bounded(node: Decision, own: Decision) -> Decision:
+    """A sandbox's decision inside the node's ceiling.
+
+    A real refusal wins over a report-only one, and the sandbox's own refusal is named
+    first (its file is what its operator edits). A `would_deny` of either side lets the
+    request through injecting nothing. Otherwise the sandbox's entry decides.
+    """
+    for decision in (own, node):
+        if not decision.allowed:
+            return decision
+    for decision in (own, node):
+        if decision.report:
+            return decision
+    return own
+
+
+class SandboxPolicy(Policy):
+    """A sandbox's own allowlist, bounded by the node's (`bounded`)."""
+
+    def __init__(self, sandbox: Sandbox, node: Policy) -> None:
+        super().__init__(sandbox.network, node._self_addresses, node._is_local)
+        self.sandbox = sandbox
+        self.node = node
+
+    def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
+        own = super().decide(host, port, tls=tls)
+        return bounded(self.node.decide(host, port, tls=tls), own)
+
+    def pick_address(
+        self, decision: Decision, addresses: Sequence[IPAddress], port: int
+    ) -> tuple[Decision, IPAddress | None]:
+        """The first address both the node's and the sandbox's address stages permit."""
+        if not decision.allowed or not addresses:
+            return super().pick_address(decision, addresses, port)
+        node = self.node
+        permitted = [ip for ip in addresses if node.pick_address(decision, (ip,), port)[1]]
+        if not permitted:
+            return node.pick_address(decision, addresses, port)
+        return super().pick_address(decision, permitted, port)
+
+
+class _Unknown(Policy):
+    """The policy of a client no sandbox claims: every destination is `unknown_sandbox`."""
+
+    def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
+        return Decision.deny(Reason.UNKNOWN_SANDBOX)
+
+
+UNKNOWN: Policy = _Unknown(NetworkConfig("<unknown sandbox>"))
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """Every sandbox's policy at one moment; read once per hook, replaced whole."""
+
+    section: SandboxesSection
+    node: Policy
+    policies: Mapping[str, SandboxPolicy] = field(default_factory=dict)
+    by_address: Mapping[IPAddress, str] = field(default_factory=dict)
+
+    def policy(self, sandbox: str | None) -> Policy:
+        found = self.policies.get(sandbox) if sandbox is not None else None
+        return found if found is not None else UNKNOWN
+
+    def token(self, sandbox: str) -> Secret | None:
+        found = self.policies.get(sandbox)
+        return found.sandbox.token if found is not None else None
+
+    def sandbox_class(self, sandbox: str | None) -> str | None:
+        found = self.policies.get(sandbox) if sandbox is not None else None
+        return found.sandbox.sandbox_class if found is not None else None
+
+    def claimant(self, address: IPAddress) -> str | None:
+        """The sandbox whose `addresses` hold the client address (IPv4-mapped too)."""
+        found = self.by_address.get(address)
+        if found is None and address.version == 6 and address.ipv4_mapped is not None:
+            found = self.by_address.get(address.ipv4_mapped)
+        return found
+
+    def rebuilt(
+        self, sandboxes: Mapping[str, Sandbox], node: Policy, changed: frozenset[str]
+    ) -> Tenancy:
+        """The snapshot for `sandboxes`: a policy is built again only when its sandbox
+        changed or the node's policy did; the others are shared with this snapshot."""
+        policies: dict[str, SandboxPolicy] = {}
+        for sandbox_id, sandbox in sandboxes.items():
+            kept = self.policies.get(sandbox_id)
+            reuse = kept is not None and node is self.node and sandbox_id not in changed
+            policies[sandbox_id] = kept if reuse and kept else SandboxPolicy(sandbox, node)
+        by_address = {a: s.id for s in sandboxes.values() for a in s.addresses}
+        return Tenancy(self.section, node, policies, by_address)
+
+
+class ConnectionQuota:
+    """Open client connections per sandbox, each sandbox bounded on its own."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def acquire(self, sandbox: str, limit: int) -> bool:
+        """Count one more connection of `sandbox`; False (nothing counted) at `limit`."""
+        count = self._open.get(sandbox, 0)
+        if count >= limit:
+            return False
+        self._open[sandbox] = count + 1
+        return True
+
+    def release(self, sandbox: str) -> None:
+        count = self._open.get(sandbox, 0) - 1
+        if count > 0:
+            self._open[sandbox] = count
+        else:
+            self._open.pop(sandbox, None)
+
+    def open(self, sandbox: str) -> int:
+        return self._open.get(sandbox, 0)

@@ -1,0 +1,81 @@
+"""A node proxy's sandboxes while it runs: load the directory, watch it, swap the snapshot.
+
+`Tenants` owns the `SandboxDirectory` and the current `Tenancy`. A scan (at start, on
+SIGHUP, and every watch interval in a worker thread, one at a time) reads the files that
+changed; back on the event loop, when a sandbox was
+added, changed or removed, hands a new snapshot to `install` in one assignment; an invalid
+file is logged (never its secret values) and counted, and its sandbox keeps its last good
+policy. `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
+reload). The watch task is owned by `serve` (proxy/launcher.py), which cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from proxy.metrics import SandboxMetrics
+from proxy.policy import Policy
+from proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
+from proxy.tenancy import Tenancy
+
+log = logging.getLogger("egress")
+
+
+class Tenants:
+    def __init__(
+        self,
+        section: SandboxesSection,
+        node: Policy,
+        install: Callable[[Tenancy], None],
+        metrics: SandboxMetrics,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.directory = SandboxDirectory(section.directory, environ)
+        self.tenancy = Tenancy(section, node)
+        self._install = install
+        self._metrics = metrics
+        self._scanning = threading.Lock()
+
+    def scan(self, cause: str = "file change") -> None:
+        with self._scanning:
+            result = self.directory.scan()
+        self._apply(result, cause)
+
+    async def watch(self, interval: float) -> None:
+        """Scan every `interval` seconds, off the event loop (stat'ing a thousand files and
+        parsing the changed ones must not stall connections); runs until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            result = await asyncio.to_thread(self._scan_locked)
+            self._apply(result, "file change")
+
+    def _scan_locked(self) -> Scan:
+        with self._scanning:  # a SIGHUP scan on the loop waits for a running one
+            return self.directory.scan()
+
+    def _apply(self, result: Scan, cause: str) -> None:
+        for problem in result.problems:
+            log.error("sandbox file refused (%s), keeping its last good policy: %s",
+                      cause, problem)  # fmt: skip
+        failed = {p.file for p in result.problems}
+        self._metrics.loads.labels("failed").inc(len(failed))
+        self._metrics.loads.labels("ok").inc(len(result.changed))
+        self._metrics.invalid.set(len(self.directory.invalid))
+        if not (result.changed or result.removed):
+            return
+        self._swap(self.tenancy.node, result.changed)
+        log.warning("sandboxes (%s): %d loaded, %d changed, %d removed", cause,
+                    len(self.directory.sandboxes), len(result.changed),
+                    len(result.removed))  # fmt: skip
+
+    def node_changed(self, node: Policy) -> None:
+        self._swap(node, frozenset())
+
+    def _swap(self, node: Policy, changed: frozenset[str]) -> None:
+        with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
+            self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        self._metrics.loaded.set(len(self.tenancy.policies))
+        self._install(self.tenancy)

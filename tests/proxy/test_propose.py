@@ -1,0 +1,122 @@
+"""`egress-proxy propose` (proxy/propose.py): a table of named cases from audit lines to
+proposals, the YAML it prints (valid for `check`), and the command itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.cli import main
+from proxy.config import parse
+from proxy.propose import Findings, Proposal, parse_lines, propose, render
+
+
+def line(
+    host: str,
+    reason: str = "not_allowlisted",
+    decision: str = "deny",
+    port: int = 443,
+    rule: str = "",
+    **more: Any,
+) -> dict[str, Any]:
+    return {"host": host, "port": port, "decision": decision, "reason": reason, "rule": rule,
+            "method": "CONNECT", **more}  # fmt: skip
+
+
+CASES = [
+    # (id, lines, wildcards, sandbox, proposals)
+    ("one-host-counted", [line("api.example.com")] * 3, False, None,
+     [Proposal("api.example.com", (443,), 3, 0)]),
+    ("refused-and-reported", [line("a.example.com"), line("a.example.com", decision="would_deny",
+                                                          port=8443)],
+     False, None, [Proposal("a.example.com", (443, 8443), 1, 1)]),
+    ("most-requested-first", [line("b.test"), line("a.test"), line("b.test")], False, None,
+     [Proposal("b.test", (443,), 2, 0), Proposal("a.test", (443,), 1, 0)]),
+    ("allowed-lines-ignored", [line("a.test", decision="allow", reason="allowlisted")], False,
+     None, []),
+    ("internal-never", [line("10.0.0.5"), line("169.254.169.254"), line("127.0.0.1"),
+                        line("localhost"), line("x.localhost"), line("metadata.google.internal"),
+                        line("::1"), line("fd00::1")], False, None, []),
+    ("documentation-address-never", [line("203.0.113.7", port=22)], False, None, []),
+    ("public-ip-proposed", [line("93.184.216.34", port=22)], False, None,
+     [Proposal("93.184.216.34", (22,), 1, 0)]),
+    ("security-refusals-not-proposed", [line("a.test", reason="host_mismatch"),
+                                        line("a.test", reason="placeholder_elsewhere"),
+                                        line("a.test", reason="internal_address")], False, None, []),
+    ("port-extends-entry", [line("x.wild.test", reason="port_not_allowed", port=8080,
+                                 rule="*.wild.test")], False, None,
+     [Proposal("*.wild.test", (8080,), 1, 0, extends=True)]),
+    ("port-on-star-never", [line("x.test", reason="port_not_allowed", rule="*")], False, None, []),
+    ("siblings-kept-apart", [line("a.example.com"), line("b.example.com")], False, None,
+     [Proposal("a.example.com", (443,), 1, 0), Proposal("b.example.com", (443,), 1, 0)]),
+    ("siblings-grouped-when-asked", [line("a.example.com"), line("b.example.com", port=80),
+                                     line("c.other.com")], True, None,
+     [Proposal("*.example.com", (80, 443), 2, 0, covers=("a.example.com", "b.example.com")),
+      Proposal("c.other.com", (443,), 1, 0)]),
+    ("never-group-a-registry-suffix", [line("a.co.uk"), line("b.co.uk")], True, None,
+     [Proposal("a.co.uk", (443,), 1, 0), Proposal("b.co.uk", (443,), 1, 0)]),
+    ("never-group-a-tld", [line("a.com"), line("b.com")], True, None,
+     [Proposal("a.com", (443,), 1, 0), Proposal("b.com", (443,), 1, 0)]),
+    ("addresses-not-grouped", [line("93.184.216.34"), line("93.184.216.35")], True, None,
+     [Proposal("93.184.216.34", (443,), 1, 0), Proposal("93.184.216.35", (443,), 1, 0)]),
+    ("one-sandbox", [line("a.test", sandbox="sbx-1"), line("b.test", sandbox="sbx-2"),
+                     line("c.test")], False, "sbx-1", [Proposal("a.test", (443,), 1, 0)]),
+    ("canonical-names", [line("API.Example.COM."), line("api.example.com")], False, None,
+     [Proposal("api.example.com", (443,), 2, 0)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lines", "wildcards", "sandbox", "expected"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_propose(
+    lines: list[dict[str, Any]], wildcards: bool, sandbox: str | None, expected: list[Proposal]
+) -> None:
+    assert propose(lines, Findings(), sandbox, wildcards) == expected
+
+
+def test_findings_count_what_is_not_proposed() -> None:
+    findings = Findings()
+    text = [json.dumps(line("10.0.0.5")), "not json", "[1]", "",
+            json.dumps(line("a.test", reason="host_mismatch"))]  # fmt: skip
+    assert propose(parse_lines(text, findings), findings) == []
+    assert (findings.lines, findings.unreadable) == (2, 2)
+    assert findings.never == {"10.0.0.5": 1}
+    assert findings.other == {"host_mismatch": 1}
+
+
+def test_the_output_is_a_valid_environment_file_with_counts_and_flags() -> None:
+    findings = Findings()
+    lines = [line("a.example.com"), line("b.example.com", decision="would_deny"), line("10.1.1.1")]
+    text = render(propose(lines, findings, wildcards=True), findings, "audit.jsonl")
+    assert '    - domain: "*.example.com"  # 1 refused, 1 would_deny' in text
+    assert "BROADER than seen: any name under example.com" in text
+    assert "#   a.example.com" in text
+    assert "never proposed (loopback, internal or metadata): '10.1.1.1' x1" in text
+    config = parse(yaml.safe_load(text), "proposed.yaml", {})
+    assert [(e.pattern, e.ports) for e in config.allowlist] == [("*.example.com", frozenset({443}))]
+
+
+def test_nothing_to_propose_is_an_empty_allowlist() -> None:
+    text = render([], Findings(), "audit.jsonl")
+    assert parse(yaml.safe_load(text), "proposed.yaml", {}).allowlist == ()
+
+
+def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    audit = tmp_path / "audit.jsonl"
+    audit.write_text(
+        "\n".join(json.dumps(x) for x in [line("pypi.org", sandbox="s1"),
+                                           line("files.pythonhosted.org", sandbox="s2")]) + "\n"
+    )  # fmt: skip
+    assert main(["propose", "--audit-log", str(audit), "--sandbox", "s1"]) == 0
+    out = capsys.readouterr().out
+    assert '    - domain: "pypi.org"  # 1 refused\n      ports: [443]\n' in out
+    assert "pythonhosted" not in out
+    assert main(["propose", "--audit-log", str(tmp_path / "missing.jsonl")]) == 1
+    assert "cannot read" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""The running node proxy's sandboxes: start, watch, a node reload, `check` (1.12)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.config import parse
+from proxy.metrics import ProxyMetrics
+from proxy.policy import Policy
+from proxy.sandboxes import SandboxesSection
+from proxy.tenancy import Tenancy
+from proxy.tenants import Tenants
+
+NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
+OTHER_NODE = Policy(parse({"network": {"allowlist": [{"domain": "*.example.com"}]}}, "n", {}))
+ALPHA = "network:\n  allowlist:\n    - domain: a.example.com\n"
+
+
+def test_tenants_install_a_snapshot_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "alpha.yaml").write_text(ALPHA)
+    installed: list[Tenancy] = []
+    metrics = ProxyMetrics()
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, installed.append, metrics.sandboxes)
+    tenants.scan("start")
+    assert list(installed[-1].policies) == ["alpha"]
+    tenants.scan()
+    assert len(installed) == 1  # nothing changed, nothing installed
+    (tmp_path / "beta.yaml").write_text("network: {allowlist: [{domain: '**'}]}\n")
+    with caplog.at_level(logging.ERROR, logger="egress"):
+        tenants.scan()
+    assert len(installed) == 1
+    assert "beta.yaml: network.allowlist[0].domain" in caplog.text
+    assert metrics.registry.get_sample_value("egress_sandbox_files_invalid") == 1
+    tenants.node_changed(OTHER_NODE)
+    assert installed[-1].policies["alpha"].node is OTHER_NODE
+    assert metrics.registry.get_sample_value("egress_sandboxes") == 1
+
+
+def test_check_reads_every_sandbox_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = tmp_path / "node.yaml"
+    node.write_text("network: {allowlist: [{domain: '*'}]}\nsandboxes: {directory: sandboxes}\n")
+    (tmp_path / "sandboxes").mkdir()
+    (tmp_path / "sandboxes" / "alpha.yaml").write_text(ALPHA)
+    assert main(["check", str(node)]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 allowlist entries, 1 sandbox files")
+    (tmp_path / "sandboxes" / "beta.yaml").write_text("token: short\nnetwork: {}\n")
+    assert main(["check", str(node)]) == 1
+    assert "beta.yaml: token: must be at least 16 characters" in capsys.readouterr().err
+
+
+def test_the_watch_scans_off_the_loop_and_installs_on_it(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    installed: list[tuple[Tenancy, str]] = []
+    metrics = ProxyMetrics()
+
+    def install(tenancy: Tenancy) -> None:
+        installed.append((tenancy, threading.current_thread().name))
+
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes)
+    tenants.scan("start")
+    (tmp_path / "alpha.yaml").write_text(ALPHA)
+
+    async def watch_once() -> None:
+        task = asyncio.create_task(tenants.watch(0.01))
+        for _ in range(500):  # bounded: 5 s at most
+            await asyncio.sleep(0.01)
+            if installed:
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(watch_once())
+    assert [(list(t.policies), name) for t, name in installed] == [(["alpha"], "MainThread")]
