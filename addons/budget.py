@@ -5,9 +5,9 @@ by its entry's budget, and meter the body it streams.
 (429 with `Retry-After`, nothing upstream). `metered` wraps the byte counter of an
 allowed request's streamed body: the chunk that crosses the upload budget is not
 forwarded, the flow is killed and the client connection closed (the upload is cut), and
-the cut is counted. The remaining budget is exported by entry pattern
-(`egress_budget_remaining`); the key's sandbox is None until one proxy serves many
-sandboxes.
+the cut is counted. The key is the entry's pattern and the client's sandbox (None for
+the node's own clients); the node's remaining budgets are exported by entry pattern
+(`egress_budget_remaining`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,15 @@ def key_of(decision: Decision, sandbox: str | None = None) -> BudgetKey | None:
 
 
 def admit(
-    budgets: Budgets, metrics: ProxyMetrics, decision: Decision, body: int | None
+    budgets: Budgets,
+    metrics: ProxyMetrics,
+    decision: Decision,
+    body: int | None,
+    sandbox: str | None = None,
 ) -> tuple[Decision, Admission]:
-    """The decision once the deciding entry's budget has been asked (`body`: its size)."""
-    key, entry = key_of(decision), decision.entry
+    """The decision once the deciding entry's budget has been asked (`body`: its size),
+    for the node's own clients (`sandbox` None) or one sandbox of a node proxy."""
+    key, entry = key_of(decision, sandbox), decision.entry
     if key is None or entry is None or entry.budget is None or not decision.injects:
         return decision, Admission(True)
     admission = budgets.admit(key, entry.budget, body, time.monotonic())
@@ -48,6 +53,10 @@ def admit(
 
 
 def report(budgets: Budgets, metrics: ProxyMetrics, key: BudgetKey, budget: Budget) -> None:
+    """The gauge shows the node's own budgets; a sandbox's are counted when exceeded
+    (`egress_budget_exceeded_total`), not shown one by one (D107)."""
+    if key.sandbox is not None:
+        return
     now = time.monotonic()
     for kind, rate in (("requests", budget.requests), ("upload", budget.upload)):
         if rate is not None:
@@ -61,9 +70,10 @@ def metered(
     flow: http.HTTPFlow,
     state: FlowState,
     count: Callable[[bytes], bytes],
+    sandbox: str | None = None,
 ) -> Callable[[bytes], bytes]:
     """`count`, cutting the upload that crosses the entry's upload budget."""
-    key, entry = key_of(state.decision), state.decision.entry
+    key, entry = key_of(state.decision, sandbox), state.decision.entry
     if key is None or entry is None or entry.budget is None or entry.budget.upload is None:
         return count
     budget = entry.budget

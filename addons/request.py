@@ -57,7 +57,7 @@ class Requests:
             answer = await decide_request(policy, shared.resolve, facts, ask)
             state.host = answer.host
             decided, admission = budget.admit(
-                shared.budgets, shared.metrics, answer.decision, announced(flow)
+                shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
             )
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
@@ -71,7 +71,10 @@ class Requests:
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
             count = counter(state, "bytes_sent")
-            flow.request.stream = budget.metered(shared.budgets, shared.metrics, flow, state, count)
+            sandbox = shared.facts(flow.client_conn).sandbox
+            flow.request.stream = budget.metered(
+                shared.budgets, shared.metrics, flow, state, count, sandbox
+            )
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True

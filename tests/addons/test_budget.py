@@ -61,3 +61,14 @@ def test_metered_cuts_the_upload_that_crosses_the_budget() -> None:
     assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="upload") == 1
     free = FlowState(FREE, "free.example")
     assert budget.metered(budgets, metrics, flow, free, count) is count
+
+
+def test_each_sandbox_spends_its_own_budget_and_only_the_nodes_is_shown() -> None:
+    budgets, metrics = Budgets(), ProxyMetrics()
+    assert budget.admit(budgets, metrics, HF, 0, "sbx-1")[0] is HF
+    assert not budget.admit(budgets, metrics, HF, 0, "sbx-1")[0].allowed
+    assert budget.admit(budgets, metrics, HF, 0, "sbx-2")[0] is HF  # its own bucket
+    assert value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests") is None
+    assert budget.admit(budgets, metrics, HF, 0)[0] is HF  # the node's own clients
+    left = value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests")
+    assert left is not None and left < 0.01  # refilling at one a day
