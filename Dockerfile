@@ -93,10 +93,10 @@ RUN python3 -m venv /opt/egress \
 
 # The embedded default environment (config/default.yaml, as for `make run`):
 # the image runs without a mounted configuration. Mount your own over
-# /etc/egress/env.yaml. DEMO_API_TOKEN is the same visibly fake value `make run`
-# uses; it only feeds the default file's example transform.
+# /etc/egress/env.yaml. Its example transform reads DEMO_API_TOKEN, which the image
+# does not carry (no credential, even a fake one, is baked into an image, D139):
+# `docker run -e DEMO_API_TOKEN=demo-not-a-real-token sandbox-egress:0.1.0`.
 COPY config/default.yaml /etc/egress/env.yaml
-ENV DEMO_API_TOKEN=demo-not-a-real-token
 
 # Mount points, owned by the user that writes them. A named volume mounted on
 # one of them starts with this ownership, so the non-root proxy can write it.

@@ -31,7 +31,7 @@ class ClientHello:
         with shared.failclosed(Stage.TLS):
             answer = await decide_clienthello(
                 shared.policy_for(client),
-                shared.resolve,
+                shared.resolve_for(client),
                 shared.facts(client),
                 Hello(
                     transparent=is_transparent(client),

@@ -31,7 +31,11 @@ class Connect:
         )
         with shared.failclosed(Stage.CONNECT):
             decided = await decide_connect(
-                shared.policy_for(client), shared.resolve, facts, request.host, request.port
+                shared.policy_for(client),
+                shared.resolve_for(client),
+                facts,
+                request.host,
+                request.port,
             )
             if decided.pin is not None:
                 shared.pin(client, decided.pin)

@@ -40,7 +40,7 @@ from addons.tcp import RawTcp
 from proxy.audit import AuditSink
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import Resolve, system_resolve
+from proxy.resolver import FairResolver, Resolve, system_resolve
 
 
 class EgressPolicy:
@@ -50,7 +50,7 @@ class EgressPolicy:
         metrics: ProxyMetrics,
         audit: AuditSink,
         on_running: Callable[[], None] | None = None,
-        resolver: Resolve = system_resolve,
+        resolver: Resolve | FairResolver = system_resolve,
     ) -> None:
         self.pinning = Pinning(metrics)
         self.shared = Shared(policy, metrics, audit, resolver, self.pinning)

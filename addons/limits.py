@@ -10,9 +10,11 @@ upgrade moves what they rely on):
 
 * `Http1Connection._handle_event`: more than `HEAD_LIMIT` unparsed bytes (a head,
   a chunk line or trailers), or a request head unfinished after `HEAD_TIMEOUT_S`, ends
-  the connection. A client that has no request in flight gets a 431 (408 for the
-  timeout) with `X-Egress-Denied: bad_request`; otherwise the message in flight fails
-  as a protocol error, which mitmproxy answers with a 502 (upstream) or by closing.
+  the connection; the head's first byte asks mitmproxy for a wakeup, so the deadline
+  holds for a client that goes silent too (issue 21). A client that has no request in
+  flight gets a 431 (408 for the timeout) with `X-Egress-Denied: bad_request`;
+  otherwise the message in flight fails as a protocol error, which mitmproxy answers
+  with a 502 (upstream) or by closing.
   An upstream status line outside 100-599 or not HTTP/1.0/1.1, which mitmproxy would
   forward, is a 502 too. HTTP/1 trailers, which mitmproxy 12 does not implement (it
   raises and leaves the connection hung), are dropped.
@@ -71,6 +73,7 @@ _TRAILERS_RAISE = "HTTP trailers are not implemented yet."
 _HEAD_SINCE = "_egress_head_since"
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 ABORT_GRACE_S = 0.5
+WAKEUP_MARGIN_S = 0.5  # the head's timer fires this long after its deadline
 Commands = Generator[commands.Command, Any, None]
 
 
@@ -103,6 +106,12 @@ def install(report: Callable[[Limit], None]) -> None:
 
 
 def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Commands:
+    if isinstance(event, events.Wakeup):
+        # The head's timer (mitmproxy's HTTP/1 layer asks for no wakeup of its own): the
+        # deadline holds for a client that went silent, not only for one still sending.
+        if isinstance(self, _http1.Http1Server) and _head_overdue(self):
+            yield from _refuse(self, Limit.REQUEST_HEAD_TIMEOUT)
+        return
     inner = _original_http1(self, event)
     reply: Any = None
     while True:
@@ -129,12 +138,17 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
     if len(self.buf) > HEAD_LIMIT:
         server = isinstance(self, _http1.Http1Server)
         yield from _refuse(self, Limit.REQUEST_HEAD if server else Limit.RESPONSE_HEAD)
-    elif isinstance(self, _http1.Http1Server) and _head_overdue(self):
-        yield from _refuse(self, Limit.REQUEST_HEAD_TIMEOUT)
+    elif isinstance(self, _http1.Http1Server):
+        started = getattr(self, _HEAD_SINCE, None) is None
+        if _head_overdue(self):
+            yield from _refuse(self, Limit.REQUEST_HEAD_TIMEOUT)
+        elif started and getattr(self, _HEAD_SINCE, None) is not None:
+            yield commands.RequestWakeup(HEAD_TIMEOUT_S + WAKEUP_MARGIN_S)
 
 
 def _head_overdue(conn: _http1.Http1Server) -> bool:
-    """A request head started (bytes buffered, no request yet) longer ago than allowed."""
+    """A request head started (bytes buffered, no request yet) longer ago than allowed.
+    Its first byte starts the clock (and, in `_bounded_http1`, the head's timer)."""
     if conn.state != conn.read_headers or not conn.buf:
         setattr(conn, _HEAD_SINCE, None)
         return False

@@ -4,7 +4,9 @@
 `proxy.stages.decide_request` once, and applies the answer. An allow pins the checked
 address, re-targets the request at its decided host in origin-form (so mitmproxy keys
 connection reuse on it, and an upstream sees only the decided authority and SNI, D35)
-and writes the transform headers. A refusal is the readable 403/502 when its body is
+and writes the transform headers, after removing what no upstream may receive
+(`proxy.outbound`: hop-by-hop fields, spellings of an injected name, and the sandbox's
+choice of compression when a value is injected). A refusal is the readable 403/502 when its body is
 small; a larger or unknown-length body is never read: the stream is reset (HTTP/2, D25)
 or the connection closed. `request` drops a trailer block with bytes no upstream may
 see (D21).
@@ -27,6 +29,7 @@ from proxy.budget import Admission
 from proxy.decision import Decision, Reason, Stage
 from proxy.fields import fields_problem
 from proxy.limits import Limit
+from proxy.outbound import outbound_fields
 from proxy.redact import NO_REDACTION
 from proxy.stages import RequestAnswer, RequestAsk, decide_request
 
@@ -54,7 +57,8 @@ class Requests:
                 https=request.scheme == "https",
             )
             policy = shared.policy_for(flow.client_conn)
-            answer = await decide_request(policy, shared.resolve, facts, ask)
+            resolve = shared.resolve_for(flow.client_conn)
+            answer = await decide_request(policy, resolve, facts, ask)
             state.host = answer.host
             decided, admission = budget.admit(
                 shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
@@ -101,7 +105,13 @@ class Requests:
             request.headers.fields = answer.fields
         origin_form(request, location)
         upstream_sni(flow, location)
-        if answer.transforms or answer.swapped:
+        injected = tuple(t.header for t in answer.transforms)
+        websocket = request.headers.get("upgrade", "").lower() == "websocket"
+        carries = bool(answer.transforms or answer.swapped)
+        request.headers.fields = outbound_fields(
+            request.headers.fields, injected, websocket, carries_secret=carries
+        )
+        if carries:
             for transform in answer.transforms:
                 request.headers[transform.header] = transform.value.reveal()
             written = (*answer.swapped, *(t.header for t in answer.transforms))

@@ -3,12 +3,14 @@
 Nothing is decided here: the request stage decided which secrets were injected, and
 only those can be echoed back. `responseheaders` strips an upstream's `X-Egress-Denied`,
 redacts the secrets in headers and streams the body (masking them in identity bodies,
-D32); `response` redacts trailers; `response` and `error` write the audit line. What
+D32; an injected request asked for identity, so a compressed answer to it is dropped,
+D99); `response` redacts trailers; `response` and `error` write the audit line. What
 could not be cleaned is never forwarded: the flow is killed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
@@ -17,7 +19,10 @@ from mitmproxy import http
 from addons.auditing import Where, address_text
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from proxy.decision import Stage
+from proxy.outbound import encoded_answer
 from proxy.redact import BodyMatcher
+
+log = logging.getLogger("egress")
 
 DENIED_HEADER = "X-Egress-Denied"
 
@@ -39,8 +44,11 @@ class Responses:
             if state.redactions:  # only what this request carried can be echoed back
                 redactor = state.redactions
                 headers.fields = tuple((n, redactor.header(v)) for n, v in headers.fields)
-                if headers.get("content-encoding", "identity").strip().lower() == "identity":
-                    flow.response.stream = _scrubbed(count, redactor.body())  # not compressed
+                if encoded_answer(headers.get("content-encoding")):
+                    # Asked for identity (proxy.outbound), compressed anyway: not scannable.
+                    log.warning("%s: compressed answer to an injected request dropped", state.host)
+                    return flow.kill()
+                flow.response.stream = _scrubbed(count, redactor.body())
             cleaned = True
         if not cleaned:
             flow.kill()

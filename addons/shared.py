@@ -20,11 +20,12 @@ from addons.pinning import Pinning
 from proxy.audit import AuditSink
 from proxy.budget import Budgets
 from proxy.decision import Decision, Stage
+from proxy.fairness import ClientKey, client_key
 from proxy.gitpush import PushItem
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor
-from proxy.resolver import Resolve
+from proxy.resolver import FairResolver, Resolve
 from proxy.stages import ConnectionFacts, Pin
 from proxy.tenancy import Tenancy
 
@@ -52,7 +53,7 @@ class Shared:
         policy: Policy,
         metrics: ProxyMetrics,
         audit: AuditSink,
-        resolve: Resolve,
+        resolve: Resolve | FairResolver,
         pinning: Pinning,
     ) -> None:
         self.policy = policy
@@ -65,6 +66,15 @@ class Shared:
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
 
     # -- connections ----------------------------------------------------------------------
+
+    def resolve_for(self, client: connection.Client) -> Resolve:
+        """The resolver for this client's lookups: its fair share when shares are kept, its
+        sandbox's share on a node proxy (one sandbox cannot take every lookup, D96)."""
+        if isinstance(self.resolve, FairResolver):
+            sandbox = self.facts(client).sandbox
+            key = ClientKey(f"sandbox {sandbox}") if sandbox else key_of(client)
+            return self.resolve.for_client(key)
+        return self.resolve
 
     def facts(self, client: connection.Client) -> ConnectionFacts:
         return self._facts.get(client.id) or ConnectionFacts()
@@ -130,3 +140,8 @@ def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:
         return chunk
 
     return count
+
+
+def key_of(client: connection.Client) -> ClientKey:
+    """The client's fair-share key (`proxy.fairness.client_key`): its address today."""
+    return client_key(str(client.peername[0]) if client.peername else "")

@@ -281,6 +281,32 @@ def redact_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     ]
 
 
+FAIRNESS_PHASES = (
+    ("quiet", "nobody else"),
+    ("dns_flood", "one client: {flood} lookups in flight of names that never answer"),
+    ("dns_flood_shared_pool", "the same, 6 lookups at once and 6 per client (old pool size)"),
+    ("half_open", "one client holds {held} half-sent request heads"),
+)
+
+
+def fairness_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    header = ["phase", "while", "requests", "failures", "p50 ms", "p95 ms", "max ms"]
+    rows = []
+    for key, text in FAIRNESS_PHASES:
+        m = section.get(key)
+        if m is None:
+            continue
+        rows.append(
+            [key, text.format(**section), str(m["requests"]), str(m["failures"])]
+            + [_num(m[k]) if m[k] is not None else "-" for k in ("p50_ms", "p95_ms", "max_ms")]
+        )
+    return [
+        "Scenario 8: another client's latency while one client misbehaves (egress-proxy at a "
+        "256-descriptor limit; a GET of an /etc/hosts name, one at a time)",
+        *grid(header, rows),
+    ]
+
+
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
     machine = results["machine"]
     lines = [
@@ -301,6 +327,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("latency", latency_lines),
         ("redact", redact_lines),
         ("sandboxes", sandboxes.lines),
+        ("fairness", fairness_lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

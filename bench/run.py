@@ -34,6 +34,7 @@ from bench import (
     allowlist,
     contenders,
     decide,
+    fairness,
     hooks,
     idle,
     latency,
@@ -52,8 +53,19 @@ from bench import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("throughput", "decide", "memory", "hooks", "redact", "idle", "latency", "sandboxes")
+SCENARIOS = (
+    "throughput",
+    "decide",
+    "memory",
+    "hooks",
+    "redact",
+    "idle",
+    "latency",
+    "sandboxes",
+    "fairness",
+)
 PURE = frozenset({"decide", "redact", "sandboxes"})  # no network (but loopback), no root
+OWN_NETWORK = frozenset({"fairness"})  # namespaces of its own: root and `ip` only
 REQUIRED = ("ip", "hey", "h2load", "socat", "nginx", "squid", str(contenders.CERTGEN))
 _ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=")
 
@@ -165,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
         "--latency-requests", type=int, default=200, help="requests per low-load run (7)"
     )
     parser.add_argument("--latency-rounds", type=int, default=1, help="low-load runs (7)")
+    parser.add_argument(
+        "--fairness-requests", type=int, default=20, help="the other client's requests (8)"
+    )
     parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
     parser.add_argument("--output", type=Path, default=REPO / "bench-results")
@@ -205,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := wanted - set(SCENARIOS):
         _say(f"bench: unknown scenario(s) {sorted(unknown)}")
         return 2
-    if (wanted - PURE or args.profile) and (problem := _preflight()):
+    if (wanted - PURE - OWN_NETWORK or args.profile) and (problem := _preflight()):
         _say(f"bench: {problem}")
+        return 2
+    if wanted & OWN_NETWORK and os.geteuid() != 0:
+        _say("bench: fairness needs root (it builds network namespaces)")
         return 2
 
     def interrupted(signum: int, _frame: object) -> None:
@@ -233,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sandboxes" in wanted:
         _say("scenario 8: a node proxy serving 1,000 sandbox files")
         results["sandboxes"] = sandboxes.measure()
+    if "fairness" in wanted:
+        _say("scenario 9: another client's latency while one client misbehaves")
+        results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)
     if wanted & {"throughput", "memory", "hooks"} or args.profile:
         ok = False
         work = Path(tempfile.mkdtemp(prefix="egress-bench-"))

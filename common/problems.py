@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,11 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
+from common.tokens import shown, token_format
+
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 MAX_SHOWN = 40  # characters of a shown value (`{json}`, `{repr}`)
+HIDDEN_KEY = "<key not shown>"  # a location's part for a key that looks like a credential
 
 
 def _integer(checker: Any, instance: Any) -> bool:
@@ -51,10 +55,13 @@ class Problem:
     file: str
     location: str
     message: str
+    line: int | None = None  # 1-based, where the file's text is known (YAML and JSON files)
+    column: int | None = None
 
     def __str__(self) -> str:
         where = f": {self.location}" if self.location else ""
-        return f"{self.file}{where}: {self.message}"
+        at = f":{self.line}:{self.column}" if self.line is not None else ""
+        return f"{self.file}{at}{where}: {self.message}"
 
 
 def syntax_problem(
@@ -63,6 +70,14 @@ def syntax_problem(
     """The one wording of a file that does not parse (`language` is "JSON" or "YAML")."""
     location = f"line {line}, column {column}" if line is not None else whole
     return Problem(file, location, f"not valid {language}: {detail}")
+
+
+def did_you_mean(key: object, known: Iterable[str]) -> str:
+    """`; did you mean 'network'?` for a misspelt key, or "" (never for a credential)."""
+    if not isinstance(key, str) or token_format(key) is not None:
+        return ""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.7)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def type_name(value: Any) -> str:
@@ -140,6 +155,10 @@ def _found(error: jsonschema.ValidationError, unknown: Unknown | None) -> Iterab
         keys = [key for key in error.validator_value if key not in error.instance]
     for key in keys:
         here = path if key is None or at_object else (*path, key)
+        if at_object and key is not None and token_format(key) is not None:
+            here = path  # a pasted credential as a key: the location must not show it either
+        elif key is not None and token_format(key) is not None:
+            here = (*path, HIDDEN_KEY)
         if isinstance(template, Mapping) and key is not None:
             enum = schema.get("properties", {}).get(key, {}).get("enum", [])
             message = _fill(template.get(key, "is invalid"), error, key, schema, enum)
@@ -149,6 +168,8 @@ def _found(error: jsonschema.ValidationError, unknown: Unknown | None) -> Iterab
             message = unknown(path, key)
         else:
             message = "is invalid"  # a schema error no x-problem words: never a value
+        if keyword == "additionalProperties":
+            message += did_you_mean(key, schema.get("properties", {}))
         yield Found(here, message, keyword)
 
 
@@ -156,14 +177,18 @@ def _fill(
     template: str, error: jsonschema.ValidationError, key: str | None, schema: Any, enum: Any
 ) -> str:
     instance = error.instance
+    as_json = json.dumps(instance, default=str)
+    hidden = token_format(as_json) is not None  # a pasted credential is named, never shown
     return template.format(
-        key=repr(key),
+        key=shown(key),
         type=type_name(instance),
-        json=json.dumps(instance, default=str)[:MAX_SHOWN]
+        json=shown(instance)
+        if hidden
+        else as_json[:MAX_SHOWN]
         if not isinstance(instance, dict | list)
         else "?",
-        repr=repr(instance)[:MAX_SHOWN],
-        any=json.dumps(instance, default=str)[:MAX_SHOWN],
+        repr=shown(instance, MAX_SHOWN),
+        any=shown(instance) if hidden else as_json[:MAX_SHOWN],
         expected=", ".join(sorted(schema.get("properties", {}))),
         enum=", ".join(str(v) for v in enum) if isinstance(enum, list) else "",
     )

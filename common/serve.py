@@ -5,6 +5,11 @@ once `ready` is set, unless the process is draining (SIGTERM) or the owner's eve
 loop stopped stamping `heartbeat` for `STALL_S` seconds (a wedged loop): then 503
 with the cause as the body. Scrapes are not logged.
 
+The server is bounded (issue 21): at most `max_connections` connections are served at
+once (one thread each; more are closed at once and reported to `on_refused`), and a
+connection that has not sent its request within `request_timeout` seconds, or stalls
+reading the answer that long, is closed.
+
 `add_build_info` registers `<area>_build_info{version}` (always 1) and, on a registry
 of the process's own, the `process_*` series (CPU, memory, open files, start time);
 prometheus_client's default registry already carries those.
@@ -16,8 +21,10 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,6 +39,9 @@ from common.endpoint import format_endpoint
 
 # /healthz fails when the event loop has not stamped its heartbeat for this long.
 STALL_S = 10.0
+# Connections served at once, and how long one may take (docs/configuration.md#fair-sharing).
+MAX_CONNECTIONS = 32
+REQUEST_TIMEOUT_S = 5.0
 DISTRIBUTION = "sandbox-egress"
 
 
@@ -77,6 +87,10 @@ def _add_build_info(registry: CollectorRegistry, area: str, process: bool) -> Ga
 class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
 
+    def setup(self) -> None:
+        self.request.settimeout(self.server.request_timeout)  # reads and writes alike
+        super().setup()
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -110,8 +124,19 @@ class MetricsServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self.registry = registry
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._on_refused = on_refused
         self.ready = threading.Event()
         self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
         self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
@@ -140,6 +165,24 @@ class MetricsServer(ThreadingHTTPServer):
         if beat is not None and time.monotonic() - beat > STALL_S:
             return "event loop stalled"
         return None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection, up to the bound; past it the connection is closed."""
+        if not self._slots.acquire(blocking=False):
+            self._on_refused()
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def start(self) -> None:
         self._thread.start()

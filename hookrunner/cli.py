@@ -18,7 +18,6 @@ library logs them through ``logging``; ``configure_logging`` prints them as is).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -27,12 +26,15 @@ from typing import Any
 from common.endpoint import parse_endpoint
 from common.logs import add_log_format_option
 from common.serve import MetricsServer, add_build_info
+from common.versions import DefaultsHelpFormatter, add_version_option
+from hookrunner import bounds
 
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
 from hookrunner.ax import metrics as ax_metrics
 from hookrunner.ax.cli import add_fire_parser, run_fire
 from hookrunner.ax.loader import MANAGED_SETTINGS, SettingsPlaces, validate_ax_files
+from hookrunner.bounds import PayloadRefused
 from hookrunner.console import configure_logging, emit, read_stdin_json, say
 from hookrunner.errors import HookRunnerError, PayloadError, UsageError, WorkspaceError
 from hookrunner.isolation import make_undumpable
@@ -42,10 +44,11 @@ from hookrunner.metrics import (
     default_metrics,
     register_dialect,
 )
-from hookrunner.model import Event
+from hookrunner.model import Event, EventPayload
 from hookrunner.session import HookSession, parse_event_payload
 from hookrunner.tools import TOOLS
 
+DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
@@ -53,9 +56,12 @@ register_dialect(ax_metrics.register)  # every HookMetrics of the command shows 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hookrunner", description="Run hooks.json hooks.")
+    parser = argparse.ArgumentParser(
+        prog="hookrunner", description="Run hooks.json hooks.", formatter_class=DEFAULTS
+    )
+    add_version_option(parser, "hookrunner", mitmproxy=False)
     add_log_format_option(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, help="each has its own --help")
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--workspace", default=".", help="workspace directory (default: .)")
@@ -84,7 +90,9 @@ def _parser() -> argparse.ArgumentParser:
             help="user the tools run as (default as root: nobody; also HOOKRUNNER_TOOL_USER)",
         )
 
-    validate = commands.add_parser("validate", help="check every discovered hooks.json")
+    validate = commands.add_parser(
+        "validate", help="check every discovered hooks.json", formatter_class=DEFAULTS
+    )
     common(validate)
     validate.add_argument(
         "--ax-config", default=None, help="also check an operator AX hooks file (as fire loads it)"
@@ -95,13 +103,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Claude Code's managed settings file (default /etc/claude-code/managed-settings.json)",
     )
-    run = commands.add_parser("run", help="run the hooks of one event (payload on stdin)")
-    run.add_argument("event", choices=[e.value for e in Event])
+    run = commands.add_parser(
+        "run", help="run the hooks of one event (payload on stdin)", formatter_class=DEFAULTS
+    )
+    run.add_argument("event", choices=[e.value for e in Event], help="the event of the payload")
     running(run)
-    exec_ = commands.add_parser("exec", help="run a tool between its hooks (args on stdin)")
-    exec_.add_argument("tool", choices=TOOLS)
+    exec_ = commands.add_parser(
+        "exec", help="run a tool between its hooks (args on stdin)", formatter_class=DEFAULTS
+    )
+    exec_.add_argument("tool", choices=TOOLS, help="the built-in tool to run")
     executing(exec_)
-    session = commands.add_parser("session", help="long-lived: JSON requests, one per line")
+    session = commands.add_parser(
+        "session", help="long-lived: JSON requests, one per line", formatter_class=DEFAULTS
+    )
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
     add_fire_parser(commands)
@@ -172,22 +186,37 @@ def _open(args: argparse.Namespace, metrics: HookMetrics | None = None) -> HookS
 
 def _run(args: argparse.Namespace) -> int:
     event = Event(args.event)
-    payload = parse_event_payload(event, read_stdin_json())
+    try:
+        payload: EventPayload | None = parse_event_payload(event, read_stdin_json())
+        refusal = None
+    except PayloadRefused as exc:  # beyond the bound: refused, not malformed
+        payload, refusal = None, str(exc)
     session = _open(args)
     if event is Event.POST:
-        session.report(payload)
+        if payload is None:
+            session.refused(event, "", str(refusal))
+        else:
+            session.report(payload)
         emit({"decision": "allow"})
         return 0
-    decision = session.decide(payload)
+    if payload is None:
+        decision = session.refused(event, "", str(refusal))
+    else:
+        decision = session.decide(payload)
     emit(decision.to_json())
     return 0 if decision.allowed else 1
 
 
 def _exec(args: argparse.Namespace) -> int:
-    tool_args = read_stdin_json()
+    try:
+        tool_args = read_stdin_json()
+    except PayloadRefused as exc:
+        emit(_open(args).refused_exec(args.tool, str(exc)).to_json())
+        return 1
     if not isinstance(tool_args, dict):
         raise PayloadError("the tool arguments on stdin must be a JSON object")
     session = _open(args)
+    session.check_workspace_access()
     result = session.exec_tool(args.tool, tool_args)
     emit(result.to_json())
     return 0 if result.status == "ok" else 1
@@ -200,6 +229,7 @@ def _session(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics: {exc}") from None
     metrics = default_metrics() if address else HookMetrics()
     session = _open(args, metrics)
+    session.check_workspace_access()
     server = None
     if address is not None:
         add_build_info(metrics.registry, "hookrunner")
@@ -208,9 +238,9 @@ def _session(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             say(f"metrics on {server.url}")
-        say("session ready")
         if server is not None:
-            server.ready.set()  # /healthz: 200 from here on
+            server.ready.set()  # /healthz: 200 from here on, before the line says so
+        say("session ready")
         for line in sys.stdin.buffer:
             if line.strip():
                 emit(_answer(session, line))
@@ -221,9 +251,26 @@ def _session(args: argparse.Namespace) -> int:
 
 
 def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
-    """One session request: {"event": ..., <payload>} or {"exec": TOOL, "args": {...}}."""
+    """One session request: {"event": ..., <payload>} or {"exec": TOOL, "args": {...}}.
+
+    A request beyond the bound that cannot even be read is refused in both forms at
+    once (``status`` ``error`` and ``decision`` ``deny``): it is unknown which it was.
+    """
     try:
-        request = json.loads(line)
+        request = bounds.parse(line)
+    except PayloadRefused as exc:
+        reason = str(exc)
+        session.refused(Event.PRE, "", reason)
+        return {
+            "status": "error",
+            "output": "",
+            "error": reason,
+            "decision": "deny",
+            "reason": reason,
+        }
+    except PayloadError as exc:
+        return {"status": "invalid", "error": str(exc)}
+    try:
         if not isinstance(request, dict):
             raise PayloadError("a request must be a JSON object")
         if "exec" in request:
@@ -240,10 +287,20 @@ def _answer(session: HookSession, line: bytes) -> dict[str, Any]:
                 '"event" must be pre_tool_execution or post_tool_execution'
             ) from None
         fields = {k: v for k, v in request.items() if k != "event"}  # "event" is the request's
-        payload = parse_event_payload(event, fields, default_environment_id=session.environment_id)
+        try:
+            payload = parse_event_payload(
+                event, fields, default_environment_id=session.environment_id
+            )
+        except PayloadRefused as exc:
+            decision = session.refused(event, "", str(exc))
+            return {"decision": "allow"} if event is Event.POST else decision.to_json()
         if event is Event.POST:
             session.report(payload)
             return {"decision": "allow"}
         return session.decide(payload).to_json()
     except (ValueError, RecursionError, HookRunnerError) as exc:
         return {"status": "invalid", "error": str(exc)}
+
+
+if __name__ == "__main__":  # `python -m hookrunner.cli`
+    sys.exit(main())

@@ -9,13 +9,14 @@ message as is, so what a user sees does not depend on how it was routed.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import Any
 
 from common.jsonlines import json_line
 from common.logs import formatter
+from hookrunner import bounds
+from hookrunner.bounds import PayloadRefused
 from hookrunner.errors import PayloadError
 
 
@@ -58,11 +59,14 @@ def emit(document: dict[str, Any]) -> None:
 
 
 def read_stdin_json(*, empty_is_object: bool = False) -> Any:
-    """stdin parsed as JSON (``{}`` for blank input when ``empty_is_object``)."""
+    """stdin parsed as JSON (``{}`` for blank input when ``empty_is_object``);
+    ``bounds.PayloadRefused`` for text beyond the bound."""
     data = sys.stdin.buffer.read()
     if empty_is_object and not data.strip():
         return {}
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise PayloadError(f"stdin is not JSON: {exc}") from None
+        return bounds.parse(data)
+    except PayloadRefused:
+        raise
+    except PayloadError as exc:
+        raise PayloadError(f"stdin is {exc}") from None

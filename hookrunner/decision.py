@@ -13,10 +13,9 @@ still allows, but is reported so the operator can see why a guard did not fire.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from hookrunner.outcome import Outcome
+from hookrunner.outcome import Classified, Outcome
 from hookrunner.schema import loads_strict
 
 MAX_REASON_CHARS = 4096
@@ -45,25 +44,17 @@ _TEXT_DENY = re.compile(
 _MAX_DEPTH = 16
 
 
-@dataclass(frozen=True)
-class ParsedDecision:
-    outcome: Outcome
-    detail: str
-    reason: str | None = None
-    near_miss: str | None = None
-
-
-def parse_decision(data: bytes, *, truncated: bool = False) -> ParsedDecision:
+def parse_decision(data: bytes, *, truncated: bool = False) -> Classified:
     """Interpret the output of a pre_tool_execution handler that exited 0 / answered 2xx."""
     if truncated:
-        return ParsedDecision(Outcome.TRUNCATED, "output exceeded the 1 MiB cap")
+        return Classified(Outcome.TRUNCATED, "output exceeded the 1 MiB cap")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         lenient = data.decode("utf-8", errors="replace")
         return _unparseable(lenient, f"output is not UTF-8 (byte offset {exc.start})")
     if not text.strip(_JSON_WHITESPACE):
-        return ParsedDecision(Outcome.EMPTY_OUTPUT, "printed nothing")
+        return Classified(Outcome.EMPTY_OUTPUT, "printed nothing")
     try:
         value = loads_strict(text.strip(_JSON_WHITESPACE))
     except RecursionError:
@@ -76,9 +67,9 @@ def parse_decision(data: bytes, *, truncated: bool = False) -> ParsedDecision:
             return _unparseable(text, f"output repeats the key {dupes[0]!r}")
         decision = value.get("decision")
         if decision == "deny":
-            return ParsedDecision(Outcome.DENY, "denied", reason=_reason(value.get("reason")))
+            return Classified(Outcome.DENY, "denied", reason=_reason(value.get("reason")))
         if decision == "allow":
-            return ParsedDecision(Outcome.ALLOW, "allowed")
+            return Classified(Outcome.ALLOW, "allowed")
         detail = (
             'the object has no "decision" key'
             if "decision" not in value
@@ -88,8 +79,8 @@ def parse_decision(data: bytes, *, truncated: bool = False) -> ParsedDecision:
         detail = f"output is {_kind(value)}, not a JSON object"
     near = near_miss_in_value(value)
     if near is not None:
-        return ParsedDecision(Outcome.NEAR_MISS, f"{detail}; {near}", near_miss=near)
-    return ParsedDecision(Outcome.UNRECOGNISED, detail)
+        return Classified(Outcome.NEAR_MISS, f"{detail}; {near}", near_miss=near)
+    return Classified(Outcome.UNRECOGNISED, detail)
 
 
 def near_miss_in_output(data: bytes) -> str | None:
@@ -129,7 +120,7 @@ def near_miss_in_value(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def _unparseable(text: str, detail: str) -> ParsedDecision:
+def _unparseable(text: str, detail: str) -> Classified:
     stripped = text.strip().casefold()
     near: str | None = None
     if stripped in DENY_WORDS:
@@ -139,8 +130,8 @@ def _unparseable(text: str, detail: str) -> ParsedDecision:
         if match is not None:
             near = f"a deny ({_show(match.group(0))}) appears in output that is not one JSON object"
     if near is not None:
-        return ParsedDecision(Outcome.NEAR_MISS, f"{detail}; {near}", near_miss=near)
-    return ParsedDecision(Outcome.UNPARSEABLE, detail)
+        return Classified(Outcome.NEAR_MISS, f"{detail}; {near}", near_miss=near)
+    return Classified(Outcome.UNPARSEABLE, detail)
 
 
 def _deny_like(value: Any) -> bool:

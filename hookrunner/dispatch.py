@@ -12,7 +12,7 @@ from hookrunner.decode import Classified, decode_http, decode_process
 from hookrunner.envsan import hook_variables
 from hookrunner.httpclient import HttpClient
 from hookrunner.kernel import Kernel
-from hookrunner.model import CommandHandler, Event, EventPayload, Handler, HandlerRun
+from hookrunner.model import CommandHandler, Event, EventPayload, Group, Handler, HandlerRun
 from hookrunner.outcome import Outcome
 from hookrunner.report import Reporter, WarningKind
 
@@ -22,7 +22,7 @@ class HandlerExecutor:
         self.kernel = kernel
         self.http = http
 
-    def __call__(self, group: str, handler: Handler, payload: EventPayload) -> HandlerRun:
+    def __call__(self, group: Group, handler: Handler, payload: EventPayload) -> HandlerRun:
         if isinstance(handler, CommandHandler):
             classified, duration = self._command(handler, payload)
         else:
@@ -36,7 +36,7 @@ class HandlerExecutor:
             classified, duration = decode_http(payload.event, result), result.duration
         run = HandlerRun(
             event=payload.event,
-            group=group,
+            group=group.name,
             handler=handler,
             outcome=classified.outcome,
             detail=classified.detail,
@@ -44,7 +44,7 @@ class HandlerExecutor:
             reason=classified.reason,
             near_miss=classified.near_miss,
         )
-        report_run(self.kernel.reporter, run)
+        report_run(self.kernel.reporter, run, fail_closed=group.fail_closed)
         return run
 
     def _command(self, handler: CommandHandler, payload: EventPayload) -> tuple[Classified, float]:
@@ -58,13 +58,16 @@ class HandlerExecutor:
         return decode_process(payload.event, result, handler.timeout), result.duration
 
 
-def report_run(reporter: Reporter, run: HandlerRun) -> None:
+def report_run(reporter: Reporter, run: HandlerRun, *, fail_closed: bool = False) -> None:
     """The run's metrics, and a warning line when it failed (its kind says what it caused)."""
     reporter.metrics.observe_run(run.event.value, run.handler.type, run.outcome, run.duration)
     if not run.outcome.failed:
         return
+    denied = fail_closed and run.event is Event.PRE
     if run.event is Event.POST:
         kind = WarningKind.POST_FAILURE
+    elif denied:
+        kind = WarningKind.FAIL_CLOSED
     elif run.outcome is Outcome.NEAR_MISS:
         kind = WarningKind.NEAR_MISS
     else:
@@ -78,5 +81,5 @@ def report_run(reporter: Reporter, run: HandlerRun) -> None:
         "cause": run.detail,
     }
     if run.event is Event.PRE:
-        fields["action"] = "allowed"
+        fields["action"] = "denied" if denied else "allowed"
     reporter.warn(kind, **fields)

@@ -5,12 +5,17 @@ docs/hooks.md#the-ax-code--claude-code-dialect-ax-codehooksjson: handlers inheri
 environment minus
 * names that look like secrets (``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
   ``*_API_KEY``, ``AUTH``, ``CREDENTIALS``, ... as whole ``_``-separated words),
+* a few names no word rule catches (``SSHPASS``, ``BW_SESSION``,
+  ``OP_SESSION_*``, ``LDAP_BINDPW``),
 * names split into words at ``_ - .`` and camelCase (``accessKey``), read also as
   run-together words (``STRIPEKEY``, ``GHTOKEN``; not ``MONKEY`` or ``KEYBOARD``);
   ``PWD`` counts inside a compound (``MYSQL_PWD``), not alone (``PWD``, ``OLDPWD``),
 * values that carry credentials: URLs with a user-info part or a secret-looking
-  query parameter, and the formats of `hookrunner.tokens` (private keys, vendor
-  tokens, webhook URLs with the secret in the path, ``Authorization:`` headers),
+  query parameter, a secret-looking ``key=value`` inside the value (a libpq
+  ``password=``, a Kafka JAAS ``password="..."``, ``-Drepo.password=`` in
+  ``MAVEN_OPTS``), a ``Basic``/``Bearer`` credential, and the formats of
+  `hookrunner.tokens` (private keys, vendor tokens, webhook URLs with the
+  secret in the path, ``Authorization:`` headers),
 * header lines with a secret name in header-carrying variables, and the
   ``GIT_CONFIG_VALUE_n`` of a ``GIT_CONFIG_KEY_n`` that names a header or credential,
 * credential helpers (``SSH_AUTH_SOCK``, ``GPG_AGENT_INFO``, ``KRB5CCNAME``,
@@ -29,6 +34,8 @@ regular expressions without nested repetition.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -86,8 +93,12 @@ _KEY_STEMS = (
     "DATADOG", "SENTRY", "HEROKU", "NPM", "PYPI", "DOCKER", "CLOUDFLARE", "MAPBOX",
     "ALGOLIA", "SHOPIFY", "PAYPAL", "HUGGINGFACE", "MISTRAL", "COHERE", "GROQ",
     "REPLICATE", "PINECONE", "SUPABASE", "FIREBASE", "VERCEL", "NETLIFY", "LINEAR",
-    "NOTION", "AIRTABLE",
+    "NOTION", "AIRTABLE", "WRITE", "INGEST",
 )  # fmt: skip
+# Secrets whose name no word rule catches: sshpass(1), the Bitwarden and 1Password CLIs'
+# session keys (OP_SESSION_<account>), OpenLDAP's bind password.
+_SECRET_NAMES = frozenset({"SSHPASS", "BW_SESSION", "LDAP_BINDPW", "BW_CLIENTSECRET"})
+_SECRET_NAME_PREFIXES = ("OP_SESSION_",)
 # PWD is a password word (MYSQL_PWD, DB_PWD) unless it is the whole name (PWD, OLDPWD).
 _PASSWORD_WORD_IN_COMPOUNDS = "PWD"
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -144,6 +155,16 @@ _INJECTION_PREFIXES = ("DYLD_", "BASH_FUNC_")
 # RE2: Python's re takes quadratic time on a long run of scheme characters.
 _URL_WITH_USERINFO = re2.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]+@")
 _QUERY_PARAM = re2.compile(r"[?&]([A-Za-z0-9_.-]+)=[^&\s#]+")
+# key=value inside a value: a libpq conninfo (password=...), a Kafka JAAS line
+# (password="..."), a JVM option (-Drepo.password=..., -DproxyPassword=...), OTLP headers.
+_ASSIGNMENT = re2.compile(
+    r"(?:^|[\s;,(])(?:-D)?([A-Za-z][A-Za-z0-9_.\-]{0,63})\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s;,&\"']+)"
+)
+_HARMLESS = frozenset({"", "true", "false", "yes", "no", "on", "off", "0", "1", "none", "null"})
+# A Basic or Bearer credential anywhere in a value (a header kept in a variable): Basic is
+# base64 of "user:password"; a bearer token is long and has a digit ("Bearer auth" is text).
+_BASIC = re2.compile(r"(?i)\bbasic\s+([A-Za-z0-9+/]{4,}={0,2})")
+_BEARER = re2.compile(r"(?i)\bbearer\s+([A-Za-z0-9+/._~-]{16,}=*)")
 _MIN_REDACT_CHARS = 6
 
 
@@ -167,12 +188,17 @@ def _secret_word(word: str) -> bool:
         return True
     if word.endswith(_SECRET_SUFFIXES):
         return True
+    if len(word) > 2 and word.endswith("PW"):  # BINDPW, ROOTPW (PWD alone is the directory)
+        return True
     stem = word.removesuffix("S").removesuffix("KEY") if word.endswith(("KEY", "KEYS")) else ""
     return bool(stem) and stem != word and stem.endswith(_KEY_STEMS)
 
 
 def secret_name(name: str) -> bool:
     """Whether an environment variable's name says it holds a secret (linear in its length)."""
+    upper = name.upper()
+    if upper in _SECRET_NAMES or upper.startswith(_SECRET_NAME_PREFIXES):
+        return True
     words = _words(name)
     if len(words) > 1 and _PASSWORD_WORD_IN_COMPOUNDS in words:
         return True
@@ -183,7 +209,25 @@ def secret_value(value: str) -> bool:
     """Whether a value carries a credential whatever its variable is called."""
     if _URL_WITH_USERINFO.search(value) or token_format(value) is not None:
         return True
-    return any(secret_name(m.group(1)) for m in _QUERY_PARAM.finditer(value))
+    if any(_basic_pair(m.group(1)) for m in _BASIC.finditer(value)):
+        return True
+    if any(any(c.isdigit() for c in m.group(1)) for m in _BEARER.finditer(value)):
+        return True
+    if any(secret_name(m.group(1)) for m in _QUERY_PARAM.finditer(value)):
+        return True
+    return any(
+        secret_name(m.group(1)) and m.group(2).strip("\"'").lower() not in _HARMLESS
+        for m in _ASSIGNMENT.finditer(value)
+    )
+
+
+def _basic_pair(encoded: str) -> bool:
+    """Whether base64 text decodes to ``user:password`` (a Basic credential)."""
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
 
 
 def _secret_header(name: str, value: str) -> bool:

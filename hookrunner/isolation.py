@@ -8,10 +8,9 @@ Three things, each applied where the environment or the process is set up:
   workspace, owned by the runner's user or root, not writable by group or
   others, and no ancestor writable by others unless sticky); otherwise
   ``HOME`` becomes the hook home and the XDG variable is dropped (so it
-  defaults under that home). ``PYTHONNOUSERSITE=1`` is set, more
-  interpreter-injection variables are removed, and relative ``PATH`` entries
-  (``""``, ``.``, ``bin``) are dropped, because they would find programs in
-  the workspace, the hook's working directory.
+  defaults under that home). ``PYTHONNOUSERSITE=1`` is set and more
+  interpreter-injection variables are removed. ``PATH`` and the other
+  path-valued variables are filtered to runner-owned entries by ``programs``.
 * ``tool_user``: the uid/gid the tools' processes run as. When the runner is
   root the default is ``nobody``, so code the agent runs cannot signal,
   ptrace or read the hooks (root's processes) or the runner.
@@ -32,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from hookrunner.contain import Credentials
 from hookrunner.errors import UsageError
@@ -127,8 +127,6 @@ def hook_environment(
         if name in env and not runner_owned(env[name], workspace):
             del env[name]
     env["PYTHONNOUSERSITE"] = "1"
-    if "PATH" in env:
-        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if os.path.isabs(p))
     return env
 
 
@@ -153,3 +151,46 @@ def tool_user(spec: str | None, environ: Mapping[str, str]) -> Credentials | Non
     if os.geteuid() != 0:
         raise UsageError(f"tool user {spec!r}: only a runner started as root can switch users")
     return Credentials(entry.pw_uid, entry.pw_gid, entry.pw_name)
+
+
+def workspace_write_problem(workspace: Path, user: Credentials | None) -> str | None:
+    """Why the tool user cannot write the workspace (every write of the agent's code would
+    fail with a bare ``Permission denied``), naming the fix; None when it can.
+
+    Judged from the mode bits as the tools run: the tool user's uid and its one gid (no
+    supplementary groups); ``None`` is the runner's own user.
+    """
+    try:
+        info = os.stat(workspace)
+    except OSError as exc:
+        return f"the workspace {str(workspace)!r} cannot be examined: {exc.strerror}"
+    if user is None:
+        if os.access(workspace, os.W_OK | os.X_OK):
+            return None
+        uid, gid, name = os.geteuid(), os.getegid(), "the runner's own user"
+    else:
+        uid, gid, name = user.uid, user.gid, f"the tool user {user.name!r}"
+        if uid == 0:
+            return None
+        if info.st_uid == uid:
+            bits = stat.S_IWUSR | stat.S_IXUSR
+        elif info.st_gid == gid:
+            bits = stat.S_IWGRP | stat.S_IXGRP
+        else:
+            bits = stat.S_IWOTH | stat.S_IXOTH
+        if info.st_mode & bits == bits:
+            return None
+    owner = _name(pwd.getpwuid, info.st_uid)
+    return (
+        f"{name} (uid {uid}) cannot write the workspace {str(workspace)!r} (owned by {owner}, "
+        f"mode {stat.S_IMODE(info.st_mode):04o}): code_execution and write_file will fail with "
+        f"'Permission denied'. Fix: make it writable by that user (chown -R {uid}:{gid} "
+        f"{str(workspace)!r}), or run the tools as its owner (--tool-user / {TOOL_USER_VARIABLE})"
+    )
+
+
+def _name(lookup: Any, number: int) -> str:
+    try:
+        return f"{lookup(number)[0]} (uid {number})"
+    except KeyError:
+        return f"uid {number}"

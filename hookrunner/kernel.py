@@ -12,8 +12,10 @@ it, in one place:
   and must be a directory, the environment is snapshotted once, and the
   ``Reporter`` redacts every secret value of that snapshot. ``start_hooks``
   fixes the environment command hooks run with (the one sanitiser of
-  ``envsan``, then ``isolation``), and ``spawn`` runs one command hook as
-  ``/bin/sh -c COMMAND`` in the workspace with that environment, ``PWD`` and
+  ``envsan``, then ``isolation``, then ``programs``: only runner-owned
+  ``PATH`` entries and the like, a warning per dropped entry), and ``spawn``
+  runs one command hook as ``/bin/sh -c COMMAND`` in the workspace with that
+  environment, ``PWD`` and
   the dialect's ``HOOK_*`` variables (``command.run_process``: own process
   group, deadline, bounded output, group kill).
 
@@ -35,6 +37,7 @@ from hookrunner.errors import WorkspaceError
 from hookrunner.isolation import hook_environment, make_undumpable
 from hookrunner.metrics import HookMetrics, default_metrics
 from hookrunner.model import Problem
+from hookrunner.programs import filter_paths
 from hookrunner.report import Reporter, WarningKind
 
 SHELL = "/bin/sh"
@@ -112,7 +115,12 @@ class Kernel:
     def start_hooks(self, full_env: bool) -> None:
         """Fix the environment command hooks run with (the full one only when switched on)."""
         variables = sanitise(self.environ, full_env=full_env).variables
-        self.hook_env = hook_environment(variables, self.environ, self.workspace)
+        env = hook_environment(variables, self.environ, self.workspace)
+        self.hook_env, dropped = filter_paths(env, self.workspace)
+        for each in dropped:  # once per session and entry
+            self.reporter.warn(
+                WarningKind.CONFIG, variable=each.variable, entry=each.entry, cause=each.cause
+            )
 
     def spawn(
         self,

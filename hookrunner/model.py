@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from common.problems import Problem
+from hookrunner import bounds
 from hookrunner.matcher import Matcher
 from hookrunner.outcome import HandlerType, Outcome
 
@@ -60,6 +61,7 @@ class Group:
     pre: tuple[Rule, ...]
     post: tuple[Rule, ...]
     source: str
+    fail_closed: bool = False  # a failure of one of its pre handlers denies
 
     def rules(self, event: Event) -> tuple[Rule, ...]:
         return self.pre if event is Event.PRE else self.post
@@ -87,6 +89,7 @@ class EventPayload:
     Payloads are open: the fields of the caller's payload the runner does not
     read (``extra`` at the top level, ``call_extra`` inside ``tool_call``, such
     as a call id) are passed to handlers unchanged, next to the ones it does.
+    A payload beyond ``bounds`` cannot be made (``bounds.PayloadRefused``).
     """
 
     event: Event
@@ -95,6 +98,9 @@ class EventPayload:
     error: str | None = None  # post only: stderr or the failure text of the tool
     extra: Mapping[str, Any] = field(default_factory=dict)
     call_extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bounds.check(self.to_json())  # no payload beyond the bound exists
 
     def to_json(self) -> dict[str, Any]:
         call = {**self.call_extra, "name": self.tool_call.name, "args": dict(self.tool_call.args)}

@@ -108,6 +108,9 @@ _HTTP_FAILURES = {
 
 @dataclass(frozen=True)
 class Classified:
+    """What a handler's run came to: an outcome, its detail, and a deny's reason (the one
+    type of a classified process, HTTP answer and parsed decision output)."""
+
     outcome: Outcome
     detail: str
     reason: str | None = None

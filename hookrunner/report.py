@@ -35,6 +35,9 @@ _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 class WarningKind(StrEnum):
     CONFIG = "config"  # a configuration problem; that part is skipped or ignored
     FAIL_OPEN = "fail_open"  # a pre handler failed and the call was allowed
+    FAIL_CLOSED = "fail_closed"  # a pre handler of a fail-closed group failed: denied
+    INPUT_REFUSED = "input_refused"  # a payload beyond ``bounds``: no hook saw it
+    WORKSPACE = "workspace"  # the tool user cannot write the workspace (said once, at start)
     # The hooks.json dialect's:
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one
     POST_FAILURE = "post_failure"  # a post handler failed (nothing to allow or deny)
@@ -88,6 +91,11 @@ class Reporter:
     def warn(self, kind: StrEnum, **fields: str) -> None:
         self.metrics.observe_warning(kind.value)
         self._write("warning", {"kind": kind.value, **fields})
+
+    def input_refused(self, event: str, reason: str, *, blocks: bool) -> None:
+        """A payload beyond the bound (``bounds``): refused before any hook saw it."""
+        action = "denied" if blocks else "hooks_skipped"
+        self.warn(WarningKind.INPUT_REFUSED, event=event, cause=reason, action=action)
 
     def problem(self, problem: Problem) -> None:
         self.metrics.observe_config_problem("hooks_file")

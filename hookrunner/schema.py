@@ -60,7 +60,7 @@ RESERVED_HEADERS = frozenset(
         "expect",
     }
 )
-_GROUP_KEYS = frozenset({"enabled", Event.PRE.value, Event.POST.value})
+_GROUP_KEYS = frozenset({"enabled", "fail_closed", Event.PRE.value, Event.POST.value})
 _RULE_KEYS = frozenset({"matcher", "hooks"})
 _HANDLER_KEYS = {
     "command": frozenset({"type", "command", "timeout"}),
@@ -177,7 +177,8 @@ class _Validator:
         if not ok:
             return None
         enabled = value.get("enabled", True)
-        return Group(name, enabled, rules[Event.PRE], rules[Event.POST], self.file)
+        fail_closed = value.get("fail_closed", False)
+        return Group(name, enabled, rules[Event.PRE], rules[Event.POST], self.file, fail_closed)
 
     def rule(self, value: Any, path: Path) -> Rule | None:
         if not self.valid(value, path, "rule"):

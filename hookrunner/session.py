@@ -17,24 +17,30 @@ session opens, once: those of the hooks files, a ``HOOKRUNNER_FULL_ENV`` that is
 set but not ``1``, and an unusable ``HTTPS_PROXY`` when an http handler would
 need it; the session then runs with the valid rest. The setup every dialect
 shares (workspace, environment snapshot, reporter, spawning) is ``kernel.Kernel``.
+
+A payload beyond ``bounds`` (nested deeper than 64 levels, larger than 8 MiB)
+never reaches a hook: ``pre`` denies it, ``exec_tool`` answers ``error``
+without running the tool, ``post`` runs no hook.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from hookrunner.aggregate import decide_pre, notify_post
+from hookrunner.bounds import PayloadRefused
 from hookrunner.dispatch import HandlerExecutor
 from hookrunner.envsan import sanitise
 from hookrunner.errors import PayloadError
 from hookrunner.handlerhost import handler_host
 from hookrunner.httpclient import HttpClient
 from hookrunner.isolation import tool_user as resolve_tool_user
+from hookrunner.isolation import workspace_write_problem
 from hookrunner.kernel import Kernel, full_env_switch
 from hookrunner.loader import load_config
 from hookrunner.metrics import HookMetrics
@@ -48,6 +54,7 @@ from hookrunner.model import (
     ToolCall,
 )
 from hookrunner.proxyroute import proxy_problem
+from hookrunner.report import WarningKind
 from hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
@@ -108,6 +115,14 @@ class HookSession:
             self.reporter.proxy_problem(proxy)
         self._run = HandlerExecutor(self.kernel, HttpClient(snapshot, ca_file))
 
+    def check_workspace_access(self) -> str | None:
+        """Say once, as a warning, when the tool user cannot write the workspace (``exec`` and
+        ``session`` call it at start; a runtime calls it before its first ``exec_tool``)."""
+        problem = workspace_write_problem(self.workspace.root, self.tool_user)
+        if problem is not None:
+            self.reporter.warn(WarningKind.WORKSPACE, cause=problem)
+        return problem
+
     def payload(
         self,
         event: Event,
@@ -127,21 +142,36 @@ class HookSession:
         taken = sorted(set(extra) & {"tool_call", "environment_id", "error"})
         if taken:
             raise PayloadError(f"fields cannot set {', '.join(taken)}: the runner writes them")
+        call = ToolCall(tool, dict(args))
+        payload = EventPayload(event, call, self.environment_id, error or None, extra)  # bounded
         for what, value in (("the tool arguments", dict(args)), ("the fields", extra)):
             try:
                 json.dumps(value)
             except (TypeError, ValueError) as exc:
                 raise PayloadError(f"{what} are not JSON: {exc}") from None
-        call = ToolCall(tool, dict(args))
-        return EventPayload(event, call, self.environment_id, error or None, extra)
+        return payload
 
     def pre(
         self, tool: str, args: Mapping[str, Any], *, fields: Mapping[str, Any] | None = None
     ) -> PreDecision:
-        return self.decide(self.payload(Event.PRE, tool, args, fields=fields))
+        try:
+            payload = self.payload(Event.PRE, tool, args, fields=fields)
+        except PayloadRefused as exc:
+            return self.refused(Event.PRE, tool, str(exc))
+        return self.decide(payload)
+
+    def refused(self, event: Event, tool: str, reason: str) -> PreDecision:
+        """A payload beyond ``bounds``: no hook sees it; a pre event is denied with the reason."""
+        self.reporter.input_refused(event.value, reason, blocks=event is Event.PRE)
+        decision = PreDecision(False, reason)
+        if event is Event.PRE:
+            self._report_decision(tool, decision)
+        return decision
 
     def decide(self, payload: EventPayload) -> PreDecision:
         decision = decide_pre(self.config, payload, self._run)
+        if decision.reason is not None:  # a failure's reason quotes a handler's stderr
+            decision = replace(decision, reason=self.reporter.redact(decision.reason))
         self._report_decision(payload.tool_call.name, decision)
         return decision
 
@@ -168,14 +198,26 @@ class HookSession:
         *,
         fields: Mapping[str, Any] | None = None,
     ) -> tuple[HandlerRun, ...]:
-        return self.report(self.payload(Event.POST, tool, args, error, fields))
+        try:
+            payload = self.payload(Event.POST, tool, args, error, fields)
+        except PayloadRefused as exc:
+            self.refused(Event.POST, tool, str(exc))
+            return ()
+        return self.report(payload)
 
     def report(self, payload: EventPayload) -> tuple[HandlerRun, ...]:
         return notify_post(self.config, payload, self._run)
 
     def exec_tool(self, tool: str, args: Mapping[str, Any]) -> ExecResult:
-        """Pre hooks, then the tool unless denied, then post hooks with its error."""
-        decision = self.pre(tool, args)
+        """Pre hooks, then the tool unless denied, then post hooks with its error.
+
+        A payload beyond ``bounds`` is an ``error``: no hook sees it, the tool does not run.
+        """
+        try:
+            payload = self.payload(Event.PRE, tool, args)
+        except PayloadRefused as exc:
+            return self.refused_exec(tool, str(exc))
+        decision = self.decide(payload)
         if not decision.allowed:
             return ExecResult("denied", "", reason=decision.reason, group=decision.group)
         result = run_tool(
@@ -188,6 +230,11 @@ class HookSession:
         )
         self.post(tool, args, result.error)
         return ExecResult("ok" if result.ok else "error", result.output, error=result.error)
+
+    def refused_exec(self, tool: str, reason: str) -> ExecResult:
+        """``exec``'s answer to a payload beyond ``bounds``: an error, the tool not run."""
+        self.refused(Event.PRE, tool, reason)
+        return ExecResult("error", "", error=reason)
 
 
 def parse_event_payload(

@@ -14,6 +14,8 @@ Invariants:
   found, so the CLI can say that a different request was not applied.
 * The private key files are written with mode 0600 (mitmproxy's own umask discipline),
   the directory is 0700.
+* A directory that holds the CA is only read: a read-only mount (a Kubernetes Secret) works.
+  A CA that cannot be created or read raises `CAError`, one line naming the directory.
 """
 
 from __future__ import annotations
@@ -51,17 +53,34 @@ class CA:
     created: bool  # False: an existing CA was kept as it is
 
 
+class CAError(Exception):
+    """The CA directory cannot be read or the CA cannot be created there; says which and why."""
+
+
 def ensure_ca(certs: Path, key_type: KeyType = KeyType.ECDSA) -> CA:
-    """The CA in `certs`, created with `key_type` when there is none."""
-    certs.mkdir(parents=True, exist_ok=True)
-    certs.chmod(0o700)
+    """The CA in `certs`, created with `key_type` when there is none. Raises CAError."""
     existing = certs / CA_KEY_AND_CERT
-    if existing.exists():
-        return CA(certs / CA_CERT, _key_type_of(existing), created=False)
+    try:
+        if existing.exists():  # only read: the directory may be a read-only mount
+            return CA(certs / CA_CERT, _key_type_of(existing), created=False)
+    except (OSError, ValueError) as exc:
+        raise CAError(f"cannot read the CA in {certs}: {_reason(exc)}") from exc
     key = _new_key(key_type)
     cert = _self_signed(key)
-    _write_store(certs, key, cert)
+    try:
+        certs.mkdir(parents=True, exist_ok=True)
+        certs.chmod(0o700)
+        _write_store(certs, key, cert)
+    except OSError as exc:
+        raise CAError(
+            f"cannot create the CA in {certs}: {_reason(exc)} (give --certs a writable "
+            "directory, or one that already holds the CA: `egress-proxy ca --certs DIR`)"
+        ) from exc
     return CA(certs / CA_CERT, key_type, created=True)
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
 
 
 def _new_key(key_type: KeyType) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:

@@ -36,14 +36,18 @@ import yaml
 
 from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
+from common.tokens import shown
 from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.budget import Budget, parse_budget
+from proxy.formats import missing_network
 from proxy.gitpush import GitPolicy, parse_git
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.placeholders import NO_PLACEHOLDERS, Placeholder, PlaceholderIndex, parse_secrets
 from proxy.placeholders import index as placeholder_index
+from proxy.positions import Positions, compose
 from proxy.redact import NO_REDACTION, Redactor
 from proxy.rules import NO_RULES, Rules, parse_rules
+from proxy.secret import Secret, Unresolved
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Report = Callable[[str, str], None]  # (location, message)
@@ -69,10 +73,6 @@ _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 # Shorter referenced parts are not redacted on their own: "1" would mangle every header.
 MIN_REDACTED_LENGTH = 6
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# libyaml's safe loader when PyYAML has it: ~10x faster, which a node proxy reading a
-# thousand sandbox files at start notices (docs/benchmarks.md). A file it refuses is read
-# again by the pure-Python loader, whose error messages the documentation shows.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class PatternKind(Enum):
@@ -80,60 +80,6 @@ class PatternKind(Enum):
     WILDCARD = "wildcard"
     ANY = "any"
     ADDRESS = "address"
-
-
-class Secret:
-    """A transform value. Shows itself as `***` everywhere but `reveal()`.
-
-    `parts` are the values its references resolved to (an environment variable,
-    a file), kept so that an upstream echoing only the token can be redacted too.
-    """
-
-    __slots__ = ("_parts", "_value")
-
-    def __init__(self, value: str, parts: tuple[str, ...] = ()) -> None:
-        self._value = value
-        self._parts = parts
-
-    def reveal(self) -> str:
-        return self._value
-
-    def reveal_all(self) -> tuple[str, ...]:
-        return (self._value, *self._parts)
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
-class Unresolved(Secret):
-    """A transform value whose references were checked but not looked up (`secrets=False`).
-
-    It holds no secret, and `reveal()` raises: such a configuration cannot inject.
-    """
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__("")
-
-    def reveal(self) -> str:
-        raise InvariantError("an unresolved transform value cannot be injected (secrets=False)")
-
-    def reveal_all(self) -> tuple[str, ...]:
-        return ()
-
-    def __repr__(self) -> str:
-        return "Unresolved()"
-
-    __str__ = __repr__
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,16 +135,25 @@ class ConfigError(Exception):
 def load(
     path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *, secrets: bool = True
 ) -> NetworkConfig:
-    """The file at `path`, parsed; `secrets=False` checks references without looking them up."""
+    """The file at `path`, parsed; `secrets=False` checks references without looking them up.
+
+    Every problem is placed at its `file:line:column`."""
     source = str(path)
-    document = read_document(path)
-    if not secrets:
-        return parse(document, source, {}, resolve_secrets=False)
-    return parse(document, source, os.environ if environ is None else environ)
+    document, positions = _read(path)
+    try:
+        if not secrets:
+            return parse(document, source, {}, resolve_secrets=False)
+        return parse(document, source, os.environ if environ is None else environ)
+    except ConfigError as exc:
+        raise _placed(exc, positions) from None
 
 
 def read_document(path: str | os.PathLike[str]) -> Any:
     """The YAML (or JSON) document at `path`, or ConfigError naming the file (and line)."""
+    return _read(path)[0]
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[Any, Positions]:
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -207,16 +162,17 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem(source, "", "cannot read file: not UTF-8 text")]) from exc
     try:
-        try:
-            document = yaml.load(text, Loader=_SAFE_LOADER)
-        except yaml.YAMLError:
-            document = yaml.safe_load(text)  # the pure-Python loader words the error
+        return compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         detail = getattr(exc, "problem", None) or "unreadable"
         raise ConfigError([syntax_problem(source, "YAML", detail, line, column)]) from exc
-    return document
+
+
+def _placed(error: ConfigError, positions: Positions) -> ConfigError:
+    """`error` with each problem at its `file:line:column`."""
+    return ConfigError([positions.place(problem) for problem in error.problems])
 
 
 def parse(
@@ -232,7 +188,7 @@ def parse(
     def report(location: str, message: str) -> None:
         problems.append(Problem(source, location, message))
 
-    network = _network_section(document, report)
+    network = _shorthand(_network_section(document, report))
     found = schema_errors(schema_validator("egress-config", "network"), network)
     by_entry: dict[int, list[Found]] = {}
     for item in found:
@@ -274,6 +230,15 @@ def parse(
     )
 
 
+def _shorthand(network: Any) -> Any:
+    """`allowlist: [github.com, ...]`: a bare string entry is `{domain: github.com}`."""
+    allowlist = network.get("allowlist") if isinstance(network, dict) else None
+    if not isinstance(allowlist, list) or not any(isinstance(e, str) for e in allowlist):
+        return network
+    entries = [{"domain": e} if isinstance(e, str) else e for e in allowlist]
+    return {**network, "allowlist": entries}
+
+
 def _location(path: Sequence[str | int]) -> str:
     """`network.allowlist[3].transform.X-K` for a path inside the network section."""
     text = "network"
@@ -283,14 +248,21 @@ def _location(path: Sequence[str | int]) -> str:
 
 
 def _network_section(document: Any, report: Report) -> Any:
-    """The `network` value (a pasted environment object's too); None when there is none."""
+    """The `network` value (a pasted environment object's too); None when there is none.
+
+    A file without a `network` key is refused: read as an empty allowlist, a misspelt key
+    or the wrong file would silently refuse everything.
+    """
     if document is None:
+        report("", missing_network(document))
         return None
     if not isinstance(document, dict):
         report("", "the file must be a mapping with a 'network' section")
         return None
     if "network" not in document and isinstance(document.get("environment"), dict):
         document = document["environment"]  # a pasted environment object works too
+    if "network" not in document:
+        report("", missing_network(document))
     return document.get("network")
 
 
@@ -304,7 +276,7 @@ def _entry(
     try:
         base = _pattern(raw["domain"])
     except ValueError as exc:
-        report(f"{where}.domain", f"{exc} (got {raw['domain']!r})")
+        report(f"{where}.domain", f"{exc} (got {shown(raw['domain'], 200)})")
         return None
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
@@ -442,7 +414,7 @@ def _transform(
     for header, value in raw.items():
         here = f"{where}.{header}"
         if not isinstance(header, str) or not _TOKEN.fullmatch(header):
-            report(where, f"invalid header name {str(header)!r}")
+            report(where, f"invalid header name {shown(str(header), 200)}")
             ok = False
         elif header.lower() in FORBIDDEN_TRANSFORM_HEADERS:
             report(here, "this header frames or routes the request and cannot be set")

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     PLACEHOLDER_ELSEWHERE = "placeholder_elsewhere"
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
+    UPSTREAM_TLS = "upstream_tls"
 
 
 class Stage(StrEnum):
@@ -111,11 +112,17 @@ MESSAGES: dict[Reason, str] = {
         "(proxy credentials or source address)."
     ),
     Reason.CONNECTION_LIMIT: "This sandbox has as many connections open as it may; retry later.",
+    Reason.UPSTREAM_TLS: (
+        "The TLS handshake with the destination failed: its certificate did not verify "
+        "or it does not speak TLS."
+    ),
 }
 
-# Refusals are 403; a name that does not resolve is a gateway failure, not a policy refusal.
+# Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
+# gateway failure, not a policy refusal; a sandbox at its connection bound is asked to wait.
 STATUS: dict[Reason, int] = {
     Reason.DNS_FAILURE: 502,
+    Reason.UPSTREAM_TLS: 502,
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
 }

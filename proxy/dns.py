@@ -18,7 +18,11 @@ Parsing and building messages is dnspython's; a datagram that does not parse is 
 and counted, and nothing here raises into the event loop. The configuration is reloaded
 on SIGHUP like the proxy's, without its secrets: transform references are checked but
 never looked up, so the responder holds no credential (docs/decisions.md D83).
-Metrics: `egress_dns_queries_total{result}` and `egress_dns_resolve_seconds`.
+Lookups are shared fairly between clients (`proxy.fairness`, keyed by the client's
+address): a client asking for names whose server never answers ties up its own share
+of the resolver, and another client's names are still answered (issue 21).
+Metrics: `egress_dns_queries_total{result}`, `egress_dns_resolve_seconds` and
+`egress_bound_hits_total{bound,outcome}`.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ from common.invariant import InvariantError
 from proxy import config as configuration
 from proxy import sandboxes
 from proxy.config import NetworkConfig, PatternKind
+from proxy.fairness import Bound, ClientKey, Fairness, FairShare, Slots, client_key
 from proxy.hosts import HostError, IPAddress, canonical_name
 from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
+from proxy.resolver import FairResolver
 from proxy.tenancy import Tenancy
 
 log = logging.getLogger("egress.dns")
@@ -55,6 +61,10 @@ TTL_S = 5
 RESOLVE_TIMEOUT_S = 5.0
 MAX_TCP_MESSAGE = 65535
 RESULTS = ("answered", "refused", "failed", "malformed")
+# TCP connections at once, all clients and one client; each lives 10 s without a query.
+TCP_CONNECTIONS = FairShare(256, 16)
+ANY_CLIENT = ClientKey("")  # a query whose sender is not known shares one key
+DEFAULT_FAIRNESS = Fairness()
 
 Resolve = Callable[[str, int], Awaitable[list[IPAddress]]]
 
@@ -75,8 +85,25 @@ class DnsMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
             registry=self.registry,
         )
+        self.bound_hits = Counter(
+            "egress_bound_hits_total",
+            "Times a fair-share bound bit, by bound and outcome (waited or refused).",
+            ["bound", "outcome"],
+            registry=self.registry,
+        )
         for result in RESULTS:
             self.queries.labels(result)
+        for bound in (
+            Bound.DNS_CLIENT,
+            Bound.DNS_TOTAL,
+            Bound.CONNECTIONS_CLIENT,
+            Bound.CONNECTIONS_TOTAL,
+        ):
+            for outcome in ("waited", "refused"):
+                self.bound_hits.labels(bound.value, outcome)
+
+    def hit(self, outcome: str) -> Callable[[Bound], None]:
+        return lambda bound: self.bound_hits.labels(bound.value, outcome).inc()
 
 
 def allowable(policy: Policy, qname: dns.name.Name) -> str | None:
@@ -96,7 +123,9 @@ def allowable(policy: Policy, qname: dns.name.Name) -> str | None:
 class Responder:
     """Turns one query (wire bytes) into one answer (wire bytes), or None to drop it."""
 
-    def __init__(self, policy: Policy, resolve: Resolve, metrics: DnsMetrics) -> None:
+    def __init__(
+        self, policy: Policy, resolve: Resolve | FairResolver, metrics: DnsMetrics
+    ) -> None:
         self.policy = policy
         # A node file's sandboxes (docs/configuration.md#sandboxes): a client address
         # no sandbox claims is refused every name; a claimed one gets its sandbox's names.
@@ -132,7 +161,7 @@ class Responder:
             started = time.monotonic()
             try:
                 async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-                    addresses = await self._resolve(name, 443)
+                    addresses = await self._resolver(_key(client))(name, 443)
             except (OSError, TimeoutError):
                 response.set_rcode(dns.rcode.SERVFAIL)
                 self.metrics.queries.labels("failed").inc()
@@ -147,6 +176,11 @@ class Responder:
                 )
         self.metrics.queries.labels("answered").inc()
         return response.to_wire()
+
+    def _resolver(self, client: ClientKey) -> Resolve:
+        if isinstance(self._resolve, FairResolver):
+            return self._resolve.for_client(client)
+        return self._resolve
 
     def reload(self, config: NetworkConfig) -> None:
         self.policy = Policy(config)
@@ -174,6 +208,11 @@ class _Udp(asyncio.DatagramProtocol):
             self.transport.sendto(wire, addr)
 
 
+def _key(client: IPAddress | None) -> ClientKey:
+    """The client's fair share (`proxy.fairness.client_key`); an unknown sender shares one."""
+    return ANY_CLIENT if client is None else client_key(str(client))
+
+
 def _client(peer: object) -> IPAddress | None:
     if not isinstance(peer, tuple) or not peer:
         return None
@@ -184,9 +223,18 @@ def _client(peer: object) -> IPAddress | None:
 
 
 async def _tcp(
-    responder: Responder, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    responder: Responder,
+    slots: Slots,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
 ) -> None:
     client = _client(writer.get_extra_info("peername"))
+    key = _key(client)
+    bound = slots.try_acquire(key)
+    if bound is not None:  # one client's connections cannot take every descriptor
+        responder.metrics.hit("refused")(bound)
+        writer.close()
+        return
     try:
         while True:
             async with asyncio.timeout(10):
@@ -200,6 +248,7 @@ async def _tcp(
     except (asyncio.IncompleteReadError, TimeoutError, OSError):
         pass
     finally:
+        slots.release(key)
         writer.close()
 
 
@@ -216,8 +265,9 @@ async def serve(
     transport, protocol = await loop.create_datagram_endpoint(
         lambda: _Udp(responder), local_addr=(host, port), family=family
     )
+    slots = Slots(TCP_CONNECTIONS, Bound.CONNECTIONS_CLIENT, Bound.CONNECTIONS_TOTAL)
     server = await asyncio.start_server(
-        lambda r, w: _tcp(responder, r, w), host, port, family=family
+        lambda r, w: _tcp(responder, slots, r, w), host, port, family=family
     )
     log.warning("egress-proxy dns: answering on %s:%d (UDP and TCP)", host, port)
     on_ready()
@@ -230,16 +280,27 @@ async def serve(
             task.cancel()
 
 
-async def run(config_path: str, listen: tuple[str, int], metrics_at: tuple[str, int]) -> int:
+async def run(
+    config_path: str,
+    listen: tuple[str, int],
+    metrics_at: tuple[str, int],
+    fairness: Fairness = DEFAULT_FAIRNESS,
+) -> int:
     """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
     from common.serve import MetricsServer, add_build_info
-    from proxy.resolver import CachingResolver, system_resolve
+    from proxy import resolver
 
     # secrets=False: the responder needs the domains only, never a credential (D83).
     network = configuration.load(config_path, secrets=False)  # ConfigError goes to the CLI
     metrics = DnsMetrics()
     add_build_info(metrics.registry, "egress")
-    responder = Responder(Policy(network), CachingResolver(system_resolve), metrics)
+    share = fairness.dns
+    cache = resolver.CachingResolver(
+        resolver.threaded_resolve(share.total), max_age=TTL_S, negative_age=TTL_S
+    )
+    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, metrics.hit("waited"))
+    fair = FairResolver(cache, slots, cache, metrics.hit("refused"))
+    responder = Responder(Policy(network), fair, metrics)
     section = sandboxes.node_section(config_path)
     directory = None
     if section is not None:

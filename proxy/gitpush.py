@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.decision import Reason
 from proxy.paths import canonical_path, split_target
-from proxy.rules import compile_path
+from proxy.rules import Verdict, compile_path
 
 Report = Callable[[str, str], None]
 
@@ -100,16 +99,16 @@ def smart_http(method: str, target: str) -> GitRequest | None:
     return None
 
 
-def judge_git(policy: GitPolicy, request: GitRequest) -> tuple[Reason, str, PushItem | None]:
+def judge_git(policy: GitPolicy, request: GitRequest) -> tuple[Verdict, str, PushItem | None]:
     """(reason, clause, push item whose refs the command list must match)."""
     if request.service == "git-upload-pack":
         if policy.fetch is None or any(p.fullmatch("/" + request.repo) for p in policy.fetch):
-            return Reason.ALLOWLISTED, "git.fetch", None
-        return Reason.RULE_MISMATCH, "git.fetch", None
+            return Verdict.ALLOW, "git.fetch", None
+        return Verdict.MISMATCH, "git.fetch", None
     for index, item in enumerate(policy.push):
         if item.repo.fullmatch("/" + request.repo):
-            return Reason.ALLOWLISTED, f"git.push[{index}]", item
-    return Reason.GIT_PUSH_DENIED, "git.push", None
+            return Verdict.ALLOW, f"git.push[{index}]", item
+    return Verdict.PUSH_DENIED, "git.push", None
 
 
 def read_commands(body: bytes) -> Commands | str:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,15 +32,22 @@ from cryptography import x509
 
 from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
-from common.logs import JsonLogFormatter, announce
+from common.logs import announce, formatter
 from common.serve import MetricsServer
+from proxy import accepting, lifecycle, limits, optimized, sandboxes, workers
 from proxy import config as configuration
-from proxy import lifecycle, limits, optimized, sandboxes, workers
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
+from proxy.fairness import Bound, Fairness, Slots, within_descriptors
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import CachingResolver, MeasuredResolver, Resolve, system_resolve
+from proxy.resolver import (
+    CachingResolver,
+    FairResolver,
+    MeasuredResolver,
+    Resolve,
+    threaded_resolve,
+)
 from proxy.selfaddr import SelfAddressError, SelfAddresses
 from proxy.tenancy import Tenancy
 from proxy.tenants import Tenants
@@ -67,6 +77,7 @@ class Settings:
     audit_log: str
     upstream_ca: Path | None
     dns_cache_seconds: float = 5.0
+    fairness: Fairness = Fairness()  # the fair-share bounds (docs/configuration.md)
     worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
     ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
@@ -91,9 +102,35 @@ def upstream_trust(certs: Path, extra_ca: Path) -> Path:
         raise LaunchError(
             f"--upstream-ca {extra_ca}: not a readable PEM certificate ({exc})"
         ) from exc
-    bundle = certs / UPSTREAM_TRUST
-    bundle.write_bytes(Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem)
+    content = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem
+    try:
+        bundle = certs / UPSTREAM_TRUST
+        bundle.write_bytes(content)
+    except OSError:  # a read-only CA directory (a mounted Secret): a private one instead
+        bundle = Path(tempfile.mkdtemp(prefix="egress-trust-")) / UPSTREAM_TRUST
+        bundle.write_bytes(content)
     return bundle
+
+
+def refuse_a_taken_port(listen: tuple[str, int]) -> None:
+    """Fail now, in our words, when the proxy port is taken (mitmproxy says so only later).
+
+    Binds and closes a socket with the options the server uses (SO_REUSEADDR), so a port in
+    TIME_WAIT is not refused. Workers share the port (SO_REUSEPORT) and skip this.
+    """
+    host, port = listen
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise LaunchError(
+            f"cannot listen on {format_endpoint(host, port)}: {reason}; choose another "
+            "address with --listen HOST:PORT (make run LISTEN=HOST:PORT)"
+        ) from exc
 
 
 def self_addresses(settings: Settings) -> SelfAddresses:
@@ -111,16 +148,32 @@ def _require_secrets(network: configuration.NetworkConfig) -> None:
 
 
 async def serve(settings: Settings) -> int:
-    from mitmproxy.addons.termlog import TermLog
-
-    from addons.egress import EgressPolicy
-    from addons.limits import Limits
-    from addons.telemetry import CountingAudit, Telemetry
-
+    # What can fail is checked before mitmproxy is imported (seconds on a busy machine).
     network = configuration.load(settings.config_path)  # ConfigError propagates to the CLI
     section = sandboxes.node_section(settings.config_path)  # a node proxy's sandboxes (1.12)
     own = self_addresses(settings)  # resolved once: a reload keeps what the proxy bound
-    ca_cert = ensure_ca(settings.certs, settings.ca_key_type).cert
+    if settings.worker is None:
+        refuse_a_taken_port(settings.listen)
+
+    from mitmproxy.addons.termlog import TermLog
+
+    from addons.connections import Connections
+    from addons.egress import EgressPolicy
+    from addons.limits import Limits
+    from addons.telemetry import CountingAudit, Telemetry
+    from addons.upstream import UpstreamFailures
+
+    ca = ensure_ca(settings.certs, settings.ca_key_type)
+    ca_cert = ca.cert
+    if ca.created and settings.worker in (None, 0):  # a relative --certs elsewhere: a new CA
+        announce(
+            settings.log_format,
+            sys.stderr,
+            "egress-proxy",
+            "egress",
+            f"created a new CA in {settings.certs.resolve()}: sandboxes must trust its "
+            "certificate (--certs is relative to the working directory)",
+        )
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
@@ -137,8 +190,8 @@ async def serve(settings: Settings) -> int:
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
     termlog = TermLog(out=sys.stderr)
-    if settings.log_format == "json":
-        termlog.logger.setFormatter(JsonLogFormatter())
+    # mitmproxy's own lines read like ours: `egress-proxy: message`, or the same JSON fields.
+    termlog.logger.setFormatter(formatter(settings.log_format, "egress-proxy"))
     master.addons.add(termlog)
     options.update(  # after the master: its addons declare most of these options
         mode=[settings.mode],
@@ -169,14 +222,20 @@ async def serve(settings: Settings) -> int:
         metrics.dns_lookups.labels(result).inc()
         metrics.dns_lookup_seconds.observe(seconds)
 
-    resolver: Resolve = MeasuredResolver(system_resolve, on_lookup)
-    if settings.dns_cache_seconds > 0:
-        resolver = CachingResolver(resolver, max_age=settings.dns_cache_seconds)
+    resolver = fair_resolver(settings, metrics, on_lookup)
     _require_secrets(network)
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
-    master.addons.add(Limits(metrics), addon, Telemetry(metrics))
+    connections = within_descriptors(settings.fairness.connections, descriptor_limit())
+    accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
+    master.addons.add(
+        Connections(metrics, connections),
+        Limits(metrics),
+        UpstreamFailures(),  # before the policy addon, whose `error` hook audits
+        addon,
+        Telemetry(metrics),
+    )
     tenants = _tenants(section, policy, addon, metrics)
 
     def apply(fresh: configuration.NetworkConfig) -> None:
@@ -209,6 +268,11 @@ async def serve(settings: Settings) -> int:
         if metrics_server is not None:
             metrics_server.draining.set()
         proxyserver = master.addons.get("proxyserver")
+        in_flight = len(proxyserver.connections) if proxyserver else 0
+        say(
+            f"SIGTERM: draining, new connections refused; {in_flight} open connections "
+            f"get up to {settings.drain_seconds:g} s"
+        )
         drained = lifecycle.drain(
             stop_listening=lambda: options.update(server=False),
             open_connections=lambda: len(proxyserver.connections) if proxyserver else 0,
@@ -216,6 +280,9 @@ async def serve(settings: Settings) -> int:
             grace=settings.drain_seconds,
         )
         tasks.append(loop.create_task(drained, name="drain"))
+
+    def say(message: str) -> None:
+        announce(settings.log_format, sys.stderr, "egress-proxy", "egress", message)
 
     loop.add_signal_handler(signal.SIGHUP, _on_sighup(reload, tenants))
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
@@ -243,6 +310,8 @@ async def serve(settings: Settings) -> int:
         audit.close()
         if metrics_server is not None:
             metrics_server.stop()
+        if settings.worker is None or settings.worker == 0:
+            say("stopped")
     return 0 if ready.is_set() else 1
 
 
@@ -275,6 +344,32 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
     return on_sighup
 
 
+def descriptor_limit() -> int:
+    """The process's soft limit on open descriptors (RLIMIT_NOFILE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def fair_resolver(
+    settings: Settings, metrics: ProxyMetrics, on_lookup: Callable[[str, float], None]
+) -> FairResolver:
+    """The system resolver on threads of its own, shared fairly between clients, behind
+    the answer cache (whose failures are kept as long as its answers)."""
+    share = settings.fairness.dns
+
+    def hit(outcome: str) -> Callable[[Bound], None]:
+        return lambda bound: metrics.bound_hits.labels(bound.value, outcome).inc()
+
+    resolve: Resolve = MeasuredResolver(threaded_resolve(share.total), on_lookup)
+    cache = None
+    if settings.dns_cache_seconds > 0:
+        age = settings.dns_cache_seconds
+        cache = CachingResolver(resolve, max_age=age, negative_age=age)
+        resolve = cache
+    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, hit("waited"))
+    return FairResolver(resolve, slots, cache, hit("refused"))
+
+
 def _engine(name: str) -> tuple[Options, Master]:
     """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
@@ -291,7 +386,12 @@ def _engine(name: str) -> tuple[Options, Master]:
 
 def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
     try:
-        return MetricsServer(settings.metrics, metrics.registry)
+        return MetricsServer(
+            settings.metrics,
+            metrics.registry,
+            max_connections=settings.fairness.metrics_connections,
+            on_refused=metrics.bound_hits.labels(Bound.METRICS_CONNECTIONS.value, "refused").inc,
+        )
     except OSError as exc:
         shown = format_endpoint(*settings.metrics)
         raise LaunchError(f"cannot listen for metrics on {shown}: {exc.strerror}") from exc

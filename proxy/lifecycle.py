@@ -10,6 +10,9 @@
   It watches every file a `${file:...}` reference of the running configuration read
   too (`Reloader.files`), so a rotated secret is re-read without a restart (D115); a
   failed re-read is a refused reload: the last values stay, and it is logged and counted.
+  A change is applied once the file has stayed the same for `SETTLE_S`, so a file
+  written slowly in place is not applied half-written (docs/operations.md: write by
+  rename, which is atomic).
 * `drain` answers SIGTERM: `/healthz` turns 503, the listeners close so no new connection
   is accepted, transfers in flight get `grace` seconds to finish, then the proxy stops.
 * `heartbeat` stamps the time from the event loop every second; the health endpoint
@@ -25,7 +28,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy import config as configuration
@@ -33,6 +36,8 @@ from proxy import config as configuration
 log = logging.getLogger("egress")
 
 WATCH_INTERVAL_S = 1.0
+# A changed file is applied once it has not changed for this long (issue 21).
+SETTLE_S = 2.0
 HEARTBEAT_INTERVAL_S = 1.0
 
 Fingerprint = tuple[str, int, int, int, int] | None
@@ -79,18 +84,31 @@ class Reloader:
         return True
 
 
-async def watch_file(reload: Reloader, interval: float = WATCH_INTERVAL_S) -> None:
-    """Reload whenever the file's, or a secret file's, fingerprint changes; runs until
-    cancelled. A secret file that vanished is a change too: the reload reports it."""
-    seen = reload.fingerprints()
+async def watch_file(
+    reload: Reloader,
+    interval: float = WATCH_INTERVAL_S,
+    settle: float = SETTLE_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Reload once the file's, or a secret file's, fingerprint has changed and then stayed
+    the same for `settle` seconds (a file written in place is not read half-written); runs
+    until cancelled. A secret file that vanished is a change too: the reload reports it."""
+    applied = reload.fingerprints()
+    candidate: tuple[Fingerprint, ...] | None = None
+    since = 0.0
     while True:
-        await asyncio.sleep(interval)
+        await sleep(interval)
         now = reload.fingerprints()
-        if now != seen and now[0] is not None:
-            files = reload.files
+        if now[0] is None or now == applied:
+            candidate = None
+        elif now != candidate:
+            candidate, since = now, clock()  # changed (again): wait for it to settle
+        elif clock() - since >= settle:
+            files, candidate = reload.files, None
             reload("file change")
             # What was read; when the reload changed the set of files, what it now reads.
-            seen = now if reload.files == files else reload.fingerprints()
+            applied = now if reload.files == files else reload.fingerprints()
 
 
 async def heartbeat(stamp: Callable[[float], None], interval: float = HEARTBEAT_INTERVAL_S) -> None:

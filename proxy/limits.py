@@ -20,8 +20,8 @@ import enum
 # Request and response heads, and HTTP/1 trailer blocks: the same 64 KiB that the h2
 # library allows for an HTTP/2 header list (hpack's default max_header_list_size).
 HEAD_LIMIT = 64 * 1024
-# A request head must be complete this long after its first byte (checked as bytes arrive;
-# a connection that sends nothing at all is closed by mitmproxy's tcp_timeout).
+# A request head must be complete this long after its first byte (checked as bytes arrive
+# and by a timer; a connection that sends nothing at all is closed by mitmproxy's tcp_timeout).
 HEAD_TIMEOUT_S = 30.0
 # One WebSocket message is held whole by mitmproxy (for its message hook) until it ends.
 WEBSOCKET_MESSAGE_LIMIT = 16 * 1024 * 1024

@@ -2,7 +2,8 @@
 
 Invariants:
 * Every label value comes from a bounded set: `decision`, `reason` and `stage` from
-  the closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `rule` from
+  the closed enums of `proxy.decision`, `limit` from `proxy.limits.Limit`, `bound` from
+  `proxy.fairness.Bound`, `rule` from
   the operator's allowlist patterns, `result` from a fixed pair. Nothing the sandbox chooses (a host
   name, a path) ever becomes a label value.
 * Each `ProxyMetrics` owns its registry, so tests build their own.
@@ -22,6 +23,7 @@ from prometheus_client import (
 
 from common.serve import add_build_info
 from proxy.decision import DECIDING, REPORTABLE, Reason, Stage
+from proxy.fairness import Bound
 from proxy.limits import Limit
 
 disable_created_metrics()  # `_created` series double the output and answer no operator question
@@ -29,6 +31,7 @@ disable_created_metrics()  # `_created` series double the output and answer no o
 DIRECTIONS = ("upstream", "downstream")
 DNS_RESULTS = ("ok", "failed", "timeout")
 UPSTREAM_ERRORS = ("connect", "tls")
+BOUND_OUTCOMES = ("waited", "refused")
 _DNS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -127,6 +130,16 @@ class ProxyMetrics:
             ["rule", "budget"],
             registry=r,
         )
+        self.bound_hits = Counter(
+            "egress_bound_hits_total",
+            "Times a fair-share bound bit (docs/configuration.md#fair-sharing), by bound and "
+            "outcome: waited (served in turn) or refused (failed at once, or accepting paused).",
+            ["bound", "outcome"],
+            registry=r,
+        )
+        for bound in Bound:
+            for outcome in BOUND_OUTCOMES:
+                self.bound_hits.labels(bound.value, outcome)
         verdicts = [("allow" if r is Reason.ALLOWLISTED else "deny", r) for r in Reason]
         verdicts += [("would_deny", r) for r in REPORTABLE]
         for decision, reason in verdicts:

@@ -19,14 +19,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from proxy.config import Entry, Secret
+from proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
 # (value with references, location) -> the resolved Secret, or None (reported)
-ResolveValue = Callable[[str, str], "Secret | None"]
+ResolveValue = Callable[[str, str], Secret | None]
 
 MIN_PLACEHOLDER_LENGTH = 8
 _PLACEHOLDER = re.compile(r"^[A-Za-z0-9._~-]+$")
@@ -100,7 +99,17 @@ def parse_secrets(
     return tuple(result) if ok else None
 
 
-def index(entries: Sequence[Entry], report: Report) -> PlaceholderIndex:
+class Owner(Protocol):
+    """What `index` reads of an allowlist entry (`proxy.config.Entry`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def secrets(self) -> tuple[Placeholder, ...]: ...
+
+
+def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
     """One matcher for every placeholder; reports one used twice, or inside another."""
     owners: dict[bytes, int] = {}
     where: dict[bytes, str] = {}

@@ -27,8 +27,13 @@ from proxy.config import Entry, NetworkConfig, PatternKind
 from proxy.decision import REPORTABLE, Decision, Reason
 from proxy.hosts import Host, IPAddress
 
+# Methods whose response is the request itself (RFC 9110 9.3.8; TRACK is IIS's spelling).
+ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
+
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 METADATA_NAMES = frozenset({"metadata.google.internal", "metadata"})
+# A bind to these succeeds on Linux, yet they are no address of the host (issue 21).
+NOT_HOST_ADDRESSES = frozenset({AddressClass.BROADCAST, AddressClass.MULTICAST})
 
 
 class Policy:
@@ -190,8 +195,24 @@ class Policy:
         entry names (D22): a CIDR that happens to contain the host opens none of its ports."""
         if (ip, port) in self._self_addresses:
             return True
+        if classify(ip) in NOT_HOST_ADDRESSES:
+            return False  # Linux binds broadcast and multicast too: not the host's own
         if self._is_local is None or not self._is_local(ip):
             return False
         entry = self.entry_for_address(ip)
         network = entry.network if entry is not None else None
         return network is None or network.prefixlen != network.max_prefixlen
+
+
+def refuse_echoing_method(decision: Decision, method: str) -> Decision:
+    """TRACE/TRACK to a host that gets injected credentials is refused (D31).
+
+    The answer to TRACE is the request as the origin received it, credentials included:
+    an echo that no header redaction can be trusted to catch in every encoding.
+    """
+    entry = decision.entry
+    echoes = method.upper() in ECHOING_METHODS
+    credentialled = entry is not None and bool(entry.transform or entry.secrets)
+    if echoes and decision.allowed and credentialled:
+        return Decision.deny(Reason.METHOD_NOT_ALLOWED, entry)
+    return decision

@@ -29,14 +29,10 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from proxy.decision import Decision, Reason
-
 REDACTED = b"[redacted]"
 # A base64 text shorter than this is not redacted on its own: the core of a short secret's
 # encoding at an odd alignment could match unrelated base64 (1 in 64**8 per position).
 MIN_BASE64_CORE = 8
-# Methods whose response is the request itself (RFC 9110 9.3.8; TRACK is IIS's spelling).
-ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
 # The escapes an encoder may put in place of one byte. An echo is decoded each way on its
 # own (percent once, percent twice, JSON), never mixed: `\\%41` and `%2541` each have one
 # meaning per encoder, and a secret may hold `%` or `\\` itself.
@@ -218,17 +214,3 @@ class BodyMatcher:
             if at != -1 and at < best:
                 best, found = at, secret
         return best, found
-
-
-def refuse_echoing_method(decision: Decision, method: str) -> Decision:
-    """TRACE/TRACK to a host that gets injected credentials is refused (D31).
-
-    The answer to TRACE is the request as the origin received it, credentials included:
-    an echo that no header redaction can be trusted to catch in every encoding.
-    """
-    entry = decision.entry
-    echoes = method.upper() in ECHOING_METHODS
-    credentialled = entry is not None and bool(entry.transform or entry.secrets)
-    if echoes and decision.allowed and credentialled:
-        return Decision.deny(Reason.METHOD_NOT_ALLOWED, entry)
-    return decision

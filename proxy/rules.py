@@ -20,13 +20,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.decision import Reason
 from proxy.paths import canonical_path, split_target
 
 Report = Callable[[str, str], None]  # (location, message)
+
+
+class Verdict(StrEnum):
+    """What an entry's rules (or its `git`, proxy.gitpush) say of a request; the request
+    stage turns it into a `Reason` (this module does not import the decision, which
+    imports the configuration that imports this)."""
+
+    ALLOW = "allow"
+    MISMATCH = "mismatch"  # rule_mismatch
+    DENIED = "denied"  # rule_denied
+    AMBIGUOUS = "ambiguous"  # bad_request: a path an upstream could read two ways
+    PUSH_DENIED = "push_denied"  # git_push_denied
+
 
 _METHOD = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
@@ -102,24 +115,24 @@ def _first(
 NO_RULES = Rules()
 
 
-def judge(rules: Rules, method: str, target: str) -> tuple[Reason, str]:
+def judge(rules: Rules, method: str, target: str) -> tuple[Verdict, str]:
     """Whether `rules` admit `method` on the origin-form `target` (the path and query):
     `allowlisted`, `rule_denied`, `rule_mismatch`, or `bad_request` (an ambiguous path),
     with the clause that decided (`rules[1]`, `deny[0]`; "" when none did)."""
     raw_path, raw_query = split_target(target)
     path = canonical_path(raw_path, allow_encoded_slash=rules.allow_encoded_slash)
     if path is None:
-        return Reason.BAD_REQUEST, ""
+        return Verdict.AMBIGUOUS, ""
     query = _query(raw_query) if raw_query else {}
     denied = _first(rules.deny, rules._first_deny, method, path, query)
     if denied is not None:
-        return Reason.RULE_DENIED, f"deny[{denied}]"
+        return Verdict.DENIED, f"deny[{denied}]"
     if rules.allow is None:
-        return Reason.ALLOWLISTED, ""
+        return Verdict.ALLOW, ""
     allowed = _first(rules.allow, rules._first_allow, method, path, query)
     if allowed is not None:
-        return Reason.ALLOWLISTED, f"rules[{allowed}]"
-    return Reason.RULE_MISMATCH, ""
+        return Verdict.ALLOW, f"rules[{allowed}]"
+    return Verdict.MISMATCH, ""
 
 
 def _query(raw: str) -> dict[str, list[str]]:

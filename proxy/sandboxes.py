@@ -277,13 +277,14 @@ def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> lis
     return problems
 
 
-def check_node(path: str | os.PathLike[str]) -> int | None:
+def check_node(path: str | os.PathLike[str], *, secrets: bool = True) -> int | None:
     """`egress-proxy check`: the node's `sandboxes:` section and every file of its directory;
-    the number of sandbox files (None without the section), or ConfigError with every problem."""
+    the number of sandbox files (None without the section), or ConfigError with every problem.
+    `secrets=False` checks tokens and transform values without looking them up."""
     section = node_section(path)
     if section is None:
         return None
-    directory = SandboxDirectory(section.directory)
+    directory = SandboxDirectory(section.directory, secrets=secrets)
     found = directory.scan()
     if found.problems:
         raise ConfigError(list(found.problems))

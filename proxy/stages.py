@@ -34,10 +34,10 @@ from proxy.fields import head_problem
 from proxy.gitpush import PushItem, judge_git, smart_http
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from proxy.paths import canonical_path, split_target
-from proxy.policy import Policy
-from proxy.redact import NO_REDACTION, Redactor, refuse_echoing_method
+from proxy.policy import Policy, refuse_echoing_method
+from proxy.redact import NO_REDACTION, Redactor
 from proxy.resolver import Resolve
-from proxy.rules import judge
+from proxy.rules import Verdict, judge
 from proxy.swap import swap
 from proxy.targets import Location, RequestNames, locate
 
@@ -321,23 +321,24 @@ def decide_rules(
         return Decision.deny(Reason.BAD_REQUEST, entry), None  # no push hides in a spelling
     git = smart_http(method, target) if entry.git is not None else None
     if entry.git is not None and git is not None:
-        reason, clause, item = judge_git(entry.git, git)
-        if reason is Reason.ALLOWLISTED:
+        verdict, clause, item = judge_git(entry.git, git)
+        if verdict is Verdict.ALLOW:
             return replace(decision, clause=clause), item if git.rpc else None
-        if reason is Reason.GIT_PUSH_DENIED:
-            return Decision.deny(reason, entry, clause), None
-        return policy.reported(Decision.deny(reason, entry, clause)), None
+        if verdict is Verdict.PUSH_DENIED:
+            return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
+        return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
     if not entry.rules.active:
         return decision, None
     return _rules(policy, decision, entry, method, target), None
 
 
 def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
-    reason, clause = judge(entry.rules, method, target)
-    if reason is Reason.ALLOWLISTED:
+    verdict, clause = judge(entry.rules, method, target)
+    if verdict is Verdict.ALLOW:
         return replace(decision, clause=clause)
-    if reason is Reason.BAD_REQUEST:
-        return Decision.deny(reason, entry)
+    if verdict is Verdict.AMBIGUOUS:
+        return Decision.deny(Reason.BAD_REQUEST, entry)
+    reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
     return policy.reported(Decision.deny(reason, entry, clause))
 
 

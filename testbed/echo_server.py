@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import gzip
 import json
 import signal
 import socket
@@ -148,6 +149,18 @@ def echo_body(record: dict[str, Any], query: dict[str, list[str]]) -> list[bytes
     return [f"{head}Transfer-Encoding: chunked\r\n\r\n".encode(), *chunks, b"0\r\n\r\n"]
 
 
+def echo_compressed(record: dict[str, Any], query: dict[str, list[str]]) -> bytes:
+    """The echo body gzip-compressed when the request accepts gzip, or always with
+    `force=1` (an upstream that ignores `Accept-Encoding`); identity otherwise."""
+    body = b'{"echoed": "' + header_value(record, query).encode() + b'"}'
+    accepted = ",".join(v for n, v in record["headers"] if n.lower() == "accept-encoding")
+    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    if "gzip" in accepted.lower() or query.get("force", ["0"])[0] == "1":
+        body = gzip.compress(body)
+        head += "Content-Encoding: gzip\r\n"
+    return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
 def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
     extra: list[tuple[str, str]] = []
     parts = urlsplit(record["target"])
@@ -155,6 +168,8 @@ def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
         return echo_location(record, parse_qs(parts.query))
     if parts.path == "/echo-body":
         return echo_body(record, parse_qs(parts.query))
+    if parts.path == "/echo-compressed":
+        return echo_compressed(record, parse_qs(parts.query))
     if parts.path == "/echo-header":
         wanted = parse_qs(parts.query).get("name", [""])[0].lower()
         for name, value in record["headers"]:

@@ -43,6 +43,7 @@ REASONS = frozenset(
         "placeholder_elsewhere",
         "unknown_sandbox",
         "connection_limit",
+        "upstream_tls",
     }
 )
 AUDIT_KEYS = frozenset(

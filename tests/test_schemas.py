@@ -46,7 +46,6 @@ def entry(**fields: Any) -> dict[str, Any]:
 
 
 CONFIG_BOTH_ACCEPT = {
-    "empty file": None,
     "no allowlist": {"network": {}},
     "exact": entry(domain="api.example.com"),
     "wildcard with ports": entry(domain="*.pypi.org", ports=[443, 8443]),
@@ -57,6 +56,9 @@ CONFIG_BOTH_ACCEPT = {
     "pasted environment": {"environment": {"network": {"allowlist": [{"domain": "x.test"}]}}},
 }
 CONFIG_BOTH_REFUSE = {
+    "empty file": None,
+    "no network section": {"netwrok": {"allowlist": []}},
+    "pasted environment without network": {"environment": {}},
     "unknown entry key": entry(domain="a.example.com", comment="x"),
     "unknown network key": {"network": {"allowlst": []}},
     "missing domain": entry(ports=[443]),

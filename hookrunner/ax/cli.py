@@ -25,8 +25,9 @@ import sys
 from typing import Any
 
 from hookrunner.ax.events import parse_event
-from hookrunner.ax.model import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent
+from hookrunner.ax.model import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent, FireResult
 from hookrunner.ax.session import AxSession
+from hookrunner.bounds import PayloadRefused
 from hookrunner.console import emit, read_stdin_json, say
 from hookrunner.errors import HookRunnerError
 from hookrunner.metrics import HookMetrics
@@ -38,7 +39,9 @@ def add_fire_parser(commands: Any) -> None:
     fire = commands.add_parser(
         "fire", help="fire one AX Code / Claude Code lifecycle event (payload on stdin)"
     )
-    fire.add_argument("event", choices=[e.value for e in AxEvent])
+    fire.add_argument(
+        "event", choices=[e.value for e in AxEvent], help="the AX Code / Claude Code event"
+    )
     fire.add_argument("--workspace", default=".", help="workspace directory (default: .)")
     fire.add_argument("--session-id", default="", help="HOOK_SESSION_ID (or session_id on stdin)")
     fire.add_argument(
@@ -99,7 +102,10 @@ def run_fire(args: argparse.Namespace) -> int:
 
 
 def _fire(args: argparse.Namespace) -> int:
-    payload = read_stdin_json(empty_is_object=True)
+    try:
+        payload, refusal = read_stdin_json(empty_is_object=True), None
+    except PayloadRefused as exc:  # beyond the bound: refused, not malformed
+        payload, refusal = None, str(exc)
     session = AxSession(
         args.workspace,
         session_id=args.session_id,
@@ -113,9 +119,8 @@ def _fire(args: argparse.Namespace) -> int:
         log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
     )
     try:
-        inp = parse_event(args.event, payload, session_id=session.session_id)
-        result = session.fire_input(inp)
-        emit(result.to_json(inp.output))
+        result, output = _judge(session, args.event, payload, refusal)
+        emit(result.to_json(output))
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:
@@ -127,3 +132,18 @@ def _fire(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         return CLAUDE_BLOCK
     return 0 if result.allowed else 1
+
+
+def _judge(
+    session: AxSession, event: str, payload: Any, refusal: str | None
+) -> tuple[FireResult, str | None]:
+    """The event's result and the tool output its feedback follows; a payload beyond
+    ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused without a hook."""
+    if refusal is None:
+        try:
+            inp = parse_event(event, payload, session_id=session.session_id)
+        except PayloadRefused as exc:
+            refusal = str(exc)
+        else:
+            return session.fire_input(inp), inp.output
+    return session.refused(AxEvent(event), refusal), None

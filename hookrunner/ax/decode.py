@@ -35,13 +35,16 @@ Legacy entries (no ``protocol``):
 * on ``Stop``, ``SubagentStop`` and ``PreCompact`` (which cannot block, source
   page) an exit 2 or an answer ``{"decision": "block"}`` / ``{"continue":
   false}`` is ignored with a warning; its reason becomes a notice;
-* any other exit does not block (a warning says why).
+* any other failure (another exit status, a timeout, a crash, a missing
+  program) blocks a blocking event only with ``blockOnFailure`` (the entry
+  fails closed, the failure the reason); otherwise it does not block (a
+  warning says why).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hookrunner.ax.eventtable import AxEvent, Output, spec_of
@@ -80,7 +83,7 @@ def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
     if spec_of(event).output is Output.IGNORED:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome.failed)
     if entry.protocol is Protocol.CLAUDE_CODE:
-        return _claude_code(event, result, base)
+        return _claude_code(event, entry, result, base)
     return _legacy(event, entry, result, base)
 
 
@@ -103,21 +106,31 @@ def _legacy(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded
         return base
     if output is Output.DECISION and entry.block_on_failure:
         said = _text(result.stderr) or _text(result.stdout)
-        reason = said or f"Blocked by a {event.value} hook that failed: {base.detail}."
+        blocked = _failed_closed(event, base)
         # A non-zero exit is how a legacy hook blocks on purpose: the decision line says
         # so. A timeout, crash or missing program blocking is worth a warning too.
-        return Decoded(
-            base.outcome,
-            Effect.BLOCK,
-            base.detail,
-            reason=_reason(reason),
-            cause=Cause.BLOCK_ON_FAILURE,
+        return replace(
+            blocked,
+            reason=_reason(said) if said else blocked.reason,
             failed=base.outcome is not Outcome.EXIT_NONZERO,
         )
     return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
 
 
-def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
+def _failed_closed(event: AxEvent, base: Decoded) -> Decoded:
+    """A failed blockOnFailure entry of a blocking event: blocks, the failure the reason."""
+    reason = f"Blocked by a {event.value} hook that failed: {base.detail}."
+    return Decoded(
+        base.outcome,
+        Effect.BLOCK,
+        base.detail,
+        _reason(reason),
+        Cause.BLOCK_ON_FAILURE,
+        failed=True,
+    )
+
+
+def _claude_code(event: AxEvent, entry: AxEntry, result: ProcessResult, base: Decoded) -> Decoded:
     output = spec_of(event).output
     if result.returncode == 2 and base.outcome is Outcome.EXIT_NONZERO:
         stderr = _text(result.stderr)
@@ -138,6 +151,8 @@ def _claude_code(event: AxEvent, result: ProcessResult, base: Decoded) -> Decode
         detail = f"exited with status 2, but {event.value} cannot block; ignored"
         return Decoded(Outcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True)
     if base.outcome is not Outcome.OK:
+        if spec_of(event).blocks and entry.block_on_failure:
+            return _failed_closed(event, base)
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
     if output is Output.DECISION:
         return _decision(event, result)

@@ -6,7 +6,8 @@ checked, in either shape — AX Code's or Claude Code's (``tool``/``tool_name``,
 ``args``/``tool_input``, ``tool_call_id``/``tool_use_id``,
 ``output``/``tool_response``; both names given with different values is an
 error). Every other field is kept in ``extra`` and reaches claude-code
-entries unchanged. A wrong type of a needed field is a ``PayloadError``.
+entries unchanged. A wrong type of a needed field is a ``PayloadError``; a
+payload beyond ``bounds`` is ``bounds.PayloadRefused``.
 * which fields an event reads is its row of ``eventtable``: tool events need a
   tool name (``TOOL_FIELDS``), then the row's own ``fields`` (``prompt`` of
   ``UserPromptSubmit`` is required, ``stop_hook_active`` of ``Stop``...), each
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.clock import utc_timestamp
+from hookrunner import bounds
 from hookrunner.ax.eventtable import AxEvent, EventSpec, Form, Output, spec_of
 from hookrunner.ax.vocabulary import claude_code_input, claude_code_name
 from hookrunner.errors import PayloadError
@@ -107,6 +109,7 @@ def parse_event(
         document = {}
     if not isinstance(document, Mapping):
         raise PayloadError("the payload must be a JSON object")
+    bounds.check(document)  # what every hook receives is made of it
     given = document.get("session_id", session_id)
     if not isinstance(given, str):
         raise PayloadError('"session_id" must be a string')

@@ -33,6 +33,7 @@ DECISION_CAUSES = {
         Cause.MALFORMED_OUTPUT,
         Cause.ASK_HEADLESS,
         Cause.ASK_ON_PROMPT,
+        Cause.INPUT_REFUSED,
     ),
     Verdict.ASK: (Cause.ASK,),
 }

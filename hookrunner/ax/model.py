@@ -68,6 +68,7 @@ class Cause(StrEnum):
     ASK = "ask"  # permissionDecision "ask", handed to the interactive channel
     ASK_HEADLESS = "ask_headless"  # ask refused: no interactive channel
     ASK_ON_PROMPT = "ask_on_prompt"  # ask on UserPromptSubmit: there is no call to confirm
+    INPUT_REFUSED = "input_refused"  # the payload is beyond ``bounds``: no hook saw it
 
 
 @dataclass(frozen=True)

@@ -207,14 +207,6 @@ def entry_notes(
         )
     if block and event not in BLOCKING_EVENTS:
         notes.append(("blockOnFailure", f"has no effect: {event.value} cannot block (ignored)"))
-    elif block and protocol is Protocol.CLAUDE_CODE:
-        notes.append(
-            (
-                "blockOnFailure",
-                "has no effect: claude-code entries block by their exit status and output "
-                "(ignored)",
-            )
-        )
     return notes
 
 

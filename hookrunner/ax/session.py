@@ -49,6 +49,7 @@ from hookrunner.ax.model import (
     Verdict,
 )
 from hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
+from hookrunner.bounds import PayloadRefused
 from hookrunner.command import CancelToken
 from hookrunner.kernel import Kernel
 from hookrunner.metrics import HookMetrics
@@ -109,8 +110,27 @@ class AxSession:
             self._worker.close(timeout)
 
     def fire(self, event: str | AxEvent, payload: Mapping[str, Any] | None = None) -> FireResult:
-        """Fire one event; ``PayloadError`` for an unknown event or a malformed payload."""
-        return self.fire_input(parse_event(str(event), payload, session_id=self.session_id))
+        """Fire one event; ``PayloadError`` for an unknown event or a malformed payload.
+
+        A payload beyond ``bounds`` reaches no hook: an event that can block is denied
+        (cause ``input_refused``), any other runs no hook.
+        """
+        try:
+            inp = parse_event(str(event), payload, session_id=self.session_id)
+        except PayloadRefused as exc:
+            return self.refused(AxEvent(str(event)), str(exc))
+        return self.fire_input(inp)
+
+    def refused(self, event: AxEvent, reason: str) -> FireResult:
+        """The result of an event whose payload is beyond ``bounds``; no hook ran."""
+        blocks = event in BLOCKING_EVENTS
+        self.reporter.input_refused(event.value, reason, blocks=blocks)
+        verdict = Verdict.DENY if blocks else Verdict.ALLOW
+        result = FireResult(event, verdict, Cause.INPUT_REFUSED, reason=reason)
+        if blocks:
+            inp = EventInput(event, self.session_id, "")
+            self._executor.report_decision(inp, result, log=self.log_decisions)
+        return result
 
     def fire_input(self, inp: EventInput) -> FireResult:
         if inp.dropped:

@@ -79,7 +79,7 @@ def test_a_request_head_over_the_bound_gets_431_and_the_connection_closes(
     server = _http1.Http1Server(ctx)
     head = b"GET / HTTP/1.1\r\nX-Long: " + b"a" * 60_000
     out = feed(server, events.Start(), events.DataReceived(ctx.client, head))
-    assert out == []
+    assert [type(c) for c in out] == [commands.RequestWakeup]  # the head's timer
     assert refused == []
     out = feed(server, events.DataReceived(ctx.client, b"a" * 10_000))
     sent, close = out
@@ -182,7 +182,8 @@ def test_a_request_head_not_finished_in_time_gets_408(
     monkeypatch.setattr(limits.time, "monotonic", lambda: next(clock))
     server = _http1.Http1Server(ctx)
     feed(server, events.Start())
-    assert feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n")) == []
+    (timer,) = feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n"))
+    assert isinstance(timer, commands.RequestWakeup)
     assert feed(server, events.DataReceived(ctx.client, b"X-Slow: 1\r\n")) == []  # at the limit
     sent, close = feed(server, events.DataReceived(ctx.client, b"X-Slow: 2\r\n"))
     assert isinstance(sent, commands.SendData)
@@ -190,6 +191,37 @@ def test_a_request_head_not_finished_in_time_gets_408(
     assert sent.data.startswith(b"HTTP/1.1 408 Request Time-out\r\n")
     assert b"\r\nX-Egress-Denied: bad_request\r\n" in sent.data
     assert refused == [Limit.REQUEST_HEAD_TIMEOUT]
+
+
+def test_a_client_that_goes_silent_mid_head_gets_408_when_the_timer_fires(
+    ctx: context.Context, refused: list[Limit], monkeypatch: pytest.MonkeyPatch
+):
+    # issue 21: the deadline was checked only when bytes arrived; a silent client held
+    # its half-sent head until mitmproxy's 600 s timeout.
+    clock = iter([100.0, 100.0 + HEAD_TIMEOUT_S + limits.WAKEUP_MARGIN_S])
+    monkeypatch.setattr(limits.time, "monotonic", lambda: next(clock))
+    server = _http1.Http1Server(ctx)
+    feed(server, events.Start())
+    (timer,) = feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\nHost: a"))
+    assert isinstance(timer, commands.RequestWakeup)
+    assert timer.delay == HEAD_TIMEOUT_S + limits.WAKEUP_MARGIN_S
+    sent, close = feed(server, events.Wakeup(timer))  # nothing more arrived
+    assert isinstance(sent, commands.SendData)
+    assert isinstance(close, commands.CloseConnection)
+    assert sent.data.startswith(b"HTTP/1.1 408 Request Time-out\r\n")
+    assert refused == [Limit.REQUEST_HEAD_TIMEOUT]
+
+
+def test_the_timer_of_a_head_finished_in_time_does_nothing(
+    ctx: context.Context, refused: list[Limit], monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(limits.time, "monotonic", lambda: 100.0)
+    server = _http1.Http1Server(ctx)
+    feed(server, events.Start())
+    (timer,) = feed(server, events.DataReceived(ctx.client, b"GET / HTTP/1.1\r\n"))
+    feed(server, events.DataReceived(ctx.client, b"Host: a.test\r\n\r\n"))
+    assert feed(server, events.Wakeup(timer)) == []
+    assert refused == []
 
 
 def test_a_head_finished_in_time_is_not_refused(

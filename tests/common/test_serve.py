@@ -33,3 +33,34 @@ def test_serves_metrics_on_the_port_it_got() -> None:
         assert f'hookrunner_build_info{{version="{version()}"}} 1.0' in text.splitlines()
     finally:
         server.stop()
+
+
+def test_idle_connections_are_bounded_in_number_and_time() -> None:
+    # issue 21: 150 idle connections held 150 threads and descriptors, without limit.
+    import socket
+
+    refused: list[int] = []
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        CollectorRegistry(),
+        max_connections=2,
+        request_timeout=0.5,
+        on_refused=lambda: refused.append(1),
+    )
+    server.ready.set()
+    server.start()
+    try:
+        idle = [socket.create_connection(server.address, timeout=10) for _ in range(2)]
+        extra = socket.create_connection(server.address, timeout=10)
+        assert extra.recv(1) == b""  # closed at once: both slots are taken
+        extra.close()
+        assert refused == [1]
+        for sock in idle:
+            assert sock.recv(1) == b""  # closed by the server after its request timeout
+            sock.close()
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        url = f"http://{server.address[0]}:{server.address[1]}/healthz"
+        with opener.open(url, timeout=5) as response:
+            assert response.status == 200
+    finally:
+        server.stop()

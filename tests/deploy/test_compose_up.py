@@ -409,10 +409,14 @@ def health_status(container: str) -> str:
 
 
 def test_the_image_runs_with_its_embedded_configuration_and_reports_healthy(stack: Stack) -> None:
-    # No configuration, no volume, no network: the image's defaults alone.
+    # No configuration, no volume, no network: the image's defaults alone (and the demo
+    # token, which the image does not carry).
     name = f"{stack.project}-default"
     run(
-        ["docker", "run", "-d", "--name", name, "--network", "none", "sandbox-egress:0.1.0"],
+        [
+            *("docker", "run", "-d", "--name", name, "--network", "none"),
+            *("-e", "DEMO_API_TOKEN=demo-not-a-real-token", "sandbox-egress:0.1.0"),
+        ],
         timeout=60,
     )
     try:

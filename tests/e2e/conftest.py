@@ -399,18 +399,21 @@ _private_ports = itertools.count()
 def private_proxy(
     harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path
 ) -> Iterator[Callable[..., PrivateProxy]]:
-    """`start(name, config_text, *extra_args)`: a fresh `egress-proxy run` beside the session's,
-    with the session CA and secrets, on ports of its own; stopped when the test ends."""
+    """`start(name, config_text, *extra_args, wrapper=())`: a fresh `egress-proxy run` beside
+    the session's, with the session CA and secrets, on ports of its own, run through
+    `wrapper` (e.g. `prlimit --nofile=256`); stopped when the test ends."""
     started: list[ProxyProcess] = []
 
-    def start(name: str, config_text: str, *extra: str) -> PrivateProxy:
+    def start(
+        name: str, config_text: str, *extra: str, wrapper: tuple[str, ...] = ()
+    ) -> PrivateProxy:
         n = next(_private_ports)
         port, metrics = 8100 + n, 9500 + n
         config = e2e_dir / f"{name}-{n}.yaml"
         config.write_text(config_text)
         process = start_proxy(
             f"{name}-{n}",
-            topology.exec_prefix(topology.ns_proxy),
+            [*topology.exec_prefix(topology.ns_proxy), *wrapper],
             EGRESS_PROXY,
             config,
             ["--listen", f"{topology.proxy_ip}:{port}"]

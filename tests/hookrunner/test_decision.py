@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hookrunner.decision import MAX_REASON_CHARS, near_miss_in_output, parse_decision
-from hookrunner.outcome import Outcome
+from hookrunner.outcome import Classified, Outcome
 
 DENY, ALLOW, NEAR = Outcome.DENY, Outcome.ALLOW, Outcome.NEAR_MISS
 UNREC, UNPARSE, EMPTY = Outcome.UNRECOGNISED, Outcome.UNPARSEABLE, Outcome.EMPTY_OUTPUT
@@ -137,3 +137,8 @@ def test_deeply_nested_output_is_unparseable_not_a_crash() -> None:
 )
 def test_near_miss_in_output_of_a_failed_handler(output: bytes, near: str | None) -> None:
     assert near_miss_in_output(output) == near
+
+
+def test_a_parsed_decision_is_the_one_classified_type() -> None:
+    """One type for what a handler's run came to, whether from its exit or its output."""
+    assert parse_decision(b'{"decision": "allow"}') == Classified(Outcome.ALLOW, "allowed")

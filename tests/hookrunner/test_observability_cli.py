@@ -29,6 +29,7 @@ def test_json_log_lines_healthz_and_build_info(env: Env) -> None:
     env.hooks({"gate": pre_group(rule("read_file", command("echo not-json")))})
     argv = [HOOKRUNNER, "--log-format", "json", "session", "--workspace", str(env.workspace)]
     argv += ["--system-config", str(env.system_config), "--metrics", "127.0.0.1:0"]
+    argv += ["--tool-user", "root"]  # a 0700 workspace: no "cannot write" warning (issue 20)
     process = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,

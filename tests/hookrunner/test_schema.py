@@ -80,7 +80,12 @@ CASES: list[tuple[str, Any, list[tuple[str, str]], int]] = [
     (
         "misspelt event is reported",
         {"g": {"pre_tool_exection": []}},
-        [("$.g.pre_tool_exection", "unknown key in group (ignored)")],
+        [
+            (
+                "$.g.pre_tool_exection",
+                "unknown key in group (ignored); did you mean 'pre_tool_execution'?",
+            )
+        ],
         0,
     ),
     (

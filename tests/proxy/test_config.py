@@ -38,7 +38,11 @@ INVALID = [
         {"network": {"allowlist": [], "denylist": []}},
         "network.denylist: unknown key",
     ),
-    ("entry-not-mapping", entries("a.com"), "network.allowlist[0]: an entry must be a mapping"),
+    (
+        "entry-not-mapping",
+        entries(5),
+        "network.allowlist[0]: an entry must be a domain or a mapping with a 'domain' key",
+    ),
     ("missing-domain", entries({"ports": [443]}), "network.allowlist[0].domain: required"),
     ("empty-domain", entries({"domain": "  "}), "network.allowlist[0].domain: required"),
     ("domain-not-string", entries({"domain": 42}), "network.allowlist[0].domain: required"),
@@ -306,13 +310,35 @@ def test_json_and_pasted_environment_objects_load(tmp_path: Path) -> None:
     assert [e.pattern for e in load(path, ENV).allowlist] == ["*"]
 
 
-@pytest.mark.parametrize("text", ["", "network:\n", "network:\n  allowlist: []\n", "other: 1\n"])
-def test_empty_or_missing_allowlist_is_valid_and_denies_everything(
-    tmp_path: Path, text: str
-) -> None:
+@pytest.mark.parametrize("text", ["network:\n", "network:\n  allowlist: []\n"])
+def test_an_empty_allowlist_is_valid_and_denies_everything(tmp_path: Path, text: str) -> None:
     path = tmp_path / "env.yaml"
     path.write_text(text)
     assert load(path, ENV).allowlist == ()
+
+
+NO_NETWORK_SECTION = "no 'network' section (write `network: {allowlist: []}` to refuse everything)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", f"the file is empty: {NO_NETWORK_SECTION}"),
+        ("other: 1\n", f":1:1: {NO_NETWORK_SECTION}"),
+        ("environment: {}\n", f":1:1: {NO_NETWORK_SECTION}"),
+        ("Network: {}\n", ":1:1: no 'network' section; did you mean 'network' (not 'Network')?"),
+    ],
+)
+def test_a_file_without_a_network_section_is_refused(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """Read as an empty allowlist, a misspelt key would silently refuse everything."""
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(path, ENV)
+    separator = "" if expected.startswith(":") else ": "
+    assert [str(p) for p in info.value.problems] == [f"{path}{separator}{expected}"]
 
 
 def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
@@ -354,7 +380,7 @@ SECRET_CARRYING = {  # a bad entry or field that holds a secret-looking value
     "value a list": entries({"domain": "a.com", "transform": {"X-K": [SECRET]}}),
     "transform a list": entries({"domain": "a.com", "transform": [SECRET]}),
     "entry with an unknown key": entries({"domain": "a.com", "token": SECRET}),
-    "entry a string": entries(SECRET),
+    "entry a string": entries(f"Bearer {SECRET}"),  # a bare domain string: it is not one
     "port a string": entries({"domain": "a.com", "ports": [SECRET]}),
     "ports a string": entries({"domain": "a.com", "ports": SECRET}),
     "flag a string": entries({"domain": "a.com", "passthrough": SECRET}),

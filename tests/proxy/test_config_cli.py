@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from proxy.config import load
 from proxy.hosts import IPAddress
 from proxy.policy import Policy
@@ -19,9 +21,13 @@ EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 SECRET = "tok-9b2e4f-never-print-me"
 
 
-def check(path: Path) -> subprocess.CompletedProcess[str]:
+REPO = Path(__file__).resolve().parents[2]
+PASTED = "sk-ant-api03-" + "Zx9" * 12  # the shape of an Anthropic key; never printed
+
+
+def check(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(EGRESS_PROXY), "check", str(path)],
+        [str(EGRESS_PROXY), "check", *options, str(path)],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin"},
@@ -53,12 +59,12 @@ def test_secrets_pasted_in_the_wrong_field_are_not_printed(tmp_path: Path) -> No
     result = check(path)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
-        f"error: {path}: network.token: unknown key (expected: allowlist, report_only)",
-        f"error: {path}: network.allowlist[0].ports[0]: port must be an integer in 1-65535",
-        f"error: {path}: network.allowlist[1].transform.X-Key: value must be a string",
-        f"error: {path}: network.allowlist[2]: unknown key 'token' (expected: allow_encoded_slash, "
-        "allow_plaintext, budget, deny, domain, git, passthrough, ports, report_only, rules, "
-        "secrets, transform)",
+        f"error: {path}:6:3: network.token: unknown key (expected: allowlist, report_only)",
+        f"error: {path}:3:35: network.allowlist[0].ports[0]: port must be an integer in 1-65535",
+        f"error: {path}:4:39: network.allowlist[1].transform.X-Key: value must be a string",
+        f"error: {path}:5:7: network.allowlist[2]: unknown key 'token' (expected: "
+        "allow_encoded_slash, allow_plaintext, budget, deny, domain, git, passthrough, ports, "
+        "report_only, rules, secrets, transform)",
     ]
 
 
@@ -87,3 +93,129 @@ def test_the_agent_example_checks_and_says_what_it_means() -> None:
     hf = policy.config.allowlist[1]
     assert hf.budget is not None and hf.budget.upload is not None
     assert (hf.budget.upload.amount, hf.budget.upload.window_s) == (100 * 1024**2, 86400)
+
+
+NOT_AN_ENVIRONMENT_FILE = {
+    "misspelt section": (
+        "netwrok:\n  allowlist: []\n",
+        "{path}:1:1: no 'network' section; did you mean 'network' (not 'netwrok')?",
+    ),
+    "empty file": (
+        "",
+        "{path}: the file is empty: no 'network' section "
+        "(write `network: {{allowlist: []}}` to refuse everything)",
+    ),
+    "claude code settings": (
+        '{"permissions": {"allow": ["Bash(ls)"]}, "hooks": {}}\n',
+        "{path}:1:1: no 'network' section (write `network: {{allowlist: []}}` to refuse "
+        "everything); this looks like a Claude Code settings file, which the hook runner "
+        "reads (`hookrunner fire`), not the proxy",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_AN_ENVIRONMENT_FILE))
+def test_a_file_without_a_network_section_fails_the_check(tmp_path: Path, case: str) -> None:
+    text, expected = NOT_AN_ENVIRONMENT_FILE[case]
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    result = check(path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "error: " + expected.format(path=path) + "\n"
+
+
+def test_every_problem_names_its_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n"
+        "  allowlist:\n"
+        "    - domain: a.example\n"
+        "      port: [443]\n"
+        "    - domain: 'bad host'\n"
+        "  alowlist: []\n"
+    )
+    result = check(path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        f"error: {path}:6:3: network.alowlist: unknown key (expected: allowlist, report_only); "
+        "did you mean 'allowlist'?",
+        f"error: {path}:3:7: network.allowlist[0]: unknown key 'port' (expected: "
+        "allow_encoded_slash, allow_plaintext, budget, deny, domain, git, passthrough, ports, "
+        "report_only, rules, secrets, transform); did you mean 'ports'?",
+        f"error: {path}:5:7: network.allowlist[1].domain: invalid host: whitespace or control "
+        "character not allowed (got 'bad host')",
+    ]
+
+
+def test_no_secrets_checks_the_shipped_default_without_its_token() -> None:
+    default = REPO / "config" / "default.yaml"
+    assert check(default).returncode == 1  # DEMO_API_TOKEN is not in the environment
+    result = check(default, "--no-secrets")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (
+        f"{default}: ok, 5 allowlist entries (references not looked up: --no-secrets)\n"
+    )
+
+
+def test_no_secrets_still_refuses_what_needs_no_secret(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n  allowlist:\n    - {domain: a.example, transform: {X-Key: '${bad name}'}}\n"
+    )
+    result = check(path, "--no-secrets")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {path}:3:39: network.allowlist[0].transform.X-Key: invalid reference "
+        "${bad name} (expected ${NAME} or ${file:/path})\n"
+    )
+
+
+def test_a_pasted_credential_is_never_echoed(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n"
+        "  allowlist:\n"
+        f"    - domain: 'Bearer {PASTED}'\n"
+        f"    - {{domain: a.example, {PASTED}: x}}\n"
+        f"    - {{domain: b.example, transform: {{'Bearer {PASTED}': x}}}}\n"
+        f"  {PASTED}: 1\n"
+    )
+    result = check(path)
+    assert result.returncode == 1
+    assert PASTED not in result.stderr and "Zx9Zx9" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: {path}:6:3: network.<key not shown>: unknown key (expected: allowlist, "
+        "report_only)",
+        f"error: {path}:3:7: network.allowlist[0].domain: invalid host: whitespace or control "
+        "character not allowed (got <not shown: a credential (bearer-credential)>)",
+        f"error: {path}:4:7: network.allowlist[1]: unknown key <not shown: a credential "
+        "(openai-or-anthropic-key)> (expected: allow_encoded_slash, allow_plaintext, budget, "
+        "deny, domain, git, passthrough, ports, report_only, rules, secrets, transform)",
+        f"error: {path}:5:27: network.allowlist[2].transform: invalid header name "
+        "<not shown: a credential (bearer-credential)>",
+    ]
+
+
+def test_a_literal_credential_in_a_transform_is_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n"
+        "  allowlist:\n"
+        "    - domain: api.example\n"
+        "      transform:\n"
+        f"        X-Api-Key: {PASTED}\n"
+        "        Authorization: Bearer ${TOKEN}\n"
+    )
+    result = subprocess.run(
+        [str(EGRESS_PROXY), "check", str(path)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "TOKEN": "t0ken"},
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (0, f"{path}: ok, 1 allowlist entries\n")
+    assert result.stderr == (
+        f"warning: {path}:5:9: network.allowlist[0].transform.X-Api-Key: a literal "
+        "openai-or-anthropic-key credential: the file is now a secret; put it in the "
+        "environment or a file and write ${NAME} or ${file:/path}\n"
+    )

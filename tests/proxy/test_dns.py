@@ -200,7 +200,7 @@ import ipaddress, sys
 import proxy.resolver
 async def table(name, port):
     return [ipaddress.ip_address("203.0.113.7")] if name == "api.example.com" else []
-proxy.resolver.system_resolve = table
+proxy.resolver.threaded_resolve = lambda threads: table
 from proxy.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -259,3 +259,31 @@ def test_the_command_answers_without_the_secrets_its_transforms_reference(
         assert child.wait(10) == 0
     stderr = child.stderr.read().decode() if child.stderr else ""
     assert "refused" not in stderr
+
+
+def test_one_client_cannot_hold_every_tcp_connection(dns_server: Running):
+    # issue 21: idle TCP connections of one client were held without limit (10 s each).
+    from proxy.dns import TCP_CONNECTIONS
+
+    idle = [
+        socket.create_connection(("127.0.0.1", dns_server.port), timeout=5)
+        for _ in range(TCP_CONNECTIONS.per_client)
+    ]
+    try:
+        with socket.create_connection(("127.0.0.1", dns_server.port), timeout=5) as extra:
+            assert extra.recv(1) == b""  # closed at once
+        refused = dns_server.metrics.registry.get_sample_value(
+            "egress_bound_hits_total", {"bound": "connections_per_client", "outcome": "refused"}
+        )
+        assert refused == 1.0
+    finally:
+        for sock in idle:
+            sock.close()
+    # A closed connection gives its slot back: the same client is served over TCP again.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert addresses(ask(dns_server, "api.example.com", tcp=True)) == ["203.0.113.7"]
+            break
+        except (EOFError, ConnectionError):
+            assert time.monotonic() < deadline  # the server has not seen the closes yet

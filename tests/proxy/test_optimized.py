@@ -23,7 +23,7 @@ from testbed import procs
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION = ("proxy", "addons", "hookrunner", "common")
 CONSOLE_SCRIPT = Path(sys.executable).parent / "egress-proxy"
-CONFIG = "allowlist:\n  - host: api.example.test\n"
+CONFIG = "network:\n  allowlist:\n    - domain: api.example.test\n"
 
 
 def _asserts(folder: str) -> Iterator[str]:

@@ -213,3 +213,27 @@ def test_lookup_does_not_scan_the_allowlist() -> None:
     assert decide(policy, "a.b.zone4998.example.net").entry.pattern == "*.zone4998.example.net"  # type: ignore[union-attr]
     assert decide(policy, "zone4998.example.net").reason is Reason.NOT_ALLOWLISTED
     assert len(policy._lengths[4]) == 1  # one prefix length probed, whatever the entry count
+
+
+def _bindable(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Linux lets a socket bind 255.255.255.255 and multicast groups: the kernel's
+    `is_local` answer for them is yes, though they are no address of the host (issue 21)."""
+    return str(ip) in {"255.255.255.255", "224.0.0.1", "198.18.1.2"}
+
+
+KERNEL_BINDABLE = [
+    ("broadcast-literal", "255.255.255.255", Reason.INTERNAL_ADDRESS),
+    ("broadcast-mapped", "::ffff:255.255.255.255", Reason.INTERNAL_ADDRESS),
+    ("multicast-literal", "224.0.0.1", Reason.INTERNAL_ADDRESS),
+    ("own-host-address", "198.18.1.2", Reason.LOOPBACK),
+]
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"), [c[1:] for c in KERNEL_BINDABLE], ids=[c[0] for c in KERNEL_BINDABLE]
+)
+def test_bindable_broadcast_is_internal_not_loopback(host: str, reason: Reason) -> None:
+    policy = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "e", ENV), (), _bindable)
+    assert decide(policy, host, 80).reason is reason
+    allowed = decide(policy, "name.example", 80)
+    assert policy.pick_address(allowed, [ipaddress.ip_address(host)], 80)[0].reason is reason

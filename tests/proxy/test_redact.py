@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from proxy.config import Entry, PatternKind, Secret, Transform
 from proxy.decision import Decision, Reason
-from proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask, refuse_echoing_method
+from proxy.policy import refuse_echoing_method
+from proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask
 
 SECRET = "Zx9/k+Q=tok en"  # the bytes an encoder changes: / + = and a space
 R = Redactor.build((SECRET.encode(),))

@@ -67,7 +67,9 @@ SANDBOX_PROBLEMS = [
     (
         "unknown-key",
         {"network": {}, "tokne": "x"},
-        ["sbx.yaml: tokne: unknown key (expected: addresses, class, network, token)"],
+        [
+            "sbx.yaml: tokne: unknown key (expected: addresses, class, network, token); did you mean 'token'?"
+        ],
     ),
     (
         "entry-located",

@@ -229,28 +229,26 @@ def log_bash_commands(ctx: Context) -> int:
 
 
 def format_after_edit(ctx: Context) -> int:
-    import subprocess
-
     from hookrunner.ax.packs import formatters, testruns
 
     notes = []
+    run_as = formatters.who_formats(ctx.environ, os.geteuid())
+    if isinstance(run_as, str):
+        sys.stdout.write(f"[format-after-edit] {run_as}\n")
+        return 0
     for name in testruns.edited_paths(ctx.args):
         path = os.path.realpath(os.path.join(ctx.workspace, name))
         inside = path.startswith(ctx.workspace.rstrip("/") + "/")
         if not inside or not os.path.isfile(path):
             continue
-        found = formatters.find_formatter(path, ctx.workspace, ctx.environ.get("PATH"))
+        found = formatters.find_formatter(path, ctx.workspace, ctx.environ.get("PATH"), run_as)
         if found is None:
             continue
         formatter, executable = found
         shown = os.path.relpath(path, ctx.workspace)
         before = _read_bytes(path)
-        done = subprocess.run(
-            formatter.argv(executable, path),
-            cwd=ctx.workspace,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=FORMAT_TIMEOUT,
+        done = formatters.run_formatter(
+            formatter.argv(executable, path), ctx.workspace, run_as, FORMAT_TIMEOUT
         )
         if done.returncode != 0:
             error = done.stderr.decode("utf-8", errors="replace").strip().splitlines()

@@ -218,6 +218,48 @@ def test_legacy_decoding(
     )
 
 
+# Issue 20: blockOnFailure makes a claude-code entry fail closed too (it was half of it:
+# a malformed answer blocked, a crash, a timeout or a missing program let the call through).
+CLAUDE_CODE_FAIL_CLOSED = [
+    # (name, event, blockOnFailure, process, outcome, effect, reason)
+    ("exit 1 continues without blockOnFailure", PRE, False, process(1, "", "boom"),
+     Outcome.EXIT_NONZERO, Effect.CONTINUE, None),
+    ("exit 1 blocks with blockOnFailure", PRE, True, process(1, "", "Traceback ...\nRecursionError"),
+     Outcome.EXIT_NONZERO, Effect.BLOCK,
+     "Blocked by a PreToolUse hook that failed: exited with status 1 (stderr: 'Traceback ...')."),
+    ("timeout blocks", PROMPT, True, process(None, timed_out=True), Outcome.TIMEOUT, Effect.BLOCK,
+     "Blocked by a UserPromptSubmit hook that failed: did not finish within 30 s; "
+     "its process group was killed."),
+    ("missing program blocks", PRE, True, process(127), Outcome.NOT_FOUND, Effect.BLOCK,
+     "Blocked by a PreToolUse hook that failed: exited with status 127."),
+    ("crash blocks", PRE, True, process(-11), Outcome.CRASHED, Effect.BLOCK,
+     "Blocked by a PreToolUse hook that failed: killed by SIGSEGV."),
+    ("exit 2 is still its own block", PRE, True, process(2, "", "no"), Outcome.EXIT_2, Effect.BLOCK,
+     "no"),
+    ("an allow still allows", PRE, True, process(0, answer(permissionDecision="allow")),
+     Outcome.ALLOW, Effect.CONTINUE, None),
+    ("PostToolUse cannot block", POST, True, process(1), Outcome.EXIT_NONZERO, Effect.CONTINUE, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "block", "result", "outcome", "effect", "reason"), CLAUDE_CODE_FAIL_CLOSED
+)
+def test_claude_code_block_on_failure(
+    name: str,
+    event: AxEvent,
+    block: bool,
+    result: ProcessResult,
+    outcome: Outcome,
+    effect: Effect,
+    reason: str | None,
+) -> None:
+    decoded = decode(event, ax_entry(event, block=block), result)
+    assert (decoded.outcome, decoded.effect, decoded.reason) == (outcome, effect, reason)
+    if effect is Effect.BLOCK and outcome is not Outcome.EXIT_2:
+        assert (decoded.cause, decoded.failed) == (Cause.BLOCK_ON_FAILURE, True)
+
+
 FEEDBACK = [
     # (name, protocol, process, feedback)
     ("legacy: trimmed stdout of exit 0", Protocol.LEGACY, process(0, "\n  formatted a.py \n"), "formatted a.py"),

@@ -8,7 +8,7 @@ import pytest
 
 from hookrunner.ax.packs import envfiles, git, testruns
 from hookrunner.ax.packs.commands import read_script
-from hookrunner.ax.packs.formatters import find_formatter
+from hookrunner.ax.packs.formatters import RunAs, find_formatter
 
 SHELL_CASES = [
     # (name, text, [argv...], complete)
@@ -320,6 +320,8 @@ def test_formatter_lookup_needs_an_installed_program(tmp_path: Path) -> None:
     local.parent.mkdir(parents=True)
     local.write_text("#!/bin/sh\n")
     local.chmod(0o755)
-    found = find_formatter("app.ts", str(tmp_path), str(bin_dir))
+    # The workspace's own prettier only when it runs as the tool user (issue 20).
+    assert find_formatter("app.ts", str(tmp_path), str(bin_dir)) is None
+    found = find_formatter("app.ts", str(tmp_path), str(bin_dir), RunAs(65534, 65534))
     assert found is not None
     assert found[1] == str(local)

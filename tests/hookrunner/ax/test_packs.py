@@ -134,7 +134,9 @@ def _fake_formatter(ax: AxEnv, name: str, body: str) -> str:
 
 
 def post_edit(ax: AxEnv, path: str, environ: dict[str, str]):
-    session = ax.session(environ=environ)
+    # The tool user is the runner's own (these workspaces are 0700): formatters run as it.
+    # Running them as another tool user is tests/hookrunner/ax/test_formatter_user.py.
+    session = ax.session(environ={"HOOKRUNNER_TOOL_USER": "root", **environ})
     return session.fire(
         "PostToolUse", {"tool": "write", "args": {"filePath": path}, "output": "Wrote file."}
     )

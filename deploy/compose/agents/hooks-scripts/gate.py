@@ -1,6 +1,7 @@
 """Example security gate: deny `code_execution` that deletes recursively with force.
 
-Reads the pre_tool_execution payload on stdin; prints a deny, or nothing (allow).
+Reads the pre_tool_execution payload on stdin; prints a deny, or {"decision": "allow"}: a gate
+that prints nothing still allows, but every such call is logged as a fail-open warning.
 """
 
 import json
@@ -14,3 +15,5 @@ code = str(payload.get("tool_call", {}).get("args", {}).get("code", ""))
 if DESTRUCTIVE.search(code):
     reason = "Destructive command blocked by security gate."
     print(json.dumps({"decision": "deny", "reason": reason}))
+else:
+    print(json.dumps({"decision": "allow"}))

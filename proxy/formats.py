@@ -1,0 +1,46 @@
+"""Files people bring instead of an environment file: what they are, said in one line.
+
+A file without a `network` section is refused (a deny-all by mistake is the quietest
+failure there is); the message names the section, a close misspelling of it, and the
+other tools' files that are mistaken for ours (docs/configuration.md#other-formats).
+
+Invariant: a message names keys of the file, never a value; a key that looks like a
+credential is not named either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from common.problems import Problem, did_you_mean
+
+# Top-level keys of a Claude Code settings file (code.claude.com/docs/en/settings).
+CLAUDE_CODE_KEYS = frozenset(
+    {"permissions", "hooks", "env", "model", "apiKeyHelper", "sandbox", "enabledPlugins"}
+)
+NO_SECTION = "no 'network' section (write `network: {allowlist: []}` to refuse everything)"
+
+
+def missing_network(document: Any) -> str:
+    """Why a document without `network` is refused, with the likeliest cause."""
+    if document is None:
+        return f"the file is empty: {NO_SECTION}"
+    keys = [key for key in document if isinstance(key, str)]
+    for key in keys:
+        if did_you_mean(key, ["network"]):
+            return f"no 'network' section; did you mean 'network' (not {key!r})?"
+    if CLAUDE_CODE_KEYS.intersection(keys):
+        return (
+            f"{NO_SECTION}; this looks like a Claude Code settings file, which the hook "
+            "runner reads (`hookrunner fire`), not the proxy"
+        )
+    return NO_SECTION
+
+
+def hinted(problem: Problem) -> Problem:
+    """`problem`, with the importer named when it is another tool's key (sandbox-runtime's)."""
+    if problem.location in ("network.allowedDomains", "network.deniedDomains"):
+        hint = "; a sandbox-runtime settings file? `egress-proxy import --from sandbox-runtime`"
+        return dataclasses.replace(problem, message=problem.message + hint)
+    return problem

@@ -1,0 +1,89 @@
+"""An upstream TLS failure becomes the project's refusal (addons/upstream.py), with
+mitmproxy's test flows; end to end in tests/e2e/test_upstream_tls_e2e.py."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from mitmproxy.proxy.layers.http import DropStream, SendHttp
+from mitmproxy.proxy.layers.http._events import (
+    ErrorCode,
+    ResponseData,
+    ResponseEndOfMessage,
+    ResponseHeaders,
+    ResponseProtocolError,
+)
+from mitmproxy.test import tflow
+
+from addons import upstream
+from addons.shared import FLOW_KEY, FlowState
+from proxy.config import parse
+from proxy.decision import Decision, Reason
+
+ENTRY = parse({"network": {"allowlist": [{"domain": "*.test"}]}}, "e.yaml", {}).allowlist[0]
+
+
+def failed_flow(failures: upstream.UpstreamFailures, allowed: bool = True) -> Any:
+    flow = tflow.tflow()
+    flow.response = None
+    decision = Decision.allow(ENTRY) if allowed else Decision.deny(Reason.NOT_ALLOWLISTED)
+    flow.metadata[FLOW_KEY] = FlowState(decision, "api.test")
+    data = SimpleNamespace(
+        context=SimpleNamespace(client=flow.client_conn),
+        conn=SimpleNamespace(error="Certificate verify failed: unable to get local issuer"),
+    )
+    failures.tls_failed_server(data)  # type: ignore[arg-type]
+    return flow
+
+
+def test_a_failed_handshake_turns_the_request_into_upstream_tls() -> None:
+    failures = upstream.UpstreamFailures()
+    flow = failed_flow(failures)
+    failures.error(flow)
+    state = flow.metadata[FLOW_KEY]
+    assert (state.decision.verdict, state.decision.reason) == ("deny", Reason.UPSTREAM_TLS)
+    assert flow.response.status_code == 502
+    assert flow.response.headers["X-Egress-Denied"] == "upstream_tls"
+    assert json.loads(flow.response.content)["host"] == "api.test"
+    assert flow.metadata[upstream.REFUSAL_KEY] is flow.response
+
+
+def test_other_failures_and_refusals_are_left_alone() -> None:
+    failures = upstream.UpstreamFailures()
+    refused = failed_flow(failures, allowed=False)
+    failures.error(refused)
+    assert refused.response is None
+    unrelated = tflow.tflow()
+    unrelated.response = None
+    unrelated.metadata[FLOW_KEY] = FlowState(Decision.allow(ENTRY), "api.test")
+    failures.error(unrelated)  # no handshake failed on its connection
+    assert unrelated.response is None
+    failures.client_disconnected(unrelated.client_conn)
+
+
+def test_the_error_mitmproxy_would_send_is_replaced_by_the_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    failures = upstream.UpstreamFailures()
+    flow = failed_flow(failures)
+    failures.error(flow)
+    client = flow.client_conn
+    event = ResponseProtocolError(1, "Certificate verify failed", ErrorCode.CONNECT_FAILED)
+
+    def original(self: object, evt: ResponseProtocolError) -> Any:
+        yield SendHttp(evt, client)
+        yield DropStream(1)
+
+    monkeypatch.setattr(upstream, "_original", original)
+    stream = SimpleNamespace(flow=flow, stream_id=1, context=SimpleNamespace(client=client))
+    sent = list(upstream._readable(stream, event))  # type: ignore[arg-type]
+    assert [type(c.event) if isinstance(c, SendHttp) else type(c) for c in sent] == [
+        ResponseHeaders,
+        ResponseData,
+        ResponseEndOfMessage,
+        DropStream,
+    ]
+    assert sent[0].event.response is flow.response
