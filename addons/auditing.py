@@ -59,6 +59,7 @@ def record(
         decision=decision.verdict,
         reason=decision.reason.value,
         rule=decision.entry.pattern if decision.entry else None,
+        clause=decision.clause or None,
         injected=injected,
         status=status,
         bytes_sent=sent,

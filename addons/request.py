@@ -19,11 +19,13 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from addons import budget, gitpush
 from addons.limits import body_follows
 from addons.refusal import refusal_response
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from addons.targets import origin_form, request_names, upstream_sni
 from addons.workarounds import hang_up
+from proxy.budget import Admission
 from proxy.decision import Decision, Reason, Stage
 from proxy.fields import fields_problem
 from proxy.limits import Limit
@@ -45,6 +47,7 @@ class Requests:
         shared, request = self.shared, flow.request
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
         flow.metadata[FLOW_KEY] = state
+        admission = Admission(True)
         with shared.failclosed(Stage.REQUEST):
             facts = shared.facts(flow.client_conn)
             ask = RequestAsk(
@@ -57,11 +60,25 @@ class Requests:
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
             state.host = answer.host
+            decided, admission = budget.admit(
+                shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
+            )
+            if not decided.allowed:
+                answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
+            if answer.push is not None and state.decision.allowed:
+                held = gitpush.hold(request, state, answer.push)
+                state.decision = held or state.decision
+                if held is None:
+                    return  # decided and counted once its command list is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
-            flow.request.stream = counter(state, "bytes_sent")
+            count = counter(state, "bytes_sent")
+            sandbox = shared.facts(flow.client_conn).sandbox
+            flow.request.stream = budget.metered(
+                shared.budgets, shared.metrics, flow, state, count, sandbox
+            )
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
@@ -73,6 +90,8 @@ class Requests:
                 asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
         else:
             flow.response = refusal_response(state.decision, state.host, flow.request.method)
+            if admission.retry_after_s:
+                flow.response.headers["Retry-After"] = str(admission.retry_after_s)
 
     def _apply(self, flow: http.HTTPFlow, state: FlowState, answer: RequestAnswer) -> None:
         request, location = flow.request, answer.location
@@ -101,11 +120,33 @@ class Requests:
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """Request trailers arrive after the body streamed, too late for a refusal: a trailer
+        """A held git push is judged on its command list (`addons.gitpush`). Request
+        trailers arrive after the body streamed, too late for a refusal: a trailer
         block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        state = flow.metadata.get(FLOW_KEY)
+        if isinstance(state, FlowState) and state.push is not None:
+            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+            with self.shared.failclosed(Stage.REQUEST):
+                state.decision = gitpush.judge(flow, state, decided)
+            self.shared.count(Stage.REQUEST, state.decision)
+            if not state.decision.allowed:
+                state.injected, state.redactions = (), NO_REDACTION
+                state.refused_here = True
+                if flow.response is None and flow.error is None:
+                    flow.kill()
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+
+def announced(flow: http.HTTPFlow) -> int | None:
+    """The request body's announced size for a budget: 0 without a body, None unknown."""
+    if not body_follows(flow):
+        return 0
+    size = body_size(flow.request, True)
+    return (
+        None if size > REFUSED_BODY_LIMIT and "content-length" not in flow.request.headers else size
+    )
 
 
 def body_size(request: http.Request, follows: bool) -> int:

@@ -18,8 +18,10 @@ from addons.auditing import Where, address_text, record
 from addons.failclosed import failclosed
 from addons.pinning import Pinning
 from proxy.audit import AuditSink
+from proxy.budget import Budgets
 from proxy.decision import Decision, Stage
 from proxy.fairness import ClientKey, client_key
+from proxy.gitpush import PushItem
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
 from proxy.redact import NO_REDACTION, Redactor
@@ -42,6 +44,7 @@ class FlowState:
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
+    push: PushItem | None = None  # a git push held until its command list is judged
 
 
 class Shared:
@@ -59,6 +62,7 @@ class Shared:
         self.resolve = resolve
         self.pinning = pinning
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
+        self.budgets = Budgets()  # outlives a reload: what was spent stays spent
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
 
     # -- connections ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import sandboxes
+from bench import rules, sandboxes
 
 BASELINES = ("direct", "mitmdump", "squid")
 
@@ -185,11 +185,14 @@ def decide_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     for name, points in section["operations"].items():
         cells = [f"{_num(p['ns'] / 1000, 2)} us" for p in points]
         rows.append([name, *cells, f"{points[-1]['ratio_to_10']:.2f}"])
-    return [
+    found = [
         f"Scenario 2: deciding a host (median of {section['rounds']} rounds; "
         "x = ratio to 10 entries)",
         *grid(header, rows),
     ]
+    if "rules" in section:
+        found += rules.lines(section["rules"], grid)
+    return found
 
 
 def memory_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:

@@ -46,6 +46,7 @@ from bench import (
     profile,
     redact,
     report,
+    rules,
     sandboxes,
     throughput,
     upstream,
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if "decide" in wanted:
         _say("scenario 2: deciding a host as the allowlist grows")
         results["decide"] = decide.measure()
+        results["decide"]["rules"] = rules.measure()
     if "redact" in wanted:
         _say("scenario 5: redacting echoed secrets (streaming body matcher, headers)")
         results["redact"] = redact.measure()

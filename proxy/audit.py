@@ -50,6 +50,7 @@ class AuditRecord:
     connection: str = ""  # the client connection's id: ties a CONNECT to the requests in it
     sni: str | None = None  # the TLS server name the client sent
     upstream: str | None = None  # the address connected to (or pinned, before connecting)
+    clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
 
 

@@ -38,12 +38,15 @@ from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from common.tokens import shown
 from proxy.addresses import NEVER_ALLOWED, classify
+from proxy.budget import Budget, parse_budget
 from proxy.formats import missing_network
+from proxy.gitpush import GitPolicy, parse_git
 from proxy.hosts import HostError, canonical_host, canonical_name
 from proxy.placeholders import NO_PLACEHOLDERS, Placeholder, PlaceholderIndex, parse_secrets
 from proxy.placeholders import index as placeholder_index
 from proxy.positions import Positions, compose
 from proxy.redact import NO_REDACTION, Redactor
+from proxy.rules import NO_RULES, Rules, parse_rules
 from proxy.secret import Secret, Unresolved
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -98,6 +101,9 @@ class Entry:
     passthrough: bool = False
     report_only: bool = False  # refusals this entry decides are logged and let through
     secrets: tuple[Placeholder, ...] = ()  # placeholders swapped for values (proxy.swap)
+    rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
+    git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
+    budget: Budget | None = None  # requests and upload per window (proxy.budget)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -280,10 +286,21 @@ def _entry(
         secrets = parse_secrets(
             raw.get("secrets"), f"{where}.secrets", _resolver(environ, report), report
         )
+    rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
+    git_ok, git = (
+        (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
+    )
+    budget_ok, budget = (
+        (False, None)
+        if "budget" in failed
+        else (parse_budget(raw.get("budget"), f"{where}.budget", report))
+    )
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
     if failed or transform is None or secrets is None or refusals:
+        return None
+    if rules is None or not (git_ok and budget_ok):
         return None
     ports = raw.get("ports")
     return Entry(
@@ -299,6 +316,9 @@ def _entry(
         allow_plaintext=raw.get("allow_plaintext") is True,
         passthrough=raw.get("passthrough") is True,
         report_only=raw.get("report_only") is True,
+        rules=rules,
+        git=git,
+        budget=budget,
     )
 
 
@@ -308,6 +328,11 @@ def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterato
         yield (
             "passthrough",
             "a pass-through entry is not intercepted, so it cannot have a transform",
+        )
+    if raw.get("passthrough") is True and ("rules" in raw or "deny" in raw or "git" in raw):
+        yield (
+            "passthrough",
+            "a pass-through entry is not intercepted, so its rules could not be applied",
         )
     if raw.get("transform") and base.kind is PatternKind.ANY:
         yield (

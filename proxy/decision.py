@@ -34,6 +34,10 @@ class Reason(StrEnum):
     DNS_FAILURE = "dns_failure"
     POLICY_ERROR = "policy_error"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    RULE_MISMATCH = "rule_mismatch"
+    RULE_DENIED = "rule_denied"
+    GIT_PUSH_DENIED = "git_push_denied"
+    BUDGET_EXCEEDED = "budget_exceeded"
     CREDENTIAL_REQUIRED = "credential_required"
     PLACEHOLDER_ELSEWHERE = "placeholder_elsewhere"
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
@@ -77,12 +81,24 @@ MESSAGES: dict[Reason, str] = {
         "The HTTP Host/:authority does not name the host the connection was opened for."
     ),
     Reason.NO_SNI: "The TLS ClientHello carries no server name and the address is not allowlisted.",
-    Reason.BAD_REQUEST: "The destination host or port is malformed.",
+    Reason.BAD_REQUEST: (
+        "The request is malformed: its host, port or header fields, or a path an "
+        "upstream could read two ways."
+    ),
     Reason.DNS_FAILURE: "The destination host name could not be resolved.",
     Reason.POLICY_ERROR: "The proxy failed to evaluate its policy; the request was refused.",
     Reason.METHOD_NOT_ALLOWED: (
         "TRACE and TRACK are refused to a host that receives injected credentials: "
         "the answer would echo them."
+    ),
+    Reason.RULE_MISMATCH: "No rule of the allowlist entry admits this method, path and query.",
+    Reason.RULE_DENIED: "A deny rule of the allowlist entry refuses this request.",
+    Reason.BUDGET_EXCEEDED: (
+        "The allowlist entry's budget (requests or upload per window) is spent; "
+        "retry after the Retry-After seconds."
+    ),
+    Reason.GIT_PUSH_DENIED: (
+        "The allowlist entry's git.push does not allow this push (repository, ref or deletion)."
     ),
     Reason.CREDENTIAL_REQUIRED: (
         "This host requires the placeholder the sandbox was given; "
@@ -108,6 +124,7 @@ STATUS: dict[Reason, int] = {
     Reason.DNS_FAILURE: 502,
     Reason.UPSTREAM_TLS: 502,
     Reason.CONNECTION_LIMIT: 429,
+    Reason.BUDGET_EXCEEDED: 429,
 }
 
 
@@ -115,7 +132,13 @@ STATUS: dict[Reason, int] = {
 # "Report-only"): allowlist membership, ports and plaintext. Never loopback, the proxy
 # itself, internal or metadata addresses, fronting, malformed requests or errors.
 REPORTABLE: frozenset[Reason] = frozenset(
-    {Reason.NOT_ALLOWLISTED, Reason.PORT_NOT_ALLOWED, Reason.PLAINTEXT_CREDENTIALS}
+    {
+        Reason.NOT_ALLOWLISTED,
+        Reason.PORT_NOT_ALLOWED,
+        Reason.PLAINTEXT_CREDENTIALS,
+        Reason.RULE_MISMATCH,
+        Reason.RULE_DENIED,
+    }
 )
 
 
@@ -127,23 +150,25 @@ class Decision:
     # Report-only: the request goes through (`allowed`), but `reason` says why the
     # allowlist would have refused it; nothing is injected into it.
     report: bool = False
+    # The clause of the entry's rules that decided (`rules[1]`, `deny[0]`), or "".
+    clause: str = ""
 
     @classmethod
     def allow(cls, entry: Entry) -> Decision:
         return cls(True, Reason.ALLOWLISTED, entry)
 
     @classmethod
-    def deny(cls, reason: Reason, entry: Entry | None = None) -> Decision:
+    def deny(cls, reason: Reason, entry: Entry | None = None, clause: str = "") -> Decision:
         if reason is Reason.ALLOWLISTED:
             raise ValueError("a refusal needs a refusal reason")
-        return cls(False, reason, entry)
+        return cls(False, reason, entry, clause=clause)
 
     @classmethod
     def would_deny(cls, refusal: Decision) -> Decision:
         """Report-only: let `refusal` through, keeping its reason and entry."""
         if refusal.allowed or refusal.reason not in REPORTABLE:
             raise ValueError("only a reportable refusal can be let through")
-        return cls(True, refusal.reason, refusal.entry, report=True)
+        return cls(True, refusal.reason, refusal.entry, report=True, clause=refusal.clause)
 
     @property
     def injects(self) -> bool:

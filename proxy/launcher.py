@@ -178,6 +178,7 @@ async def serve(settings: Settings) -> int:
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
+    metrics.budgets_configured(budget_series(network))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
@@ -244,6 +245,7 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
+        metrics.budgets_configured(budget_series(fresh))
         gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 
     def on_result(ok: bool) -> None:
@@ -407,3 +409,15 @@ def banner(settings: Settings, ca_cert: Path, entries: int) -> str:
         f"egress-proxy: {entries} allowlist entries from {settings.config_path}\n"
         f"egress-proxy: {optimized.describe()}"
     )
+
+
+def budget_series(network: configuration.NetworkConfig) -> list[tuple[str, str, int]]:
+    """(entry pattern, budget kind, amount) of every budget: the metrics' label sets."""
+    found = []
+    for entry in network.allowlist:
+        if entry.budget is None:
+            continue
+        for kind, rate in (("requests", entry.budget.requests), ("upload", entry.budget.upload)):
+            if rate is not None:
+                found.append((entry.pattern, kind, rate.amount))
+    return found

@@ -11,6 +11,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -113,6 +115,21 @@ class ProxyMetrics:
         )
         for limit in Limit:
             self.limit_refusals.labels(limit.value)
+        # Budgets (docs/configuration.md#budgets), by the deciding entry's pattern: bounded
+        # by the operator's configuration, never by the sandbox.
+        self.budget_remaining = Gauge(
+            "egress_budget_remaining",
+            "What is left of an entry's budget now: requests, or upload bytes.",
+            ["rule", "budget"],
+            registry=r,
+            multiprocess_mode="min",
+        )
+        self.budget_exceeded = Counter(
+            "egress_budget_exceeded_total",
+            "Requests refused, and uploads cut, for exceeding an entry's budget.",
+            ["rule", "budget"],
+            registry=r,
+        )
         self.bound_hits = Counter(
             "egress_bound_hits_total",
             "Times a fair-share bound bit (docs/configuration.md#fair-sharing), by bound and "
@@ -138,6 +155,13 @@ class ProxyMetrics:
         self._operator_metrics(r)
         self.sandboxes = SandboxMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
+
+    def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
+        """(entry pattern, "requests"/"upload", amount) of every budget in the running
+        configuration: their series exist from the start, full until the next request."""
+        for rule, kind, amount in budgets:
+            self.budget_exceeded.labels(rule, kind)
+            self.budget_remaining.labels(rule, kind).set(amount)
 
     def count_decision(self, stage: Stage, verdict: str, reason: Reason) -> None:
         """One decision, in `egress_decisions_total` by stage and in `egress_requests_total`

@@ -117,7 +117,10 @@ class Policy:
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         """Name stage. `tls` is None when not known yet (a CONNECT). In report-only mode
         (global, or of the deciding entry) a reportable refusal comes back `would_deny`."""
-        decision = self._decide(host, port, tls)
+        return self.reported(self._decide(host, port, tls))
+
+    def reported(self, decision: Decision) -> Decision:
+        """`decision`, or `would_deny` when it is a reportable refusal in report-only mode."""
         if decision.allowed or decision.reason not in REPORTABLE:
             return decision
         if self.config.report_only or (decision.entry is not None and decision.entry.report_only):

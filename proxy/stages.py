@@ -12,8 +12,8 @@ next to its table of named cases (tests/proxy/test_stages.py):
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
 * request (`decide_request`): the `no_sni` gate, head bytes (D21), where the request goes
-  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the pinned address,
-  and the transform to write.
+  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the entry's rules
+  (`decide_rules`), the pinned address, and the transform to write.
 
 Invariants: a function reads the one `Policy` snapshot it is given (a reload never splits
 a decision, D24); a name is resolved only after the policy allowed it, through the
@@ -28,13 +28,16 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from common.invariant import InvariantError
-from proxy.config import PatternKind, Transform
+from proxy.config import Entry, PatternKind, Transform
 from proxy.decision import Decision, Reason
 from proxy.fields import head_problem
+from proxy.gitpush import PushItem, judge_git, smart_http
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
+from proxy.paths import canonical_path, split_target
 from proxy.policy import Policy, refuse_echoing_method
 from proxy.redact import NO_REDACTION, Redactor
 from proxy.resolver import Resolve
+from proxy.rules import Verdict, judge
 from proxy.swap import swap
 from proxy.targets import Location, RequestNames, locate
 
@@ -257,6 +260,8 @@ def decide_tcp(
     entry = decision.entry
     if not (decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS):
         return refused
+    if entry.rules.active:  # rules judge HTTP requests; a raw stream has none to judge
+        return TcpAnswer(Decision.deny(Reason.RULE_MISMATCH, entry))
     return TcpAnswer(decision, Pin(destination, (str(target[0]), target[1])))
 
 
@@ -283,6 +288,9 @@ class RequestAnswer:
     # and where values went. The location's path carries a swapped query.
     fields: tuple[tuple[bytes, bytes], ...] | None = None
     swapped: tuple[str, ...] = ()
+    # A git push allowed by repository: its command list must match this item's refs
+    # before any body byte goes upstream (addons/gitpush.py).
+    push: PushItem | None = None
 
 
 def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> bool:
@@ -292,6 +300,46 @@ def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> b
     decision = policy.decide(destination[0], destination[1], tls=None)
     entry = decision.entry
     return decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS
+
+
+def decide_rules(
+    policy: Policy, decision: Decision, method: str, target: str
+) -> tuple[Decision, PushItem | None]:
+    """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
+    a smart-HTTP git request against its entry's `git`, any other allowed request's
+    method, path and query against its `rules` and `deny`; the decision names the
+    clause that decided. A push allowed by repository comes with the item its command
+    list must then match.
+
+    An ambiguous path is `bad_request` (never reported through); a rule refusal is
+    reportable like allowlist membership (report-only lets it through as `would_deny`).
+    """
+    entry = decision.entry
+    if not decision.allowed or entry is None:
+        return decision, None
+    if entry.git is not None and canonical_path(split_target(target)[0]) is None:
+        return Decision.deny(Reason.BAD_REQUEST, entry), None  # no push hides in a spelling
+    git = smart_http(method, target) if entry.git is not None else None
+    if entry.git is not None and git is not None:
+        verdict, clause, item = judge_git(entry.git, git)
+        if verdict is Verdict.ALLOW:
+            return replace(decision, clause=clause), item if git.rpc else None
+        if verdict is Verdict.PUSH_DENIED:
+            return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
+        return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
+    if not entry.rules.active:
+        return decision, None
+    return _rules(policy, decision, entry, method, target), None
+
+
+def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
+    verdict, clause = judge(entry.rules, method, target)
+    if verdict is Verdict.ALLOW:
+        return replace(decision, clause=clause)
+    if verdict is Verdict.AMBIGUOUS:
+        return Decision.deny(Reason.BAD_REQUEST, entry)
+    reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
+    return policy.reported(Decision.deny(reason, entry, clause))
 
 
 async def decide_request(
@@ -309,6 +357,7 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
+    decision, push = decide_rules(policy, decision, ask.names.method, located.path)
     swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
@@ -321,7 +370,7 @@ async def decide_request(
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
     if not (transforms or swapped.injected) or entry is None:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin)
+        return RequestAnswer(decision, host, located, pin, push=push)
     return RequestAnswer(
         decision,
         host,
@@ -331,4 +380,5 @@ async def decide_request(
         entry.redactions,
         fields=swapped.fields,
         swapped=swapped.injected,
+        push=push,
     )

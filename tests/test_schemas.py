@@ -107,7 +107,9 @@ def test_config_domain_checks_are_the_loaders(case: str) -> None:
     assert not proxy_accepts(document)
 
 
-@pytest.mark.parametrize("path", ["config/default.yaml", "deploy/compose/env.yaml"])
+@pytest.mark.parametrize(
+    "path", ["config/default.yaml", "config/agent-rules.yaml", "deploy/compose/env.yaml"]
+)
 def test_shipped_configurations_validate(path: str) -> None:
     document = yaml.safe_load((REPO / path).read_text())
     assert list(schema("egress-config").iter_errors(document)) == []

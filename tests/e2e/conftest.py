@@ -82,6 +82,8 @@ network:
     - domain: rebind.test                 # resolves to 127.0.0.1
     - domain: 198.18.1.0/24               # opens the upstreams' range (198.18/15 is reserved)
     - domain: {client_net}                # opens the proxy's own /30: only the self rule refuses
+    - domain: budget.allowed.test         # a budget: its series exist from the start
+      budget: {{requests: "1000/second", upload: "1GiB/day"}}
 """
 
 

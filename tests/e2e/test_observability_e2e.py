@@ -23,6 +23,7 @@ CONFIGURED_RULES = {
     "internal.test",
     "rebind.test",
     "198.18.1.0/24",
+    "budget.allowed.test",
 }
 # Host names and spellings the sandbox chose in these tests: never a metric label.
 SANDBOX_CHOSEN = ["notlisted.test", "missing.allowed.test", "2130706433", "/metrics-path", "x.wild"]

@@ -81,7 +81,7 @@ def test_promtool_accepts_the_rules() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 11 rules found" in result.stdout
 
 
 def expressions() -> list[str]:
@@ -125,6 +125,8 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
     dropped = used(real, "egress_audit_lines_dropped_total")
     client_tls = used(real, "egress_client_tls_failures_total")
     entries = used(real, "egress_allowlist_entries")
+    budget = used(real, "egress_budget_exceeded_total", rule="budget.allowed.test",
+                  budget="upload")  # fmt: skip
     timeout = used(real, "hook_runs_total", event="pre_tool_execution", type="command",
                    outcome="timeout")  # fmt: skip
     deny = used(real, "hook_runs_total", event="pre_tool_execution", type="command",
@@ -155,6 +157,9 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
                  "values": "0+6x30"},
                 {"series": series_line("hook_runs_total", timeout, h), "values": "0 0 2 2 2 2 2 2"},
                 {"series": series_line("hook_runs_total", deny, h), "values": "0 5 10 15 20 25"},
+                # An entry's upload budget hit twice, then nothing more.
+                {"series": series_line("egress_budget_exceeded_total", budget, p),
+                 "values": "0 0 1 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2 2"},
                 {"series": series_line("up", {}, p), "values": "1 1 0 0 0 0 0 0"},
                 {"series": series_line("up", {}, h), "values": "1x7"},
             ],
@@ -178,6 +183,11 @@ def test_alerts_fire_on_series_from_a_real_run(real: Series, tmp_path: Path) -> 
                  "exp_alerts": [{"exp_labels": {"severity": "critical", **p},
                                  "exp_annotations": annotations("EgressProxyDown", **p)}]},
                 {"eval_time": "5m", "alertname": "HookRunnerDown", "exp_alerts": []},
+                {"eval_time": "5m", "alertname": "EgressBudgetExhausted",
+                 "exp_alerts": [{"exp_labels": {"severity": "warning", **budget, **p},
+                                 "exp_annotations": annotations(
+                                     "EgressBudgetExhausted", value="2", **budget)}]},
+                {"eval_time": "19m", "alertname": "EgressBudgetExhausted", "exp_alerts": []},
                 {"eval_time": "25m", "alertname": "EgressDenialRatioHigh",
                  "exp_alerts": [{"exp_labels": {"severity": "warning",
                                                 "instance": p["instance"]},

@@ -67,6 +67,7 @@ GATEWAY_HOSTS = {
     "notlisted.t.test": [REAL_IP],
     "gw.t.test": [GATEWAY_IP],
     "pass.t.test": [REAL_IP],
+    "rules.t.test": [REAL_IP],
 }
 # Names the gateway resolves through the tests' DNS server (answer sets in query order).
 DNS_ZONE = {
@@ -81,6 +82,7 @@ CERT_NAMES = [
     "rebind.t.test",
     "multi.t.test",
     "pass.t.test",
+    "rules.t.test",
 ]
 
 CONFIG = f"""\
@@ -95,6 +97,11 @@ network:
     - domain: multi.t.test
     - domain: pass.t.test               # relayed, not intercepted
       passthrough: true
+    - domain: rules.t.test              # GET only, never below /private/ (docs/configuration.md#rules)
+      rules:
+        - methods: [GET]
+      deny:
+        - paths: ["/private/**"]
     - domain: gw.t.test                 # resolves to the gateway: only the self rule refuses
     - domain: {REAL_IP}/32             # the names' home, in a reserved range: opened for 80/443
       ports: [80, 443]
@@ -732,6 +739,17 @@ def test_secret_reaches_no_log_metric_or_response(tp: Transparent):
             places[f"response {i} refusal body"] = response.body.decode(errors="replace")
     assert len(tp.responses) > 10  # the scan is not vacuous
     assert [where for where, text in places.items() if tp.secret in text] == []
+
+
+def test_rules_decide_each_request_in_transparent_mode(tp: Transparent, seen: Seen):
+    with tp.tls(REAL_IP, "rules.t.test") as conn:
+        allowed = tp.request(conn, "rules.t.test", "/public")
+        posted = tp.request(conn, "rules.t.test", "/public", method="POST", body=b"x")
+    assert allowed.status == 200, allowed.describe()
+    assert_refused(posted, "rule_mismatch")
+    with tp.plain(REAL_IP) as conn:
+        assert_refused(tp.request(conn, "rules.t.test", "/private/a"), "rule_denied")
+    assert [r["target"] for r in seen.requests()] == ["/public"]
 
 
 def test_transparent_proxy_is_alive_and_logged_no_exception(tp: Transparent):

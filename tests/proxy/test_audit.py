@@ -45,7 +45,7 @@ def test_a_line_has_every_field_and_the_decisions_time() -> None:
          "scheme": "https", "host": "h7.example", "port": 443, "decision": "allow",
          "reason": "allowlisted", "rule": "*.example", "injected": ["Authorization"],
          "status": 200, "bytes_sent": 0, "bytes_received": 7, "duration_s": 0.001235,
-         "connection": "", "sni": None, "upstream": None, "worker": None}
+         "connection": "", "sni": None, "upstream": None, "clause": None, "worker": None}
     ]  # fmt: skip
 
 

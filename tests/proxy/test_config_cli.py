@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from proxy.config import load
+from proxy.hosts import IPAddress
+from proxy.policy import Policy
+from proxy.stages import ConnectionFacts, decide_request
+from tests.proxy.test_stages import ask
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 SECRET = "tok-9b2e4f-never-print-me"
@@ -53,9 +62,37 @@ def test_secrets_pasted_in_the_wrong_field_are_not_printed(tmp_path: Path) -> No
         f"error: {path}:6:3: network.token: unknown key (expected: allowlist, report_only)",
         f"error: {path}:3:35: network.allowlist[0].ports[0]: port must be an integer in 1-65535",
         f"error: {path}:4:39: network.allowlist[1].transform.X-Key: value must be a string",
-        f"error: {path}:5:7: network.allowlist[2]: unknown key 'token' (expected: allow_plaintext, "
-        "domain, passthrough, ports, report_only, secrets, transform)",
+        f"error: {path}:5:7: network.allowlist[2]: unknown key 'token' (expected: "
+        "allow_encoded_slash, allow_plaintext, budget, deny, domain, git, passthrough, ports, "
+        "report_only, rules, secrets, transform)",
     ]
+
+
+def test_the_agent_example_checks_and_says_what_it_means() -> None:
+    # config/agent-rules.yaml: the operator's sentence of issue 22 in one file.
+    path = Path(__file__).resolve().parents[2] / "config" / "agent-rules.yaml"
+    result = check(path)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    policy = Policy(load(path, {}))
+
+    async def resolve(name: str, port: int) -> list[IPAddress]:
+        return [ipaddress.ip_address("93.184.216.34")]
+
+    def reason(host: str, method: str, target: str) -> tuple[str, bool]:
+        base = ask(host, method=method)
+        request = replace(base, names=replace(base.names, path=target))
+        answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), request))
+        return answer.decision.reason.value, answer.push is not None
+
+    assert reason("github.com", "POST", "/acme/web.git/git-upload-pack") == ("allowlisted", False)
+    assert reason("github.com", "POST", "/other/x.git/git-upload-pack") == ("rule_mismatch", False)
+    assert reason("github.com", "POST", "/acme/a/b.git/git-receive-pack") == ("allowlisted", True)
+    assert reason("github.com", "DELETE", "/acme/web") == ("rule_mismatch", False)
+    assert reason("example.org", "GET", "/") == ("allowlisted", False)
+    assert reason("example.org", "POST", "/") == ("rule_mismatch", False)
+    hf = policy.config.allowlist[1]
+    assert hf.budget is not None and hf.budget.upload is not None
+    assert (hf.budget.upload.amount, hf.budget.upload.window_s) == (100 * 1024**2, 86400)
 
 
 NOT_AN_ENVIRONMENT_FILE = {
@@ -102,8 +139,9 @@ def test_every_problem_names_its_line_and_column(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [
         f"error: {path}:6:3: network.alowlist: unknown key (expected: allowlist, report_only); "
         "did you mean 'allowlist'?",
-        f"error: {path}:3:7: network.allowlist[0]: unknown key 'port' (expected: allow_plaintext, "
-        "domain, passthrough, ports, report_only, secrets, transform); did you mean 'ports'?",
+        f"error: {path}:3:7: network.allowlist[0]: unknown key 'port' (expected: "
+        "allow_encoded_slash, allow_plaintext, budget, deny, domain, git, passthrough, ports, "
+        "report_only, rules, secrets, transform); did you mean 'ports'?",
         f"error: {path}:5:7: network.allowlist[1].domain: invalid host: whitespace or control "
         "character not allowed (got 'bad host')",
     ]
@@ -151,8 +189,8 @@ def test_a_pasted_credential_is_never_echoed(tmp_path: Path) -> None:
         f"error: {path}:3:7: network.allowlist[0].domain: invalid host: whitespace or control "
         "character not allowed (got <not shown: a credential (bearer-credential)>)",
         f"error: {path}:4:7: network.allowlist[1]: unknown key <not shown: a credential "
-        "(openai-or-anthropic-key)> (expected: allow_plaintext, domain, passthrough, ports, "
-        "report_only, secrets, transform)",
+        "(openai-or-anthropic-key)> (expected: allow_encoded_slash, allow_plaintext, budget, "
+        "deny, domain, git, passthrough, ports, report_only, rules, secrets, transform)",
         f"error: {path}:5:27: network.allowlist[2].transform: invalid header name "
         "<not shown: a credential (bearer-credential)>",
     ]

@@ -33,6 +33,7 @@ class Layer(IntEnum):
 LAYERS: dict[str, Layer] = {
     "proxy.addresses": Layer.CORE,
     "proxy.audit": Layer.CORE,
+    "proxy.budget": Layer.CORE,
     "proxy.config": Layer.CORE,
     "proxy.decision": Layer.CORE,
     "proxy.dns": Layer.CORE,  # the DNS responder: no mitmproxy in it
@@ -40,6 +41,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.fields": Layer.CORE,
     "proxy.formats": Layer.CORE,  # other tools' files: what they are (check's hints)
     "proxy.health": Layer.CORE,
+    "proxy.gitpush": Layer.CORE,
     "proxy.identity": Layer.CORE,
     "proxy.hosts": Layer.CORE,
     "proxy.importers": Layer.CORE,  # other sandboxes' allowlists (egress-proxy import)
@@ -47,6 +49,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.lint": Layer.CORE,  # warnings of `check` (a literal credential in a transform)
     "proxy.outbound": Layer.CORE,
     "proxy.metrics": Layer.CORE,
+    "proxy.paths": Layer.CORE,
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
     "proxy.propose": Layer.CORE,
@@ -54,6 +57,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.secret": Layer.CORE,  # a credential value that never shows itself  # file:line:column of each configuration problem
     "proxy.redact": Layer.CORE,
     "proxy.resolver": Layer.CORE,
+    "proxy.rules": Layer.CORE,
     "proxy.sandboxes": Layer.CORE,
     "proxy.selfaddr": Layer.CORE,
     "proxy.stages": Layer.CORE,
@@ -62,11 +66,13 @@ LAYERS: dict[str, Layer] = {
     "proxy.tenancy": Layer.CORE,
     "addons.auditing": Layer.ADAPTER,
     "addons.backpressure": Layer.ADAPTER,
+    "addons.budget": Layer.ADAPTER,
     "addons.clienthello": Layer.ADAPTER,
     "addons.connect": Layer.ADAPTER,
     "addons.connections": Layer.ADAPTER,
     "addons.egress": Layer.ADAPTER,
     "addons.failclosed": Layer.ADAPTER,
+    "addons.gitpush": Layer.ADAPTER,
     "addons.limits": Layer.ADAPTER,
     "addons.pinning": Layer.ADAPTER,
     "addons.refusal": Layer.ADAPTER,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -386,3 +386,128 @@ def test_a_refused_name_is_never_resolved() -> None:
         asyncio.run(decide_request(POLICY, recording, ConnectionFacts(), ask(host)))
         asyncio.run(decide_connect(POLICY, recording, ConnectionFacts(), host, 443))
     assert asked == ["api.example", "api.example"]
+
+
+# -- rules inside an allowed host (docs/configuration.md#rules) --------------------------------------------------
+
+RULED = policy_of(
+    {
+        "domain": "api.example",
+        "rules": [
+            {"methods": ["GET", "HEAD"]},
+            {
+                "methods": ["POST", "PATCH"],
+                "paths": ["/repos/acme/*/issues", "/repos/acme/*/issues/**"],
+            },
+            {"methods": ["GET"], "paths": ["/search"], "query": {"q": "repo:acme/*"}},
+        ],
+        "deny": [{"paths": ["/user/keys", "/user/keys/**"]}],
+    },
+    {
+        "domain": "registry.example",
+        "rules": [{"paths": ["/@acme%2f*"]}],
+        "allow_encoded_slash": True,
+    },
+    {"domain": "open.example", "deny": [{"methods": ["DELETE"]}]},
+    {"domain": "198.18.7.0/24", "rules": [{"methods": ["GET"]}]},
+)
+RULE_ANSWERS = {**ANSWERS, "registry.example": ["93.184.216.37"], "open.example": ["93.184.216.38"]}
+
+
+async def rule_resolve(name: str, port: int) -> list[IPAddress]:
+    return [ipaddress.ip_address(a) for a in RULE_ANSWERS[name]]
+
+
+def ruled(method: str, path: str, host: str = "api.example") -> RequestAsk:
+    base = ask(host, method=method)
+    return replace(base, names=replace(base.names, path=path))
+
+
+RULE_REQUESTS = [
+    # (id, method, request-target, host, reason, clause)
+    ("get-anything", "GET", "/repos/acme/web", "api.example", Reason.ALLOWLISTED, "rules[0]"),
+    ("head-anything", "HEAD", "/", "api.example", Reason.ALLOWLISTED, "rules[0]"),
+    ("post-issue", "POST", "/repos/acme/web/issues", "api.example", Reason.ALLOWLISTED, "rules[1]"),
+    ("patch-issue-below", "PATCH", "/repos/acme/web/issues/7", "api.example",
+     Reason.ALLOWLISTED, "rules[1]"),
+    ("post-other-org", "POST", "/repos/evil/web/issues", "api.example", Reason.RULE_MISMATCH, ""),
+    ("star-is-one-segment", "POST", "/repos/acme/a/b/issues", "api.example",
+     Reason.RULE_MISMATCH, ""),
+    ("delete-repo", "DELETE", "/repos/acme/web", "api.example", Reason.RULE_MISMATCH, ""),
+    ("method-case-sensitive", "get", "/repos/acme/web", "api.example", Reason.RULE_MISMATCH, ""),
+    ("deny-wins-over-get", "GET", "/user/keys", "api.example", Reason.RULE_DENIED, "deny[0]"),
+    ("deny-below", "GET", "/user/keys/12", "api.example", Reason.RULE_DENIED, "deny[0]"),
+    ("deny-unreserved-decoded", "GET", "/user/%6beys", "api.example", Reason.RULE_DENIED,
+     "deny[0]"),
+    ("deny-encoded-slash", "GET", "/user%2fkeys", "api.example", Reason.BAD_REQUEST, ""),
+    ("deny-encoded-dot", "GET", "/user/keys/%2e%2e/x", "api.example", Reason.BAD_REQUEST, ""),
+    ("dot-dot-segment", "POST", "/repos/acme/web/issues/../../../x", "api.example",
+     Reason.BAD_REQUEST, ""),
+    ("dot-segment", "GET", "/user/./keys", "api.example", Reason.BAD_REQUEST, ""),
+    ("double-slash", "GET", "//user/keys", "api.example", Reason.BAD_REQUEST, ""),
+    ("backslash", "GET", "/user\\keys", "api.example", Reason.BAD_REQUEST, ""),
+    ("encoded-backslash", "GET", "/user%5ckeys", "api.example", Reason.BAD_REQUEST, ""),
+    ("encoded-nul", "GET", "/user/keys%00", "api.example", Reason.BAD_REQUEST, ""),
+    ("bad-escape", "GET", "/user/%zzkeys", "api.example", Reason.BAD_REQUEST, ""),
+    ("path-parameter", "GET", "/user/keys;x=1", "api.example", Reason.BAD_REQUEST, ""),
+    ("options-asterisk", "OPTIONS", "*", "api.example", Reason.BAD_REQUEST, ""),
+    ("query-matches", "GET", "/search?q=repo:acme/web", "api.example", Reason.ALLOWLISTED,
+     "rules[0]"),
+    ("query-not-path", "GET", "/user/keys?x=/", "api.example", Reason.RULE_DENIED, "deny[0]"),
+    ("npm-scoped-name", "GET", "/@acme%2fleft-pad", "registry.example", Reason.ALLOWLISTED,
+     "rules[0]"),
+    ("npm-scoped-upper", "GET", "/@acme%2Fleft-pad", "registry.example", Reason.ALLOWLISTED,
+     "rules[0]"),
+    ("npm-other-scope", "GET", "/@evil%2fleft-pad", "registry.example", Reason.RULE_MISMATCH, ""),
+    ("deny-only-entry-allows", "PUT", "/x", "open.example", Reason.ALLOWLISTED, ""),
+    ("deny-only-entry-refuses", "DELETE", "/x", "open.example", Reason.RULE_DENIED, "deny[0]"),
+    ("deny-only-entry-ambiguous", "GET", "/a/../x", "open.example", Reason.BAD_REQUEST, ""),
+    ("address-entry-with-rules", "POST", "/", "198.18.7.1", Reason.RULE_MISMATCH, ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "host", "reason", "clause"),
+    [c[1:] for c in RULE_REQUESTS],
+    ids=[c[0] for c in RULE_REQUESTS],
+)
+def test_rules(method: str, path: str, host: str, reason: Reason, clause: str) -> None:
+    answer = asyncio.run(decide_request(RULED, rule_resolve, NEW, ruled(method, path, host)))
+    assert (answer.decision.reason, answer.decision.clause) == (reason, clause)
+    assert (answer.pin is not None) is (reason is Reason.ALLOWLISTED)
+
+
+QUERY_RULE = policy_of(
+    {"domain": "api.example", "rules": [{"query": {"state": "open", "per_page": "*"}}]}
+)
+QUERIES = [
+    ("all-present", "/?state=open&per_page=30", Reason.ALLOWLISTED),
+    ("order-free", "/?per_page=&state=open", Reason.ALLOWLISTED),
+    ("decoded", "/?st%61te=op%65n&per_page=1", Reason.ALLOWLISTED),
+    ("one-missing", "/?state=open", Reason.RULE_MISMATCH),
+    ("wrong-value", "/?state=closed&per_page=1", Reason.RULE_MISMATCH),
+    ("repeated", "/?state=open&state=closed&per_page=1", Reason.RULE_MISMATCH),
+    ("no-query", "/", Reason.RULE_MISMATCH),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "reason"), [c[1:] for c in QUERIES], ids=[c[0] for c in QUERIES])
+def test_rule_query(path: str, reason: Reason) -> None:
+    answer = asyncio.run(decide_request(QUERY_RULE, resolve, NEW, ruled("GET", path)))
+    assert answer.decision.reason is reason
+
+
+def test_a_rule_refusal_is_reported_through_in_report_only_mode() -> None:
+    policy = policy_of(
+        {"domain": "api.example", "rules": [{"methods": ["GET"]}], "report_only": True}
+    )
+    answer = asyncio.run(decide_request(policy, resolve, NEW, ruled("POST", "/")))
+    assert (answer.decision.verdict, answer.decision.reason) == ("would_deny", Reason.RULE_MISMATCH)
+    ambiguous = asyncio.run(decide_request(policy, resolve, NEW, ruled("GET", "/a/../b")))
+    assert (ambiguous.decision.verdict, ambiguous.decision.reason) == ("deny", Reason.BAD_REQUEST)
+
+
+def test_raw_tcp_to_an_entry_with_rules_is_refused() -> None:
+    answer = decide_tcp(RULED, target("198.18.7.1", 22), False, ("198.18.7.1", 22))
+    assert (answer.decision.allowed, answer.decision.reason) == (False, Reason.RULE_MISMATCH)
+    assert answer.pin is None

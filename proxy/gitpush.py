@@ -1,0 +1,219 @@
+"""Git over HTTPS (docs/configuration.md#git-over-https): which repositories may be
+fetched, which refs pushed.
+
+Pure: `smart_http` recognises a smart-HTTP request by its canonical path, `judge_git`
+decides it by the entry's `git` section, `read_commands` parses a receive-pack command
+list (pkt-lines up to the first flush), `judge_push` decides every command of a push, and
+`report_status` is git's own answer refusing it (`unpack ok`, one `ng <ref> <reason>` per
+ref, inside side-band 1 when the client asked for it), which the pushing `git` prints.
+
+Invariants:
+* A push is refused whole: when any command is refused, every ref gets an `ng` line and
+  nothing goes upstream (the adapter buffers the bounded body; addons/gitpush.py).
+* A command list that is malformed, compressed, over `COMMANDS_LIMIT`, or not ended by a
+  flush within the body, is refused; nothing in it is guessed at.
+* `fetch` absent: any repository may be fetched; `push` absent: no push at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.paths import canonical_path, split_target
+from proxy.rules import Verdict, compile_path
+
+Report = Callable[[str, str], None]
+
+COMMANDS_LIMIT = 64 * 1024  # bytes of pkt-lines before the flush that ends the commands
+ZERO_IDS = frozenset({"0" * 40, "0" * 64})
+_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_SUFFIXES = (
+    ("/info/refs", "advertise"),
+    ("/git-upload-pack", "rpc"),
+    ("/git-receive-pack", "rpc"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PushItem:
+    repo: re.Pattern[str]
+    refs: tuple[re.Pattern[str], ...]
+    delete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GitPolicy:
+    fetch: tuple[re.Pattern[str], ...] | None = None  # None: any repository
+    push: tuple[PushItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GitRequest:
+    repo: str  # `acme/web` for `/acme/web.git/...`
+    service: str  # "git-upload-pack" or "git-receive-pack"
+    rpc: bool  # the POST (False: the info/refs advertisement)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    old: str
+    new: str
+    ref: str
+
+    @property
+    def deletes(self) -> bool:
+        return self.new in ZERO_IDS
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    commands: tuple[Command, ...]
+    capabilities: frozenset[str]
+
+
+def smart_http(method: str, target: str) -> GitRequest | None:
+    """The smart-HTTP request `target` is, or None (the entry's rules decide it)."""
+    raw_path, query = split_target(target)
+    path = canonical_path(raw_path)
+    if path is None:
+        return None
+    for suffix, kind in _SUFFIXES:
+        if not path.endswith(suffix) or len(path) == len(suffix):
+            continue
+        repo = path[1 : -len(suffix)].removesuffix(".git")
+        if kind == "advertise":
+            services = [p[8:] for p in query.split("&") if p.startswith("service=")]
+            if method not in ("GET", "HEAD") or len(services) != 1:
+                return None
+            service = services[0]
+        else:
+            service = suffix[1:]
+            if method != "POST":
+                return None
+        if service not in ("git-upload-pack", "git-receive-pack"):
+            return None
+        return GitRequest(repo, service, kind == "rpc")
+    return None
+
+
+def judge_git(policy: GitPolicy, request: GitRequest) -> tuple[Verdict, str, PushItem | None]:
+    """(reason, clause, push item whose refs the command list must match)."""
+    if request.service == "git-upload-pack":
+        if policy.fetch is None or any(p.fullmatch("/" + request.repo) for p in policy.fetch):
+            return Verdict.ALLOW, "git.fetch", None
+        return Verdict.MISMATCH, "git.fetch", None
+    for index, item in enumerate(policy.push):
+        if item.repo.fullmatch("/" + request.repo):
+            return Verdict.ALLOW, f"git.push[{index}]", item
+    return Verdict.PUSH_DENIED, "git.push", None
+
+
+def read_commands(body: bytes) -> Commands | str:
+    """The command list at the start of a receive-pack body, or what is wrong with it."""
+    commands: list[Command] = []
+    capabilities: frozenset[str] = frozenset()
+    at = 0
+    while True:
+        if at + 4 > min(len(body), COMMANDS_LIMIT):
+            return "the command list does not end with a flush packet within the bound"
+        try:
+            size = int(body[at : at + 4].decode("ascii"), 16)
+        except (UnicodeDecodeError, ValueError):
+            return "not a pkt-line"
+        if size == 0:
+            break
+        if size < 5 or at + size > len(body):
+            return "not a pkt-line"
+        try:
+            line = body[at + 4 : at + size].decode("ascii").removesuffix("\n")
+        except UnicodeDecodeError:
+            return "a command is not ASCII"
+        at += size
+        if line.startswith("shallow "):
+            continue
+        if not commands and "\0" in line:
+            line, caps = line.split("\0", 1)
+            capabilities = frozenset(caps.split())
+        parts = line.split(" ")
+        if len(parts) != 3 or not _ID.match(parts[0]) or not _ID.match(parts[1]):
+            return "a command is not '<old-id> <new-id> <ref>'"
+        if not parts[2].startswith("refs/") or "\0" in parts[2]:
+            return "a command names no ref"
+        commands.append(Command(*parts))
+    if not commands:
+        return "the command list is empty"
+    return Commands(tuple(commands), capabilities)
+
+
+def judge_push(item: PushItem, commands: Commands) -> tuple[str, ...]:
+    """Why each command is refused ("" when it alone would be allowed)."""
+    reasons = []
+    for command in commands.commands:
+        if not any(p.fullmatch("/" + command.ref) for p in item.refs):
+            reasons.append("egress policy: this ref may not be pushed")
+        elif command.deletes and not item.delete:
+            reasons.append("egress policy: deleting this ref is not allowed")
+        else:
+            reasons.append("")
+    return tuple(reasons)
+
+
+def report_status(commands: Commands, reasons: tuple[str, ...]) -> bytes:
+    """git's report-status refusing every ref (the allowed ones with the rest)."""
+    lines = [pkt(b"unpack ok\n")]
+    for command, reason in zip(commands.commands, reasons, strict=True):
+        why = reason or "egress policy: refused with the rest of this push"
+        lines.append(pkt(f"ng {command.ref} {why}\n".encode()))
+    status = b"".join(lines) + b"0000"
+    if "side-band-64k" not in commands.capabilities and "side-band" not in commands.capabilities:
+        return status
+    limit = 65515 if "side-band-64k" in commands.capabilities else 995
+    framed = [pkt(b"\x01" + status[i : i + limit]) for i in range(0, len(status), limit)]
+    return b"".join(framed) + b"0000"
+
+
+def pkt(data: bytes) -> bytes:
+    return f"{len(data) + 4:04x}".encode() + data
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def parse_git(raw: Any, where: str, report: Report) -> tuple[bool, GitPolicy | None]:
+    """(valid, policy) of the entry's `git` section (shaped by the JSON Schema); the
+    policy is None when the section is absent or refused."""
+    if raw is None:
+        return True, None
+    ok = True
+    fetch = None
+    if "fetch" in raw:
+        fetch = _globs(raw["fetch"], f"{where}.fetch", report)
+        ok = fetch is not None
+    items = []
+    for index, item in enumerate(raw.get("push") or ()):
+        here = f"{where}.push[{index}]"
+        repo = _globs([item.get("repo")], f"{here}.repo", report)
+        refs = _globs(item.get("refs"), f"{here}.refs", report)
+        if repo is None or refs is None:
+            ok = False
+            continue
+        items.append(PushItem(repo[0], refs, item.get("delete") is True))
+    return ok, GitPolicy(fetch, tuple(items)) if ok else None
+
+
+def _globs(raw: Any, where: str, report: Report) -> tuple[re.Pattern[str], ...] | None:
+    if not isinstance(raw, list) or not raw or not all(isinstance(g, str) and g for g in raw):
+        report(where, "must be a non-empty list of globs")
+        return None
+    bad = [
+        g for g in raw if g.startswith("/") or any("**" in s and s != "**" for s in g.split("/"))
+    ]
+    if bad:
+        report(
+            where, f"a glob has no leading '/' and '**' only as a whole segment (got {bad[0]!r})"
+        )
+        return None
+    return tuple(compile_path("/" + g) for g in raw)

@@ -1,0 +1,74 @@
+"""The budget adapter (addons/budget.py) on mitmproxy test flows."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mitmproxy.test import tflow
+
+from addons import budget
+from addons.shared import FlowState
+from proxy.budget import Budgets
+from proxy.config import parse
+from proxy.decision import Decision, Reason
+from proxy.metrics import ProxyMetrics
+
+CONFIG = parse(
+    {"network": {"allowlist": [
+        {"domain": "hf.example", "budget": {"requests": "1/day", "upload": "1KiB/day"}},
+        {"domain": "free.example"},
+    ]}},
+    "env.yaml",
+    {},
+)  # fmt: skip
+HF, FREE = (Decision.allow(e) for e in CONFIG.allowlist)
+
+
+def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_admit_refuses_over_the_request_budget_and_counts() -> None:
+    budgets, metrics = Budgets(), ProxyMetrics()
+    assert budget.admit(budgets, metrics, HF, 0)[0] is HF
+    refused, admission = budget.admit(budgets, metrics, HF, 0)
+    assert (refused.allowed, refused.reason, refused.status) == (
+        False, Reason.BUDGET_EXCEEDED, 429)  # fmt: skip
+    assert admission.retry_after_s > 0
+    assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="requests") == 1
+    assert value(metrics, "egress_budget_remaining", rule="hf.example", budget="upload") == 1024
+    assert budget.admit(budgets, metrics, FREE, 0)[0] is FREE  # no budget, nothing asked
+
+
+def test_metered_cuts_the_upload_that_crosses_the_budget() -> None:
+    budgets, metrics = Budgets(), ProxyMetrics()
+    flow = tflow.tflow()
+    state = FlowState(HF, "hf.example")
+    seen: list[bytes] = []
+
+    def count(chunk: bytes) -> bytes:
+        seen.append(chunk)
+        return chunk
+
+    async def stream() -> list[bytes]:
+        meter = budget.metered(budgets, metrics, flow, state, count)
+        return [meter(b"a" * 600), meter(b"b" * 600), meter(b"c")]
+
+    assert asyncio.run(stream()) == [b"a" * 600, b"", b""]
+    assert seen == [b"a" * 600]
+    assert state.decision.reason is Reason.BUDGET_EXCEEDED
+    assert flow.error is not None  # killed
+    assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="upload") == 1
+    free = FlowState(FREE, "free.example")
+    assert budget.metered(budgets, metrics, flow, free, count) is count
+
+
+def test_each_sandbox_spends_its_own_budget_and_only_the_nodes_is_shown() -> None:
+    budgets, metrics = Budgets(), ProxyMetrics()
+    assert budget.admit(budgets, metrics, HF, 0, "sbx-1")[0] is HF
+    assert not budget.admit(budgets, metrics, HF, 0, "sbx-1")[0].allowed
+    assert budget.admit(budgets, metrics, HF, 0, "sbx-2")[0] is HF  # its own bucket
+    assert value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests") is None
+    assert budget.admit(budgets, metrics, HF, 0)[0] is HF  # the node's own clients
+    left = value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests")
+    assert left is not None and left < 0.01  # refilling at one a day
