@@ -18,7 +18,7 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 from addons.refusal import refusal_response
 from addons.shared import FlowState
 from proxy.decision import Decision, Reason
-from proxy.gitpush import PushItem, judge_push, read_commands, report_status
+from proxy.gitpush import PushItem, judge_pushes, read_commands, report_status
 from proxy.limits import STREAM_BODIES_OVER
 
 PUSH_BODY_LIMIT = 1024 * 1024
@@ -26,8 +26,9 @@ if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as byt
     raise ImportError("addons.gitpush: PUSH_BODY_LIMIT must follow STREAM_BODIES_OVER")
 
 
-def hold(request: http.Request, state: FlowState, item: PushItem) -> Decision | None:
-    """Buffer the push's body for `judge`, or the refusal when it cannot be buffered."""
+def hold(request: http.Request, state: FlowState, *items: PushItem) -> Decision | None:
+    """Buffer the push's body for `judge` (its command list must match every item), or the
+    refusal when it cannot be buffered."""
     refused = Decision.deny(Reason.GIT_PUSH_DENIED, state.decision.entry, state.decision.clause)
     if "content-encoding" in request.headers:
         return refused  # a compressed command list is never inflated here
@@ -38,21 +39,20 @@ def hold(request: http.Request, state: FlowState, item: PushItem) -> Decision | 
     if "content-length" not in request.headers or size is None or size > PUSH_BODY_LIMIT:
         return refused
     request.stream = False
-    state.push = item
+    state.push = items
     return None
 
 
 def judge(flow: http.HTTPFlow, state: FlowState, decision: Decision) -> Decision:
     """The held push: allowed as `decision` says, or refused with git's report-status."""
-    item = state.push
-    state.push = None
+    items, state.push = state.push, ()
     body = flow.request.raw_content or b""
-    commands = read_commands(body) if item is not None else "no push item"
+    commands = read_commands(body) if items else "no push item"
     if isinstance(commands, str):  # malformed: no report-status can name its refs
         refused = Decision.deny(Reason.GIT_PUSH_DENIED, decision.entry, decision.clause)
         flow.response = refusal_response(refused, state.host, flow.request.method)
         return refused
-    reasons = judge_push(item, commands) if item is not None else ()
+    reasons = judge_pushes(items, commands)
     if not any(reasons):
         state.bytes_sent = len(body)
         return decision

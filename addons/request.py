@@ -67,8 +67,8 @@ class Requests:
                 answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
-            if answer.push is not None and state.decision.allowed:
-                held = gitpush.hold(request, state, answer.push)
+            if answer.push and state.decision.allowed:
+                held = gitpush.hold(request, state, *answer.push)
                 state.decision = held or state.decision
                 if held is None:
                     return  # decided and counted once its command list is read (`request`)
@@ -124,7 +124,7 @@ class Requests:
         trailers arrive after the body streamed, too late for a refusal: a trailer
         block with bytes no upstream may see is dropped, never forwarded (D21)."""
         state = flow.metadata.get(FLOW_KEY)
-        if isinstance(state, FlowState) and state.push is not None:
+        if isinstance(state, FlowState) and state.push:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = gitpush.judge(flow, state, decided)

@@ -44,7 +44,7 @@ class FlowState:
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
-    push: PushItem | None = None  # a git push held until its command list is judged
+    push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
 
 
 class Shared:

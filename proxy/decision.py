@@ -193,3 +193,19 @@ class Decision:
     @property
     def message(self) -> str:
         return MESSAGES[self.reason]
+
+
+def bounded(node: Decision, own: Decision) -> Decision:
+    """A sandbox's decision inside the node's ceiling.
+
+    A real refusal wins over a report-only one, and the sandbox's own refusal is named
+    first (its file is what its operator edits). A `would_deny` of either side lets the
+    request through injecting nothing. Otherwise the sandbox's entry decides.
+    """
+    for decision in (own, node):
+        if not decision.allowed:
+            return decision
+    for decision in (own, node):
+        if decision.report:
+            return decision
+    return own

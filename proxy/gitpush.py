@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +159,13 @@ def judge_push(item: PushItem, commands: Commands) -> tuple[str, ...]:
         else:
             reasons.append("")
     return tuple(reasons)
+
+
+def judge_pushes(items: Sequence[PushItem], commands: Commands) -> tuple[str, ...]:
+    """Every item's verdict on each command, the first refusal kept: a sandbox's push
+    item and the node's (docs/configuration.md#sandboxes) must both admit a ref."""
+    verdicts = [judge_push(item, commands) for item in items]
+    return tuple(next((r for r in per_ref if r), "") for per_ref in zip(*verdicts, strict=True))
 
 
 def report_status(commands: Commands, reasons: tuple[str, ...]) -> bytes:

@@ -114,6 +114,10 @@ class Policy:
 
     # -- decisions -------------------------------------------------------------
 
+    def ceiling(self) -> Policy | None:
+        """The policy a request must also pass: a sandbox's node (`proxy.tenancy`), or none."""
+        return None
+
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         """Name stage. `tls` is None when not known yet (a CONNECT). In report-only mode
         (global, or of the deciding entry) a reportable refusal comes back `would_deny`."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from common.invariant import InvariantError
 from proxy.config import Entry, PatternKind, Transform
-from proxy.decision import Decision, Reason
+from proxy.decision import Decision, Reason, bounded
 from proxy.fields import head_problem
 from proxy.gitpush import PushItem, judge_git, smart_http
 from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
@@ -288,9 +288,9 @@ class RequestAnswer:
     # and where values went. The location's path carries a swapped query.
     fields: tuple[tuple[bytes, bytes], ...] | None = None
     swapped: tuple[str, ...] = ()
-    # A git push allowed by repository: its command list must match this item's refs
-    # before any body byte goes upstream (addons/gitpush.py).
-    push: PushItem | None = None
+    # A git push allowed by repository: its command list must match these items' refs
+    # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
+    push: tuple[PushItem, ...] = ()
 
 
 def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> bool:
@@ -342,6 +342,25 @@ def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target
     return policy.reported(Decision.deny(reason, entry, clause))
 
 
+def _rules_within_ceiling(
+    policy: Policy, decision: Decision, located: Location, ask: RequestAsk
+) -> tuple[Decision, tuple[PushItem, ...]]:
+    """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
+    entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`)."""
+    method, path = ask.names.method, located.path
+    decision, push = decide_rules(policy, decision, method, path)
+    pushes = () if push is None else (push,)
+    node = policy.ceiling()
+    if node is None or not decision.allowed:
+        return decision, pushes
+    ceiling = node.decide(located.host, located.port, tls=ask.https)
+    judged, node_push = decide_rules(node, ceiling, method, path)
+    combined = bounded(judged, decision)
+    if not combined.allowed:
+        return combined, ()
+    return combined, pushes if node_push is None else (*pushes, node_push)
+
+
 async def decide_request(
     policy: Policy, resolve: Resolve, facts: ConnectionFacts, ask: RequestAsk
 ) -> RequestAnswer:
@@ -357,7 +376,7 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
-    decision, push = decide_rules(policy, decision, ask.names.method, located.path)
+    decision, push = _rules_within_ceiling(policy, decision, located, ask)
     swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)

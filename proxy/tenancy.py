@@ -24,26 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.config import NetworkConfig, Secret
-from proxy.decision import Decision, Reason
+from proxy.decision import Decision, Reason, bounded
 from proxy.hosts import Host, IPAddress
 from proxy.policy import Policy
 from proxy.sandboxes import Sandbox, SandboxesSection
-
-
-def bounded(node: Decision, own: Decision) -> Decision:
-    """A sandbox's decision inside the node's ceiling.
-
-    A real refusal wins over a report-only one, and the sandbox's own refusal is named
-    first (its file is what its operator edits). A `would_deny` of either side lets the
-    request through injecting nothing. Otherwise the sandbox's entry decides.
-    """
-    for decision in (own, node):
-        if not decision.allowed:
-            return decision
-    for decision in (own, node):
-        if decision.report:
-            return decision
-    return own
 
 
 class SandboxPolicy(Policy):
@@ -57,6 +41,9 @@ class SandboxPolicy(Policy):
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         own = super().decide(host, port, tls=tls)
         return bounded(self.node.decide(host, port, tls=tls), own)
+
+    def ceiling(self) -> Policy:
+        return self.node
 
     def pick_address(
         self, decision: Decision, addresses: Sequence[IPAddress], port: int

@@ -43,7 +43,7 @@ def commands(ref: str) -> bytes:
 def test_a_small_push_is_held_then_let_through_when_every_ref_is_allowed() -> None:
     flow, state = push(commands("refs/heads/agent/x"))
     assert gitpush.hold(flow.request, state, ITEM) is None
-    assert flow.request.stream is False and state.push is ITEM
+    assert flow.request.stream is False and state.push == (ITEM,)
     assert gitpush.judge(flow, state, ALLOWED) is ALLOWED
     assert flow.response is None and state.bytes_sent == len(flow.request.raw_content or b"")
 
@@ -80,4 +80,4 @@ def test_what_cannot_be_buffered_is_refused_before_reading() -> None:
     chunked.request.headers["Transfer-Encoding"] = "chunked"
     refused = gitpush.hold(chunked.request, state, ITEM)
     assert refused is not None and refused.reason is Reason.GIT_PUSH_DENIED
-    assert state.push is None
+    assert state.push == ()

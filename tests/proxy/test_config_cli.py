@@ -82,7 +82,7 @@ def test_the_agent_example_checks_and_says_what_it_means() -> None:
         base = ask(host, method=method)
         request = replace(base, names=replace(base.names, path=target))
         answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), request))
-        return answer.decision.reason.value, answer.push is not None
+        return answer.decision.reason.value, bool(answer.push)
 
     assert reason("github.com", "POST", "/acme/web.git/git-upload-pack") == ("allowlisted", False)
     assert reason("github.com", "POST", "/other/x.git/git-upload-pack") == ("rule_mismatch", False)

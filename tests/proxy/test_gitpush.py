@@ -16,6 +16,7 @@ from proxy.gitpush import (
     Commands,
     GitRequest,
     judge_push,
+    judge_pushes,
     pkt,
     read_commands,
     report_status,
@@ -128,7 +129,7 @@ def test_git_requests(method: str, target: str, reason: Reason, clause: str, hel
     request = replace(base, names=replace(base.names, path=target))
     answer = asyncio.run(decide_request(GIT_POLICY, resolve, ConnectionFacts(), request))
     assert (answer.decision.reason, answer.decision.clause) == (reason, clause)
-    assert (answer.push is not None) is held
+    assert bool(answer.push) is held
 
 
 def push_item(index: int = 0):  # type: ignore[no-untyped-def]
@@ -190,3 +191,56 @@ def test_git_and_passthrough_are_refused_together() -> None:
         entry = {"domain": "a.example", "passthrough": True, "git": {"fetch": ["a/*"]}}
         parse({"network": {"allowlist": [entry]}}, "env.yaml", {})
     assert "network.allowlist[0].passthrough" in str(info.value)
+
+
+# A sandbox's request passes its node's rules and git items too (the node is the ceiling):
+# the sandbox file below opens git.example wide; the node's entry (GIT) does not.
+WIDE_SANDBOX = {"domain": "git.example", "git": {"push": [{"repo": "**", "refs": ["**"]}]}}
+CEILING = [
+    ("node-rules-refuse-delete", "DELETE", "/acme/web", Reason.RULE_MISMATCH, "", 0),
+    ("node-git-refuses-fetch", "POST", "/evil/web.git/git-upload-pack", Reason.RULE_MISMATCH,
+     "git.fetch", 0),
+    ("node-git-refuses-push-repo", "POST", "/acme/other.git/git-receive-pack",
+     Reason.GIT_PUSH_DENIED, "git.push", 0),
+    ("both-items-held", "POST", "/acme/web.git/git-receive-pack", Reason.ALLOWLISTED,
+     "git.push[0]", 2),
+    ("node-get-allowed", "GET", "/acme/web", Reason.ALLOWLISTED, "", 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "reason", "clause", "items"),
+    [c[1:] for c in CEILING],
+    ids=[c[0] for c in CEILING],
+)
+def test_a_sandbox_request_passes_the_nodes_rules_too(
+    method: str, target: str, reason: Reason, clause: str, items: int
+) -> None:
+    from proxy.sandboxes import Sandbox
+    from proxy.tenancy import SandboxPolicy
+
+    own = parse({"network": {"allowlist": [WIDE_SANDBOX]}}, "sbx.yaml", {})
+    policy = SandboxPolicy(Sandbox("sbx", own, sandbox_class="ci"), GIT_POLICY)
+    base = ask("git.example", method=method)
+    request = replace(base, names=replace(base.names, path=target))
+    answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), request))
+    assert (answer.decision.reason, answer.decision.clause) == (reason, clause)
+    assert len(answer.push) == items
+
+
+def test_every_held_item_must_admit_each_ref() -> None:
+    node = push_item(0)  # acme/web: refs/heads/agent/** only
+    own = parse({"network": {"allowlist": [WIDE_SANDBOX]}}, "sbx.yaml", {})
+    assert own.allowlist[0].git is not None
+    wide = own.allowlist[0].git.push[0]
+    commands = read_commands(
+        pkt(f"{OLD} {NEW} refs/heads/agent/x\0report-status\n".encode())
+        + pkt(f"{OLD} {NEW} refs/heads/main\n".encode())
+        + b"0000"
+    )
+    assert not isinstance(commands, str)
+    assert judge_pushes((wide,), commands) == ("", "")
+    assert judge_pushes((wide, node), commands) == (
+        "",
+        "egress policy: this ref may not be pushed",
+    )
