@@ -11,7 +11,7 @@ above 256. The runner therefore refuses, at every entry point (``run``,
 * larger than ``MAX_BYTES`` (8 MiB) as UTF-8 JSON (a 4 MiB file travels in
   ``write_file``'s arguments with room for escaping), or
 * holding ``NaN`` or ``Infinity`` (``1e400`` reads as one) or a lone UTF-16
-  surrogate (``"\ud800"``): Python's ``json`` reads and writes them, but
+  surrogate (``"\\ud800"``): Python's ``json`` reads and writes them, but
   ``JSON.parse`` in a Node gate throws on the first and jq 1.6 on the last.
 
 ``refusal`` measures a value without recursion (a Python value nested
