@@ -210,14 +210,14 @@ async def serve(settings: Settings) -> int:
     )
 
     def on_running() -> None:
+        # The banner first: whoever waited for /healthz (or the worker's ready) reads it.
+        if settings.worker in (None, 0):  # one banner is enough
+            for line in banner(settings, ca_cert, len(network.allowlist)).splitlines():
+                message = line.removeprefix("egress-proxy: ")
+                announce(settings.log_format, sys.stderr, "egress-proxy", "egress", message)
         ready.set()
         if settings.worker is not None:
             workers.worker_ready(settings.worker)
-            if settings.worker > 0:
-                return  # one banner is enough
-        for line in banner(settings, ca_cert, len(network.allowlist)).splitlines():
-            message = line.removeprefix("egress-proxy: ")
-            announce(settings.log_format, sys.stderr, "egress-proxy", "egress", message)
 
     def on_lookup(result: str, seconds: float) -> None:
         metrics.dns_lookups.labels(result).inc()
