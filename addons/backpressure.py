@@ -21,7 +21,7 @@ HTTP/2 client to an HTTP/2 upstream are not covered (docs/decisions.md, D26).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from mitmproxy.proxy import commands, events
@@ -31,7 +31,8 @@ from mitmproxy.proxy.server import ConnectionHandler
 from proxy.limits import H2_CLIENT_QUEUE_LIMIT
 
 _original_h2_server = _http2.Http2Server._handle_event
-_original_drain = ConnectionHandler.drain_writers
+# mitmproxy leaves `drain_writers` unannotated; its type as used here (D151).
+_original_drain: Callable[[ConnectionHandler], Awaitable[None]] = ConnectionHandler.drain_writers
 _flowing: dict[str, asyncio.Event] = {}  # client connection id -> set while not congested
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from mitmproxy import http
 
+from addons import mitm
 from addons.shared import FlowState
 from addons.workarounds import hang_up
 from proxy.budget import Admission, Budget, BudgetKey, Budgets
@@ -88,7 +89,7 @@ def metered(
         cut = True
         metrics.budget_exceeded.labels(key.entry, "upload").inc()
         state.decision = Decision.deny(Reason.BUDGET_EXCEEDED, entry, state.decision.clause)
-        flow.kill()
+        mitm.kill(flow)
         asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
         return b""
 

@@ -45,7 +45,6 @@ from typing import Any
 import wsproto.events
 from h11._receivebuffer import ReceiveBuffer
 from mitmproxy import connection, http
-from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import websocket
 from mitmproxy.proxy.layers.http import HttpStream, _http1
@@ -54,7 +53,7 @@ from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, Respo
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
-from addons import backpressure
+from addons import backpressure, mitm
 from common.invariant import InvariantError
 from proxy.decision import Reason, Stage
 from proxy.limits import (
@@ -199,11 +198,9 @@ def _abort_later(conn: connection.Connection) -> None:
     mitmproxy still lists it, and aborted after `ABORT_GRACE_S` (a no-op if mitmproxy
     closed it meanwhile). If the connection table changes shape, nothing happens.
     """
-    from mitmproxy import ctx
-
     try:
         loop = asyncio.get_running_loop()
-        server = ctx.master.addons.get("proxyserver")
+        server = mitm.addon("proxyserver")
         for handler in list(server.connections.values()):
             io = handler.transports.get(conn)
             if io is not None and io.writer is not None:
@@ -223,7 +220,7 @@ def _refusal(status: int, limit: Limit) -> bytes:
             "Connection": "close",
         },
     )
-    return http1.assemble_response(response)
+    return mitm.assemble_response(response)
 
 
 def _end_without_trailers(conn: _http1.Http1Connection) -> Commands:

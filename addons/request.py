@@ -19,7 +19,7 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from addons import budget, gitpush
+from addons import budget, gitpush, mitm
 from addons.limits import body_follows
 from addons.refusal import refusal_response
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -85,7 +85,7 @@ class Requests:
         flow.request.stream = False
         if body_size(flow.request, body_follows(flow)) > REFUSED_BODY_LIMIT:
             shared.metrics.limit_refusals.labels(Limit.REFUSED_BODY.value).inc()
-            flow.kill()  # HTTP/2: the stream is reset (D25); the connection stays
+            mitm.kill(flow)  # HTTP/2: the stream is reset (D25); the connection stays
             if not (flow.request.is_http2 or flow.request.is_http3):
                 asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
         else:
@@ -133,7 +133,7 @@ class Requests:
                 state.injected, state.redactions = (), NO_REDACTION
                 state.refused_here = True
                 if flow.response is None and flow.error is None:
-                    flow.kill()
+                    mitm.kill(flow)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None

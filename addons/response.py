@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
+from addons import mitm
 from addons.auditing import Where, address_text
 from addons.shared import FLOW_KEY, FlowState, Shared, counter
 from proxy.decision import Stage
@@ -47,11 +48,12 @@ class Responses:
                 if encoded_answer(headers.get("content-encoding")):
                     # Asked for identity (proxy.outbound), compressed anyway: not scannable.
                     log.warning("%s: compressed answer to an injected request dropped", state.host)
-                    return flow.kill()
+                    mitm.kill(flow)
+                    return
                 flow.response.stream = _scrubbed(count, redactor.body())
             cleaned = True
         if not cleaned:
-            flow.kill()
+            mitm.kill(flow)
 
     def response(self, flow: http.HTTPFlow) -> None:
         # Trailers are sent after this hook (HTTP/2; mitmproxy drops HTTP/1 ones).
@@ -64,7 +66,7 @@ class Responses:
                 trailers.fields = tuple((n, redactor.header(v)) for n, v in trailers.fields)
                 cleaned = True
             if not cleaned:
-                flow.kill()
+                mitm.kill(flow)
         self._finish(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from mitmproxy import connection, exceptions, http
 
+from addons import mitm
 from addons.auditing import Where
 from addons.limits import body_follows
 from addons.refusal import refusal_response
@@ -117,7 +118,7 @@ class SandboxIdentity:
         shared.count(stage, decision)
         request.stream = False
         if stage is Stage.REQUEST and body_size(request, body_follows(flow)) > REFUSED_BODY_LIMIT:
-            flow.kill()  # never buffer a refused upload (addons.request)
+            mitm.kill(flow)  # never buffer a refused upload (addons.request)
             if not (request.is_http2 or request.is_http3):
                 asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
         else:
@@ -126,7 +127,7 @@ class SandboxIdentity:
         scheme = "" if stage is Stage.CONNECT else request.scheme
         where = Where(flow.client_conn, method, scheme, request.host[:255], request.port)
         shared.write_audit(where, decision, started, response.status_code)
-        raise exceptions.AddonHalt()
+        raise exceptions.AddonHalt
 
     # -- the connection bound -----------------------------------------------------------------
 

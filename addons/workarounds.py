@@ -14,6 +14,7 @@ import logging
 
 from mitmproxy import connection, tcp
 
+from addons import mitm
 from addons.pinning import Pinning
 
 log = logging.getLogger("egress")
@@ -28,10 +29,8 @@ def hang_up(client: connection.Client) -> None:
     up. This reaches into mitmproxy's connection table; if that ever changes shape,
     nothing happens and the flow is still killed.
     """
-    from mitmproxy import ctx
-
     try:
-        server = ctx.master.addons.get("proxyserver")
+        server = mitm.addon("proxyserver")
         handler = server.connections.get(client.id) if server else None
         io = handler.transports.get(handler.client) if handler else None
         if io is not None and io.writer is not None:
@@ -43,4 +42,4 @@ def hang_up(client: connection.Client) -> None:
 def refuse_raw_tcp(pinning: Pinning, flow: tcp.TCPFlow) -> None:
     """Kill a refused TCP flow so that no upstream connection opens (see module doc)."""
     pinning.forget(flow.client_conn)
-    flow.kill()
+    mitm.kill(flow)

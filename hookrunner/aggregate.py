@@ -26,9 +26,9 @@ from hookrunner.model import (
     Handler,
     HandlerRun,
     HookConfig,
-    Outcome,
     PreDecision,
 )
+from hookrunner.outcome import Outcome
 
 RunHandler = Callable[[Group, Handler, EventPayload], HandlerRun]
 

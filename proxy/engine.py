@@ -44,6 +44,7 @@ from mitmproxy.addons import (
 )
 from mitmproxy.proxy import layer
 from mitmproxy.proxy.layers import tls
+from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
@@ -53,6 +54,9 @@ from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
 
 Handlers = tuple[tuple[Any, tuple[Callable[..., Any], ...]], ...]
+
+# mitmproxy leaves `traverse` unannotated: its type as used here (D151).
+_traverse: Callable[[list[Any]], Iterator[Any]] = traverse
 
 
 def lean_addons() -> list[Any]:
@@ -68,7 +72,7 @@ def lean_addons() -> list[Any]:
         core.Core(),
         block.Block(),
         disable_h2c.DisableH2C(),
-        CoalescingProxyserver(),
+        CoalescingProxyserver(),  # type: ignore[no-untyped-call]  # mitmproxy: unannotated
         CoalescingNextLayer(),
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
@@ -84,14 +88,14 @@ class ReleaseIdleTlsBuffers:
     which made the connection; pyOpenSSL offers the mode only on a context not yet used,
     so it is set on the connection itself (pinned by tests/proxy/test_engine.py)."""
 
-    def tls_start_client(self, tls_start: tls.TlsData) -> None:
+    def tls_start_client(self, tls_start: TlsData) -> None:
         _release_buffers(tls_start)
 
-    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+    def tls_start_server(self, tls_start: TlsData) -> None:
         _release_buffers(tls_start)
 
 
-def _release_buffers(tls_start: tls.TlsData) -> None:
+def _release_buffers(tls_start: TlsData) -> None:
     if tls_start.ssl_conn is not None:
         _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
 
@@ -150,25 +154,25 @@ class LeanAddonManager(AddonManager):
     """An `AddonManager` that finds each hook's handlers once, not on every event."""
 
     def __init__(self, owner: master.Master) -> None:
-        super().__init__(owner)
+        super().__init__(owner)  # type: ignore[no-untyped-call]  # AddonManager is unannotated
         self._handlers: dict[str, Handlers] = {}
 
     # Every change of the chain forgets the cached handler lists.
     def register(self, addon: Any) -> Any:
         self._handlers.clear()
-        return super().register(addon)
+        return super().register(addon)  # type: ignore[no-untyped-call]  # AddonManager is unannotated
 
     def add(self, *addons: Any) -> None:
         self._handlers.clear()
-        super().add(*addons)
+        super().add(*addons)  # type: ignore[no-untyped-call]  # AddonManager is unannotated
 
     def remove(self, addon: Any) -> None:
         self._handlers.clear()
-        super().remove(addon)
+        super().remove(addon)  # type: ignore[no-untyped-call]  # AddonManager is unannotated
 
     def clear(self) -> None:
         self._handlers.clear()
-        super().clear()
+        super().clear()  # type: ignore[no-untyped-call]  # AddonManager is unannotated
 
     def handlers(self, name: str) -> Handlers:
         """Per chain member that has any: the handlers of hook `name`, depth first."""
@@ -204,12 +208,13 @@ class LeanAddonManager(AddonManager):
 def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:
     """What `AddonManager._iter_hooks` yields, as a list of callables."""
     found = []
-    for each in traverse([addon]):
+    for each in _traverse([addon]):
         func = getattr(each, name, None)
         if func is None or isinstance(func, types.ModuleType):
             continue
         if not callable(func):
-            raise exceptions.AddonManagerError(f"Addon handler {name} ({each}) not callable")
+            message = f"Addon handler {name} ({each}) not callable"
+            raise exceptions.AddonManagerError(message)  # type: ignore[no-untyped-call]  # unannotated
         found.append(func)
     return found
 

@@ -35,13 +35,13 @@ from common.problems import Problem, schema_errors, schema_validator
 from proxy.config import (
     ConfigError,
     NetworkConfig,
-    Secret,
     _check_unresolved,
     _resolve,
     parse,
     read_document,
 )
 from proxy.hosts import IPAddress
+from proxy.secret import Secret
 
 SUFFIX = ".yaml"
 DEFAULT_CLASS = "default"

@@ -54,7 +54,9 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     multiproc.mkdir()
     ready.mkdir()
     registry = CollectorRegistry()
-    prometheus_multiprocess.MultiProcessCollector(registry, path=str(multiproc))
+    prometheus_multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]  # unannotated
+        registry, path=str(multiproc)
+    )
     ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}

@@ -74,6 +74,7 @@ LAYERS: dict[str, Layer] = {
     "addons.failclosed": Layer.ADAPTER,
     "addons.gitpush": Layer.ADAPTER,
     "addons.limits": Layer.ADAPTER,
+    "addons.mitm": Layer.ADAPTER,  # the unannotated mitmproxy calls, typed (D151)
     "addons.pinning": Layer.ADAPTER,
     "addons.refusal": Layer.ADAPTER,
     "addons.request": Layer.ADAPTER,
