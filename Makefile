@@ -64,6 +64,7 @@ lint: install
 	$(BIN)/ruff check proxy addons hookrunner common testbed tests demo bench
 	$(BIN)/ruff format --check proxy addons hookrunner common testbed tests demo bench
 	$(BIN)/mypy proxy addons hookrunner common
+	$(BIN)/mypy testbed bench demo
 
 # The three scenarios of the source pages, narrated (needs root: network namespaces).
 demo: install

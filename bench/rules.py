@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.decide import _calibrate, _time_ns
 from proxy.config import parse
-from proxy.decision import Reason
+from proxy.decision import Decision, Reason
 from proxy.hosts import canonical_host
 from proxy.policy import Policy
 from proxy.stages import decide_rules
@@ -57,10 +57,10 @@ def _operations() -> dict[str, Callable[[], object]]:
     for label, (name, method, expected) in cases.items():
         host = canonical_host(name)
 
-        def decide(host: Any = host, method: str = method) -> object:
+        def decide(host: Any = host, method: str = method) -> tuple[Decision, object]:
             return decide_rules(policy, policy.decide(host, 443, tls=True), method, TARGET)
 
-        decision, _ = decide()  # type: ignore[misc]
+        decision, _ = decide()
         if decision.reason is not expected:
             raise RuntimeError(f"{label}: {decision}")
         ops[label] = decide

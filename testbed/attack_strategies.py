@@ -213,7 +213,8 @@ def request_heads(decided: str = DECIDED) -> st.SearchStrategy[Head]:
     """A clean head changed in one part (so that the change is what the proxy judges), or
     a head changed in every part."""
     method, methods = st.just(b"GET"), st.sampled_from(METHODS)
-    target, host, none = st.just(b"/fuzz"), st.just([b"Host: " + decided.encode()]), st.just([])
+    target, host = st.just(b"/fuzz"), st.just([b"Host: " + decided.encode()])
+    none: st.SearchStrategy[list[bytes]] = st.just([])
     hosts = host_lines(decided)
     return st.one_of(
         st.builds(Head, methods, target, host, none),

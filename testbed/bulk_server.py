@@ -28,7 +28,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 from urllib.parse import parse_qs, urlsplit
 
 CHUNK = 1 << 20
@@ -132,7 +132,7 @@ class Handler(socketserver.BaseRequestHandler):
         try:
             if self.server.tls is not None:
                 sock = self.server.tls.wrap_socket(sock, server_side=True)
-            stream = sock.makefile("rb", buffering=CHUNK)
+            stream = cast(BinaryIO, sock.makefile("rb", buffering=CHUNK))
             while self.serve_one(sock, stream):
                 pass
         except (OSError, ValueError, ConnectionError, ssl.SSLError):
@@ -162,12 +162,12 @@ class Handler(socketserver.BaseRequestHandler):
                 f"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                 f"Content-Length: {size}\r\n\r\n".encode()
             )
-            digest, sent = hashlib.sha256(), 0
+            sent_digest, sent = hashlib.sha256(), 0
             for chunk in pattern_chunks(size):
                 sock.sendall(chunk)
-                digest.update(chunk)
+                sent_digest.update(chunk)
                 sent += len(chunk)
-            log.write({"event": "download", "bytes": sent, "sha256": digest.hexdigest()})
+            log.write({"event": "download", "bytes": sent, "sha256": sent_digest.hexdigest()})
         else:
             respond(sock, "404 Not Found", b"not found\n")
         return headers.get("connection", "").lower() != "close"

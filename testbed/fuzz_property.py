@@ -104,6 +104,6 @@ def check_upstream_request(record: dict[str, Any], expected: Expected) -> None:
     allowed_hosts = {decided.encode(), f"{decided}:{expected.port}".encode()}
     assert len(hosts) == 1, f"Host {hosts}; {shown}"
     assert hosts[0].lower() in allowed_hosts, f"Host {hosts}; {shown}"
-    for name, expected in transforms.items():
+    for name, value in transforms.items():
         got = [v for n, v in fields if n == name.lower().encode()]
-        assert got == [expected.encode()], f"{name} sent {len(got)} times; {shown}"
+        assert got == [value.encode()], f"{name} sent {len(got)} times; {shown}"

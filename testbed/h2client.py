@@ -66,7 +66,8 @@ def exchange(
             break
         for event in client.receive_data(data):
             if isinstance(event, h2_events.ResponseReceived):
-                result.headers[event.stream_id] = dict(event.headers)
+                # header_encoding above: h2 gives names and values as str
+                result.headers[event.stream_id] = {str(n): str(v) for n, v in event.headers}
             elif isinstance(event, h2_events.DataReceived):
                 result.bodies[event.stream_id] += event.data
                 client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)

@@ -12,6 +12,7 @@ import hashlib
 import select
 import socket
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import h2.config as h2_config
@@ -86,11 +87,11 @@ class H2Stream:
         outcome = self.outcomes[stream_id]
         return outcome.ended or outcome.reset_code is not None
 
-    def send_body(self, stream_id: int, chunks: list[bytes] | object, end: bool = True) -> int:
+    def send_body(self, stream_id: int, chunks: Iterable[bytes], end: bool = True) -> int:
         """Send every chunk (an iterable of bytes) as DATA; returns the bytes the peer took
         before it reset the stream (or all of them)."""
         sent = 0
-        for chunk in chunks:  # type: ignore[attr-defined]
+        for chunk in chunks:
             while self._readable():
                 self._pump()  # a reset or window update waiting: handle it before sending more
             view = memoryview(chunk)

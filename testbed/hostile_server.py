@@ -209,7 +209,7 @@ async def main(argv: list[str]) -> int:
     async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         original = w.write
 
-        def counting_write(data: bytes) -> None:
+        def counting_write(data: bytes | bytearray | memoryview) -> None:
             w.egt_written = getattr(w, "egt_written", 0) + len(data)  # type: ignore[attr-defined]
             original(data)
 

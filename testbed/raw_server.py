@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -111,14 +112,19 @@ async def main(argv: list[str]) -> int:
     tcp += [(spec, None) for spec in args.tcp]
     for spec, banner in tcp:
 
-        async def on_tcp(r, w, _spec=spec, _banner=banner):  # type: ignore[no-untyped-def]
+        async def on_tcp(
+            r: asyncio.StreamReader,
+            w: asyncio.StreamWriter,
+            _spec: str = spec,
+            _banner: bytes | None = banner,
+        ) -> None:
             await handle_tcp(r, w, log, _spec, _banner)
 
         host, port = parse_hostport(spec)
         servers.append(await asyncio.start_server(on_tcp, host, port, reuse_address=True))
     for spec in args.udp:
         transport, _protocol = await loop.create_datagram_endpoint(
-            lambda _spec=spec: DatagramSink(log, _spec), local_addr=parse_hostport(spec)
+            functools.partial(DatagramSink, log, spec), local_addr=parse_hostport(spec)
         )
         transports.append(transport)
 
@@ -130,8 +136,8 @@ async def main(argv: list[str]) -> int:
     await stop.wait()
     for server in servers:
         server.close()
-    for transport in transports:
-        transport.close()
+    for each in transports:
+        each.close()
     return 0
 
 
