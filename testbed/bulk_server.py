@@ -1,6 +1,6 @@
 """A bulk HTTP(S)/1.1 upstream for the streaming and soak tests: large bodies, cheap requests.
 
-Run as a script inside a network namespace (`ip netns exec NS python bulk_server.py ...`);
+Run inside a network namespace (`ip netns exec NS python -m testbed.bulk_server ...`);
 the tests import `pattern_chunks` to produce or verify the same bytes.
 
 * `GET /download?size=N`: N bytes of `pattern_chunks(N)`, with a Content-Length. When the
@@ -17,19 +17,19 @@ Uses the standard library only.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
-import signal
 import socket
 import socketserver
 import ssl
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 from urllib.parse import parse_qs, urlsplit
+
+from testbed.serving import EventLog, arguments, parse_hostport, tls_context, until_stopped_blocking
 
 CHUNK = 1 << 20
 IO_TIMEOUT = 60.0
@@ -47,17 +47,6 @@ def pattern_chunks(size: int, chunk: int = CHUNK) -> Iterator[bytes]:
             yield block[start : start + min(chunk, left - start)]
         left -= min(CHUNK, left)
         index += 1
-
-
-class EventLog:
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-        self._lock = threading.Lock()
-
-    def write(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self._file.flush()
 
 
 class Counts:
@@ -189,9 +178,7 @@ class BulkServer(socketserver.ThreadingTCPServer):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--ready", required=True)
+    parser = arguments(__doc__)
     parser.add_argument("--cert")
     parser.add_argument("--key")
     parser.add_argument("--listen", action="append", default=[], metavar="HOST:PORT")
@@ -199,25 +186,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     log, counts = EventLog(args.log), Counts()
-    tls = None
-    if args.listen_tls:
-        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        tls.load_cert_chain(args.cert, args.key)
-        tls.set_alpn_protocols(["http/1.1"])
+    tls = tls_context(args.cert, args.key, ["http/1.1"]) if args.listen_tls else None
     servers = []
     for spec, ctx in [(s, None) for s in args.listen] + [(s, tls) for s in args.listen_tls]:
-        host, _, port = spec.rpartition(":")
-        servers.append(BulkServer((host, int(port)), log, counts, ctx))
+        servers.append(BulkServer(parse_hostport(spec), log, counts, ctx))
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for thread in threads:
         thread.start()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    with open(args.ready, "w", encoding="utf-8") as ready:
-        ready.write("ready\n")
-    while not stop.wait(3600):
-        pass
+    until_stopped_blocking(args.ready)
     for server in servers:
         server.shutdown()
         server.server_close()

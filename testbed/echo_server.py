@@ -1,6 +1,7 @@
 """Upstream stand-ins for the end-to-end tests: HTTP(S) echo listeners and trap listeners.
 
-Run as a script inside a network namespace (`ip netns exec NS python echo_server.py ...`).
+Run inside a network namespace (`ip netns exec NS python -m testbed.echo_server ...`;
+testbed/serving.py says what every test server shares).
 Every event is appended as one JSON line to `--log`, flushed before anything is sent
 back, so that when a client has its response the record is already on disk:
 
@@ -31,38 +32,29 @@ Uses the standard library only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
 import gzip
 import json
-import signal
 import socket
 import ssl
-import sys
 from typing import Any
 from urllib.parse import parse_qs, quote, quote_plus, urlsplit
+
+from testbed.serving import (
+    EventLog,
+    arguments,
+    parse_hostport,
+    peer_text,
+    run,
+    tls_context,
+    until_stopped,
+)
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 IO_TIMEOUT = 30.0
-
-
-class EventLog:
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
-
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
@@ -76,13 +68,6 @@ def bound_socket(host: str, port: int) -> socket.socket:
     sock.listen(64)
     sock.setblocking(False)
     return sock
-
-
-def fmt_peer(peer: Any) -> str:
-    if not peer:
-        return "?"
-    host, port = peer[0], peer[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def read_body(reader: asyncio.StreamReader, headers: list[list[str]]) -> int:
@@ -230,7 +215,7 @@ async def handle_echo(
     listener: str,
     tls: ssl.SSLContext | None,
 ) -> None:
-    peer = fmt_peer(writer.get_extra_info("peername"))
+    peer = peer_text(writer.get_extra_info("peername"))
     log.write({"event": "connect", "listener": listener, "peer": peer, "tls": tls is not None})
     base: dict[str, Any] = {"listener": listener, "peer": peer, "tls": False, "sni": None}
     try:
@@ -253,30 +238,15 @@ async def handle_echo(
 
 
 async def handle_trap(writer: asyncio.StreamWriter, log: EventLog, listener: str) -> None:
-    log.write(
-        {"event": "trap", "listener": listener, "peer": fmt_peer(writer.get_extra_info("peername"))}
-    )
+    peer = peer_text(writer.get_extra_info("peername"))
+    log.write({"event": "trap", "listener": listener, "peer": peer})
     writer.close()
     with contextlib.suppress(Exception):
         await writer.wait_closed()
 
 
-def tls_context(cert: str, key: str) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    ctx.set_alpn_protocols(["http/1.1"])
-
-    def remember_sni(ssl_object: Any, server_name: str | None, _ctx: ssl.SSLContext) -> None:
-        ssl_object.egt_sni = server_name
-
-    ctx.sni_callback = remember_sni
-    return ctx
-
-
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--ready", required=True)
+    parser = arguments(__doc__)
     parser.add_argument("--cert")
     parser.add_argument("--key")
     parser.add_argument("--echo", action="append", default=[], metavar="HOST:PORT")
@@ -285,7 +255,7 @@ async def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     log = EventLog(args.log)
-    tls = tls_context(args.cert, args.key) if args.echo_tls else None
+    tls = tls_context(args.cert, args.key, ["http/1.1"]) if args.echo_tls else None
     servers: list[asyncio.Server] = []
 
     for spec, ctx in [(s, None) for s in args.echo] + [(s, tls) for s in args.echo_tls]:
@@ -305,17 +275,11 @@ async def main(argv: list[str]) -> int:
             await asyncio.start_server(on_trap, sock=bound_socket(*parse_hostport(spec)))
         )
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    with open(args.ready, "w", encoding="utf-8") as ready:
-        ready.write("ready\n")
-    await stop.wait()
+    await until_stopped(args.ready)
     for server in servers:
         server.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    run(main)

@@ -1,8 +1,8 @@
 """An HTTPS upstream that speaks HTTP/2 (and HTTP/1.1), for the ALPN tests.
 
-Run as a script inside a network namespace. ALPN is offered in the order given by
-`--alpn` (the server's preference: it picks the first of its own list that the client
-offered). Every event is appended as one JSON line to `--log` before anything is sent:
+Run inside a network namespace (`python -m testbed.h2_echo`). ALPN is offered in the
+order given by `--alpn` (the server's preference: it picks the first of its own list that
+the client offered). Every event is appended as one JSON line to `--log` before anything is sent:
 
 * `{"event": "tls", "listener", "sni", "alpn"}` after each handshake;
 * `{"event": "request", "listener", "version", "path", "headers": [[name, value], ...]}` for
@@ -18,14 +18,10 @@ Needs the `h2` package (a mitmproxy dependency, so the test venv has it).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import ssl
-import sys
-from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import h2.config
@@ -33,16 +29,9 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from testbed.serving import EventLog, arguments, parse_hostport, run, tls_context, until_stopped
+
 IO_TIMEOUT = 30.0
-
-
-class EventLog:
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
 
 
 def trailers_for(headers: list[list[str]]) -> list[tuple[str, str]]:
@@ -147,22 +136,8 @@ async def handle(
             await writer.wait_closed()
 
 
-def tls_context(cert: str, key: str, alpn: list[str]) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    ctx.set_alpn_protocols(alpn)
-
-    def remember_sni(ssl_object: Any, server_name: str | None, _ctx: ssl.SSLContext) -> None:
-        ssl_object.egt_sni = server_name
-
-    ctx.sni_callback = remember_sni
-    return ctx
-
-
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--ready", required=True)
+    parser = arguments(__doc__)
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
@@ -171,22 +146,16 @@ async def main(argv: list[str]) -> int:
 
     log = EventLog(args.log)
     tls = tls_context(args.cert, args.key, args.alpn.split(","))
-    host, _, port = args.listen.rpartition(":")
+    host, port = parse_hostport(args.listen)
 
     async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await handle(r, w, log, args.listen, tls)
 
-    server = await asyncio.start_server(on_connect, host.strip("[]"), int(port))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    with open(args.ready, "w", encoding="utf-8") as ready:
-        ready.write("ready\n")
-    await stop.wait()
+    server = await asyncio.start_server(on_connect, host, port)
+    await until_stopped(args.ready)
     server.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    run(main)

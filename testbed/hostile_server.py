@@ -1,6 +1,6 @@
 """A hostile HTTP/1.1 upstream for the memory-bound tests: endless heads, chunks, trailers.
 
-Run as a script inside a network namespace (`ip netns exec NS python hostile_server.py ...`).
+Run inside a network namespace (`ip netns exec NS python -m testbed.hostile_server ...`).
 It reads one request head, then answers according to the path, writing in 1 MiB steps
 until it has sent `size` bytes (default 256 MiB) or the proxy stops reading or closes:
 
@@ -22,17 +22,15 @@ read the log to see that the proxy cut the upstream off. Uses the standard libra
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
 import hashlib
-import json
-import signal
 import struct
-import sys
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from testbed.serving import EventLog, arguments, parse_hostport, run, until_stopped
 
 STEP = 1 << 20
 DEFAULT_SIZE = 256 << 20
@@ -47,15 +45,6 @@ BAD_STATUS_LINES = [
     b"HTTP/9.9 200 OK\r\n",
     b"\x00\x01\x02\x03\r\n",
 ]
-
-
-class EventLog:
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
 
 
 def endless(prefix: bytes, unit: bytes, size: int) -> tuple[bytes, int]:
@@ -198,13 +187,11 @@ def _written(writer: asyncio.StreamWriter) -> int:
 
 
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--ready", required=True)
+    parser = arguments(__doc__)
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
     args = parser.parse_args(argv)
     log = EventLog(args.log)
-    host, _, port = args.listen.rpartition(":")
+    host, port = parse_hostport(args.listen)
 
     async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         original = w.write
@@ -216,17 +203,11 @@ async def main(argv: list[str]) -> int:
         w.write = counting_write  # type: ignore[method-assign]
         await handle(r, w, log)
 
-    server = await asyncio.start_server(on_connect, host, int(port), reuse_address=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    with open(args.ready, "w", encoding="utf-8") as ready:
-        ready.write("ready\n")
-    await stop.wait()
+    server = await asyncio.start_server(on_connect, host, port, reuse_address=True)
+    await until_stopped(args.ready)
     server.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    run(main)

@@ -1,6 +1,6 @@
 """Raw TCP and UDP stand-ins for the transparent-mode tests: banners, echoes, datagram sinks.
 
-Run as a script inside a network namespace (`ip netns exec NS python raw_server.py ...`).
+Run inside a network namespace (`ip netns exec NS python -m testbed.raw_server ...`).
 Every event is appended as one JSON line to `--log`, flushed before anything is sent
 back, so that when a client has seen a reply the record is already on disk:
 
@@ -17,34 +17,14 @@ stops it. Uses the standard library only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
-import json
-import signal
-import sys
 from typing import Any
 
+from testbed.serving import EventLog, arguments, parse_hostport, peer_text, run, until_stopped
+
 IO_TIMEOUT = 30.0
-
-
-class EventLog:
-    def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
-
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def fmt_peer(peer: Any) -> str:
-    return f"{peer[0]}:{peer[1]}" if peer else "?"
 
 
 async def handle_tcp(
@@ -54,7 +34,7 @@ async def handle_tcp(
     listener: str,
     banner: bytes | None,
 ) -> None:
-    peer = fmt_peer(writer.get_extra_info("peername"))
+    peer = peer_text(writer.get_extra_info("peername"))
     log.write({"event": "connect", "listener": listener, "peer": peer})
     try:
         if banner is not None:
@@ -87,16 +67,14 @@ class DatagramSink(asyncio.DatagramProtocol):
             {
                 "event": "datagram",
                 "listener": self.listener,
-                "peer": fmt_peer(addr),
+                "peer": peer_text(addr),
                 "hex": data[:256].hex(),
             }
         )
 
 
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--log", required=True)
-    parser.add_argument("--ready", required=True)
+    parser = arguments(__doc__)
     parser.add_argument("--banner", action="append", default=[], metavar="HOST:PORT=TEXT")
     parser.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT")
     parser.add_argument("--udp", action="append", default=[], metavar="HOST:PORT")
@@ -128,12 +106,7 @@ async def main(argv: list[str]) -> int:
         )
         transports.append(transport)
 
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    with open(args.ready, "w", encoding="utf-8") as ready:
-        ready.write("ready\n")
-    await stop.wait()
+    await until_stopped(args.ready)
     for server in servers:
         server.close()
     for each in transports:
@@ -142,4 +115,4 @@ async def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    run(main)

@@ -32,7 +32,7 @@ from testbed.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTo
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-ECHO_SERVER = REPO / "testbed" / "echo_server.py"
+ECHO_SERVER = ["-m", "testbed.echo_server"]
 
 TELEMETRY = "telemetry.example.test"
 LOOPBACK_HOOK = "loopback-hook.example.test"  # the proxy resolves it to 127.0.0.1
@@ -111,7 +111,7 @@ def system_stage(base: Path) -> Iterator[Stage]:
         echo_ready, trap_ready = base / "echo.ready", base / "trap.ready"
         echo = procs.start(
             "stage-telemetry",
-            [*up, py, str(ECHO_SERVER), "--log", str(logs["upstream"]), "--ready", str(echo_ready),
+            [*up, py, *ECHO_SERVER, "--log", str(logs["upstream"]), "--ready", str(echo_ready),
              "--cert", str(pki.server_cert), "--key", str(pki.server_key), "--echo-tls", f"{REAL_IP}:443"],
             base,
         )  # fmt: skip
@@ -119,7 +119,7 @@ def system_stage(base: Path) -> Iterator[Stage]:
         _ready_file(echo, echo_ready, "telemetry upstream ready")
         trap = procs.start(
             "stage-trap",
-            [*gw, py, str(ECHO_SERVER), "--log", str(logs["trap"]), "--ready", str(trap_ready),
+            [*gw, py, *ECHO_SERVER, "--log", str(logs["trap"]), "--ready", str(trap_ready),
              "--trap", "[::]:443"],
             base,
         )  # fmt: skip

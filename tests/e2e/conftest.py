@@ -34,7 +34,7 @@ from testbed.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
-ECHO_SERVER = REPO / "testbed" / "echo_server.py"
+ECHO_SERVER = ["-m", "testbed.echo_server"]
 PROXY_PORT = 8080
 METRICS_PORT = 9464
 SECRET_ENV = "E2E_SECRET"
@@ -59,7 +59,7 @@ PROXY_HOSTS: dict[str, list[str]] = {
 # upstream certificate carries them too, so a pinned connection to the upstream succeeds.
 DNS_ONLY_NAMES = ["rebind-tunnel.allowed.test", "rebind-plain.allowed.test", "multi.allowed.test"]
 CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"] + DNS_ONLY_NAMES
-BULK_SERVER = REPO / "testbed" / "bulk_server.py"
+BULK_SERVER = ["-m", "testbed.bulk_server"]
 BULK_PORT, BULK_TLS_PORT = 8000, 8001
 
 CONFIG = """\
@@ -219,7 +219,7 @@ def upstreams(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Upstreams
     log, trap_log = e2e_dir / "upstream.jsonl", e2e_dir / "trap-proxy-ns.jsonl"
     log.touch()
     trap_log.touch()
-    echo = [sys.executable, str(ECHO_SERVER)]
+    echo = [sys.executable, *ECHO_SERVER]
     children: list[procs.Child] = []
     try:
         children.append(
@@ -373,7 +373,7 @@ def bulk(topology: Topology, upstreams: Upstreams, pki: Pki, e2e_dir: Path) -> I
     log, ready = e2e_dir / "bulk.jsonl", e2e_dir / "bulk.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, str(BULK_SERVER), "--log", str(log), "--ready", str(ready),
+        sys.executable, *BULK_SERVER, "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
         "--listen", f"{UPSTREAM_IP}:{BULK_PORT}", "--listen-tls", f"{UPSTREAM_IP}:{BULK_TLS_PORT}",
     ]  # fmt: skip

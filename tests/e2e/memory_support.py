@@ -26,7 +26,7 @@ from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.proxyproc import ProxyProcess, RssSampler, record_result
 from testbed.streaming import read_head
-from tests.e2e.conftest import BULK_TLS_PORT, REPO, SECRET_ENV, Bulk, PrivateProxy, _start_and_wait
+from tests.e2e.conftest import BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy, _start_and_wait
 
 MIB = 1 << 20
 SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
@@ -36,7 +36,7 @@ SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
 # would exceed it.
 GROWTH_BOUND_MIB = 64
 HOSTILE_PORT = 8090
-HOSTILE_SERVER = REPO / "testbed" / "hostile_server.py"
+HOSTILE_SERVER = ["-m", "testbed.hostile_server"]
 TIMEOUT = 30.0
 
 CONFIG = f"""\
@@ -63,7 +63,7 @@ def hostile_fixture(topology: Topology, e2e_dir: Path) -> Iterator[Hostile]:
     log, ready = e2e_dir / "hostile.jsonl", e2e_dir / "hostile.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, str(HOSTILE_SERVER), "--log", str(log), "--ready", str(ready),
+        sys.executable, *HOSTILE_SERVER, "--log", str(log), "--ready", str(ready),
         "--listen", f"{UPSTREAM_IP}:{HOSTILE_PORT}",
     ]  # fmt: skip
     child = _start_and_wait("hostile-upstream", argv, e2e_dir, ready)

@@ -27,7 +27,7 @@ from tests.e2e.conftest import PrivateProxy
 pytestmark = pytest.mark.netns
 
 H2_PORT = 9443
-H2_SERVER = Path(__file__).resolve().parents[2] / "testbed" / "h2_echo.py"
+H2_SERVER = ["-m", "testbed.h2_echo"]
 # 27 bytes: a whole number of base64 groups, so its base64 echo is redacted whole.
 ODD_SECRET = f"e2e/To+en= {secrets.token_hex(8)}"
 ODD_CONFIG = f"""\
@@ -63,7 +63,7 @@ def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLin
     log, ready = e2e_dir / "h2-echo.jsonl", e2e_dir / "h2-echo.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, str(H2_SERVER), "--log", str(log), "--ready", str(ready),
+        sys.executable, *H2_SERVER, "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
         "--listen", f"{UPSTREAM_IP}:{H2_PORT}", "--alpn", "h2",
     ]  # fmt: skip

@@ -31,7 +31,7 @@ from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
 pytestmark = pytest.mark.netns
 __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
 
-H2_ECHO = Path(__file__).resolve().parents[2] / "testbed" / "h2_echo.py"
+H2_ECHO = ["-m", "testbed.h2_echo"]
 H2_PORT = 9446  # 9443 is the redaction tests' HTTP/2 upstream
 # nginx without HTTP/2 on HTTP11_PORT (its other listeners: 9447 HTTPS+h2, 9083 HTTP);
 # the client suite's nginx uses 9444 and 9081.
@@ -44,7 +44,7 @@ def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLin
     log, ready = e2e_dir / "alpn-h2.jsonl", e2e_dir / "alpn-h2.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, str(H2_ECHO), "--log", str(log), "--ready", str(ready),
+        sys.executable, *H2_ECHO, "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
         "--listen", f"{UPSTREAM_IP}:{H2_PORT}",
     ]  # fmt: skip

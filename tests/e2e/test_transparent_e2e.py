@@ -53,8 +53,7 @@ from tests.e2e.conftest import ECHO_SERVER, EGRESS_PROXY, create_ca
 
 pytestmark = pytest.mark.netns
 
-SUPPORT = Path(__file__).resolve().parents[2] / "testbed"
-RAW_SERVER = SUPPORT / "raw_server.py"
+RAW_SERVER = ["-m", "testbed.raw_server"]
 DNS_SERVER = "testbed.dns_server"
 REPO = Path(__file__).resolve().parents[2]
 SECRET_ENV = "E2E_TP_SECRET"
@@ -264,7 +263,7 @@ def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transparent]:
             _start(
                 "tp-echo",
                 up
-                + [py, str(ECHO_SERVER), "--log", str(logs["upstream"]), "--ready", str(echo_ready)]
+                + [py, *ECHO_SERVER, "--log", str(logs["upstream"]), "--ready", str(echo_ready)]
                 + ["--cert", str(pki.server_cert), "--key", str(pki.server_key)]
                 + [a for ip in (REAL_IP, DECOY_IP, OPEN_IP) for a in ("--echo", f"{ip}:80")]
                 + [a for ip in (REAL_IP, DECOY_IP, OPEN_IP) for a in ("--echo-tls", f"{ip}:443")],
@@ -276,7 +275,7 @@ def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transparent]:
             _start(
                 "tp-raw",
                 up
-                + [py, str(RAW_SERVER), "--log", str(logs["raw"]), "--ready", str(raw_ready)]
+                + [py, *RAW_SERVER, "--log", str(logs["raw"]), "--ready", str(raw_ready)]
                 + [
                     a
                     for ip in (REAL_IP, DECOY_IP, OPEN_IP)
@@ -292,7 +291,7 @@ def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transparent]:
             _start(
                 "tp-trap",
                 gw
-                + [py, str(ECHO_SERVER), "--log", str(logs["trap"]), "--ready", str(trap_ready)]
+                + [py, *ECHO_SERVER, "--log", str(logs["trap"]), "--ready", str(trap_ready)]
                 + ["--trap", "[::]:80", "--trap", "[::]:443", "--trap", "[::]:22"],
                 base,
                 trap_ready.exists,

@@ -34,7 +34,7 @@ from tests.e2e.conftest import REPO, _start_and_wait
 
 HTTPS_PORT, HTTP_PORT, WS_PORT = 9444, 9081, 9445
 BASE_URL = f"https://api.allowed.test:{HTTPS_PORT}"
-WS_ECHO = REPO / "testbed" / "ws_echo.py"
+WS_ECHO = ["-m", "testbed.ws_echo"]
 NODE_CACHE = REPO / ".cache" / "clients-node"
 NODE_PACKAGES = ["https-proxy-agent@7", "undici@7"]
 CLIENT_TIMEOUT = 120
@@ -117,7 +117,7 @@ def ws_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLin
     log, ready = e2e_dir / "ws.jsonl", e2e_dir / "ws.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, str(WS_ECHO), "--log", str(log), "--ready", str(ready),
+        sys.executable, *WS_ECHO, "--log", str(log), "--ready", str(ready),
         "--cert", str(pki.server_cert), "--key", str(pki.server_key),
         "--listen", f"{UPSTREAM_IP}:{WS_PORT}",
     ]  # fmt: skip

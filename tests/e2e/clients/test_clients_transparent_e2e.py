@@ -122,7 +122,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         ws_log, ws_ready = base / "ws.jsonl", base / "ws.ready"
         ws_log.touch()
         ws = procs.start("tpc-ws", up + [
-            sys.executable, str(WS_ECHO), "--log", str(ws_log), "--ready", str(ws_ready),
+            sys.executable, *WS_ECHO, "--log", str(ws_log), "--ready", str(ws_ready),
             "--cert", str(pki.server_cert), "--key", str(pki.server_key),
             "--listen", f"{REAL_IP}:{WS_PORT}"], base)  # fmt: skip
         children.append(ws)
