@@ -39,8 +39,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Callable
 
 import wsproto.events
 from h11._receivebuffer import ReceiveBuffer
@@ -54,6 +53,7 @@ from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
 from addons import backpressure, mitm
+from addons.workarounds import Commands, relay
 from common.invariant import InvariantError
 from proxy.decision import Reason, Stage
 from proxy.limits import (
@@ -73,7 +73,6 @@ _HEAD_SINCE = "_egress_head_since"
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 ABORT_GRACE_S = 0.5
 WAKEUP_MARGIN_S = 0.5  # the head's timer fires this long after its deadline
-Commands = Generator[commands.Command, Any, None]
 
 
 def _ignore(_limit: Limit) -> None:
@@ -111,23 +110,21 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
         if isinstance(self, _http1.Http1Server) and _head_overdue(self):
             yield from _refuse(self, Limit.REQUEST_HEAD_TIMEOUT)
         return
-    inner = _original_http1(self, event)
-    reply: Any = None
-    while True:
-        try:
-            command = inner.send(reply)
-        except StopIteration:
-            break
-        except NotImplementedError as exc:
-            if str(exc) != _TRAILERS_RAISE:
-                raise
-            yield from _end_without_trailers(self)
-            return
+
+    def instead(command: commands.Command) -> Commands | None:
         if _invalid_status(command):
-            inner.close()
-            yield from _refuse(self, Limit.RESPONSE_HEAD, "invalid status line")
-            return
-        reply = yield command
+            return _refuse(self, Limit.RESPONSE_HEAD, "invalid status line")
+        return None
+
+    try:
+        ended = yield from relay(_original_http1(self, event), instead, last=True)
+    except NotImplementedError as exc:
+        if str(exc) != _TRAILERS_RAISE:
+            raise
+        yield from _end_without_trailers(self)
+        return
+    if not ended:
+        return
     if self.state == self.passthrough:
         return
     if self.state == self.done:
@@ -242,15 +239,12 @@ def _marking_stream(self: HttpStream, event: events.Event) -> Commands:
     if not isinstance(event, RequestHeaders):
         yield from inner
         return
-    reply: Any = None
-    while True:
-        try:
-            command = inner.send(reply)
-        except StopIteration:
-            return
+
+    def mark(command: commands.Command) -> None:
         if isinstance(command, HttpRequestHeadersHook):
             command.flow.metadata[BODY_FOLLOWS] = not event.end_stream
-        reply = yield command
+
+    yield from relay(inner, mark)
 
 
 # -- WebSocket ----------------------------------------------------------------------------------

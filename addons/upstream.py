@@ -18,8 +18,6 @@ Added before `EgressPolicy`, whose `error` hook writes the audit line.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
-from typing import Any
 
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import commands, layer
@@ -34,12 +32,12 @@ from mitmproxy.proxy.layers.http._events import (
 
 from addons.refusal import refusal_response
 from addons.shared import FLOW_KEY, FlowState
+from addons.workarounds import Commands, relay
 from proxy.decision import Decision, Reason
 
 log = logging.getLogger("egress")
 
 REFUSAL_KEY = "egress.upstream_refusal"  # flow.metadata: the response to send instead
-Commands = Generator[commands.Command, Any, None]
 
 _original = HttpStream.handle_protocol_error
 
@@ -49,19 +47,13 @@ def install() -> None:
 
 
 def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolError) -> Commands:
-    inner = _original(self, event)
-    reply: Any = None
-    while True:
-        try:
-            command = inner.send(reply)
-        except StopIteration:
-            return
+    def instead(command: commands.Command) -> Commands | None:
         refusal = self.flow.metadata.get(REFUSAL_KEY)
         if isinstance(command, SendHttp) and command.event is event and refusal is not None:
-            yield from _send(self, refusal)
-            reply = None
-            continue
-        reply = yield command
+            return _send(self, refusal)
+        return None
+
+    yield from relay(_original(self, event), instead)
 
 
 def _send(stream: HttpStream, response: http.Response) -> layer.CommandGenerator[None]:

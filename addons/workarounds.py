@@ -4,6 +4,8 @@
 * `refuse_raw_tcp`: mitmproxy's TCP layer ignores a kill from `tcp_start` and relays
   anyway, to the address the CONNECT pinned; unpinning makes the upstream connection
   fail (no decision, no connection), and the TCP layer then closes the client.
+* `relay`: the loop that drives a wrapped layer method's command generator as mitmproxy
+  would, with a say on each command (`addons.limits`, `addons.upstream`).
 
 If mitmproxy changes shape under one of them, tests/addons and tests/e2e say so.
 """
@@ -11,13 +13,18 @@ If mitmproxy changes shape under one of them, tests/addons and tests/e2e say so.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Generator
+from typing import Any
 
 from mitmproxy import connection, tcp
+from mitmproxy.proxy import commands
 
 from addons import mitm
 from addons.pinning import Pinning
 
 log = logging.getLogger("egress")
+
+Commands = Generator[commands.Command, Any, None]
 
 
 def hang_up(client: connection.Client) -> None:
@@ -43,3 +50,35 @@ def refuse_raw_tcp(pinning: Pinning, flow: tcp.TCPFlow) -> None:
     """Kill a refused TCP flow so that no upstream connection opens (see module doc)."""
     pinning.forget(flow.client_conn)
     mitm.kill(flow)
+
+
+def relay(
+    inner: Commands,
+    instead: Callable[[commands.Command], Commands | None],
+    *,
+    last: bool = False,
+) -> Generator[commands.Command, Any, bool]:
+    """Drive `inner`, a layer's command generator, as the layer's caller would.
+
+    Each command `inner` yields goes out and the reply comes back to it, unless
+    `instead(command)` gives commands to send in its place: those go out and `inner` gets
+    None as its reply or, with `last`, `inner` is closed first and the relay ends there.
+    Returns True when `inner` ran to its end, False when `last` ended it; what `inner`
+    raises reaches the caller.
+    """
+    reply: Any = None
+    while True:
+        try:
+            command = inner.send(reply)
+        except StopIteration:
+            return True
+        replacement = instead(command)
+        if replacement is None:
+            reply = yield command
+            continue
+        if last:
+            inner.close()
+            yield from replacement
+            return False
+        yield from replacement
+        reply = None

@@ -17,6 +17,22 @@ from typing import Any
 
 from testbed import procs
 
+# Every file nginx writes while it runs goes below the test's own directory (the defaults,
+# under /var/lib/nginx, may not exist or be writable): an `http` block's lines.
+TEMP_PATHS = """\
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+"""
+
+
+def temp_paths(work: Path) -> str:
+    """`TEMP_PATHS` below `work`, for an nginx.conf's `http` block."""
+    return TEMP_PATHS.format(dir=work)
+
+
 CONF = """\
 daemon off;
 master_process on;
@@ -35,12 +51,7 @@ http {{
     types {{ text/html html; application/json json; application/octet-stream bin whl tgz; }}
     default_type application/octet-stream;
     sendfile on;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    server {{
+{temp_paths}    server {{
         listen {ip}:{https_port} ssl http2;
         listen {ip}:{http_port};
         ssl_certificate {cert};
@@ -119,6 +130,7 @@ def start(
             key=key,
             content=content,
             http11_server=http11_server,
+            temp_paths=temp_paths(work),
         )  # fmt: skip
     )
     child = procs.start(

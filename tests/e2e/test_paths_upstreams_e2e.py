@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.paths import canonical_path
-from testbed import procs
+from testbed import nginx, procs
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 CONF = """\
@@ -34,12 +34,7 @@ error_log {dir}/error.log warn;
 events {{ worker_connections 64; }}
 http {{
     access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    server {{
+{temp_paths}    server {{
         listen 127.0.0.1:{port};
         location / {{
             default_type application/octet-stream;
@@ -78,7 +73,7 @@ def nginx_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     work = tmp_path_factory.mktemp("nginx-paths")
     port = free_port()
     conf = work / "nginx.conf"
-    conf.write_text(CONF.format(dir=work, port=port))
+    conf.write_text(CONF.format(dir=work, port=port, temp_paths=nginx.temp_paths(work)))
     child = procs.start(
         "nginx-paths", [NGINX, "-c", str(conf), "-e", str(work / "error.log")], work
     )
