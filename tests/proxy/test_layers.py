@@ -93,7 +93,8 @@ LAYERS: dict[str, Layer] = {
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
-    "proxy.tenants": Layer.LAUNCHER,  # loads and watches the sandbox directory
+    "proxy.tenants": Layer.LAUNCHER,
+    "proxy.tlsshare": Layer.LAUNCHER,  # one OpenSSL copy per certificate (issue 26)  # loads and watches the sandbox directory
     "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
 }
