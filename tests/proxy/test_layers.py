@@ -88,6 +88,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.__main__": Layer.LAUNCHER,  # `python -m proxy`
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
+    "proxy.addonimports": Layer.LAUNCHER,  # mitmproxy's addons one by one (issue 26)
     "proxy.cli": Layer.LAUNCHER,
     "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
