@@ -47,6 +47,25 @@ def _rss_kib(pid: int) -> int:
 # ---- the engine process ---------------------------------------------------------------------
 
 
+def _heap() -> dict[str, int]:
+    """glibc's malloc in use (OpenSSL, cryptography's Rust, Python's objects over 512 bytes)
+    and Python's small-object allocator in use, in bytes."""
+    import ctypes
+    import sys
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                         "fsmblks", "uordblks", "fordblks", "keepcost")
+        ]  # fmt: skip
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    return {"malloc": info.uordblks + info.hblkhd, "pymalloc": sys.getallocatedblocks()}
+
+
 async def _serve(confdir: str, trace: int, snapshots: str) -> None:
     from proxy.engine import LeanMaster, LeanOptions
 
@@ -78,7 +97,7 @@ async def _serve(confdir: str, trace: int, snapshots: str) -> None:
                 kinds[name] = kinds.get(name, 0) + 1
             Path(f"{snapshots}.{taken}.types").write_text(json.dumps(kinds))
         taken += 1
-        print("snapshot", flush=True)
+        print(json.dumps(_heap()), flush=True)
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, snapshot)
@@ -150,14 +169,14 @@ async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
         client_tls = ssl.create_default_context()
         client_tls.check_hostname, client_tls.verify_mode = False, ssl.CERT_NONE
 
-        async def snapshot() -> None:
+        async def snapshot() -> dict[str, int]:
             engine.send_signal(signal.SIGUSR1)
             assert engine.stdout is not None
-            await asyncio.wait_for(engine.stdout.readline(), 120)
+            return dict(json.loads(await asyncio.wait_for(engine.stdout.readline(), 120)))
 
         writers = [await _open(port, up_port, client_tls) for _ in range(WARMUP)]
         await asyncio.sleep(SETTLE_S)
-        await snapshot()
+        heap_before = await snapshot()
         before = _rss_kib(engine.pid)
         started = time.monotonic()
         for _ in range(connections):
@@ -165,13 +184,21 @@ async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
         opened_s = time.monotonic() - started
         await asyncio.sleep(SETTLE_S)
         after = _rss_kib(engine.pid)
-        await snapshot()
+        heap_after = await snapshot()
         found: dict[str, Any] = {
             "connections": connections,
             "rss_before_kib": before,
             "rss_after_kib": after,
             "kib_per_connection": round((after - before) / connections, 1),
             "open_seconds": round(opened_s, 1),
+            # glibc malloc (OpenSSL, Rust, large Python objects), in bytes per connection
+            "malloc_per_connection": round(
+                (heap_after["malloc"] - heap_before["malloc"]) / connections
+            ),
+            # Python's allocated blocks (objects, any size) per connection
+            "python_blocks_per_connection": round(
+                (heap_after["pymalloc"] - heap_before["pymalloc"]) / connections, 1
+            ),
         }
         if trace:
             found["traced"] = _traced(work / "snap", connections, trace)

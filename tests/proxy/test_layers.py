@@ -93,6 +93,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
+    "proxy.layerqueues": Layer.LAUNCHER,  # mitmproxy layers' event queues, lazily (issue 26)
     "proxy.lifecycle": Layer.LAUNCHER,
     "proxy.tenants": Layer.LAUNCHER,
     "proxy.tlsshare": Layer.LAUNCHER,  # one OpenSSL copy per certificate (issue 26)  # loads and watches the sandbox directory

@@ -73,15 +73,29 @@ def x509_of(conn: SSL.Connection) -> int:
     return int(ffi.cast("uintptr_t", lib.SSL_get_certificate(conn._ssl)))
 
 
-@pytest.fixture
-def shared() -> Any:
-    tlsshare.share_certificates()
-    yield
+def pyopenssl_alone() -> None:
     SSL.Connection.use_certificate = tlsshare.ORIGINAL_USE_CERTIFICATE  # type: ignore[method-assign]
     SSL.Connection.use_privatekey = tlsshare.ORIGINAL_USE_PRIVATEKEY  # type: ignore[method-assign]
 
 
-def test_pyopenssl_alone_makes_a_copy_per_connection() -> None:
+@pytest.fixture
+def state() -> Any:
+    """Whatever a test sets, the state before it (a LeanMaster may have shared) comes back."""
+    installed = SSL.Connection.use_certificate is not tlsshare.ORIGINAL_USE_CERTIFICATE
+    yield
+    if installed:
+        tlsshare.share_certificates()
+    else:
+        pyopenssl_alone()
+
+
+@pytest.fixture
+def shared(state: Any) -> None:
+    tlsshare.share_certificates()
+
+
+def test_pyopenssl_alone_makes_a_copy_per_connection(state: Any) -> None:
+    pyopenssl_alone()
     cert, key = make_certificate()
     first, seen = presented(cert, key)
     second, _ = presented(cert, key)
