@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.fixed_upstream import FixedResponse, server_context
+
 WARMUP = 10
 SETTLE_S = 1.5
 BODY = b"idle" * 64
@@ -109,33 +111,6 @@ async def _serve(confdir: str, trace: int, snapshots: str) -> None:
 # ---- the client and upstream ----------------------------------------------------------------
 
 
-class _Upstream(asyncio.Protocol):
-    def connection_made(self, transport: Any) -> None:
-        self.transport, self.buffer = transport, b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while b"\r\n\r\n" in self.buffer:
-            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-            self.transport.write(RESPONSE)
-
-
-def _upstream_context(work: Path) -> ssl.SSLContext:
-    from mitmproxy import certs
-
-    store = certs.CertStore.from_store(work / "up", "up", 2048)
-    entry = store.get_cert("localhost", [])
-    key = entry.privatekey.private_bytes(
-        certs.serialization.Encoding.PEM,
-        certs.serialization.PrivateFormat.TraditionalOpenSSL,
-        certs.serialization.NoEncryption(),
-    )
-    (work / "up.pem").write_bytes(entry.cert.to_pem() + key)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(work / "up.pem")
-    return context
-
-
 async def _open(proxy_port: int, up_port: int, client_tls: ssl.SSLContext) -> Any:
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
     writer.write(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % up_port)
@@ -152,7 +127,7 @@ async def _open(proxy_port: int, up_port: int, client_tls: ssl.SSLContext) -> An
 
 async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
     up = await asyncio.get_running_loop().create_server(
-        _Upstream, "127.0.0.1", 0, ssl=_upstream_context(work), backlog=1024
+        FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(work), backlog=1024
     )
     up_port = up.sockets[0].getsockname()[1]
     argv = [sys.executable, "-O", "-m", "bench.connmem", "serve", "--confdir", str(work / "conf")]
