@@ -14,7 +14,8 @@ certificate bytes; nothing else changes.
 
 Invariants: a cached conversion holds the `cryptography` object it was made from, so that
 object's id cannot be reused while it is cached; at most `CACHED` conversions of each kind
-are kept (mitmproxy's certificate store keeps 100 certificates), the least recently used
+are kept, as many as mitmproxy's certificate store keeps certificates (so the cache never
+holds a certificate alive that the store has dropped for long), the least recently used
 dropped first; a pyOpenSSL object (not a `cryptography` one) takes pyOpenSSL's own path;
 when OpenSSL refuses a shared object, pyOpenSSL's own method runs and raises its error.
 tests/proxy/test_tlsshare.py pins the pyOpenSSL methods this replaces.
@@ -27,10 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
+from mitmproxy import certs
 from OpenSSL import SSL, crypto
 from OpenSSL._util import lib as _ssl_lib
 
-CACHED = 512
+CACHED = certs.CertStore.STORE_CAP  # 100 in mitmproxy 12
 
 # pyOpenSSL's methods, for what is not a cryptography object and for its errors.
 ORIGINAL_USE_CERTIFICATE = SSL.Connection.use_certificate
