@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if "fairness" in wanted:
         _say("scenario 9: another client's latency while one client misbehaves")
         results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)
-    if wanted & {"throughput", "memory", "hooks"} or args.profile:
+    if wanted & {"throughput", "memory", "idle", "latency", "hooks"} or args.profile:
         ok = False
         work = Path(tempfile.mkdtemp(prefix="egress-bench-"))
         try:

@@ -7,10 +7,12 @@ regular or transparent proxy needs (`ADDONS`) and an addon manager that keeps, p
 name, the list of handlers that exist, so a hook costs one call per addon implementing it.
 `LeanOptions` reads scalar options without mitmproxy's defensive deep copy.
 
-Three changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
+Five changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
 sends within one event goes out as one write per connection, one TLS record per message
 to the client (proxy/coalesce.py, D142); an idle TLS connection frees OpenSSL's buffers
-(D144); what is loaded at start is frozen out of the garbage collector (D143).
+(D144); what is loaded at start is frozen out of the garbage collector (D143); the
+connections presenting one certificate share one OpenSSL copy of it and its key (D161);
+a layer makes its queue of paused events only when one arrives (D163).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -48,7 +50,9 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
+from proxy import layerqueues
 from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
+from proxy.tlsshare import share_certificates
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -229,3 +233,5 @@ class LeanMaster(master.Master):
         self.options.changed.disconnect(self.addons._configure_all)
         self.addons = LeanAddonManager(self)
         self.addons.add(*lean_addons())
+        share_certificates()  # one OpenSSL copy of each certificate and key (D161)
+        layerqueues.install()  # a layer's paused-event queue made when first needed (D163)

@@ -35,7 +35,7 @@ from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
 from common.logs import announce, formatter
 from common.serve import MetricsServer
-from proxy import accepting, lifecycle, limits, optimized, sandboxes, workers
+from proxy import accepting, addonimports, lifecycle, limits, optimized, sandboxes, workers
 from proxy import config as configuration
 from proxy.audit import AuditLog, BackgroundAuditLog
 from proxy.ca import KeyType, ensure_ca
@@ -156,6 +156,7 @@ async def serve(settings: Settings) -> int:
     if settings.worker is None:
         refuse_a_taken_port(settings.listen)
 
+    addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
     from mitmproxy.addons.termlog import TermLog
 
     from addons.connections import Connections

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mitmproxy import certs, connection
+from mitmproxy import connection
 from mitmproxy.addons import next_layer, proxyserver
 from mitmproxy.proxy import commands, layer, mode_servers, server, tunnel
 from mitmproxy.proxy.layers import tls
 
 from proxy.coalesce import MAX_JOINED, coalesced
 from proxy.engine import LeanMaster, LeanOptions
+from testbed.fixed_upstream import FixedResponse, server_context
 
 
 def conn(protocol: str = "tcp") -> connection.Client:
@@ -124,19 +125,6 @@ RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY
 REQUESTS = 5
 
 
-class Upstream(asyncio.Protocol):
-    """Answers each request (no body) with RESPONSE; writes through the transport directly."""
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport, self.buffer = transport, b""
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while b"\r\n\r\n" in self.buffer:
-            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-            self.transport.write(RESPONSE)
-
-
 def tls_records(data: bytes) -> int:
     """How many TLS records `data` (whole records, as the proxy writes them) holds."""
     count = at = 0
@@ -154,20 +142,9 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
     async def main() -> tuple[int, int, int]:
         upstream_tls = None
         if https:
-            store = certs.CertStore.from_store(tmp_path / "up", "up", 2048)
-            entry = store.get_cert("localhost", [])
-            (tmp_path / "up.pem").write_bytes(
-                entry.cert.to_pem()
-                + entry.privatekey.private_bytes(  # type: ignore[union-attr]
-                    certs.serialization.Encoding.PEM,
-                    certs.serialization.PrivateFormat.TraditionalOpenSSL,
-                    certs.serialization.NoEncryption(),
-                )
-            )
-            upstream_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            upstream_tls.load_cert_chain(tmp_path / "up.pem")
+            upstream_tls = server_context(tmp_path)
         up = await asyncio.get_running_loop().create_server(
-            Upstream, "127.0.0.1", 0, ssl=upstream_tls
+            FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=upstream_tls
         )
         up_port = up.sockets[0].getsockname()[1]
         opts = LeanOptions()

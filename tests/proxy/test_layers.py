@@ -89,12 +89,15 @@ LAYERS: dict[str, Layer] = {
     "proxy.__main__": Layer.LAUNCHER,  # `python -m proxy`
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
+    "proxy.addonimports": Layer.LAUNCHER,  # mitmproxy's addons one by one (issue 26)
     "proxy.cli": Layer.LAUNCHER,
     "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
+    "proxy.layerqueues": Layer.LAUNCHER,  # mitmproxy layers' event queues, lazily (issue 26)
     "proxy.lifecycle": Layer.LAUNCHER,
-    "proxy.tenants": Layer.LAUNCHER,  # loads and watches the sandbox directory
+    "proxy.tenants": Layer.LAUNCHER,
+    "proxy.tlsshare": Layer.LAUNCHER,  # one OpenSSL copy per certificate (issue 26)  # loads and watches the sandbox directory
     "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
 }

@@ -1,0 +1,54 @@
+"""An upstream that answers every request head it reads with the same bytes (asyncio).
+
+For measurements through a real engine on loopback (tests/proxy/test_coalesce.py counts
+writes per request, bench/connmem.py memory per idle connection): a request is its head
+only (no body), and the answer is written through the transport in one call.
+`server_context` is its TLS: a `localhost` certificate made by mitmproxy's own cert store
+(RSA 2048), which the engine under test does not verify (`ssl_insecure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import certs
+
+
+def server_context(directory: Path) -> ssl.SSLContext:
+    """A server context for `localhost`; its files are written below `directory`."""
+    store = certs.CertStore.from_store(directory / "up", "up", 2048)
+    entry = store.get_cert("localhost", [])
+    assert entry.privatekey is not None
+    key = entry.privatekey.private_bytes(
+        certs.serialization.Encoding.PEM,
+        certs.serialization.PrivateFormat.TraditionalOpenSSL,
+        certs.serialization.NoEncryption(),
+    )
+    (directory / "up.pem").write_bytes(entry.cert.to_pem() + key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(directory / "up.pem")
+    return context
+
+
+class FixedResponse(asyncio.Protocol):
+    """Answers each request head with `response`; `FixedResponse.serving(response)` is the
+    factory `loop.create_server` takes."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response, self.buffer = response, b""
+
+    @classmethod
+    def serving(cls, response: bytes) -> Any:
+        return lambda: cls(response)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            self.transport.write(self.response)

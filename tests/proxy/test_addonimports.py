@@ -1,0 +1,116 @@
+"""A `run` imports the mitmproxy addons its engine uses, not mitmproxy's whole addon package
+and what it pulls in (flask, ldap3, ...): D162. Checked in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from proxy import addonimports
+
+REPO = Path(__file__).resolve().parents[2]
+
+# What a run must not load: mitmproxy's other addons and their libraries, and what only
+# other commands or the tests use.
+NEVER_IN_A_RUN = (
+    "flask", "werkzeug", "jinja2", "click", "ldap3", "pyasn1",
+    "mitmproxy.addons.onboarding", "mitmproxy.addons.proxyauth", "mitmproxy.addons.savehar",
+    "mitmproxy.tools", "tree_sitter", "hypothesis", "dns", "pytest",
+)  # fmt: skip
+
+RUN_PATH = """
+import asyncio, json, sys
+import proxy.cli
+from proxy import launcher
+from proxy.addonimports import import_addons_one_by_one
+first = import_addons_one_by_one()
+# what launcher.serve imports once the configuration is loaded, then the engine
+from mitmproxy.addons.termlog import TermLog
+from addons.connections import Connections
+from addons.egress import EgressPolicy
+from addons.limits import Limits
+from addons.telemetry import CountingAudit, Telemetry
+from addons.upstream import UpstreamFailures
+
+async def engine(name):
+    return type(launcher._engine(name)[1]).__name__
+
+made = asyncio.run(engine("lean"))
+loaded = sorted(sys.modules)
+again = import_addons_one_by_one()
+mitmdump = asyncio.run(engine("mitmdump"))  # mitmdump's master needs the whole package
+print(json.dumps([first, again, made, mitmdump, loaded, "flask" in sys.modules]))
+"""
+
+
+def test_a_run_imports_only_the_addons_its_engine_uses() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PATH], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, again, made, mitmdump, loaded, whole_later = json.loads(done.stdout.splitlines()[-1])
+    assert (first, again, made, mitmdump) == (True, False, "LeanMaster", "DumpMaster")
+    assert [name for name in NEVER_IN_A_RUN if name in loaded] == []
+    for used in ("mitmproxy.addons.tlsconfig", "mitmproxy.addons.proxyserver", "addons.egress"):
+        assert used in loaded
+    assert whole_later  # default_addons() ran the package's own __init__ on demand
+
+
+def test_the_package_is_left_alone_once_imported() -> None:
+    code = (
+        "import mitmproxy.addons, sys\n"
+        "from proxy.addonimports import import_addons_one_by_one, is_whole\n"
+        "print(import_addons_one_by_one(), is_whole())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"], done.stderr[-2000:]
+
+
+def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
+    code = (
+        "import sys\n"
+        "from proxy.addonimports import import_addons_one_by_one, is_whole\n"
+        "import_addons_one_by_one()\n"
+        "from mitmproxy.addons import core\n"
+        "package = sys.modules['mitmproxy.addons']\n"
+        "print(is_whole(), 'flask' in sys.modules)\n"
+        "try:\n"
+        "    package.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    print(type(exc).__name__, is_whole())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "False", "AttributeError", "True"], done.stderr[-2000:]
+
+
+def test_a_package_imported_one_by_one_in_this_process(tmp_path: Path, monkeypatch: Any) -> None:
+    """The same on a package made for the test: submodules alone, the __init__ on demand."""
+    package = tmp_path / "onebyone_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from onebyone_pkg import used, unused\nWHOLE = True\n")
+    (package / "used.py").write_text("NAME = 'used'\n")
+    (package / "unused.py").write_text("NAME = 'unused'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert addonimports.import_addons_one_by_one("onebyone_pkg")
+        assert not addonimports.is_whole("onebyone_pkg")
+        from onebyone_pkg import used
+
+        assert used.NAME == "used"
+        assert "onebyone_pkg.unused" not in sys.modules
+        assert not addonimports.import_addons_one_by_one("onebyone_pkg")  # already there
+        made = sys.modules["onebyone_pkg"]
+        assert made.WHOLE is True  # a name of the __init__: it runs now
+        assert addonimports.is_whole("onebyone_pkg")
+        assert "onebyone_pkg.unused" in sys.modules
+        assert not addonimports.import_addons_one_by_one("no_such_package_here")
+    finally:
+        for name in [n for n in sys.modules if n.startswith("onebyone_pkg")]:
+            del sys.modules[name]
