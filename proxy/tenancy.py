@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.config import NetworkConfig, Secret
+from proxy.config import NetworkConfig
 from proxy.decision import Decision, Reason, bounded
 from proxy.hosts import Host, IPAddress
 from proxy.policy import Policy
 from proxy.sandboxes import Sandbox, SandboxesSection
+from proxy.secret import Secret
 
 
 class SandboxPolicy(Policy):

@@ -50,12 +50,14 @@ LAYERS: dict[str, Layer] = {
     "proxy.outbound": Layer.CORE,
     "proxy.metrics": Layer.CORE,
     "proxy.paths": Layer.CORE,
+    "proxy.patterns": Layer.CORE,  # a `domain` value classified (split from config)
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
     "proxy.propose": Layer.CORE,
     "proxy.positions": Layer.CORE,
     "proxy.secret": Layer.CORE,  # a credential value that never shows itself  # file:line:column of each configuration problem
     "proxy.redact": Layer.CORE,
+    "proxy.references": Layer.CORE,  # ${NAME} and ${file:} resolved (split from config)
     "proxy.resolver": Layer.CORE,
     "proxy.rules": Layer.CORE,
     "proxy.sandboxes": Layer.CORE,
@@ -64,6 +66,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.swap": Layer.CORE,
     "proxy.targets": Layer.CORE,
     "proxy.tenancy": Layer.CORE,
+    "proxy.transforms": Layer.CORE,  # an entry's transform headers (split from config)
     "addons.auditing": Layer.ADAPTER,
     "addons.backpressure": Layer.ADAPTER,
     "addons.budget": Layer.ADAPTER,
