@@ -21,7 +21,8 @@ from proxy import config as configuration
 from proxy import fairness, formats, health, importers, lint, optimized, sandboxes
 from proxy import propose as proposing
 from proxy.ca import CAError, KeyType, ensure_ca
-from proxy.launcher import LaunchError, Settings, parse_hostport, refuse_a_taken_port, serve
+from proxy.launcher import serve
+from proxy.startup import LaunchError, Settings, parse_hostport, refuse_a_taken_port
 from proxy.workers import run_workers
 
 PROG = "egress-proxy"

@@ -96,6 +96,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.lifecycle": Layer.LAUNCHER,
+    "proxy.startup": Layer.LAUNCHER,  # what `serve` prepares before listening (from launcher)
     "proxy.tenants": Layer.LAUNCHER,  # loads and watches the sandbox directory
     "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
