@@ -92,6 +92,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.ca": Layer.LAUNCHER,  # writes mitmproxy's CA store (imports its DH params)
     "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
     "proxy.cli": Layer.LAUNCHER,
+    "proxy.cmdline": Layer.LAUNCHER,  # the options of egress-proxy (split from cli)
     "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
