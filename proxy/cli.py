@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete: this console script completes itself, D157)
 """`egress-proxy run|dns|check|import|ca|health|propose`: what each command does
 (its options are `proxy.cmdline`). The only place that chooses exit codes.
 
@@ -14,6 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
+from common.completion import offer_completions
 from common.logs import log_handler
 from proxy import config as configuration
 from proxy import fairness, formats, health, importers, lint, optimized, sandboxes
@@ -52,7 +54,9 @@ def fairness_of(args: argparse.Namespace) -> fairness.Fairness:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    accepted = parser()
+    offer_completions(accepted)
+    args = accepted.parse_args(argv)
     if args.command == "run" and argv is None:  # the console script, not a test's call
         optimized.reexec_optimized()  # under -O: mitmproxy's debug-only checks off (D75)
     if args.command == "check":
