@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete: this console script completes itself, D157)
 """``hookrunner``: validate, run and exec (docs/hooks.md#command-line), a long-lived session, and
 ``fire``.
 
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.completion import offer_completions
 from common.endpoint import parse_endpoint
 from common.logs import add_log_format_option
 from common.serve import MetricsServer, add_build_info
@@ -124,7 +126,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     make_undumpable()  # before anything is spawned: /proc/<runner>/environ stays closed
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    offer_completions(parser)
+    args = parser.parse_args(argv)
     configure_logging(args.log_format)
     try:
         if args.command == "validate":

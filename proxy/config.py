@@ -5,9 +5,9 @@ The loader is the only place that reads YAML: it turns the file into frozen `Ent
 values or refuses the whole file with every problem it found, each naming the
 file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
 The structure is the JSON Schema `common/schemas/egress-config.schema.json`
-(checked by `common.problems`); what no schema can say is the named validators
-below: `_pattern` (IDNA, CIDR, loopback), `_transform` and `_resolve` (framing
-headers, `${NAME}`/`${file:}` references), `_combinations` (fields refused
+(checked by `common.problems`); what no schema can say is checked by named validators:
+`proxy.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
+`proxy.references` (`${NAME}`/`${file:}` references), `_combinations` here (fields refused
 together) and the duplicate check in `parse`.
 
 Invariants:
@@ -23,69 +23,40 @@ Invariants:
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from common.invariant import InvariantError
 from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
 from common.tokens import shown
-from proxy.addresses import NEVER_ALLOWED, classify
 from proxy.budget import Budget, parse_budget
 from proxy.formats import missing_network
 from proxy.gitpush import GitPolicy, parse_git
-from proxy.hosts import HostError, canonical_host, canonical_name
-from proxy.placeholders import NO_PLACEHOLDERS, Placeholder, PlaceholderIndex, parse_secrets
+from proxy.patterns import IPNetwork, Pattern, parse_pattern
+from proxy.patterns import PatternKind as PatternKind  # an Entry's field type, re-exported
+from proxy.placeholders import (
+    NO_PLACEHOLDERS,
+    Placeholder,
+    PlaceholderIndex,
+    ResolveValue,
+    parse_secrets,
+)
 from proxy.placeholders import index as placeholder_index
 from proxy.positions import Positions, compose
 from proxy.redact import NO_REDACTION, Redactor
+from proxy.references import referenced_files, secret_value
 from proxy.rules import NO_RULES, Rules, parse_rules
-from proxy.secret import Secret, Unresolved
+from proxy.transforms import Transform as Transform  # an Entry's field type, re-exported
+from proxy.transforms import parse_transform
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Report = Callable[[str, str], None]  # (location, message)
 
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
-# Headers that frame or route the message: a transform may not rewrite them.
-FORBIDDEN_TRANSFORM_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-        "x-egress-denied",
-    }
-)
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_REFERENCE = re.compile(r"\$\{([^}]*)\}")
 # Shorter referenced parts are not redacted on their own: "1" would mangle every header.
 MIN_REDACTED_LENGTH = 6
-_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class PatternKind(Enum):
-    EXACT = "exact"
-    WILDCARD = "wildcard"
-    ANY = "any"
-    ADDRESS = "address"
-
-
-@dataclass(frozen=True, slots=True)
-class Transform:
-    header: str
-    value: Secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +197,7 @@ def parse(
         report_only=report_only,
         secrets_resolved=resolve_secrets,
         placeholders=placeholders,
-        secret_files=_referenced_files(allowlist),
+        secret_files=referenced_files(allowlist),
     )
 
 
@@ -274,13 +245,13 @@ def _entry(
     if not isinstance(raw, dict) or "domain" in failed:
         return None
     try:
-        base = _pattern(raw["domain"])
+        base = parse_pattern(raw["domain"])
     except ValueError as exc:
         report(f"{where}.domain", f"{exc} (got {shown(raw['domain'], 200)})")
         return None
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
-        transform = _transform(raw.get("transform"), f"{where}.transform", environ, report)
+        transform = parse_transform(raw.get("transform"), f"{where}.transform", environ, report)
     secrets: tuple[Placeholder, ...] | None = ()
     if "secrets" not in failed:
         secrets = parse_secrets(
@@ -305,7 +276,7 @@ def _entry(
     ports = raw.get("ports")
     return Entry(
         index=index,
-        pattern=base.pattern,
+        pattern=base.text,
         kind=base.kind,
         name=base.name,
         network=base.network,
@@ -322,7 +293,9 @@ def _entry(
     )
 
 
-def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterator[tuple[str, str]]:
+def _combinations(
+    raw: dict[str, Any], base: Pattern, failed: set[str]
+) -> Iterator[tuple[str, str]]:
     """Fields valid alone but refused together: (field, message)."""
     if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("transform"):
         yield (
@@ -345,211 +318,12 @@ def _combinations(raw: dict[str, Any], base: Entry, failed: set[str]) -> Iterato
         yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
 
 
-def _pattern(domain: str) -> Entry:
-    """Classify a `domain` value. Raises ValueError with the problem."""
-    domain = domain.strip()
-    if not domain:
-        raise ValueError("required, a non-empty string")
-    if domain == "*":
-        return Entry(-1, "*", PatternKind.ANY)
-    if "/" in domain:
-        try:
-            network = ipaddress.ip_network(domain, strict=True)
-        except ValueError as exc:
-            raise ValueError(f"invalid CIDR: {exc}") from None
-        _refuse_loopback_network(network)
-        return Entry(-1, network.compressed, PatternKind.ADDRESS, network=network)
-    if domain.startswith("*."):
-        suffix = domain[2:]
-        if "*" in suffix:
-            raise ValueError("a wildcard may only be a single leading '*.' label")
-        name = _name(suffix)
-        if name == "localhost" or name.endswith(".localhost"):
-            raise ValueError("loopback names can never be opened")
-        return Entry(-1, f"*.{name}", PatternKind.WILDCARD, name=name)
-    if "*" in domain:
-        raise ValueError("a wildcard may only be a single leading '*.' label, or '*' alone")
-    try:
-        host = canonical_host(domain)
-    except HostError as exc:
-        raise ValueError(f"invalid host: {exc}") from None
-    if host.ip is not None:
-        network = ipaddress.ip_network(host.ip)
-        _refuse_loopback_network(network)
-        return Entry(-1, network.network_address.compressed, PatternKind.ADDRESS, network=network)
-    if host.name is None:
-        raise InvariantError("a Host without an address has a name")
-    if host.name in LOOPBACK_NAMES or host.name.endswith(".localhost"):
-        raise ValueError("loopback names can never be opened")
-    return Entry(-1, host.name, PatternKind.EXACT, name=host.name)
-
-
-def _name(raw: str) -> str:
-    try:
-        return canonical_name(raw)
-    except HostError as exc:
-        raise ValueError(f"invalid host: {exc}") from None
-
-
-def _refuse_loopback_network(network: IPNetwork) -> None:
-    # A range inside loopback/unspecified can never be opened. A wider range
-    # (0.0.0.0/0) is accepted; loopback inside it stays refused at run time.
-    first, last = network.network_address, network.broadcast_address
-    if classify(first) in NEVER_ALLOWED and classify(last) in NEVER_ALLOWED:
-        raise ValueError("loopback and unspecified addresses can never be opened")
-
-
-def _transform(
-    raw: Any, where: str, environ: Mapping[str, str] | None, report: Report
-) -> tuple[Transform, ...] | None:
-    """The domain checks of a transform the schema accepted; None when refused.
-
-    `environ` None: references are checked for syntax only and values are `Unresolved`.
-    """
-    if raw is None:
-        return ()
-    result: list[Transform] = []
-    seen: set[str] = set()
-    ok = True
-    for header, value in raw.items():
-        here = f"{where}.{header}"
-        if not isinstance(header, str) or not _TOKEN.fullmatch(header):
-            report(where, f"invalid header name {shown(str(header), 200)}")
-            ok = False
-        elif header.lower() in FORBIDDEN_TRANSFORM_HEADERS:
-            report(here, "this header frames or routes the request and cannot be set")
-            ok = False
-        elif header.lower() in seen:
-            report(here, "header given twice (names are case-insensitive)")
-            ok = False
-        elif environ is None:
-            ok = _check_unresolved(value, here, report) and ok
-            result.append(Transform(header, Unresolved()))
-        elif (resolution := _resolve(value, here, environ, report)) is None:
-            ok = False
-        elif any(c in resolution[0] for c in "\r\n\0"):
-            report(here, "value contains CR, LF or NUL (after resolving references)")
-            ok = False
-        elif not resolution[0]:
-            report(here, "value is empty (after resolving references)")
-            ok = False
-        else:
-            result.append(Transform(header, Secret(*resolution)))
-        if isinstance(header, str):
-            seen.add(header.lower())
-    return tuple(result) if ok else None
-
-
-def _check_unresolved(value: str, where: str, report: Report) -> bool:
-    """The checks of `_resolve` and `_transform` that need no reference's value."""
-    ok = True
-    for match in _REFERENCE.finditer(value):
-        ref = match.group(1)
-        if not ref.startswith("file:") and not _VAR_NAME.match(ref):
-            report(where, _invalid_reference(ref))
-            ok = False
-    if not ok:
-        return False
-    if any(c in _REFERENCE.sub("", value) for c in "\r\n\0"):
-        report(where, "value contains CR, LF or NUL (after resolving references)")
-        return False
-    if not value:
-        report(where, "value is empty (after resolving references)")
-        return False
-    return True
-
-
 def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:
     values = [t.value for t in transform] + [p.value for p in secrets]
     found = {s for v in values for s in v.reveal_all() if len(s) >= MIN_REDACTED_LENGTH}
     return Redactor.build(tuple(s.encode() for s in found))
 
 
-def _resolver(
-    environ: Mapping[str, str] | None, report: Report
-) -> Callable[[str, str], Secret | None]:
+def _resolver(environ: Mapping[str, str] | None, report: Report) -> ResolveValue:
     """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
-    if environ is None:
-
-        def check(value: str, where: str) -> Secret | None:
-            return Unresolved() if _check_unresolved(value, where, report) else None
-
-        return check
-
-    def resolve(value: str, where: str) -> Secret | None:
-        resolution = _resolve(value, where, environ, report)
-        if resolution is None:
-            return None
-        if any(c in resolution[0] for c in "\r\n\0"):
-            report(where, "value contains CR, LF or NUL (after resolving references)")
-            return None
-        if not resolution[0]:
-            report(where, "value is empty (after resolving references)")
-            return None
-        return Secret(*resolution)
-
-    return resolve
-
-
-def _referenced_files(allowlist: Any) -> tuple[str, ...]:
-    """The paths of every `${file:...}` in transform and secret values (already checked)."""
-    values: list[str] = []
-    for raw in allowlist if isinstance(allowlist, list) else []:
-        values += (raw.get("transform") or {}).values()
-        values += (s["value"] for s in raw.get("secrets") or ())
-    refs = (m.group(1) for v in values for m in _REFERENCE.finditer(v))
-    return tuple(dict.fromkeys(r[5:] for r in refs if r.startswith("file:")))
-
-
-def _resolve(
-    value: str, where: str, environ: Mapping[str, str], report: Report
-) -> tuple[str, tuple[str, ...]] | None:
-    """Replace `${NAME}` and `${file:/path}`; return the value and what each reference gave.
-
-    Problems name the reference, never a value.
-    """
-    failed = False
-    parts: list[str] = []
-
-    def substitute(match: re.Match[str]) -> str:
-        nonlocal failed
-        ref = match.group(1)
-        content, problem = (
-            _file_reference(ref[5:])
-            if ref.startswith("file:")
-            else (_variable_reference(ref, environ))
-        )
-        if problem is not None:
-            report(where, problem)
-            failed = True
-        parts.append(content)
-        return content
-
-    resolved = _REFERENCE.sub(substitute, value)
-    return None if failed else (resolved, tuple(parts))
-
-
-def _file_reference(path: str) -> tuple[str, str | None]:
-    """What `${file:PATH}` gives (without one final newline), or why it cannot be used."""
-    try:
-        content = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        return "", f"cannot read ${{file:{path}}}: {exc.strerror}"
-    except UnicodeDecodeError:
-        return "", f"cannot read ${{file:{path}}}: not UTF-8 text"
-    content = content[:-1] if content.endswith("\n") else content
-    return content, None if content else f"${{file:{path}}} is empty"
-
-
-def _invalid_reference(ref: str) -> str:
-    return f"invalid reference ${{{ref}}} (expected ${{NAME}} or ${{file:/path}})"
-
-
-def _variable_reference(name: str, environ: Mapping[str, str]) -> tuple[str, str | None]:
-    """What `${NAME}` gives, or why it cannot be used."""
-    if not _VAR_NAME.match(name):
-        return "", _invalid_reference(name)
-    if name not in environ:
-        return "", f"environment variable {name} is not set"
-    value = environ[name]
-    return value, None if value else f"environment variable {name} is empty"
+    return lambda value, where: secret_value(value, where, environ, report)

@@ -3,11 +3,12 @@
 A launcher module: it imports mitmproxy and `addons/`; the policy core imports neither
 (tests/proxy/test_layers.py).
 
+What must succeed before anything listens is prepared by `proxy.startup`.
+
 Invariants:
 * Nothing listens before the configuration, the CA and the upstream trust have
   been loaded; any of them failing ends the process with a message and exit 2.
-* Upstream certificates are always verified (`ssl_insecure` stays off); an
-  `--upstream-ca` is added to the public roots, never replaces them.
+* Upstream certificates are always verified (`ssl_insecure` stays off).
 * Upstream connections are opened only after the policy ran (`connection_strategy=lazy`).
 """
 
@@ -16,130 +17,64 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import resource
 import signal
-import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-import certifi
-from cryptography import x509
-
-from common.endpoint import format_endpoint, parse_endpoint
 from common.invariant import InvariantError
 from common.logs import announce, formatter
-from common.serve import MetricsServer
-from proxy import accepting, addonimports, lifecycle, limits, optimized, sandboxes, workers
+from proxy import accepting, addonimports, lifecycle, limits, sandboxes, workers
 from proxy import config as configuration
 from proxy.audit import AuditLog, BackgroundAuditLog
-from proxy.ca import KeyType, ensure_ca
-from proxy.fairness import Bound, Fairness, Slots, within_descriptors
+from proxy.ca import ensure_ca
+from proxy.fairness import Bound, within_descriptors
 from proxy.metrics import ProxyMetrics
 from proxy.policy import Policy
-from proxy.resolver import (
-    CachingResolver,
-    FairResolver,
-    MeasuredResolver,
-    Resolve,
-    threaded_resolve,
+from proxy.startup import (
+    Settings,
+    banner,
+    descriptor_limit,
+    fair_resolver,
+    listen_for_metrics,
+    refuse_a_taken_port,
+    self_addresses,
+    upstream_trust,
 )
-from proxy.selfaddr import SelfAddressError, SelfAddresses
 from proxy.tenancy import Tenancy
 from proxy.tenants import Tenants
 
 if TYPE_CHECKING:
-    from mitmproxy.master import Master
-    from mitmproxy.options import Options
-
     from addons.egress import EgressPolicy
 
 log = logging.getLogger("egress")
 
-UPSTREAM_TRUST = "upstream-trust.pem"
+
+class Addons(Protocol):
+    """What `serve` calls of mitmproxy's AddonManager, typed (mitmproxy's methods are not)."""
+
+    def add(self, *addons: object) -> None: ...
+
+    def get(self, name: str) -> Any: ...  # the addon named `name`, or None
 
 
-class LaunchError(Exception):
-    """The proxy cannot start; the message says why (never with a secret)."""
+class Engine(Protocol):
+    """What `serve` calls of a mitmproxy Master (the lean one or mitmdump's), typed."""
+
+    @property
+    def addons(self) -> Addons: ...
+
+    def shutdown(self) -> None: ...
+
+    async def run(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Settings:
-    config_path: str
-    mode: str
-    listen: tuple[str, int]
-    metrics: tuple[str, int]
-    certs: Path
-    audit_log: str
-    upstream_ca: Path | None
-    dns_cache_seconds: float = 5.0
-    fairness: Fairness = Fairness()  # the fair-share bounds (docs/configuration.md)
-    worker: int | None = None  # set in a worker of `--workers N`: the parent serves metrics
-    ca_key_type: KeyType = KeyType.ECDSA  # for a CA created at start (an existing one is kept)
-    drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
-    watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
-    engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
-    log_format: str = "text"  # or "json": operator messages on stderr as JSON lines
-    http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
+class EngineOptions(Protocol):
+    """What `serve` calls of mitmproxy's Options, typed."""
 
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    """`--listen`/`--metrics`: an empty host listens on every IPv4 interface."""
-    return parse_endpoint(text, empty_host="0.0.0.0")
-
-
-def upstream_trust(certs: Path, extra_ca: Path) -> Path:
-    """The public roots plus the operator's CA, as one bundle mitmproxy verifies against."""
-    try:
-        pem = extra_ca.read_bytes()
-        if not x509.load_pem_x509_certificates(pem):
-            raise ValueError("no certificate")
-    except (OSError, ValueError) as exc:
-        raise LaunchError(
-            f"--upstream-ca {extra_ca}: not a readable PEM certificate ({exc})"
-        ) from exc
-    content = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + pem
-    try:
-        bundle = certs / UPSTREAM_TRUST
-        bundle.write_bytes(content)
-    except OSError:  # a read-only CA directory (a mounted Secret): a private one instead
-        bundle = Path(tempfile.mkdtemp(prefix="egress-trust-")) / UPSTREAM_TRUST
-        bundle.write_bytes(content)
-    return bundle
-
-
-def refuse_a_taken_port(listen: tuple[str, int]) -> None:
-    """Fail now, in our words, when the proxy port is taken (mitmproxy says so only later).
-
-    Binds and closes a socket with the options the server uses (SO_REUSEADDR), so a port in
-    TIME_WAIT is not refused. Workers share the port (SO_REUSEPORT) and skip this.
-    """
-    host, port = listen
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _, address = infos[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise LaunchError(
-            f"cannot listen on {format_endpoint(host, port)}: {reason}; choose another "
-            "address with --listen HOST:PORT (make run LISTEN=HOST:PORT)"
-        ) from exc
-
-
-def self_addresses(settings: Settings) -> SelfAddresses:
-    """The endpoints to refuse; a name given to --listen/--metrics is resolved now."""
-    try:
-        return SelfAddresses([settings.listen, settings.metrics])
-    except SelfAddressError as exc:
-        raise LaunchError(f"--listen/--metrics: {exc}") from exc
+    def update(self, **kwargs: object) -> None: ...
 
 
 def _require_secrets(network: configuration.NetworkConfig) -> None:
@@ -181,7 +116,7 @@ async def serve(settings: Settings) -> int:
     metrics.allowlist_entries.set(len(network.allowlist))
     metrics.budgets_configured(budget_series(network))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
-    metrics_server = None if settings.worker is not None else _metrics_server(settings, metrics)
+    metrics_server = None if settings.worker is not None else listen_for_metrics(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
     audit = BackgroundAuditLog(
@@ -347,33 +282,7 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
     return on_sighup
 
 
-def descriptor_limit() -> int:
-    """The process's soft limit on open descriptors (RLIMIT_NOFILE)."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def fair_resolver(
-    settings: Settings, metrics: ProxyMetrics, on_lookup: Callable[[str, float], None]
-) -> FairResolver:
-    """The system resolver on threads of its own, shared fairly between clients, behind
-    the answer cache (whose failures are kept as long as its answers)."""
-    share = settings.fairness.dns
-
-    def hit(outcome: str) -> Callable[[Bound], None]:
-        return lambda bound: metrics.bound_hits.labels(bound.value, outcome).inc()
-
-    resolve: Resolve = MeasuredResolver(threaded_resolve(share.total), on_lookup)
-    cache = None
-    if settings.dns_cache_seconds > 0:
-        age = settings.dns_cache_seconds
-        cache = CachingResolver(resolve, max_age=age, negative_age=age)
-        resolve = cache
-    slots = Slots(share, Bound.DNS_CLIENT, Bound.DNS_TOTAL, hit("waited"))
-    return FairResolver(resolve, slots, cache, hit("refused"))
-
-
-def _engine(name: str) -> tuple[Options, Master]:
+def _engine(name: str) -> tuple[EngineOptions, Engine]:
     """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
         from mitmproxy.options import Options
@@ -385,31 +294,6 @@ def _engine(name: str) -> tuple[Options, Master]:
 
     lean = LeanOptions()
     return lean, LeanMaster(lean)
-
-
-def _metrics_server(settings: Settings, metrics: ProxyMetrics) -> MetricsServer:
-    try:
-        return MetricsServer(
-            settings.metrics,
-            metrics.registry,
-            max_connections=settings.fairness.metrics_connections,
-            on_refused=metrics.bound_hits.labels(Bound.METRICS_CONNECTIONS.value, "refused").inc,
-        )
-    except OSError as exc:
-        shown = format_endpoint(*settings.metrics)
-        raise LaunchError(f"cannot listen for metrics on {shown}: {exc.strerror}") from exc
-
-
-def banner(settings: Settings, ca_cert: Path, entries: int) -> str:
-    listen = f"{settings.listen[0]}:{settings.listen[1]}"
-    metrics = f"{settings.metrics[0]}:{settings.metrics[1]}"
-    return (
-        f"egress-proxy: {settings.mode} proxy listening on {listen}\n"
-        f"egress-proxy: metrics on http://{metrics}/metrics (health: /healthz)\n"
-        f"egress-proxy: CA certificate for sandboxes to trust: {ca_cert.resolve()}\n"
-        f"egress-proxy: {entries} allowlist entries from {settings.config_path}\n"
-        f"egress-proxy: {optimized.describe()}"
-    )
 
 
 def budget_series(network: configuration.NetworkConfig) -> list[tuple[str, str, int]]:

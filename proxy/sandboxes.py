@@ -32,15 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from common.problems import Problem, schema_errors, schema_validator
-from proxy.config import (
-    ConfigError,
-    NetworkConfig,
-    _check_unresolved,
-    _resolve,
-    parse,
-    read_document,
-)
+from proxy.config import ConfigError, NetworkConfig, parse, read_document
 from proxy.hosts import IPAddress
+from proxy.references import check_unresolved, resolve
 from proxy.secret import Secret
 
 SUFFIX = ".yaml"
@@ -142,7 +136,7 @@ def parse_sandbox(
 
     token = _token(document.get("token"), environ, report) if secrets else None
     if not secrets and isinstance(document.get("token"), str) and document["token"]:
-        _check_unresolved(document["token"], "token", report)
+        check_unresolved(document["token"], "token", report)
     addresses = _addresses(document.get("addresses"), report)
     if problems or network is None:
         raise ConfigError(problems)
@@ -160,7 +154,7 @@ def _where(base: str, path: tuple[str | int, ...]) -> str:
 def _token(raw: Any, environ: Mapping[str, str], report: Any) -> Secret | None:
     if not isinstance(raw, str) or not raw:
         return None  # absent, or refused by the schema
-    resolved = _resolve(raw, "token", environ, report)
+    resolved = resolve(raw, "token", environ, report)
     if resolved is None:
         return None
     value, parts = resolved

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from hookrunner import cli as hookrunner_cli
-from proxy import cli as proxy_cli
+from proxy import cmdline as proxy_cmdline
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PARSERS = {"egress-proxy": proxy_cli._parser, "hookrunner": hookrunner_cli._parser}
+PARSERS = {"egress-proxy": proxy_cmdline.parser, "hookrunner": hookrunner_cli._parser}
 
 
 def documented() -> dict[tuple[str, str], set[str]]:

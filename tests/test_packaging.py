@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy import cli
+from proxy import cmdline
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_the_packaged_default_is_config_default_yaml() -> None:
 
 
 def test_run_and_check_without_a_file_use_the_packaged_default() -> None:
-    parser = cli._parser()
+    parser = cmdline.parser()
     default = str(REPO / "proxy" / "default.yaml")
     assert parser.parse_args(["run"]).config == default
     assert parser.parse_args(["check"]).file == default

@@ -27,7 +27,7 @@ from hookrunner.cli import _parser as hookrunner_parser
 from hookrunner.loader import load_config
 from proxy import config as configuration
 from proxy.ca import CA_CERT
-from proxy.cli import _parser as proxy_parser
+from proxy.cmdline import parser as proxy_parser
 from proxy.decision import Reason
 from proxy.hosts import canonical_host
 from proxy.policy import Policy

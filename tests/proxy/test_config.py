@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from common.invariant import InvariantError
-from proxy.config import ConfigError, PatternKind, Unresolved, load, parse
+from proxy.config import ConfigError, PatternKind, load, parse
+from proxy.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "OTHER": "x", "EMPTY": ""}

@@ -255,9 +255,10 @@ def test_the_connection_share_fits_the_descriptor_limit(
 
 
 def test_the_bounds_are_options_with_their_documented_defaults() -> None:
-    from proxy.cli import _parser, fairness_of
+    from proxy.cli import fairness_of
+    from proxy.cmdline import parser
 
-    run = _parser().parse_args(["run", "--config", "env.yaml"])
+    run = parser().parse_args(["run", "--config", "env.yaml"])
     assert fairness_of(run) == Fairness()
     assert Fairness() == Fairness(
         dns=FairShare(32, 4, 64), connections=FairShare(4096, 512), metrics_connections=32
@@ -265,9 +266,9 @@ def test_the_bounds_are_options_with_their_documented_defaults() -> None:
     narrow = ["--dns-lookups", "8", "--dns-lookups-per-client", "2"]
     narrow += ["--max-connections", "100", "--max-connections-per-client", "10"]
     narrow += ["--metrics-connections", "4"]
-    given = fairness_of(_parser().parse_args(["run", "--config", "env.yaml", *narrow]))
+    given = fairness_of(parser().parse_args(["run", "--config", "env.yaml", *narrow]))
     assert given == Fairness(FairShare(8, 2, 64), FairShare(100, 10), 4)
-    dns = fairness_of(_parser().parse_args(["dns", "--config", "env.yaml", "--dns-lookups", "3"]))
+    dns = fairness_of(parser().parse_args(["dns", "--config", "env.yaml", "--dns-lookups", "3"]))
     assert dns.dns.total == 3 and dns.connections == Fairness().connections
     with pytest.raises(SystemExit):
-        _parser().parse_args(["run", "--config", "env.yaml", "--dns-lookups", "0"])
+        parser().parse_args(["run", "--config", "env.yaml", "--dns-lookups", "0"])

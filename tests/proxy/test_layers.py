@@ -50,12 +50,14 @@ LAYERS: dict[str, Layer] = {
     "proxy.outbound": Layer.CORE,
     "proxy.metrics": Layer.CORE,
     "proxy.paths": Layer.CORE,
+    "proxy.patterns": Layer.CORE,  # a `domain` value classified (split from config)
     "proxy.placeholders": Layer.CORE,
     "proxy.policy": Layer.CORE,
     "proxy.propose": Layer.CORE,
     "proxy.positions": Layer.CORE,
     "proxy.secret": Layer.CORE,  # a credential value that never shows itself  # file:line:column of each configuration problem
     "proxy.redact": Layer.CORE,
+    "proxy.references": Layer.CORE,  # ${NAME} and ${file:} resolved (split from config)
     "proxy.resolver": Layer.CORE,
     "proxy.rules": Layer.CORE,
     "proxy.sandboxes": Layer.CORE,
@@ -64,6 +66,7 @@ LAYERS: dict[str, Layer] = {
     "proxy.swap": Layer.CORE,
     "proxy.targets": Layer.CORE,
     "proxy.tenancy": Layer.CORE,
+    "proxy.transforms": Layer.CORE,  # an entry's transform headers (split from config)
     "addons.auditing": Layer.ADAPTER,
     "addons.backpressure": Layer.ADAPTER,
     "addons.budget": Layer.ADAPTER,
@@ -91,13 +94,15 @@ LAYERS: dict[str, Layer] = {
     "proxy.accepting": Layer.LAUNCHER,  # patches asyncio's accept loop
     "proxy.addonimports": Layer.LAUNCHER,  # mitmproxy's addons one by one (issue 26)
     "proxy.cli": Layer.LAUNCHER,
+    "proxy.cmdline": Layer.LAUNCHER,  # the options of egress-proxy (split from cli)
     "proxy.coalesce": Layer.LAUNCHER,  # merges what mitmproxy layers send (issue 26)
     "proxy.engine": Layer.LAUNCHER,
     "proxy.launcher": Layer.LAUNCHER,
     "proxy.layerqueues": Layer.LAUNCHER,  # mitmproxy layers' event queues, lazily (issue 26)
     "proxy.lifecycle": Layer.LAUNCHER,
-    "proxy.tenants": Layer.LAUNCHER,
-    "proxy.tlsshare": Layer.LAUNCHER,  # one OpenSSL copy per certificate (issue 26)  # loads and watches the sandbox directory
+    "proxy.tlsshare": Layer.LAUNCHER,  # one OpenSSL copy per certificate (issue 26)
+    "proxy.startup": Layer.LAUNCHER,  # what `serve` prepares before listening (from launcher)
+    "proxy.tenants": Layer.LAUNCHER,  # loads and watches the sandbox directory
     "proxy.optimized": Layer.LAUNCHER,  # re-executes the console script under -O
     "proxy.workers": Layer.LAUNCHER,
 }

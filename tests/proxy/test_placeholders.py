@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, Unresolved, load, parse
+from proxy.config import ConfigError, load, parse
 from proxy.placeholders import Place
+from proxy.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "EMPTY": ""}

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from hookrunner.ax.packs import grammar
 from hookrunner.ax.packs.ansic import ansi_c
-from hookrunner.ax.packs.shell import Word
+from hookrunner.ax.packs.words import Word
 
 MAX_DEPTH = 8
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")

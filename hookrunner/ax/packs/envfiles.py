@@ -47,7 +47,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from hookrunner.ax.packs.commands import SUPPLIED, Command, basename, read_script
-from hookrunner.ax.packs.shell import Word, is_dynamic
+from hookrunner.ax.packs.words import Word, is_dynamic
 
 Resolve = Callable[[str], "str | None"]
 Reach = Callable[[str], "str | None"]  # a directory -> an env file somewhere below it

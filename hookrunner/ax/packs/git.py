@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from hookrunner.ax.packs.commands import Command, basename, read_script
-from hookrunner.ax.packs.shell import is_dynamic
+from hookrunner.ax.packs.words import is_dynamic
 
 _GLOBAL_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}

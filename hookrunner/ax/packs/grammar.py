@@ -6,7 +6,7 @@ commands inside substitutions wherever they are (words, assignments,
 redirection targets, unquoted here-document bodies, arithmetic), and which
 here-document bodies are literal (a quoted delimiter). Each word is then read
 by the hand lexer (``shell``), which knows quoting, ANSI-C escapes and what
-bash still expands (`shell.Word`), after brace expansion (``braces``).
+bash still expands (`words.Word`), after brace expansion (``braces``).
 
 Invariants: every ``command`` node of the tree becomes a `Raw` command, inner
 ones (substitutions) before the command that holds them; a node the grammar
@@ -20,7 +20,8 @@ import re
 from typing import Any
 
 from hookrunner.ax.packs import braces
-from hookrunner.ax.packs.shell import ShellSyntaxError, Word, split_commands, substitutions
+from hookrunner.ax.packs.shell import ShellSyntaxError, split_commands, substitutions
+from hookrunner.ax.packs.words import Word
 
 try:
     import tree_sitter
@@ -61,7 +62,7 @@ def available() -> bool:
 
 
 def read_word(raw: str) -> list[str]:
-    """The words (`shell.Word`) bash makes of one word as written, after brace expansion."""
+    """The words (`words.Word`) bash makes of one word as written, after brace expansion."""
     words: list[str] = []
     for alternative in braces.expand(raw):
         found, _ = split_commands(alternative)

@@ -15,12 +15,9 @@ Enough of the shell for the packs to see through the usual spellings:
 
 An unclosed quote, substitution or parenthesis raises ``ShellSyntaxError``.
 
-What it does not expand it marks: each word is a `Word` (a ``str``, quotes
-removed) whose ``dynamic`` is true when part of it is only known when the
-shell runs: a parameter expansion (``$X``, ``${X}``, ``$1``, ``$@``), a
-command substitution, or an unquoted glob character. Its ``shape`` is a glob
-pattern of what it can become: each expansion is ``*``, quoted glob
-characters are escaped. Callers must treat a dynamic word conservatively.
+Each word is a `words.Word`: the text with quotes removed, marked dynamic when part of
+it is only known when the shell runs.
+
 The differential test (tests/hookrunner/ax/test_lexer_vs_bash.py) checks the
 words of the static subset against real bash.
 """
@@ -31,6 +28,7 @@ import re
 
 from common.invariant import InvariantError
 from hookrunner.ax.packs.ansic import ansi_c
+from hookrunner.ax.packs.words import GLOB, Word, glob_escape
 
 _OPERATORS = sorted(
     ["&&", "||", ";;", "|&", "&>>", "&>", ">>", ">|", ">&", "<&", "<<<", "<<-", "<<", "<>",
@@ -41,36 +39,11 @@ _OPERATORS = sorted(
 REDIRECTS = frozenset({"<", ">", ">>", ">|", "<>", "&>", "&>>", ">&", "<&", "<<", "<<-", "<<<"})
 
 
-_GLOB = frozenset("*?[")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]")
 
 
 class ShellSyntaxError(ValueError):
     pass
-
-
-class Word(str):
-    """A word with its quotes removed; ``dynamic`` when the shell would still expand part of it."""
-
-    shape: str  # a glob pattern of what it can become (each expansion is "*")
-    dynamic: bool  # an expansion or an unquoted glob character
-    expands: bool  # an expansion ($X, ${X}, $(...), `...`), not only a glob
-
-    def __new__(cls, text: str, shape: str | None = None, expands: bool = False) -> Word:
-        word = super().__new__(cls, text)
-        word.shape = text if shape is None else shape
-        word.dynamic = shape is not None
-        word.expands = expands
-        return word
-
-
-def is_dynamic(word: str) -> bool:
-    """Whether the shell still expands part of this word (a `Word` from this lexer)."""
-    return isinstance(word, Word) and word.dynamic
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in _GLOB else c for c in text)
 
 
 Found = tuple[list[str], list[tuple[str, str]]]  # every str is a Word
@@ -97,10 +70,10 @@ class _Reader:
             self.word, self.shape, self.dynamic, self.expands = [], [], False, False
         self.word.append(chars)
         if quoted:
-            self.shape.append(_glob_escape(chars))
+            self.shape.append(glob_escape(chars))
         else:
             self.shape.append(chars)
-            self.dynamic |= bool(_GLOB & set(chars))
+            self.dynamic |= bool(GLOB & set(chars))
 
     def expansion(self, text: str) -> None:
         """Text the shell replaces when it runs (``$X``, ``$(...)``): kept as written."""
