@@ -9,8 +9,9 @@ name, the list of handlers that exist, so a hook costs one call per addon implem
 
 Three changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
 sends within one event goes out as one write per connection, one TLS record per message
-to the client (proxy/coalesce.py, D142); an idle TLS connection frees OpenSSL's buffers
-(D144); what is loaded at start is frozen out of the garbage collector (D143).
+to the client (proxy/coalesce.py, D142) and per request upstream (D166); an idle TLS
+connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out of the
+garbage collector (D143).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -47,7 +48,7 @@ from mitmproxy.proxy.layers import tls
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
+from proxy.coalesce import coalesce_decided, coalesce_request, coalesce_root, coalesce_tunnel
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -61,8 +62,8 @@ def lean_addons() -> list[Any]:
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
     mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
     ErrorCheck (stop at start when an option or addon failed), then the engine's own
-    ReleaseIdleTlsBuffers and FreezeAtStart. The egress addons and the log sink are added by the
-    launcher.
+    ReleaseIdleTlsBuffers, OneRecordPerRequest and FreezeAtStart. The egress addons and the
+    log sink are added by the launcher.
     """
     return [
         core.Core(),
@@ -73,6 +74,7 @@ def lean_addons() -> list[Any]:
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
         ReleaseIdleTlsBuffers(),
+        OneRecordPerRequest(),
         FreezeAtStart(),
     ]
 
@@ -94,6 +96,15 @@ class ReleaseIdleTlsBuffers:
 def _release_buffers(tls_start: tls.TlsData) -> None:
     if tls_start.ssl_conn is not None:
         _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
+
+
+class OneRecordPerRequest:
+    """A request with a body goes upstream over TLS as one TLS record, not one for its head
+    and one for its body: the server TLS layer mitmproxy's HTTP layer builds for the
+    upstream connection gets its child wrapped when its handshake starts (D166)."""
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        coalesce_request(tls_start)
 
 
 class FreezeAtStart:

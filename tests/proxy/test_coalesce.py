@@ -14,10 +14,10 @@ import pytest
 from mitmproxy import certs, connection
 from mitmproxy.addons import next_layer, proxyserver
 from mitmproxy.proxy import commands, layer, mode_servers, server, tunnel
-from mitmproxy.proxy.layers import tls
+from mitmproxy.proxy.layers import http, tls
 
 from proxy.coalesce import MAX_JOINED, coalesced
-from proxy.engine import LeanMaster, LeanOptions
+from proxy.engine import LeanMaster, LeanOptions, OneRecordPerRequest
 
 
 def conn(protocol: str = "tcp") -> connection.Client:
@@ -117,6 +117,28 @@ def test_the_internals_coalescing_relies_on() -> None:
     assert set(inspect.signature(commands.SendData).parameters) == {"connection", "data"}
 
 
+def test_the_internals_one_record_per_request_relies_on() -> None:
+    """What `coalesce_request` (D166) assumes of mitmproxy's HTTP and TLS layers."""
+    # The HTTP layer builds the upstream TLS layer and its child in one context...
+    get_connection = inspect.getsource(http.HttpLayer.get_connection)
+    assert get_connection.index("stack /= tls.ServerTLSLayer(context)") < get_connection.index(
+        "stack /= HttpClient(context)"
+    )
+    assert "self.context.layers.append(self)" in inspect.getsource(layer.Layer.__init__)
+    # ...whose handshake start hands that context to `tls_start_server`.
+    assert "TlsData(self.conn, self.context" in inspect.getsource(tls.TLSLayer.start_tls)
+    # A stream sends a read request's head, body and end in one run, nothing in between.
+    send = inspect.getsource(http.HttpStream.state_consume_request_body)
+    head = send.index("RequestHeaders(")
+    assert (
+        head
+        < send.index("RequestData(self.stream_id, content)")
+        < send.index("RequestEndOfMessage(self.stream_id)")
+    )
+    assert "done_after_headers = not (content or self.flow.request.trailers)" in send
+    assert {"request", "end_stream"} <= set(inspect.signature(http.RequestHeaders).parameters)
+
+
 # ---- writes per kept-alive request through a real lean engine ------------------------------
 
 BODY = b"b" * 3000
@@ -125,7 +147,8 @@ REQUESTS = 5
 
 
 class Upstream(asyncio.Protocol):
-    """Answers each request (no body) with RESPONSE; writes through the transport directly."""
+    """Answers each whole request (Content-Length body or none) with RESPONSE; writes
+    through the transport directly."""
 
     def connection_made(self, transport: Any) -> None:
         self.transport, self.buffer = transport, b""
@@ -133,7 +156,14 @@ class Upstream(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while b"\r\n\r\n" in self.buffer:
-            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            head, rest = self.buffer.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.lower().split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
             self.transport.write(RESPONSE)
 
 
@@ -146,12 +176,14 @@ def tls_records(data: bytes) -> int:
     return count
 
 
-def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[int, int, int]:
-    """Per kept-alive request: the proxy's writes to the client, its writes to upstream,
-    and (HTTPS) the TLS records it sends the client."""
+def writes_per_request(
+    tmp_path: Path, *, https: bool, coalesce: bool, body: bytes = b""
+) -> tuple[int, int, int, int]:
+    """Per kept-alive request (a GET, or a POST of `body`): the proxy's writes to the
+    client, its writes to upstream, and (HTTPS) the TLS records it sends each of them."""
     counted: dict[str, int] = {}
 
-    async def main() -> tuple[int, int, int]:
+    async def main() -> tuple[int, int, int, int]:
         upstream_tls = None
         if https:
             store = certs.CertStore.from_store(tmp_path / "up", "up", 2048)
@@ -196,8 +228,14 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
         else:
             target = b"http://localhost:%d/" % up_port
 
+        method = b"POST" if body else b"GET"
+        length = b"Content-Length: %d\r\n" % len(body) if body else b""
+
         async def one() -> None:
-            writer.write(b"GET %s HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (target, up_port))
+            writer.write(
+                b"%s %s HTTP/1.1\r\nHost: localhost:%d\r\n%s\r\n%s"
+                % (method, target, up_port, length, body)
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200")
             assert await reader.readexactly(len(BODY)) == BODY
@@ -209,8 +247,9 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
             if self is not writer:
                 leg = "client" if self.get_extra_info("sockname")[1] == port else "upstream"
                 counted[leg] = counted.get(leg, 0) + 1
-                if https and leg == "client":
-                    counted["records"] = counted.get("records", 0) + tls_records(bytes(data))
+                if https:
+                    key = f"{leg} records"
+                    counted[key] = counted.get(key, 0) + tls_records(bytes(data))
             original(self, data)
 
         asyncio.StreamWriter.write = counting  # type: ignore[method-assign]
@@ -223,7 +262,8 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
         master.shutdown()
         await runner
         up.close()
-        return tuple(counted.get(k, 0) // REQUESTS for k in ("client", "upstream", "records"))  # type: ignore[return-value]
+        legs = ("client", "upstream", "client records", "upstream records")
+        return tuple(counted.get(k, 0) // REQUESTS for k in legs)  # type: ignore[return-value]
 
     return asyncio.run(main())
 
@@ -235,6 +275,8 @@ def _unwrap(master: LeanMaster) -> None:
             addon.register_connection = proxyserver.Proxyserver.register_connection.__get__(addon)  # type: ignore[method-assign]
         if isinstance(addon, next_layer.NextLayer):
             addon.next_layer = next_layer.NextLayer.next_layer.__get__(addon)  # type: ignore[method-assign]
+        if isinstance(addon, OneRecordPerRequest):
+            addon.tls_start_server = lambda tls_start: None  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
@@ -243,5 +285,18 @@ def test_one_write_per_message_on_each_leg(tmp_path: Path, https: bool) -> None:
     after = writes_per_request(tmp_path / "after", https=https, coalesce=True)
     # mitmproxy writes a response's head and body separately to the client (two TLS records
     # on HTTPS); the engine writes once, one record. The GET upstream is one write either way.
-    assert before == ((2, 1, 2) if https else (2, 1, 0))
-    assert after == ((1, 1, 1) if https else (1, 1, 0))
+    assert before == ((2, 1, 2, 1) if https else (2, 1, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))
+
+
+@pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
+def test_a_request_with_a_body_is_one_write_and_one_record_upstream(
+    tmp_path: Path, https: bool
+) -> None:
+    posted = b"p" * 1500
+    before = writes_per_request(tmp_path / "before", https=https, coalesce=False, body=posted)
+    after = writes_per_request(tmp_path / "after", https=https, coalesce=True, body=posted)
+    # mitmproxy sends a request's head and body upstream as two writes, on TLS two records
+    # (D142 merged the writes, not the records); the engine sends one write, one record (D166).
+    assert before == ((2, 2, 2, 2) if https else (2, 2, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))

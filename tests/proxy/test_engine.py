@@ -162,7 +162,7 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
 
     assert asyncio.run(main()) == [
         "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
-        "ErrorCheck", "ReleaseIdleTlsBuffers", "FreezeAtStart",
+        "ErrorCheck", "ReleaseIdleTlsBuffers", "OneRecordPerRequest", "FreezeAtStart",
     ]  # fmt: skip
 
 
