@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -152,6 +152,9 @@ class Decision:
     report: bool = False
     # The clause of the entry's rules that decided (`rules[1]`, `deny[0]`), or "".
     clause: str = ""
+    # A sandbox's decision: the node's decision of the same host (`proxy.tenancy`), kept so
+    # that the request's rules stage does not decide the host again (D167).
+    node: Decision | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def allow(cls, entry: Entry) -> Decision:
