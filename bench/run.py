@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
         "--idle-connections", type=int, default=1000, help="idle tunnels per proxy (scenario 6)"
     )
     parser.add_argument(
-        "--latency-requests", type=int, default=200, help="requests per low-load run (7)"
+        "--latency-requests", type=int, default=1000, help="requests per low-load run (7)"
     )
     parser.add_argument("--latency-rounds", type=int, default=1, help="low-load runs (7)")
     parser.add_argument(
@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         "code": code_state(),
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
+    _say(
+        f"load average at start (1, 5, 15 min): {' '.join(results['machine']['loadavg_at_start'])}"
+    )
     if "decide" in wanted:
         _say("scenario 2: deciding a host as the allowlist grows")
         results["decide"] = decide.measure()
@@ -268,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    _say(report.load_line(results["machine"]))
     path = args.output / f"{stamp}.json"
     path.write_text(json.dumps(results, indent=1) + "\n")
     _say("\n" + report.render(results))
