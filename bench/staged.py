@@ -9,7 +9,8 @@ Written beside each other in the work directory:
     placeholder scan, and what reaches the upstream is what squid sends (D168);
   * one svc entry in ten gains `rules` and `deny`, one in twenty `git` fetch and push
     items;
-  * `sandboxes` names the directory below, identified by source address;
+  * `sandboxes` names the directory below, identified by source address, with room for
+    scenario 6's 1,000 idle tunnels of the one bench sandbox;
 * the sandboxes directory: `bench.yaml` claims the bench client's address (127.0.0.1 in
   the client namespace) with its own allowlist (the hosts the scenarios use, the same
   transform, rules and secret), so every request is decided by the sandbox's policy
@@ -62,7 +63,12 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
         entries.append(entry)
     return {
         "network": {"allowlist": entries},
-        "sandboxes": {"directory": directory, "identify": ["source_address"]},
+        # Scenario 6 opens 1,000 tunnels from the one bench sandbox (default bound: 512).
+        "sandboxes": {
+            "directory": directory,
+            "identify": ["source_address"],
+            "max_connections": 4096,
+        },
     }
 
 

@@ -13,7 +13,7 @@ from proxy.config import load
 from proxy.decision import Reason
 from proxy.hosts import IPAddress
 from proxy.policy import Policy
-from proxy.sandboxes import load_sandbox
+from proxy.sandboxes import load_sandbox, node_section
 from proxy.stages import ConnectionFacts, decide_request
 from proxy.tenancy import SandboxPolicy
 from tests.proxy.test_stages import ask
@@ -34,6 +34,8 @@ def test_the_staged_configuration_loads_and_keeps_squids_injected_header(tmp_pat
     assert len(entries) == 1000
     assert sum(1 for e in entries if e.rules.active) > 40
     assert sum(1 for e in entries if e.git is not None) > 20
+    section = node_section(node_file)
+    assert section is not None and section.max_connections >= 1000  # scenario 6's tunnels
     files = sorted((tmp_path / "sandboxes").glob("*.yaml"))
     assert len(files) == staged.OTHERS + 1
     bench = load_sandbox(tmp_path / "sandboxes" / "bench.yaml", environ)
