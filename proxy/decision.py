@@ -173,6 +173,13 @@ class Decision:
             raise ValueError("only a reportable refusal can be let through")
         return cls(True, refusal.reason, refusal.entry, report=True, clause=refusal.clause)
 
+    # `dataclasses.replace` introspects the fields on every call; these run per request.
+    def with_clause(self, clause: str) -> Decision:
+        return Decision(self.allowed, self.reason, self.entry, self.report, clause, self.node)
+
+    def with_node(self, node: Decision) -> Decision:
+        return Decision(self.allowed, self.reason, self.entry, self.report, self.clause, node)
+
     @property
     def injects(self) -> bool:
         """Whether the deciding entry's transform may be written: a real allow only."""

@@ -314,7 +314,7 @@ def decide_rules(
     if entry.git is not None and git is not None:
         verdict, clause, item = judge_git(entry.git, git)
         if verdict is Verdict.ALLOW:
-            return replace(decision, clause=clause), item if git.rpc else None
+            return decision.with_clause(clause), item if git.rpc else None
         if verdict is Verdict.PUSH_DENIED:
             return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
         return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
@@ -326,7 +326,7 @@ def decide_rules(
 def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
     verdict, clause = judge(entry.rules, method, target)
     if verdict is Verdict.ALLOW:
-        return replace(decision, clause=clause)
+        return decision.with_clause(clause)
     if verdict is Verdict.AMBIGUOUS:
         return Decision.deny(Reason.BAD_REQUEST, entry)
     reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH

@@ -21,7 +21,7 @@ back to another sandbox's policy or to the node's alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from proxy.config import NetworkConfig, Secret
 from proxy.decision import Decision, Reason, bounded
@@ -41,7 +41,7 @@ class SandboxPolicy(Policy):
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         own = super().decide(host, port, tls=tls)
         node = self.node.decide(host, port, tls=tls)
-        return replace(bounded(node, own), node=node)
+        return bounded(node, own).with_node(node)
 
     def ceiling(self) -> Policy:
         return self.node
