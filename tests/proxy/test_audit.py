@@ -69,3 +69,24 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking() -> None:
     stream.open.set()
     log.close()
     assert [line["bytes_received"] for line in lines(stream)] == [0, 1, 2, 3, 4]
+
+
+def test_writing_a_line_does_not_wake_the_writer() -> None:
+    """The loop only appends (D171): nothing is written until the writer's own wake-up,
+    here never before `close`."""
+    stream = CountingWrites()
+    log = BackgroundAuditLog(AuditLog(stream), interval=3600)
+    for n in range(300):
+        log.write(record(n))
+    assert stream.getvalue() == ""
+    log.close()
+    assert [line["bytes_received"] for line in lines(stream)] == list(range(300))
+    assert stream.writes == 2  # whole lines, 256 per write
+
+
+class CountingWrites(io.StringIO):
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
