@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import netns, procs, staged
+from bench import allowlist, netns, pki, procs, staged, upstream
 from bench.allowlist import Allowlist
 from bench.pki import ProxyCa, UpstreamPki, copy_confdir
 
@@ -226,3 +226,25 @@ def start_forwarder(
     child = procs.start(f"socat-{contender.name}", argv, log_dir)
     _wait_listening(ns, child, port, 30)
     return child, f"{LOOPBACK}:{port}"
+
+
+@dataclass
+class Stage:
+    """What every contender serves: the policy, the upstreams and the two PKIs."""
+
+    policy: Allowlist
+    upstream_pki: UpstreamPki
+    ca: ProxyCa
+    servers: upstream.Upstreams
+
+
+def build_stage(ns: netns.Namespaces, work: Path, logs: Path) -> Stage:
+    """The namespaces' hosts, the upstream PKI and servers, the proxies' CA and the
+    1,000-entry policy (the children to stop are `servers.nginx` and `servers.sink`)."""
+    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
+    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
+    ns.build({name: netns.UPSTREAM_IP for name in names})
+    upstream_pki = pki.make_upstream_pki(work, names)
+    ca = pki.make_proxy_ca(VENV_BIN / "egress-proxy", work / "ca")
+    servers = upstream.start(ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs)
+    return Stage(policy, upstream_pki, ca, servers)

@@ -40,7 +40,6 @@ from bench import (
     latency,
     memory,
     netns,
-    pki,
     probe,
     procs,
     profile,
@@ -289,19 +288,13 @@ def _network_scenarios(
     work.chmod(0o755)  # nginx workers and squid (unprivileged) read below it
     logs = work / "logs"
     logs.mkdir()
-    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
-    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
     ns = netns.Namespaces(f"eb{os.getpid() % 100000}")
     children: list[procs.Child] = []
     try:
         _say(f"setting up: namespaces {ns.client}/{ns.upstream}, upstreams, the three proxies")
-        ns.build({name: netns.UPSTREAM_IP for name in names})
-        upstream_pki = pki.make_upstream_pki(work, names)
-        ca = pki.make_proxy_ca(contenders.VENV_BIN / "egress-proxy", work / "ca")
-        servers = upstream.start(
-            ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs
-        )
-        children += [servers.nginx, servers.sink]
+        stage = contenders.build_stage(ns, work, logs)
+        policy, upstream_pki, ca = stage.policy, stage.upstream_pki, stage.ca
+        children += [stage.servers.nginx, stage.servers.sink]
         mitmdump = contenders.start_mitmdump(ns, ca, upstream_pki, work, logs)
         children.append(mitmdump.child)
         squid = contenders.start_squid(ns, ca, upstream_pki, policy, work, logs)

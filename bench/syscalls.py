@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import allowlist, contenders, netns, pki, procs, upstream
+from bench import allowlist, contenders, netns, procs
 from bench.loadgen import run_hey
 
 
@@ -41,19 +41,14 @@ def measure(requests: int, rate: float, extra: tuple[str, ...], work: Path) -> d
     logs = work / "logs"
     logs.mkdir()
     work.chmod(0o755)
-    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
-    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
     ns = netns.Namespaces(f"es{os.getpid() % 100000}")
     children: list[procs.Child] = []
     try:
-        ns.build({name: netns.UPSTREAM_IP for name in names})
-        upstream_pki = pki.make_upstream_pki(work, names)
-        ca = pki.make_proxy_ca(contenders.VENV_BIN / "egress-proxy", work / "ca")
-        servers = upstream.start(
-            ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs
+        stage = contenders.build_stage(ns, work, logs)
+        children += [stage.servers.nginx, stage.servers.sink]
+        egress = contenders.start_egress(
+            ns, stage.ca, stage.upstream_pki, stage.policy, work, logs, extra_args=extra
         )
-        children += [servers.nginx, servers.sink]
-        egress = contenders.start_egress(ns, ca, upstream_pki, policy, work, logs, extra_args=extra)
         children.append(egress.child)
         prefix = ns.exec_prefix(ns.client)
         url = f"https://{allowlist.TARGET}/"
