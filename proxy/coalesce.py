@@ -7,8 +7,9 @@ of one `handle_event` call (one event-loop turn), so nothing needs to wait to me
 
 `coalesced` wraps a layer's `handle_event` output: consecutive `SendData` to the same TCP
 connection become one `SendData` with their bytes joined. Order is kept: the pending bytes
-are handed on before any other command (a close, a hook, a log) and at the end of the
-event. UDP is never merged (each `SendData` is a datagram there).
+are handed on before any other command (a close, a hook) and at the end of the event; a
+log line is handed on at once without ending the run (D172). UDP is never merged (each
+`SendData` is a datagram there).
 
 Where it is applied (`coalesce_root`, `coalesce_tunnel`):
 * the root layer of every connection handler: one `writer.write` per connection per
@@ -62,6 +63,11 @@ def coalesced(produced: Iterable[commands.Command]) -> Iterator[commands.Command
                 if pending is not None:
                     yield _joined(pending, parts)
                 pending, parts, size = command, [command.data], len(command.data)
+                continue
+            if type(command) is commands.Log:
+                # A log line is no part of any connection's bytes: it goes first and the
+                # run goes on (mitmproxy logs between a streamed response's head and body).
+                yield command
                 continue
             if pending is not None:
                 yield _joined(pending, parts)

@@ -58,9 +58,13 @@ CASES = {
         [send(U, b"d1"), send(U, b"d2")],
         [("SendData", U, b"d1"), ("SendData", U, b"d2")],
     ),
-    "a log in between ends the run": (
+    "a log goes first and does not end the run": (
         [send(A, b"a"), commands.Log("x"), send(A, b"b"), send(A, b"c")],
-        [("SendData", A, b"a"), ("Log", None, None), ("SendData", A, b"bc")],
+        [("Log", None, None), ("SendData", A, b"abc")],
+    ),
+    "a close ends the run": (
+        [send(A, b"a"), commands.CloseConnection(B), send(A, b"b")],
+        [("SendData", A, b"a"), ("CloseConnection", B, None), ("SendData", A, b"b")],
     ),
     "nothing sent, nothing added": ([], []),
 }
@@ -176,8 +180,15 @@ def tls_records(data: bytes) -> int:
     return count
 
 
+class Streaming:
+    """Streams every response, as the product does (its byte counter is `stream`)."""
+
+    def responseheaders(self, flow: Any) -> None:
+        flow.response.stream = True
+
+
 def writes_per_request(
-    tmp_path: Path, *, https: bool, coalesce: bool, body: bytes = b""
+    tmp_path: Path, *, https: bool, coalesce: bool, body: bytes = b"", stream: bool = False
 ) -> tuple[int, int, int, int]:
     """Per kept-alive request (a GET, or a POST of `body`): the proxy's writes to the
     client, its writes to upstream, and (HTTPS) the TLS records it sends each of them."""
@@ -210,6 +221,8 @@ def writes_per_request(
         )  # fmt: skip
         if not coalesce:
             _unwrap(master)
+        if stream:
+            master.addons.add(Streaming())
         runner = asyncio.create_task(master.run())
         ps = master.addons.get("proxyserver")
         for _ in range(200):
@@ -299,4 +312,14 @@ def test_a_request_with_a_body_is_one_write_and_one_record_upstream(
     # mitmproxy sends a request's head and body upstream as two writes, on TLS two records
     # (D142 merged the writes, not the records); the engine sends one write, one record (D166).
     assert before == ((2, 2, 2, 2) if https else (2, 2, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))
+
+
+@pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
+def test_a_streamed_response_is_one_write_and_one_record(tmp_path: Path, https: bool) -> None:
+    before = writes_per_request(tmp_path / "before", https=https, coalesce=False, stream=True)
+    after = writes_per_request(tmp_path / "after", https=https, coalesce=True, stream=True)
+    # mitmproxy logs "Streaming response" between a streamed response's head and its body:
+    # the log is handed on first and the two go out as one write, one record (D172).
+    assert before == ((2, 1, 2, 1) if https else (2, 1, 0, 0))
     assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))
