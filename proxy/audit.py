@@ -2,11 +2,10 @@
 
 `AuditLog` formats and writes a line in the caller's thread. The running proxy wraps it
 in a `BackgroundAuditLog`, so the event loop only appends a record to a deque: formatting,
-writing and flushing happen in one writer thread, which drains the deque every
-`DRAIN_INTERVAL_S` (D171). The loop never wakes the writer: a request's path holds no
-lock release, no futex wake and no thread switch for its audit line, and lines are
-written in batches (one `write()` of whole lines and one flush per batch), at most
-`DRAIN_INTERVAL_S` after their decision. The deque is bounded; when the writer falls that
+writing and flushing happen in one writer thread (D171). The loop wakes the writer only
+when it is not already awake: one wake per batch, none while the writer is busy, and
+what queued up meanwhile is written as whole lines in one `write()` and one flush. The
+deque is bounded; when the writer falls that
 far behind (a stalled disk, a stdout nobody reads), a line is dropped and counted
 (`egress_audit_lines_dropped_total`) rather than stalling every connection or growing
 without limit.
@@ -35,7 +34,6 @@ from common.jsonlines import json_line
 
 QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0
-DRAIN_INTERVAL_S = 0.1  # how late a line may be written after its decision
 BATCH = 256  # lines per write
 
 
@@ -105,22 +103,21 @@ class AuditLog:
 
 
 class BackgroundAuditLog:
-    """An `AuditLog` written by a thread of its own; `write` never blocks or wakes it."""
+    """An `AuditLog` written by a thread of its own; `write` never blocks."""
 
     def __init__(
         self,
         log: AuditLog,
         on_drop: Callable[[], None] = lambda: None,
         capacity: int = QUEUE_CAPACITY,
-        interval: float = DRAIN_INTERVAL_S,
     ) -> None:
         self._log = log
         self._on_drop = on_drop
         self._capacity = capacity
-        self._interval = interval
         # Appending and popping a deque are atomic: the loop and the writer share no lock.
         self._pending: deque[tuple[AuditRecord, datetime]] = deque()
-        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
         self._thread.start()
 
@@ -129,17 +126,23 @@ class BackgroundAuditLog:
             self._on_drop()
             return
         self._pending.append((record, datetime.now(UTC)))
+        # Appended first, checked second: a writer that cleared the flag drains this line.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def close(self) -> None:
         """Write what is queued, then stop the writer."""
-        self._stop.set()
+        self._stopping = True
+        self._wake.set()
         self._thread.join(CLOSE_TIMEOUT_S)
 
     def _run(self) -> None:
         while True:
-            stopping = self._stop.wait(self._interval)
+            self._wake.wait()
+            self._wake.clear()
             self._drain()
-            if stopping:
+            if self._stopping:
+                self._drain()
                 self._log.flush()
                 return
 
