@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import rules, sandboxes
+from bench import rules, sandboxes, targets
+from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
 
@@ -307,77 +308,12 @@ def fairness_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]
     ]
 
 
-QUIET = 0.5  # issue 26: a run counts as quiet when the 1-minute load is under this
-
-
-def load_line(machine: dict[str, Any]) -> str:
-    """The load average before and after the run, and whether the run was quiet."""
-    start, end = machine.get("loadavg_at_start"), machine.get("loadavg_at_end")
-    found = [float(a[0]) for a in (start, end) if a]
-    quiet = len(found) == 2 and max(found) < QUIET
-    return (
-        f"load average (1, 5, 15 min): before {' '.join(start or ['?'])}, "
-        f"after {' '.join(end or ['?'])}: " + ("quiet" if quiet else f"NOT quiet (>= {QUIET})")
-    )
-
-
-def _median(section: dict[str, Any], *path: str) -> float | None:
-    found: Any = section
-    for key in path:
-        if not isinstance(found, dict) or key not in found:
-            return None
-        found = found[key]
-    if isinstance(found, dict):
-        found = found.get("median")
-    return float(found) if isinstance(found, (int, float)) else None
-
-
-# (label, workload, target): CPU per request ÷ bare mitmdump, at most 0.6 in (a) (b) (c).
-CPU_TARGETS = (("(a)", "http_keepalive"), ("(b)", "https_keepalive"), ("(c)", "https_new_conn"))
-PER_CORE_TARGETS = {"http_keepalive": 0.12, "https_keepalive": 0.12, "https_new_conn": 0.25}
-
-
 def targets_lines(results: dict[str, Any], grid: Grid = text_grid) -> list[str]:
-    """Issue 26's figures, each against its target, from this run (egress-proxy)."""
-    rows = []
-    workloads = results.get("throughput", {}).get("workloads", {})
-    for label, key in CPU_TARGETS:
-        cpu = {
-            name: _median(workloads, key, "contenders", name, "summary", "proxy_cpu_ms_per_req")
-            for name in ("egress-proxy", "mitmdump", "squid")
-        }
-        ours, bare, squid = cpu["egress-proxy"], cpu["mitmdump"], cpu["squid"]
-        if ours and bare:
-            rows.append([f"CPU per request {label} ÷ bare mitmdump", f"{ours / bare:.2f}", "≤ 0.6"])
-        if ours and squid:
-            # Requests per CPU-second is 1 / CPU per request: per core, ours ÷ squid's.
-            target = PER_CORE_TARGETS[key]
-            rows.append(
-                [f"throughput per core {label} ÷ squid", f"{squid / ours:.3f}", f"≥ {target}"]
-            )
-    idle = results.get("idle", {}).get("proxies", {}).get("egress-proxy")
-    if idle:
-        rows.append(
-            ["idle KiB per intercepted connection", _num(idle["kib_per_connection"]), "≤ 64"]
-        )
-        rows.append(
-            [
-                "idle process MiB (before the connections)",
-                _num(idle["rss_before_kib"] / 1024),
-                "≤ 60",
-            ]
-        )
-    latency = results.get("latency", {}).get("workloads", {}).get("https_keepalive")
-    if latency:
-        ours = latency["contenders"].get("egress-proxy", {})
-        for key, bound in (("added_p50_ms", "≤ 1.5"), ("added_p99_ms", "≤ 5")):
-            rows.append([f"low load (b) {key} vs direct", _num(ours.get(key), 2), bound])
-    if not rows:
+    found = targets.rows(results)
+    if not found:
         return []
-    return [
-        "Issue 26's figures (egress-proxy, this run)",
-        *grid(["figure", "value", "target"], rows),
-    ]
+    header = ["figure", "value", "target"]
+    return ["Issue 26's figures (egress-proxy, this run)", *grid(header, found)]
 
 
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:

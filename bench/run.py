@@ -47,6 +47,7 @@ from bench import (
     report,
     rules,
     sandboxes,
+    targets,
     throughput,
     upstream,
 )
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
-    _say(report.load_line(results["machine"]))
+    _say(targets.load_line(results["machine"]))
     path = args.output / f"{stamp}.json"
     path.write_text(json.dumps(results, indent=1) + "\n")
     _say("\n" + report.render(results))

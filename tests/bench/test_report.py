@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import report
+from bench.targets import load_line
 
 
 def summary(cpu: float) -> dict[str, Any]:
@@ -47,10 +48,10 @@ def test_each_figure_of_issue_26_against_its_target() -> None:
 
 
 def test_the_load_line_says_whether_the_run_was_quiet() -> None:
-    assert report.load_line(RESULTS["machine"]).endswith(": quiet")
+    assert load_line(RESULTS["machine"]).endswith(": quiet")
     loaded = {"loadavg_at_start": ["0.2"], "loadavg_at_end": ["3.1"]}
-    assert "before 0.2, after 3.1: NOT quiet" in report.load_line(loaded)
-    assert "NOT quiet" in report.load_line({"loadavg_at_start": ["0.1"]})
+    assert "before 0.2, after 3.1: NOT quiet" in load_line(loaded)
+    assert "NOT quiet" in load_line({"loadavg_at_start": ["0.1"]})
 
 
 def test_a_run_without_those_scenarios_has_no_such_table() -> None:
