@@ -6,8 +6,10 @@
 * `squid`: squid-openssl with the same policy: client-first ssl-bump with the same
   CA, the allowlist as `dstdomain` ACLs, `Authorization` replaced (access deny +
   header add) for the transform entries; one process (`-N`), no cache, access log on.
-* `egress-proxy`: `egress-proxy run` with the generated allowlist, audit log to a file;
-  variants (`--variant NAME=ARGS`) are more instances with extra arguments.
+* `egress-proxy`: `egress-proxy run` with the generated allowlist and every policy stage
+  configured (bench/staged.py: rules, git items, a placeholder secret, a sandboxes
+  directory claiming the bench client), audit log to a file; variants
+  (`--variant NAME=ARGS`) are more instances with extra arguments.
 
 `ip netns exec` execs in place, so a contender's pid is the proxy's own; its CPU
 time and memory are read for it and its child processes.
@@ -23,9 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from bench import netns, procs
+from bench import allowlist, netns, pki, procs, staged, upstream
 from bench.allowlist import Allowlist
 from bench.pki import ProxyCa, UpstreamPki, copy_confdir
 
@@ -177,7 +177,7 @@ def start_egress(
     confdir = copy_confdir(ca, work / f"{name}-certs")
     config = work / "egress.yaml"
     if not config.exists():
-        config.write_text(yaml.safe_dump(allowlist.document(), sort_keys=False))
+        staged.write(allowlist, work)
     port = PORTS["egress-proxy"] + offset
     argv = [
         *ns.exec_prefix(ns.client),
@@ -201,7 +201,7 @@ def start_egress(
         "4096",
         *extra_args,
     ]
-    env = {**os.environ, **allowlist.environ, **(extra_env or {})}
+    env = {**os.environ, **allowlist.environ, **staged.environ(), **(extra_env or {})}
     child = procs.start(name, argv, log_dir, env=env)
     _wait_listening(ns, child, port, 60)
     return Contender(name, child, port)
@@ -226,3 +226,25 @@ def start_forwarder(
     child = procs.start(f"socat-{contender.name}", argv, log_dir)
     _wait_listening(ns, child, port, 30)
     return child, f"{LOOPBACK}:{port}"
+
+
+@dataclass
+class Stage:
+    """What every contender serves: the policy, the upstreams and the two PKIs."""
+
+    policy: Allowlist
+    upstream_pki: UpstreamPki
+    ca: ProxyCa
+    servers: upstream.Upstreams
+
+
+def build_stage(ns: netns.Namespaces, work: Path, logs: Path) -> Stage:
+    """The namespaces' hosts, the upstream PKI and servers, the proxies' CA and the
+    1,000-entry policy (the children to stop are `servers.nginx` and `servers.sink`)."""
+    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
+    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
+    ns.build({name: netns.UPSTREAM_IP for name in names})
+    upstream_pki = pki.make_upstream_pki(work, names)
+    ca = pki.make_proxy_ca(VENV_BIN / "egress-proxy", work / "ca")
+    servers = upstream.start(ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs)
+    return Stage(policy, upstream_pki, ca, servers)

@@ -59,7 +59,7 @@ def measure(
                 )
                 progress(
                     f"  latency {round_number + 1}/{rounds} {workload.key:16} {target.name:13}"
-                    f" p50 {result.p50_ms} ms p99 {result.p99_ms} ms"
+                    f" p50 {_ms(result.p50_ms)} ms p99 {_ms(result.p99_ms)} ms"
                 )
         summary: dict[str, dict[str, Any]] = {}
         for name, each in runs.items():
@@ -76,3 +76,7 @@ def measure(
                 )
         found["workloads"][workload.key] = {"title": workload.title, "contenders": summary}
     return found
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import rules, sandboxes
+from bench import rules, sandboxes, targets
+from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
 
@@ -307,11 +308,20 @@ def fairness_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]
     ]
 
 
+def targets_lines(results: dict[str, Any], grid: Grid = text_grid) -> list[str]:
+    found = targets.rows(results)
+    if not found:
+        return []
+    header = ["figure", "value", "target"]
+    return ["Issue 26's figures (egress-proxy, this run)", *grid(header, found)]
+
+
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
     machine = results["machine"]
     lines = [
         f"sandbox-egress benchmark {results['started']}",
         f"machine: {machine['cpus']} x {machine['cpu_model']}, {machine['memory_gib']:.0f} GiB",
+        load_line(machine),
         "versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()),
         f"code: {results['code']['commit'][:12]}"
         + (" + uncommitted changes" if results["code"]["uncommitted"] else "")
@@ -332,6 +342,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
     ):
         if results.get(key):
             lines += [*render_section(results[key], grid), ""]
+    lines += [*targets_lines(results, grid), ""]
     return "\n".join(lines)
 
 

@@ -40,7 +40,6 @@ from bench import (
     latency,
     memory,
     netns,
-    pki,
     probe,
     procs,
     profile,
@@ -48,6 +47,7 @@ from bench import (
     report,
     rules,
     sandboxes,
+    targets,
     throughput,
     upstream,
 )
@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
         "--idle-connections", type=int, default=1000, help="idle tunnels per proxy (scenario 6)"
     )
     parser.add_argument(
-        "--latency-requests", type=int, default=200, help="requests per low-load run (7)"
+        "--latency-requests", type=int, default=1000, help="requests per low-load run (7)"
     )
     parser.add_argument("--latency-rounds", type=int, default=1, help="low-load runs (7)")
     parser.add_argument(
@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         "code": code_state(),
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
+    _say(
+        f"load average at start (1, 5, 15 min): {' '.join(results['machine']['loadavg_at_start'])}"
+    )
     if "decide" in wanted:
         _say("scenario 2: deciding a host as the allowlist grows")
         results["decide"] = decide.measure()
@@ -268,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    _say(targets.load_line(results["machine"]))
     path = args.output / f"{stamp}.json"
     path.write_text(json.dumps(results, indent=1) + "\n")
     _say("\n" + report.render(results))
@@ -285,19 +289,13 @@ def _network_scenarios(
     work.chmod(0o755)  # nginx workers and squid (unprivileged) read below it
     logs = work / "logs"
     logs.mkdir()
-    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
-    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
     ns = netns.Namespaces(f"eb{os.getpid() % 100000}")
     children: list[procs.Child] = []
     try:
         _say(f"setting up: namespaces {ns.client}/{ns.upstream}, upstreams, the three proxies")
-        ns.build({name: netns.UPSTREAM_IP for name in names})
-        upstream_pki = pki.make_upstream_pki(work, names)
-        ca = pki.make_proxy_ca(contenders.VENV_BIN / "egress-proxy", work / "ca")
-        servers = upstream.start(
-            ns, upstream_pki, work, policy.authorization(allowlist.TARGET), logs
-        )
-        children += [servers.nginx, servers.sink]
+        stage = contenders.build_stage(ns, work, logs)
+        policy, upstream_pki, ca = stage.policy, stage.upstream_pki, stage.ca
+        children += [stage.servers.nginx, stage.servers.sink]
         mitmdump = contenders.start_mitmdump(ns, ca, upstream_pki, work, logs)
         children.append(mitmdump.child)
         squid = contenders.start_squid(ns, ca, upstream_pki, policy, work, logs)

@@ -168,15 +168,23 @@ def match_candidates(ip: IPAddress) -> tuple[IPAddress, ...]:
     return (ip, *embedded_ipv4(ip))
 
 
+# The tables as (network address, netmask, class) integers: `ip in network` builds and
+# compares address objects per row, a masked integer compare does not (issue 26, D170).
+_V4_MASKED = tuple((int(n.network_address), int(n.netmask), c) for n, c in _V4_TABLE)
+_V6_MASKED = tuple((int(n.network_address), int(n.netmask), c) for n, c in _V6_TABLE)
+
+
 def _lookup_v4(ip: IPv4Address) -> AddressClass:
-    for network, cls in _V4_TABLE:
-        if ip in network:
+    value = int(ip)
+    for network, mask, cls in _V4_MASKED:
+        if value & mask == network:
             return cls
     return AddressClass.PUBLIC
 
 
 def _lookup_v6(ip: IPv6Address) -> AddressClass:
-    for network, cls in _V6_TABLE:
-        if ip in network:
+    value = int(ip)
+    for network, mask, cls in _V6_MASKED:
+        if value & mask == network:
             return cls
     return AddressClass.RESERVED

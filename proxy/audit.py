@@ -1,9 +1,12 @@
 """The audit log: one JSON line per egress decision (docs/configuration.md#audit-log).
 
 `AuditLog` formats and writes a line in the caller's thread. The running proxy wraps it
-in a `BackgroundAuditLog`, so the event loop only enqueues a record: formatting, writing
-and flushing happen in one writer thread. The queue is bounded; when the writer falls
-that far behind (a stalled disk, a stdout nobody reads), a line is dropped and counted
+in a `BackgroundAuditLog`, so the event loop only appends a record to a deque: formatting,
+writing and flushing happen in one writer thread (D171). The loop wakes the writer only
+when it is not already awake: one wake per batch, none while the writer is busy, and
+what queued up meanwhile is written as whole lines in one `write()` and one flush. The
+deque is bounded; when the writer falls that
+far behind (a stalled disk, a stdout nobody reads), a line is dropped and counted
 (`egress_audit_lines_dropped_total`) rather than stalling every connection or growing
 without limit.
 
@@ -12,16 +15,17 @@ Invariants:
   so they cannot be written.
 * Lines keep the order in which decisions were made; each carries the time of its
   decision, not of its writing.
-* `close()` writes every queued line before it returns (bounded by `CLOSE_TIMEOUT_S`).
+* `close()` wakes the writer, which writes every queued line before it returns (bounded
+  by `CLOSE_TIMEOUT_S`).
 """
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import IO, Protocol
 
@@ -30,6 +34,7 @@ from common.jsonlines import json_line
 
 QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0
+BATCH = 256  # lines per write
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,9 @@ class AuditRecord:
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
 
 
+_FIELDS = tuple(f.name for f in fields(AuditRecord))
+
+
 class AuditSink(Protocol):
     def write(self, record: AuditRecord) -> None: ...
 
@@ -69,15 +77,24 @@ class AuditLog:
             return cls(sys.stdout, worker)
         return cls(open(target, "a", encoding="utf-8", buffering=1), worker)  # noqa: SIM115 (lives as long as the proxy)
 
-    def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:
+    def line(self, record: AuditRecord, at: datetime | None = None) -> str:
+        """`record` as one JSON line (with its newline)."""
         line: dict[str, object] = {"time": utc_timestamp(at)}
-        line.update(asdict(record))
+        # The fields are scalars (and one tuple, listed below): no `asdict` deep copy.
+        line.update((name, getattr(record, name)) for name in _FIELDS)
         line["injected"] = list(record.injected)
         line["duration_s"] = round(record.duration_s, 6)
         line["worker"] = self._worker
         if record.sandbox is None:
             del line["sandbox"]
-        self._stream.write(json_line(line))
+        return json_line(line)
+
+    def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:
+        self.write_lines([self.line(record, at)], flush)
+
+    def write_lines(self, lines: list[str], flush: bool = True) -> None:
+        """Whole lines in one write: a reader never sees half of one."""
+        self._stream.write("".join(lines))
         if flush:
             self._stream.flush()
 
@@ -85,11 +102,8 @@ class AuditLog:
         self._stream.flush()
 
 
-_Queued = tuple[AuditRecord, datetime] | None  # None: stop
-
-
 class BackgroundAuditLog:
-    """An `AuditLog` written by a thread of its own; `write` never blocks the caller."""
+    """An `AuditLog` written by a thread of its own; `write` never blocks."""
 
     def __init__(
         self,
@@ -99,27 +113,42 @@ class BackgroundAuditLog:
     ) -> None:
         self._log = log
         self._on_drop = on_drop
-        self._queue: queue.Queue[_Queued] = queue.Queue(maxsize=capacity)
+        self._capacity = capacity
+        # Appending and popping a deque are atomic: the loop and the writer share no lock.
+        self._pending: deque[tuple[AuditRecord, datetime]] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
         self._thread.start()
 
     def write(self, record: AuditRecord) -> None:
-        try:
-            self._queue.put_nowait((record, datetime.now(UTC)))
-        except queue.Full:
+        if len(self._pending) >= self._capacity:
             self._on_drop()
+            return
+        self._pending.append((record, datetime.now(UTC)))
+        # Appended first, checked second: a writer that cleared the flag drains this line.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def close(self) -> None:
         """Write what is queued, then stop the writer."""
-        self._queue.put(None)  # blocks only while the queue is full, which the writer drains
+        self._stopping = True
+        self._wake.set()
         self._thread.join(CLOSE_TIMEOUT_S)
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
+            self._wake.wait()
+            self._wake.clear()
+            self._drain()
+            if self._stopping:
+                self._drain()
                 self._log.flush()
                 return
-            record, at = item
-            # One flush per burst: whatever else is already queued is written first.
-            self._log.write(record, at, flush=self._queue.empty())
+
+    def _drain(self) -> None:
+        pending, log = self._pending, self._log
+        while pending:
+            # One write and one flush per batch of what is queued now (at most BATCH lines).
+            batch = [log.line(*pending.popleft()) for _ in range(min(len(pending), BATCH))]
+            log.write_lines(batch)

@@ -7,14 +7,21 @@ of one `handle_event` call (one event-loop turn), so nothing needs to wait to me
 
 `coalesced` wraps a layer's `handle_event` output: consecutive `SendData` to the same TCP
 connection become one `SendData` with their bytes joined. Order is kept: the pending bytes
-are handed on before any other command (a close, a hook, a log) and at the end of the
-event. UDP is never merged (each `SendData` is a datagram there).
+are handed on before any other command (a close, a hook) and at the end of the event; a
+log line is handed on at once without ending the run (D172). UDP is never merged (each
+`SendData` is a datagram there).
 
 Where it is applied (`coalesce_root`, `coalesce_tunnel`):
 * the root layer of every connection handler: one `writer.write` per connection per
   event — one `send()` per message on each leg, plain or TLS;
 * the child of a client-side TLS layer (and the layer decided under it): the head and
-  body reach `SSL_write` as one plaintext, so one TLS record carries both.
+  body reach `SSL_write` as one plaintext, so one TLS record carries both;
+* the child of a server-side TLS layer that mitmproxy's HTTP layer builds for an upstream
+  connection (`coalesce_request`, D166): there the request's head, body and end arrive as
+  separate events, one `handle_event` each, in one turn of the HTTP layer; what they send
+  is held from the head to the end of the message and handed on as one plaintext, one
+  TLS record. Only a request whose body is already read (`raw_content` set, not streamed,
+  at most `MAX_JOINED`) is held: nothing waits for the client or for the next turn.
 
 The bytes on the wire are the same; only how many writes carry them changes.
 tests/proxy/test_coalesce.py pins the mitmproxy internals this relies on.
@@ -25,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from mitmproxy.proxy import commands
+from mitmproxy.proxy import commands, layer
+from mitmproxy.proxy.layers import http, tls
 
 HandleEvent = Callable[[Any], Iterable[commands.Command]]
 
@@ -55,6 +63,11 @@ def coalesced(produced: Iterable[commands.Command]) -> Iterator[commands.Command
                 if pending is not None:
                     yield _joined(pending, parts)
                 pending, parts, size = command, [command.data], len(command.data)
+                continue
+            if type(command) is commands.Log:
+                # A log line is no part of any connection's bytes: it goes first and the
+                # run goes on (mitmproxy logs between a streamed response's head and body).
+                yield command
                 continue
             if pending is not None:
                 yield _joined(pending, parts)
@@ -109,3 +122,54 @@ def coalesce_decided(nextlayer: Any) -> None:
     """After a `next_layer` decision: a marked `NextLayer`'s decided layer coalesces too."""
     if getattr(nextlayer, "coalesce_decided", False) and nextlayer.layer is not None:
         _wrap(nextlayer.layer)
+
+
+def coalesce_request(tls_start: tls.TlsData) -> None:
+    """At `tls_start_server`: the child of the server TLS layer that starts sends a request
+    with a body as one plaintext (one TLS record) instead of one per event."""
+    for found in tls_start.context.layers:
+        if isinstance(found, tls.ServerTLSLayer) and found.conn is tls_start.conn:
+            child = getattr(found, "child_layer", None)
+            if child is not None and not isinstance(child, layer.NextLayer):
+                _hold_messages(child)
+            return
+
+
+def _hold_messages(child: Any) -> None:
+    if getattr(child.handle_event, "holding", False):
+        return
+    inner: HandleEvent = child.handle_event
+    held: list[commands.SendData] = []  # what the message sent so far, not yet handed on
+
+    def handle_event(event: Any) -> Iterator[commands.Command]:
+        if type(event) is http.RequestHeaders:
+            body = event.request.raw_content
+            holding = not event.end_stream and body is not None and 0 < len(body) <= MAX_JOINED
+        else:
+            holding = bool(held) and isinstance(event, http.HttpEvent)
+        ends = type(event) is http.RequestEndOfMessage
+        try:
+            for command in inner(event):
+                if type(command) is commands.SendData and holding:
+                    if held and command.connection is not held[0].connection:
+                        yield _release(held)
+                    held.append(command)
+                    continue
+                if held:
+                    yield _release(held)
+                yield command
+        except Exception:
+            if held:
+                yield _release(held)
+            raise
+        if held and (ends or not holding):
+            yield _release(held)
+
+    handle_event.holding = True  # type: ignore[attr-defined]
+    child.handle_event = handle_event
+
+
+def _release(held: list[commands.SendData]) -> commands.SendData:
+    joined = _joined(held[0], [c.data for c in held])
+    held.clear()
+    return joined

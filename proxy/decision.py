@@ -10,7 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -152,6 +152,9 @@ class Decision:
     report: bool = False
     # The clause of the entry's rules that decided (`rules[1]`, `deny[0]`), or "".
     clause: str = ""
+    # A sandbox's decision: the node's decision of the same host (`proxy.tenancy`), kept so
+    # that the request's rules stage does not decide the host again (D167).
+    node: Decision | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def allow(cls, entry: Entry) -> Decision:
@@ -169,6 +172,13 @@ class Decision:
         if refusal.allowed or refusal.reason not in REPORTABLE:
             raise ValueError("only a reportable refusal can be let through")
         return cls(True, refusal.reason, refusal.entry, report=True, clause=refusal.clause)
+
+    # `dataclasses.replace` introspects the fields on every call; these run per request.
+    def with_clause(self, clause: str) -> Decision:
+        return Decision(self.allowed, self.reason, self.entry, self.report, clause, self.node)
+
+    def with_node(self, node: Decision) -> Decision:
+        return Decision(self.allowed, self.reason, self.entry, self.report, self.clause, node)
 
     @property
     def injects(self) -> bool:

@@ -7,12 +7,13 @@ regular or transparent proxy needs (`ADDONS`) and an addon manager that keeps, p
 name, the list of handlers that exist, so a hook costs one call per addon implementing it.
 `LeanOptions` reads scalar options without mitmproxy's defensive deep copy.
 
-Five changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
+Six changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
 sends within one event goes out as one write per connection, one TLS record per message
-to the client (proxy/coalesce.py, D142); an idle TLS connection frees OpenSSL's buffers
-(D144); what is loaded at start is frozen out of the garbage collector (D143); the
-connections presenting one certificate share one OpenSSL copy of it and its key (D161);
-a layer makes its queue of paused events only when one arrives (D163).
+to the client (proxy/coalesce.py, D142) and per request upstream (D166); an idle TLS
+connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out of the
+garbage collector (D143); the connections presenting one certificate share one OpenSSL
+copy of it and its key (D161); a layer makes its queue of paused events only when one
+arrives (D163).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -26,6 +27,7 @@ mitmproxy and fails when an upgrade changes an internal this module relies on.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import inspect
 import types
@@ -51,7 +53,7 @@ from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
 from proxy import layerqueues
-from proxy.coalesce import coalesce_decided, coalesce_root, coalesce_tunnel
+from proxy.coalesce import coalesce_decided, coalesce_request, coalesce_root, coalesce_tunnel
 from proxy.tlsshare import share_certificates
 
 # Immutable option values are handed out as they are; anything else is copied as before.
@@ -69,8 +71,8 @@ def lean_addons() -> list[Any]:
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
     mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
     ErrorCheck (stop at start when an option or addon failed), then the engine's own
-    ReleaseIdleTlsBuffers and FreezeAtStart. The egress addons and the log sink are added by the
-    launcher.
+    ReleaseIdleTlsBuffers, OneRecordPerRequest and FreezeAtStart. The egress addons and the
+    log sink are added by the launcher.
     """
     return [
         core.Core(),
@@ -81,6 +83,7 @@ def lean_addons() -> list[Any]:
         tlsconfig.TlsConfig(),
         errorcheck.ErrorCheck(),
         ReleaseIdleTlsBuffers(),
+        OneRecordPerRequest(),
         FreezeAtStart(),
     ]
 
@@ -102,6 +105,15 @@ class ReleaseIdleTlsBuffers:
 def _release_buffers(tls_start: TlsData) -> None:
     if tls_start.ssl_conn is not None:
         _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
+
+
+class OneRecordPerRequest:
+    """A request with a body goes upstream over TLS as one TLS record, not one for its head
+    and one for its body: the server TLS layer mitmproxy's HTTP layer builds for the
+    upstream connection gets its child wrapped when its handshake starts (D166)."""
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        coalesce_request(tls_start)
 
 
 class FreezeAtStart:
@@ -191,14 +203,17 @@ class LeanAddonManager(AddonManager):
         return cached
 
     async def handle_lifecycle(self, event: hooks.Hook) -> None:
-        await self.trigger_event(event)
-        message = event.args()[0]
+        args = hook_args(event)
+        await self._trigger(event.name, args)
+        message = args[0]
         if isinstance(message, flow.Flow) and self.handlers(hooks.UpdateHook.name):
             await self.trigger_event(hooks.UpdateHook([message]))
 
     async def trigger_event(self, event: hooks.Hook) -> None:
-        args = event.args()
-        for _top, funcs in self.handlers(event.name):
+        await self._trigger(event.name, hook_args(event))
+
+    async def _trigger(self, name: str, args: list[Any]) -> None:
+        for _top, funcs in self.handlers(name):
             try:
                 with safecall():
                     for func in funcs:
@@ -207,6 +222,18 @@ class LeanAddonManager(AddonManager):
                             await result
             except exceptions.AddonHalt:
                 return
+
+
+_ARG_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def hook_args(event: hooks.Hook) -> list[Any]:
+    """`event.args()` (its dataclass fields' values, in order) without reading the fields
+    of the class on every hook: four hooks per request called it three times each."""
+    names = _ARG_NAMES.get(type(event))
+    if names is None:
+        names = _ARG_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))  # type: ignore[arg-type]
+    return [getattr(event, name) for name in names]
 
 
 def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:

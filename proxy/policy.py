@@ -123,6 +123,14 @@ class Policy:
         (global, or of the deciding entry) a reportable refusal comes back `would_deny`."""
         return self.reported(self._decide(host, port, tls))
 
+    def opened_by_address(self, destination: tuple[Host, int] | None) -> bool:
+        """An IP destination allowed by an explicit IP/CIDR entry (not by `*`)."""
+        if destination is None or destination[0].ip is None:
+            return False
+        decision = self.decide(destination[0], destination[1], tls=None)
+        entry = decision.entry
+        return decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS
+
     def reported(self, decision: Decision) -> Decision:
         """`decision`, or `would_deny` when it is a reportable refusal in report-only mode."""
         if decision.allowed or decision.reason not in REPORTABLE:

@@ -293,15 +293,6 @@ class RequestAnswer:
     push: tuple[PushItem, ...] = ()
 
 
-def opened_by_address(policy: Policy, destination: tuple[Host, int] | None) -> bool:
-    """An IP destination allowed by an explicit IP/CIDR entry (not by `*`)."""
-    if destination is None or destination[0].ip is None:
-        return False
-    decision = policy.decide(destination[0], destination[1], tls=None)
-    entry = decision.entry
-    return decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS
-
-
 def decide_rules(
     policy: Policy, decision: Decision, method: str, target: str
 ) -> tuple[Decision, PushItem | None]:
@@ -323,7 +314,7 @@ def decide_rules(
     if entry.git is not None and git is not None:
         verdict, clause, item = judge_git(entry.git, git)
         if verdict is Verdict.ALLOW:
-            return replace(decision, clause=clause), item if git.rpc else None
+            return decision.with_clause(clause), item if git.rpc else None
         if verdict is Verdict.PUSH_DENIED:
             return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
         return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
@@ -335,7 +326,7 @@ def decide_rules(
 def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
     verdict, clause = judge(entry.rules, method, target)
     if verdict is Verdict.ALLOW:
-        return replace(decision, clause=clause)
+        return decision.with_clause(clause)
     if verdict is Verdict.AMBIGUOUS:
         return Decision.deny(Reason.BAD_REQUEST, entry)
     reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
@@ -346,14 +337,15 @@ def _rules_within_ceiling(
     policy: Policy, decision: Decision, located: Location, ask: RequestAsk
 ) -> tuple[Decision, tuple[PushItem, ...]]:
     """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
-    entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`)."""
+    entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`). The
+    node's decision of the host is the one the sandbox's `decide` made (`Decision.node`)."""
     method, path = ask.names.method, located.path
     decision, push = decide_rules(policy, decision, method, path)
     pushes = () if push is None else (push,)
     node = policy.ceiling()
     if node is None or not decision.allowed:
         return decision, pushes
-    ceiling = node.decide(located.host, located.port, tls=ask.https)
+    ceiling = decision.node or node.decide(located.host, located.port, tls=ask.https)
     judged, node_push = decide_rules(node, ceiling, method, path)
     combined = bounded(judged, decision)
     if not combined.allowed:
@@ -366,7 +358,7 @@ async def decide_request(
 ) -> RequestAnswer:
     """Decide one request (each one on a kept-alive connection or HTTP/2 stream)."""
     host = ask.names.host[:255]
-    if facts.no_sni and not opened_by_address(policy, facts.target):
+    if facts.no_sni and not policy.opened_by_address(facts.target):
         return RequestAnswer(Decision.deny(Reason.NO_SNI), host)
     if head_problem(ask.method, ask.fields) is not None:
         return RequestAnswer(Decision.deny(Reason.BAD_REQUEST), host)  # D21

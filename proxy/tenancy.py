@@ -41,7 +41,8 @@ class SandboxPolicy(Policy):
 
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         own = super().decide(host, port, tls=tls)
-        return bounded(self.node.decide(host, port, tls=tls), own)
+        node = self.node.decide(host, port, tls=tls)
+        return bounded(node, own).with_node(node)
 
     def ceiling(self) -> Policy:
         return self.node

@@ -2,7 +2,8 @@
 
 For measurements through a real engine on loopback (tests/proxy/test_coalesce.py counts
 writes per request, bench/connmem.py memory per idle connection): a request is its head
-only (no body), and the answer is written through the transport in one call.
+and a `Content-Length` body if it has one, and the answer is written through the
+transport in one call.
 `server_context` is its TLS: a `localhost` certificate made by mitmproxy's own cert store
 (RSA 2048), which the engine under test does not verify (`ssl_insecure`).
 """
@@ -34,8 +35,8 @@ def server_context(directory: Path) -> ssl.SSLContext:
 
 
 class FixedResponse(asyncio.Protocol):
-    """Answers each request head with `response`; `FixedResponse.serving(response)` is the
-    factory `loop.create_server` takes."""
+    """Answers each whole request (head, and its `Content-Length` body if any) with
+    `response`; `FixedResponse.serving(response)` is the factory `loop.create_server` takes."""
 
     def __init__(self, response: bytes) -> None:
         self.response, self.buffer = response, b""
@@ -50,5 +51,12 @@ class FixedResponse(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while b"\r\n\r\n" in self.buffer:
-            _, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            head, rest = self.buffer.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.lower().split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
             self.transport.write(self.response)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy import addresses
 from proxy.addresses import (
     NEVER_ALLOWED,
     SEVERITY,
@@ -287,3 +288,35 @@ def test_ipv6_never_milder_than_what_it_carries(ip: IPv6Address) -> None:
 def test_ipv4_not_global_in_stdlib_is_not_public(ip: IPv4Address) -> None:
     if not ip.is_global:
         assert classify(ip) is not C.PUBLIC
+
+
+def _by_membership(ip: IPv4Address | IPv6Address) -> AddressClass:
+    """The tables read with `ip in network`, as before the masked integers (D170)."""
+    v4 = isinstance(ip, IPv4Address)
+    for network, cls in addresses._V4_TABLE if v4 else addresses._V6_TABLE:
+        if ip in network:
+            return cls
+    return AddressClass.PUBLIC if v4 else AddressClass.RESERVED
+
+
+def _edges() -> list[IPv4Address | IPv6Address]:
+    found: list[IPv4Address | IPv6Address] = []
+    for network, _ in (*addresses._V4_TABLE, *addresses._V6_TABLE):
+        first, last = int(network.network_address), int(network.broadcast_address)
+        top = 2**network.max_prefixlen - 1
+        for value in (first - 1, first, last, last + 1):
+            if 0 <= value <= top:
+                found.append(type(network.network_address)(value))
+    return found
+
+
+def test_masked_lookup_reads_the_tables_as_membership_at_every_edge() -> None:
+    lookup = {4: addresses._lookup_v4, 6: addresses._lookup_v6}
+    for ip in _edges():
+        assert lookup[ip.version](ip) == _by_membership(ip), ip  # type: ignore[operator]
+
+
+@given(st.ip_addresses())
+def test_masked_lookup_reads_the_tables_as_membership(ip: IPv4Address | IPv6Address) -> None:
+    lookup = addresses._lookup_v4 if ip.version == 4 else addresses._lookup_v6
+    assert lookup(ip) == _by_membership(ip)  # type: ignore[arg-type]

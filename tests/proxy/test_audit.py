@@ -69,3 +69,25 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking() -> None:
     stream.open.set()
     log.close()
     assert [line["bytes_received"] for line in lines(stream)] == [0, 1, 2, 3, 4]
+
+
+def test_lines_queued_while_the_writer_writes_go_out_in_one_write() -> None:
+    """One wake per batch (D171): what queues behind a slow write is one more write."""
+    stream = CountingGate()
+    log = BackgroundAuditLog(AuditLog(stream))
+    log.write(record(0))
+    assert stream.entered.wait(10)  # the writer holds line 0 at the gate
+    for n in range(1, 300):
+        log.write(record(n))
+    stream.open.set()
+    log.close()
+    assert [line["bytes_received"] for line in lines(stream)] == list(range(300))
+    assert stream.writes == 3  # line 0, then 256 lines, then 43: whole lines per write
+
+
+class CountingGate(Gate):
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)

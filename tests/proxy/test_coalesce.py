@@ -14,10 +14,10 @@ import pytest
 from mitmproxy import connection
 from mitmproxy.addons import next_layer, proxyserver
 from mitmproxy.proxy import commands, layer, mode_servers, server, tunnel
-from mitmproxy.proxy.layers import tls
+from mitmproxy.proxy.layers import http, tls
 
 from proxy.coalesce import MAX_JOINED, coalesced
-from proxy.engine import LeanMaster, LeanOptions
+from proxy.engine import LeanMaster, LeanOptions, OneRecordPerRequest
 from testbed.fixed_upstream import FixedResponse, server_context
 
 
@@ -59,9 +59,13 @@ CASES = {
         [send(U, b"d1"), send(U, b"d2")],
         [("SendData", U, b"d1"), ("SendData", U, b"d2")],
     ),
-    "a log in between ends the run": (
+    "a log goes first and does not end the run": (
         [send(A, b"a"), commands.Log("x"), send(A, b"b"), send(A, b"c")],
-        [("SendData", A, b"a"), ("Log", None, None), ("SendData", A, b"bc")],
+        [("Log", None, None), ("SendData", A, b"abc")],
+    ),
+    "a close ends the run": (
+        [send(A, b"a"), commands.CloseConnection(B), send(A, b"b")],
+        [("SendData", A, b"a"), ("CloseConnection", B, None), ("SendData", A, b"b")],
     ),
     "nothing sent, nothing added": ([], []),
 }
@@ -118,6 +122,28 @@ def test_the_internals_coalescing_relies_on() -> None:
     assert set(inspect.signature(commands.SendData).parameters) == {"connection", "data"}
 
 
+def test_the_internals_one_record_per_request_relies_on() -> None:
+    """What `coalesce_request` (D166) assumes of mitmproxy's HTTP and TLS layers."""
+    # The HTTP layer builds the upstream TLS layer and its child in one context...
+    get_connection = inspect.getsource(http.HttpLayer.get_connection)
+    assert get_connection.index("stack /= tls.ServerTLSLayer(context)") < get_connection.index(
+        "stack /= HttpClient(context)"
+    )
+    assert "self.context.layers.append(self)" in inspect.getsource(layer.Layer.__init__)
+    # ...whose handshake start hands that context to `tls_start_server`.
+    assert "TlsData(self.conn, self.context" in inspect.getsource(tls.TLSLayer.start_tls)
+    # A stream sends a read request's head, body and end in one run, nothing in between.
+    send = inspect.getsource(http.HttpStream.state_consume_request_body)
+    head = send.index("RequestHeaders(")
+    assert (
+        head
+        < send.index("RequestData(self.stream_id, content)")
+        < send.index("RequestEndOfMessage(self.stream_id)")
+    )
+    assert "done_after_headers = not (content or self.flow.request.trailers)" in send
+    assert {"request", "end_stream"} <= set(inspect.signature(http.RequestHeaders).parameters)
+
+
 # ---- writes per kept-alive request through a real lean engine ------------------------------
 
 BODY = b"b" * 3000
@@ -134,12 +160,21 @@ def tls_records(data: bytes) -> int:
     return count
 
 
-def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[int, int, int]:
-    """Per kept-alive request: the proxy's writes to the client, its writes to upstream,
-    and (HTTPS) the TLS records it sends the client."""
+class Streaming:
+    """Streams every response, as the product does (its byte counter is `stream`)."""
+
+    def responseheaders(self, flow: Any) -> None:
+        flow.response.stream = True
+
+
+def writes_per_request(
+    tmp_path: Path, *, https: bool, coalesce: bool, body: bytes = b"", stream: bool = False
+) -> tuple[int, int, int, int]:
+    """Per kept-alive request (a GET, or a POST of `body`): the proxy's writes to the
+    client, its writes to upstream, and (HTTPS) the TLS records it sends each of them."""
     counted: dict[str, int] = {}
 
-    async def main() -> tuple[int, int, int]:
+    async def main() -> tuple[int, int, int, int]:
         upstream_tls = None
         if https:
             upstream_tls = server_context(tmp_path)
@@ -155,6 +190,8 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
         )  # fmt: skip
         if not coalesce:
             _unwrap(master)
+        if stream:
+            master.addons.add(Streaming())
         runner = asyncio.create_task(master.run())
         ps = master.addons.get("proxyserver")
         for _ in range(200):
@@ -173,8 +210,14 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
         else:
             target = b"http://localhost:%d/" % up_port
 
+        method = b"POST" if body else b"GET"
+        length = b"Content-Length: %d\r\n" % len(body) if body else b""
+
         async def one() -> None:
-            writer.write(b"GET %s HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (target, up_port))
+            writer.write(
+                b"%s %s HTTP/1.1\r\nHost: localhost:%d\r\n%s\r\n%s"
+                % (method, target, up_port, length, body)
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200")
             assert await reader.readexactly(len(BODY)) == BODY
@@ -186,8 +229,9 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
             if self is not writer:
                 leg = "client" if self.get_extra_info("sockname")[1] == port else "upstream"
                 counted[leg] = counted.get(leg, 0) + 1
-                if https and leg == "client":
-                    counted["records"] = counted.get("records", 0) + tls_records(bytes(data))
+                if https:
+                    key = f"{leg} records"
+                    counted[key] = counted.get(key, 0) + tls_records(bytes(data))
             original(self, data)
 
         asyncio.StreamWriter.write = counting  # type: ignore[method-assign]
@@ -200,7 +244,8 @@ def writes_per_request(tmp_path: Path, *, https: bool, coalesce: bool) -> tuple[
         master.shutdown()
         await runner
         up.close()
-        return tuple(counted.get(k, 0) // REQUESTS for k in ("client", "upstream", "records"))  # type: ignore[return-value]
+        legs = ("client", "upstream", "client records", "upstream records")
+        return tuple(counted.get(k, 0) // REQUESTS for k in legs)  # type: ignore[return-value]
 
     return asyncio.run(main())
 
@@ -212,6 +257,8 @@ def _unwrap(master: LeanMaster) -> None:
             addon.register_connection = proxyserver.Proxyserver.register_connection.__get__(addon)  # type: ignore[method-assign]
         if isinstance(addon, next_layer.NextLayer):
             addon.next_layer = next_layer.NextLayer.next_layer.__get__(addon)  # type: ignore[method-assign]
+        if isinstance(addon, OneRecordPerRequest):
+            addon.tls_start_server = lambda tls_start: None  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
@@ -220,5 +267,28 @@ def test_one_write_per_message_on_each_leg(tmp_path: Path, https: bool) -> None:
     after = writes_per_request(tmp_path / "after", https=https, coalesce=True)
     # mitmproxy writes a response's head and body separately to the client (two TLS records
     # on HTTPS); the engine writes once, one record. The GET upstream is one write either way.
-    assert before == ((2, 1, 2) if https else (2, 1, 0))
-    assert after == ((1, 1, 1) if https else (1, 1, 0))
+    assert before == ((2, 1, 2, 1) if https else (2, 1, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))
+
+
+@pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
+def test_a_request_with_a_body_is_one_write_and_one_record_upstream(
+    tmp_path: Path, https: bool
+) -> None:
+    posted = b"p" * 1500
+    before = writes_per_request(tmp_path / "before", https=https, coalesce=False, body=posted)
+    after = writes_per_request(tmp_path / "after", https=https, coalesce=True, body=posted)
+    # mitmproxy sends a request's head and body upstream as two writes, on TLS two records
+    # (D142 merged the writes, not the records); the engine sends one write, one record (D166).
+    assert before == ((2, 2, 2, 2) if https else (2, 2, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))
+
+
+@pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
+def test_a_streamed_response_is_one_write_and_one_record(tmp_path: Path, https: bool) -> None:
+    before = writes_per_request(tmp_path / "before", https=https, coalesce=False, stream=True)
+    after = writes_per_request(tmp_path / "after", https=https, coalesce=True, stream=True)
+    # mitmproxy logs "Streaming response" between a streamed response's head and its body:
+    # the log is handed on first and the two go out as one write, one record (D172).
+    assert before == ((2, 1, 2, 1) if https else (2, 1, 0, 0))
+    assert after == ((1, 1, 1, 1) if https else (1, 1, 0, 0))

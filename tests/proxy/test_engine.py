@@ -162,7 +162,7 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
 
     assert asyncio.run(main()) == [
         "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
-        "ErrorCheck", "ReleaseIdleTlsBuffers", "FreezeAtStart",
+        "ErrorCheck", "ReleaseIdleTlsBuffers", "OneRecordPerRequest", "FreezeAtStart",
     ]  # fmt: skip
 
 
@@ -208,3 +208,25 @@ def test_both_tls_legs_release_their_buffers_while_idle() -> None:
         assert lib.SSL_set_mode(made._ssl, 0) & SSL.MODE_RELEASE_BUFFERS
     # A TLS start that made no connection (an addon refused it) is left alone.
     ReleaseIdleTlsBuffers().tls_start_client(tls.TlsData(client, ctx, None))
+
+
+def test_hook_args_are_mitmproxys_args_for_every_hook() -> None:
+    import inspect
+
+    from mitmproxy.proxy.layers import tls
+
+    from proxy.engine import hook_args
+
+    # mitmproxy's `Hook.args` is the dataclass fields' values, in order, for every hook.
+    assert "fields(self)" in inspect.getsource(hooks.Hook.args)
+    assert not any("args" in vars(h) for h in hooks.all_hooks.values())
+    flow = tflow.tflow(resp=True)
+    data = tls.TlsData(flow.client_conn, None)  # type: ignore[arg-type]
+    for event in (
+        HttpRequestHeadersHook(flow),
+        HttpResponseHook(flow),
+        hooks.UpdateHook([flow]),
+        tls.TlsStartServerHook(data),
+    ):
+        assert hook_args(event) == event.args()
+        assert hook_args(event)[0] is event.args()[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -214,18 +215,25 @@ CEILING = [
     ids=[c[0] for c in CEILING],
 )
 def test_a_sandbox_request_passes_the_nodes_rules_too(
-    method: str, target: str, reason: Reason, clause: str, items: int
+    method: str, target: str, reason: Reason, clause: str, items: int, monkeypatch: Any
 ) -> None:
     from proxy.sandboxes import Sandbox
     from proxy.tenancy import SandboxPolicy
 
     own = parse({"network": {"allowlist": [WIDE_SANDBOX]}}, "sbx.yaml", {})
     policy = SandboxPolicy(Sandbox("sbx", own, sandbox_class="ci"), GIT_POLICY)
+    decided = []
+    node_decide = GIT_POLICY.decide
+    monkeypatch.setattr(
+        GIT_POLICY, "decide", lambda *a, **k: decided.append(a) or node_decide(*a, **k)
+    )
     base = ask("git.example", method=method)
     request = replace(base, names=replace(base.names, path=target))
     answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), request))
     assert (answer.decision.reason, answer.decision.clause) == (reason, clause)
     assert len(answer.push) == items
+    # The node's host is decided once per request: its rules stage reuses that decision (D167).
+    assert len(decided) == 1
 
 
 def test_every_held_item_must_admit_each_ref() -> None:

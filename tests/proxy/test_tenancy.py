@@ -216,3 +216,18 @@ def test_connection_quota_is_per_sandbox() -> None:
     quota.release("b")
     quota.release("b")  # more releases than acquires never go below zero
     assert quota.open("b") == 0
+
+
+def test_with_clause_and_with_node_keep_every_other_field() -> None:
+    import dataclasses
+
+    # The two copy helpers name each field: a new field must be added to them too.
+    assert [f.name for f in dataclasses.fields(Decision)] == [
+        "allowed", "reason", "entry", "report", "clause", "node",
+    ]  # fmt: skip
+    node = Decision.allow(CEILING)
+    own = Decision.would_deny(Decision.deny(Reason.RULE_MISMATCH, OWN, "rules[0]"))
+    assert own.with_clause("deny[1]") == dataclasses.replace(own, clause="deny[1]")
+    assert own.with_node(node).node is node
+    assert own.with_node(node).with_clause("x").node is node
+    assert own.with_node(node) == own  # the node's decision is carried, not compared

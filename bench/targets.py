@@ -1,0 +1,79 @@
+"""Issue 26's figures, each against its target, and whether a run was quiet
+(bench/report.py prints both; docs/benchmarks.md, D169)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+QUIET = 0.5  # issue 26: a run counts as quiet when the 1-minute load is under this
+
+
+def load_line(machine: dict[str, Any]) -> str:
+    """The load average before and after the run, and whether the run was quiet."""
+    start, end = machine.get("loadavg_at_start"), machine.get("loadavg_at_end")
+    found = [float(a[0]) for a in (start, end) if a]
+    quiet = len(found) == 2 and max(found) < QUIET
+    return (
+        f"load average (1, 5, 15 min): before {' '.join(start or ['?'])}, "
+        f"after {' '.join(end or ['?'])}: " + ("quiet" if quiet else f"NOT quiet (>= {QUIET})")
+    )
+
+
+def _median(section: dict[str, Any], *path: str) -> float | None:
+    found: Any = section
+    for key in path:
+        if not isinstance(found, dict) or key not in found:
+            return None
+        found = found[key]
+    if isinstance(found, dict):
+        found = found.get("median")
+    return float(found) if isinstance(found, (int, float)) else None
+
+
+# (label, workload, target): CPU per request ÷ bare mitmdump, at most 0.6 in (a) (b) (c).
+CPU_TARGETS = (("(a)", "http_keepalive"), ("(b)", "https_keepalive"), ("(c)", "https_new_conn"))
+PER_CORE_TARGETS = {"http_keepalive": 0.12, "https_keepalive": 0.12, "https_new_conn": 0.25}
+
+
+def rows(results: dict[str, Any]) -> list[list[str]]:
+    """Issue 26's figures as (figure, value, target) rows, from this run (egress-proxy)."""
+    found: list[list[str]] = []
+    workloads = results.get("throughput", {}).get("workloads", {})
+    for label, key in CPU_TARGETS:
+        cpu = {
+            name: _median(workloads, key, "contenders", name, "summary", "proxy_cpu_ms_per_req")
+            for name in ("egress-proxy", "mitmdump", "squid")
+        }
+        ours, bare, squid = cpu["egress-proxy"], cpu["mitmdump"], cpu["squid"]
+        if ours and bare:
+            found.append(
+                [f"CPU per request {label} ÷ bare mitmdump", f"{ours / bare:.2f}", "≤ 0.6"]
+            )
+        if ours and squid:
+            # Requests per CPU-second is 1 / CPU per request: per core, ours ÷ squid's.
+            target = PER_CORE_TARGETS[key]
+            found.append(
+                [f"throughput per core {label} ÷ squid", f"{squid / ours:.3f}", f"≥ {target}"]
+            )
+    idle = results.get("idle", {}).get("proxies", {}).get("egress-proxy")
+    if idle:
+        found.append(
+            ["idle KiB per intercepted connection", _fmt(idle["kib_per_connection"]), "≤ 64"]
+        )
+        found.append(
+            [
+                "idle process MiB (before the connections)",
+                _fmt(idle["rss_before_kib"] / 1024),
+                "≤ 60",
+            ]
+        )
+    latency = results.get("latency", {}).get("workloads", {}).get("https_keepalive")
+    if latency:
+        ours = latency["contenders"].get("egress-proxy", {})
+        for key, bound in (("added_p50_ms", "≤ 1.5"), ("added_p99_ms", "≤ 5")):
+            found.append([f"low load (b) {key} vs direct", _fmt(ours.get(key), 2), bound])
+    return found
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,58 @@
+"""The bench report's issue-26 figures and load line (bench/report.py), on a made-up run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import report
+from bench.targets import load_line
+
+
+def summary(cpu: float) -> dict[str, Any]:
+    return {"summary": {"proxy_cpu_ms_per_req": {"median": cpu, "min": cpu, "max": cpu}}}
+
+
+RESULTS: dict[str, Any] = {
+    "machine": {"loadavg_at_start": ["0.20", "0.3", "0.4"], "loadavg_at_end": ["0.45", "0.3", "0.4"]},
+    "throughput": {
+        "workloads": {
+            key: {"contenders": {"egress-proxy": summary(ours), "mitmdump": summary(bare),
+                                 "squid": summary(squid)}}
+            for key, ours, bare, squid in (
+                ("http_keepalive", 0.8, 1.6, 0.1),
+                ("https_keepalive", 1.0, 2.0, 0.1),
+                ("https_new_conn", 4.0, 8.0, 0.8),
+            )
+        }
+    },
+    "idle": {"proxies": {"egress-proxy": {"kib_per_connection": 80.0, "rss_before_kib": 70 * 1024}}},
+    "latency": {
+        "workloads": {
+            "https_keepalive": {
+                "contenders": {"egress-proxy": {"added_p50_ms": 1.25, "added_p99_ms": 6.5}}
+            }
+        }
+    },
+}  # fmt: skip
+
+
+def test_each_figure_of_issue_26_against_its_target() -> None:
+    lines = report.targets_lines(RESULTS)
+    table = {line.split("  ")[0]: line.split() for line in lines[3:]}
+    assert table["CPU per request (a) ÷ bare mitmdump"][-3:] == ["0.50", "≤", "0.6"]
+    assert table["throughput per core (b) ÷ squid"][-3:] == ["0.100", "≥", "0.12"]
+    assert table["throughput per core (c) ÷ squid"][-3:] == ["0.200", "≥", "0.25"]
+    assert table["idle KiB per intercepted connection"][-3:] == ["80.0", "≤", "64"]
+    assert table["idle process MiB (before the connections)"][-3:] == ["70.0", "≤", "60"]
+    assert table["low load (b) added_p99_ms vs direct"][-3:] == ["6.50", "≤", "5"]
+
+
+def test_the_load_line_says_whether_the_run_was_quiet() -> None:
+    assert load_line(RESULTS["machine"]).endswith(": quiet")
+    loaded = {"loadavg_at_start": ["0.2"], "loadavg_at_end": ["3.1"]}
+    assert "before 0.2, after 3.1: NOT quiet" in load_line(loaded)
+    assert "NOT quiet" in load_line({"loadavg_at_start": ["0.1"]})
+
+
+def test_a_run_without_those_scenarios_has_no_such_table() -> None:
+    assert report.targets_lines({"machine": {}}) == []

@@ -1,0 +1,57 @@
+"""The bench's product configuration (bench/staged.py): every stage configured, and the
+host under test's request still decided and injected as squid does it."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from dataclasses import replace
+from pathlib import Path
+
+from bench import allowlist, staged
+from proxy.config import load
+from proxy.decision import Reason
+from proxy.hosts import IPAddress
+from proxy.policy import Policy
+from proxy.sandboxes import load_sandbox, node_section
+from proxy.stages import ConnectionFacts, decide_request
+from proxy.tenancy import SandboxPolicy
+from tests.proxy.test_stages import ask
+
+UPSTREAM = "198.18.77.1"
+
+
+async def resolve(name: str, port: int) -> list[IPAddress]:
+    return [ipaddress.ip_address(UPSTREAM)]
+
+
+def test_the_staged_configuration_loads_and_keeps_squids_injected_header(tmp_path: Path) -> None:
+    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
+    node_file = staged.write(policy, tmp_path)
+    environ = {**policy.environ, **staged.environ()}
+    node = Policy(load(node_file, environ))
+    entries = node.config.allowlist
+    assert len(entries) == 1000
+    assert sum(1 for e in entries if e.rules.active) > 40
+    assert sum(1 for e in entries if e.git is not None) > 20
+    section = node_section(node_file)
+    assert section is not None and section.max_connections >= 1000  # scenario 6's tunnels
+    files = sorted((tmp_path / "sandboxes").glob("*.yaml"))
+    assert len(files) == staged.OTHERS + 1
+    bench = load_sandbox(tmp_path / "sandboxes" / "bench.yaml", environ)
+    assert [str(a) for a in bench.addresses] == [staged.CLIENT_ADDRESS]
+    sandbox = SandboxPolicy(bench, node)
+
+    def decided(method: str, path: str) -> tuple[Reason, str, tuple[tuple[str, str], ...]]:
+        base = ask(allowlist.TARGET, method=method)
+        request = replace(base, names=replace(base.names, path=path))
+        answer = asyncio.run(decide_request(sandbox, resolve, ConnectionFacts(), request))
+        headers = tuple((t.header, t.value.reveal()) for t in answer.transforms)
+        return answer.decision.reason, answer.decision.clause, headers
+
+    reason, clause, headers = decided("GET", "/")
+    assert (reason, clause) == (Reason.ALLOWLISTED, "rules[0]")
+    # The header squid writes, and nothing else: the placeholder is not in the request.
+    assert headers == (("Authorization", policy.authorization(allowlist.TARGET)),)
+    assert decided("GET", "/admin/x")[:2] == (Reason.RULE_DENIED, "deny[0]")
+    assert decided("POST", "/")[0] is Reason.RULE_MISMATCH
