@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from mitmproxy import connection
 
-from proxy.audit import AuditRecord
-from proxy.decision import Decision
+from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.decision import Decision
 
 
 @dataclass(frozen=True, slots=True)

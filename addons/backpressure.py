@@ -28,7 +28,7 @@ from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers.http import _http2
 from mitmproxy.proxy.server import ConnectionHandler
 
-from proxy.limits import H2_CLIENT_QUEUE_LIMIT
+from sandbox_egress.proxy.limits import H2_CLIENT_QUEUE_LIMIT
 
 _original_h2_server = _http2.Http2Server._handle_event
 # mitmproxy leaves `drain_writers` unannotated; its type as used here (D151).

@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 from mitmproxy import http
 
-from addons import mitm
-from addons.shared import FlowState
-from addons.workarounds import hang_up
-from proxy.budget import Admission, Budget, BudgetKey, Budgets
-from proxy.decision import Decision, Reason
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.addons.workarounds import hang_up
+from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Budgets
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 
 def key_of(decision: Decision, sandbox: str | None = None) -> BudgetKey | None:

@@ -13,11 +13,11 @@ import time
 
 from mitmproxy import tls
 
-from addons.auditing import Where
-from addons.shared import Shared
-from addons.targets import is_transparent
-from proxy.decision import Stage
-from proxy.stages import Hello, decide_clienthello
+from sandbox_egress.addons.auditing import Where
+from sandbox_egress.addons.shared import Shared
+from sandbox_egress.addons.targets import is_transparent
+from sandbox_egress.proxy.decision import Stage
+from sandbox_egress.proxy.stages import Hello, decide_clienthello
 
 
 class ClientHello:

@@ -11,11 +11,11 @@ import time
 
 from mitmproxy import http
 
-from addons.auditing import Where, address_text
-from addons.refusal import refusal_response
-from addons.shared import Shared
-from proxy.decision import Decision, Reason, Stage
-from proxy.stages import ConnectAnswer, decide_connect
+from sandbox_egress.addons.auditing import Where, address_text
+from sandbox_egress.addons.refusal import refusal_response
+from sandbox_egress.addons.shared import Shared
+from sandbox_egress.proxy.decision import Decision, Reason, Stage
+from sandbox_egress.proxy.stages import ConnectAnswer, decide_connect
 
 
 class Connect:

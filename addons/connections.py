@@ -15,9 +15,9 @@ import time
 
 from mitmproxy import connection
 
-from addons.shared import key_of
-from proxy.fairness import Bound, ClientKey, FairShare, Slots
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.addons.shared import key_of
+from sandbox_egress.proxy.fairness import Bound, ClientKey, FairShare, Slots
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
 

@@ -29,18 +29,18 @@ from collections.abc import Callable
 
 from mitmproxy import connection
 
-from addons.clienthello import ClientHello
-from addons.connect import Connect
-from addons.pinning import Pinning
-from addons.request import Requests
-from addons.response import Responses
-from addons.sandboxes import SandboxIdentity
-from addons.shared import Shared
-from addons.tcp import RawTcp
-from proxy.audit import AuditSink
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
-from proxy.resolver import FairResolver, Resolve, system_resolve
+from sandbox_egress.addons.clienthello import ClientHello
+from sandbox_egress.addons.connect import Connect
+from sandbox_egress.addons.pinning import Pinning
+from sandbox_egress.addons.request import Requests
+from sandbox_egress.addons.response import Responses
+from sandbox_egress.addons.sandboxes import SandboxIdentity
+from sandbox_egress.addons.shared import Shared
+from sandbox_egress.addons.tcp import RawTcp
+from sandbox_egress.proxy.audit import AuditSink
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.resolver import FairResolver, Resolve, system_resolve
 
 
 class EgressPolicy:

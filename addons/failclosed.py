@@ -14,8 +14,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from proxy.decision import Stage
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.decision import Stage
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
 

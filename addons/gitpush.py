@@ -15,11 +15,11 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from addons.refusal import refusal_response
-from addons.shared import FlowState
-from proxy.decision import Decision, Reason
-from proxy.gitpush import PushItem, judge_pushes, read_commands, report_status
-from proxy.limits import STREAM_BODIES_OVER
+from sandbox_egress.addons.refusal import refusal_response
+from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.gitpush import PushItem, judge_pushes, read_commands, report_status
+from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 
 PUSH_BODY_LIMIT = 1024 * 1024
 if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes

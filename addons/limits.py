@@ -52,18 +52,18 @@ from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, Respo
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
-from addons import backpressure, mitm
-from addons.workarounds import Commands, relay
-from common.invariant import InvariantError
-from proxy.decision import Reason, Stage
-from proxy.limits import (
+from sandbox_egress.addons import backpressure, mitm
+from sandbox_egress.addons.workarounds import Commands, relay
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.decision import Reason, Stage
+from sandbox_egress.proxy.limits import (
     HEAD_LIMIT,
     HEAD_TIMEOUT_S,
     WEBSOCKET_MESSAGE_LIMIT,
     Limit,
     head_refusal_body,
 )
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from mitmproxy import connection, ctx
 from mitmproxy.proxy import server_hooks
 
-from addons.failclosed import failclosed
-from proxy.decision import Stage
-from proxy.metrics import ProxyMetrics
-from proxy.stages import upstream_offers
+from sandbox_egress.addons.failclosed import failclosed
+from sandbox_egress.proxy.decision import Stage
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.stages import upstream_offers
 
 Address = tuple[str, int]
 NO_DECISION = "egress: no policy decision for this destination"

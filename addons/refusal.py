@@ -11,7 +11,7 @@ import json
 
 from mitmproxy import http
 
-from proxy.decision import Decision
+from sandbox_egress.proxy.decision import Decision
 
 
 def refusal_response(decision: Decision, host: str, method: str = "GET") -> http.Response:

@@ -19,19 +19,19 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from addons import budget, gitpush, mitm
-from addons.limits import body_follows
-from addons.refusal import refusal_response
-from addons.shared import FLOW_KEY, FlowState, Shared, counter
-from addons.targets import origin_form, request_names, upstream_sni
-from addons.workarounds import hang_up
-from proxy.budget import Admission
-from proxy.decision import Decision, Reason, Stage
-from proxy.fields import fields_problem
-from proxy.limits import Limit
-from proxy.outbound import outbound_fields
-from proxy.redact import NO_REDACTION
-from proxy.stages import RequestAnswer, RequestAsk, decide_request
+from sandbox_egress.addons import budget, gitpush, mitm
+from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons.refusal import refusal_response
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
+from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
+from sandbox_egress.addons.workarounds import hang_up
+from sandbox_egress.proxy.budget import Admission
+from sandbox_egress.proxy.decision import Decision, Reason, Stage
+from sandbox_egress.proxy.fields import fields_problem
+from sandbox_egress.proxy.limits import Limit
+from sandbox_egress.proxy.outbound import outbound_fields
+from sandbox_egress.proxy.redact import NO_REDACTION
+from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size the
 # sandbox gets the readable 403; a larger or unknown-length body closes the connection

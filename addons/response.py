@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
-from addons import mitm
-from addons.auditing import Where, address_text
-from addons.shared import FLOW_KEY, FlowState, Shared, counter
-from proxy.decision import Stage
-from proxy.outbound import encoded_answer
-from proxy.redact import BodyMatcher
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.auditing import Where, address_text
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
+from sandbox_egress.proxy.decision import Stage
+from sandbox_egress.proxy.outbound import encoded_answer
+from sandbox_egress.proxy.redact import BodyMatcher
 
 log = logging.getLogger("egress")
 

@@ -25,18 +25,18 @@ from dataclasses import replace
 
 from mitmproxy import connection, exceptions, http
 
-from addons import mitm
-from addons.auditing import Where
-from addons.limits import body_follows
-from addons.refusal import refusal_response
-from addons.request import REFUSED_BODY_LIMIT, body_size
-from addons.shared import Shared
-from addons.targets import is_transparent
-from addons.workarounds import hang_up
-from proxy.decision import Decision, Reason, Stage
-from proxy.hosts import IPAddress
-from proxy.identity import PROXY_AUTHENTICATE, Failure, Identity, identify
-from proxy.tenancy import ConnectionQuota, Tenancy
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.auditing import Where
+from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons.refusal import refusal_response
+from sandbox_egress.addons.request import REFUSED_BODY_LIMIT, body_size
+from sandbox_egress.addons.shared import Shared
+from sandbox_egress.addons.targets import is_transparent
+from sandbox_egress.addons.workarounds import hang_up
+from sandbox_egress.proxy.decision import Decision, Reason, Stage
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.identity import PROXY_AUTHENTICATE, Failure, Identity, identify
+from sandbox_egress.proxy.tenancy import ConnectionQuota, Tenancy
 
 AUTHORIZATION = "Proxy-Authorization"
 

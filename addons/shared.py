@@ -14,20 +14,20 @@ from dataclasses import dataclass, field
 
 from mitmproxy import connection
 
-from addons.auditing import Where, address_text, record
-from addons.failclosed import failclosed
-from addons.pinning import Pinning
-from proxy.audit import AuditSink
-from proxy.budget import Budgets
-from proxy.decision import Decision, Stage
-from proxy.fairness import ClientKey, client_key
-from proxy.gitpush import PushItem
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
-from proxy.redact import NO_REDACTION, Redactor
-from proxy.resolver import FairResolver, Resolve
-from proxy.stages import ConnectionFacts, Pin
-from proxy.tenancy import Tenancy
+from sandbox_egress.addons.auditing import Where, address_text, record
+from sandbox_egress.addons.failclosed import failclosed
+from sandbox_egress.addons.pinning import Pinning
+from sandbox_egress.proxy.audit import AuditSink
+from sandbox_egress.proxy.budget import Budgets
+from sandbox_egress.proxy.decision import Decision, Stage
+from sandbox_egress.proxy.fairness import ClientKey, client_key
+from sandbox_egress.proxy.gitpush import PushItem
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.resolver import FairResolver, Resolve
+from sandbox_egress.proxy.stages import ConnectionFacts, Pin
+from sandbox_egress.proxy.tenancy import Tenancy
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from mitmproxy import connection, http
 from mitmproxy.proxy import mode_specs
 
-from proxy.stages import ConnectionFacts
-from proxy.targets import Location, RequestNames, upstream_authority
+from sandbox_egress.proxy.stages import ConnectionFacts
+from sandbox_egress.proxy.targets import Location, RequestNames, upstream_authority
 
 
 def is_transparent(client: connection.Client) -> bool:

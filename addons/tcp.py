@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from mitmproxy import tcp
 
-from addons.shared import Shared
-from addons.targets import is_transparent
-from addons.workarounds import refuse_raw_tcp
-from proxy.decision import Decision, Reason, Stage
-from proxy.stages import TcpAnswer, decide_tcp
+from sandbox_egress.addons.shared import Shared
+from sandbox_egress.addons.targets import is_transparent
+from sandbox_egress.addons.workarounds import refuse_raw_tcp
+from sandbox_egress.proxy.decision import Decision, Reason, Stage
+from sandbox_egress.proxy.stages import TcpAnswer, decide_tcp
 
 
 class RawTcp:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from mitmproxy import http, tcp, tls
 from mitmproxy.proxy import server_hooks
 
-from proxy.audit import AuditRecord, AuditSink
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.audit import AuditRecord, AuditSink
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 
 class Telemetry:

@@ -30,10 +30,10 @@ from mitmproxy.proxy.layers.http._events import (
     ResponseProtocolError,
 )
 
-from addons.refusal import refusal_response
-from addons.shared import FLOW_KEY, FlowState
-from addons.workarounds import Commands, relay
-from proxy.decision import Decision, Reason
+from sandbox_egress.addons.refusal import refusal_response
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.addons.workarounds import Commands, relay
+from sandbox_egress.proxy.decision import Decision, Reason
 
 log = logging.getLogger("egress")
 

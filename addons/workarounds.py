@@ -19,8 +19,8 @@ from typing import Any
 from mitmproxy import connection, tcp
 from mitmproxy.proxy import commands
 
-from addons import mitm
-from addons.pinning import Pinning
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.pinning import Pinning
 
 log = logging.getLogger("egress")
 

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.allowlist import BULK_HOST, HOOK_HOST, generate, sample_hosts
-from proxy.config import parse
-from proxy.decision import Reason
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
 
 SIZES = (10, 100, 1_000, 10_000)
 PUBLIC_ADDRESS = [ipaddress.ip_address("93.184.215.14")]

@@ -65,8 +65,8 @@ def _pair(runner: Callable[[], None], bare: Callable[[], None], calls: int) -> d
 def _session(
     workspace: Path, hooks: dict[str, Any], environ: dict[str, str], ca: str | None
 ) -> Any:
-    from hookrunner.metrics import HookMetrics
-    from hookrunner.session import HookSession
+    from sandbox_egress.hookrunner.metrics import HookMetrics
+    from sandbox_egress.hookrunner.session import HookSession
 
     config = workspace / f"hooks-{len(list(workspace.iterdir()))}.json"
     config.write_text(json.dumps(hooks))
@@ -131,7 +131,7 @@ def _post(url_host: str, proxy: tuple[str, int] | None, cafile: str) -> Callable
 
 def measure(proxy: str, proxy_ca: str, upstream_ca: str, calls: int) -> dict[str, Any]:
     try:
-        import hookrunner.session  # noqa: F401
+        import sandbox_egress.hookrunner.session  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any failure means "not usable yet"
         return {"status": "todo", "reason": f"hookrunner.session not importable: {exc!r}"}
     host, _, port = proxy.removeprefix("http://").rpartition(":")

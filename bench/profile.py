@@ -32,7 +32,7 @@ from bench.throughput import Target, Workload
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 OURS = ("addons/", "proxy/", "hookrunner/")
 # Our entry point: every sample of the event loop sits under it, so it is not "our work".
-ENTRY = ("proxy/cli.py", "proxy/launcher.py")
+ENTRY = ("runtime/cli.py", "runtime/launcher.py")
 STDLIB_PREFIXES = (
     "asyncio/",
     "concurrent/",

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from proxy.config import parse
-from proxy.redact import Redactor
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.redact import Redactor
 
 BODY_BYTES = 16 << 20
 CHUNK_BYTES = 16 << 10

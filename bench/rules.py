@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.decide import _calibrate, _time_ns
-from proxy.config import parse
-from proxy.decision import Decision, Reason
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
-from proxy.stages import decide_rules
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import decide_rules
 
 RULES = 50
 TARGET = "/repos/acme/web/issues/42/comments?per_page=100"

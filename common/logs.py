@@ -18,8 +18,8 @@ import logging
 from datetime import UTC, datetime
 from typing import IO
 
-from common.clock import utc_timestamp
-from common.jsonlines import json_line
+from sandbox_egress.common.clock import utc_timestamp
+from sandbox_egress.common.jsonlines import json_line
 
 LOG_FORMATS = ("text", "json")
 

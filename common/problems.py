@@ -30,7 +30,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from common.tokens import shown, token_format
+from sandbox_egress.common.tokens import shown, token_format
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 MAX_SHOWN = 40  # characters of a shown value (`{json}`, `{repr}`)

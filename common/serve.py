@@ -35,7 +35,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from common.endpoint import format_endpoint
+from sandbox_egress.common.endpoint import format_endpoint
 
 # /healthz fails when the event loop has not stamped its heartbeat for this long.
 STALL_S = 10.0

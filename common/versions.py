@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-from common.serve import version
+from sandbox_egress.common.serve import version
 
 
 def describe(program: str, *, mitmproxy: bool) -> str:

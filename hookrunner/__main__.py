@@ -2,6 +2,6 @@
 
 import sys
 
-from hookrunner.cli import main
+from sandbox_egress.hookrunner.cli import main
 
 sys.exit(main())

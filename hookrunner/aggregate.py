@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from hookrunner.model import (
+from sandbox_egress.hookrunner.model import (
     Event,
     EventPayload,
     Group,
@@ -28,7 +28,7 @@ from hookrunner.model import (
     HookConfig,
     PreDecision,
 )
-from hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.outcome import Outcome
 
 RunHandler = Callable[[Group, Handler, EventPayload], HandlerRun]
 

@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hookrunner.errors import PayloadError
+from sandbox_egress.hookrunner.errors import PayloadError
 
 MAX_DEPTH = 64
 MAX_BYTES = 8 * 1024 * 1024

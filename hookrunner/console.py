@@ -13,11 +13,11 @@ import logging
 import sys
 from typing import Any
 
-from common.jsonlines import json_line
-from common.logs import formatter
-from hookrunner import bounds
-from hookrunner.bounds import PayloadRefused
-from hookrunner.errors import PayloadError
+from sandbox_egress.common.jsonlines import json_line
+from sandbox_egress.common.logs import formatter
+from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.bounds import PayloadRefused
+from sandbox_egress.hookrunner.errors import PayloadError
 
 
 class _Stderr(logging.Handler):

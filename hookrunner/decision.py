@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hookrunner.outcome import Classified, Outcome
-from hookrunner.schema import loads_strict
+from sandbox_egress.hookrunner.outcome import Classified, Outcome
+from sandbox_egress.hookrunner.schema import loads_strict
 
 MAX_REASON_CHARS = 4096
 _JSON_WHITESPACE = " \t\n\r"

@@ -9,11 +9,11 @@ printed something that looks like a deny is reported as such (it still allows).
 
 from __future__ import annotations
 
-from hookrunner.command import ProcessResult
-from hookrunner.decision import near_miss_in_output, parse_decision
-from hookrunner.httpclient import HttpResult
-from hookrunner.model import Event
-from hookrunner.outcome import Classified, Outcome, classify_http, classify_process
+from sandbox_egress.hookrunner.command import ProcessResult
+from sandbox_egress.hookrunner.decision import near_miss_in_output, parse_decision
+from sandbox_egress.hookrunner.httpclient import HttpResult
+from sandbox_egress.hookrunner.model import Event
+from sandbox_egress.hookrunner.outcome import Classified, Outcome, classify_http, classify_process
 
 __all__ = ["Classified", "decode_http", "decode_process"]
 

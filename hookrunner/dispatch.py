@@ -8,13 +8,20 @@ reported (one warning line for a failure, and the metrics) and returned.
 
 from __future__ import annotations
 
-from hookrunner.decode import Classified, decode_http, decode_process
-from hookrunner.envsan import hook_variables
-from hookrunner.httpclient import HttpClient
-from hookrunner.kernel import Kernel
-from hookrunner.model import CommandHandler, Event, EventPayload, Group, Handler, HandlerRun
-from hookrunner.outcome import Outcome
-from hookrunner.report import Reporter, WarningKind
+from sandbox_egress.hookrunner.decode import Classified, decode_http, decode_process
+from sandbox_egress.hookrunner.envsan import hook_variables
+from sandbox_egress.hookrunner.httpclient import HttpClient
+from sandbox_egress.hookrunner.kernel import Kernel
+from sandbox_egress.hookrunner.model import (
+    CommandHandler,
+    Event,
+    EventPayload,
+    Group,
+    Handler,
+    HandlerRun,
+)
+from sandbox_egress.hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.report import Reporter, WarningKind
 
 
 class HandlerExecutor:

@@ -44,7 +44,7 @@ from typing import Any
 
 import re2
 
-from hookrunner.tokens import token_format
+from sandbox_egress.hookrunner.tokens import token_format
 
 HOOK_ARGS_JSON_LIMIT = 32 * 1024
 

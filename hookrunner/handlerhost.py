@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from urllib.parse import SplitResult
 
-from proxy.hosts import HostError, canonical_host
+from sandbox_egress.proxy.hosts import HostError, canonical_host
 
 __all__ = ["HostError", "handler_host"]
 

@@ -34,9 +34,9 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from hookrunner.command import OUTPUT_CAP
-from hookrunner.handlerhost import HostError, handler_host
-from hookrunner.proxyroute import (
+from sandbox_egress.hookrunner.command import OUTPUT_CAP
+from sandbox_egress.hookrunner.handlerhost import HostError, handler_host
+from sandbox_egress.hookrunner.proxyroute import (
     ProxyConfigError,
     ProxyError,
     ProxyRefused,

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hookrunner.contain import Credentials
-from hookrunner.errors import UsageError
+from sandbox_egress.hookrunner.contain import Credentials
+from sandbox_egress.hookrunner.errors import UsageError
 
 TOOL_USER_VARIABLE = "HOOKRUNNER_TOOL_USER"
 HOOK_HOME_VARIABLE = "HOOKRUNNER_HOOK_HOME"

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.problems import syntax_problem
-from hookrunner.model import Group, HookConfig, Problem
-from hookrunner.schema import loads_strict, validate_document
+from sandbox_egress.common.problems import syntax_problem
+from sandbox_egress.hookrunner.model import Group, HookConfig, Problem
+from sandbox_egress.hookrunner.schema import loads_strict, validate_document
 
 SYSTEM_CONFIG = Path("/.agents/hooks.json")
 WORKSPACE_CONFIG = Path(".agents") / "hooks.json"

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from hookrunner.model import Event
-from hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
+from sandbox_egress.hookrunner.model import Event
+from sandbox_egress.hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
 
 CONFIG_PROBLEM_KINDS = ("hooks_file", "https_proxy")
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)

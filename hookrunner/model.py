@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from common.problems import Problem
-from hookrunner import bounds
-from hookrunner.matcher import Matcher
-from hookrunner.outcome import HandlerType, Outcome
+from sandbox_egress.common.problems import Problem
+from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.matcher import Matcher
+from sandbox_egress.hookrunner.outcome import HandlerType, Outcome
 
 __all__ = ["Problem"]  # one Problem for every configuration file (common.problems)
 

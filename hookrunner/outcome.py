@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from hookrunner.command import ProcessResult
-from hookrunner.httpclient import HttpFailure, HttpResult
+from sandbox_egress.hookrunner.command import ProcessResult
+from sandbox_egress.hookrunner.httpclient import HttpFailure, HttpResult
 
 
 class HandlerType(StrEnum):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from proxy.hosts import HostError, canonical_name
+from sandbox_egress.proxy.hosts import HostError, canonical_name
 
 _MAX_CONNECT_RESPONSE = 64 * 1024
 

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TextIO
 
-from hookrunner.envsan import Redactor
-from hookrunner.metrics import HookMetrics
-from hookrunner.model import Problem
-from hookrunner.proxyroute import ProxyProblem
+from sandbox_egress.hookrunner.envsan import Redactor
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.model import Problem
+from sandbox_egress.hookrunner.proxyroute import ProxyProblem
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from common.problems import Found, schema_errors, schema_validator, type_name
-from hookrunner.handlerhost import HostError, handler_host
-from hookrunner.matcher import compile_matcher
-from hookrunner.model import (
+from sandbox_egress.common.problems import Found, schema_errors, schema_validator, type_name
+from sandbox_egress.hookrunner.handlerhost import HostError, handler_host
+from sandbox_egress.hookrunner.matcher import compile_matcher
+from sandbox_egress.hookrunner.model import (
     CommandHandler,
     Event,
     Group,
@@ -37,7 +37,7 @@ from hookrunner.model import (
     Problem,
     Rule,
 )
-from hookrunner.tokens import token_format
+from sandbox_egress.hookrunner.tokens import token_format
 
 DEFAULT_TIMEOUT = 30
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -32,19 +32,19 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from hookrunner.aggregate import decide_pre, notify_post
-from hookrunner.bounds import PayloadRefused
-from hookrunner.dispatch import HandlerExecutor
-from hookrunner.envsan import sanitise
-from hookrunner.errors import PayloadError
-from hookrunner.handlerhost import handler_host
-from hookrunner.httpclient import HttpClient
-from hookrunner.isolation import tool_user as resolve_tool_user
-from hookrunner.isolation import workspace_write_problem
-from hookrunner.kernel import Kernel, full_env_switch
-from hookrunner.loader import load_config
-from hookrunner.metrics import HookMetrics
-from hookrunner.model import (
+from sandbox_egress.hookrunner.aggregate import decide_pre, notify_post
+from sandbox_egress.hookrunner.bounds import PayloadRefused
+from sandbox_egress.hookrunner.dispatch import HandlerExecutor
+from sandbox_egress.hookrunner.envsan import sanitise
+from sandbox_egress.hookrunner.errors import PayloadError
+from sandbox_egress.hookrunner.handlerhost import handler_host
+from sandbox_egress.hookrunner.httpclient import HttpClient
+from sandbox_egress.hookrunner.isolation import tool_user as resolve_tool_user
+from sandbox_egress.hookrunner.isolation import workspace_write_problem
+from sandbox_egress.hookrunner.kernel import Kernel, full_env_switch
+from sandbox_egress.hookrunner.loader import load_config
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.model import (
     Event,
     EventPayload,
     HandlerRun,
@@ -53,9 +53,9 @@ from hookrunner.model import (
     PreDecision,
     ToolCall,
 )
-from hookrunner.proxyroute import proxy_problem
-from hookrunner.report import WarningKind
-from hookrunner.tools import Workspace, run_tool
+from sandbox_egress.hookrunner.proxyroute import proxy_problem
+from sandbox_egress.hookrunner.report import WarningKind
+from sandbox_egress.hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
 

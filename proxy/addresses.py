@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-from proxy.hosts import IPAddress
+from sandbox_egress.proxy.hosts import IPAddress
 
 
 class AddressClass(StrEnum):

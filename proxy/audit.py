@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import IO, Protocol
 
-from common.clock import utc_timestamp
-from common.jsonlines import json_line
+from sandbox_egress.common.clock import utc_timestamp
+from sandbox_egress.common.jsonlines import json_line
 
 QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0

@@ -31,27 +31,37 @@ from typing import Any
 
 import yaml
 
-from common.problems import Found, Problem, schema_errors, schema_validator, syntax_problem
-from common.tokens import shown
-from proxy.budget import Budget, parse_budget
-from proxy.formats import missing_network
-from proxy.gitpush import GitPolicy, parse_git
-from proxy.patterns import IPNetwork, Pattern, parse_pattern
-from proxy.patterns import PatternKind as PatternKind  # an Entry's field type, re-exported
-from proxy.placeholders import (
+from sandbox_egress.common.problems import (
+    Found,
+    Problem,
+    schema_errors,
+    schema_validator,
+    syntax_problem,
+)
+from sandbox_egress.common.tokens import shown
+from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.formats import missing_network
+from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
+from sandbox_egress.proxy.patterns import IPNetwork, Pattern, parse_pattern
+from sandbox_egress.proxy.patterns import (
+    PatternKind as PatternKind,  # an Entry's field type, re-exported
+)
+from sandbox_egress.proxy.placeholders import (
     NO_PLACEHOLDERS,
     Placeholder,
     PlaceholderIndex,
     ResolveValue,
     parse_secrets,
 )
-from proxy.placeholders import index as placeholder_index
-from proxy.positions import Positions, compose
-from proxy.redact import NO_REDACTION, Redactor
-from proxy.references import referenced_files, secret_value
-from proxy.rules import NO_RULES, Rules, parse_rules
-from proxy.transforms import Transform as Transform  # an Entry's field type, re-exported
-from proxy.transforms import parse_transform
+from sandbox_egress.proxy.placeholders import index as placeholder_index
+from sandbox_egress.proxy.positions import Positions, compose
+from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.references import referenced_files, secret_value
+from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
+from sandbox_egress.proxy.transforms import (
+    Transform as Transform,  # an Entry's field type, re-exported
+)
+from sandbox_egress.proxy.transforms import parse_transform
 
 Report = Callable[[str, str], None]  # (location, message)
 

@@ -45,15 +45,15 @@ import dns.rdatatype
 import dns.rrset
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from common.invariant import InvariantError
-from proxy import config as configuration
-from proxy import sandboxes
-from proxy.config import NetworkConfig, PatternKind
-from proxy.fairness import Bound, ClientKey, Fairness, FairShare, Slots, client_key
-from proxy.hosts import HostError, IPAddress, canonical_name
-from proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
-from proxy.resolver import FairResolver
-from proxy.tenancy import Tenancy
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy import sandboxes
+from sandbox_egress.proxy.config import NetworkConfig, PatternKind
+from sandbox_egress.proxy.fairness import Bound, ClientKey, Fairness, FairShare, Slots, client_key
+from sandbox_egress.proxy.hosts import HostError, IPAddress, canonical_name
+from sandbox_egress.proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
+from sandbox_egress.proxy.resolver import FairResolver
+from sandbox_egress.proxy.tenancy import Tenancy
 
 log = logging.getLogger("egress.dns")
 
@@ -287,8 +287,8 @@ async def run(
     fairness: Fairness = DEFAULT_FAIRNESS,
 ) -> int:
     """`egress-proxy dns`: serve until SIGTERM/SIGINT; SIGHUP reloads the allowlist."""
-    from common.serve import MetricsServer, add_build_info
-    from proxy import resolver
+    from sandbox_egress.common.serve import MetricsServer, add_build_info
+    from sandbox_egress.proxy import resolver
 
     # secrets=False: the responder needs the domains only, never a credential (D83).
     network = configuration.load(config_path, secrets=False)  # ConfigError goes to the CLI

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from common.problems import Problem, did_you_mean
+from sandbox_egress.common.problems import Problem, did_you_mean
 
 # Top-level keys of a Claude Code settings file (code.claude.com/docs/en/settings).
 CLAUDE_CODE_KEYS = frozenset(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import http.client
 from dataclasses import dataclass
 
-from common.endpoint import format_endpoint
+from sandbox_egress.common.endpoint import format_endpoint
 
 DEFAULT_TIMEOUT = 3.0
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import idna
 
-from common.invariant import InvariantError
+from sandbox_egress.common.invariant import InvariantError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

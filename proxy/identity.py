@@ -21,9 +21,9 @@ import hmac
 from dataclasses import dataclass
 from enum import Enum
 
-from proxy.hosts import IPAddress
-from proxy.sandboxes import Identify
-from proxy.tenancy import Tenancy
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.sandboxes import Identify
+from sandbox_egress.proxy.tenancy import Tenancy
 
 REALM = "egress-proxy"
 PROXY_AUTHENTICATE = f'Basic realm="{REALM}"'

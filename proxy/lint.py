@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from common.problems import Problem
-from common.tokens import token_format
-from proxy.positions import compose
+from sandbox_egress.common.problems import Problem
+from sandbox_egress.common.tokens import token_format
+from sandbox_egress.proxy.positions import compose
 
 _REFERENCE = re.compile(r"\$\{[^}]*\}")
 

@@ -21,10 +21,10 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from common.serve import add_build_info
-from proxy.decision import DECIDING, REPORTABLE, Reason, Stage
-from proxy.fairness import Bound
-from proxy.limits import Limit
+from sandbox_egress.common.serve import add_build_info
+from sandbox_egress.proxy.decision import DECIDING, REPORTABLE, Reason, Stage
+from sandbox_egress.proxy.fairness import Bound
+from sandbox_egress.proxy.limits import Limit
 
 # `_created` series double the output and answer no operator question.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client: unannotated

@@ -17,9 +17,9 @@ import ipaddress
 from dataclasses import dataclass
 from enum import Enum
 
-from common.invariant import InvariantError
-from proxy.addresses import NEVER_ALLOWED, classify
-from proxy.hosts import HostError, canonical_host, canonical_name
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.addresses import NEVER_ALLOWED, classify
+from sandbox_egress.proxy.hosts import HostError, canonical_host, canonical_name
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
-from common.invariant import InvariantError
-from proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
-from proxy.config import Entry, NetworkConfig, PatternKind
-from proxy.decision import REPORTABLE, Decision, Reason
-from proxy.hosts import Host, IPAddress
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
+from sandbox_egress.proxy.config import Entry, NetworkConfig, PatternKind
+from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
+from sandbox_egress.proxy.hosts import Host, IPAddress
 
 # Methods whose response is the request itself (RFC 9110 9.3.8; TRACK is IIS's spelling).
 ECHOING_METHODS = frozenset({"TRACE", "TRACK"})

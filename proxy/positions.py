@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from common.problems import HIDDEN_KEY, Problem
-from common.tokens import token_format
+from sandbox_egress.common.problems import HIDDEN_KEY, Problem
+from sandbox_egress.common.tokens import token_format
 
 _LAST_PART = re.compile(r"(\[\d+\]|\.[^.\[]*)$")
 

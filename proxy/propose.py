@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.addresses import AddressClass, classify
-from proxy.hosts import HostError, canonical_host
+from sandbox_egress.proxy.addresses import AddressClass, classify
+from sandbox_egress.proxy.hosts import HostError, canonical_host
 
 PROPOSABLE = frozenset({"not_allowlisted", "port_not_allowed"})
 NEVER_NAMES = frozenset({"localhost", "localhost.localdomain", "metadata.google.internal"})

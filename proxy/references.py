@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from proxy.secret import Secret, Unresolved
+from sandbox_egress.proxy.secret import Secret, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
 

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from proxy.fairness import Bound, ClientKey, Saturated, Slots
-from proxy.hosts import IPAddress
+from sandbox_egress.proxy.fairness import Bound, ClientKey, Saturated, Slots
+from sandbox_egress.proxy.hosts import IPAddress
 
 Resolve = Callable[[str, int], Awaitable[list[IPAddress]]]
 KeyedResolve = Callable[[ClientKey, str, int], Awaitable[list[IPAddress]]]

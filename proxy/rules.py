@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.paths import canonical_path, split_target
+from sandbox_egress.proxy.paths import canonical_path, split_target
 
 Report = Callable[[str, str], None]  # (location, message)
 

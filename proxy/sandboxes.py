@@ -31,11 +31,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from common.problems import Problem, schema_errors, schema_validator
-from proxy.config import ConfigError, NetworkConfig, parse, read_document
-from proxy.hosts import IPAddress
-from proxy.references import check_unresolved, resolve
-from proxy.secret import Secret
+from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
+from sandbox_egress.proxy.config import ConfigError, NetworkConfig, parse, read_document
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.references import check_unresolved, resolve
+from sandbox_egress.proxy.secret import Secret
 
 SUFFIX = ".yaml"
 DEFAULT_CLASS = "default"

@@ -4,7 +4,7 @@ everywhere but `reveal()`, so no log line, message or repr carries it.
 
 from __future__ import annotations
 
-from common.invariant import InvariantError
+from sandbox_egress.common.invariant import InvariantError
 
 
 class Secret:

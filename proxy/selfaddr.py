@@ -29,8 +29,8 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
-from proxy.addresses import match_candidates
-from proxy.hosts import IPAddress
+from sandbox_egress.proxy.addresses import match_candidates
+from sandbox_egress.proxy.hosts import IPAddress
 
 Resolve = Callable[[str, int], list[IPAddress]]
 LOCAL_CACHE_S = 1.0

@@ -27,19 +27,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from common.invariant import InvariantError
-from proxy.config import Entry, PatternKind, Transform
-from proxy.decision import Decision, Reason, bounded
-from proxy.fields import head_problem
-from proxy.gitpush import PushItem, judge_git, smart_http
-from proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
-from proxy.paths import canonical_path, split_target
-from proxy.policy import Policy, refuse_echoing_method
-from proxy.redact import NO_REDACTION, Redactor
-from proxy.resolver import Resolve
-from proxy.rules import Verdict, judge
-from proxy.swap import swap
-from proxy.targets import Location, RequestNames, locate
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.decision import Decision, Reason, bounded
+from sandbox_egress.proxy.fields import head_problem
+from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
+from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
+from sandbox_egress.proxy.paths import canonical_path, split_target
+from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
+from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.resolver import Resolve
+from sandbox_egress.proxy.rules import Verdict, judge
+from sandbox_egress.proxy.swap import swap
+from sandbox_egress.proxy.targets import Location, RequestNames, locate
 
 RESOLVE_TIMEOUT_S = 5.0
 

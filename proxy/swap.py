@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
-from proxy.decision import REPORTABLE, Decision, Reason
-from proxy.placeholders import Place, Placeholder, PlaceholderIndex
+from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
+from sandbox_egress.proxy.placeholders import Place, Placeholder, PlaceholderIndex
 
 Fields = tuple[tuple[bytes, bytes], ...]
 Spelling = Callable[[Placeholder], bytes]  # how a value is written in one place

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from proxy.decision import Reason
-from proxy.hosts import Host, HostError, canonical_host, parse_authority
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import Host, HostError, canonical_host, parse_authority
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.config import NetworkConfig
-from proxy.decision import Decision, Reason, bounded
-from proxy.hosts import Host, IPAddress
-from proxy.policy import Policy
-from proxy.sandboxes import Sandbox, SandboxesSection
-from proxy.secret import Secret
+from sandbox_egress.proxy.config import NetworkConfig
+from sandbox_egress.proxy.decision import Decision, Reason, bounded
+from sandbox_egress.proxy.hosts import Host, IPAddress
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
+from sandbox_egress.proxy.secret import Secret
 
 
 class SandboxPolicy(Policy):

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.tokens import shown
-from proxy.references import secret_value
-from proxy.secret import Secret
+from sandbox_egress.common.tokens import shown
+from sandbox_egress.proxy.references import secret_value
+from sandbox_egress.proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner import cli as hookrunner_cli
-from proxy import cmdline as proxy_cmdline
+from sandbox_egress.hookrunner import cli as hookrunner_cli
+from sandbox_egress.runtime import cmdline as proxy_cmdline
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -106,10 +106,10 @@ def test_every_proxy_run_option_with_a_value_shows_its_default() -> None:
     ("argv", "first_line"),
     [
         (["egress-proxy", "--version"], "egress-proxy "),
-        ([sys.executable, "-m", "proxy", "--version"], "egress-proxy "),
+        ([sys.executable, "-m", "sandbox_egress", "--version"], "egress-proxy "),
         (["hookrunner", "--version"], "hookrunner "),
-        ([sys.executable, "-m", "hookrunner", "--version"], "hookrunner "),
-        ([sys.executable, "-m", "hookrunner.cli", "--version"], "hookrunner "),
+        ([sys.executable, "-m", "sandbox_egress.hookrunner", "--version"], "hookrunner "),
+        ([sys.executable, "-m", "sandbox_egress.hookrunner.cli", "--version"], "hookrunner "),
     ],
 )
 def test_version_on_both_commands_and_their_modules(argv: list[str], first_line: str) -> None:
@@ -127,7 +127,7 @@ def test_version_on_both_commands_and_their_modules(argv: list[str], first_line:
 
 def test_python_m_hookrunner_cli_help_prints_the_help() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "hookrunner.cli", "--help"],
+        [sys.executable, "-m", "sandbox_egress.hookrunner.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,6 +1,6 @@
 """The distribution: what `pip install` users get (pyproject.toml, docs/decisions.md D139).
 
-* `config/default.yaml` ships as package data (`proxy/default.yaml`, the same bytes), so
+* `config/default.yaml` ships as package data (`runtime/default.yaml`, the same bytes), so
   `egress-proxy run` and `check` without a file find it;
 * metadata carries classifiers and project URLs;
 * (slow) the built wheel, installed into a clean virtualenv, runs both commands.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy import cmdline
+from sandbox_egress.runtime import cmdline
 
 REPO = Path(__file__).resolve().parents[1]
 

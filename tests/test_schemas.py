@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 import yaml
 
-from hookrunner.ax.schema import validate_ax_document
-from hookrunner.schema import validate_document
-from proxy.config import ConfigError, parse
+from sandbox_egress.hookrunner.ax.schema import validate_ax_document
+from sandbox_egress.hookrunner.schema import validate_document
+from sandbox_egress.proxy.config import ConfigError, parse
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"
@@ -197,7 +197,7 @@ def test_ax_refused_by_both(case: str) -> None:
 
 
 def test_the_loaders_read_the_schemas_of_this_folder() -> None:
-    from common.problems import SCHEMAS as PACKAGED
+    from sandbox_egress.common.problems import SCHEMAS as PACKAGED
 
     assert SCHEMAS.resolve() == PACKAGED
     assert sorted(p.name for p in PACKAGED.glob("*.json")) == [

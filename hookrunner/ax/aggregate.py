@@ -23,9 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hookrunner.ax.eventtable import spec_of
-from hookrunner.ax.feedback import NOTICE_CHARS, PER_CALL_CHARS, bound, feedback_block
-from hookrunner.ax.model import (
+from sandbox_egress.hookrunner.ax.eventtable import spec_of
+from sandbox_egress.hookrunner.ax.feedback import (
+    NOTICE_CHARS,
+    PER_CALL_CHARS,
+    bound,
+    feedback_block,
+)
+from sandbox_egress.hookrunner.ax.model import (
     AxEntry,
     AxEvent,
     Cause,

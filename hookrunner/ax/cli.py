@@ -24,13 +24,18 @@ import os
 import sys
 from typing import Any
 
-from hookrunner.ax.events import parse_event
-from hookrunner.ax.model import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent, FireResult
-from hookrunner.ax.session import AxSession
-from hookrunner.bounds import PayloadRefused
-from hookrunner.console import emit, read_stdin_json, say
-from hookrunner.errors import HookRunnerError
-from hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.ax.events import parse_event
+from sandbox_egress.hookrunner.ax.model import (
+    BLOCKING_EVENTS,
+    OBSERVATION_EVENTS,
+    AxEvent,
+    FireResult,
+)
+from sandbox_egress.hookrunner.ax.session import AxSession
+from sandbox_egress.hookrunner.bounds import PayloadRefused
+from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
+from sandbox_egress.hookrunner.errors import HookRunnerError
+from sandbox_egress.hookrunner.metrics import HookMetrics
 
 CLAUDE_BLOCK = 2  # Claude Code's exit status for "blocked"
 

@@ -47,13 +47,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hookrunner.ax.eventtable import AxEvent, Output, spec_of
-from hookrunner.ax.feedback import bound
-from hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
-from hookrunner.command import OUTPUT_CAP, ProcessResult
-from hookrunner.decision import MAX_REASON_CHARS
-from hookrunner.outcome import Outcome, classify_process
-from hookrunner.schema import loads_strict
+from sandbox_egress.hookrunner.ax.eventtable import AxEvent, Output, spec_of
+from sandbox_egress.hookrunner.ax.feedback import bound
+from sandbox_egress.hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
+from sandbox_egress.hookrunner.command import OUTPUT_CAP, ProcessResult
+from sandbox_egress.hookrunner.decision import MAX_REASON_CHARS
+from sandbox_egress.hookrunner.outcome import Outcome, classify_process
+from sandbox_egress.hookrunner.schema import loads_strict
 
 ASK_REASON = "hook requested user confirmation"
 PERMISSIONS = ("allow", "deny", "ask")

@@ -23,12 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from hookrunner.ax.decode import Decoded, decode
-from hookrunner.ax.envelope import args_document, claude_code_document
-from hookrunner.ax.events import EventInput
-from hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
-from hookrunner.ax.metrics import observe_decision
-from hookrunner.ax.model import (
+from sandbox_egress.hookrunner.ax.decode import Decoded, decode
+from sandbox_egress.hookrunner.ax.envelope import args_document, claude_code_document
+from sandbox_egress.hookrunner.ax.events import EventInput
+from sandbox_egress.hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
+from sandbox_egress.hookrunner.ax.metrics import observe_decision
+from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
     AxEntry,
     AxWarningKind,
@@ -38,13 +38,13 @@ from hookrunner.ax.model import (
     HttpTarget,
     Protocol,
 )
-from hookrunner.command import CancelToken, ProcessResult
-from hookrunner.envsan import args_json, hook_variables
-from hookrunner.httpclient import HttpClient
-from hookrunner.kernel import Kernel
-from hookrunner.model import encode_json
-from hookrunner.outcome import HandlerType, Outcome, classify_http
-from hookrunner.report import WarningKind
+from sandbox_egress.hookrunner.command import CancelToken, ProcessResult
+from sandbox_egress.hookrunner.envsan import args_json, hook_variables
+from sandbox_egress.hookrunner.httpclient import HttpClient
+from sandbox_egress.hookrunner.kernel import Kernel
+from sandbox_egress.hookrunner.model import encode_json
+from sandbox_egress.hookrunner.outcome import HandlerType, Outcome, classify_http
+from sandbox_egress.hookrunner.report import WarningKind
 
 
 def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str, str]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hookrunner.ax.events import EventInput
-from hookrunner.ax.eventtable import Field, Output
+from sandbox_egress.hookrunner.ax.events import EventInput
+from sandbox_egress.hookrunner.ax.eventtable import Field, Output
 
 
 def args_document(inp: EventInput) -> Mapping[str, Any]:

@@ -32,11 +32,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.clock import utc_timestamp
-from hookrunner import bounds
-from hookrunner.ax.eventtable import AxEvent, EventSpec, Form, Output, spec_of
-from hookrunner.ax.vocabulary import claude_code_input, claude_code_name
-from hookrunner.errors import PayloadError
+from sandbox_egress.common.clock import utc_timestamp
+from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.ax.eventtable import AxEvent, EventSpec, Form, Output, spec_of
+from sandbox_egress.hookrunner.ax.vocabulary import claude_code_input, claude_code_name
+from sandbox_egress.hookrunner.errors import PayloadError
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+\-]{0,127}")
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hookrunner import kernel
-from hookrunner.ax.model import AxConfig, AxEntry
-from hookrunner.ax.schema import validate_ax_document
-from hookrunner.ax.settings import Level, SettingsFile, read_settings, url_allowed
-from hookrunner.kernel import Switch, env_switch
-from hookrunner.loader import load_file
-from hookrunner.model import Problem
+from sandbox_egress.hookrunner import kernel
+from sandbox_egress.hookrunner.ax.model import AxConfig, AxEntry
+from sandbox_egress.hookrunner.ax.schema import validate_ax_document
+from sandbox_egress.hookrunner.ax.settings import Level, SettingsFile, read_settings, url_allowed
+from sandbox_egress.hookrunner.kernel import Switch, env_switch
+from sandbox_egress.hookrunner.loader import load_file
+from sandbox_egress.hookrunner.model import Problem
 
 PROJECT_FILE = Path(".ax-code") / "hooks.json"
 USER_SETTINGS = Path(".claude") / "settings.json"  # under $HOME

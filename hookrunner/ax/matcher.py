@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookrunner.ax.vocabulary import names_of
-from hookrunner.matcher import compile_matcher
+from sandbox_egress.hookrunner.ax.vocabulary import names_of
+from sandbox_egress.hookrunner.matcher import compile_matcher
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]+\*?")
 # Characters a tool name is made of (MCP names included: mcp__server-name__tool_name).

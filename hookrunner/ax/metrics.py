@@ -14,10 +14,16 @@ work too.
 
 from __future__ import annotations
 
-from hookrunner.ax.eventtable import BLOCKING_EVENTS, OBSERVATION_EVENTS, AxEvent, Output, spec_of
-from hookrunner.ax.model import Cause, Verdict
-from hookrunner.metrics import HookMetrics
-from hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
+from sandbox_egress.hookrunner.ax.eventtable import (
+    BLOCKING_EVENTS,
+    OBSERVATION_EVENTS,
+    AxEvent,
+    Output,
+    spec_of,
+)
+from sandbox_egress.hookrunner.ax.model import Cause, Verdict
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.outcome import MECHANISM_FAILURES, HandlerType, Outcome
 
 DECISIONS = "hook_lifecycle_decisions_total"
 DROPPED = "hook_observations_dropped_total"

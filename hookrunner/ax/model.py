@@ -15,13 +15,13 @@ from enum import StrEnum
 from typing import Any
 
 # Re-exported: the event table (``eventtable``) is where events are described.
-from hookrunner.ax.eventtable import BLOCKING_EVENTS as BLOCKING_EVENTS
-from hookrunner.ax.eventtable import OBSERVATION_EVENTS as OBSERVATION_EVENTS
-from hookrunner.ax.eventtable import TOOL_EVENTS as TOOL_EVENTS
-from hookrunner.ax.eventtable import AxEvent as AxEvent
-from hookrunner.ax.matcher import AxMatcher
-from hookrunner.model import Problem
-from hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.ax.eventtable import BLOCKING_EVENTS as BLOCKING_EVENTS
+from sandbox_egress.hookrunner.ax.eventtable import OBSERVATION_EVENTS as OBSERVATION_EVENTS
+from sandbox_egress.hookrunner.ax.eventtable import TOOL_EVENTS as TOOL_EVENTS
+from sandbox_egress.hookrunner.ax.eventtable import AxEvent as AxEvent
+from sandbox_egress.hookrunner.ax.matcher import AxMatcher
+from sandbox_egress.hookrunner.model import Problem
+from sandbox_egress.hookrunner.outcome import Outcome
 
 
 class Protocol(StrEnum):

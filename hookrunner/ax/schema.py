@@ -25,12 +25,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from common.problems import Found, Unknown, schema_errors, schema_validator
-from hookrunner.ax.matcher import AxMatcher, compile_ax_matcher
-from hookrunner.ax.model import BLOCKING_EVENTS, TOOL_EVENTS, AxEntry, AxEvent, Protocol
-from hookrunner.ax.packs.catalogue import PACKS, pack_command
-from hookrunner.model import Problem
-from hookrunner.schema import (
+from sandbox_egress.common.problems import Found, Unknown, schema_errors, schema_validator
+from sandbox_egress.hookrunner.ax.matcher import AxMatcher, compile_ax_matcher
+from sandbox_egress.hookrunner.ax.model import (
+    BLOCKING_EVENTS,
+    TOOL_EVENTS,
+    AxEntry,
+    AxEvent,
+    Protocol,
+)
+from sandbox_egress.hookrunner.ax.packs.catalogue import PACKS, pack_command
+from sandbox_egress.hookrunner.model import Problem
+from sandbox_egress.hookrunner.schema import (
     CLAUDE_SETTINGS_HERE,
     DEFAULT_TIMEOUT,
     JsonObject,

@@ -26,17 +26,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from hookrunner.ax import metrics as ax_metrics
-from hookrunner.ax.aggregate import decide, gather
-from hookrunner.ax.dispatch import LifecycleExecutor
-from hookrunner.ax.events import EventInput, parse_event
-from hookrunner.ax.loader import (
+from sandbox_egress.hookrunner.ax import metrics as ax_metrics
+from sandbox_egress.hookrunner.ax.aggregate import decide, gather
+from sandbox_egress.hookrunner.ax.dispatch import LifecycleExecutor
+from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
+from sandbox_egress.hookrunner.ax.loader import (
     full_env_switch,
     load_ax_config,
     settings_places,
     trust_switch,
 )
-from hookrunner.ax.model import (
+from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
     OBSERVATION_EVENTS,
     AxConfig,
@@ -48,11 +48,11 @@ from hookrunner.ax.model import (
     HookRun,
     Verdict,
 )
-from hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
-from hookrunner.bounds import PayloadRefused
-from hookrunner.command import CancelToken
-from hookrunner.kernel import Kernel
-from hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
+from sandbox_egress.hookrunner.bounds import PayloadRefused
+from sandbox_egress.hookrunner.command import CancelToken
+from sandbox_egress.hookrunner.kernel import Kernel
+from sandbox_egress.hookrunner.metrics import HookMetrics
 
 CLOSE_TIMEOUT = 5.0
 

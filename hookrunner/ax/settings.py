@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from hookrunner.ax.eventtable import AxEvent
-from hookrunner.ax.matcher import compile_ax_matcher
-from hookrunner.ax.model import AxEntry, HttpTarget, Protocol
-from hookrunner.ax.schema import entry_notes
-from hookrunner.model import Problem
-from hookrunner.schema import check_url, headers_problem, key_path, type_name
+from sandbox_egress.hookrunner.ax.eventtable import AxEvent
+from sandbox_egress.hookrunner.ax.matcher import compile_ax_matcher
+from sandbox_egress.hookrunner.ax.model import AxEntry, HttpTarget, Protocol
+from sandbox_egress.hookrunner.ax.schema import entry_notes
+from sandbox_egress.hookrunner.model import Problem
+from sandbox_egress.hookrunner.schema import check_url, headers_problem, key_path, type_name
 
 DEFAULT_TIMEOUT = 60
 MAX_HANDLERS = 100

@@ -16,9 +16,9 @@ from mitmproxy.connection import Server
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow
 
-from addons.egress import EgressPolicy
-from proxy.config import parse
-from proxy.policy import Policy
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.policy import Policy
 from tests.addons.test_egress import SECRET, Resolver, https_flow, make_addon, run
 
 NAME_ONLY = [{"domain": "*.example"}]  # a name whose only address is private: refused

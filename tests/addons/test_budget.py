@@ -6,12 +6,12 @@ import asyncio
 
 from mitmproxy.test import tflow
 
-from addons import budget
-from addons.shared import FlowState
-from proxy.budget import Budgets
-from proxy.config import parse
-from proxy.decision import Decision, Reason
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.addons import budget
+from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.budget import Budgets
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 CONFIG = parse(
     {"network": {"allowlist": [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from mitmproxy import connection
 from mitmproxy.test import tflow
 
-from addons.connections import Connections
-from proxy.fairness import FairShare, client_key
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.addons.connections import Connections
+from sandbox_egress.proxy.fairness import FairShare, client_key
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 
 def client(address: str) -> connection.Client:

@@ -19,11 +19,11 @@ from mitmproxy.connection import Server
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow
 
-from addons.egress import EgressPolicy
-from proxy.audit import AuditLog
-from proxy.config import parse
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.proxy.audit import AuditLog
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
 
 SECRET = "s3cr3t-addon-test"
 

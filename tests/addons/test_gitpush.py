@@ -6,11 +6,11 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.test import tflow
 
-from addons import gitpush
-from addons.shared import FlowState
-from proxy.config import parse
-from proxy.decision import Decision, Reason
-from proxy.gitpush import pkt
+from sandbox_egress.addons import gitpush
+from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.gitpush import pkt
 
 CONFIG = parse(
     {"network": {"allowlist": [{"domain": "git.example", "git": {"push": [

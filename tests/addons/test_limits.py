@@ -22,9 +22,9 @@ from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import RequestHeaders, ResponseProtocolError
 from mitmproxy.test import taddons, tflow
 
-from addons import backpressure, limits
-from proxy.limits import HEAD_LIMIT, HEAD_TIMEOUT_S, Limit
-from proxy.metrics import ProxyMetrics
+from sandbox_egress.addons import backpressure, limits
+from sandbox_egress.proxy.limits import HEAD_LIMIT, HEAD_TIMEOUT_S, Limit
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 
 @pytest.fixture
@@ -255,7 +255,7 @@ def test_a_head_finished_in_time_is_not_refused(
 def test_which_refused_requests_can_get_the_readable_403(
     version: str, headers: dict[str, str], follows: bool, small: bool
 ):
-    from addons.request import REFUSED_BODY_LIMIT, body_size
+    from sandbox_egress.addons.request import REFUSED_BODY_LIMIT, body_size
 
     request = tflow.treq(http_version=version.encode(), method=b"POST")
     request.headers.clear()

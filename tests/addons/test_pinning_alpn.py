@@ -8,7 +8,7 @@ import pytest
 from mitmproxy.connection import Client, Server
 from mitmproxy.test import taddons
 
-from addons.pinning import offer_http11
+from sandbox_egress.addons.pinning import offer_http11
 
 
 def offered(

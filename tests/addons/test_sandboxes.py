@@ -16,14 +16,14 @@ from mitmproxy import exceptions, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
-from addons.egress import EgressPolicy
-from addons.limits import BODY_FOLLOWS
-from proxy.audit import AuditLog
-from proxy.config import parse
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
-from proxy.sandboxes import Identify, SandboxesSection, parse_sandbox
-from proxy.tenancy import Tenancy
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.addons.limits import BODY_FOLLOWS
+from sandbox_egress.proxy.audit import AuditLog
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import Identify, SandboxesSection, parse_sandbox
+from sandbox_egress.proxy.tenancy import Tenancy
 
 TOKEN = "alpha-token-0123456789"
 CLIENT = ("198.18.0.2", 40000)

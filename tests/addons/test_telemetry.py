@@ -19,11 +19,11 @@ from mitmproxy.test import taddons, tflow
 from mitmproxy.tls import TlsData
 from wsproto.frame_protocol import Opcode
 
-from addons.telemetry import CountingAudit, Telemetry
-from proxy.audit import AuditRecord
-from proxy.hosts import IPAddress
-from proxy.metrics import DIRECTIONS, DNS_RESULTS, UPSTREAM_ERRORS, ProxyMetrics
-from proxy.resolver import MeasuredResolver
+from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
+from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.metrics import DIRECTIONS, DNS_RESULTS, UPSTREAM_ERRORS, ProxyMetrics
+from sandbox_egress.proxy.resolver import MeasuredResolver
 
 
 def value(metrics: ProxyMetrics, name: str, **labels: str) -> float:

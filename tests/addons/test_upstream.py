@@ -18,10 +18,10 @@ from mitmproxy.proxy.layers.http._events import (
 )
 from mitmproxy.test import tflow
 
-from addons import upstream
-from addons.shared import FLOW_KEY, FlowState
-from proxy.config import parse
-from proxy.decision import Decision, Reason
+from sandbox_egress.addons import upstream
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
 
 ENTRY = parse({"network": {"allowlist": [{"domain": "*.test"}]}}, "e.yaml", {}).allowlist[0]
 

@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench import allowlist, staged
-from proxy.config import load
-from proxy.decision import Reason
-from proxy.hosts import IPAddress
-from proxy.policy import Policy
-from proxy.sandboxes import load_sandbox, node_section
-from proxy.stages import ConnectionFacts, decide_request
-from proxy.tenancy import SandboxPolicy
+from sandbox_egress.proxy.config import load
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import load_sandbox, node_section
+from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
+from sandbox_egress.proxy.tenancy import SandboxPolicy
 from tests.proxy.test_stages import ask
 
 UPSTREAM = "198.18.77.1"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-from common.clock import utc_timestamp
-from common.jsonlines import json_line
+from sandbox_egress.common.clock import utc_timestamp
+from sandbox_egress.common.jsonlines import json_line
 
 
 def test_timestamp_is_utc_milliseconds_with_z() -> None:

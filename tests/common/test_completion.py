@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common import completion
+from sandbox_egress.common import completion
 
 BIN = Path(sys.executable).parent
 IFS = "\013"  # argcomplete's separator between completions

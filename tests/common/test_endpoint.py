@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.endpoint import format_endpoint, parse_endpoint
+from sandbox_egress.common.endpoint import format_endpoint, parse_endpoint
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from common.logs import announce, log_handler
+from sandbox_egress.common.logs import announce, log_handler
 
 
 def test_text_is_prefix_and_message() -> None:

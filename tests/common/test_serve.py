@@ -6,7 +6,7 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry
 
-from common.serve import MetricsServer, add_build_info, version
+from sandbox_egress.common.serve import MetricsServer, add_build_info, version
 
 
 def test_build_info_and_process_series_once_per_registry() -> None:

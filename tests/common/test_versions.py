@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from common.versions import DefaultsHelpFormatter, add_version_option, describe
+from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option, describe
 
 
 def test_describe_names_what_the_program_runs_on() -> None:

@@ -23,14 +23,14 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from hookrunner.cli import _parser as hookrunner_parser
-from hookrunner.loader import load_config
-from proxy import config as configuration
-from proxy.ca import CA_CERT
-from proxy.cmdline import parser as proxy_parser
-from proxy.decision import Reason
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
+from sandbox_egress.hookrunner.cli import _parser as hookrunner_parser
+from sandbox_egress.hookrunner.loader import load_config
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.runtime.ca import CA_CERT
+from sandbox_egress.runtime.cmdline import parser as proxy_parser
 from tests.deploy.netrules import check_transparent_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,7 +349,7 @@ def test_environment_file_is_the_one_mounted_at_the_config_path() -> None:
 def test_the_node_file_and_both_sandbox_files_pass_real_validation(tmp_path: Path) -> None:
     """Two sandboxes on the regular proxy, each identified by its own address on `sandbox`,
     each with its own policy; only `sandbox` is given the telemetry credential."""
-    from proxy.sandboxes import load_sandbox, node_section
+    from sandbox_egress.proxy.sandboxes import load_sandbox, node_section
 
     section = node_section(ROOT / "deploy/compose/node.yaml")
     assert section is not None and str(section.directory) == "/etc/egress/sandboxes"

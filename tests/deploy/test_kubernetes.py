@@ -26,13 +26,13 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from hookrunner.cli import _parser as hookrunner_parser
-from hookrunner.loader import load_config
-from proxy import config as configuration
-from proxy.ca import CA_CERT
-from proxy.cmdline import parser as proxy_parser
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
+from sandbox_egress.hookrunner.cli import _parser as hookrunner_parser
+from sandbox_egress.hookrunner.loader import load_config
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.runtime.ca import CA_CERT
+from sandbox_egress.runtime.cmdline import parser as proxy_parser
 from tests.deploy.netrules import check_transparent_rules, parse_rules
 
 ROOT = Path(__file__).resolve().parents[2]

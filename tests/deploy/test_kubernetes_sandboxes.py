@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import parse
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
-from proxy.sandboxes import Identify, load_sandbox, parse_section
-from proxy.tenancy import SandboxPolicy
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import Identify, load_sandbox, parse_section
+from sandbox_egress.proxy.tenancy import SandboxPolicy
 from tests.deploy.test_kubernetes import kustomize
 
 ROOT = Path(__file__).resolve().parents[2]

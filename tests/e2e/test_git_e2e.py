@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.gitpush import pkt
+from sandbox_egress.proxy.gitpush import pkt
 from testbed import procs
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki

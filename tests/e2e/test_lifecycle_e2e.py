@@ -1,4 +1,4 @@
-"""End to end, the proxy's life as an operator drives it (issue 14; proxy/lifecycle.py):
+"""End to end, the proxy's life as an operator drives it (issue 14; runtime/lifecycle.py):
 reload when the file changes (an editor's rename, a Kubernetes ConfigMap's `..data`
 swap), the reload gauges, and SIGTERM draining: /healthz 503 at once, no new
 connection, transfers in flight finish within the grace period, then exit 0.

@@ -20,10 +20,10 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hookrunner.ax import metrics as ax_metrics
-from hookrunner.metrics import HookMetrics
-from hookrunner.outcome import FAILURES, Outcome
-from hookrunner.report import WarningKind
+from sandbox_egress.hookrunner.ax import metrics as ax_metrics
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.outcome import FAILURES, Outcome
+from sandbox_egress.hookrunner.report import WarningKind
 from testbed.harness import Harness
 
 pytestmark = pytest.mark.netns

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.paths import canonical_path
+from sandbox_egress.proxy.paths import canonical_path
 from testbed import nginx, procs
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from common.serve import version
+from sandbox_egress.common.serve import version
 from testbed import procs
 from testbed.expect import assert_refused
 from testbed.harness import JsonLines

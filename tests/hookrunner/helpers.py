@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hookrunner.metrics import HookMetrics
-from hookrunner.session import HookSession
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.session import HookSession
 
 PY = shlex.quote(sys.executable)
 HOOKRUNNER = str(Path(sys.executable).parent / "hookrunner")

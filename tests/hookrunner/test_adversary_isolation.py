@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner import contain
-from hookrunner.isolation import hook_environment, runner_owned
-from hookrunner.metrics import HookMetrics
-from hookrunner.session import HookSession
+from sandbox_egress.hookrunner import contain
+from sandbox_egress.hookrunner.isolation import hook_environment, runner_owned
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.session import HookSession
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ
 
 NOBODY = 65534

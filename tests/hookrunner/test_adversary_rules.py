@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from hookrunner.envsan import Redactor, removal_cause, sanitise
-from hookrunner.tokens import TOKEN_FORMATS, token_format
+from sandbox_egress.hookrunner.envsan import Redactor, removal_cause, sanitise
+from sandbox_egress.hookrunner.tokens import TOKEN_FORMATS, token_format
 from tests.hookrunner.helpers import Env, base_environ, command, pre_group, rule
 
 A36 = "a1B2c3D4e5" * 3 + "f6G7h8"  # 36 alphanumerics

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner import beneath
-from hookrunner.beneath import RaceError, open_beneath, open_directory
+from sandbox_egress.hookrunner import beneath
+from sandbox_egress.hookrunner.beneath import RaceError, open_beneath, open_directory
 
 
 @pytest.fixture(params=["openat2", "component-wise"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hookrunner.decision import MAX_REASON_CHARS, near_miss_in_output, parse_decision
-from hookrunner.outcome import Classified, Outcome
+from sandbox_egress.hookrunner.decision import MAX_REASON_CHARS, near_miss_in_output, parse_decision
+from sandbox_egress.hookrunner.outcome import Classified, Outcome
 
 DENY, ALLOW, NEAR = Outcome.DENY, Outcome.ALLOW, Outcome.NEAR_MISS
 UNREC, UNPARSE, EMPTY = Outcome.UNRECOGNISED, Outcome.UNPARSEABLE, Outcome.EMPTY_OUTPUT

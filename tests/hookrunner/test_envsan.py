@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from hookrunner.envsan import HOOK_ARGS_JSON_LIMIT, Redactor, hook_variables, removal_cause
+from sandbox_egress.hookrunner.envsan import (
+    HOOK_ARGS_JSON_LIMIT,
+    Redactor,
+    hook_variables,
+    removal_cause,
+)
 from tests.hookrunner.helpers import PY, Env, base_environ, command, pre_group, rule
 
 GH = "ghp_" + "a" * 36

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hookrunner.loader import load_config
+from sandbox_egress.hookrunner.loader import load_config
 from tests.hookrunner.helpers import Env, command, rule
 
 

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hookrunner import bounds
-from hookrunner.errors import PayloadError
-from hookrunner.model import Event
-from hookrunner.session import HookSession, parse_event_payload
+from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.errors import PayloadError
+from sandbox_egress.hookrunner.model import Event
+from sandbox_egress.hookrunner.session import HookSession, parse_event_payload
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 from tests.hookrunner.test_input_bounds import EXAMPLE_GATE
 

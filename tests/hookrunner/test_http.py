@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.outcome import Outcome
 from tests.hookrunner.helpers import Env, base_environ, pre_group, rule
 from tests.hookrunner.net_support import (
     Reply,

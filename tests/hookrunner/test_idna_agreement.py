@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.httpclient import HttpClient, HttpFailure
-from hookrunner.proxyroute import bypasses
-from proxy.config import parse
-from proxy.decision import Reason
-from proxy.hosts import canonical_host, canonical_name, parse_authority
-from proxy.policy import Policy
+from sandbox_egress.hookrunner.httpclient import HttpClient, HttpFailure
+from sandbox_egress.hookrunner.proxyroute import bypasses
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import canonical_host, canonical_name, parse_authority
+from sandbox_egress.proxy.policy import Policy
 from testbed.testca import write_pki
 from tests.hookrunner.helpers import Env, base_environ, pre_group, rule
 from tests.hookrunner.net_support import Reply, _relay, https_server

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from hookrunner.kernel import env_switch, full_env_switch
-from hookrunner.metrics import HookMetrics
-from hookrunner.outcome import FAILURES, MECHANISM_FAILURES, Outcome
-from hookrunner.session import HookSession
+from sandbox_egress.hookrunner.kernel import env_switch, full_env_switch
+from sandbox_egress.hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.outcome import FAILURES, MECHANISM_FAILURES, Outcome
+from sandbox_egress.hookrunner.session import HookSession
 from tests.hookrunner.helpers import Env, base_environ, warnings_in
 
 

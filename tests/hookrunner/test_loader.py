@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner import loader
-from hookrunner.loader import MAX_FILE_BYTES, load_config
+from sandbox_egress.hookrunner import loader
+from sandbox_egress.hookrunner.loader import MAX_FILE_BYTES, load_config
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookrunner.matcher import compile_matcher
+from sandbox_egress.hookrunner.matcher import compile_matcher
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 

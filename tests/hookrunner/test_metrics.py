@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hookrunner.ax.metrics import possible_outcomes as ax_possible_outcomes
-from hookrunner.ax.model import AxEvent
-from hookrunner.metrics import HookMetrics, possible_outcomes
-from hookrunner.model import Event
-from hookrunner.outcome import HandlerType, Outcome
+from sandbox_egress.hookrunner.ax.metrics import possible_outcomes as ax_possible_outcomes
+from sandbox_egress.hookrunner.ax.model import AxEvent
+from sandbox_egress.hookrunner.metrics import HookMetrics, possible_outcomes
+from sandbox_egress.hookrunner.model import Event
+from sandbox_egress.hookrunner.outcome import HandlerType, Outcome
 
 FAILURES_BY_TYPE = {
     HandlerType.COMMAND: {"exit_nonzero", "not_found", "not_executable", "crashed", "spawn_error"},

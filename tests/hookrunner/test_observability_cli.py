@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from common.serve import version
+from sandbox_egress.common.serve import version
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, pre_group, rule
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hookrunner.errors import PayloadError
+from sandbox_egress.hookrunner.errors import PayloadError
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, rule
 
 DUMP = """import json, sys

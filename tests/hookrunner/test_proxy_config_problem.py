@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.outcome import Outcome
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, rule, warnings_in
 from tests.hookrunner.net_support import closed_port
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hookrunner.proxyroute import DIRECT, ProxyConfigError, ProxyRoute, bypasses, route_for
+from sandbox_egress.hookrunner.proxyroute import (
+    DIRECT,
+    ProxyConfigError,
+    ProxyRoute,
+    bypasses,
+    route_for,
+)
 
 BYPASS = [
     # (no_proxy, host, port, bypassed)

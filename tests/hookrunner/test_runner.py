@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from hookrunner.errors import PayloadError, WorkspaceError
-from hookrunner.outcome import Outcome
-from hookrunner.session import HookSession
+from sandbox_egress.hookrunner.errors import PayloadError, WorkspaceError
+from sandbox_egress.hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.session import HookSession
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
 DENY = """echo '{"decision": "deny", "reason": "%s"}'"""

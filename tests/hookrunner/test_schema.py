@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hookrunner.model import CommandHandler, Event, HttpHandler
-from hookrunner.schema import loads_strict, validate_document
+from sandbox_egress.hookrunner.model import CommandHandler, Event, HttpHandler
+from sandbox_egress.hookrunner.schema import loads_strict, validate_document
 
 F = "/x/hooks.json"
 CMD = {"type": "command", "command": "true"}

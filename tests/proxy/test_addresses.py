@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy import addresses
-from proxy.addresses import (
+from sandbox_egress.proxy import addresses
+from sandbox_egress.proxy.addresses import (
     NEVER_ALLOWED,
     SEVERITY,
     AddressClass,
@@ -22,7 +22,7 @@ from proxy.addresses import (
     embedded_ipv4,
     match_candidates,
 )
-from proxy.hosts import canonical_host
+from sandbox_egress.proxy.hosts import canonical_host
 
 C = AddressClass
 TEREDO_SERVER = "4136:e378"  # 65.54.227.120

@@ -7,7 +7,7 @@ import json
 import threading
 from datetime import UTC, datetime
 
-from proxy.audit import AuditLog, AuditRecord, BackgroundAuditLog
+from sandbox_egress.proxy.audit import AuditLog, AuditRecord, BackgroundAuditLog
 
 
 def record(n: int) -> AuditRecord:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.budget import Budget, BudgetKey, Budgets, Rate, parse_rate
-from proxy.config import ConfigError, parse
+from sandbox_egress.proxy.budget import Budget, BudgetKey, Budgets, Rate, parse_rate
+from sandbox_egress.proxy.config import ConfigError, parse
 
 KEY = BudgetKey(None, "hf.example")
 OTHER = BudgetKey(None, "other.example")

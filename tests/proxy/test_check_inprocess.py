@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy import cli
-from proxy.lint import warnings
+from sandbox_egress.proxy.lint import warnings
+from sandbox_egress.runtime import cli
 
 KEY = "sk-ant-api03-" + "Zx9" * 12
 

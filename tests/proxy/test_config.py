@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from common.invariant import InvariantError
-from proxy.config import ConfigError, PatternKind, load, parse
-from proxy.secret import Unresolved
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.config import ConfigError, PatternKind, load, parse
+from sandbox_egress.proxy.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "OTHER": "x", "EMPTY": ""}
@@ -456,7 +456,7 @@ def test_load_without_secrets_opens_no_referenced_file(tmp_path: Path) -> None:
 
 
 def test_the_proxy_refuses_a_configuration_without_secrets() -> None:
-    from proxy.launcher import _require_secrets
+    from sandbox_egress.runtime.launcher import _require_secrets
 
     unresolved = parse(entries({"domain": "a.com"}), "env.yaml", {}, resolve_secrets=False)
     with pytest.raises(InvariantError, match="without its secrets"):

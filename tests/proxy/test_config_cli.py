@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import load
-from proxy.hosts import IPAddress
-from proxy.policy import Policy
-from proxy.stages import ConnectionFacts, decide_request
+from sandbox_egress.proxy.config import load
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from tests.proxy.test_stages import ask
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"

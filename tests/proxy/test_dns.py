@@ -26,10 +26,10 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from proxy.config import parse
-from proxy.dns import DnsMetrics, Responder, serve
-from proxy.hosts import IPAddress
-from proxy.policy import Policy
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.dns import DnsMetrics, Responder, serve
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.policy import Policy
 
 ALLOWLIST = [
     {"domain": "api.example.com"},
@@ -197,11 +197,11 @@ def test_the_command_refuses_and_reports_health(tmp_path: Path) -> None:
 # The child's system resolver is a table: the allowed name never reaches a real resolver.
 TABLE_CHILD = """
 import ipaddress, sys
-import proxy.resolver
+import sandbox_egress.proxy.resolver
 async def table(name, port):
     return [ipaddress.ip_address("203.0.113.7")] if name == "api.example.com" else []
-proxy.resolver.threaded_resolve = lambda threads: table
-from proxy.cli import main
+sandbox_egress.proxy.resolver.threaded_resolve = lambda threads: table
+from sandbox_egress.runtime.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -263,7 +263,7 @@ def test_the_command_answers_without_the_secrets_its_transforms_reference(
 
 def test_one_client_cannot_hold_every_tcp_connection(dns_server: Running):
     # issue 21: idle TCP connections of one client were held without limit (10 s each).
-    from proxy.dns import TCP_CONNECTIONS
+    from sandbox_egress.proxy.dns import TCP_CONNECTIONS
 
     idle = [
         socket.create_connection(("127.0.0.1", dns_server.port), timeout=5)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.serve import version
+from sandbox_egress.common.serve import version
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from proxy.fairness import (
+from sandbox_egress.proxy.fairness import (
     Bound,
     ClientKey,
     Fairness,
@@ -19,8 +19,8 @@ from proxy.fairness import (
     client_key,
     within_descriptors,
 )
-from proxy.hosts import IPAddress
-from proxy.resolver import CachingResolver, FairResolver
+from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.resolver import CachingResolver, FairResolver
 
 A, B, C = ClientKey("198.19.0.1"), ClientKey("198.19.0.2"), ClientKey("198.19.0.3")
 
@@ -208,9 +208,9 @@ def test_the_dns_responder_answers_another_client_while_one_client_is_stuck() ->
     import dns.message
     import dns.rcode
 
-    from proxy.config import parse
-    from proxy.dns import DnsMetrics, Responder
-    from proxy.policy import Policy
+    from sandbox_egress.proxy.config import parse
+    from sandbox_egress.proxy.dns import DnsMetrics, Responder
+    from sandbox_egress.proxy.policy import Policy
 
     config = parse({"network": {"allowlist": [{"domain": "*"}]}}, "env.yaml", {})
 
@@ -255,8 +255,8 @@ def test_the_connection_share_fits_the_descriptor_limit(
 
 
 def test_the_bounds_are_options_with_their_documented_defaults() -> None:
-    from proxy.cli import fairness_of
-    from proxy.cmdline import parser
+    from sandbox_egress.runtime.cli import fairness_of
+    from sandbox_egress.runtime.cmdline import parser
 
     run = parser().parse_args(["run", "--config", "env.yaml"])
     assert fairness_of(run) == Fairness()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.fields import head_problem
+from sandbox_egress.proxy.fields import head_problem
 
 GOOD = [(b"Host", b"api.example"), (b"Accept", b"*/*")]
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse
-from proxy.decision import Reason
-from proxy.gitpush import (
+from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.gitpush import (
     COMMANDS_LIMIT,
     Commands,
     GitRequest,
@@ -23,8 +23,8 @@ from proxy.gitpush import (
     report_status,
     smart_http,
 )
-from proxy.policy import Policy
-from proxy.stages import ConnectionFacts, decide_request
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from tests.proxy.test_stages import ask, resolve
 
 OLD, NEW = "a" * 40, "b" * 40
@@ -217,8 +217,8 @@ CEILING = [
 def test_a_sandbox_request_passes_the_nodes_rules_too(
     method: str, target: str, reason: Reason, clause: str, items: int, monkeypatch: Any
 ) -> None:
-    from proxy.sandboxes import Sandbox
-    from proxy.tenancy import SandboxPolicy
+    from sandbox_egress.proxy.sandboxes import Sandbox
+    from sandbox_egress.proxy.tenancy import SandboxPolicy
 
     own = parse({"network": {"allowlist": [WIDE_SANDBOX]}}, "sbx.yaml", {})
     policy = SandboxPolicy(Sandbox("sbx", own, sandbox_class="ci"), GIT_POLICY)

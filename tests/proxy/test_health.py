@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from proxy import health
-from proxy.cli import main
+from sandbox_egress.proxy import health
+from sandbox_egress.runtime.cli import main
 
 
 class _Server(ThreadingHTTPServer):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from common.serve import STALL_S, MetricsServer
+from sandbox_egress.common.serve import STALL_S, MetricsServer
 
 
 @pytest.fixture

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.hosts import Host, HostError, canonical_host, canonical_name, parse_authority
+from sandbox_egress.proxy.hosts import (
+    Host,
+    HostError,
+    canonical_host,
+    canonical_name,
+    parse_authority,
+)
 
 NAMES = [
     pytest.param("example.com", "example.com", id="plain"),

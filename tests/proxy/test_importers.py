@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, PatternKind, parse
-from proxy.importers import Imported, ImportRefused, as_environment_file, read
+from sandbox_egress.proxy.config import ConfigError, PatternKind, parse
+from sandbox_egress.proxy.importers import Imported, ImportRefused, as_environment_file, read
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 

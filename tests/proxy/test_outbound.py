@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.outbound import encoded_answer, outbound_fields
+from sandbox_egress.proxy.outbound import encoded_answer, outbound_fields
 
 H = list[tuple[str, str]]
 

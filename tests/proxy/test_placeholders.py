@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load, parse
-from proxy.placeholders import Place
-from proxy.secret import Unresolved
+from sandbox_egress.proxy.config import ConfigError, load, parse
+from sandbox_egress.proxy.placeholders import Place
+from sandbox_egress.proxy.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "EMPTY": ""}

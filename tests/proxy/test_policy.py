@@ -6,10 +6,10 @@ import ipaddress
 
 import pytest
 
-from proxy.config import parse
-from proxy.decision import Decision, Reason
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
 
 ENV = {"TOKEN": "secret-value"}
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.cli import main
-from proxy.config import parse
-from proxy.propose import Findings, Proposal, parse_lines, propose, render
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.propose import Findings, Proposal, parse_lines, propose, render
+from sandbox_egress.runtime.cli import main
 
 
 def line(

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import Entry, PatternKind, Transform
-from proxy.decision import Decision, Reason
-from proxy.policy import refuse_echoing_method
-from proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask
-from proxy.secret import Secret
+from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.policy import refuse_echoing_method
+from sandbox_egress.proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask
+from sandbox_egress.proxy.secret import Secret
 
 SECRET = "Zx9/k+Q=tok en"  # the bytes an encoder changes: / + = and a space
 R = Redactor.build((SECRET.encode(),))

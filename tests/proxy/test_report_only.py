@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse
-from proxy.decision import Decision, Reason
-from proxy.hosts import canonical_host
-from proxy.policy import Policy
+from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.policy import Policy
 
 ENTRIES: list[dict[str, Any]] = [
     {"domain": "api.example.com", "transform": {"Authorization": "Bearer ${T}"}},

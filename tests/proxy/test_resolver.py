@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from proxy.resolver import CachingResolver
+from sandbox_egress.proxy.resolver import CachingResolver
 
 
 class Upstream:

@@ -1,4 +1,4 @@
-"""Secret files re-read when they change (proxy/lifecycle.py, D115): a rotated value is
+"""Secret files re-read when they change (runtime/lifecycle.py, D115): a rotated value is
 applied without a restart; a failed re-read keeps the last value and is reported."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy import config as configuration
-from proxy.lifecycle import Reloader, watch_file
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.runtime.lifecycle import Reloader, watch_file
 
 PH = "sk-egress-placeholder-rotation"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import ConfigError, parse
-from proxy.paths import canonical_path
-from proxy.rules import compile_path
+from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.paths import canonical_path
+from sandbox_egress.proxy.rules import compile_path
 
 
 def problems_of(*allowlist: object) -> list[str]:

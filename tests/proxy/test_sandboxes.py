@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config import ConfigError, parse
-from proxy.hosts import canonical_host
-from proxy.identity import Failure, Identity, credentials, identify
-from proxy.policy import Policy
-from proxy.sandboxes import (
+from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.identity import Failure, Identity, credentials, identify
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import (
     Identify,
     SandboxDirectory,
     SandboxesSection,
@@ -24,7 +24,7 @@ from proxy.sandboxes import (
     parse_sandbox,
     parse_section,
 )
-from proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy import Tenancy
 
 TOKEN = "t0ken-of-sandbox-alpha"
 ENV = {"ALPHA_TOKEN": TOKEN}

@@ -7,12 +7,12 @@ import socket
 
 import pytest
 
-from proxy.addresses import match_candidates
-from proxy.config import parse
-from proxy.decision import Reason
-from proxy.hosts import IPAddress, canonical_host
-from proxy.policy import Policy
-from proxy.selfaddr import SelfAddressError, SelfAddresses, resolve_endpoint
+from sandbox_egress.proxy.addresses import match_candidates
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import IPAddress, canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.selfaddr import SelfAddressError, SelfAddresses, resolve_endpoint
 
 ip = ipaddress.ip_address
 

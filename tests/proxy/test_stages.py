@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import parse
-from proxy.decision import Reason
-from proxy.hosts import IPAddress, canonical_host
-from proxy.policy import Policy
-from proxy.stages import (
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import IPAddress, canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import (
     ConnectionFacts,
     Hello,
     HelloAnswer,
@@ -31,7 +31,7 @@ from proxy.stages import (
     decide_tcp,
     upstream_offers,
 )
-from proxy.targets import RequestNames
+from sandbox_egress.proxy.targets import RequestNames
 
 SECRET = "stage-table-secret"
 

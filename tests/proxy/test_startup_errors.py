@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.ca import CA_CERT, ensure_ca
+from sandbox_egress.runtime.ca import CA_CERT, ensure_ca
 from testbed import procs
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"

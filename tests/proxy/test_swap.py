@@ -12,13 +12,13 @@ import dataclasses
 
 import pytest
 
-from proxy.config import parse
-from proxy.decision import Reason
-from proxy.hosts import IPAddress, canonical_host
-from proxy.policy import Policy
-from proxy.stages import ConnectionFacts, RequestAsk, decide_request
-from proxy.swap import swap
-from proxy.targets import RequestNames
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import IPAddress, canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
+from sandbox_egress.proxy.swap import swap
+from sandbox_egress.proxy.targets import RequestNames
 
 OPENAI = "sk-egress-placeholder-openai"
 GIT = "ghp-egress-placeholder-git"

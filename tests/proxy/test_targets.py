@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.decision import Reason
-from proxy.hosts import canonical_host
-from proxy.targets import Location, RequestNames, locate, request_target, upstream_authority
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.targets import (
+    Location,
+    RequestNames,
+    locate,
+    request_target,
+    upstream_authority,
+)
 
 API = canonical_host("api.example")
 

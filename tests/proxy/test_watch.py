@@ -1,4 +1,4 @@
-"""The configuration watch (proxy/lifecycle.py watch_file) applies a file only once its
+"""The configuration watch (runtime/lifecycle.py watch_file) applies a file only once its
 content has been stable: a file written slowly in place is never applied half-written."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from proxy import lifecycle
+from sandbox_egress.runtime import lifecycle
 
 V1 = 'network:\n  allowlist:\n    - domain: "*.example.com"\n'
 HALF = 'network:\n  allowlist:\n    - domain: "*"\n'  # valid YAML: `*` on every port

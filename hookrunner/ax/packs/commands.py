@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from hookrunner.ax.packs import grammar
-from hookrunner.ax.packs.ansic import ansi_c
-from hookrunner.ax.packs.words import Word
+from sandbox_egress.hookrunner.ax.packs import grammar
+from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
+from sandbox_egress.hookrunner.ax.packs.words import Word
 
 MAX_DEPTH = 8
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")

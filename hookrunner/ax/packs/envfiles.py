@@ -46,8 +46,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
-from hookrunner.ax.packs.commands import SUPPLIED, Command, basename, read_script
-from hookrunner.ax.packs.words import Word, is_dynamic
+from sandbox_egress.hookrunner.ax.packs.commands import SUPPLIED, Command, basename, read_script
+from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
 
 Resolve = Callable[[str], "str | None"]
 Reach = Callable[[str], "str | None"]  # a directory -> an env file somewhere below it

@@ -33,8 +33,8 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hookrunner.ax.packs.commands import Command, basename, read_script
-from hookrunner.ax.packs.words import is_dynamic
+from sandbox_egress.hookrunner.ax.packs.commands import Command, basename, read_script
+from sandbox_egress.hookrunner.ax.packs.words import is_dynamic
 
 _GLOBAL_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}

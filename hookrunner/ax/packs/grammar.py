@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hookrunner.ax.packs import braces
-from hookrunner.ax.packs.shell import ShellSyntaxError, split_commands, substitutions
-from hookrunner.ax.packs.words import Word
+from sandbox_egress.hookrunner.ax.packs import braces
+from sandbox_egress.hookrunner.ax.packs.shell import ShellSyntaxError, split_commands, substitutions
+from sandbox_egress.hookrunner.ax.packs.words import Word
 
 try:
     import tree_sitter

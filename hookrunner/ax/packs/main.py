@@ -94,7 +94,7 @@ def _unverified(pack: str, what: str) -> int:
 
 def _codes(text: str, language: str) -> tuple[list[tuple[str, str]], Any]:
     """The inline codes a text holds (itself when it is not shell), and its read script."""
-    from hookrunner.ax.packs.commands import read_script
+    from sandbox_egress.hookrunner.ax.packs.commands import read_script
 
     if language != "bash":
         return [(language, text)], None
@@ -103,7 +103,7 @@ def _codes(text: str, language: str) -> tuple[list[tuple[str, str]], Any]:
 
 
 def block_force_push(ctx: Context) -> int:
-    from hookrunner.ax.packs import git, inline
+    from sandbox_egress.hookrunner.ax.packs import git, inline
 
     for text, language in ctx.scripts():
         codes, script = _codes(text, language)
@@ -137,7 +137,7 @@ def _forced(spelling: str) -> int:
 
 
 def protect_env_files(ctx: Context) -> int:
-    from hookrunner.ax.packs import envfiles, inline
+    from sandbox_egress.hookrunner.ax.packs import envfiles, inline
 
     resolve = _resolver(ctx.workspace)
     hit = envfiles.in_arguments(ctx.args, resolve)
@@ -170,7 +170,7 @@ MAX_WALK = 20_000  # entries a recursive read's directory is searched through fo
 
 def _reach(workspace: str) -> Callable[[str], str | None]:
     """The first env file below a directory of the workspace (bounded; links not followed)."""
-    from hookrunner.ax.packs import envfiles
+    from sandbox_egress.hookrunner.ax.packs import envfiles
 
     def reach(path: str) -> str | None:
         top = os.path.realpath(os.path.join(workspace, path))
@@ -229,7 +229,7 @@ def log_bash_commands(ctx: Context) -> int:
 
 
 def format_after_edit(ctx: Context) -> int:
-    from hookrunner.ax.packs import formatters, testruns
+    from sandbox_egress.hookrunner.ax.packs import formatters, testruns
 
     notes = []
     run_as = formatters.who_formats(ctx.environ, os.geteuid())
@@ -274,7 +274,7 @@ def _read_bytes(path: str) -> bytes:
 def require_tests_on_stop(ctx: Context) -> int:
     import hashlib
 
-    from hookrunner.ax.packs import testruns
+    from sandbox_egress.hookrunner.ax.packs import testruns
 
     key = hashlib.sha256(f"{ctx.workspace}\0{ctx.session_id}".encode()).hexdigest()[:32]
     directory = os.path.join(ctx.state_dir(), "require-tests-on-stop")

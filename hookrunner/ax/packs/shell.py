@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import re
 
-from common.invariant import InvariantError
-from hookrunner.ax.packs.ansic import ansi_c
-from hookrunner.ax.packs.words import GLOB, Word, glob_escape
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
+from sandbox_egress.hookrunner.ax.packs.words import GLOB, Word, glob_escape
 
 _OPERATORS = sorted(
     ["&&", "||", ";;", "|&", "&>>", "&>", ">>", ">|", ">&", "<&", "<<<", "<<-", "<<", "<>",

@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hookrunner.ax.packs.commands import Command, basename, read_script
-from hookrunner.ax.packs.envfiles import PATCH_KEYS, PATH_KEYS
+from sandbox_egress.hookrunner.ax.packs.commands import Command, basename, read_script
+from sandbox_egress.hookrunner.ax.packs.envfiles import PATCH_KEYS, PATH_KEYS
 
 MAX_CHANGED = 20
 TEST_PROGRAMS = frozenset(

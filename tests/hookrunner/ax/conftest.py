@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from hookrunner.ax.session import AxSession
-from hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.ax.session import AxSession
+from sandbox_egress.hookrunner.metrics import HookMetrics
 from tests.hookrunner.helpers import PY, base_environ, warnings_in
 
 

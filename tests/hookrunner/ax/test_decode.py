@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from hookrunner.ax.aggregate import decide, gather
-from hookrunner.ax.decode import ASK_REASON, decode
-from hookrunner.ax.matcher import compile_ax_matcher
-from hookrunner.ax.model import (
+from sandbox_egress.hookrunner.ax.aggregate import decide, gather
+from sandbox_egress.hookrunner.ax.decode import ASK_REASON, decode
+from sandbox_egress.hookrunner.ax.matcher import compile_ax_matcher
+from sandbox_egress.hookrunner.ax.model import (
     AxEntry,
     AxEvent,
     Cause,
@@ -18,8 +18,8 @@ from hookrunner.ax.model import (
     Protocol,
     Verdict,
 )
-from hookrunner.command import ProcessResult
-from hookrunner.outcome import Outcome
+from sandbox_egress.hookrunner.command import ProcessResult
+from sandbox_egress.hookrunner.outcome import Outcome
 
 PRE = AxEvent.PRE_TOOL_USE
 PROMPT = AxEvent.USER_PROMPT_SUBMIT

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.eventtable import (
+from sandbox_egress.hookrunner.ax.eventtable import (
     BLOCKING_EVENTS,
     EVENTS,
     OBSERVATION_EVENTS,
@@ -18,7 +18,7 @@ from hookrunner.ax.eventtable import (
     Form,
     Output,
 )
-from hookrunner.ax.metrics import possible_outcomes
+from sandbox_egress.hookrunner.ax.metrics import possible_outcomes
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hookrunner.ax.packs import envfiles, git, inline
-from hookrunner.ax.packs.commands import read_script
+from sandbox_egress.hookrunner.ax.packs import envfiles, git, inline
+from sandbox_egress.hookrunner.ax.packs.commands import read_script
 
 CORPUS = Path(__file__).parent / "data" / "ordinary_commands.txt"
 AGENT_SECTION = "agent transcripts"

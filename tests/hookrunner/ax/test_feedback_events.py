@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from hookrunner.ax.envelope import args_document, claude_code_document
-from hookrunner.ax.events import EventInput, parse_event
-from hookrunner.ax.feedback import (
+from sandbox_egress.hookrunner.ax.envelope import args_document, claude_code_document
+from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
+from sandbox_egress.hookrunner.ax.feedback import (
     CLOSE_TAG,
     OPEN_TAG,
     PER_CALL_CHARS,
@@ -17,8 +17,8 @@ from hookrunner.ax.feedback import (
     hook_feedback,
     with_feedback,
 )
-from hookrunner.ax.model import AxEvent
-from hookrunner.errors import PayloadError
+from sandbox_egress.hookrunner.ax.model import AxEvent
+from sandbox_egress.hookrunner.errors import PayloadError
 
 WIDE = ["é", "€", "😀", "👩‍💻"]  # two, three, four bytes, and a ZWJ sequence
 

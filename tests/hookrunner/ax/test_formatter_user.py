@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.packs.formatters import PRETTIER, RunAs, find_formatter, who_formats
-from hookrunner.ax.session import AxSession
-from hookrunner.metrics import HookMetrics
+from sandbox_egress.hookrunner.ax.packs.formatters import (
+    PRETTIER,
+    RunAs,
+    find_formatter,
+    who_formats,
+)
+from sandbox_egress.hookrunner.ax.session import AxSession
+from sandbox_egress.hookrunner.metrics import HookMetrics
 from tests.hookrunner.helpers import base_environ
 
 NOBODY = pwd.getpwnam("nobody")

@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hookrunner.ax.packs.commands import read_script
-from hookrunner.ax.packs.shell import split_commands
-from hookrunner.ax.packs.words import Word
+from sandbox_egress.hookrunner.ax.packs.commands import read_script
+from sandbox_egress.hookrunner.ax.packs.shell import split_commands
+from sandbox_egress.hookrunner.ax.packs.words import Word
 
 BASH = shutil.which("bash")  # part of every supported base image; a missing one fails loudly
 ENVIRON = {"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}

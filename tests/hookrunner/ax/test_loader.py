@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from hookrunner.ax.loader import full_env_switch, load_ax_config, trust_switch
-from hookrunner.ax.matcher import compile_ax_matcher
-from hookrunner.ax.model import AxEvent, Protocol
-from hookrunner.ax.packs.catalogue import PACKS
+from sandbox_egress.hookrunner.ax.loader import full_env_switch, load_ax_config, trust_switch
+from sandbox_egress.hookrunner.ax.matcher import compile_ax_matcher
+from sandbox_egress.hookrunner.ax.model import AxEvent, Protocol
+from sandbox_egress.hookrunner.ax.packs.catalogue import PACKS
 from tests.hookrunner.ax.conftest import AxEnv, cc, entry
 
 HOOK = entry("PreToolUse", "true", matcher="bash")

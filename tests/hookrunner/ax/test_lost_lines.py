@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.model import Verdict
-from hookrunner.ax.packs import braces, envfiles, git, main
-from hookrunner.ax.packs.commands import read_script
+from sandbox_egress.hookrunner.ax.model import Verdict
+from sandbox_egress.hookrunner.ax.packs import braces, envfiles, git, main
+from sandbox_egress.hookrunner.ax.packs.commands import read_script
 from tests.hookrunner.ax.conftest import AxEnv
 
 FORCE_AFTER_LOST_LINES = [

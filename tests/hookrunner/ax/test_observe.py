@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.model import Cause, Verdict
+from sandbox_egress.hookrunner.ax.model import Cause, Verdict
 from tests.hookrunner.ax.conftest import AxEnv, cc, entry
 from tests.hookrunner.test_command import alive
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from hookrunner.ax.model import Verdict
-from hookrunner.ax.packs import envfiles, git
-from hookrunner.ax.packs.shell import split_commands
+from sandbox_egress.hookrunner.ax.model import Verdict
+from sandbox_egress.hookrunner.ax.packs import envfiles, git
+from sandbox_egress.hookrunner.ax.packs.shell import split_commands
 from tests.hookrunner.ax.conftest import AxEnv
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.packs import envfiles, git, testruns
-from hookrunner.ax.packs.commands import read_script
-from hookrunner.ax.packs.formatters import RunAs, find_formatter
+from sandbox_egress.hookrunner.ax.packs import envfiles, git, testruns
+from sandbox_egress.hookrunner.ax.packs.commands import read_script
+from sandbox_egress.hookrunner.ax.packs.formatters import RunAs, find_formatter
 
 SHELL_CASES = [
     # (name, text, [argv...], complete)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrunner.ax.model import Cause, Verdict
-from hookrunner.ax.packs.catalogue import pack_command
+from sandbox_egress.hookrunner.ax.model import Cause, Verdict
+from sandbox_egress.hookrunner.ax.packs.catalogue import pack_command
 from tests.hookrunner.ax.conftest import AxEnv
 
 VENV_BIN = str(Path(sys.executable).parent)

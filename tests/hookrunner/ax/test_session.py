@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from hookrunner.ax.model import AxEvent, Cause, Verdict
+from sandbox_egress.hookrunner.ax.model import AxEvent, Cause, Verdict
 from tests.hookrunner.ax.conftest import AxEnv, cc, entry
 
 

@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 from OpenSSL import SSL, crypto
 from OpenSSL._util import ffi, lib
 
-from proxy import tlsshare
+from sandbox_egress.runtime import tlsshare
 
 
 def test_the_pyopenssl_methods_it_replaces() -> None:

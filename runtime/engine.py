@@ -9,7 +9,7 @@ name, the list of handlers that exist, so a hook costs one call per addon implem
 
 Six changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
 sends within one event goes out as one write per connection, one TLS record per message
-to the client (proxy/coalesce.py, D142) and per request upstream (D166); an idle TLS
+to the client (runtime/coalesce.py, D142) and per request upstream (D166); an idle TLS
 connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out of the
 garbage collector (D143); the connections presenting one certificate share one OpenSSL
 copy of it and its key (D161); a layer makes its queue of paused events only when one
@@ -52,9 +52,14 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from proxy import layerqueues
-from proxy.coalesce import coalesce_decided, coalesce_request, coalesce_root, coalesce_tunnel
-from proxy.tlsshare import share_certificates
+from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime.coalesce import (
+    coalesce_decided,
+    coalesce_request,
+    coalesce_root,
+    coalesce_tunnel,
+)
+from sandbox_egress.runtime.tlsshare import share_certificates
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)

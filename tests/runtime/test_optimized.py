@@ -74,8 +74,8 @@ def _run_proxy(tmp_path: Path, extra_env: dict[str, str]) -> tuple[str, str, dic
 def test_the_console_script_reexecutes_itself_under_optimization(tmp_path: Path) -> None:
     banner, cmdline, environ = _run_proxy(tmp_path, {})
     assert "egress-proxy: python -O (optimize level 1): debug-only checks off" in banner
-    # The same pid now runs `python -m proxy.cli run ...` with the variable set.
-    assert cmdline.startswith(f"{sys.executable} -m proxy.cli run --config ")
+    # The same pid now runs `python -m sandbox_egress.runtime.cli run ...` with the variable set.
+    assert cmdline.startswith(f"{sys.executable} -m sandbox_egress.runtime.cli run --config ")
     assert environ["PYTHONOPTIMIZE"] == "1"
 
 
@@ -88,8 +88,8 @@ def test_an_operators_pythonoptimize_0_keeps_the_checks_on(tmp_path: Path) -> No
 
 INVARIANT = """
 import sys
-from proxy.hosts import Host
-from common.invariant import InvariantError
+from sandbox_egress.proxy.hosts import Host
+from sandbox_egress.common.invariant import InvariantError
 
 assert False, "stripped"  # proves this interpreter runs with -O
 host = Host(name="api.example.test", ip=None)

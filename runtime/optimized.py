@@ -6,7 +6,7 @@ removes them. The project itself never relies on `assert` (`common.invariant`), 
 nothing of ours is lost.
 
 `egress-proxy run`, started by its console script, re-executes itself once as
-`python -m proxy.cli ...` with `PYTHONOPTIMIZE=1` in its environment (same pid, same
+`python -m sandbox_egress.runtime.cli ...` with `PYTHONOPTIMIZE=1` in its environment (same pid, same
 arguments; `--workers` children inherit the variable). An operator who sets
 `PYTHONOPTIMIZE` themselves is obeyed: `PYTHONOPTIMIZE=0` keeps the checks on.
 The image precompiles the optimized bytecode (`.opt-1.pyc`), so a start compiles nothing.
@@ -24,7 +24,7 @@ def reexec_argv() -> list[str] | None:
     """The command to re-execute this process with, or None when it should not."""
     if sys.flags.optimize or OPTIMIZE_ENV in os.environ:
         return None
-    return [sys.executable, "-m", "proxy.cli", *sys.argv[1:]]
+    return [sys.executable, "-m", "sandbox_egress.runtime.cli", *sys.argv[1:]]
 
 
 def reexec_optimized() -> None:

@@ -15,16 +15,17 @@ import logging
 import sys
 from pathlib import Path
 
-from common.completion import offer_completions
-from common.logs import log_handler
-from proxy import config as configuration
-from proxy import fairness, formats, health, importers, lint, optimized, sandboxes
-from proxy import propose as proposing
-from proxy.ca import CAError, ensure_ca
-from proxy.cmdline import parser
-from proxy.launcher import serve
-from proxy.startup import LaunchError, Settings, refuse_a_taken_port
-from proxy.workers import run_workers
+from sandbox_egress.common.completion import offer_completions
+from sandbox_egress.common.logs import log_handler
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy import fairness, formats, health, importers, lint, sandboxes
+from sandbox_egress.proxy import propose as proposing
+from sandbox_egress.runtime import optimized
+from sandbox_egress.runtime.ca import CAError, ensure_ca
+from sandbox_egress.runtime.cmdline import parser
+from sandbox_egress.runtime.launcher import serve
+from sandbox_egress.runtime.startup import LaunchError, Settings, refuse_a_taken_port
+from sandbox_egress.runtime.workers import run_workers
 
 
 def _propose(args: argparse.Namespace) -> int:
@@ -170,7 +171,7 @@ def _check(path: str, *, secrets: bool) -> int:
 
 
 def _run_dns(args: argparse.Namespace) -> int:
-    from proxy import dns
+    from sandbox_egress.proxy import dns
 
     # The responder's messages already start with "egress-proxy dns:" in text.
     log_handler("egress", args.log_format, sys.stderr, "", logging.WARNING)

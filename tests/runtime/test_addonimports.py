@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxy import addonimports
+from sandbox_egress.runtime import addonimports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,17 +23,17 @@ NEVER_IN_A_RUN = (
 
 RUN_PATH = """
 import asyncio, json, sys
-import proxy.cli
-from proxy import launcher
-from proxy.addonimports import import_addons_one_by_one
+import sandbox_egress.runtime.cli
+from sandbox_egress.runtime import launcher
+from sandbox_egress.runtime.addonimports import import_addons_one_by_one
 first = import_addons_one_by_one()
 # what launcher.serve imports once the configuration is loaded, then the engine
 from mitmproxy.addons.termlog import TermLog
-from addons.connections import Connections
-from addons.egress import EgressPolicy
-from addons.limits import Limits
-from addons.telemetry import CountingAudit, Telemetry
-from addons.upstream import UpstreamFailures
+from sandbox_egress.addons.connections import Connections
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.addons.limits import Limits
+from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
+from sandbox_egress.addons.upstream import UpstreamFailures
 
 async def engine(name):
     return type(launcher._engine(name)[1]).__name__

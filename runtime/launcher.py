@@ -24,16 +24,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from common.invariant import InvariantError
-from common.logs import announce, formatter
-from proxy import accepting, addonimports, lifecycle, limits, sandboxes, workers
-from proxy import config as configuration
-from proxy.audit import AuditLog, BackgroundAuditLog
-from proxy.ca import ensure_ca
-from proxy.fairness import Bound, within_descriptors
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
-from proxy.startup import (
+from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.common.logs import announce, formatter
+from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy import limits, sandboxes
+from sandbox_egress.proxy.audit import AuditLog, BackgroundAuditLog
+from sandbox_egress.proxy.fairness import Bound, within_descriptors
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.runtime import accepting, addonimports, lifecycle, workers
+from sandbox_egress.runtime.ca import ensure_ca
+from sandbox_egress.runtime.startup import (
     Settings,
     banner,
     descriptor_limit,
@@ -43,11 +45,10 @@ from proxy.startup import (
     self_addresses,
     upstream_trust,
 )
-from proxy.tenancy import Tenancy
-from proxy.tenants import Tenants
+from sandbox_egress.runtime.tenants import Tenants
 
 if TYPE_CHECKING:
-    from addons.egress import EgressPolicy
+    from sandbox_egress.addons.egress import EgressPolicy
 
 log = logging.getLogger("egress")
 
@@ -94,11 +95,11 @@ async def serve(settings: Settings) -> int:
     addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
     from mitmproxy.addons.termlog import TermLog
 
-    from addons.connections import Connections
-    from addons.egress import EgressPolicy
-    from addons.limits import Limits
-    from addons.telemetry import CountingAudit, Telemetry
-    from addons.upstream import UpstreamFailures
+    from sandbox_egress.addons.connections import Connections
+    from sandbox_egress.addons.egress import EgressPolicy
+    from sandbox_egress.addons.limits import Limits
+    from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
+    from sandbox_egress.addons.upstream import UpstreamFailures
 
     ca = ensure_ca(settings.certs, settings.ca_key_type)
     ca_cert = ca.cert
@@ -283,14 +284,14 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
 
 
 def _engine(name: str) -> tuple[EngineOptions, Engine]:
-    """The lean master (proxy/engine.py), or mitmdump's own for comparison (`--engine`)."""
+    """The lean master (runtime/engine.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
         from mitmproxy.options import Options
         from mitmproxy.tools.dump import DumpMaster
 
         options = Options()
         return options, DumpMaster(options, with_termlog=False, with_dumper=False)
-    from proxy.engine import LeanMaster, LeanOptions
+    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
 
     lean = LeanOptions()
     return lean, LeanMaster(lean)

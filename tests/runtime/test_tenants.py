@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
-from proxy.config import parse
-from proxy.metrics import ProxyMetrics
-from proxy.policy import Policy
-from proxy.sandboxes import SandboxesSection
-from proxy.tenancy import Tenancy
-from proxy.tenants import Tenants
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import SandboxesSection
+from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.runtime.cli import main
+from sandbox_egress.runtime.tenants import Tenants
 
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
 OTHER_NODE = Policy(parse({"network": {"allowlist": [{"domain": "*.example.com"}]}}, "n", {}))

@@ -6,7 +6,7 @@ changed; back on the event loop, when a sandbox was
 added, changed or removed, hands a new snapshot to `install` in one assignment; an invalid
 file is logged (never its secret values) and counted, and its sandbox keeps its last good
 policy. `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
-reload). The watch task is owned by `serve` (proxy/launcher.py), which cancels it.
+reload). The watch task is owned by `serve` (runtime/launcher.py), which cancels it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from proxy.metrics import SandboxMetrics
-from proxy.policy import Policy
-from proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
-from proxy.tenancy import Tenancy
+from sandbox_egress.proxy.metrics import SandboxMetrics
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
+from sandbox_egress.proxy.tenancy import Tenancy
 
 log = logging.getLogger("egress")
 

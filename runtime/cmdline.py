@@ -11,11 +11,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from common.logs import add_log_format_option
-from common.versions import DefaultsHelpFormatter, add_version_option
-from proxy import fairness, health, importers
-from proxy.ca import KeyType
-from proxy.startup import parse_hostport
+from sandbox_egress.common.logs import add_log_format_option
+from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option
+from sandbox_egress.proxy import fairness, health, importers
+from sandbox_egress.runtime.ca import KeyType
+from sandbox_egress.runtime.startup import parse_hostport
 
 PROG = "egress-proxy"
 # config/default.yaml, shipped as package data (pyproject.toml), so `run` alone works

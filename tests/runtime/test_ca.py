@@ -1,4 +1,4 @@
-"""The interception CA (proxy/ca.py): ECDSA by default, RSA on request, never replaced."""
+"""The interception CA (runtime/ca.py): ECDSA by default, RSA on request, never replaced."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mitmproxy.certs import CertStore
 
-from proxy import cli
-from proxy.ca import CA_CERT, CA_KEY_AND_CERT, KeyType, ensure_ca
+from sandbox_egress.runtime import cli
+from sandbox_egress.runtime.ca import CA_CERT, CA_KEY_AND_CERT, KeyType, ensure_ca
 
 SECRET_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca.p12")
 PUBLIC_FILES = ("mitmproxy-ca-cert.pem", "mitmproxy-ca-cert.cer", "mitmproxy-ca-cert.p12")

@@ -31,8 +31,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from common.serve import MetricsServer
-from proxy import config as configuration
+from sandbox_egress.common.serve import MetricsServer
+from sandbox_egress.proxy import config as configuration
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -60,7 +60,7 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}
-    command = [sys.executable, "-m", "proxy.cli", *argv]
+    command = [sys.executable, "-m", "sandbox_egress.runtime.cli", *argv]
     workers: list[subprocess.Popen[bytes]] = []
     stopping = False
 

@@ -19,7 +19,7 @@
   (another thread) reports a loop that stopped stamping as unhealthy, so a wedged loop is
   seen by liveness probes, not only a live process.
 
-Every task here is owned by `serve` (proxy/launcher.py), which cancels it on the way out.
+Every task here is owned by `serve` (runtime/launcher.py), which cancels it on the way out.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from proxy import config as configuration
+from sandbox_egress.proxy import config as configuration
 
 log = logging.getLogger("egress")
 

@@ -1,4 +1,4 @@
-"""What `serve` prepares before anything listens (proxy/startup.py), called in-process:
+"""What `serve` prepares before anything listens (runtime/startup.py), called in-process:
 each failure is a `LaunchError` in the project's words (the console script's lines are
 tests/proxy/test_startup_errors.py)."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import certifi
 import pytest
 
-from proxy import optimized
-from proxy.metrics import ProxyMetrics
-from proxy.startup import (
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.runtime import optimized
+from sandbox_egress.runtime.startup import (
     UPSTREAM_TRUST,
     LaunchError,
     Settings,

@@ -1,4 +1,4 @@
-"""What `serve` (proxy/launcher.py) prepares before anything listens: the settings, the
+"""What `serve` (runtime/launcher.py) prepares before anything listens: the settings, the
 addresses, the port probe, the upstream trust bundle, the metrics listener, the resolver,
 the banner.
 
@@ -23,20 +23,20 @@ from pathlib import Path
 import certifi
 from cryptography import x509
 
-from common.endpoint import format_endpoint, parse_endpoint
-from common.serve import MetricsServer
-from proxy import lifecycle, optimized
-from proxy.ca import KeyType
-from proxy.fairness import Bound, Fairness, Slots
-from proxy.metrics import ProxyMetrics
-from proxy.resolver import (
+from sandbox_egress.common.endpoint import format_endpoint, parse_endpoint
+from sandbox_egress.common.serve import MetricsServer
+from sandbox_egress.proxy.fairness import Bound, Fairness, Slots
+from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.resolver import (
     CachingResolver,
     FairResolver,
     MeasuredResolver,
     Resolve,
     threaded_resolve,
 )
-from proxy.selfaddr import SelfAddressError, SelfAddresses
+from sandbox_egress.proxy.selfaddr import SelfAddressError, SelfAddresses
+from sandbox_egress.runtime import lifecycle, optimized
+from sandbox_egress.runtime.ca import KeyType
 
 UPSTREAM_TRUST = "upstream-trust.pem"
 

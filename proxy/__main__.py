@@ -1,7 +1,0 @@
-"""`python -m proxy`: the `egress-proxy` command."""
-
-import sys
-
-from proxy.cli import main
-
-sys.exit(main())
