@@ -79,6 +79,8 @@ COPY proxy ./proxy
 COPY addons ./addons
 COPY common ./common
 COPY hookrunner ./hookrunner
+COPY runtime ./runtime
+COPY sandbox_egress ./sandbox_egress
 RUN python3 -m venv /opt/egress \
     && if ls /wheels/*.whl >/dev/null 2>&1; then \
         pip install --no-index --find-links /wheels . ; \

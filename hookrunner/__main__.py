@@ -1,4 +1,4 @@
-"""`python -m hookrunner`: the `hookrunner` command."""
+"""`python -m sandbox_egress.hookrunner`: the `hookrunner` command."""
 
 import sys
 

@@ -27,7 +27,7 @@ from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.model import Problem
 from sandbox_egress.hookrunner.proxyroute import ProxyProblem
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hookrunner.report")  # not __name__: the package prefix stays out of logs
 
 _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]$]+")
 

@@ -6,8 +6,8 @@ removes them. The project itself never relies on `assert` (`common.invariant`), 
 nothing of ours is lost.
 
 `egress-proxy run`, started by its console script, re-executes itself once as
-`python -m sandbox_egress.runtime.cli ...` with `PYTHONOPTIMIZE=1` in its environment (same pid, same
-arguments; `--workers` children inherit the variable). An operator who sets
+`python -m sandbox_egress.runtime.cli ...` with `PYTHONOPTIMIZE=1` in its environment (same
+pid, same arguments; `--workers` children inherit the variable). An operator who sets
 `PYTHONOPTIMIZE` themselves is obeyed: `PYTHONOPTIMIZE=0` keeps the checks on.
 The image precompiles the optimized bytecode (`.opt-1.pyc`), so a start compiles nothing.
 """

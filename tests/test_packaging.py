@@ -21,15 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_packaged_default_is_config_default_yaml() -> None:
-    packaged = REPO / "proxy" / "default.yaml"
+    packaged = REPO / "runtime" / "default.yaml"
     assert packaged.read_bytes() == (REPO / "config" / "default.yaml").read_bytes()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "default.yaml" in project["tool"]["setuptools"]["package-data"]["proxy"]
+    data = project["tool"]["setuptools"]["package-data"]
+    assert "default.yaml" in data["sandbox_egress.runtime"]
 
 
 def test_run_and_check_without_a_file_use_the_packaged_default() -> None:
     parser = cmdline.parser()
-    default = str(REPO / "proxy" / "default.yaml")
+    default = str(REPO / "runtime" / "default.yaml")
     assert parser.parse_args(["run"]).config == default
     assert parser.parse_args(["check"]).file == default
 
@@ -76,8 +77,20 @@ def test_the_wheel_installs_into_a_clean_virtualenv_and_runs(tmp_path: Path) -> 
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (checked.returncode, checked.stderr) == (0, "")
     assert checked.stdout == (
-        f"{site / 'proxy' / 'default.yaml'}: ok, 5 allowlist entries "
+        f"{site / 'sandbox_egress' / 'runtime' / 'default.yaml'}: ok, 5 allowlist entries "
         "(references not looked up: --no-secrets)\n"
     )
     hooks = run("hookrunner", "--version")
     assert (hooks.returncode, hooks.stdout.splitlines()[0]) == (0, "hookrunner 0.1.0")
+    # One top-level name (D140): the generic names of the repository's folders stay out.
+    record = next(site.glob("sandbox_egress-*.dist-info")) / "RECORD"
+    tops = {line.split("/")[0] for line in record.read_text().splitlines()}
+    assert {t for t in tops if not t.startswith("sandbox_egress-")} == {"sandbox_egress"}
+    for name in ("proxy", "addons", "common", "hookrunner", "runtime"):
+        probe = run("python", "-c", f"import {name}")
+        assert (probe.returncode, probe.stderr.splitlines()[-1]) == (
+            1,
+            f"ModuleNotFoundError: No module named '{name}'",
+        )
+    module = run("python", "-m", "sandbox_egress", "--version")
+    assert (module.returncode, module.stdout.splitlines()[0]) == (0, "egress-proxy 0.1.0")

@@ -34,10 +34,11 @@ def ax_imports(source: str, module_parts: tuple[str, ...]) -> list[str]:
                 base = ".".join((*anchor, *([base] if base else [])))
             names = [base] + [f"{base}.{a.name}" for a in node.names]
             found += [n for n in names if _is_ax(n)][:1]
-    return found
+    return [name.removeprefix("sandbox_egress.") for name in found]
 
 
 def _is_ax(name: str) -> bool:
+    name = name.removeprefix("sandbox_egress.")  # the import package (D140)
     return name == "hookrunner.ax" or name.startswith("hookrunner.ax.")
 
 
@@ -51,6 +52,8 @@ def _is_ax(name: str) -> bool:
         ("from . import ax", ["hookrunner.ax"]),
         ("from .ax.session import AxSession", ["hookrunner.ax.session"]),
         ("def f():\n    import hookrunner.ax.cli", ["hookrunner.ax.cli"]),
+        ("from sandbox_egress.hookrunner.ax import cli", ["hookrunner.ax"]),
+        ("from sandbox_egress.hookrunner import ax", ["hookrunner.ax"]),
         ("import hookrunner.axe", []),
         ("from hookrunner import model", []),
     ],
