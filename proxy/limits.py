@@ -1,7 +1,7 @@
 """The proxy's memory bounds: how much of a head, a message or a buffered body it may hold.
 
 Plain values, no mitmproxy: `addons.limits` enforces them on the protocol layers and
-`proxy.launcher` passes `STREAM_BODIES_OVER` to mitmproxy. The reasons for each number
+`runtime.launcher` passes `STREAM_BODIES_OVER` to mitmproxy. The reasons for each number
 are in docs/decisions.md (D25-D29).
 
 Invariants:

@@ -1,6 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete: this console script completes itself, D157)
 """`egress-proxy run|dns|check|import|ca|health|propose`: what each command does
-(its options are `proxy.cmdline`). The only place that chooses exit codes.
+(its options are `runtime.cmdline`). The only place that chooses exit codes.
 
 Exit codes: 0 success; 1 `check` found problems or `health` found the proxy
 unhealthy; 2 the proxy could not start (configuration error, unreadable CA,

@@ -1,7 +1,7 @@
 """The command line of `egress-proxy` (README.md#command-line): every subcommand and
-option, with its default and help text. What each command does is `proxy.cli`.
+option, with its default and help text. What each command does is `runtime.cli`.
 
-A launcher module (it names the CA's key types, `proxy.ca`); parsing a command line
+A launcher module (it names the CA's key types, `runtime.ca`); parsing a command line
 imports no mitmproxy. tests/test_command_line_doc.py checks the README against `parser()`.
 """
 

@@ -3,7 +3,7 @@
 A launcher module: it imports mitmproxy and `addons/`; the policy core imports neither
 (tests/proxy/test_layers.py).
 
-What must succeed before anything listens is prepared by `proxy.startup`.
+What must succeed before anything listens is prepared by `runtime.startup`.
 
 Invariants:
 * Nothing listens before the configuration, the CA and the upstream trust have

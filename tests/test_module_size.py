@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("proxy", "addons", "common", "hookrunner")
+PRODUCT = ("proxy", "addons", "runtime", "common", "hookrunner")  # sandbox_egress (D140)
 MAX_LINES = 400
 
 

@@ -97,8 +97,8 @@ def test_the_readme_line_registers_both_commands_in_bash(tmp_path: Path) -> None
 def test_a_normal_start_does_not_import_argcomplete() -> None:
     program = (
         "import sys\n"
-        "from common.completion import offer_completions\n"
-        "from proxy.cmdline import parser\n"
+        "from sandbox_egress.common.completion import offer_completions\n"
+        "from sandbox_egress.runtime.cmdline import parser\n"
         "offer_completions(parser())\n"
         "print('argcomplete' in sys.modules)\n"
     )

@@ -301,8 +301,8 @@ def test_same_uid_code_cannot_read_the_cli_runners_environ(env: Env) -> None:
 def test_same_uid_code_cannot_read_the_api_runners_environ(env: Env) -> None:
     script = (
         "import io, json, sys\n"
-        "from hookrunner.session import HookSession\n"
-        "from hookrunner.metrics import HookMetrics\n"
+        "from sandbox_egress.hookrunner.session import HookSession\n"
+        "from sandbox_egress.hookrunner.metrics import HookMetrics\n"
         f"s = HookSession({str(env.workspace)!r}, system_config={str(env.system_config)!r},"
         " tool_user='root', metrics=HookMetrics(), stream=io.StringIO())\n"
         f"print(json.dumps(s.exec_tool('code_execution', {{'code': {PEEK!r}}}).to_json()))\n"

@@ -1,4 +1,4 @@
-"""`check` and `import` called in-process (`proxy.cli.main`): the same lines as the console
+"""`check` and `import` called in-process (`runtime.cli.main`): the same lines as the console
 script's (tests/proxy/test_config_cli.py), measured by coverage."""
 
 from __future__ import annotations

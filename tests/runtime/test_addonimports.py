@@ -54,7 +54,11 @@ def test_a_run_imports_only_the_addons_its_engine_uses() -> None:
     first, again, made, mitmdump, loaded, whole_later = json.loads(done.stdout.splitlines()[-1])
     assert (first, again, made, mitmdump) == (True, False, "LeanMaster", "DumpMaster")
     assert [name for name in NEVER_IN_A_RUN if name in loaded] == []
-    for used in ("mitmproxy.addons.tlsconfig", "mitmproxy.addons.proxyserver", "addons.egress"):
+    for used in (
+        "mitmproxy.addons.tlsconfig",
+        "mitmproxy.addons.proxyserver",
+        "sandbox_egress.addons.egress",
+    ):
         assert used in loaded
     assert whole_later  # default_addons() ran the package's own __init__ on demand
 
@@ -62,7 +66,7 @@ def test_a_run_imports_only_the_addons_its_engine_uses() -> None:
 def test_the_package_is_left_alone_once_imported() -> None:
     code = (
         "import mitmproxy.addons, sys\n"
-        "from proxy.addonimports import import_addons_one_by_one, is_whole\n"
+        "from sandbox_egress.runtime.addonimports import import_addons_one_by_one, is_whole\n"
         "print(import_addons_one_by_one(), is_whole())"
     )
     done = subprocess.run(
@@ -74,7 +78,7 @@ def test_the_package_is_left_alone_once_imported() -> None:
 def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
     code = (
         "import sys\n"
-        "from proxy.addonimports import import_addons_one_by_one, is_whole\n"
+        "from sandbox_egress.runtime.addonimports import import_addons_one_by_one, is_whole\n"
         "import_addons_one_by_one()\n"
         "from mitmproxy.addons import core\n"
         "package = sys.modules['mitmproxy.addons']\n"

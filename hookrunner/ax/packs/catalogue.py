@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import sandbox_egress
+
 BASH_TOOLS = ("bash", "code_execution", "Bash")
 EDIT_TOOLS = (
     "edit",
@@ -38,7 +40,8 @@ EDIT_TOOLS = (
 )
 READ_TOOLS = ("read", "read_file", "grep", "Read", "Grep")
 DELETE_TOOLS = ("delete_file",)
-PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the directory holding hookrunner/
+# The directory holding the import package sandbox_egress/ (the checkout, or site-packages).
+PROJECT_ROOT = Path(sandbox_egress.__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def pack_command(name: str, python: str | None = None) -> str:
     bootstrap = (
         f"import sys; sys.path.insert(0, {str(PROJECT_ROOT)!r}); "
         f"sys.path.extend({grammar_paths()!r}); "
-        "from hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
+        "from sandbox_egress.hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
     )
     argv = [python or sys.executable, "-I", "-S", "-c", bootstrap, name]
     return " ".join(shlex.quote(a) for a in argv)
