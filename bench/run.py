@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": sys.version.split()[0],
         "python_config": _python_config(),
-        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+        "loadavg_at_start": _loadavg(),
     }
 
 
@@ -141,6 +142,10 @@ def code_state() -> dict[str, Any]:
         "uncommitted": [line[3:] for line in status.splitlines()],
         "proxy_addons_sha256": digest.hexdigest()[:16],
     }
+
+
+def _loadavg() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
 
 
 # The egress-proxy engine of before the lean master (issue 12), measured beside it.
@@ -270,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"bench: failed; logs kept in {kept}")
             shutil.rmtree(work, ignore_errors=True)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    results["machine"]["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    results["machine"]["loadavg_at_end"] = _loadavg()
+    _say(f"waiting up to {targets.SETTLE_SECONDS} s for the bench's own load to decay")
+    after, waited = targets.settled(_loadavg, time.sleep)
+    results["machine"]["loadavg_settled"], results["machine"]["settle_seconds"] = after, waited
     _say(targets.load_line(results["machine"]))
     path = args.output / f"{stamp}.json"
     path.write_text(json.dumps(results, indent=1) + "\n")

@@ -3,19 +3,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 QUIET = 0.5  # issue 26: a run counts as quiet when the 1-minute load is under this
+SETTLE_SECONDS = 240  # how long the bench waits, once done, for its own load to decay
+
+
+def settled(
+    read: Callable[[], list[str]], sleep: Callable[[float], None], limit: float = SETTLE_SECONDS
+) -> tuple[list[str], float]:
+    """The load average once the bench's own load has decayed below QUIET (or after
+    `limit` seconds), and how long that took. The 1-minute average still counts the
+    bench's last minute when it ends (the profiles keep a core busy), so "after" is read
+    once that has faded: a process of someone else's keeps it up, and the run is not quiet."""
+    waited = 0.0
+    found = read()
+    while float(found[0]) >= QUIET and waited < limit:
+        sleep(5.0)
+        waited += 5.0
+        found = read()
+    return found, waited
 
 
 def load_line(machine: dict[str, Any]) -> str:
     """The load average before and after the run, and whether the run was quiet."""
     start, end = machine.get("loadavg_at_start"), machine.get("loadavg_at_end")
-    found = [float(a[0]) for a in (start, end) if a]
+    after = machine.get("loadavg_settled") or end
+    found = [float(a[0]) for a in (start, after) if a]
     quiet = len(found) == 2 and max(found) < QUIET
+    settling = ""
+    if machine.get("loadavg_settled"):
+        settling = (
+            f" (at the end {' '.join(end or ['?'])}; "
+            f"read {machine.get('settle_seconds', 0):.0f} s later)"
+        )
     return (
         f"load average (1, 5, 15 min): before {' '.join(start or ['?'])}, "
-        f"after {' '.join(end or ['?'])}: " + ("quiet" if quiet else f"NOT quiet (>= {QUIET})")
+        f"after {' '.join(after or ['?'])}{settling}: "
+        + ("quiet" if quiet else f"NOT quiet (>= {QUIET})")
     )
 
 

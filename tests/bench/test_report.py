@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import report
-from bench.targets import load_line
+from bench.targets import load_line, settled
 
 
 def summary(cpu: float) -> dict[str, Any]:
@@ -45,6 +45,28 @@ def test_each_figure_of_issue_26_against_its_target() -> None:
     assert table["idle KiB per intercepted connection"][-3:] == ["80.0", "≤", "64"]
     assert table["idle process MiB (before the connections)"][-3:] == ["70.0", "≤", "60"]
     assert table["low load (b) added_p99_ms vs direct"][-3:] == ["6.50", "≤", "5"]
+
+
+def test_after_is_read_once_the_benchs_own_load_has_decayed() -> None:
+    readings = iter([["1.4", "0.7", "0.5"], ["0.9", "0.7", "0.5"], ["0.42", "0.6", "0.5"]])
+    slept: list[float] = []
+    assert settled(lambda: next(readings), slept.append) == (["0.42", "0.6", "0.5"], 10.0)
+    assert slept == [5.0, 5.0]
+    busy = settled(lambda: ["2.0", "2.0", "2.0"], slept.append, limit=15)
+    assert busy == (["2.0", "2.0", "2.0"], 15.0)
+    machine = {
+        "loadavg_at_start": ["0.27", "1.07", "2.91"],
+        "loadavg_at_end": ["0.94", "0.65", "1.51"],
+        "loadavg_settled": ["0.42", "0.6", "0.5"],
+        "settle_seconds": 10.0,
+    }
+    assert load_line(machine) == (
+        "load average (1, 5, 15 min): before 0.27 1.07 2.91, after 0.42 0.6 0.5 "
+        "(at the end 0.94 0.65 1.51; read 10 s later): quiet"
+    )
+    assert load_line({**machine, "loadavg_settled": ["2.0", "2.0", "2.0"]}).endswith(
+        "NOT quiet (>= 0.5)"
+    )
 
 
 def test_the_load_line_says_whether_the_run_was_quiet() -> None:
