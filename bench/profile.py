@@ -30,7 +30,8 @@ from bench.allowlist import TARGET
 from bench.throughput import Target, Workload
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-OURS = ("addons/", "proxy/", "hookrunner/")
+OURS = ("addons/", "proxy/", "runtime/", "hookrunner/", "common/")
+PACKAGE = "sandbox_egress/"  # frames name the import package's path (D140)
 # Our entry point: every sample of the event loop sits under it, so it is not "our work".
 ENTRY = ("runtime/cli.py", "runtime/launcher.py")
 STDLIB_PREFIXES = (
@@ -64,7 +65,7 @@ def ensure_py_spy(tools: Path) -> Path:
 
 def owner(frame: str) -> str:
     match = _FRAME.match(frame)
-    path = match.group("file") if match else frame
+    path = (match.group("file") if match else frame).removeprefix(PACKAGE)
     if path.startswith(ENTRY):
         return "ours: entry point"
     if path.startswith(OURS):
