@@ -7,8 +7,9 @@ Prints one JSON object (``ax.model.FireResult.to_json``): ``decision``
 Exit status: 0 allow, 1 deny or ask (never run the action without the human's
 answer), 2 usage or payload error, 3 internal error (``hookrunner.cli``).
 With ``--claude-exit-codes`` (the runner as Claude Code's hook command): 2 with
-the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is the
-same JSON. An error is a block (2) on an event that can block, else 1 (Claude
+the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is empty or a
+document of Claude Code's hook-output schema (``ax.claudeout``), never the runner's
+own JSON, which Claude Code would report as invalid. An error is a block (2) on an event that can block, else 1 (Claude
 Code's non-blocking error); Claude Code's settings files are not read in this
 mode, since Claude Code runs their hooks itself (the recursion guard).
 
@@ -24,6 +25,7 @@ import os
 import sys
 from typing import Any
 
+from sandbox_egress.hookrunner.ax.claudeout import claude_answer
 from sandbox_egress.hookrunner.ax.events import parse_event
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -125,7 +127,10 @@ def _fire(args: argparse.Namespace) -> int:
     )
     try:
         result, output = _judge(session, args.event, payload, refusal)
-        emit(result.to_json(output))
+        if not args.claude_exit_codes:
+            emit(result.to_json(output))
+        elif (answer := claude_answer(result)) is not None:
+            emit(answer)
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:
