@@ -212,8 +212,9 @@ def _methods(raw: Any, where: str, report: Report) -> frozenset[str] | None:
 
 
 # IANA's HTTP Method Registry (RFC 9110, PATCH, WebDAV, CalDAV, DeltaV, ...) and QUERY.
-# A method is compared byte for byte (`get` is not `GET`, SPEC 1.8), so a rule naming a
-# method outside it, or one in lower case, almost surely never matches: `check` says so.
+# A method is compared byte for byte (`get` is not `GET`, docs/configuration.md#rules),
+# so a rule naming a method outside it, or one in lower case, almost surely never
+# matches: `check` says so.
 # fmt: off
 KNOWN_METHODS = frozenset((
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY",
