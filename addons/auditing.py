@@ -26,6 +26,7 @@ class Where:
     host: str
     port: int | None
     upstream: str | None = None
+    path: str | None = None  # an HTTP request's, already masked (`proxy.audit.audit_path`)
 
 
 def address_text(address: tuple[str, int] | None) -> str | None:
@@ -66,4 +67,5 @@ def record(
         bytes_received=received,
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
+        path=where.path,
     )

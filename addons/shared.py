@@ -45,6 +45,7 @@ class FlowState:
     bytes_sent: int = 0
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
+    path: str | None = None  # the request-target as the client sent it, masked for the audit
 
 
 class Shared:

@@ -415,3 +415,23 @@ def test_the_refusal_body_names_a_refusal_denied_and_a_failure_failed(
 ) -> None:
     body = json.loads(refusal_response(Decision.deny(reason), "h.example").content)
     assert (body["error"], body["reason"]) == (error, reason.value)
+
+
+def test_the_audit_line_names_the_path_with_query_values_masked() -> None:
+    """A rule_mismatch can only be investigated with the path (issue 35)."""
+    addon, _, audit = make_addon(
+        Resolver({}), {"domain": "api.example", "rules": [{"methods": ["POST"]}]}
+    )
+    flow = https_flow("api.example")
+    flow.request.path = "/repos/acme/web?token=sk-not-for-the-log&page=2"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requests.requestheaders(flow))
+        addon.responses.response(flow)
+    line = json.loads(audit.getvalue())
+    assert (line["reason"], line["method"], line["path"]) == (
+        "rule_mismatch",
+        "GET",
+        "/repos/acme/web?token=…&page=…",
+    )
+    assert "sk-not-for-the-log" not in audit.getvalue()
