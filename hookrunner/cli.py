@@ -5,7 +5,8 @@
 Exit codes:
 * ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json`` and the
   ``--ax-config`` operator file included), 1 problems (one line each on stdout:
-  ``FILE: LOCATION: REASON``);
+  ``FILE: LOCATION: REASON``); a warning (``warning: FILE: LOCATION: REASON``, e.g. a
+  settings file's event this runner does not fire) is said and does not fail;
 * ``run``: 0 allow (always for post), 1 deny;
 * ``fire`` (the AX Code dialect, ``hookrunner.ax.cli``): 0 allow, 1 deny or ask;
 * ``exec``: 0 ``ok``, 1 ``denied`` or ``error`` (the JSON says which);
@@ -172,8 +173,8 @@ def _validate(args: argparse.Namespace) -> int:
     ax_files, ax_problems = validate_ax_files(workspace, operator, places)
     problems = (*config.problems, *ax_problems)
     for problem in problems:
-        sys.stdout.write(f"{problem}\n")
-    if problems:
+        sys.stdout.write(f"{'warning: ' if problem.warning else ''}{problem}\n")
+    if any(not problem.warning for problem in problems):
         return 1
     files = ", ".join((*config.files, *ax_files)) or "none found"
     say(f"valid ({files})")

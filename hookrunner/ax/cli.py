@@ -9,9 +9,10 @@ answer), 2 usage or payload error, 3 internal error (``hookrunner.cli``).
 With ``--claude-exit-codes`` (the runner as Claude Code's hook command): 2 with
 the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is empty or a
 document of Claude Code's hook-output schema (``ax.claudeout``), never the runner's
-own JSON, which Claude Code would report as invalid. An error is a block (2) on an event that can block, else 1 (Claude
-Code's non-blocking error); Claude Code's settings files are not read in this
-mode, since Claude Code runs their hooks itself (the recursion guard).
+own JSON, which Claude Code would report as invalid. An error is a block (2) on an
+event that can block, else 1 (Claude Code's non-blocking error); Claude Code's
+settings files are not read in this mode, since Claude Code runs their hooks
+itself (the recursion guard).
 
 For observation-only events the answer is printed and stdout is closed at
 once, before any hook runs; the process then runs the hooks (each with its

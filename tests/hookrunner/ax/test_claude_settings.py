@@ -173,6 +173,20 @@ def test_claude_code_precedence_of_disable_all_hooks(
     assert claude.runs() == runs
 
 
+def test_validate_warns_of_what_only_claude_code_runs_and_passes(claude: Claude) -> None:
+    """An ordinary settings file with a Notification hook: a warning, not a failure."""
+    claude.write(
+        "user",
+        settings(("Notification", "", "notify-send hi"), ("PreToolUse", "Bash", "true")),
+    )
+    done = claude.validate()
+    assert done.returncode == 0, done.stdout
+    (line,) = done.stdout.splitlines()
+    assert (
+        line.startswith("warning: ") and "$.hooks.Notification: this runner does not fire" in line
+    )
+
+
 def test_validate_reports_settings_problems_with_their_location(claude: Claude) -> None:
     path = claude.write(
         "user",
@@ -198,7 +212,7 @@ def test_validate_reports_settings_problems_with_their_location(claude: Claude) 
     )
     done = claude.validate()
     assert done.returncode == 1
-    lines = [line.split(": ", 2)[1:] for line in done.stdout.splitlines()]
+    lines = [line.removeprefix("warning: ").split(": ", 2)[1:] for line in done.stdout.splitlines()]
     assert [path for path, _ in lines] == [
         "$.disableAllHooks",
         "$.allowManagedHooksOnly",
@@ -210,7 +224,15 @@ def test_validate_reports_settings_problems_with_their_location(claude: Claude) 
         "$.hooks.Notification",
         "$.hooks.Stop",
     ]
-    assert all(line.startswith(f"{path}: ") for line in done.stdout.splitlines())
+    assert all(
+        line.removeprefix("warning: ").startswith(f"{path}: ") for line in done.stdout.splitlines()
+    )
+    warned = [line.split(": ", 3)[2] for line in done.stdout.splitlines() if line.startswith("w")]
+    assert warned == [
+        "$.hooks.PreToolUse[0].hooks[0].type",
+        "$.hooks.PreToolUse[0].hooks[1].type",
+        "$.hooks.Notification",
+    ]
     reasons = dict((p, r) for p, r in lines)
     assert "a prompt hook asks a model" in reasons["$.hooks.PreToolUse[0].hooks[0].type"]
     assert "never runs" in reasons["$.hooks.PreToolUse[0].hooks[1].type"]
