@@ -19,6 +19,8 @@ from sandbox_egress.hookrunner.ax.model import AxEvent, FireResult
 _CONTEXT_EVENTS = frozenset(
     {AxEvent.POST_TOOL_USE, AxEvent.POST_TOOL_USE_FAILURE, AxEvent.USER_PROMPT_SUBMIT}
 )
+# The events whose hooks may keep Claude working: Claude Code honours their block.
+_STOP_EVENTS = frozenset({AxEvent.STOP, AxEvent.SUBAGENT_STOP})
 # Claude Code's ``hookEventName`` for each event that may carry ``hookSpecificOutput``.
 _CLAUDE_NAMES = {
     AxEvent.POST_TOOL_USE: "PostToolUse",
@@ -32,17 +34,26 @@ def claude_answer(result: FireResult) -> dict[str, Any] | None:
 
     Feedback for the model (a PostToolUse ``<hook_feedback>`` block, UserPromptSubmit
     context) is ``hookSpecificOutput.additionalContext``; notices for the user are
-    ``systemMessage``. The runner's own fields (cause, source) stay in its logs.
+    ``systemMessage``; a Stop or SubagentStop hook that asked to block (ignored in the
+    AX dialect) is Claude Code's ``{"decision": "block", "reason": ...}``, which keeps
+    Claude working. The runner's own fields (cause, source) stay in its logs.
     """
     if not result.allowed:
         return None
     answer: dict[str, Any] = {}
+    if result.event in _STOP_EVENTS:
+        asked = [run for run in result.runs if run.asked_block]
+        if asked:  # Claude Code's own meaning: do not stop yet, here is why (D228)
+            reasons = [run.notice for run in asked if run.notice]
+            answer["decision"] = "block"
+            answer["reason"] = "\n".join(reasons) or f"A {result.event.value} hook asked to go on."
     context = result.feedback if result.feedback is not None else result.context
     if context and result.event in _CONTEXT_EVENTS:
         answer["hookSpecificOutput"] = {
             "hookEventName": _CLAUDE_NAMES[result.event],
             "additionalContext": context,
         }
-    if result.notices:
-        answer["systemMessage"] = "\n".join(result.notices)
+    notices = [n for n in result.notices if n not in answer.get("reason", "").split("\n")]
+    if notices:
+        answer["systemMessage"] = "\n".join(notices)
     return answer or None

@@ -400,3 +400,29 @@ def test_managed_switches_skip_the_project_ax_file_never_the_operator_s(
     assert claude.runs() == ["operator"]
     causes = [w["cause"] for w in claude.ax.warnings() if w["kind"] == "config"]
     assert any(f"hooks are skipped: {switch} is set" in c for c in causes)
+
+
+STOP_BLOCKER = (
+    "import json, sys\n"
+    "json.load(sys.stdin)\n"
+    "print(json.dumps({'decision': 'block', 'reason': 'the tests fail: run them again'}))\n"
+)
+
+
+@pytest.mark.parametrize("event", ["Stop", "SubagentStop"])
+def test_a_stop_hooks_block_is_claude_codes_block(claude: Claude, event: str) -> None:
+    """Claude Code honours a Stop hook's {"decision": "block"} (it keeps working); in
+    Claude Code mode the runner says so in Claude Code's words (D228)."""
+    operator = claude.ax.root / "operator-stop.json"
+    hook = claude.ax.script("stop_block.py", STOP_BLOCKER)
+    operator.write_text(
+        json.dumps({"hooks": [{"event": event, "command": hook, "protocol": "claude-code"}]})
+    )
+    done = claude.fire(event, PAYLOADS[event], "--claude-exit-codes", "--ax-config", str(operator))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    CLAUDE_OUTPUT.validate(answer)
+    assert answer == {"decision": "block", "reason": "the tests fail: run them again"}
+    # Without Claude Code mode the AX dialect keeps its rule: Stop cannot block.
+    plain = claude.fire(event, PAYLOADS[event], "--ax-config", str(operator))
+    assert (plain.returncode, json.loads(plain.stdout)["decision"]) == (0, "allow")
