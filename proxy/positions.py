@@ -89,7 +89,9 @@ def yaml12(loader: Any) -> Any:
             else (tag, rx)
             for tag, rx in pairs
         ]
-    twelve = type(f"Yaml12{loader.__name__}", (loader,), {"yaml_implicit_resolvers": resolvers})
+    twelve: Any = type(
+        f"Yaml12{loader.__name__}", (loader,), {"yaml_implicit_resolvers": resolvers}
+    )
     twelve.add_implicit_resolver(
         "tag:yaml.org,2002:bool",
         re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
