@@ -35,7 +35,12 @@ from sandbox_egress.hookrunner import bounds
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
 from sandbox_egress.hookrunner.ax import metrics as ax_metrics
-from sandbox_egress.hookrunner.ax.cli import add_fire_parser, run_fire
+from sandbox_egress.hookrunner.ax.cli import (
+    add_claude_parser,
+    add_fire_parser,
+    run_claude,
+    run_fire,
+)
 from sandbox_egress.hookrunner.ax.loader import MANAGED_SETTINGS, SettingsPlaces, validate_ax_files
 from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import configure_logging, emit, read_stdin_json, say
@@ -127,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
     add_fire_parser(commands)
+    add_claude_parser(commands)
     return parser
 
 
@@ -145,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             return _exec(args)
         if args.command == "fire":
             return run_fire(args)
+        if args.command == "claude":
+            return run_claude(args)
         return _session(args)
     except HookRunnerError as exc:
         say(f"error: {exc}")

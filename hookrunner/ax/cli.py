@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
+from sandbox_egress.hookrunner.ax import claudeinstall
 from sandbox_egress.hookrunner.ax.claudeout import claude_answer
 from sandbox_egress.hookrunner.ax.events import parse_event
 from sandbox_egress.hookrunner.ax.model import (
@@ -37,7 +40,7 @@ from sandbox_egress.hookrunner.ax.model import (
 from sandbox_egress.hookrunner.ax.session import AxSession
 from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
-from sandbox_egress.hookrunner.errors import HookRunnerError
+from sandbox_egress.hookrunner.errors import HookRunnerError, UsageError
 from sandbox_egress.hookrunner.metrics import HookMetrics
 
 CLAUDE_BLOCK = 2  # Claude Code's exit status for "blocked"
@@ -78,10 +81,68 @@ def add_fire_parser(commands: Any) -> None:
         "Claude Code settings files are not read (Claude Code runs them itself)",
     )
     fire.add_argument(
+        "--claude-hooks",
+        default=None,
+        metavar="PATH",
+        help="the user's Claude Code hooks that `hookrunner claude install` moved here: run "
+        "with their Claude Code semantics, also with --claude-exit-codes",
+    )
+    fire.add_argument(
         "--interactive",
         action="store_true",
         help="the caller shows an ask to a human (without it, ask is refused)",
     )
+
+
+def add_claude_parser(commands: Any) -> None:
+    claude = commands.add_parser(
+        "claude",
+        help="wire the runner as Claude Code's hook command: install makes it the hook of "
+        "every event it fires (the settings file's own hooks move to a runner-owned file and "
+        "keep running through it); uninstall puts them back",
+    )
+    claude.add_argument("action", choices=["install", "uninstall"], help="what to do")
+    claude.add_argument(
+        "--scope",
+        choices=["user", "project"],
+        default="user",
+        help="~/.claude/settings.json (user) or <workspace>/.claude/settings.json (project)",
+    )
+    claude.add_argument("--workspace", default=".", help="workspace directory (default: .)")
+    claude.add_argument(
+        "--runner", default=None, help="the hookrunner command Claude Code runs (default: this one)"
+    )
+    claude.add_argument(
+        "--ax-config", default=None, help="install: an operator AX hooks file every call runs too"
+    )
+
+
+def run_claude(args: argparse.Namespace) -> int:
+    home = os.environ.get("HOME")
+    settings = claudeinstall.settings_path(
+        args.scope, Path(home) if home else None, Path(os.path.realpath(args.workspace))
+    )
+    runner = args.runner or _this_runner()
+    if args.action == "uninstall":
+        claudeinstall.uninstall(settings, runner)
+        say(f"{settings}: the runner's entries removed, the moved hooks put back")
+        return 0
+    ax_config = Path(os.path.realpath(args.ax_config)) if args.ax_config else None
+    moved = claudeinstall.install(settings, runner, ax_config)
+    say(f"{settings}: the runner is Claude Code's hook for every event it fires")
+    say(f"{moved}: your hooks, run by the runner with their Claude Code semantics")
+    return 0
+
+
+def _this_runner() -> str:
+    """The console script beside this interpreter, else `hookrunner` on PATH."""
+    beside = Path(sys.executable).parent / "hookrunner"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("hookrunner")
+    if found is None:
+        raise UsageError("no hookrunner command found: name it with --runner")
+    return os.path.realpath(found)
 
 
 def _close_stdout() -> None:
@@ -122,6 +183,7 @@ def _fire(args: argparse.Namespace) -> int:
         operator_config=args.ax_config,
         claude_settings=not args.claude_exit_codes,
         managed_settings=args.managed_settings,
+        moved_settings=args.claude_hooks,
         interactive=args.interactive,
         metrics=HookMetrics(),
         log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
