@@ -55,22 +55,31 @@ def settings_path(scope: str, home: Path | None, workspace: Path) -> Path:
     return home / ".claude" / "settings.json"
 
 
-def runner_command(runner: str, event: str, moved: Path, ax_config: Path | None) -> str:
-    """The shell command Claude Code runs (``/bin/sh -c``) for ``event``."""
-    words = [runner, "fire", event, "--claude-exit-codes", "--claude-hooks", str(moved)]
+def runner_command(client: list[str], event: str, moved: Path, ax_config: Path | None) -> str:
+    """The shell command Claude Code runs (``/bin/sh -c``) for ``event``: ``client`` is the
+    runner, or the quick client of a warm one followed by the runner (``ax.quickclient``)."""
+    words = [*client, "fire", event, "--claude-exit-codes", "--claude-hooks", str(moved)]
     if ax_config is not None:
         words += ["--ax-config", str(ax_config)]
     return shlex.join(words)
 
 
 def _is_runner(group: Any, runner: str) -> bool:
+    """An entry ``install`` wrote: its command runs ``RUNNER fire`` (directly or through
+    the quick client)."""
     hooks = group.get("hooks") if isinstance(group, dict) else None
     return isinstance(hooks, list) and any(
-        isinstance(h, dict)
-        and isinstance(h.get("command"), str)
-        and h["command"].startswith(shlex.join([runner, "fire"]))
+        isinstance(h, dict) and isinstance(h.get("command"), str) and _runs(h["command"], runner)
         for h in hooks
     )
+
+
+def _runs(command: str, runner: str) -> bool:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(w == runner and words[i + 1 : i + 2] == ["fire"] for i, w in enumerate(words))
 
 
 def installed(
@@ -143,14 +152,18 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
         raise
 
 
-def install(settings: Path, runner: str, ax_config: Path | None) -> Path:
-    """Install into ``settings``; the moved hooks' file is returned."""
+def install(
+    settings: Path, runner: str, ax_config: Path | None, client: list[str] | None = None
+) -> Path:
+    """Install into ``settings``; the moved hooks' file is returned. ``client``: what
+    Claude Code runs, ending with ``runner`` (default: the runner alone)."""
     moved_path = settings.parent / MOVED_NAME
     document, moved = read_json(settings), read_json(moved_path)
     backup = settings.with_name(settings.name + BACKUP_SUFFIX)
     if settings.exists() and not backup.exists():
         write_json(backup, document)
-    commands = {e: runner_command(runner, e, moved_path, ax_config) for e in CLAUDE_EVENTS}
+    words = client or [runner]
+    commands = {e: runner_command(words, e, moved_path, ax_config) for e in CLAUDE_EVENTS}
     new_document, new_moved = installed(document, moved, runner, commands)
     write_json(moved_path, new_moved)  # first: the hooks are never in neither file
     write_json(settings, new_document)

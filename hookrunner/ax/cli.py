@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.ax import claudeinstall
+from sandbox_egress.hookrunner.ax import claudeinstall, quickclient, quickfire
 from sandbox_egress.hookrunner.ax.claudeout import claude_answer
 from sandbox_egress.hookrunner.ax.events import parse_event
 from sandbox_egress.hookrunner.ax.model import (
@@ -101,7 +101,12 @@ def add_claude_parser(commands: Any) -> None:
         "every event it fires (the settings file's own hooks move to a runner-owned file and "
         "keep running through it); uninstall puts them back",
     )
-    claude.add_argument("action", choices=["install", "uninstall"], help="what to do")
+    claude.add_argument(
+        "action",
+        choices=["install", "uninstall", "serve"],
+        help="what to do (serve: the warm runner the installed hook command reaches, started "
+        "by it when missing)",
+    )
     claude.add_argument(
         "--scope",
         choices=["user", "project"],
@@ -115,6 +120,13 @@ def add_claude_parser(commands: Any) -> None:
     claude.add_argument(
         "--ax-config", default=None, help="install: an operator AX hooks file every call runs too"
     )
+    claude.add_argument(
+        "--idle",
+        type=float,
+        default=quickfire.DEFAULT_IDLE_S,
+        metavar="SECONDS",
+        help="serve: leave after this long without a call",
+    )
 
 
 def run_claude(args: argparse.Namespace) -> int:
@@ -122,13 +134,18 @@ def run_claude(args: argparse.Namespace) -> int:
     settings = claudeinstall.settings_path(
         args.scope, Path(home) if home else None, Path(os.path.realpath(args.workspace))
     )
+    if args.action == "serve":
+        from sandbox_egress.hookrunner.cli import main  # the whole command, imported once
+
+        return quickfire.serve(main, args.idle)
     runner = args.runner or _this_runner()
     if args.action == "uninstall":
         claudeinstall.uninstall(settings, runner)
         say(f"{settings}: the runner's entries removed, the moved hooks put back")
         return 0
     ax_config = Path(os.path.realpath(args.ax_config)) if args.ax_config else None
-    moved = claudeinstall.install(settings, runner, ax_config)
+    client = [sys.executable, "-I", "-S", os.path.realpath(quickclient.__file__), runner]
+    moved = claudeinstall.install(settings, runner, ax_config, client)
     say(f"{settings}: the runner is Claude Code's hook for every event it fires")
     say(f"{moved}: your hooks, run by the runner with their Claude Code semantics")
     return 0

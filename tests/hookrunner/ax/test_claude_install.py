@@ -2,7 +2,7 @@
 user's own hooks keep running with their semantics (issue 35, D229).
 
 Claude Code itself cannot run here without a model; it is played by what it does with a
-settings file: for each event, `/bin/sh -c COMMAND` of each entry with the event's payload
+settings file (the commands reach the runner through its quick client, ax.quickclient): for each event, `/bin/sh -c COMMAND` of each entry with the event's payload
 on stdin (the recorded payloads of tests/hookrunner/ax/claude/payloads.json), reading exit
 2 and stderr as a block and validating stdout against its hook-output schema.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,15 +23,28 @@ from tests.hookrunner.ax.test_claude_settings import (
     BLOCK_RM,
     PAYLOADS,
     Claude,
-    as_claude_code_runs,
     settings,
 )
+from tests.hookrunner.ax.test_quickfire import stop_servers
 from tests.hookrunner.helpers import HOOKRUNNER
 
 
+class Installed(Claude):
+    """Claude Code's environment, with a runtime directory of the test's own: the warm
+    runner the installed command starts there is ended afterwards."""
+
+    def __init__(self, ax: AxEnv) -> None:
+        super().__init__(ax)
+        self.run_dir = ax.root / "run"
+        self.run_dir.mkdir(mode=0o700)
+        self.env = ax.environ(HOME=str(self.home), XDG_RUNTIME_DIR=str(self.run_dir))
+
+
 @pytest.fixture
-def claude(ax: AxEnv) -> Claude:
-    return Claude(ax)
+def claude(ax: AxEnv) -> Iterator[Installed]:
+    installed = Installed(ax)
+    yield installed
+    stop_servers(installed.run_dir, tries=50)
 
 
 LOG_EVENT = (
@@ -55,30 +69,37 @@ def four_hooks(claude: Claude) -> dict[str, Any]:
     )
 
 
-def claude_code_fires(claude: Claude, event: str, payload: dict[str, Any]) -> list[Any]:
+def claude_code_fires(claude: Installed, event: str, payload: dict[str, Any]) -> list[Any]:
     """What Claude Code does for `event`: run every matching entry of the user settings."""
     document = json.loads((claude.home / ".claude" / "settings.json").read_text())
     done = []
     for group in document["hooks"].get(event, []):
         for hook in group["hooks"]:
-            ran = as_claude_code_runs(claude, hook["command"], payload)
+            ran = subprocess.run(
+                ["/bin/sh", "-c", hook["command"]],
+                input=json.dumps(payload),
+                capture_output=True,
+                text=True,
+                env=claude.env,
+                timeout=60,
+            )
             if ran.stdout.strip():
                 CLAUDE_OUTPUT.validate(json.loads(ran.stdout))  # no "hook JSON output" error
             done.append(ran)
     return done
 
 
-def install(claude: Claude, *more: str) -> subprocess.CompletedProcess[str]:
+def install(claude: Installed, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [HOOKRUNNER, "claude", *more, "--workspace", str(claude.ax.workspace)],
         capture_output=True,
         text=True,
-        env=claude.ax.environ(HOME=str(claude.home)),
+        env=claude.env,
         timeout=60,
     )
 
 
-def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: Claude) -> None:
+def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: Installed) -> None:
     original = four_hooks(claude)
     path = claude.write("user", original)
     done = install(claude, "install")
@@ -107,7 +128,7 @@ def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: C
     assert claude.runs() == ["PreToolUse", "PreToolUse", "PostToolUse", "Stop"]
 
 
-def test_install_twice_changes_nothing_and_uninstall_restores(claude: Claude) -> None:
+def test_install_twice_changes_nothing_and_uninstall_restores(claude: Installed) -> None:
     original = four_hooks(claude)
     path = claude.write("user", original)
     assert install(claude, "install").returncode == 0
@@ -121,7 +142,7 @@ def test_install_twice_changes_nothing_and_uninstall_restores(claude: Claude) ->
     assert not (path.parent / MOVED_NAME).exists()
 
 
-def test_a_hook_added_after_install_is_moved_by_the_next_install(claude: Claude) -> None:
+def test_a_hook_added_after_install_is_moved_by_the_next_install(claude: Installed) -> None:
     path = claude.write("user", four_hooks(claude))
     assert install(claude, "install").returncode == 0
     document = json.loads(path.read_text())
@@ -135,7 +156,7 @@ def test_a_hook_added_after_install_is_moved_by_the_next_install(claude: Claude)
     assert len(json.loads(path.read_text())["hooks"]["PreToolUse"]) == 1
 
 
-def test_a_settings_file_that_is_not_json_is_left_alone(claude: Claude) -> None:
+def test_a_settings_file_that_is_not_json_is_left_alone(claude: Installed) -> None:
     path = claude.home / ".claude" / "settings.json"
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
