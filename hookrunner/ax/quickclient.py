@@ -27,8 +27,11 @@ BLOCKING = ("PreToolUse", "UserPromptSubmit")  # an error there is a block (exit
 
 def socket_path(executable: str) -> str:
     """One socket per interpreter (a venv), in a directory private to this user."""
+    name = os.path.join(f"hookrunner-{os.getuid()}", f"fire-{_digest(executable)}.sock")
     base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    return os.path.join(base, f"hookrunner-{os.getuid()}", f"fire-{_digest(executable)}.sock")
+    if len(os.path.join(base, name).encode()) > 100:  # a socket's path fits in 108 bytes
+        base = "/tmp"
+    return os.path.join(base, name)
 
 
 def _digest(text: str) -> str:

@@ -10,8 +10,11 @@ on stdin (the recorded payloads of tests/hookrunner/ax/claude/payloads.json), re
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +38,7 @@ class Installed(Claude):
 
     def __init__(self, ax: AxEnv) -> None:
         super().__init__(ax)
-        self.run_dir = ax.root / "run"
-        self.run_dir.mkdir(mode=0o700)
+        self.run_dir = Path(tempfile.mkdtemp(prefix="hr-"))  # short: a socket path's limit
         self.env = ax.environ(HOME=str(self.home), XDG_RUNTIME_DIR=str(self.run_dir))
 
 
@@ -45,6 +47,7 @@ def claude(ax: AxEnv) -> Iterator[Installed]:
     installed = Installed(ax)
     yield installed
     stop_servers(installed.run_dir, tries=50)
+    shutil.rmtree(installed.run_dir, ignore_errors=True)
 
 
 LOG_EVENT = (

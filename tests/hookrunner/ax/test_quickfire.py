@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,8 +68,8 @@ def stop_servers(run_dir: Path, tries: int = 300) -> None:
 class Warm:
     def __init__(self, ax: AxEnv, tmp: Path) -> None:
         self.ax = ax
-        self.run_dir = tmp / "run"
-        self.run_dir.mkdir(mode=0o700)
+        # Short: a socket's path must fit in 108 bytes (pytest's own paths can be longer).
+        self.run_dir = Path(tempfile.mkdtemp(prefix="hr-"))
         self.calls = tmp / "calls.log"
         self.runner = str(tmp / "runner")
         Path(self.runner).write_text(
@@ -148,6 +149,7 @@ def warm(ax: AxEnv, tmp_path: Path) -> Iterator[Warm]:
     for pid in state.servers:  # only the servers these tests started, by pid
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 15)
+    shutil.rmtree(state.run_dir, ignore_errors=True)
 
 
 RM = PAYLOADS["PreToolUse"]
@@ -208,6 +210,14 @@ def test_the_peer_is_this_user() -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:
         assert peer_uid(left) == os.getuid()
+
+
+def test_a_runtime_directory_too_deep_for_a_socket_falls_back_to_tmp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/" + "d" * 100)
+    path = quickclient.socket_path("/usr/bin/python3")
+    assert path.startswith(f"/tmp/hookrunner-{os.getuid()}/fire-") and len(path) < 100
 
 
 @pytest.mark.parametrize("mode", [0o700, 0o755, 0o1777])
