@@ -7,9 +7,10 @@ node's own entry parser, so every entry feature applies to sandboxes unchanged. 
 name the sandbox file and the location inside it, like the node file's.
 
 `SandboxDirectory.scan()` reads only the files whose identity (path, inode, size, mtime)
-changed since the last scan: a new or changed valid file replaces that sandbox, a removed
-file removes it, an invalid one keeps that sandbox's last good policy (a new sandbox stays
-unknown) and is reported; the other sandboxes are untouched.
+changed since the last scan and, when watched, has since stopped changing (D102: a file
+rewritten in place is never read half-written): a new or changed valid file replaces that
+sandbox, a removed file removes it, an invalid one keeps that sandbox's last good policy
+(a new sandbox stays unknown) and is reported; the other sandboxes are untouched.
 
 Invariants:
 * A token is a `Secret`: no problem message, repr or log line shows it.
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
 from sandbox_egress.proxy.config import ConfigError, NetworkConfig, parse, read_document
@@ -191,6 +192,14 @@ def _fingerprint(path: Path) -> Fingerprint | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+class Steadiness(Protocol):
+    """Whether a changed file has stopped changing (`runtime.lifecycle.Settling`, D102)."""
+
+    def settled(self, key: str, seen: Fingerprint | None) -> bool: ...
+
+    def forget(self, key: str) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Scan:
     """What one scan changed: ids whose policy changed or vanished, and the problems."""
@@ -210,8 +219,12 @@ class SandboxDirectory:
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
     _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
+    _pending: set[str] = field(default_factory=set)  # ids whose file is still changing
 
-    def scan(self) -> Scan:
+    def scan(self, steady: Steadiness | None = None) -> Scan:
+        """Bring the sandboxes up to date with the directory. With `steady` (the watch), a
+        new or changed file is read only once it has stopped changing: until then its
+        sandbox keeps its last good policy. Without (start, SIGHUP), at once."""
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:
@@ -223,6 +236,10 @@ class SandboxDirectory:
             if found is not None:
                 present[found] = self.directory / name
         removed = frozenset(set(self._seen) - set(present))
+        for gone in removed | (set(self._pending) - set(present)):
+            self._pending.discard(gone)
+            if steady is not None:
+                steady.forget(gone)
         for gone in removed:
             self._seen.pop(gone, None)
             self._invalid.discard(gone)
@@ -234,6 +251,10 @@ class SandboxDirectory:
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
                 continue
+            if steady is not None and not steady.settled(sandbox, identity):
+                self._pending.add(sandbox)  # changing: read at a later scan, once settled
+                continue
+            self._pending.discard(sandbox)
             self._seen[sandbox] = identity
             try:
                 fresh = load_sandbox(path, self.environ, secrets=self.secrets)
