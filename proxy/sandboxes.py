@@ -18,7 +18,8 @@ Invariants:
   `:`, which would split a Basic credential). Hidden files (Kubernetes' `..data`) are not
   sandboxes.
 * An address identifies at most one sandbox: a file claiming an address another sandbox
-  holds is refused (the holder keeps it).
+  holds is refused (the holder keeps it). Likewise a placeholder belongs to one file: a
+  sandbox file repeating the node's or another sandbox's is refused (D179).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import ConfigError, NetworkConfig, parse, read_document
+from sandbox_egress.proxy.config import ConfigError, NetworkConfig, load, parse, read_document
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.references import check_unresolved, resolve
 from sandbox_egress.proxy.secret import Secret
@@ -220,6 +221,8 @@ class SandboxDirectory:
     _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
     _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
     _pending: set[str] = field(default_factory=set)  # ids whose file is still changing
+    # The node file's placeholders: no sandbox file may repeat one (D179; `Tenants` sets it).
+    node_placeholders: frozenset[bytes] = frozenset()
 
     def scan(self, steady: Steadiness | None = None) -> Scan:
         """Bring the sandboxes up to date with the directory. With `steady` (the watch), a
@@ -247,6 +250,8 @@ class SandboxDirectory:
         changed: set[str] = set()
         problems: list[Problem] = []
         holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
+        users = dict.fromkeys(self.node_placeholders, "")  # placeholder -> sandbox ("": node)
+        users.update({p: s.id for s in self.sandboxes.values() for p in _placeholders(s)})
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
@@ -262,7 +267,7 @@ class SandboxDirectory:
                 problems.extend(exc.problems)
                 self._invalid.add(sandbox)
                 continue
-            claimed = _claims(fresh, path, holders)
+            claimed = _claims(fresh, path, holders) + _repeats(fresh, path, users)
             if claimed:
                 problems.extend(claimed)
                 self._invalid.add(sandbox)
@@ -272,6 +277,9 @@ class SandboxDirectory:
             for address in old.addresses if old is not None else ():
                 holders.pop(address, None)
             holders.update(dict.fromkeys(fresh.addresses, sandbox))
+            for placeholder in _placeholders(old) if old is not None else ():
+                users.pop(placeholder, None)
+            users.update(dict.fromkeys(_placeholders(fresh), sandbox))
             self.sandboxes[sandbox] = fresh
             changed.add(sandbox)
         return Scan(frozenset(changed), removed, tuple(problems))
@@ -292,14 +300,37 @@ def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> lis
     return problems
 
 
-def check_node(path: str | os.PathLike[str], *, secrets: bool = True) -> int | None:
+def _placeholders(sandbox: Sandbox) -> list[bytes]:
+    return list(sandbox.network.placeholders.owners)
+
+
+def _repeats(fresh: Sandbox, path: Path, users: Mapping[bytes, str]) -> list[Problem]:
+    """A placeholder is unique across the node file and every sandbox file (D179): one
+    that another file uses would not tell whose key a request carries."""
+    problems = []
+    for entry in fresh.network.allowlist:
+        for number, secret in enumerate(entry.secrets):
+            user = users.get(secret.placeholder.encode())
+            if user is None or user == fresh.id:
+                continue
+            where = f"network.allowlist[{entry.index}].secrets[{number}].placeholder"
+            owner = f"sandbox {user}" if user else "the node file"
+            problems.append(Problem(str(path), where, f"placeholder already used by {owner}"))
+    return problems
+
+
+def check_node(
+    path: str | os.PathLike[str], *, secrets: bool = True, node: NetworkConfig | None = None
+) -> int | None:
     """`egress-proxy check`: the node's `sandboxes:` section and every file of its directory;
     the number of sandbox files (None without the section), or ConfigError with every problem.
     `secrets=False` checks tokens and transform values without looking them up."""
     section = node_section(path)
     if section is None:
         return None
+    node = load(path, secrets=secrets) if node is None else node
     directory = SandboxDirectory(section.directory, secrets=secrets)
+    directory.node_placeholders = frozenset(node.placeholders.owners)
     found = directory.scan()
     if found.problems:
         raise ConfigError(list(found.problems))

@@ -369,7 +369,8 @@ async def decide_request(
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
     decision, push = _rules_within_ceiling(policy, decision, located, ask)
-    swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
+    own = policy.holder(decision.entry)
+    swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
     written = bool(swapped.injected) or bool(decision.entry and decision.entry.transform)

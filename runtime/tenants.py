@@ -37,6 +37,7 @@ class Tenants:
         settling: Settling | None = None,
     ) -> None:
         self.directory = SandboxDirectory(section.directory, environ)
+        self.directory.node_placeholders = frozenset(node.config.placeholders.owners)
         # The watch reads a changed file once it has stopped changing (D102).
         self.settling = Settling() if settling is None else settling
         self.tenancy = Tenancy(section, node)
@@ -79,6 +80,18 @@ class Tenants:
                     len(result.removed))  # fmt: skip
 
     def node_changed(self, node: Policy) -> None:
+        """A node reload: every sandbox's policy over the node's new one. A placeholder the
+        new node file shares with a sandbox file is refused wherever it is sent (D179)."""
+        placeholders = frozenset(node.config.placeholders.owners)
+        with self._scanning:
+            self.directory.node_placeholders = placeholders
+            sandboxes = list(self.directory.sandboxes.values())
+        for sandbox in sandboxes:
+            if placeholders & set(sandbox.network.placeholders.owners):
+                message = "sandbox %s: a placeholder of its file is the node file's too; it is "
+                log.error(
+                    message + "refused wherever it is sent until one file changes", sandbox.id
+                )
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:

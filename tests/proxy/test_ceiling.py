@@ -231,6 +231,8 @@ NODE_REQUIRES = [
     ("own-transform-written", {"domain": NAME, "transform": {"Authorization": "Bearer ${T}"}},
      "the-sandboxs-own-key", A),
     ("own-credential", OWN_KINDS["plain"], "the-sandboxs-own-key", CR),
+    ("nodes-placeholder-is-not-swapped-for-a-sandbox", OWN_KINDS["plain"], NODE_PLACEHOLDER,
+     Reason.PLACEHOLDER_ELSEWHERE),
 ]  # fmt: skip
 
 
