@@ -3,7 +3,9 @@ the real proxy, real sockets, real TLS.
 
 A sandbox file that marks a host `passthrough` does not get its tunnel relayed when the
 node's entry for that host has rules: the tunnel is intercepted and every request inside
-is judged by the node's entry too, so a `DELETE` the node refuses reaches nothing.
+is judged by the node's entry too, so a `DELETE` the node refuses reaches nothing. One
+sandbox cannot send another's placeholder (D179), and a sandbox file repeating one is
+refused.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.expect import Observed, assert_refused
+from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness
 from testbed.rawhttp import Response
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.test_sandboxes_e2e import basic
+from tests.e2e.test_sandboxes_e2e import basic, wait_loads
 
 pytestmark = pytest.mark.netns
 
@@ -89,3 +91,75 @@ def test_a_sandbox_passthrough_does_not_lift_the_nodes_rules(
         ("CONNECT", "allow", "allowlisted", "alpha"),
         ("GET", "allow", "allowlisted", "alpha"),
     ]
+
+
+BETA_TOKEN = "beta-proxy-token-9876543210"
+GAMMA_TOKEN = "gamma-proxy-token-5555555555"
+ALPHA_PH, BETA_PH = "alpha-egress-placeholder", "beta-egress-placeholder"
+ALPHA_VALUE, BETA_VALUE = "alpha-real-key-0123456789", "beta-real-key-9876543210"
+
+PLACEHOLDER_NODE = """\
+network:
+  allowlist:
+    - domain: "*.allowed.test"
+    - domain: 198.18.1.0/24
+sandboxes:
+  directory: {directory}
+  identify: [proxy_auth]
+"""
+
+
+def holding(token: str, placeholder: str, value: str) -> str:
+    return f"""\
+token: "{token}"
+network:
+  allowlist:
+    - domain: api.allowed.test
+      secrets: [{{placeholder: "{placeholder}", value: "{value}"}}]
+    - domain: other.allowed.test
+    - domain: 198.18.1.0/24
+"""
+
+
+def send_as(view: Harness, credential: str, host: str, fields: list[tuple[str, str]]) -> Response:
+    with view.conn() as conn:
+        response = conn.connect(f"{host}:443", [("Proxy-Authorization", credential)])
+        if response.status != 200:
+            return response
+        conn.start_tls(view.client_tls(), host)
+        return conn.request("GET", "/", [("Host", host), *fields])
+
+
+def test_one_sandbox_cannot_send_anothers_placeholder(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    (directory / "alpha.yaml").write_text(holding(ALPHA_TOKEN, ALPHA_PH, ALPHA_VALUE))
+    (directory / "beta.yaml").write_text(holding(BETA_TOKEN, BETA_PH, BETA_VALUE))
+    p = private_proxy(
+        "placeholders", PLACEHOLDER_NODE.format(directory=directory), "--watch-interval", "0.2"
+    )
+    alpha = basic("alpha", ALPHA_TOKEN)
+
+    own = send_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
+    assert own.status == 200, own.describe()
+    assert header_values(obs.only_request(), "Authorization") == [f"Bearer {ALPHA_VALUE}"]
+
+    for host, fields in (
+        ("api.allowed.test", [("Authorization", f"Bearer {BETA_PH}")]),  # beta's, same host
+        ("other.allowed.test", [(f"X-{BETA_PH}", "1")]),  # in a header name
+    ):
+        assert_refused(send_as(p.view, alpha, host, fields), "placeholder_elsewhere")
+    assert len(obs.requests()) == 1  # nothing more reached the upstream
+
+    # A third sandbox file repeating alpha's placeholder is refused: gamma stays unknown.
+    (directory / "gamma.yaml").write_text(holding(GAMMA_TOKEN, ALPHA_PH, "gamma-real-key-000"))
+    wait_loads(p, "failed", 1)
+    assert "gamma.yaml: network.allowlist[0].secrets[0].placeholder: placeholder already " \
+        "used by sandbox alpha" in p.view.proxy_stderr.read_text()  # fmt: skip
+    gamma = send_as(p.view, basic("gamma", GAMMA_TOKEN), "api.allowed.test", [])
+    assert gamma.status == 407, gamma.describe()
+    for secret in (ALPHA_VALUE, BETA_VALUE):
+        assert secret not in p.process.audit.read_text()
+        assert secret not in p.view.proxy_stderr.read_text()
