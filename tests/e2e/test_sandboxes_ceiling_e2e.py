@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
 from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness
+from testbed.netns import UPSTREAM_IP
 from testbed.rawhttp import Response
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.test_sandboxes_e2e import basic, wait_loads
@@ -163,3 +165,59 @@ def test_one_sandbox_cannot_send_anothers_placeholder(
     for secret in (ALPHA_VALUE, BETA_VALUE):
         assert secret not in p.process.audit.read_text()
         assert secret not in p.view.proxy_stderr.read_text()
+
+
+RAW_NODE = """\
+network:
+  allowlist:
+    - domain: 198.18.1.0/24               # the upstreams' range, HTTP GET only
+      rules:
+        - methods: [GET]
+sandboxes:
+  directory: {directory}
+  identify: [proxy_auth]
+"""
+
+RAW_SANDBOX = f"""\
+token: "{ALPHA_TOKEN}"
+network:
+  allowlist:
+    - domain: 198.18.1.0/24               # no rules: alone it would open raw TCP
+"""
+
+
+def test_raw_tcp_through_a_sandbox_does_not_lift_the_nodes_rules(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    (directory / "alpha.yaml").write_text(RAW_SANDBOX)
+    p = private_proxy("raw", RAW_NODE.format(directory=directory))
+    mark = p.view.audit_log.mark()
+    # mitmproxy relays what does not start like an HTTP method as raw TCP: the node's
+    # entry has rules, so the stream is refused and the connection closed.
+    with p.view.conn() as conn:
+        credential = [("Proxy-Authorization", basic("alpha", ALPHA_TOKEN))]
+        assert conn.connect(f"{UPSTREAM_IP}:80", credential).status == 200
+        conn.send(b"SSH-2.0-OpenSSH_9.6 sandbox\r\n")
+        received = b""
+        try:
+            while chunk := conn.sock.recv(4096):
+                received += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert received == b"", received
+    obs.assert_nothing_reached()
+    lines = p.view.audit_log.wait_count(mark, 1)
+    assert [(a["method"], a["decision"], a.get("sandbox")) for a in lines] == [
+        ("CONNECT", "allow", "alpha"),  # rules judge what is inside the tunnel
+    ]
+    # The raw stream is counted, not audited (1.6): refused, nothing for the rules to judge.
+    key = ("egress_decisions_total", (("decision", "deny"), ("reason", "rule_mismatch"),
+                                      ("stage", "tcp")))  # fmt: skip
+    procs.wait_until(
+        "the raw stream counted as refused",
+        lambda: p.process.scrape().get(key, 0) == 1,
+        timeout=10,
+        child=p.process.child,
+    )
