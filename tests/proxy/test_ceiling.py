@@ -16,6 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Reason
@@ -29,6 +31,7 @@ from sandbox_egress.proxy.stages import (
     decide_clienthello,
     decide_connect,
     decide_request,
+    decide_rules,
     decide_tcp,
 )
 from sandbox_egress.proxy.targets import RequestNames
@@ -253,3 +256,84 @@ def test_the_nodes_require_holds_for_a_sandbox(
     ask = with_placeholder(request(NAME, ConnectionFacts(), "GET", "/v1/models"), carried)
     answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), ask))
     assert answer.decision.reason is reason
+
+
+# -- the same, over generated entries -------------------------------------------------------
+
+DOMAINS = [NAME, "*.example", "*", "93.184.216.0/24", "93.184.216.40"]
+FEATURES = st.fixed_dictionaries(
+    {},
+    optional={
+        "passthrough": st.just(True),
+        "rules": st.sampled_from([[{"methods": ["GET"]}], [{"paths": ["/repos/**"]}]]),
+        "deny": st.just([{"methods": ["DELETE"]}]),
+        "git": st.sampled_from(
+            [{"fetch": ["acme/*"]}, {"push": [{"repo": "acme/*", "refs": ["**"]}]}]
+        ),
+        "require": st.just(True),
+    },
+)
+REQUESTS = st.sampled_from(
+    [("GET", "/"), ("DELETE", "/repos/acme/web"), ("POST", "/acme/web.git/git-receive-pack"),
+     ("POST", "/evil/web.git/git-upload-pack"), ("PUT", "/repos/x")]
+)  # fmt: skip
+
+
+def entry_of(domain: str, features: dict[str, Any], placeholder: str) -> dict[str, Any] | None:
+    """An entry the loader accepts, or None (a combination it refuses)."""
+    entry: dict[str, Any] = {"domain": domain}
+    require = features.get("require")
+    entry.update({k: v for k, v in features.items() if k != "require"})
+    if require:
+        entry["secrets"] = [{"placeholder": placeholder, "value": "${T}", "require": True}]
+    judged = {"rules", "deny", "git", "secrets"} & set(entry)
+    if entry.get("passthrough") and judged or ("secrets" in entry and domain == "*"):
+        return None
+    return entry
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    node_domain=st.sampled_from(DOMAINS),
+    node_features=FEATURES,
+    own_domain=st.sampled_from(DOMAINS),
+    own_features=FEATURES,
+    asked=REQUESTS,
+)
+def test_a_sandbox_is_never_let_through_where_its_node_alone_would_not_be(
+    node_domain: str,
+    node_features: dict[str, Any],
+    own_domain: str,
+    own_features: dict[str, Any],
+    asked: tuple[str, str],
+) -> None:
+    """Whatever the two entries: a sandbox's tunnel is relayed only when the node alone
+    relays it, its raw TCP opens only where the node alone opens it, and a request inside
+    is allowed only when the node's entry judges it allowed too."""
+    node_entry = entry_of(node_domain, node_features, NODE_PLACEHOLDER)
+    own_entry = entry_of(own_domain, own_features, OWN_PLACEHOLDER)
+    assume(node_entry is not None and own_entry is not None)
+    environ = {"T": "ceiling-secret-value"}
+    node = Policy(parse({"network": {"allowlist": [node_entry]}}, "node.yaml", environ))
+    own = parse({"network": {"allowlist": [own_entry]}}, "sbx.yaml", environ)
+    policy = SandboxPolicy(Sandbox("sbx", own), node)
+    for host in (NAME, ADDRESS):
+        decided, facts = tunnel(policy, host)
+        alone, node_facts = tunnel(node, host)
+        if decided == R:
+            assert alone == R
+        facts = ConnectionFacts(target=(canonical_host(host), 443))
+        transparent = canonical_host(host).ip is not None
+        if decide_tcp(policy, facts, transparent, (host, 443)).decision.allowed:
+            assert decide_tcp(node, facts, transparent, (host, 443)).decision.allowed
+        if decided != I:
+            continue
+        method, path = asked
+        ask = request(host, facts, method, path)
+        answer = asyncio.run(decide_request(policy, resolve, facts, ask))
+        if answer.decision.allowed:
+            ceiling = node.decide(canonical_host(host), 443, tls=True)
+            judged, _ = decide_rules(node, ceiling, method, path)
+            assert judged.allowed, (node_entry, own_entry, asked)
+            if any(s.require for s in (ceiling.entry.secrets if ceiling.entry else ())):
+                assert answer.swapped or answer.transforms  # a credential the proxy holds
