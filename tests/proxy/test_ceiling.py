@@ -192,7 +192,7 @@ def test_a_sandbox_file_never_lifts_the_nodes_ceiling(node: str, own: str) -> No
     policy, host = sandbox_policy(node, own), destination(node, own)
     decided, facts = tunnel(policy, host)
     assert decided == expected_tunnel
-    answers = []
+    answers: list[Reason | None] = []
     for method, path in (("DELETE", "/repos/acme/web"), ("POST", "/acme/web.git/git-receive-pack")):
         if decided == I:
             answer = asyncio.run(
