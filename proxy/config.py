@@ -197,7 +197,7 @@ def parse(
             continue
         seen[entry.pattern] = index
         entries.append(entry)
-    placeholders = placeholder_index(entries, report)
+    placeholders = placeholder_index(entries, report, source)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True

@@ -16,10 +16,12 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
+
+import re2
 
 from sandbox_egress.proxy.secret import Secret
 
@@ -46,19 +48,31 @@ class Placeholder:
     require: bool = False
 
 
+# Who holds a placeholder: (the file, the entry's index in its allowlist).
+Holder = tuple[str, int]
+
+
+class Matcher(Protocol):
+    """A compiled alternation of placeholders (`re`, or `re2` for everyone's, D179)."""
+
+    def finditer(self, data: bytes) -> Iterator[Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PlaceholderIndex:
-    """Every placeholder of a configuration, and which entry (index) owns each."""
+    """Every placeholder of a configuration (or of a node and all its sandboxes, `merged`),
+    and which entries hold each: one, unless two files repeat it (then it is everyone's
+    foreign placeholder: refused wherever it is sent, D179)."""
 
-    owners: dict[bytes, int] = field(default_factory=dict)
+    owners: dict[bytes, frozenset[Holder]] = field(default_factory=dict)
     # Every placeholder, longest first; None when the configuration has none.
-    pattern: re.Pattern[bytes] | None = None
+    pattern: Matcher | None = None
 
-    def owners_in(self, data: bytes) -> set[int]:
+    def owners_in(self, data: bytes) -> set[Holder]:
         """The entries whose placeholders occur in `data`."""
         if self.pattern is None:
             return set()
-        return {self.owners[m.group()] for m in self.pattern.finditer(data)}
+        return {h for m in self.pattern.finditer(data) for h in self.owners[m.group()]}
 
 
 NO_PLACEHOLDERS = PlaceholderIndex()
@@ -109,9 +123,10 @@ class Owner(Protocol):
     def secrets(self) -> tuple[Placeholder, ...]: ...
 
 
-def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
-    """One matcher for every placeholder; reports one used twice, or inside another."""
-    owners: dict[bytes, int] = {}
+def index(entries: Sequence[Owner], report: Report, source: str = "") -> PlaceholderIndex:
+    """One matcher for every placeholder of the file `source`; reports one used twice, or
+    inside another."""
+    owners: dict[bytes, frozenset[Holder]] = {}
     where: dict[bytes, str] = {}
     for entry in entries:
         for number, secret in enumerate(entry.secrets):
@@ -120,7 +135,7 @@ def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
             if key in owners:
                 report(here, f"placeholder already used at {where[key]}")
                 continue
-            owners[key], where[key] = entry.index, here
+            owners[key], where[key] = frozenset({(source, entry.index)}), here
     ordered = sorted(owners, key=lambda p: (-len(p), p))
     for longer in ordered:
         for shorter in ordered:
@@ -129,4 +144,19 @@ def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
     if not owners:
         return NO_PLACEHOLDERS
     pattern = re.compile(b"|".join(re.escape(p) for p in ordered))
+    return PlaceholderIndex(owners, pattern)
+
+
+def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
+    """Everyone's placeholders: a node's and all its sandboxes' (D179). A placeholder two
+    files repeat is held by both. Matched by RE2: the alternation grows with the number of
+    sandboxes, and a request's headers are searched in linear time whatever they hold."""
+    owners: dict[bytes, frozenset[Holder]] = {}
+    for one in indexes:
+        for key, holders in one.owners.items():
+            owners[key] = owners.get(key, frozenset()) | holders
+    if not owners:
+        return NO_PLACEHOLDERS
+    ordered = sorted(owners, key=lambda p: (-len(p), p))
+    pattern = re2.compile(b"|".join(re.escape(p) for p in ordered))
     return PlaceholderIndex(owners, pattern)

@@ -13,7 +13,9 @@ Invariants:
   non-public address, nor a loopback or metadata name. Those are counted as refused.
 * A proposal names exactly what was seen (the host, the ports seen) unless
   `wildcards=True` groups two or more sibling names under `*.parent`, and that proposal
-  is flagged as broader than what was seen, with the names it stands for.
+  is flagged as broader than what was seen, with the names it stands for. A parent that
+  is a public suffix (the Public Suffix List: `github.io`, `co.uk`) is never grouped
+  under: its names stay as seen (D177).
 * The output is valid YAML for `egress-proxy check` (a `network.allowlist`); counts and
   flags are comments.
 """
@@ -25,7 +27,10 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
+
+from publicsuffixlist import PublicSuffixList
 
 from sandbox_egress.proxy.addresses import AddressClass, classify
 from sandbox_egress.proxy.hosts import HostError, canonical_host
@@ -39,9 +44,6 @@ from sandbox_egress.proxy.proposerules import (
 
 PROPOSABLE = frozenset({"not_allowlisted", "port_not_allowed"})
 NEVER_NAMES = frozenset({"localhost", "localhost.localdomain", "metadata.google.internal"})
-# Second-level labels under a two-letter country code that registries sell names under
-# (co.uk, com.au, ...): `*.co.uk` would be everyone's. A parent must be longer than these.
-_REGISTRY_LABELS = frozenset({"co", "com", "net", "org", "gov", "ac", "edu", "ne", "or"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class Findings:
     never: Counter[str] = field(default_factory=Counter)  # internal/loopback hosts skipped
     other: Counter[str] = field(default_factory=Counter)  # refusals no entry can lift
     rules: RuleFindings = field(default_factory=RuleFindings)  # rule_mismatch lines
+    # `--wildcards`: siblings not grouped because their parent is a public suffix (D177).
+    public: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -128,7 +132,7 @@ def propose(
         for d, s in seen.items()
     ]
     if wildcards:
-        proposals = _grouped(proposals)
+        proposals = _grouped(proposals, findings)
     return sorted(proposals, key=lambda p: (-(p.refused + p.reported), p.domain))
 
 
@@ -149,15 +153,19 @@ def _domain(line: Mapping[str, Any]) -> tuple[str | None, bool]:
     return name, False
 
 
+@cache
+def _public_suffixes() -> PublicSuffixList:
+    """The Public Suffix List as the `publicsuffixlist` package ships it (ICANN and private
+    sections: `github.io` is public), read once, and only when `--wildcards` asks."""
+    return PublicSuffixList()
+
+
 def _parent(name: str) -> str | None:
-    """The domain siblings of `name` share, when it is narrow enough to propose."""
+    """The domain siblings of `name` share: at least two labels, never a wildcard."""
     labels = name.split(".")
-    parent = labels[1:]
-    if len(parent) < 2 or name.startswith("*."):
+    if len(labels) < 3 or name.startswith("*."):
         return None
-    if len(parent) == 2 and len(parent[1]) == 2 and parent[0] in _REGISTRY_LABELS:
-        return None
-    return ".".join(parent)
+    return ".".join(labels[1:])
 
 
 def _is_address(domain: str) -> bool:
@@ -168,8 +176,10 @@ def _is_address(domain: str) -> bool:
     return True
 
 
-def _grouped(proposals: list[Proposal]) -> list[Proposal]:
-    """Two or more new sibling names become one `*.parent`, flagged by what it covers."""
+def _grouped(proposals: list[Proposal], findings: Findings) -> list[Proposal]:
+    """Two or more new sibling names become one `*.parent`, flagged by what it covers,
+    unless the parent is a public suffix (`*.github.io` is everyone's sites): those stay
+    the names seen, counted in `findings.public`."""
     families: dict[str, list[Proposal]] = defaultdict(list)
     kept: list[Proposal] = []
     for proposal in proposals:
@@ -180,6 +190,10 @@ def _grouped(proposals: list[Proposal]) -> list[Proposal]:
             families[parent].append(proposal)
     for parent, members in families.items():
         if len(members) < 2:
+            kept += members
+            continue
+        if _public_suffixes().is_public(parent):
+            findings.public[parent] += len(members)
             kept += members
             continue
         kept.append(
@@ -202,6 +216,8 @@ def render(proposals: list[Proposal], findings: Findings, source: str) -> str:
         out.append(f"# {findings.unreadable} lines were not JSON objects and were skipped.")
     for host, count in sorted(findings.never.items()):
         out.append(f"# never proposed (loopback, internal or metadata): {host!r} x{count}")
+    for suffix, count in sorted(findings.public.items()):
+        out.append(f"# not grouped under *.{suffix}: a public suffix, {count} names kept as seen")
     for reason, count in sorted(findings.other.items()):
         out.append(f"# refused as {reason} x{count}: no allowlist entry lifts it")
     out += unusable_note(findings.rules)

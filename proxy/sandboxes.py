@@ -7,9 +7,10 @@ node's own entry parser, so every entry feature applies to sandboxes unchanged. 
 name the sandbox file and the location inside it, like the node file's.
 
 `SandboxDirectory.scan()` reads only the files whose identity (path, inode, size, mtime)
-changed since the last scan: a new or changed valid file replaces that sandbox, a removed
-file removes it, an invalid one keeps that sandbox's last good policy (a new sandbox stays
-unknown) and is reported; the other sandboxes are untouched.
+changed since the last scan and, when watched, has since stopped changing (D102: a file
+rewritten in place is never read half-written): a new or changed valid file replaces that
+sandbox, a removed file removes it, an invalid one keeps that sandbox's last good policy
+(a new sandbox stays unknown) and is reported; the other sandboxes are untouched.
 
 Invariants:
 * A token is a `Secret`: no problem message, repr or log line shows it.
@@ -17,7 +18,8 @@ Invariants:
   `:`, which would split a Basic credential). Hidden files (Kubernetes' `..data`) are not
   sandboxes.
 * An address identifies at most one sandbox: a file claiming an address another sandbox
-  holds is refused (the holder keeps it).
+  holds is refused (the holder keeps it). Likewise a placeholder belongs to one file: a
+  sandbox file repeating the node's or another sandbox's is refused (D179).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import ConfigError, NetworkConfig, parse, read_document
+from sandbox_egress.proxy.config import ConfigError, NetworkConfig, load, parse, read_document
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.references import check_unresolved, resolve
 from sandbox_egress.proxy.secret import Secret
@@ -191,6 +193,14 @@ def _fingerprint(path: Path) -> Fingerprint | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+class Steadiness(Protocol):
+    """Whether a changed file has stopped changing (`runtime.lifecycle.Settling`, D102)."""
+
+    def settled(self, key: str, seen: Fingerprint | None) -> bool: ...
+
+    def forget(self, key: str) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Scan:
     """What one scan changed: ids whose policy changed or vanished, and the problems."""
@@ -210,8 +220,14 @@ class SandboxDirectory:
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
     _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
+    _pending: set[str] = field(default_factory=set)  # ids whose file is still changing
+    # The node file's placeholders: no sandbox file may repeat one (D179; `Tenants` sets it).
+    node_placeholders: frozenset[bytes] = frozenset()
 
-    def scan(self) -> Scan:
+    def scan(self, steady: Steadiness | None = None) -> Scan:
+        """Bring the sandboxes up to date with the directory. With `steady` (the watch), a
+        new or changed file is read only once it has stopped changing: until then its
+        sandbox keeps its last good policy. Without (start, SIGHUP), at once."""
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:
@@ -223,6 +239,10 @@ class SandboxDirectory:
             if found is not None:
                 present[found] = self.directory / name
         removed = frozenset(set(self._seen) - set(present))
+        for gone in removed | (set(self._pending) - set(present)):
+            self._pending.discard(gone)
+            if steady is not None:
+                steady.forget(gone)
         for gone in removed:
             self._seen.pop(gone, None)
             self._invalid.discard(gone)
@@ -230,10 +250,16 @@ class SandboxDirectory:
         changed: set[str] = set()
         problems: list[Problem] = []
         holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
+        users = dict.fromkeys(self.node_placeholders, "")  # placeholder -> sandbox ("": node)
+        users.update({p: s.id for s in self.sandboxes.values() for p in _placeholders(s)})
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
                 continue
+            if steady is not None and not steady.settled(sandbox, identity):
+                self._pending.add(sandbox)  # changing: read at a later scan, once settled
+                continue
+            self._pending.discard(sandbox)
             self._seen[sandbox] = identity
             try:
                 fresh = load_sandbox(path, self.environ, secrets=self.secrets)
@@ -241,7 +267,7 @@ class SandboxDirectory:
                 problems.extend(exc.problems)
                 self._invalid.add(sandbox)
                 continue
-            claimed = _claims(fresh, path, holders)
+            claimed = _claims(fresh, path, holders) + _repeats(fresh, path, users)
             if claimed:
                 problems.extend(claimed)
                 self._invalid.add(sandbox)
@@ -251,6 +277,9 @@ class SandboxDirectory:
             for address in old.addresses if old is not None else ():
                 holders.pop(address, None)
             holders.update(dict.fromkeys(fresh.addresses, sandbox))
+            for placeholder in _placeholders(old) if old is not None else ():
+                users.pop(placeholder, None)
+            users.update(dict.fromkeys(_placeholders(fresh), sandbox))
             self.sandboxes[sandbox] = fresh
             changed.add(sandbox)
         return Scan(frozenset(changed), removed, tuple(problems))
@@ -271,14 +300,37 @@ def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> lis
     return problems
 
 
-def check_node(path: str | os.PathLike[str], *, secrets: bool = True) -> int | None:
+def _placeholders(sandbox: Sandbox) -> list[bytes]:
+    return list(sandbox.network.placeholders.owners)
+
+
+def _repeats(fresh: Sandbox, path: Path, users: Mapping[bytes, str]) -> list[Problem]:
+    """A placeholder is unique across the node file and every sandbox file (D179): one
+    that another file uses would not tell whose key a request carries."""
+    problems = []
+    for entry in fresh.network.allowlist:
+        for number, secret in enumerate(entry.secrets):
+            user = users.get(secret.placeholder.encode())
+            if user is None or user == fresh.id:
+                continue
+            where = f"network.allowlist[{entry.index}].secrets[{number}].placeholder"
+            owner = f"sandbox {user}" if user else "the node file"
+            problems.append(Problem(str(path), where, f"placeholder already used by {owner}"))
+    return problems
+
+
+def check_node(
+    path: str | os.PathLike[str], *, secrets: bool = True, node: NetworkConfig | None = None
+) -> int | None:
     """`egress-proxy check`: the node's `sandboxes:` section and every file of its directory;
     the number of sandbox files (None without the section), or ConfigError with every problem.
     `secrets=False` checks tokens and transform values without looking them up."""
     section = node_section(path)
     if section is None:
         return None
+    node = load(path, secrets=secrets) if node is None else node
     directory = SandboxDirectory(section.directory, secrets=secrets)
+    directory.node_placeholders = frozenset(node.placeholders.owners)
     found = directory.scan()
     if found.problems:
         raise ConfigError(list(found.problems))

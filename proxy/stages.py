@@ -10,6 +10,7 @@ next to its table of named cases (tests/proxy/test_stages.py):
   pass-through tunnel only when the SNI names its target. Transparent mode takes the
   target from the SNI (the original destination is not trusted), relays a pass-through
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
+  A sandbox's tunnel is relayed only when its node's entry relays it too (`proxy.ceiling`).
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
 * request (`decide_request`): the `no_sni` gate, head bytes (D21), where the request goes
   (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the entry's rules
@@ -28,7 +29,8 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.ceiling import node_requires, raw_tcp, relays
+from sandbox_egress.proxy.config import Entry, Transform
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
@@ -119,7 +121,7 @@ async def decide_connect(
     decision, address = await admit(policy, decision, target, target_port, resolve)
     if address is None:
         return ConnectAnswer(decision, str(target), target_port, facts)
-    passthrough = decision.entry is not None and decision.entry.passthrough
+    passthrough = relays(policy, decision)  # a sandbox's: only what its node relays too
     facts = replace(facts, target=(target, target_port), passthrough=passthrough)
     return ConnectAnswer(
         decision, str(target), target_port, facts, _pin(target, target_port, address)
@@ -210,7 +212,7 @@ async def _transparent_hello(
     host, port = canonical_host(hello.sni), destination[1]
     facts = replace(facts, target=(host, port))
     decision = policy.decide(host, port, tls=True)
-    passthrough = decision.allowed and decision.entry is not None and decision.entry.passthrough
+    passthrough = relays(policy, decision)
     if not passthrough and not upstream_chooses(hello.alpn):
         return HelloAnswer(facts)
     decision, address = await admit(policy, decision, host, port, resolve)
@@ -244,7 +246,8 @@ class TcpAnswer:
 def decide_tcp(
     policy: Policy, facts: ConnectionFacts, transparent: bool, destination: Address | None
 ) -> TcpAnswer:
-    """Raw TCP only reaches destinations of explicit IP/CIDR entries (not `*`).
+    """Raw TCP only reaches destinations of explicit IP/CIDR entries (not `*`) that judge
+    nothing per request, a sandbox's node's entry too (`proxy.ceiling.raw_tcp`).
 
     The destination is the CONNECT target (regular) or the original destination
     (transparent); a named entry never becomes a blind TCP pipe. `destination` is the
@@ -256,12 +259,9 @@ def decide_tcp(
         target = (canonical_host(destination[0]), destination[1])
     if destination is None or target is None or target[0].ip is None:
         return refused
-    decision = policy.decide(target[0], target[1], tls=None)
-    entry = decision.entry
-    if not (decision.allowed and entry is not None and entry.kind is PatternKind.ADDRESS):
-        return refused
-    if entry.rules.active:  # rules judge HTTP requests; a raw stream has none to judge
-        return TcpAnswer(Decision.deny(Reason.RULE_MISMATCH, entry))
+    decision = raw_tcp(policy, policy.decide(target[0], target[1], tls=None))
+    if not decision.allowed:
+        return TcpAnswer(decision)
     return TcpAnswer(decision, Pin(destination, (str(target[0]), target[1])))
 
 
@@ -369,9 +369,12 @@ async def decide_request(
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
     decision, push = _rules_within_ceiling(policy, decision, located, ask)
-    swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
+    own = policy.holder(decision.entry)
+    swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
+    written = bool(swapped.injected) or bool(decision.entry and decision.entry.transform)
+    decision = node_requires(policy, decision, written)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)

@@ -8,8 +8,9 @@ Pure: the request's header fields and request-target in, the fields and target t
 request, the adapter (`addons/request.py`) applies the answer.
 
 Invariants:
-* A placeholder of an entry other than the deciding one, found in any header value
-  (a `Basic` credential decoded too) or in the request-target (as sent, or
+* A placeholder of an entry other than the deciding one (of any file: a node's and its
+  sandboxes' are searched together, D179), found in any header value (a `Basic`
+  credential decoded too), any header name, or the request-target (as sent, or
   percent-decoded), refuses the request with `placeholder_elsewhere`, whatever the
   allowlist said, except a refusal that is not about the allowlist (loopback, internal
   address, a malformed request): those keep their own reason.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
-from sandbox_egress.proxy.placeholders import Place, Placeholder, PlaceholderIndex
+from sandbox_egress.proxy.placeholders import Holder, Place, Placeholder, PlaceholderIndex
 
 Fields = tuple[tuple[bytes, bytes], ...]
 Spelling = Callable[[Placeholder], bytes]  # how a value is written in one place
@@ -46,8 +47,11 @@ class Swap:
 UNCHANGED = Swap()
 
 
-def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str) -> Swap:
-    """The placeholder stage of one request decided `decision`; `path` is its target."""
+def swap(
+    index: PlaceholderIndex, decision: Decision, fields: Fields, path: str, own: Holder | None
+) -> Swap:
+    """The placeholder stage of one request decided `decision`; `path` is its target and
+    `own` the holder of its deciding entry's placeholders (`Policy.holder`)."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
     if index.pattern is None:
@@ -56,8 +60,8 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     basics = {i: c for i, (_, v) in enumerate(fields) if (c := _basic(v)) is not None}
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
-    own = decision.entry.index if decision.entry is not None else None
-    if _foreign(index, own, headers, path):
+    names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
+    if _foreign(index, own, headers, names, path):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
@@ -90,11 +94,15 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     )
 
 
-def _foreign(index: PlaceholderIndex, own: int | None, headers: bytes, path: str) -> bool:
-    """Whether a placeholder of an entry other than `own` occurs in the header text or the
-    request-target (as sent, or percent-decoded)."""
+def _foreign(
+    index: PlaceholderIndex, own: Holder | None, headers: bytes, names: bytes, path: str
+) -> bool:
+    """Whether a placeholder of an entry other than `own` occurs in the header values,
+    the header names or the request-target (as sent, or percent-decoded)."""
     target = path.encode("utf-8", "surrogateescape")
-    places = (headers, target, unquote_to_bytes(target)) if b"%" in target else (headers, target)
+    places = [headers, names, target]
+    if b"%" in target:
+        places.append(unquote_to_bytes(target))
     return any(index.owners_in(data) - {own} for data in places)
 
 

@@ -20,12 +20,14 @@ back to another sandbox's policy or to the node's alone.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sandbox_egress.proxy.config import NetworkConfig
+from sandbox_egress.proxy.config import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
+from sandbox_egress.proxy.placeholders import NO_PLACEHOLDERS, Holder, PlaceholderIndex, merged
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
 from sandbox_egress.proxy.secret import Secret
@@ -34,10 +36,35 @@ from sandbox_egress.proxy.secret import Secret
 class SandboxPolicy(Policy):
     """A sandbox's own allowlist, bounded by the node's (`bounded`)."""
 
-    def __init__(self, sandbox: Sandbox, node: Policy) -> None:
+    def __init__(
+        self, sandbox: Sandbox, node: Policy, everyone: PlaceholderIndex | None = None
+    ) -> None:
         super().__init__(sandbox.network, node._self_addresses, node._is_local)
         self.sandbox = sandbox
         self.node = node
+        # The node's and every sandbox's placeholders (`Tenancy.rebuilt`), or this file's
+        # and the node's when built alone: a request is searched for all of them (D179).
+        if everyone is None:
+            everyone = merged((node.config.placeholders, sandbox.network.placeholders))
+        self.everyone = everyone
+
+    def placeholders(self) -> PlaceholderIndex:
+        return self.everyone
+
+    def holder(self, entry: Entry | None) -> Holder | None:
+        """The sandbox file's entry, or the node's (a node's would_deny decides)."""
+        if entry is None:
+            return None
+        own = self.config.allowlist
+        mine = entry.index < len(own) and own[entry.index] is entry
+        return ((self.config if mine else self.node.config).source, entry.index)
+
+    def sharing(self, everyone: PlaceholderIndex) -> SandboxPolicy:
+        """This policy searching `everyone`'s placeholders: a shallow copy, its indexes
+        shared (a sandbox whose file did not change is not indexed again)."""
+        found = copy.copy(self)
+        found.everyone = everyone
+        return found
 
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         own = super().decide(host, port, tls=tls)
@@ -78,6 +105,7 @@ class Tenancy:
     node: Policy
     policies: Mapping[str, SandboxPolicy] = field(default_factory=dict)
     by_address: Mapping[IPAddress, str] = field(default_factory=dict)
+    everyone: PlaceholderIndex = NO_PLACEHOLDERS  # the node's and every sandbox's (D179)
 
     def policy(self, sandbox: str | None) -> Policy:
         found = self.policies.get(sandbox) if sandbox is not None else None
@@ -102,14 +130,21 @@ class Tenancy:
         self, sandboxes: Mapping[str, Sandbox], node: Policy, changed: frozenset[str]
     ) -> Tenancy:
         """The snapshot for `sandboxes`: a policy is built again only when its sandbox
-        changed or the node's policy did; the others are shared with this snapshot."""
+        changed or the node's policy did; the others are shared with this snapshot (and
+        re-pointed at everyone's placeholders when those changed)."""
+        indexes = [node.config.placeholders, *(s.network.placeholders for s in sandboxes.values())]
+        everyone = merged(indexes)
+        same = everyone.owners == self.everyone.owners
+        everyone = self.everyone if same else everyone
         policies: dict[str, SandboxPolicy] = {}
         for sandbox_id, sandbox in sandboxes.items():
             kept = self.policies.get(sandbox_id)
-            reuse = kept is not None and node is self.node and sandbox_id not in changed
-            policies[sandbox_id] = kept if reuse and kept else SandboxPolicy(sandbox, node)
+            if kept is not None and node is self.node and sandbox_id not in changed:
+                policies[sandbox_id] = kept if same else kept.sharing(everyone)
+            else:
+                policies[sandbox_id] = SandboxPolicy(sandbox, node, everyone)
         by_address = {a: s.id for s in sandboxes.values() for a in s.addresses}
-        return Tenancy(self.section, node, policies, by_address)
+        return Tenancy(self.section, node, policies, by_address, everyone)
 
 
 class ConnectionQuota:

@@ -158,7 +158,8 @@ def _import(kind: str, path: str) -> int:
 def _check(path: str, *, secrets: bool) -> int:
     try:
         network = configuration.load(path, secrets=secrets)
-        loaded = sandboxes.check_node(path, secrets=secrets)  # with `sandboxes:`, every file too
+        # With `sandboxes:`, every sandbox file too.
+        loaded = sandboxes.check_node(path, secrets=secrets, node=network)
     except configuration.ConfigError as exc:
         _print_problems(exc)
         return 1

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
 from sandbox_egress.proxy import config as configuration
@@ -84,6 +84,37 @@ class Reloader:
         return True
 
 
+class Settling:
+    """Which watched things changed and then stayed the same for `settle` seconds (D102).
+
+    The node file's watch (`watch_file`) and the sandbox directory's
+    (`proxy.sandboxes.SandboxDirectory.scan`, per file) apply a change only once it has
+    settled: a file written slowly in place is never read half-written."""
+
+    def __init__(self, settle: float = SETTLE_S, clock: Callable[[], float] = time.monotonic):
+        self.settle = settle
+        self._clock = clock
+        self._pending: dict[Hashable, tuple[object, float]] = {}  # key -> (seen, since)
+
+    def settled(self, key: Hashable, seen: object) -> bool:
+        """Whether `seen`, a changed fingerprint of `key`, has stayed the same for `settle`
+        seconds. Its first sight, or another fingerprint than the one waiting, starts the
+        wait (again); a settled one is forgotten, so the next change waits anew."""
+        now = self._clock()
+        waiting = self._pending.get(key)
+        if waiting is None or waiting[0] != seen:
+            self._pending[key] = (seen, now)  # changed (again): wait for it to settle
+            return False
+        if now - waiting[1] < self.settle:
+            return False
+        del self._pending[key]
+        return True
+
+    def forget(self, key: Hashable) -> None:
+        """`key` is unchanged again, or gone: nothing of it is waiting."""
+        self._pending.pop(key, None)
+
+
 async def watch_file(
     reload: Reloader,
     interval: float = WATCH_INTERVAL_S,
@@ -92,20 +123,17 @@ async def watch_file(
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Reload once the file's, or a secret file's, fingerprint has changed and then stayed
-    the same for `settle` seconds (a file written in place is not read half-written); runs
-    until cancelled. A secret file that vanished is a change too: the reload reports it."""
+    the same for `settle` seconds (`Settling`); runs until cancelled. A secret file that
+    vanished is a change too: the reload reports it."""
     applied = reload.fingerprints()
-    candidate: tuple[Fingerprint, ...] | None = None
-    since = 0.0
+    settling = Settling(settle, clock)
     while True:
         await sleep(interval)
         now = reload.fingerprints()
         if now[0] is None or now == applied:
-            candidate = None
-        elif now != candidate:
-            candidate, since = now, clock()  # changed (again): wait for it to settle
-        elif clock() - since >= settle:
-            files, candidate = reload.files, None
+            settling.forget(reload.path)
+        elif settling.settled(reload.path, now):
+            files = reload.files
             reload("file change")
             # What was read; when the reload changed the set of files, what it now reads.
             applied = now if reload.files == files else reload.fingerprints()

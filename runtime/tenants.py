@@ -2,8 +2,9 @@
 
 `Tenants` owns the `SandboxDirectory` and the current `Tenancy`. A scan (at start, on
 SIGHUP, and every watch interval in a worker thread, one at a time) reads the files that
-changed; back on the event loop, when a sandbox was
-added, changed or removed, hands a new snapshot to `install` in one assignment; an invalid
+changed (the watch's, once they stopped changing: `lifecycle.Settling`, D102); back on
+the event loop, when a sandbox was added, changed or removed, hands a new snapshot to
+`install` in one assignment; an invalid
 file is logged (never its secret values) and counted, and its sandbox keeps its last good
 policy. `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
 reload). The watch task is owned by `serve` (runtime/launcher.py), which cancels it.
@@ -20,6 +21,7 @@ from sandbox_egress.proxy.metrics import SandboxMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
 from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.runtime.lifecycle import Settling
 
 log = logging.getLogger("egress")
 
@@ -32,16 +34,22 @@ class Tenants:
         install: Callable[[Tenancy], None],
         metrics: SandboxMetrics,
         environ: Mapping[str, str] | None = None,
+        settling: Settling | None = None,
     ) -> None:
         self.directory = SandboxDirectory(section.directory, environ)
+        self.directory.node_placeholders = frozenset(node.config.placeholders.owners)
+        # The watch reads a changed file once it has stopped changing (D102).
+        self.settling = Settling() if settling is None else settling
         self.tenancy = Tenancy(section, node)
         self._install = install
         self._metrics = metrics
         self._scanning = threading.Lock()
 
-    def scan(self, cause: str = "file change") -> None:
+    def scan(self, cause: str = "file change", *, watched: bool = False) -> None:
+        """Scan now: at start and on SIGHUP every changed file is read at once; `watched`
+        (the watch's scan) reads a changed file only once it has stopped changing."""
         with self._scanning:
-            result = self.directory.scan()
+            result = self.directory.scan(self.settling if watched else None)
         self._apply(result, cause)
 
     async def watch(self, interval: float) -> None:
@@ -54,7 +62,7 @@ class Tenants:
 
     def _scan_locked(self) -> Scan:
         with self._scanning:  # a SIGHUP scan on the loop waits for a running one
-            return self.directory.scan()
+            return self.directory.scan(self.settling)
 
     def _apply(self, result: Scan, cause: str) -> None:
         for problem in result.problems:
@@ -72,6 +80,18 @@ class Tenants:
                     len(result.removed))  # fmt: skip
 
     def node_changed(self, node: Policy) -> None:
+        """A node reload: every sandbox's policy over the node's new one. A placeholder the
+        new node file shares with a sandbox file is refused wherever it is sent (D179)."""
+        placeholders = frozenset(node.config.placeholders.owners)
+        with self._scanning:
+            self.directory.node_placeholders = placeholders
+            sandboxes = list(self.directory.sandboxes.values())
+        for sandbox in sandboxes:
+            if placeholders & set(sandbox.network.placeholders.owners):
+                message = "sandbox %s: a placeholder of its file is the node file's too; it is "
+                log.error(
+                    message + "refused wherever it is sent until one file changes", sandbox.id
+                )
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:

@@ -94,7 +94,7 @@ def test_secrets_are_parsed_into_typed_values(tmp_path: Path) -> None:
     )  # fmt: skip
     assert SECRET not in repr(config)
     assert config.secret_files == (str(key),)
-    assert config.placeholders.owners_in(f"a {PH} b".encode()) == {0}
+    assert config.placeholders.owners_in(f"a {PH} b".encode()) == {("env.yaml", 0)}
     assert config.allowlist[0].redactions.header(SECRET.encode()) == b"[redacted]"
 
 

@@ -7,10 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import publicsuffixlist
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from publicsuffixlist import PublicSuffixList
 
 from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.hosts import HostError, canonical_host
 from sandbox_egress.proxy.propose import Findings, Proposal, parse_lines, propose, render
 from sandbox_egress.runtime.cli import main
 
@@ -61,6 +66,15 @@ CASES = [
      [Proposal("a.co.uk", (443,), 1, 0), Proposal("b.co.uk", (443,), 1, 0)]),
     ("never-group-a-tld", [line("a.com"), line("b.com")], True, None,
      [Proposal("a.com", (443,), 1, 0), Proposal("b.com", (443,), 1, 0)]),
+    ("never-group-a-private-public-suffix", [line("alice.github.io"), line("bob.github.io"),
+                                              line("x.workers.dev"), line("y.workers.dev")],
+     True, None, [Proposal("alice.github.io", (443,), 1, 0), Proposal("bob.github.io", (443,), 1, 0),
+                  Proposal("x.workers.dev", (443,), 1, 0), Proposal("y.workers.dev", (443,), 1, 0)]),
+    ("never-group-under-a-wildcard-rule", [line("a.b.ck"), line("c.b.ck")], True, None,
+     [Proposal("a.b.ck", (443,), 1, 0), Proposal("c.b.ck", (443,), 1, 0)]),  # PSL: *.ck
+    ("one-owners-site-grouped", [line("a.alice.github.io"), line("b.alice.github.io")], True,
+     None, [Proposal("*.alice.github.io", (443,), 2, 0,
+                     covers=("a.alice.github.io", "b.alice.github.io"))]),
     ("addresses-not-grouped", [line("93.184.216.34"), line("93.184.216.35")], True, None,
      [Proposal("93.184.216.34", (443,), 1, 0), Proposal("93.184.216.35", (443,), 1, 0)]),
     ("one-sandbox", [line("a.test", sandbox="sbx-1"), line("b.test", sandbox="sbx-2"),
@@ -174,3 +188,57 @@ def test_rule_proposals_are_bounded_per_method() -> None:
     text = render(propose(lines, findings), findings, "audit.jsonl")
     assert text.count('            - "/p/') == 20
     assert "# and 5 more paths: a pattern may say them" in text
+
+
+def test_a_public_suffix_not_grouped_under_is_said() -> None:
+    findings = Findings()
+    lines = [line("alice.github.io"), line("bob.github.io")]
+    text = render(propose(lines, findings, wildcards=True), findings, "audit.jsonl")
+    assert "# not grouped under *.github.io: a public suffix, 2 names kept as seen" in text
+    assert '    - domain: "alice.github.io"  # 1 refused' in text
+
+
+def _suffix_rules() -> list[str]:
+    """The Public Suffix List's rules as the package ships them (`*.ck` as `ck`)."""
+    data = Path(publicsuffixlist.__file__).with_name("public_suffix_list.dat")
+    rules = []
+    for raw in data.read_text(encoding="utf-8").splitlines():
+        rule = raw.strip()
+        if rule and not rule.startswith(("//", "!")):
+            rules.append(rule.removeprefix("*."))
+    return sorted(rules)
+
+
+SUFFIX_RULES = _suffix_rules()
+PSL = PublicSuffixList()
+LABEL = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    suffixes=st.lists(st.sampled_from(SUFFIX_RULES), min_size=1, max_size=3),
+    labels=st.lists(st.tuples(LABEL, st.booleans(), LABEL), min_size=2, max_size=8),
+)
+def test_a_wildcard_is_never_proposed_over_a_public_suffix(
+    suffixes: list[str], labels: list[tuple[str, bool, str]]
+) -> None:
+    """For names under public suffixes (one or two labels in front of any rule of the list),
+    a wildcard proposal's remainder is never a public suffix, and every name seen is
+    proposed, exactly or under a wildcard that says it covers it."""
+    names = []
+    for number, (first, deeper, second) in enumerate(labels):
+        suffix = suffixes[number % len(suffixes)]
+        names.append(f"{first}.{second}.{suffix}" if deeper else f"{first}.{suffix}")
+    lines = []
+    for name in names:
+        try:
+            lines.append(line(str(canonical_host(name))))
+        except HostError:
+            continue  # a rule whose IDNA form is not a valid host name here
+    proposals = propose(lines, Findings(), wildcards=True)
+    for proposal in proposals:
+        if proposal.domain.startswith("*."):
+            assert not PSL.is_public(proposal.domain[2:]), proposal
+            assert proposal.covers
+    proposed = {n for p in proposals for n in (p.covers or (p.domain,))}
+    assert proposed == {str(line_["host"]) for line_ in lines}

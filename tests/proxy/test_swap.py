@@ -133,6 +133,14 @@ CASES = [
      None, None, ()),
     ("elsewhere-basic", ask("other.test", "/", (b"Authorization", basic("x", GIT))),
      Reason.PLACEHOLDER_ELSEWHERE, None, None, ()),
+    ("elsewhere-header-name", ask("other.test", "/", (OPENAI.encode(), b"1")),
+     Reason.PLACEHOLDER_ELSEWHERE, None, None, ()),
+    ("elsewhere-header-name-beside-own", ask("api.openai.test", "/", BEARER,
+                                             (f"X-{GIT}".encode(), b"1")),
+     Reason.PLACEHOLDER_ELSEWHERE, None, None, ()),
+    ("own-in-a-header-name-not-swapped", ask("api.openai.test", "/", BEARER, (OPENAI.encode(), b"1")),
+     Reason.ALLOWLISTED, ((b"Host", b"api.openai.test"), REAL_BEARER, (OPENAI.encode(), b"1")),
+     "/", ("Authorization",)),
     ("elsewhere-path", ask("other.test", f"/upload/{OPENAI}"), Reason.PLACEHOLDER_ELSEWHERE,
      None, None, ()),
     ("elsewhere-percent-encoded", ask("other.test", "/?k=%73k-egress-placeholder-openai"),
@@ -187,7 +195,9 @@ def test_the_real_value_is_redacted_when_echoed() -> None:
 def test_a_configuration_without_placeholders_changes_nothing() -> None:
     plain = Policy(parse({"network": {"allowlist": [{"domain": "a.test"}]}}, "e.yaml", {}))
     decision = plain.decide(canonical_host("a.test"), 443, tls=True)
-    assert swap(plain.config.placeholders, decision, ((b"X", OPENAI.encode()),), "/").reason is None
+    fields = ((b"X", OPENAI.encode()),)
+    own = plain.holder(decision.entry)
+    assert swap(plain.config.placeholders, decision, fields, "/", own).reason is None
 
 
 def test_a_malformed_basic_credential_is_searched_as_it_is() -> None:

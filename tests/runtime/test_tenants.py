@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import SandboxesSection
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime.cli import main
+from sandbox_egress.runtime.lifecycle import Settling
 from sandbox_egress.runtime.tenants import Tenants
 
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
@@ -64,7 +66,8 @@ def test_the_watch_scans_off_the_loop_and_installs_on_it(tmp_path: Path) -> None
     def install(tenancy: Tenancy) -> None:
         installed.append((tenancy, threading.current_thread().name))
 
-    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes)
+    settling = Settling(0.0)  # two scans that see the same file: settled
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes, None, settling)
     tenants.scan("start")
     (tmp_path / "alpha.yaml").write_text(ALPHA)
 
@@ -80,3 +83,46 @@ def test_the_watch_scans_off_the_loop_and_installs_on_it(tmp_path: Path) -> None
 
     asyncio.run(watch_once())
     assert [(list(t.policies), name) for t, name in installed] == [(["alpha"], "MainThread")]
+
+
+GUARDED = "network:\n  allowlist:\n    - domain: a.example.com\n      deny: [{methods: [DELETE]}]\n"
+HALF = "network:\n  allowlist:\n    - domain: a.example.com\n"  # valid, and no deny
+WHOLE = HALF + "      deny: [{methods: [DELETE, PUT]}]\n"
+
+
+def test_a_sandbox_file_rewritten_in_place_is_applied_only_whole(tmp_path: Path) -> None:
+    """Issue 30: the directory applied a file half-written, its `deny:` gone while the
+    writer paused. The watch's scan now reads a file once it has stopped changing (D102)."""
+    path = tmp_path / "alpha.yaml"
+    path.write_text(GUARDED)
+    now = [0.0]
+    installed: list[Tenancy] = []
+    metrics = ProxyMetrics()
+    settling = Settling(2.0, clock=lambda: now[0])
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, installed.append, metrics.sandboxes,
+                      None, settling)  # fmt: skip
+    tenants.scan("start")  # at start (and on SIGHUP): at once
+
+    def deny_methods() -> list[frozenset[str] | None]:
+        entry = installed[-1].policies["alpha"].config.allowlist[0]
+        return [rule.methods for rule in entry.rules.deny]
+
+    assert deny_methods() == [frozenset({"DELETE"})]
+    writes = {1: HALF, 9: WHOLE}  # a 1.6 s pause between the halves, written in place
+    seen: list[list[frozenset[str] | None]] = []
+    for tick in range(1, 41):  # every 0.2 s for 8 s
+        now[0] = tick * 0.2
+        text = writes.get(tick)
+        if text is not None:
+            with open(path, "r+") as file:
+                file.write(text)
+                file.truncate()
+            os.utime(path, ns=(int(now[0] * 1e9), int(now[0] * 1e9)))
+        tenants.scan(watched=True)
+        seen.append(deny_methods())
+    assert [frozenset({"DELETE"})] in seen  # the old policy held while the file changed
+    assert [] not in seen  # the half-written file (no deny) was never applied
+    assert seen[-1] == [frozenset({"DELETE", "PUT"})]  # then the whole file applied
+    assert len(installed) == 2  # at start, then once: the whole file
+    applied_at = seen.index(seen[-1]) + 1  # the tick whose scan applied it
+    assert applied_at >= 9 + 10  # not before it had stayed the same for 2 s
