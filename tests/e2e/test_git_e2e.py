@@ -4,7 +4,8 @@ against `git http-backend` (testbed/git_server.py) in the upstream namespace.
 Fetch is allowed by repository; a push lands only when every ref it updates matches
 `refs/heads/agent/**` of its repository; a refused push leaves the bare repository
 unchanged and `git push` prints the policy's reason per ref; a forged command list sent
-with curl is refused before anything reaches the server.
+with curl is refused before anything reaches the server. A 50 MiB push (sent chunked) is
+judged the same way, streamed on when allowed and spent from the upload budget.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,8 @@ network:
             delete: true
       rules:
         - methods: [GET]
+      budget:
+        upload: "1GiB/day"
     - domain: 198.18.1.0/24
 """
 
@@ -259,3 +263,68 @@ def test_a_forged_command_list_from_curl_is_refused(
     assert expected in text, text
     assert status in (200, 403)
     assert not any(r.startswith("POST") for r in git_server.requests()[seen:])
+
+
+LARGE_MIB = 50  # random, so the pack is as large: git sends it chunked (over http.postBuffer)
+
+
+def large_commit(c: Client, repo: str) -> Path:
+    work = clone_and_commit(c, repo)
+    for i in range(LARGE_MIB // 10):
+        (work / f"blob-{i}").write_bytes(os.urandom(10 * 1024 * 1024))
+    assert c.run("add", ".", cwd=work).returncode == 0
+    assert c.run("commit", "-qm", "large", cwd=work).returncode == 0
+    return work
+
+
+def objects(server: GitServer, repo: str) -> str:
+    """The bare repository's refs and object counts (loose and packed)."""
+    counts = git(["count-objects", "-v"], server.root / repo)
+    kept = [line for line in counts.splitlines() if line.split(":")[0] in ("count", "in-pack")]
+    return server.heads(repo) + "\n".join(kept)
+
+
+def upload_left(p: PrivateProxy) -> float:
+    samples = p.process.scrape()
+    return samples[("egress_budget_remaining", (("budget", "upload"), ("rule", HOST)))]
+
+
+def test_a_50_mib_push_is_judged_by_ref_streamed_on_and_spent_from_the_budget(
+    git_server: GitServer, client: tuple[Client, PrivateProxy]
+) -> None:
+    c, p = client
+    work = large_commit(c, "acme/web")
+    head = c.run("rev-parse", "HEAD", cwd=work).stdout.strip()
+    seen = len(git_server.requests())
+    started = time.monotonic()
+    done = c.run("push", "origin", "HEAD:refs/heads/agent/large", cwd=work)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    print(f"50 MiB push through the proxy: {took:.1f} s")
+    assert f"refs/heads/agent/large {head}" in git_server.heads("acme/web.git")
+    git(["cat-file", "-e", f"{head}:blob-0"], git_server.root / "acme/web.git")
+    posts = [r for r in git_server.requests()[seen:] if r.startswith("POST")]
+    assert posts[-1].endswith("git-receive-pack chunked"), posts  # streamed, not held
+    # The push was spent from the upload budget (the gauge is read at the next request).
+    assert c.run("ls-remote", "origin", cwd=work).returncode == 0
+    assert upload_left(p) < 1024**3 - 0.95 * LARGE_MIB * 1024**2  # the pack, random bytes
+
+
+def test_a_50_mib_push_to_main_is_refused_with_the_reason_and_lands_nothing(
+    git_server: GitServer, client: tuple[Client, PrivateProxy]
+) -> None:
+    c, p = client
+    work = large_commit(c, "acme/web")
+    before = objects(git_server, "acme/web.git")
+    seen = len(git_server.requests())
+    done = c.run("push", "origin", "HEAD:refs/heads/main", cwd=work)
+    assert done.returncode != 0
+    assert "[remote rejected] HEAD -> main (egress policy: this ref may not be pushed)" in (
+        done.stderr
+    )
+    assert objects(git_server, "acme/web.git") == before
+    # Only git's probe (a lone flush packet, 4 bytes) reached the server, never the push.
+    posts = [r for r in git_server.requests()[seen:] if r.startswith("POST")]
+    assert all(r.endswith("git-receive-pack 4") for r in posts), posts
+    refused = [a for a in p.view.audit_log.all() if a["reason"] == "git_push_denied"]
+    assert refused and refused[-1]["bytes_sent"] == 0
