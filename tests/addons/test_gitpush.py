@@ -4,14 +4,18 @@ tests/addons/test_pushgate.py)."""
 
 from __future__ import annotations
 
+import time
+
 from mitmproxy import http
-from mitmproxy.test import tflow
+from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons import gitpush, pushgate
 from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.budget import BudgetKey, Rate
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.gitpush import Commands, pkt, read_commands
+from tests.addons.test_egress import Resolver, count, https_flow, make_addon, run
 
 CONFIG = parse(
     {"network": {"allowlist": [{"domain": "git.example", "git": {"push": [
@@ -101,3 +105,51 @@ def test_what_cannot_be_held_is_refused_before_reading() -> None:
     refused = gitpush.hold(lying, state, never, ITEM)
     assert refused is not None and refused.reason is Reason.GIT_PUSH_DENIED
     assert state.push == () and pushgate.GATE not in lying.metadata
+
+
+def test_an_allowed_push_is_spent_from_the_upload_budget() -> None:
+    pushgate.install()
+    resolver = Resolver({"git.example": ["93.184.216.34"]})
+    addon, metrics, _ = make_addon(resolver, {
+        "domain": "git.example", "budget": {"upload": "1MiB/day"},
+        "git": {"push": [{"repo": "acme/web", "refs": ["refs/heads/agent/**"]}]}})  # fmt: skip
+    flow = https_flow("git.example", [(b"Host", b"git.example"),
+                                      (b"Transfer-Encoding", b"chunked")])  # fmt: skip
+    flow.request.method, flow.request.path = "POST", "/acme/web.git/git-receive-pack"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requests.requestheaders(flow))
+        gate = flow.metadata[pushgate.GATE]
+        assert flow.request.stream is False  # held: nothing goes upstream yet
+        assert gate.judge(commands("refs/heads/agent/x")) is True
+
+        async def stream() -> bytes:
+            meter = flow.request.stream
+            assert callable(meter)
+            return b"".join(meter(chunk) for chunk in (b"x" * 1000, b"y" * 24))
+
+        assert run(stream()) == b"x" * 1000 + b"y" * 24
+        key = BudgetKey(None, "git.example")
+        left = addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic())
+        assert left < 1024**2 - 1000  # spent, not only checked (D182)
+        assert count(metrics, "allow", "allowlisted") == 1
+
+
+def test_a_refused_push_is_counted_once_and_spends_nothing() -> None:
+    pushgate.install()
+    resolver = Resolver({"git.example": ["93.184.216.34"]})
+    addon, metrics, _ = make_addon(resolver, {
+        "domain": "git.example", "budget": {"upload": "1MiB/day"},
+        "git": {"push": [{"repo": "acme/web", "refs": ["refs/heads/agent/**"]}]}})  # fmt: skip
+    flow = https_flow("git.example", [(b"Host", b"git.example"),
+                                      (b"Transfer-Encoding", b"chunked")])  # fmt: skip
+    flow.request.method, flow.request.path = "POST", "/acme/web.git/git-receive-pack"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requests.requestheaders(flow))
+        assert flow.metadata[pushgate.GATE].judge(commands("refs/heads/main")) is False
+        assert flow.response is not None and flow.response.status_code == 200
+        assert flow.request.stream is False
+        assert count(metrics, "deny", "git_push_denied") == 1
+        key = BudgetKey(None, "git.example")
+        assert addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic()) == 1024**2
