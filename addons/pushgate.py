@@ -37,7 +37,8 @@ from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.workarounds import Commands, hang_up
-from sandbox_egress.proxy.gitpush import CommandReader, Commands as PushCommands
+from sandbox_egress.proxy.gitpush import CommandReader
+from sandbox_egress.proxy.gitpush import Commands as PushCommands
 
 log = logging.getLogger("egress")
 

@@ -73,7 +73,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(self.rfile.readline().split(b";")[0].strip(), 16)
             if size == 0:

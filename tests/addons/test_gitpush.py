@@ -152,4 +152,7 @@ def test_a_refused_push_is_counted_once_and_spends_nothing() -> None:
         assert flow.request.stream is False
         assert count(metrics, "deny", "git_push_denied") == 1
         key = BudgetKey(None, "git.example")
-        assert addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic()) == 1024**2
+        assert (
+            addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic())
+            == 1024**2
+        )

@@ -16,8 +16,8 @@ from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy import commands, context, events
 from mitmproxy.proxy.layers.http import (
     GetHttpConnection,
-    HTTPMode,
     GetHttpConnectionCompleted,
+    HTTPMode,
     HttpStream,
     SendHttp,
 )

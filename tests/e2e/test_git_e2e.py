@@ -248,13 +248,23 @@ CHUNKED = "Transfer-Encoding: chunked"
         (b"zzzz not a pkt-line", (), "git_push_denied"),
         (pkt(COMMAND + b"\n"), (), "git_push_denied"),  # no flush
         (b"\x1f\x8b\x08\x00compressed", ("Content-Encoding: gzip",), "git_push_denied"),
-        (pkt(COMMAND + b"\0 report-status\n") + b"0000" + b"PACK" * 100_000, (CHUNKED,),
-         "ng refs/heads/main"),
+        (
+            pkt(COMMAND + b"\0 report-status\n") + b"0000" + b"PACK" * 100_000,
+            (CHUNKED,),
+            "ng refs/heads/main",
+        ),
         (pkt(COMMAND + b"\n") * 1000, (CHUNKED,), "git_push_denied"),  # past the bound
         (b"0000" + b"PACK" * 1000, (CHUNKED,), "git_push_denied"),  # no command, a pack
     ],
-    ids=["forged-main", "not-pkt-lines", "no-flush", "compressed", "chunked-main",
-         "chunked-unbounded", "chunked-empty-list"],
+    ids=[
+        "forged-main",
+        "not-pkt-lines",
+        "no-flush",
+        "compressed",
+        "chunked-main",
+        "chunked-unbounded",
+        "chunked-empty-list",
+    ],
 )
 def test_a_forged_command_list_from_curl_is_refused(
     git_server: GitServer,
