@@ -22,6 +22,7 @@ import pytest
 
 from sandbox_egress.proxy.gitpush import pkt
 from testbed import procs
+from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import REPO, PrivateProxy
@@ -305,6 +306,7 @@ def upload_left(p: PrivateProxy) -> float:
     return samples[("egress_budget_remaining", (("budget", "upload"), ("rule", HOST)))]
 
 
+@pytest.mark.slow  # about 10-30 s: 50 MiB generated, committed, packed and sent
 def test_a_50_mib_push_is_judged_by_ref_streamed_on_and_spent_from_the_budget(
     git_server: GitServer, client: tuple[Client, PrivateProxy]
 ) -> None:
@@ -326,6 +328,7 @@ def test_a_50_mib_push_is_judged_by_ref_streamed_on_and_spent_from_the_budget(
     assert upload_left(p) < 1024**3 - 0.95 * LARGE_MIB * 1024**2  # the pack, random bytes
 
 
+@pytest.mark.slow  # about 10-30 s: 50 MiB generated, committed, packed and sent
 def test_a_50_mib_push_to_main_is_refused_with_the_reason_and_lands_nothing(
     git_server: GitServer, client: tuple[Client, PrivateProxy]
 ) -> None:
@@ -333,7 +336,9 @@ def test_a_50_mib_push_to_main_is_refused_with_the_reason_and_lands_nothing(
     work = large_commit(c, "acme/web")
     before = objects(git_server, "acme/web.git")
     seen = len(git_server.requests())
+    started = time.monotonic()
     done = c.run("push", "origin", "HEAD:refs/heads/main", cwd=work)
+    print(f"50 MiB push refused through the proxy: {time.monotonic() - started:.1f} s")
     assert done.returncode != 0
     assert "[remote rejected] HEAD -> main (egress policy: this ref may not be pushed)" in (
         done.stderr
@@ -344,3 +349,46 @@ def test_a_50_mib_push_to_main_is_refused_with_the_reason_and_lands_nothing(
     assert all(r.endswith("git-receive-pack 4") for r in posts), posts
     refused = [a for a in p.view.audit_log.all() if a["reason"] == "git_push_denied"]
     assert refused and refused[-1]["bytes_sent"] == 0
+
+
+H2_PORT = 9447  # an HTTP/2-only upstream (testbed/h2_echo.py); git's own server is HTTP/1.1
+
+
+@pytest.fixture(scope="module")
+def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
+    log, ready = e2e_dir / "git-h2-echo.jsonl", e2e_dir / "git-h2-echo.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.h2_echo", "--log", str(log), "--ready", str(ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{H2_PORT}", "--alpn", "h2", "--log-heads",
+    ]  # fmt: skip
+    child = procs.start("git-h2-upstream", argv, e2e_dir)
+    try:
+        procs.wait_until("h2 upstream ready", ready.exists, timeout=15, child=child)
+        yield JsonLines(log)
+    finally:
+        child.stop()
+
+
+@pytest.mark.parametrize(("ref", "expected"), [("agent/h2", "200 2"), ("main", "200 2")])
+def test_a_push_over_http2_is_judged_alike(
+    h2_upstream: JsonLines, client: tuple[Client, PrivateProxy], ref: str, expected: str
+) -> None:
+    c, p = client
+    seen = len(h2_upstream.all())
+    command = b"0" * 40 + b" " + b"1" * 40 + b" refs/heads/" + ref.encode()
+    body = pkt(command + b"\0 report-status\n") + b"0000" + b"PACK" * 100_000
+    url = f"https://{HOST}:{H2_PORT}/acme/web.git/git-receive-pack"
+    argv = ["curl", "-s", "--http2", "-o", "/dev/stderr", "-w", "%{http_code} %{http_version}",
+            "--cacert", str(p.view.proxy_ca), "-x", c.env["https_proxy"], "--data-binary", "@-",
+            "-H", "Content-Type: application/x-git-receive-pack-request", "-H", CHUNKED, url]  # fmt: skip
+    done = subprocess.run(argv, input=body, capture_output=True, timeout=60)
+    assert done.stdout.decode() == expected
+    arrived = [e for e in h2_upstream.all()[seen:] if e["event"] in ("head", "request")]
+    if ref == "main":
+        assert b"ng refs/heads/main egress policy: this ref may not be pushed" in done.stderr
+        assert arrived == []  # not even the head
+    else:
+        assert [e["event"] for e in arrived] == ["head", "request"]
+        assert arrived[1]["body_len"] == len(body)
