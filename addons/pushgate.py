@@ -19,6 +19,10 @@ answers, and the gate's `judge` decides:
   an addon set, so `git push` reads the reason per ref. A refused body longer than
   `DRAIN_LIMIT` is cut instead (the flow killed, the client connection closed).
 
+A command list not complete `COMMANDS_TIMEOUT_S` after the head (a client that stalls
+while the push is held, with no upstream to time it out) is refused and cut: the gate
+asks mitmproxy for a wakeup once the push is held.
+
 `install` wraps whatever `HttpStream._handle_event` is then (after `addons.limits`);
 `hold` refuses to gate a push when the wrapper is not installed.
 """
@@ -31,20 +35,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mitmproxy import http
-from mitmproxy.proxy import events
+from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers.http import HttpStream
-from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage
+from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage, RequestHeaders
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.workarounds import Commands, hang_up
 from sandbox_egress.proxy.gitpush import CommandReader
 from sandbox_egress.proxy.gitpush import Commands as PushCommands
+from sandbox_egress.proxy.limits import HEAD_TIMEOUT_S
 
 log = logging.getLogger("egress")
 
 GATE = "egress.push_gate"  # flow.metadata key: the push held until its command list is judged
 DRAIN_LIMIT = 1024**3  # bytes of a refused push read (and dropped) so that git reads why
+COMMANDS_TIMEOUT_S = HEAD_TIMEOUT_S  # a command list is part of what decides the request
 _MARK = "_egress_push_gate"
+_WAKEUP = "_egress_push_wakeup"  # the stream's timer command, so its Wakeup is ours alone
 _inner: Callable[[HttpStream, events.Event], Commands] | None = None
 
 Judge = Callable[[PushCommands | str], bool]  # True: stream on (the stream callable is set)
@@ -85,9 +92,16 @@ def hold(flow: http.HTTPFlow, judge: Judge) -> bool:
 def _gated(self: HttpStream, event: events.Event) -> Commands:
     if _inner is None:  # pragma: no cover - only reachable through install()
         raise RuntimeError("the push gate is not installed")
+    if isinstance(event, events.Wakeup) and event.command is getattr(self, _WAKEUP, None):
+        yield from _overdue(self)
+        return
     gate = _held(self, event)
     if gate is None:
         yield from _inner(self, event)
+        if isinstance(event, RequestHeaders) and _held(self, RequestData(event.stream_id, b"")):
+            timer = commands.RequestWakeup(COMMANDS_TIMEOUT_S)
+            setattr(self, _WAKEUP, timer)
+            yield timer
         return
     ended = isinstance(event, RequestEndOfMessage)
     if gate.refused:
@@ -131,6 +145,15 @@ def _held(self: HttpStream, event: events.Event) -> Gate | None:
     if not isinstance(gate, Gate) or self.client_state != self.state_consume_request_body:
         return None
     return gate
+
+
+def _overdue(self: HttpStream) -> Commands:
+    """The timer: a push still waiting for its command list is refused and cut."""
+    gate = _held(self, RequestData(self.stream_id, b""))
+    if gate is None or gate.refused:
+        return  # judged in time (a refused push being drained has its own bound)
+    _judge(gate, f"the command list was not complete within {COMMANDS_TIMEOUT_S:g} s")
+    yield from _cut(self)
 
 
 def _judge(gate: Gate, answer: PushCommands | str) -> bool:

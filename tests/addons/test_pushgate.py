@@ -220,3 +220,28 @@ def test_every_split_of_a_refused_push_sends_nothing(ctx: context.Context) -> No
             stream = refused(context.Context(tflow.tclient_conn(), tctx.options))
             stream.body(body[:cut], body[cut:])
         assert stream.upstream() == [] and len(stream.judged) == 1, cut
+
+
+def wakeup(stream: Stream) -> events.Wakeup:
+    timers = [c for c in stream.out if isinstance(c, commands.RequestWakeup)]
+    assert [t.delay for t in timers] == [pushgate.COMMANDS_TIMEOUT_S]  # asked once, held
+    return events.Wakeup(timers[0])
+
+
+def test_a_list_not_complete_in_time_is_refused_and_cut(ctx: context.Context) -> None:
+    stream = refused(ctx)
+    stream.body(COMMANDS[:20], end=False)
+    stream.feed(wakeup(stream))
+    assert len(stream.judged) == 1 and "not complete within 30 s" in str(stream.judged[0])
+    assert stream.layer.flow.error is not None
+    assert any(isinstance(e, ResponseProtocolError) for e in stream.to_client())
+    assert stream.upstream() == []
+
+
+def test_the_timer_of_a_push_judged_in_time_does_nothing(ctx: context.Context) -> None:
+    stream, _ = allowed(ctx)
+    stream.body(COMMANDS, PACK, end=False)
+    before = len(stream.out)
+    stream.feed(wakeup(stream))
+    assert len(stream.out) == before and stream.layer.flow.error is None
+    assert len(stream.judged) == 1
