@@ -95,10 +95,10 @@ def _gated(self: HttpStream, event: events.Event) -> Commands:
     if isinstance(event, events.Wakeup) and event.command is getattr(self, _WAKEUP, None):
         yield from _overdue(self)
         return
-    gate = _held(self, event)
+    gate = _held(self) if isinstance(event, (RequestData, RequestEndOfMessage)) else None
     if gate is None:
         yield from _inner(self, event)
-        if isinstance(event, RequestHeaders) and _held(self, RequestData(event.stream_id, b"")):
+        if isinstance(event, RequestHeaders) and _held(self):
             timer = commands.RequestWakeup(COMMANDS_TIMEOUT_S)
             setattr(self, _WAKEUP, timer)
             yield timer
@@ -136,10 +136,8 @@ def _gated(self: HttpStream, event: events.Event) -> Commands:
 _gated._egress_push_gate = True  # type: ignore[attr-defined]
 
 
-def _held(self: HttpStream, event: events.Event) -> Gate | None:
-    """The gate of this stream's held push, for a body event while mitmproxy would buffer."""
-    if not isinstance(event, (RequestData, RequestEndOfMessage)):
-        return None
+def _held(self: HttpStream) -> Gate | None:
+    """The gate of this stream's held push, while mitmproxy would buffer its body."""
     flow = getattr(self, "flow", None)
     gate = flow.metadata.get(GATE) if flow is not None else None
     if not isinstance(gate, Gate) or self.client_state != self.state_consume_request_body:
@@ -149,7 +147,7 @@ def _held(self: HttpStream, event: events.Event) -> Gate | None:
 
 def _overdue(self: HttpStream) -> Commands:
     """The timer: a push still waiting for its command list is refused and cut."""
-    gate = _held(self, RequestData(self.stream_id, b""))
+    gate = _held(self)
     if gate is None or gate.refused:
         return  # judged in time (a refused push being drained has its own bound)
     _judge(gate, f"the command list was not complete within {COMMANDS_TIMEOUT_S:g} s")
