@@ -1,60 +1,65 @@
-"""The git push gate (docs/configuration.md#git-over-https): a receive-pack POST
-allowed by repository is held until
-its command list is judged, so no byte of a refused push goes upstream.
+"""The git push gate (docs/configuration.md#git-over-https): a receive-pack POST allowed
+by repository is held until its command list is judged, so no byte of a refused push
+goes upstream, and a push of any size is judged (docs/decisions.md D180).
 
-`hold` (from the request stage) buffers the body instead of streaming it: only a body
-of announced size up to `PUSH_BODY_LIMIT` (mitmproxy's own buffering bound, so it never
-switches to streaming behind the gate) and without `Content-Encoding`; anything else is
-refused there (docs/decisions.md D106). `judge` (the `request` hook, the whole body
-read) parses the commands (`proxy.gitpush`) and either lets the push go or answers with
+`hold` (from the request stage) hands the body to `addons.pushgate`, which feeds its
+first bytes, chunked or sized, to the pure reader and calls back with the command list;
+a body with `Content-Encoding` (a compressed command list is never inflated here) or an
+invalid length is refused there. `judge` (the callback) decides the commands
+(`proxy.gitpush`) and either lets the push go on, streamed and metered, or answers with
 git's report-status, every ref `ng` with the policy's reason, which `git push` prints.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from sandbox_egress.addons import pushgate
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.gitpush import PushItem, judge_pushes, read_commands, report_status
-from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
-
-PUSH_BODY_LIMIT = 1024 * 1024
-if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes
-    raise ImportError("addons.gitpush: PUSH_BODY_LIMIT must follow STREAM_BODIES_OVER")
+from sandbox_egress.proxy.gitpush import Commands, PushItem, judge_pushes, report_status
 
 
-def hold(request: http.Request, state: FlowState, *items: PushItem) -> Decision | None:
-    """Buffer the push's body for `judge` (its command list must match every item), or the
-    refusal when it cannot be buffered."""
+def hold(
+    flow: http.HTTPFlow,
+    state: FlowState,
+    judged: Callable[[Commands | str], bool],
+    *items: PushItem,
+) -> Decision | None:
+    """Hold the push's body until `judged` (its command list must match every item), or
+    the refusal when it cannot be held."""
+    request = flow.request
     refused = Decision.deny(Reason.GIT_PUSH_DENIED, state.decision.entry, state.decision.clause)
     if "content-encoding" in request.headers:
         return refused  # a compressed command list is never inflated here
     try:
-        size = expected_http_body_size(request)
+        expected_http_body_size(request)
     except ValueError:
         return refused
-    if "content-length" not in request.headers or size is None or size > PUSH_BODY_LIMIT:
-        return refused
-    request.stream = False
+    if not pushgate.hold(flow, judged):
+        return Decision.deny(Reason.POLICY_ERROR, state.decision.entry, state.decision.clause)
     state.push = items
     return None
 
 
-def judge(flow: http.HTTPFlow, state: FlowState, decision: Decision) -> Decision:
-    """The held push: allowed as `decision` says, or refused with git's report-status."""
+def judge(
+    flow: http.HTTPFlow, state: FlowState, decision: Decision, commands: Commands | str
+) -> Decision:
+    """The held push: allowed as `decision` says, or refused with git's report-status (the
+    JSON 403 when the command list is malformed: no report-status can name its refs)."""
     items, state.push = state.push, ()
-    body = flow.request.raw_content or b""
-    commands = read_commands(body) if items else "no push item"
-    if isinstance(commands, str):  # malformed: no report-status can name its refs
+    if not items:
+        commands = "no push item"
+    if isinstance(commands, str):
         refused = Decision.deny(Reason.GIT_PUSH_DENIED, decision.entry, decision.clause)
         flow.response = refusal_response(refused, state.host, flow.request.method)
         return refused
     reasons = judge_pushes(items, commands)
     if not any(reasons):
-        state.bytes_sent = len(body)
         return decision
     flow.response = http.Response.make(
         200,

@@ -26,7 +26,8 @@ upgrade moves what they rely on):
   removes `Sec-WebSocket-Extensions` (no compression, so no inflation bomb).
 
 `addons.backpressure` (installed from here too) holds upstreams back while an HTTP/2
-client's send queue is full.
+client's send queue is full; `addons.pushgate` (too) holds a git push's body until its
+command list is judged.
 
 HTTP/2 header lists are bounded by the h2 library itself (64 KiB decoded, 64
 CONTINUATION frames); the test pins those defaults too. A connection closed for a
@@ -52,7 +53,7 @@ from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, Respo
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
-from sandbox_egress.addons import backpressure, mitm
+from sandbox_egress.addons import backpressure, mitm, pushgate
 from sandbox_egress.addons.workarounds import Commands, relay
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.decision import Reason, Stage
@@ -98,6 +99,7 @@ def install(report: Callable[[Limit], None]) -> None:
     HttpStream._handle_event = _marking_stream  # type: ignore[method-assign]
     websocket.WebsocketLayer.relay_messages = _bounded_websocket  # type: ignore[method-assign]
     backpressure.install()
+    pushgate.install()  # after `_marking_stream`, which it wraps
 
 
 # -- HTTP/1 -------------------------------------------------------------------------------------

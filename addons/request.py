@@ -15,6 +15,7 @@ see (D21).
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
@@ -29,6 +30,7 @@ from sandbox_egress.proxy.audit import audit_path
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.fields import fields_problem
+from sandbox_egress.proxy.gitpush import Commands
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
@@ -70,17 +72,14 @@ class Requests:
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
             if answer.push and state.decision.allowed:
-                held = gitpush.hold(request, state, *answer.push)
+                judged = functools.partial(self._judged, flow, state)
+                held = gitpush.hold(flow, state, judged, *answer.push)
                 state.decision = held or state.decision
                 if held is None:
-                    return  # decided and counted once its command list is read (`request`)
+                    return  # decided and counted once its command list is read (`_judged`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
-            count = counter(state, "bytes_sent")
-            sandbox = shared.facts(flow.client_conn).sandbox
-            flow.request.stream = budget.metered(
-                shared.budgets, shared.metrics, flow, state, count, sandbox
-            )
+            self._stream(flow, state)
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
@@ -121,21 +120,44 @@ class Requests:
             state.redactions = answer.redactions
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 
+    def _stream(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        """The allowed request's body streams on, counted and metered (budgets)."""
+        shared, count = self.shared, counter(state, "bytes_sent")
+        sandbox = shared.facts(flow.client_conn).sandbox
+        flow.request.stream = budget.metered(
+            shared.budgets, shared.metrics, flow, state, count, sandbox
+        )
+
+    def _judged(self, flow: http.HTTPFlow, state: FlowState, commands: Commands | str) -> bool:
+        """A held git push's command list, read by `addons.pushgate`: True when the push
+        streams on (spent from the upload budget like any body), False when refused
+        (`flow.response` answers it once its body has been read and dropped)."""
+        decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+        with self.shared.failclosed(Stage.REQUEST):
+            state.decision = gitpush.judge(flow, state, decided, commands)
+        self.shared.count(Stage.REQUEST, state.decision)
+        if state.decision.allowed:
+            self._stream(flow, state)
+            return True
+        state.injected, state.redactions = (), NO_REDACTION
+        state.refused_here = True
+        if flow.response is None:
+            flow.response = refusal_response(state.decision, state.host, flow.request.method)
+        return False
+
     def request(self, flow: http.HTTPFlow) -> None:
-        """A held git push is judged on its command list (`addons.gitpush`). Request
-        trailers arrive after the body streamed, too late for a refusal: a trailer
-        block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        """Request trailers arrive after the body streamed, too late for a refusal: a
+        trailer block with bytes no upstream may see is dropped, never forwarded (D21).
+        A git push still held here was never judged (`addons.pushgate` reads every held
+        body): it is refused."""
         state = flow.metadata.get(FLOW_KEY)
         if isinstance(state, FlowState) and state.push:
-            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
-            with self.shared.failclosed(Stage.REQUEST):
-                state.decision = gitpush.judge(flow, state, decided)
+            state.push, state.decision = (), Decision.deny(Reason.POLICY_ERROR)
             self.shared.count(Stage.REQUEST, state.decision)
-            if not state.decision.allowed:
-                state.injected, state.redactions = (), NO_REDACTION
-                state.refused_here = True
-                if flow.response is None and flow.error is None:
-                    mitm.kill(flow)
+            state.injected, state.redactions = (), NO_REDACTION
+            state.refused_here = True
+            if flow.error is None:
+                mitm.kill(flow)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None

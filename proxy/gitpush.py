@@ -2,16 +2,19 @@
 fetched, which refs pushed.
 
 Pure: `smart_http` recognises a smart-HTTP request by its canonical path, `judge_git`
-decides it by the entry's `git` section, `read_commands` parses a receive-pack command
-list (pkt-lines up to the first flush), `judge_push` decides every command of a push, and
+decides it by the entry's `git` section, `CommandReader` parses a receive-pack command
+list (pkt-lines up to the first flush) from the body's first bytes as they arrive
+(`read_commands` from a whole body), `judge_push` decides every command of a push, and
 `report_status` is git's own answer refusing it (`unpack ok`, one `ng <ref> <reason>` per
 ref, inside side-band 1 when the client asked for it), which the pushing `git` prints.
 
 Invariants:
 * A push is refused whole: when any command is refused, every ref gets an `ng` line and
-  nothing goes upstream (the adapter buffers the bounded body; addons/gitpush.py).
+  nothing goes upstream (the adapter holds the first bytes until the list is judged, then
+  streams the pack on; addons/pushgate.py).
 * A command list that is malformed, compressed, over `COMMANDS_LIMIT`, or not ended by a
-  flush within the body, is refused; nothing in it is guessed at.
+  flush within the body, is refused; nothing in it is guessed at. The answer depends on
+  the body's bytes only, never on how they were split into chunks.
 * `fetch` absent: any repository may be fetched; `push` absent: no push at all.
 """
 
@@ -30,6 +33,9 @@ Report = Callable[[str, str], None]
 COMMANDS_LIMIT = 64 * 1024  # bytes of pkt-lines before the flush that ends the commands
 ZERO_IDS = frozenset({"0" * 40, "0" * 64})
 _ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_PKT_LEN = re.compile(rb"[0-9a-fA-F]{4}")
+_UNBOUNDED = "the command list does not end with a flush packet within the bound"
+_UNENDED = "the command list does not end with a flush packet"
 _SUFFIXES = (
     ("/info/refs", "advertise"),
     ("/git-upload-pack", "rpc"),
@@ -111,41 +117,85 @@ def judge_git(policy: GitPolicy, request: GitRequest) -> tuple[Verdict, str, Pus
     return Verdict.PUSH_DENIED, "git.push", None
 
 
-def read_commands(body: bytes) -> Commands | str:
-    """The command list at the start of a receive-pack body, or what is wrong with it."""
-    commands: list[Command] = []
-    capabilities: frozenset[str] = frozenset()
-    at = 0
-    while True:
-        if at + 4 > min(len(body), COMMANDS_LIMIT):
-            return "the command list does not end with a flush packet within the bound"
+class CommandReader:
+    """Reads a receive-pack command list from the body's first bytes as they arrive.
+
+    `feed` answers None while the list is incomplete, then once for good: the `Commands`
+    (the flush read) or what is wrong (malformed, or not complete within
+    `COMMANDS_LIMIT` bytes). Parsing resumes where it stopped, so a body fed a byte at a
+    time costs what it costs whole. `held` is every byte fed until the answer: at most
+    `COMMANDS_LIMIT` plus the last chunk. An empty list is allowed only as git's probe, a
+    body of exactly one flush packet (docs/decisions.md D181).
+    """
+
+    def __init__(self) -> None:
+        self.held = bytearray()
+        self._at = 0
+        self._commands: list[Command] = []
+        self._capabilities: frozenset[str] = frozenset()
+        self._answer: Commands | str | None = None
+
+    def feed(self, data: bytes, ended: bool = False) -> Commands | str | None:
+        """The answer once `data` (and, with `ended`, the end of the body) is read."""
+        if self._answer is None:
+            self.held += data
+            self._answer = self._read(ended)
+        return self._answer
+
+    def _read(self, ended: bool) -> Commands | str | None:
+        body = self.held
+        while True:
+            at = self._at
+            if at + 4 > COMMANDS_LIMIT:
+                return _UNBOUNDED
+            if at + 4 > len(body):
+                return _UNENDED if ended else None
+            if not _PKT_LEN.fullmatch(body[at : at + 4]):
+                return "not a pkt-line"
+            size = int(body[at : at + 4], 16)
+            if size == 0:
+                return self._flushed(at + 4 == len(body), ended)
+            if size < 5:
+                return "not a pkt-line"
+            if at + size > COMMANDS_LIMIT:
+                return _UNBOUNDED
+            if at + size > len(body):
+                return "not a pkt-line" if ended else None
+            problem = self._command(bytes(body[at + 4 : at + size]))
+            if problem:
+                return problem
+            self._at = at + size
+
+    def _flushed(self, at_end: bool, ended: bool) -> Commands | str | None:
+        if self._commands:
+            return Commands(tuple(self._commands), self._capabilities)
+        if self._at != 0 or not at_end:
+            return "the command list is empty"
+        return Commands((), frozenset()) if ended else None  # git's probe: "0000", nothing else
+
+    def _command(self, raw: bytes) -> str:
         try:
-            size = int(body[at : at + 4].decode("ascii"), 16)
-        except (UnicodeDecodeError, ValueError):
-            return "not a pkt-line"
-        if size == 0:
-            break
-        if size < 5 or at + size > len(body):
-            return "not a pkt-line"
-        try:
-            line = body[at + 4 : at + size].decode("ascii").removesuffix("\n")
+            line = raw.decode("ascii").removesuffix("\n")
         except UnicodeDecodeError:
             return "a command is not ASCII"
-        at += size
         if line.startswith("shallow "):
-            continue
-        if not commands and "\0" in line:
+            return ""
+        if not self._commands and "\0" in line:
             line, caps = line.split("\0", 1)
-            capabilities = frozenset(caps.split())
+            self._capabilities = frozenset(caps.split())
         parts = line.split(" ")
-        if len(parts) != 3 or not _ID.match(parts[0]) or not _ID.match(parts[1]):
+        if len(parts) != 3 or not _ID.fullmatch(parts[0]) or not _ID.fullmatch(parts[1]):
             return "a command is not '<old-id> <new-id> <ref>'"
         if not parts[2].startswith("refs/") or "\0" in parts[2]:
             return "a command names no ref"
-        commands.append(Command(*parts))
-    if not commands:
-        return "the command list is empty"
-    return Commands(tuple(commands), capabilities)
+        self._commands.append(Command(*parts))
+        return ""
+
+
+def read_commands(body: bytes, ended: bool = True) -> Commands | str | None:
+    """The command list at the start of a receive-pack body (the whole body when `ended`;
+    None: its first bytes do not decide yet), or what is wrong with it."""
+    return CommandReader().feed(body, ended)
 
 
 def judge_push(item: PushItem, commands: Commands) -> tuple[str, ...]:

@@ -5,7 +5,8 @@
 Every request runs `git http-backend` once (CGI/1.1: the request body on stdin, the
 `Status:` and headers it prints become the response). Receive-pack is enabled for every
 repository under --root (`REMOTE_USER` is set), as an authenticated push to a forge is.
-Each request is logged to stderr as `METHOD path`, so a test can tell what reached it.
+Each request is logged to stderr as `METHOD path LENGTH` as soon as its head is read, so a test
+can tell what reached it; a request body is read sized or chunked.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.cgi()
 
     def cgi(self) -> None:
+        length = self.headers.get("Content-Length") or "chunked"
+        print(f"{self.command} {self.path} {length}", file=sys.stderr, flush=True)  # the head
         path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self.body()
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "GIT_PROJECT_ROOT": self.root,
@@ -66,8 +68,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(content)
 
+    def body(self) -> bytes:
+        """The request body, sized or chunked (git sends a push over 1 MiB chunked)."""
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+        chunks: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+
     def log_message(self, format: str, *args: object) -> None:
-        print(f"{self.command} {self.path}", file=sys.stderr, flush=True)
+        pass  # each request is logged once its head is read (`cgi`)
 
 
 def main() -> None:

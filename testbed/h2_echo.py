@@ -6,7 +6,10 @@ the client offered). Every event is appended as one JSON line to `--log` before 
 
 * `{"event": "tls", "listener", "sni", "alpn"}` after each handshake;
 * `{"event": "request", "listener", "version", "path", "headers": [[name, value], ...]}` for
-  each request (HTTP/2 pseudo-headers included, in order).
+  each request (HTTP/2 pseudo-headers included, in order; over HTTP/2 with `body_len`, the
+  request body's size) once it has ended;
+* with `--log-heads`, `{"event": "head", "listener", "path"}` as soon as an HTTP/2 request's
+  head arrives (the push gate's tests: did anything of a refused request get here?).
 
 Each request is answered 200 with `{"version": ..., "headers": ...}` as its JSON body,
 except, over HTTP/2, `/trailers?name=H`: a short body, then trailers echoing header H as
@@ -50,7 +53,11 @@ def answer(version: str, headers: list[list[str]]) -> bytes:
 
 
 async def serve_h2(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: EventLog, listener: str
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    log: EventLog,
+    listener: str,
+    heads: bool = False,
 ) -> None:
     conn = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
@@ -58,21 +65,28 @@ async def serve_h2(
     conn.initiate_connection()
     writer.write(conn.data_to_send())
     pending: dict[int, list[list[str]]] = {}
+    sizes: dict[int, int] = {}
     while data := await asyncio.wait_for(reader.read(65536), IO_TIMEOUT):
         for event in conn.receive_data(data):
             ended: int | None = None
             if isinstance(event, h2.events.RequestReceived):
                 pending[event.stream_id] = [[str(n), str(v)] for n, v in event.headers]
+                sizes[event.stream_id] = 0
+                if heads:
+                    path = dict(pending[event.stream_id]).get(":path", "/")
+                    log.write({"event": "head", "listener": listener, "path": path})
                 ended = event.stream_id if event.stream_ended is not None else None
             elif isinstance(event, h2.events.DataReceived):
                 conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                sizes[event.stream_id] = sizes.get(event.stream_id, 0) + len(event.data)
             elif isinstance(event, h2.events.StreamEnded):
                 ended = event.stream_id
             if ended is not None and ended in pending:
                 headers = pending.pop(ended)
                 path = dict((n, v) for n, v in headers).get(":path", "/")
                 log.write({"event": "request", "listener": listener, "version": "h2",
-                           "path": path, "headers": headers})  # fmt: skip
+                           "path": path, "headers": headers,
+                           "body_len": sizes.pop(ended, 0)})  # fmt: skip
                 if urlsplit(path).path == "/trailers":
                     conn.send_headers(ended, [(":status", "200"), ("content-type", "text/plain")])
                     conn.send_data(ended, b"trailers follow\n")
@@ -115,6 +129,7 @@ async def handle(
     log: EventLog,
     listener: str,
     tls: ssl.SSLContext,
+    heads: bool = False,
 ) -> None:
     try:
         await asyncio.wait_for(writer.start_tls(tls), IO_TIMEOUT)
@@ -123,7 +138,7 @@ async def handle(
         sni = getattr(ssl_object, "egt_sni", None)
         log.write({"event": "tls", "listener": listener, "sni": sni, "alpn": alpn})
         if alpn == "h2":
-            await serve_h2(reader, writer, log, listener)
+            await serve_h2(reader, writer, log, listener, heads)
         else:
             await serve_http1(reader, writer, log, listener)
     except (OSError, ssl.SSLError, ValueError, TimeoutError, asyncio.IncompleteReadError):
@@ -142,6 +157,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--key", required=True)
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
     parser.add_argument("--alpn", default="h2,http/1.1", help="server preference, comma-separated")
+    parser.add_argument("--log-heads", action="store_true", help="log each HTTP/2 head on arrival")
     args = parser.parse_args(argv)
 
     log = EventLog(args.log)
@@ -149,7 +165,7 @@ async def main(argv: list[str]) -> int:
     host, port = parse_hostport(args.listen)
 
     async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await handle(r, w, log, args.listen, tls)
+        await handle(r, w, log, args.listen, tls, args.log_heads)
 
     server = await asyncio.start_server(on_connect, host, port)
     await until_stopped(args.ready)

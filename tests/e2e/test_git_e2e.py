@@ -4,7 +4,8 @@ against `git http-backend` (testbed/git_server.py) in the upstream namespace.
 Fetch is allowed by repository; a push lands only when every ref it updates matches
 `refs/heads/agent/**` of its repository; a refused push leaves the bare repository
 unchanged and `git push` prints the policy's reason per ref; a forged command list sent
-with curl is refused before anything reaches the server.
+with curl is refused before anything reaches the server. Large and HTTP/2 pushes:
+tests/e2e/test_git_large_e2e.py.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ network:
             delete: true
       rules:
         - methods: [GET]
+      budget:
+        upload: "1GiB/day"
     - domain: 198.18.1.0/24
 """
 
@@ -234,6 +237,7 @@ def curl(c: Client, p: PrivateProxy, body: bytes, *headers: str) -> tuple[int, s
 
 
 COMMAND = b"0" * 40 + b" " + b"1" * 40 + b" refs/heads/main"
+CHUNKED = "Transfer-Encoding: chunked"
 
 
 @pytest.mark.parametrize(
@@ -243,8 +247,23 @@ COMMAND = b"0" * 40 + b" " + b"1" * 40 + b" refs/heads/main"
         (b"zzzz not a pkt-line", (), "git_push_denied"),
         (pkt(COMMAND + b"\n"), (), "git_push_denied"),  # no flush
         (b"\x1f\x8b\x08\x00compressed", ("Content-Encoding: gzip",), "git_push_denied"),
+        (
+            pkt(COMMAND + b"\0 report-status\n") + b"0000" + b"PACK" * 100_000,
+            (CHUNKED,),
+            "ng refs/heads/main",
+        ),
+        (pkt(COMMAND + b"\n") * 1000, (CHUNKED,), "git_push_denied"),  # past the bound
+        (b"0000" + b"PACK" * 1000, (CHUNKED,), "git_push_denied"),  # no command, a pack
     ],
-    ids=["forged-main", "not-pkt-lines", "no-flush", "compressed"],
+    ids=[
+        "forged-main",
+        "not-pkt-lines",
+        "no-flush",
+        "compressed",
+        "chunked-main",
+        "chunked-unbounded",
+        "chunked-empty-list",
+    ],
 )
 def test_a_forged_command_list_from_curl_is_refused(
     git_server: GitServer,

@@ -64,7 +64,11 @@ BODIES = [
      + b"0000", 1),
     ("sha256", command_list(f"{'c' * 64} {'d' * 64} refs/heads/a") + b"0000", 1),
     ("no-flush", command_list(f"{OLD} {NEW} refs/heads/a"), "flush"),
-    ("empty", b"0000", "empty"),
+    ("probe", b"0000", 0),  # git's probe before a large push (D181)
+    ("empty-then-more", b"0000PACK", "empty"),
+    ("shallow-only", pkt(f"shallow {OLD}\n".encode()) + b"0000", "empty"),
+    ("hex-prefix", b"0x1f" + b"x" * 27, "not a pkt-line"),
+    ("newline-in-id", command_list(f"{OLD}\n {NEW} refs/heads/a") + b"0000", "not '<old-id>"),
     ("not-hex", b"zzzz", "not a pkt-line"),
     ("short-length", b"0003", "not a pkt-line"),
     ("truncated", b"00ff" + b"x" * 10, "not a pkt-line"),
