@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mitmproxy import connection
 
-from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.audit import AuditRecord, McpNames
 from sandbox_egress.proxy.decision import Decision
 
 
@@ -45,6 +45,7 @@ def record(
     received: int = 0,
     injected: tuple[str, ...] = (),
     sandbox: str | None = None,
+    mcp: McpNames | None = None,
 ) -> AuditRecord:
     peer = where.client.peername
     return AuditRecord(
@@ -66,4 +67,5 @@ def record(
         bytes_received=received,
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
+        mcp=mcp,
     )

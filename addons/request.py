@@ -19,7 +19,7 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, gitpush, mitm
+from sandbox_egress.addons import budget, gitpush, mcp, mitm
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -67,11 +67,15 @@ class Requests:
                 answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
             state.decision = answer.decision  # only once applied: an exception refuses
-            if answer.push and state.decision.allowed:
-                held = gitpush.hold(request, state, *answer.push)
+            if (answer.push or answer.mcp) and state.decision.allowed:
+                held = (
+                    gitpush.hold(request, state, *answer.push)
+                    if answer.push
+                    else mcp.hold(request, state, answer.mcp)
+                )
                 state.decision = held or state.decision
                 if held is None:
-                    return  # decided and counted once its command list is read (`request`)
+                    return  # decided and counted once its body is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
             count = counter(state, "bytes_sent")
@@ -120,14 +124,19 @@ class Requests:
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """A held git push is judged on its command list (`addons.gitpush`). Request
+        """A held git push is judged on its command list (`addons.gitpush`), a held MCP
+        POST on its messages (`addons.mcp`). Request
         trailers arrive after the body streamed, too late for a refusal: a trailer
         block with bytes no upstream may see is dropped, never forwarded (D21)."""
         state = flow.metadata.get(FLOW_KEY)
-        if isinstance(state, FlowState) and state.push:
+        if isinstance(state, FlowState) and (state.push or state.mcp and not state.mcp.verdict):
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
-                state.decision = gitpush.judge(flow, state, decided)
+                state.decision = (
+                    gitpush.judge(flow, state, decided)
+                    if state.push
+                    else mcp.judge(flow, state, decided, self.shared.metrics)
+                )
             self.shared.count(Stage.REQUEST, state.decision)
             if not state.decision.allowed:
                 state.injected, state.redactions = (), NO_REDACTION

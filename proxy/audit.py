@@ -36,6 +36,9 @@ QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0
 BATCH = 256  # lines per write
 
+# An MCP POST's (methods, tools, argument names): names only, never values (issue 33).
+McpNames = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
@@ -57,6 +60,7 @@ class AuditRecord:
     upstream: str | None = None  # the address connected to (or pinned, before connecting)
     clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
+    mcp: McpNames | None = None  # an MCP POST's names (1.14); the line omits it when None
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -87,6 +91,11 @@ class AuditLog:
         line["worker"] = self._worker
         if record.sandbox is None:
             del line["sandbox"]
+        if record.mcp is None:
+            del line["mcp"]
+        else:
+            methods, tools, arguments = record.mcp
+            line["mcp"] = {"methods": methods, "tools": tools, "arguments": arguments}
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:

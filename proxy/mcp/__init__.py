@@ -11,9 +11,12 @@ Pure, like `proxy.stages`: no mitmproxy here; the adapter is addons/mcp.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox_egress.proxy.mcp.judge import McpVerdict
 from sandbox_egress.proxy.mcp.policy import McpPolicy as McpPolicy  # re-exported
+from sandbox_egress.proxy.mcp.tools_list import ToolsFilter
 from sandbox_egress.proxy.paths import canonical_path, split_target
 
 if TYPE_CHECKING:
@@ -35,3 +38,18 @@ def endpoint_policies(decision: Decision, method: str, target: str) -> tuple[Mcp
         if policy is not None and path in policy.endpoints and policy not in found:
             found.append(policy)
     return tuple(found)
+
+
+@dataclass(slots=True)
+class McpState:
+    """One MCP POST through the proxy (kept on the flow by addons/mcp.py): the policies
+    judging it while its body is held, the verdict once judged (its names for the audit
+    line), and the filter its answer goes through, if any."""
+
+    policies: tuple[McpPolicy, ...]
+    verdict: McpVerdict | None = None
+    tools: ToolsFilter | None = None
+
+    def audit_names(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None:
+        verdict = self.verdict
+        return None if verdict is None else (verdict.methods, verdict.tools, verdict.arguments)

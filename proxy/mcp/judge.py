@@ -29,6 +29,14 @@ from sandbox_egress.proxy.mcp.message import Body, Message, read_body
 from sandbox_egress.proxy.mcp.policy import McpPolicy
 
 ERROR_CODE = -31403  # the JSON-RPC error code of a refusal (SPEC 1.14)
+MCP_REASONS = frozenset(
+    {
+        Reason.MCP_BAD_REQUEST,
+        Reason.MCP_METHOD_DENIED,
+        Reason.MCP_TOOL_DENIED,
+        Reason.MCP_ARGUMENT_DENIED,
+    }
+)
 # Methods whose params value the `Mcp-Name` header mirrors (the MCP transport's list).
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 MAX_NAMES = 16  # names kept for the audit line, each at most NAME_LENGTH characters

@@ -93,3 +93,13 @@ def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:
         return bytes(held) if rewritten is None else rewritten.encode()
 
     return transform
+
+
+def unreadable_answer(tools: ToolsFilter, sse: bool) -> bytes:
+    """What replaces an answer the filter could not read: a JSON-RPC error for the
+    tools/list request (an SSE event on a stream), after which nothing more is forwarded."""
+    ident = min(tools.ids, key=str) if tools.ids else None
+    message = "egress_denied: mcp_bad_request: the tools/list answer could not be filtered"
+    error = {"code": -31403, "message": message, "data": {"reason": "mcp_bad_request"}}
+    text = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error})
+    return f"event: message\ndata: {text}\n\n".encode() if sse else text.encode()
