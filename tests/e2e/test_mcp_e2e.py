@@ -99,10 +99,13 @@ async def _session_run(view: Harness, port: int, script: Callable[[ClientSession
     proxy_url = f"http://{view.proxy_host}:{view.proxy_port}"
     url = f"https://other.allowed.test:{port}/mcp"
     http = httpx2.AsyncClient(verify=tls, proxy=proxy_url, trust_env=False, timeout=60)
-    async with http, streamable_http_client(url, http_client=http) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            return await script(session)
+    async with (
+        http,
+        streamable_http_client(url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        return await script(session)
 
 
 def with_session(view: Harness, port: int, script: Callable[[ClientSession], Any]) -> Any:
@@ -136,7 +139,7 @@ def test_the_sdk_client_sees_allowed_tools_and_refusals(
         )
         return {
             "tools": sorted(t.name for t in listed.tools),
-            "created": created.content[0].text,  # type: ignore[union-attr]
+            "created": created.content[0].text,
             "tool": denied_tool,
             "argument": denied_argument,
         }
@@ -174,7 +177,7 @@ def test_a_progress_stream_arrives_event_by_event(
 
     async def script(session: ClientSession) -> str:
         result = await session.call_tool("slow_steps", {}, progress_callback=progress)
-        return str(result.content[0].text)  # type: ignore[union-attr]
+        return str(result.content[0].text)
 
     assert with_session(proxy.view, SSE_PORT, script) == "done"
     assert seen == ["first", "last"]
