@@ -17,7 +17,7 @@ from sandbox_egress.proxy.mcp.judge import MCP_REASONS, refusal_body
 
 def refusal_response(decision: Decision, host: str, method: str = "GET") -> http.Response:
     """The refusal; to a HEAD without its body (RFC 9110 9.3.2), the headers unchanged. An
-    MCP reason before the body was read is a JSON-RPC error without an id (SPEC 1.14)."""
+    MCP reason before the body was read is a JSON-RPC error without an id."""
     if decision.reason in MCP_REASONS:
         return http.Response.make(
             decision.status,

@@ -43,7 +43,7 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
-    # issue 33: MCP messages judged per message (SPEC 1.14, proxy/mcp/)
+    # issue 33: MCP messages judged per message (proxy/mcp/)
     MCP_BAD_REQUEST = "mcp_bad_request"
     MCP_METHOD_DENIED = "mcp_method_denied"
     MCP_TOOL_DENIED = "mcp_tool_denied"

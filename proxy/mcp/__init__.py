@@ -1,4 +1,4 @@
-"""MCP servers judged per message (SPEC 1.14, docs/configuration.md#mcp-servers).
+"""MCP servers judged per message (docs/configuration.md#mcp-servers).
 
 Pure, like `proxy.stages`: no mitmproxy here; the adapter is addons/mcp.py.
 

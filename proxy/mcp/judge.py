@@ -28,7 +28,7 @@ from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.mcp.message import Body, Message, read_body
 from sandbox_egress.proxy.mcp.policy import McpPolicy
 
-ERROR_CODE = -31403  # the JSON-RPC error code of a refusal (SPEC 1.14)
+ERROR_CODE = -31403  # the JSON-RPC error code of a refusal
 MCP_REASONS = frozenset(
     {
         Reason.MCP_BAD_REQUEST,

@@ -1,11 +1,11 @@
-"""End to end, MCP servers judged per message (SPEC 1.14, docs/configuration.md#mcp-servers).
+"""End to end, MCP servers judged per message (docs/configuration.md#mcp-servers).
 
 The official `mcp` SDK on both sides: its server (testbed/mcp_server.py) over streamable
 HTTP behind TLS (the test CA) in the upstream namespace, answering as JSON on :9446 and as
 server-sent events on :9447, with a call log; its client here (the sandbox's side, which
 reaches nothing but the proxy) through a proxy of the test's own. Raw clients send what
 no SDK sends (the malformed cases) to the echo upstream, whose log shows every request
-that reached it. SPEC 1.8's method bullet (`get`, method-override fields) is checked
+that reached it. The method bullet of docs/configuration.md#rules (`get`, method-override fields) is checked
 against the same echo upstream.
 """
 
@@ -57,7 +57,7 @@ network:
         endpoint: ["/mcp"]
         tools: [search_repositories]
         max_body: 4KiB
-    - domain: api.allowed.test            # SPEC 1.8's method bullet
+    - domain: api.allowed.test            # the method judged is the method sent
       rules:
         - methods: [GET, HEAD]
         - methods: [POST]

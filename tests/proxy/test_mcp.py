@@ -1,4 +1,4 @@
-"""MCP messages judged per message (SPEC 1.14, proxy/mcp/): a table of named POSTs against
+"""MCP messages judged per message (proxy/mcp/): a table of named POSTs against
 one policy, each with the reason it must get (None: admitted), and the refusal body the
 official SDK reads. Streams (tools/list filtering, SSE) are in test_mcp_stream.py,
 generated input in test_mcp_properties.py, the configuration in test_mcp_config.py."""

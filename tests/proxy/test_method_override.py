@@ -1,5 +1,6 @@
-"""SPEC 1.8's method bullet (issue 33): the method judged is the method sent, byte for byte,
-and on an entry with rules every method-override header field is judged as a method too.
+"""Rules and methods (docs/configuration.md#rules, issue 33): the method judged is the
+method sent, byte for byte, and on an entry with rules every method-override header field
+is judged as a method too.
 
 The decisions go through `decide_request` (tests/proxy/test_stages.py's RULED policy); the
 adapter's part — the method as received, not mitmproxy's upper-cased `request.method` — is
