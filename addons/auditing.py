@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mitmproxy import connection
 
-from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.audit import AuditRecord, McpNames
 from sandbox_egress.proxy.decision import Decision
 
 
@@ -46,6 +46,7 @@ def record(
     received: int = 0,
     injected: tuple[str, ...] = (),
     sandbox: str | None = None,
+    mcp: McpNames | None = None,
 ) -> AuditRecord:
     peer = where.client.peername
     return AuditRecord(
@@ -68,4 +69,5 @@ def record(
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
         path=where.path,
+        mcp=mcp,
     )

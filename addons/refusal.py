@@ -12,10 +12,18 @@ import json
 from mitmproxy import http
 
 from sandbox_egress.proxy.decision import Decision
+from sandbox_egress.proxy.mcp.judge import MCP_REASONS, refusal_body
 
 
 def refusal_response(decision: Decision, host: str, method: str = "GET") -> http.Response:
-    """The refusal; to a HEAD without its body (RFC 9110 9.3.2), the headers unchanged."""
+    """The refusal; to a HEAD without its body (RFC 9110 9.3.2), the headers unchanged. An
+    MCP reason before the body was read is a JSON-RPC error without an id."""
+    if decision.reason in MCP_REASONS:
+        return http.Response.make(
+            decision.status,
+            refusal_body(decision.reason, decision.message, None),
+            {"Content-Type": "application/json", "X-Egress-Denied": decision.reason.value},
+        )
     body = {
         "error": "egress_failed" if decision.status == 502 else "egress_denied",
         "reason": decision.reason.value,

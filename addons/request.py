@@ -20,7 +20,7 @@ import functools
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, gitpush, mitm
+from sandbox_egress.addons import budget, gitpush, mcp, mitm
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -77,6 +77,11 @@ class Requests:
                 state.decision = held or state.decision
                 if held is None:
                     return  # decided and counted once its command list is read (`_judged`)
+            if answer.mcp and state.decision.allowed:
+                held = mcp.hold(request, state, answer.mcp)
+                state.decision = held or state.decision
+                if held is None:
+                    return  # decided and counted once its body is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
             self._stream(flow, state)
@@ -146,13 +151,28 @@ class Requests:
         return False
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """Request trailers arrive after the body streamed, too late for a refusal: a
-        trailer block with bytes no upstream may see is dropped, never forwarded (D21).
-        A git push still held here was never judged (`addons.pushgate` reads every held
-        body): it is refused."""
+        """A held MCP POST is judged on its messages (`addons.mcp`). Request trailers
+        arrive after the body streamed, too late for a refusal: a trailer block with bytes
+        no upstream may see is dropped, never forwarded (D21). A git push still held here
+        was never judged (`addons.pushgate` reads every held body): it is refused."""
         state = flow.metadata.get(FLOW_KEY)
         if isinstance(state, FlowState) and state.push:
             state.push, state.decision = (), Decision.deny(Reason.POLICY_ERROR)
+            self.shared.count(Stage.REQUEST, state.decision)
+            state.injected, state.redactions = (), NO_REDACTION
+            state.refused_here = True
+            if flow.error is None:
+                mitm.kill(flow)
+        elif isinstance(state, FlowState) and state.mcp and not state.mcp.verdict:
+            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+            with self.shared.failclosed(Stage.REQUEST):
+                state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
+            self.shared.count(Stage.REQUEST, state.decision)
+            if not state.decision.allowed:
+                state.injected, state.redactions = (), NO_REDACTION
+                state.refused_here = True
+                if flow.response is None and flow.error is None:
+                    mitm.kill(flow)
             self.shared.count(Stage.REQUEST, state.decision)
             state.injected, state.redactions = (), NO_REDACTION
             state.refused_here = True

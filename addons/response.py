@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
-from sandbox_egress.addons import mitm
+from sandbox_egress.addons import mcp, mitm
 from sandbox_egress.addons.auditing import Where, address_text
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
@@ -51,6 +51,8 @@ class Responses:
                     mitm.kill(flow)
                     return
                 flow.response.stream = _scrubbed(count, redactor.body())
+            if state.mcp is not None:  # a tools/list answer lists only allowed tools
+                flow.response.stream = mcp.answer_stream(flow, state, flow.response.stream)
             cleaned = True
         if not cleaned:
             mitm.kill(flow)
@@ -83,14 +85,9 @@ class Responses:
         upstream = address_text(flow.server_conn.peername) or shared.pinned(
             flow.client_conn, request.host, request.port
         )
+        method = request.data.method.decode("utf-8", "surrogateescape")  # as sent (1.8)
         where = Where(
-            flow.client_conn,
-            request.method,
-            request.scheme,
-            state.host,
-            request.port,
-            upstream,
-            state.path,
+            flow.client_conn, method, request.scheme, state.host, request.port, upstream, state.path
         )
         status = flow.response.status_code if flow.response else None
         shared.write_audit(where, state.decision, state.started, status, state)

@@ -22,6 +22,7 @@ from sandbox_egress.proxy.budget import Budgets
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
 from sandbox_egress.proxy.gitpush import PushItem
+from sandbox_egress.proxy.mcp import McpState
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
@@ -46,6 +47,7 @@ class FlowState:
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
     path: str | None = None  # the request-target as the client sent it, masked for the audit
+    mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)
 
 
 class Shared:
@@ -128,8 +130,9 @@ class Shared:
             (state.bytes_sent, state.bytes_received, state.injected) if state else (0, 0, ())
         )
         sandbox = self.facts(where.client).sandbox
+        mcp = state.mcp.audit_names() if state and state.mcp else None
         self.audit.write(
-            record(where, decision, started, status, sent, received, injected, sandbox)
+            record(where, decision, started, status, sent, received, injected, sandbox, mcp)
         )
 
 

@@ -36,7 +36,7 @@ def request_names(flow: http.HTTPFlow, facts: ConnectionFacts) -> RequestNames:
         client_tls=flow.client_conn.tls,
         target=facts.target,
         sni_malformed=facts.bad_sni,
-        method=request.method,
+        method=request.data.method.decode("utf-8", "surrogateescape"),  # as sent (1.8)
         path=request.path,
         # HTTP/1 absolute-form, as mitmproxy keeps it in a tunnel and in transparent
         # mode; for HTTP/2 `authority` is :authority (the Host header, above).

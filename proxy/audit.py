@@ -36,6 +36,9 @@ QUEUE_CAPACITY = 65536  # lines; at ~300 bytes each, ~20 MiB at most
 CLOSE_TIMEOUT_S = 10.0
 BATCH = 256  # lines per write
 
+# An MCP POST's (methods, tools, argument names): names only, never values (issue 33).
+McpNames = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
@@ -60,6 +63,8 @@ class AuditRecord:
     # An HTTP request's path as the client sent it, query values masked (`audit_path`);
     # the line omits it for a CONNECT, a ClientHello or a TCP stream.
     path: str | None = None
+
+    mcp: McpNames | None = None  # an MCP POST's names (1.14); the line omits it when None
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -106,6 +111,12 @@ class AuditLog:
             del line["sandbox"]
         if record.path is None:
             del line["path"]
+
+        if record.mcp is None:
+            del line["mcp"]
+        else:
+            methods, tools, arguments = record.mcp
+            line["mcp"] = {"methods": methods, "tools": tools, "arguments": arguments}
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:

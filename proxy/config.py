@@ -42,6 +42,7 @@ from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.budget import Budget, parse_budget
 from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
+from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
 from sandbox_egress.proxy.patterns import IPNetwork, Pattern, parse_pattern
 from sandbox_egress.proxy.patterns import (
     PatternKind as PatternKind,  # an Entry's field type, re-exported
@@ -85,6 +86,7 @@ class Entry:
     rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
     git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
     budget: Budget | None = None  # requests and upload per window (proxy.budget)
+    mcp: McpPolicy | None = None  # MCP messages judged per message (proxy.mcp)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -276,12 +278,13 @@ def _entry(
         if "budget" in failed
         else (parse_budget(raw.get("budget"), f"{where}.budget", report))
     )
+    mcp_ok, mcp = parse_mcp(raw.get("mcp"), f"{where}.mcp", report)
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
     if failed or transform is None or secrets is None or refusals:
         return None
-    if rules is None or not (git_ok and budget_ok):
+    if rules is None or not (git_ok and budget_ok and mcp_ok):
         return None
     ports = raw.get("ports")
     return Entry(
@@ -300,6 +303,7 @@ def _entry(
         rules=rules,
         git=git,
         budget=budget,
+        mcp=mcp,
     )
 
 
@@ -312,7 +316,9 @@ def _combinations(
             "passthrough",
             "a pass-through entry is not intercepted, so it cannot have a transform",
         )
-    if raw.get("passthrough") is True and ("rules" in raw or "deny" in raw or "git" in raw):
+    if raw.get("passthrough") is True and (
+        "rules" in raw or "deny" in raw or "git" in raw or "mcp" in raw
+    ):
         yield (
             "passthrough",
             "a pass-through entry is not intercepted, so its rules could not be applied",

@@ -43,6 +43,11 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
+    # issue 33: MCP messages judged per message (proxy/mcp/)
+    MCP_BAD_REQUEST = "mcp_bad_request"
+    MCP_METHOD_DENIED = "mcp_method_denied"
+    MCP_TOOL_DENIED = "mcp_tool_denied"
+    MCP_ARGUMENT_DENIED = "mcp_argument_denied"
 
 
 class Stage(StrEnum):
@@ -116,6 +121,14 @@ MESSAGES: dict[Reason, str] = {
         "The TLS handshake with the destination failed: its certificate did not verify "
         "or it does not speak TLS."
     ),
+    # issue 33
+    Reason.MCP_BAD_REQUEST: (
+        "The MCP request is not one strict JSON-RPC message or batch in application/json "
+        "within the entry's mcp.max_body, or its Mcp-Method/Mcp-Name headers disagree with it."
+    ),
+    Reason.MCP_METHOD_DENIED: "The MCP method is not in the allowlist entry's mcp.methods.",
+    Reason.MCP_TOOL_DENIED: "The MCP tool is not in the allowlist entry's mcp.tools.",
+    Reason.MCP_ARGUMENT_DENIED: "An argument of the MCP tool call fails its clause in mcp.tools.",
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -125,6 +138,7 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_TLS: 502,
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
+    Reason.MCP_BAD_REQUEST: 400,  # issue 33
 }
 
 

@@ -156,6 +156,19 @@ class ProxyMetrics:
         self._operator_metrics(r)
         self.sandboxes = SandboxMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
+        # issue 33: MCP messages by method (an entry's configured methods, "response",
+        # "other": a bounded set) and their POST's reason; never by tool.
+        self.mcp_messages = Counter(
+            "egress_mcp_messages_total",
+            "MCP messages judged at an endpoint, by method (configured, response or other) "
+            "and the reason code of their POST's decision.",
+            ["method", "reason"],
+            registry=r,
+        )
+
+    def count_mcp(self, method: str, reason: Reason | None) -> None:
+        """One MCP message; `reason` None: its POST was admitted."""
+        self.mcp_messages.labels(method, (reason or Reason.ALLOWLISTED).value).inc()
 
     def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
         """(entry pattern, "requests"/"upload", amount) of every budget in the running

@@ -115,16 +115,44 @@ def _first(
 
 NO_RULES = Rules()
 
+# Fields that turn a request into another method on upstreams that honour them (1.8).
+OVERRIDES = frozenset({b"x-http-method-override", b"x-http-method", b"x-method-override"})
 
-def judge(rules: Rules, method: str, target: str) -> tuple[Verdict, str]:
+
+def override_methods(fields: tuple[tuple[bytes, bytes], ...]) -> tuple[str, ...]:
+    """The method each override field names, every occurrence, value stripped of spaces
+    (a list such as `GET, DELETE` stays one value, which no method token matches)."""
+    return tuple(
+        value.strip(b" \t").decode("utf-8", "surrogateescape")
+        for name, value in fields
+        if name.lower() in OVERRIDES
+    )
+
+
+def judge(
+    rules: Rules, method: str, target: str, overrides: tuple[str, ...] = ()
+) -> tuple[Verdict, str]:
     """Whether `rules` admit `method` on the origin-form `target` (the path and query):
     `allowlisted`, `rule_denied`, `rule_mismatch`, or `bad_request` (an ambiguous path),
-    with the clause that decided (`rules[1]`, `deny[0]`; "" when none did)."""
+    with the clause that decided (`rules[1]`, `deny[0]`; "" when none did). Each of
+    `overrides` (the methods override fields name) must be admitted too; the first one
+    refused decides, else the sent method's clause."""
     raw_path, raw_query = split_target(target)
     path = canonical_path(raw_path, allow_encoded_slash=rules.allow_encoded_slash)
     if path is None:
         return Verdict.AMBIGUOUS, ""
     query = _query(raw_query) if raw_query else {}
+    verdict = _judge_method(rules, method, path, query)
+    for named in overrides if verdict[0] is Verdict.ALLOW else ():
+        refused = _judge_method(rules, named, path, query)
+        if refused[0] is not Verdict.ALLOW:
+            return refused
+    return verdict
+
+
+def _judge_method(
+    rules: Rules, method: str, path: str, query: dict[str, list[str]]
+) -> tuple[Verdict, str]:
     denied = _first(rules.deny, rules._first_deny, method, path, query)
     if denied is not None:
         return Verdict.DENIED, f"deny[{denied}]"

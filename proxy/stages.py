@@ -30,16 +30,17 @@ from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.ceiling import node_requires, raw_tcp, relays
-from sandbox_egress.proxy.config import Entry, Transform
+from sandbox_egress.proxy.config import Transform
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
 from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
+from sandbox_egress.proxy.mcp import McpPolicy, endpoint_policies
 from sandbox_egress.proxy.paths import canonical_path, split_target
 from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
-from sandbox_egress.proxy.rules import Verdict, judge
+from sandbox_egress.proxy.rules import Verdict, judge, override_methods
 from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
 
@@ -291,10 +292,11 @@ class RequestAnswer:
     # A git push allowed by repository: its command list must match these items' refs
     # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
     push: tuple[PushItem, ...] = ()
+    mcp: tuple[McpPolicy, ...] = ()  # a POST to an MCP endpoint: held, judged (addons/mcp.py)
 
 
 def decide_rules(
-    policy: Policy, decision: Decision, method: str, target: str
+    policy: Policy, decision: Decision, method: str, target: str, overrides: tuple[str, ...] = ()
 ) -> tuple[Decision, PushItem | None]:
     """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
     a smart-HTTP git request against its entry's `git`, any other allowed request's
@@ -320,17 +322,13 @@ def decide_rules(
         return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
     if not entry.rules.active:
         return decision, None
-    return _rules(policy, decision, entry, method, target), None
-
-
-def _rules(policy: Policy, decision: Decision, entry: Entry, method: str, target: str) -> Decision:
-    verdict, clause = judge(entry.rules, method, target)
+    verdict, clause = judge(entry.rules, method, target, overrides)
     if verdict is Verdict.ALLOW:
-        return decision.with_clause(clause)
+        return decision.with_clause(clause), None
     if verdict is Verdict.AMBIGUOUS:
-        return Decision.deny(Reason.BAD_REQUEST, entry)
+        return Decision.deny(Reason.BAD_REQUEST, entry), None
     reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
-    return policy.reported(Decision.deny(reason, entry, clause))
+    return policy.reported(Decision.deny(reason, entry, clause)), None
 
 
 def _rules_within_ceiling(
@@ -339,14 +337,14 @@ def _rules_within_ceiling(
     """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
     entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`). The
     node's decision of the host is the one the sandbox's `decide` made (`Decision.node`)."""
-    method, path = ask.names.method, located.path
-    decision, push = decide_rules(policy, decision, method, path)
+    method, path, over = ask.names.method, located.path, override_methods(ask.fields)
+    decision, push = decide_rules(policy, decision, method, path, over)
     pushes = () if push is None else (push,)
     node = policy.ceiling()
     if node is None or not decision.allowed:
         return decision, pushes
     ceiling = decision.node or node.decide(located.host, located.port, tls=ask.https)
-    judged, node_push = decide_rules(node, ceiling, method, path)
+    judged, node_push = decide_rules(node, ceiling, method, path, over)
     combined = bounded(judged, decision)
     if not combined.allowed:
         return combined, ()
@@ -383,8 +381,9 @@ async def decide_request(
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
+    mcp = endpoint_policies(decision, ask.names.method, located.path)
     if not (transforms or swapped.injected) or entry is None:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin, push=push)
+        return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp)
     return RequestAnswer(
         decision,
         host,
@@ -395,4 +394,5 @@ async def decide_request(
         fields=swapped.fields,
         swapped=swapped.injected,
         push=push,
+        mcp=mcp,
     )

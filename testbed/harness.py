@@ -44,6 +44,10 @@ REASONS = frozenset(
         "unknown_sandbox",
         "connection_limit",
         "upstream_tls",
+        "mcp_bad_request",
+        "mcp_method_denied",
+        "mcp_tool_denied",
+        "mcp_argument_denied",
     }
 )
 AUDIT_KEYS = frozenset(

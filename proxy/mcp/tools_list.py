@@ -1,0 +1,105 @@
+"""`filter_tools_list` (docs/configuration.md#mcp-servers): the `result.tools` of an answer
+to a `tools/list` request lists only the tools the entry allows.
+
+`ToolsFilter` rewrites one JSON-RPC document (a message or a batch): each response whose
+`id` is one of the `tools/list` requests' ids keeps only the items whose `name` the
+policy allows. The JSON body transform (`json_transform`) collects the answer, bounded,
+and rewrites it at its end; server-sent events go through `proxy.mcp.sse`, one event at
+a time.
+
+Invariant: an answer this filter cannot read (not UTF-8, not JSON, over the bound) is
+never forwarded unfiltered: `Unreadable` is raised and the adapter ends the answer (D215).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_egress.proxy.mcp.message import Body
+from sandbox_egress.proxy.mcp.policy import McpPolicy
+
+
+class Unreadable(ValueError):
+    """An answer that must be filtered and cannot be read: end it, never forward it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsFilter:
+    policies: tuple[McpPolicy, ...]  # those filtering (a sandbox's and its node's)
+    ids: frozenset[str | int]  # the ids of the tools/list requests of the POST
+
+    def rewrite(self, text: str) -> str | None:
+        """`text` (one JSON document) with the tools lists filtered; None: unchanged."""
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise Unreadable("the answer is not JSON") from exc
+        items = document if isinstance(document, list) else [document]
+        changed = False
+        for item in items:
+            changed = self._filter(item) or changed
+        return json.dumps(document, ensure_ascii=False) if changed else None
+
+    def _filter(self, message: Any) -> bool:
+        if not isinstance(message, dict) or not _listed(message.get("id"), self.ids):
+            return False
+        result = message.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list) or not isinstance(result, dict):
+            return False
+        kept = [t for t in tools if isinstance(t, dict) and self._allowed(t.get("name"))]
+        result["tools"] = kept
+        return True
+
+    def _allowed(self, name: Any) -> bool:
+        return isinstance(name, str) and all(p.tool_allowed(name) for p in self.policies)
+
+
+def _listed(ident: Any, ids: frozenset[str | int]) -> bool:
+    if isinstance(ident, bool) or not isinstance(ident, str | int):
+        return False
+    return ident in ids
+
+
+def tools_filter(policies: tuple[McpPolicy, ...], body: Body) -> ToolsFilter | None:
+    """The filter for the answer to `body` (an admitted POST): None unless it holds a
+    `tools/list` request and some policy filters with a tools list."""
+    filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
+    ids = frozenset(m.id for m in body.messages if m.method == "tools/list" and m.id is not None)
+    return ToolsFilter(filtering, ids) if filtering and ids else None
+
+
+def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:
+    """A response stream function for a JSON answer: hold it (at most `limit` bytes),
+    forward it rewritten once the last chunk (b"") arrives."""
+    held = bytearray()
+
+    def transform(chunk: bytes) -> bytes:
+        if chunk:
+            held.extend(chunk)
+            if len(held) > limit:
+                raise Unreadable("the tools/list answer is larger than mcp.max_body")
+            return b""
+        if not held:
+            return b""
+        try:
+            text = held.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Unreadable("the answer is not UTF-8") from exc
+        rewritten = tools.rewrite(text)
+        return bytes(held) if rewritten is None else rewritten.encode()
+
+    return transform
+
+
+def unreadable_answer(tools: ToolsFilter, sse: bool) -> bytes:
+    """What replaces an answer the filter could not read: a JSON-RPC error for the
+    tools/list request (an SSE event on a stream), after which nothing more is forwarded."""
+    ident = min(tools.ids, key=str) if tools.ids else None
+    message = "egress_denied: mcp_bad_request: the tools/list answer could not be filtered"
+    error = {"code": -31403, "message": message, "data": {"reason": "mcp_bad_request"}}
+    text = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error})
+    return f"event: message\ndata: {text}\n\n".encode() if sse else text.encode()
