@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from sandbox_egress.hookrunner.ax.packs import grammar
+from sandbox_egress.hookrunner.ax.packs import grammar, later
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
-from sandbox_egress.hookrunner.ax.packs.words import Word
+from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
 
 MAX_DEPTH = 8
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
@@ -69,6 +69,10 @@ _WRAPPERS: dict[str, frozenset[str]] = {
     "prlimit": frozenset({"-p", "--pid"}),
     "caffeinate": frozenset(),
     "firejail": frozenset(),
+    "setarch": frozenset(),
+    "linux32": frozenset(),
+    "linux64": frozenset(),
+    "uname26": frozenset(),
 }
 _OPERANDS = {"timeout": 1, "taskset": 1, "chrt": 1, "flock": 1, "chroot": 1}  # before the command
 _SCRIPT_OPTIONS = {"su": ("-c", "--command"), "script": ("-c", "--command"), "flock": ("-c",)}
@@ -84,6 +88,8 @@ class Command(NamedTuple):
     words: tuple[str, ...]
     redirects: tuple[tuple[str, str], ...]
     argv: tuple[str, ...]  # after assignments, keywords and wrappers: argv[0] is the program
+    dotglob: bool = False  # globs match dot files here (shopt -s dotglob, GLOBIGNORE)
+    later: bool = False  # read from quoted text bash may evaluate later (``x='a[$(cmd)]'``)
 
     @property
     def program(self) -> str:
@@ -95,6 +101,7 @@ class Script(NamedTuple):
     complete: bool  # False: part of the text could not be vouched for (see ``problems``)
     codes: tuple[tuple[str, str], ...] = ()  # (interpreter, inline code): python -c ...
     problems: tuple[str, ...] = ()
+    opaque: tuple[str, ...] = ()  # of ``problems``: only the run time can settle them (D196)
 
 
 def basename(path: str) -> str:
@@ -119,6 +126,8 @@ def _unwrap(words: list[str]) -> tuple[list[str], list[str], bool]:
         if name not in _WRAPPERS:
             break
         i += 1
+        if name == "setarch" and i < len(words) and not words[i].startswith("-"):
+            i += 1  # setarch ARCH [options] PROGRAM
         supplied |= name == "xargs"
         takes = _WRAPPERS[name]
         script_options = _SCRIPT_OPTIONS.get(name, ())
@@ -154,7 +163,9 @@ def _inner(argv: list[str]) -> _Inner:
             if not arg.startswith("-") or arg.startswith("--") and arg != "--command":
                 break
             if ("c" in arg.lstrip("-") or arg == "--command") and j + 1 < len(argv):
-                inner.scripts.append(argv[j + 1])
+                # bash -c 'git "$@"' _ push -f: the script with its arguments in place
+                given = later.positional(argv[j + 1], argv[j + 3 :]) if len(argv) > j + 3 else None
+                inner.scripts.append(argv[j + 1] if given is None else given)
                 return inner
         if program in SHELLS and not operands or operands == ["-"] or "-s" in options:
             return inner._replace(reads_stdin="sh")
@@ -205,30 +216,64 @@ def _find(argv: list[str], inner: _Inner) -> None:
         j += 1
 
 
-def read_script(text: str, depth: int = 0) -> Script:
+class Scope:
+    """What earlier commands of a line leave for later ones: aliases, functions, variables
+    with a value written out, and whether globs match dot files (``shopt -s dotglob``)."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+        self.functions: dict[str, str] = {}
+        self.variables: dict[str, str] = {}
+        self.dotglob = False
+
+
+def read_script(text: str, depth: int = 0, scope: Scope | None = None) -> Script:
     """Every command a command line runs, inner ones (substitutions, ``sh -c``) first."""
     parsed = grammar.parse(text)
     if not grammar.available():  # pragma: no cover - a declared dependency
         return Script(_crude(text), False, (), tuple(parsed.problems))
-    out = _Out(list(parsed.problems))
+    out = _Out(list(parsed.problems), scope or Scope())
+    out.scope.functions.update(parsed.functions)
     for raw in parsed.commands:
         for inner in raw.inner:
             out.script(inner, depth)
-        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth)
+        fed = _output(raw.upstream) if raw.upstream is not None else None
+        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth, fed)
     if parsed.problems:  # the grammar could not read all of it: every word is looked at too
         out.commands.extend(_crude(text))
-    return Script(tuple(out.commands), not out.problems, tuple(out.codes), tuple(out.problems))
+    return Script(
+        tuple(out.commands), not out.problems, tuple(out.codes), tuple(out.problems),
+        tuple(out.opaque),
+    )  # fmt: skip
+
+
+def _output(raw: grammar.Raw) -> str | None:
+    """What a command writes to a pipe when its words say (``cat <<EOF``, ``echo TEXT``)."""
+    argv, _, _ = _unwrap(raw.words)
+    if any(is_dynamic(w) for w in argv) or any(op not in ("<<", "<<-", "<<<") for op, _ in raw.redirects):
+        return None
+    if argv in (["cat"], ["cat", "-"]) and raw.stdin is not None:
+        return raw.stdin
+    if argv[:1] == ["echo"] and not any(a.startswith("-") for a in argv[1:2]):
+        return " ".join(argv[1:]) + "\n"
+    if argv[:1] == ["printf"] and len(argv) == 2 and "%" not in argv[1] and "\\" not in argv[1]:
+        return argv[1]
+    return None
 
 
 class _Out:
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], scope: Scope) -> None:
         self.commands: list[Command] = []
         self.codes: list[tuple[str, str]] = []
         self.problems = problems
+        self.opaque: list[str] = []  # problems only the run time can settle (D196)
+        self.scope = scope
 
-    def problem(self, what: str) -> None:
+    def problem(self, what: str, opaque: bool = False) -> None:
         if what not in self.problems:
             self.problems.append(what)
+        if opaque and what not in self.opaque:
+            self.opaque.append(what)
 
     def command(
         self,
@@ -237,43 +282,133 @@ class _Out:
         stdin: str | None,
         piped: bool,
         depth: int,
+        fed: str | None = None,
     ) -> None:
+        words = self.alias(words, depth)
+        self.remember(words, depth)
         argv, scripts, supplied = _unwrap(words)
         if supplied:
             argv = [*argv, SUPPLIED] if argv else argv
+        argv = self.config_env(argv)
         inner = _inner(argv)
-        self.commands.append(Command(tuple(words), tuple(redirects), tuple(argv)))
-        for script in [*scripts, *inner.scripts]:
+        self.commands.append(
+            Command(tuple(words), tuple(redirects), tuple(argv), self.scope.dotglob)
+        )
+        for script in [*scripts, *inner.scripts, *later.scripts(argv)]:
             self.script(script, depth)
         for each in inner.argvs:
             self.command(each, [], None, False, depth + 1)
+        for word in words:
+            for text in later.quoted_substitutions(word):
+                self.mention(text, depth)
+        self.call(argv, depth)
+        self.git(argv, depth)
         for language, code in inner.codes:
             if code:
                 self.codes.append((language, code))
-            elif stdin is not None:
-                self.codes.append((language, stdin))
+            elif stdin is not None or fed is not None:
+                self.codes.append((language, stdin if stdin is not None else fed or ""))
             elif piped:
-                self.problem(f"{basename(argv[0])} reads its program from a pipe")
+                self.problem(f"{basename(argv[0])} reads its program from a pipe", opaque=True)
         if inner.reads_stdin is not None:
-            if stdin is not None:
-                self.script(stdin, depth)
+            if stdin is not None or fed is not None:
+                self.script(stdin if stdin is not None else fed or "", depth)
             elif piped:
-                self.problem(f"{basename(argv[0])} reads its script from a pipe")
-        if basename(argv[0] if argv else "") in ("git", "git.exe") and any(
-            w.startswith("alias.") or ".alias." in w for w in argv[1:]
-        ):
-            self.problem("git runs an alias defined on the command line")
+                self.problem(f"{basename(argv[0])} reads its script from a pipe", opaque=True)
+
+    def alias(self, words: list[str], depth: int) -> list[str]:
+        """``p origin main`` after ``alias p='git push -f'``: the alias's words, then the rest."""
+        if not words or is_dynamic(words[0]) or words[0] not in self.scope.aliases:
+            return words
+        text = self.scope.aliases[words[0]]
+        inner = read_script(text, depth + 1) if depth < MAX_DEPTH else None
+        if inner is not None and len(inner.commands) == 1 and inner.complete:
+            return [*inner.commands[0].words, *words[1:]]
+        self.script(text, depth)
+        self.problem("an alias whose text runs with other commands", opaque=True)
+        return words
+
+    def remember(self, words: list[str], depth: int) -> None:
+        """Aliases, assignments and shell options a later command of the line runs with."""
+        for word in words:
+            match = _ASSIGNMENT.match(word)
+            if match is None:
+                break
+            name, value = word[: match.end()].rstrip("+="), word[match.end() :]
+            if not is_dynamic(word):
+                self.scope.variables[name] = value
+            if name == "GLOBIGNORE" and (value or is_dynamic(word)):
+                self.scope.dotglob = True  # bash: a set GLOBIGNORE makes globs match dot files
+        program = words[0] if words else ""
+        if program in ("export", "declare", "local", "readonly", "typeset"):
+            self.remember([w for w in words[1:] if not w.startswith("-")], depth)
+        elif program == "alias":
+            for word in words[1:]:
+                name, equals, value = word.partition("=")
+                if equals and not is_dynamic(name):
+                    self.scope.aliases[name] = value
+                    self.script(value, depth)  # its text is shell, even if never used
+        elif program == "shopt" and "-s" in words and any("dotglob" in w for w in words):
+            self.scope.dotglob = True
+
+    def config_env(self, argv: list[str]) -> list[str]:
+        """``git --config-env=alias.p=P``: ``-c alias.p=VALUE`` when the line gives P a value."""
+        if basename(argv[0] if argv else "") not in ("git", "git.exe"):
+            return argv
+        out: list[str] = []
+        for i, arg in enumerate(argv):
+            spec = arg.removeprefix("--config-env=") if arg.startswith("--config-env=") else None
+            if i > 0 and argv[i - 1] == "--config-env":
+                spec, out = arg, out[:-1]
+            key, _, variable = (spec or "").rpartition("=")
+            if spec is not None and variable in self.scope.variables and not is_dynamic(arg):
+                out.extend(["-c", f"{key}={self.scope.variables[variable]}"])
+            else:
+                out.append(arg)
+        return out
+
+    def call(self, argv: list[str], depth: int) -> None:
+        """A function defined on the line, run with its arguments in place of ``"$@"``."""
+        if not argv or is_dynamic(argv[0]) or argv[0] not in self.scope.functions:
+            return
+        body = later.positional(self.scope.functions[argv[0]], argv[1:])
+        if body is not None:
+            self.script(body, depth)
+
+    def git(self, argv: list[str], depth: int) -> None:
+        """git's configuration from its command line: values git runs with the shell."""
+        if basename(argv[0] if argv else "") not in ("git", "git.exe"):
+            return
+        args = argv[1:]
+        for i, arg in enumerate(args[:-1]):
+            if arg != "-c" and arg != "--config-env":
+                continue
+            key, _, value = args[i + 1].partition("=")
+            if arg == "--config-env" or is_dynamic(args[i + 1]):
+                self.problem("git is configured from a variable the line does not set", opaque=True)
+            elif later.runs_command(key) or (later.git_key(key).startswith("alias.") and value.startswith("!")):
+                self.script(value.removeprefix("!"), depth)
+            elif later.opaque_key(key):
+                self.problem(f"git -c {key} runs files the pack cannot read", opaque=True)
+        if any(a.startswith("--config-env=") for a in args):
+            self.problem("git is configured from a variable the line does not set", opaque=True)
+
+    def mention(self, text: str, depth: int) -> None:
+        """Quoted text bash may evaluate later: its commands count, its oddities do not."""
+        if depth < MAX_DEPTH:
+            found = read_script(text, depth + 1, self.scope).commands
+            self.commands.extend(c._replace(later=True) for c in found)
 
     def script(self, text: str, depth: int) -> None:
         if depth >= MAX_DEPTH:
             self.commands.extend(_crude(text))
             self.problem("commands nested too deeply to follow")
             return
-        inner = read_script(text, depth + 1)
+        inner = read_script(text, depth + 1, self.scope)
         self.commands.extend(inner.commands)
         self.codes.extend(inner.codes)
         for problem in inner.problems:
-            self.problem(problem)
+            self.problem(problem, opaque=problem in inner.opaque)
 
 
 def _crude_word(text: str) -> str:
