@@ -103,7 +103,7 @@ class _Walker:
             for redirect in redirects:
                 self.children(redirect, tails)
             if body is not None and body.type in _COMMANDS:
-                head = self.simple(body, redirects, piped, upstream)
+                head = self.simple(body, redirects, piped, upstream, self.dropped(body, redirects))
             else:
                 if body is not None:
                     self.walk(body, piped, upstream)
@@ -159,8 +159,24 @@ class _Walker:
             else:
                 self.walk(child)
 
+    def dropped(self, body: Any, redirects: list[Any]) -> list[str]:
+        """Words between a command and its first redirection that the grammar drops
+        (``python3 - <<EOF`` loses its ``-``): bash keeps them as arguments."""
+        if not redirects:
+            return []
+        gap = self.source[body.end_byte : redirects[0].start_byte]
+        if not gap.strip() or not gap[:1].isspace():
+            return []
+        self.consumed.add(redirects[0].start_byte)
+        return [self.text(part) for part in gap.split()]
+
     def simple(
-        self, node: Any, redirects: list[Any], piped: bool, upstream: Raw | None = None
+        self,
+        node: Any,
+        redirects: list[Any],
+        piped: bool,
+        upstream: Raw | None = None,
+        extra: list[str] | None = None,
     ) -> Raw | None:
         own = list(redirects)
         parts = []
@@ -170,7 +186,7 @@ class _Walker:
                 own.append(child)
             elif child.type != "comment":
                 parts.append(child)
-        return self.emit(self.joined(parts), own, piped, upstream)
+        return self.emit(self.joined(parts) + (extra or []), own, piped, upstream)
 
     def joined(self, nodes: list[Any]) -> list[str]:
         """The words of sibling nodes: nodes with no space between them are one word

@@ -104,7 +104,10 @@ def env_file(
         hit = None
         if script is not None:
             commands = script.commands  # type: ignore[attr-defined]
-            hit = envfiles.in_commands(commands, resolve, reach, unseen=not boundary.mask)
+            # with the mask, a directory read (grep -r) reads masked files: no refusal
+            hit = envfiles.in_commands(
+                commands, resolve, None if boundary.mask else reach, unseen=not boundary.mask
+            )
             why = why or _unread(script, boundary.mask)
         for code_language, code in codes:
             hit = hit or envfiles.in_code(code)

@@ -329,6 +329,9 @@ class _Reader:
                     i += 2 if text[i] == "\\" else 1
                 i += 1
                 continue
+            if text.startswith("<<", i) and not text.startswith("<<<", i):
+                i = _after_heredoc(text, i)
+                continue
             if c == "(":
                 depth += 1
             elif c == ")":
@@ -338,6 +341,26 @@ class _Reader:
                     return text[start:i]
             i += 1
         raise ShellSyntaxError("unclosed parenthesis")
+
+
+_HEREDOC = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z0-9_.-]+)\2[^\n]*\n")
+
+
+def _after_heredoc(text: str, i: int) -> int:
+    """Inside ``$(...)``: the index after a here-document's body and delimiter line (its
+    text is not shell: ``pack's`` opens no quote), or after ``<<`` when it is not one."""
+    match = _HEREDOC.match(text, i)
+    if match is None:
+        return i + 2
+    tabs, delimiter, j = match.group(1), match.group(3), match.end()
+    while j < len(text):
+        end = text.find("\n", j)
+        end = len(text) if end < 0 else end
+        line = text[j:end]
+        if (line.lstrip("\t") if tabs else line) == delimiter:
+            return end
+        j = end + 1
+    return len(text)
 
 
 def split_commands(text: str) -> tuple[list[Found], list[tuple[int, str]]]:
