@@ -250,7 +250,9 @@ def read_script(text: str, depth: int = 0, scope: Scope | None = None) -> Script
 def _output(raw: grammar.Raw) -> str | None:
     """What a command writes to a pipe when its words say (``cat <<EOF``, ``echo TEXT``)."""
     argv, _, _ = _unwrap(raw.words)
-    if any(is_dynamic(w) for w in argv) or any(op not in ("<<", "<<-", "<<<") for op, _ in raw.redirects):
+    if any(is_dynamic(w) for w in argv) or any(
+        op not in ("<<", "<<-", "<<<") for op, _ in raw.redirects
+    ):
         return None
     if argv in (["cat"], ["cat", "-"]) and raw.stdin is not None:
         return raw.stdin
@@ -386,7 +388,9 @@ class _Out:
             key, _, value = args[i + 1].partition("=")
             if arg == "--config-env" or is_dynamic(args[i + 1]):
                 self.problem("git is configured from a variable the line does not set", opaque=True)
-            elif later.runs_command(key) or (later.git_key(key).startswith("alias.") and value.startswith("!")):
+            elif later.runs_command(key) or (
+                later.git_key(key).startswith("alias.") and value.startswith("!")
+            ):
                 self.script(value.removeprefix("!"), depth)
             elif later.opaque_key(key):
                 self.problem(f"git -c {key} runs files the pack cannot read", opaque=True)

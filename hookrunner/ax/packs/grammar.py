@@ -120,7 +120,11 @@ class _Walker:
                 self.walk(child, piped=piped or index > 0, upstream=previous)
                 previous = self.parsed.commands[-1] if len(self.parsed.commands) > before else None
         elif node.type in _ASSIGNMENTS:  # "x='a[$(cmd)]'" alone: a command of assignments
-            parts = [c for c in node.children if c.is_named] if node.type != "variable_assignment" else [node]
+            parts = (
+                [c for c in node.children if c.is_named]
+                if node.type != "variable_assignment"
+                else [node]
+            )
             for part in parts:
                 self.children(part)
             self.emit(self.joined(parts), [], piped, upstream)
@@ -151,9 +155,14 @@ class _Walker:
         for child in node.children:
             if child.type == "heredoc_body":  # read by `redirect` (the grammar misses backquotes)
                 continue
-            if tails is not None and node.type == "heredoc_redirect" and child.is_named and (
-                child.type not in ("heredoc_start", "heredoc_end", "file_descriptor")
-                and child.type not in _REDIRECTS
+            if (
+                tails is not None
+                and node.type == "heredoc_redirect"
+                and child.is_named
+                and (
+                    child.type not in ("heredoc_start", "heredoc_end", "file_descriptor")
+                    and child.type not in _REDIRECTS
+                )
             ):
                 tails.append(child)
             else:

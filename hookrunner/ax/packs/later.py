@@ -44,7 +44,11 @@ def git_key(key: str) -> str:
     then any subsection written ``*`` (for the tables above)."""
     section, _, rest = key.partition(".")
     subsection, dot, name = rest.rpartition(".")
-    return f"{section.casefold()}.*.{name.casefold()}" if dot else f"{section.casefold()}.{rest.casefold()}"
+    return (
+        f"{section.casefold()}.*.{name.casefold()}"
+        if dot
+        else f"{section.casefold()}.{rest.casefold()}"
+    )
 
 
 def _matches(key: str, table: frozenset[str]) -> bool:

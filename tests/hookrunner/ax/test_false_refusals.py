@@ -56,13 +56,17 @@ def corpus(path: Path = CORPUS, separator: str | None = None) -> dict[str, list[
             current = line.removeprefix("## source:").strip()
         elif separator is None and line.strip() and not line.startswith("#"):
             sections.setdefault(current, []).append(line)
-        elif separator is not None and line != separator and not (line.startswith("#") and not entry):
+        elif (
+            separator is not None and line != separator and not (line.startswith("#") and not entry)
+        ):
             entry.append(line)
     return sections
 
 
 def agent_commands() -> list[str]:
-    old = [line for name, lines in corpus().items() if name.startswith(AGENT_SECTION) for line in lines]
+    old = [
+        line for name, lines in corpus().items() if name.startswith(AGENT_SECTION) for line in lines
+    ]
     new = [entry for lines in corpus(AGENTS, "%%").values() for entry in lines]
     return old + new
 
@@ -102,13 +106,19 @@ def test_with_the_boundary_agent_commands_are_refused_under_one_percent(workspac
 
 
 def test_with_the_boundary_no_bare_variable_is_refused(workspace: Path) -> None:
-    section = corpus(AGENTS, "%%")["bare variables and substitutions (issue 31: none of these may be refused)"]
+    section = corpus(AGENTS, "%%")[
+        "bare variables and substitutions (issue 31: none of these may be refused)"
+    ]
     bare = [*section, "cat $F", "cat .$SUFFIX", "echo x > $OUT", "cat $(printf .env)"]
     assert [(c, verdict(c, BOTH, workspace)) for c in bare if verdict(c, BOTH, workspace)] == []
 
 
 def test_claude_codes_commit_and_pr_idioms_pass_without_a_boundary_too() -> None:
-    idioms = [a for a in agent_commands() if "<<'EOF'" in a and a.startswith(("git commit", "gh pr", "git add"))]
+    idioms = [
+        a
+        for a in agent_commands()
+        if "<<'EOF'" in a and a.startswith(("git commit", "gh pr", "git add"))
+    ]
     assert len(idioms) >= 4
     assert [(a, verdict(a)) for a in idioms if verdict(a)] == []
 
