@@ -28,6 +28,7 @@ import re
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
+from sandbox_egress.hookrunner.ax.packs.heredocs import _after_heredoc
 from sandbox_egress.hookrunner.ax.packs.words import GLOB, Word, glob_escape
 
 _OPERATORS = sorted(
@@ -341,26 +342,6 @@ class _Reader:
                     return text[start:i]
             i += 1
         raise ShellSyntaxError("unclosed parenthesis")
-
-
-_HEREDOC = re.compile(r"<<(-?)[ \t]*(['\"]?)([A-Za-z0-9_.-]+)\2[^\n]*\n")
-
-
-def _after_heredoc(text: str, i: int) -> int:
-    """Inside ``$(...)``: the index after a here-document's body and delimiter line (its
-    text is not shell: ``pack's`` opens no quote), or after ``<<`` when it is not one."""
-    match = _HEREDOC.match(text, i)
-    if match is None:
-        return i + 2
-    tabs, delimiter, j = match.group(1), match.group(3), match.end()
-    while j < len(text):
-        end = text.find("\n", j)
-        end = len(text) if end < 0 else end
-        line = text[j:end]
-        if (line.lstrip("\t") if tabs else line) == delimiter:
-            return end
-        j = end + 1
-    return len(text)
 
 
 def split_commands(text: str) -> tuple[list[Found], list[tuple[int, str]]]:
