@@ -24,18 +24,16 @@ vouched for.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import NamedTuple
 
 from sandbox_egress.hookrunner.ax.packs import grammar, later
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
 from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
-from sandbox_egress.hookrunner.ax.packs.wrappers import _OPERANDS, _SCRIPT_OPTIONS, _WRAPPERS
+from sandbox_egress.hookrunner.ax.packs.wrappers import _ASSIGNMENT, _SCRIPT_OPTIONS, _WRAPPERS, _unwrap
+from sandbox_egress.hookrunner.ax.packs.wrappers import basename as basename  # the packs' import
 
 MAX_DEPTH = 8
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-_KEYWORDS = frozenset(
-    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "coproc"}
-)
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "busybox", "fish"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$|pypy3?$")
 _INLINE = {"perl": "-e", "ruby": "-e", "node": "-e", "nodejs": "-e", "deno": "eval"}
@@ -43,6 +41,7 @@ _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _FIND_NAME = frozenset({"-name", "-iname", "-path", "-ipath", "-wholename", "-regex"})
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 SUPPLIED = Word("{}", "*", expands=True)  # a word xargs or find supplies at run time
+_FROM_ENVIRONMENT = Word("$GIT_CONFIG_…", "*", expands=True)  # git configuration at run time
 
 
 class Command(NamedTuple):
@@ -67,50 +66,11 @@ class Script(NamedTuple):
     opaque: tuple[str, ...] = ()  # of ``problems``: only the run time can settle them (D196)
 
 
-def basename(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
 class _Inner(NamedTuple):
     scripts: list[str]  # shell text it runs
     argvs: list[list[str]]  # commands it runs (find -exec)
     codes: list[tuple[str, str]]
     reads_stdin: str | None  # the interpreter that reads its program from standard input
-
-
-def _unwrap(words: list[str]) -> tuple[list[str], list[str], bool]:
-    """Skip assignments, keywords and wrappers: (argv, scripts, xargs seen)."""
-    i, scripts, supplied = 0, [], False
-    while i < len(words):
-        word, name = words[i], basename(words[i])
-        if word in _KEYWORDS or _ASSIGNMENT.match(word):
-            i += 1
-            continue
-        if name not in _WRAPPERS:
-            break
-        i += 1
-        if name == "setarch" and i < len(words) and not words[i].startswith("-"):
-            i += 1  # setarch ARCH [options] PROGRAM
-        supplied |= name == "xargs"
-        takes = _WRAPPERS[name]
-        script_options = _SCRIPT_OPTIONS.get(name, ())
-        while i < len(words) and (
-            words[i].startswith("-") or (name == "env" and _ASSIGNMENT.match(words[i]))
-        ):
-            option = words[i]
-            if name == "env" and option in ("-S", "--split-string") and i + 1 < len(words):
-                scripts.append(words[i + 1])
-            if option in script_options and i + 1 < len(words):
-                scripts.append(words[i + 1])
-                return [], scripts, supplied
-            if option == "--":
-                i += 1
-                break
-            i += 2 if option in takes else 1
-        i += _OPERANDS.get(name, 0)
-        if i + 1 < len(words) and words[i] in script_options:  # flock FILE -c CMD
-            return [], [*scripts, words[i + 1]], supplied
-    return words[i:], scripts, supplied
 
 
 def _inner(argv: list[str]) -> _Inner:
@@ -295,13 +255,17 @@ class _Out:
 
     def remember(self, words: list[str], depth: int) -> None:
         """Aliases, assignments and shell options a later command of the line runs with."""
-        for word in words:
+        for word in words:  # NAME=value before the program, also after env/sudo and options
             match = _ASSIGNMENT.match(word)
+            if match is None and (basename(word) in _WRAPPERS or word.startswith("-")):
+                continue
             if match is None:
                 break
             name, value = word[: match.end()].rstrip("+="), word[match.end() :]
             if not is_dynamic(word):
                 self.scope.variables[name] = value
+            elif name.startswith("GIT_CONFIG"):
+                self.scope.variables[name] = word  # a Word: only known at run time
             if name == "GLOBIGNORE" and (value or is_dynamic(word)):
                 self.scope.dotglob = True  # bash: a set GLOBIGNORE makes globs match dot files
         program = words[0] if words else ""
@@ -330,7 +294,30 @@ class _Out:
                 out.extend(["-c", f"{key}={self.scope.variables[variable]}"])
             else:
                 out.append(arg)
-        return out
+        return [out[0], *self.config_variables(), *out[1:]]
+
+    def config_variables(self) -> list[str]:
+        """git's configuration from the environment the line sets (``GIT_CONFIG_COUNT`` with
+        ``GIT_CONFIG_KEY_n``/``VALUE_n``, ``GIT_CONFIG_PARAMETERS``), as ``-c`` options."""
+        variables, pairs = self.scope.variables, []
+        count = variables.get("GIT_CONFIG_COUNT", "0")
+        for n in range(int(count) if count.isdigit() else 0):
+            key, value = (
+                variables.get(f"GIT_CONFIG_KEY_{n}"),
+                variables.get(f"GIT_CONFIG_VALUE_{n}"),
+            )
+            pairs.append(
+                f"{key}={value}" if key is not None and value is not None else _FROM_ENVIRONMENT
+            )
+        try:
+            pairs.extend(shlex.split(variables.get("GIT_CONFIG_PARAMETERS", "")))
+        except ValueError:
+            pairs.append(_FROM_ENVIRONMENT)
+        if any(is_dynamic(v) for k, v in variables.items() if k.startswith("GIT_CONFIG")):
+            pairs.append(_FROM_ENVIRONMENT)
+        if not count.isdigit():
+            pairs.append(_FROM_ENVIRONMENT)
+        return [each for pair in pairs for each in ("-c", pair)]
 
     def call(self, argv: list[str], depth: int) -> None:
         """A function defined on the line, run with its arguments in place of ``"$@"``."""

@@ -129,7 +129,8 @@ def env_word(
     ``unseen``: an expansion that could be one counts too (no mask below the pack, D196)."""
     if isinstance(word, Word) and word.expands:
         last = word.shape.rstrip("/").rsplit("/", 1)[-1]
-        seen = "*" not in last and is_env_name(last)  # "$DIR/.env": the name is written out
+        # "$DIR/.env", ".env.$STAGE": the name, or its ".env." start, is written out
+        seen = ("*" not in last and is_env_name(last)) or last.casefold().startswith(".env.")
         return word if seen or (unseen and _dynamic_env(word)) else None
     for candidate in _candidates(word):
         if is_env_path(candidate, dotglob and is_dynamic(word)):

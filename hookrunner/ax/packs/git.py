@@ -85,8 +85,8 @@ def expand_aliases(argv: Sequence[str]) -> tuple[Sequence[str], str | None]:
     the second item names an alias whose text is only known at run time."""
     for _ in range(MAX_ALIASES):
         i = _subcommand(argv)
-        if i >= len(argv) or is_dynamic(argv[i]):
-            return argv, None
+        if i >= len(argv) or is_dynamic(argv[i]) or argv[i] in PUSHES:
+            return argv, None  # git never lets an alias replace a command of its own
         value = dict(_config(argv, i)).get(git_key(f"alias.{argv[i]}"))
         if value is None or value.startswith("!"):  # "!..." is shell: commands reads it
             return argv, None

@@ -5,6 +5,14 @@
 
 from __future__ import annotations
 
+import re
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+_KEYWORDS = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "coproc"}
+)
+
+
 # Wrapper -> its options that take a separate value.
 _WRAPPERS: dict[str, frozenset[str]] = {
     "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-R", "-T"}),
@@ -43,3 +51,42 @@ _WRAPPERS: dict[str, frozenset[str]] = {
 }
 _OPERANDS = {"timeout": 1, "taskset": 1, "chrt": 1, "flock": 1, "chroot": 1}  # before the command
 _SCRIPT_OPTIONS = {"su": ("-c", "--command"), "script": ("-c", "--command"), "flock": ("-c",)}
+
+
+def basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _unwrap(words: list[str]) -> tuple[list[str], list[str], bool]:
+    """Skip assignments, keywords and wrappers: (argv, scripts, xargs seen)."""
+    i, scripts, supplied = 0, [], False
+    while i < len(words):
+        word, name = words[i], basename(words[i])
+        if word in _KEYWORDS or _ASSIGNMENT.match(word):
+            i += 1
+            continue
+        if name not in _WRAPPERS:
+            break
+        i += 1
+        if name == "setarch" and i < len(words) and not words[i].startswith("-"):
+            i += 1  # setarch ARCH [options] PROGRAM
+        supplied |= name == "xargs"
+        takes = _WRAPPERS[name]
+        script_options = _SCRIPT_OPTIONS.get(name, ())
+        while i < len(words) and (
+            words[i].startswith("-") or (name == "env" and _ASSIGNMENT.match(words[i]))
+        ):
+            option = words[i]
+            if name == "env" and option in ("-S", "--split-string") and i + 1 < len(words):
+                scripts.append(words[i + 1])
+            if option in script_options and i + 1 < len(words):
+                scripts.append(words[i + 1])
+                return [], scripts, supplied
+            if option == "--":
+                i += 1
+                break
+            i += 2 if option in takes else 1
+        i += _OPERANDS.get(name, 0)
+        if i + 1 < len(words) and words[i] in script_options:  # flock FILE -c CMD
+            return [], [*scripts, words[i + 1]], supplied
+    return words[i:], scripts, supplied

@@ -38,8 +38,11 @@ PUSHES = [
     "git -c core.fsmonitor='git push -f origin main #' status",
     'f() { git "$@"; }; f push -f origin main',
     "bash -c 'git \"$@\"' _ push -f origin main",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.p GIT_CONFIG_VALUE_0='push -f' git p origin main",
+    "env GIT_CONFIG_PARAMETERS=\"'alias.p=push -f'\" git p origin main",
 ]
-READS = ["cat .env", "shopt -s dotglob; cat *env", "GLOBIGNORE=x; cat *env"]
+# to standard error: a substitution keeps the standard output of what it runs
+READS = ["cat .env >&2", "shopt -s dotglob; cat *env >&2", "GLOBIGNORE=x; cat *env >&2"]
 
 
 def _carry(kind: str, inner: str) -> str:
@@ -129,7 +132,7 @@ def test_each_payload_does_what_it_claims_in_real_bash(
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(CARRIERS), min_size=1, max_size=2), st.sampled_from(PUSHES + READS))
 @example(["heredoc-pipe"], "git push -f origin main")
-@example(["heredoc-split"], "cat .env")
+@example(["heredoc-split"], "cat .env >&2")
 def test_whatever_real_bash_runs_the_pack_refuses(
     template: Path, tmp_path_factory: pytest.TempPathFactory, carriers: list[str], payload: str
 ) -> None:
@@ -140,3 +143,15 @@ def test_whatever_real_bash_runs_the_pack_refuses(
     if pushed or read:
         assert refused(command, judge.NONE), command
         assert refused(command, BOTH), command
+
+
+@pytest.mark.parametrize("kind", CARRIERS)
+@pytest.mark.parametrize("payload", ["git push -f origin main", "cat .env >&2"])
+def test_each_carrier_runs_its_payload_in_real_bash(
+    template: Path, tmp_path: Path, kind: str, payload: str
+) -> None:
+    """The carriers are real: bash runs what they carry (so the property above is not vacuous)."""
+    command = _carry(kind, payload)
+    pushed, read = in_bash(template, command, tmp_path / "s")
+    assert (pushed, read) == (payload.startswith("git"), payload.startswith("cat")), command
+    assert refused(command, judge.NONE) and refused(command, BOTH)
