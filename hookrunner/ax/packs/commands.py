@@ -30,7 +30,12 @@ from typing import NamedTuple
 from sandbox_egress.hookrunner.ax.packs import grammar, later
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
 from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
-from sandbox_egress.hookrunner.ax.packs.wrappers import _ASSIGNMENT, _SCRIPT_OPTIONS, _WRAPPERS, _unwrap
+from sandbox_egress.hookrunner.ax.packs.wrappers import (
+    _ASSIGNMENT,
+    _SCRIPT_OPTIONS,
+    _WRAPPERS,
+    _unwrap,
+)
 from sandbox_egress.hookrunner.ax.packs.wrappers import basename as basename  # the packs' import
 
 MAX_DEPTH = 8
