@@ -13,10 +13,16 @@ here-document or here-string, and the inline code of ``python -c`` /
 code). ``xargs`` and ``find -exec`` add the words they supply as expansions
 (``{}`` takes the shape of ``find -name``).
 
+What bash runs later is read too (``later``, issue 31): ``trap``/``mapfile -C``/``sg``
+commands, quoted substitutions, aliases and functions of the line (`Scope`), git's
+configuration from its command line and from the line's ``GIT_CONFIG_*`` variables, and a
+shell fed by ``cat <<EOF |`` or ``echo TEXT |``.
+
 What cannot be vouched for is listed in `Script.problems` and makes
 ``complete`` false (D91): text the grammar cannot read, a shell or
-interpreter reading its program from a pipe, a git alias defined on the
-command line, nesting deeper than ``MAX_DEPTH``. Without the grammar
+interpreter reading a pipe the pack cannot read, git configured from a
+variable, nesting deeper than ``MAX_DEPTH``; `Script.opaque` names those only
+the run time can settle (D196). Without the grammar
 (tree-sitter missing) the hand lexer's crude split is used and nothing is
 vouched for.
 """
