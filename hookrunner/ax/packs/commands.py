@@ -151,8 +151,8 @@ def _find(argv: list[str], inner: _Inner) -> None:
 
 
 class Scope:
-    """What earlier commands of a line leave for later ones: aliases, functions, variables
-    with a value written out, and whether globs match dot files (``shopt -s dotglob``)."""
+    """What earlier commands leave for later ones: aliases, functions, written-out variables,
+    whether globs match dot files (``shopt -s dotglob``)."""
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
@@ -221,6 +221,8 @@ class _Out:
         fed: str | None = None,
     ) -> None:
         words = self.alias(words, depth)
+        if not words and not redirects:
+            return  # an alias read as a script of its own
         self.remember(words, depth)
         argv, scripts, supplied = _unwrap(words)
         if supplied:
@@ -260,9 +262,10 @@ class _Out:
         inner = read_script(text, depth + 1) if depth < MAX_DEPTH else None
         if inner is not None and len(inner.commands) == 1 and inner.complete:
             return [*inner.commands[0].words, *words[1:]]
-        self.script(text, depth)
-        self.problem("an alias whose text runs with other commands", opaque=True)
-        return words
+        if any(is_dynamic(w) for w in words[1:]):
+            self.problem("an alias whose text runs with other commands", opaque=True)
+        self.script(" ".join([text, *(shlex.quote(w) for w in words[1:])]), depth)
+        return []
 
     def remember(self, words: list[str], depth: int) -> None:
         """Aliases, assignments and shell options a later command of the line runs with."""

@@ -175,27 +175,37 @@ def in_commands(
     return None
 
 
-# Options whose value is text (a message, a title), never a file: git commit -m "$(cat <<'EOF'
-# ...)" and gh pr create --body "$(cat <<'EOF' ...)" are Claude Code's own idioms (D197).
+# Options whose value is text (a message, a title), never a file, by program and subcommand:
+# git commit -m "$(cat <<'EOF' ...)" and gh pr create --body "$(cat <<'EOF' ...)" are Claude
+# Code's own idioms (D197). (--body-file, -F read files: not here.)
 _TEXT_OPTIONS = {
-    "git": frozenset({"-m", "--message"}),
-    "gh": frozenset({"-t", "--title", "-b", "--body", "-n", "--notes", "--subject"}),
-    "glab": frozenset({"-t", "--title", "-d", "--description", "-m", "--message"}),
+    "git": ({"commit", "tag", "merge", "stash", "notes"}, {"-m", "--message"}),
+    "gh": ({"pr", "issue", "release"}, {"-t", "--title", "-b", "--body", "-n", "--notes"}),
+    "glab": (
+        {"mr", "issue", "release"},
+        {"-t", "--title", "-d", "--description", "-m", "--message"},
+    ),
 }
+_GIT_GLOBAL_VALUES = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 
 
 def message_positions(command: Command) -> set[int]:
     """The indexes in ``command.words`` of option values that are text, not paths."""
-    options = _TEXT_OPTIONS.get(command.program)
-    if options is None:
+    table = _TEXT_OPTIONS.get(command.program)
+    if table is None:
         return set()
+    subcommands, options = table
     start = len(command.words) - len(command.argv)
+    index = start + 1
+    while index < len(command.words) and command.words[index].startswith("-"):
+        index += 2 if command.words[index] in _GIT_GLOBAL_VALUES else 1
+    if index >= len(command.words) or command.words[index] not in subcommands:
+        return set()
     found: set[int] = set()
-    for index in range(start + 1, len(command.words)):
+    for index in range(index + 1, len(command.words)):
         word = command.words[index]
-        name = word.split("=", 1)[0]
         short_m = command.program == "git" and re.fullmatch(r"-[a-zA-Z]*m", word) is not None
-        if name in options and "=" in word and word.startswith("--"):
+        if word.split("=", 1)[0] in options and "=" in word and word.startswith("--"):
             found.add(index)
         elif (word in options or short_m) and not is_dynamic(word):
             found.add(index + 1)
