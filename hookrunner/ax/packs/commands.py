@@ -222,7 +222,7 @@ class _Out:
     ) -> None:
         words = self.alias(words, depth)
         if not words and not redirects:
-            return  # an alias read as a script of its own
+            return  # an alias read as a script of its own (`alias`)
         self.remember(words, depth)
         argv, scripts, supplied = _unwrap(words)
         if supplied:

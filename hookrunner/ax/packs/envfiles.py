@@ -196,13 +196,13 @@ def message_positions(command: Command) -> set[int]:
         return set()
     subcommands, options = table
     start = len(command.words) - len(command.argv)
-    index = start + 1
-    while index < len(command.words) and command.words[index].startswith("-"):
-        index += 2 if command.words[index] in _GIT_GLOBAL_VALUES else 1
-    if index >= len(command.words) or command.words[index] not in subcommands:
+    sub = start + 1
+    while sub < len(command.words) and command.words[sub].startswith("-"):
+        sub += 2 if command.words[sub] in _GIT_GLOBAL_VALUES else 1
+    if sub >= len(command.words) or command.words[sub] not in subcommands:
         return set()
     found: set[int] = set()
-    for index in range(index + 1, len(command.words)):
+    for index in range(sub + 1, len(command.words)):
         word = command.words[index]
         short_m = command.program == "git" and re.fullmatch(r"-[a-zA-Z]*m", word) is not None
         if word.split("=", 1)[0] in options and "=" in word and word.startswith("--"):
