@@ -11,6 +11,7 @@ carriers around payloads). Real programs only: bash 5, git, setarch, sg.
 
 from __future__ import annotations
 
+import platform
 import shlex
 import shutil
 import subprocess
@@ -57,7 +58,7 @@ def _carry(kind: str, inner: str) -> str:
         "test-eq": f"x={shlex.quote('a[$(' + inner + ')]')}; [[ $x -eq 0 ]]",
         "printf-v": f"printf -v {shlex.quote('a[$(' + inner + ')]')} %s 1",
         "alias": f"shopt -s expand_aliases\nalias r3={quoted}\nr3\n",
-        "setarch": f"setarch x86_64 sh -c {quoted}",
+        "setarch": f"setarch {platform.machine()} sh -c {quoted}",
         "sg": f"sg root -c {quoted}",
         "eval": f"eval {quoted}",
         "heredoc-split": f"sh <<R3\\\nX\n$({inner})\nR3X\n",
