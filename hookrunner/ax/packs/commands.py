@@ -13,10 +13,16 @@ here-document or here-string, and the inline code of ``python -c`` /
 code). ``xargs`` and ``find -exec`` add the words they supply as expansions
 (``{}`` takes the shape of ``find -name``).
 
+What bash runs later is read too (``later``, issue 31): ``trap``/``mapfile -C``/``sg``
+commands, quoted substitutions, aliases and functions of the line (`Scope`), git's
+configuration from its command line and from the line's ``GIT_CONFIG_*`` variables, and a
+shell fed by ``cat <<EOF |`` or ``echo TEXT |``.
+
 What cannot be vouched for is listed in `Script.problems` and makes
 ``complete`` false (D91): text the grammar cannot read, a shell or
-interpreter reading its program from a pipe, a git alias defined on the
-command line, nesting deeper than ``MAX_DEPTH``. Without the grammar
+interpreter reading a pipe the pack cannot read, git configured from a
+variable, nesting deeper than ``MAX_DEPTH``; `Script.opaque` names those only
+the run time can settle (D196). Without the grammar
 (tree-sitter missing) the hand lexer's crude split is used and nothing is
 vouched for.
 """
@@ -24,58 +30,29 @@ vouched for.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import NamedTuple
 
-from sandbox_egress.hookrunner.ax.packs import grammar
+from sandbox_egress.hookrunner.ax.packs import grammar, later
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
-from sandbox_egress.hookrunner.ax.packs.words import Word
+from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
+from sandbox_egress.hookrunner.ax.packs.wrappers import (
+    _ASSIGNMENT,
+    _SCRIPT_OPTIONS,
+    _WRAPPERS,
+    _unwrap,
+)
+from sandbox_egress.hookrunner.ax.packs.wrappers import basename as basename  # the packs' import
 
 MAX_DEPTH = 8
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
-_KEYWORDS = frozenset(
-    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "{", "}", "!", "coproc"}
-)
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "busybox", "fish"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$|pypy3?$")
 _INLINE = {"perl": "-e", "ruby": "-e", "node": "-e", "nodejs": "-e", "deno": "eval"}
-# Wrapper -> its options that take a separate value.
-_WRAPPERS: dict[str, frozenset[str]] = {
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-R", "-T"}),
-    "doas": frozenset({"-u", "-C"}),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}),
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "exec": frozenset({"-a"}),
-    "nohup": frozenset(),
-    "time": frozenset({"-f", "-o"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "setsid": frozenset(),
-    "chronic": frozenset(),
-    "unbuffer": frozenset(),
-    "xargs": frozenset({"-a", "-d", "-E", "-e", "-I", "-i", "-L", "-l", "-n", "-P", "-s"}),
-    "taskset": frozenset(),
-    "chrt": frozenset(),
-    "flock": frozenset({"-E", "-w", "--timeout", "--conflict-exit-code"}),
-    "chroot": frozenset({"--userspec", "--groups"}),
-    "unshare": frozenset({"-S", "-G", "--setuid", "--setgid"}),
-    "nsenter": frozenset({"-t", "--target", "-S", "-G"}),
-    "setpriv": frozenset({"--reuid", "--regid", "--groups", "--inh-caps", "--bounding-set"}),
-    "runuser": frozenset({"-u", "-g", "-G", "--user", "--group"}),
-    "strace": frozenset({"-e", "-o", "-p", "-s", "-u", "-E"}),
-    "ltrace": frozenset({"-e", "-o", "-p", "-s", "-u"}),
-    "prlimit": frozenset({"-p", "--pid"}),
-    "caffeinate": frozenset(),
-    "firejail": frozenset(),
-}
-_OPERANDS = {"timeout": 1, "taskset": 1, "chrt": 1, "flock": 1, "chroot": 1}  # before the command
-_SCRIPT_OPTIONS = {"su": ("-c", "--command"), "script": ("-c", "--command"), "flock": ("-c",)}
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _FIND_NAME = frozenset({"-name", "-iname", "-path", "-ipath", "-wholename", "-regex"})
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 SUPPLIED = Word("{}", "*", expands=True)  # a word xargs or find supplies at run time
+_FROM_ENVIRONMENT = Word("$GIT_CONFIG_…", "*", expands=True)  # git configuration at run time
 
 
 class Command(NamedTuple):
@@ -84,6 +61,8 @@ class Command(NamedTuple):
     words: tuple[str, ...]
     redirects: tuple[tuple[str, str], ...]
     argv: tuple[str, ...]  # after assignments, keywords and wrappers: argv[0] is the program
+    dotglob: bool = False  # globs match dot files here (shopt -s dotglob, GLOBIGNORE)
+    later: bool = False  # read from quoted text bash may evaluate later (``x='a[$(cmd)]'``)
 
     @property
     def program(self) -> str:
@@ -95,10 +74,7 @@ class Script(NamedTuple):
     complete: bool  # False: part of the text could not be vouched for (see ``problems``)
     codes: tuple[tuple[str, str], ...] = ()  # (interpreter, inline code): python -c ...
     problems: tuple[str, ...] = ()
-
-
-def basename(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
+    opaque: tuple[str, ...] = ()  # of ``problems``: only the run time can settle them (D196)
 
 
 class _Inner(NamedTuple):
@@ -106,39 +82,6 @@ class _Inner(NamedTuple):
     argvs: list[list[str]]  # commands it runs (find -exec)
     codes: list[tuple[str, str]]
     reads_stdin: str | None  # the interpreter that reads its program from standard input
-
-
-def _unwrap(words: list[str]) -> tuple[list[str], list[str], bool]:
-    """Skip assignments, keywords and wrappers: (argv, scripts, xargs seen)."""
-    i, scripts, supplied = 0, [], False
-    while i < len(words):
-        word, name = words[i], basename(words[i])
-        if word in _KEYWORDS or _ASSIGNMENT.match(word):
-            i += 1
-            continue
-        if name not in _WRAPPERS:
-            break
-        i += 1
-        supplied |= name == "xargs"
-        takes = _WRAPPERS[name]
-        script_options = _SCRIPT_OPTIONS.get(name, ())
-        while i < len(words) and (
-            words[i].startswith("-") or (name == "env" and _ASSIGNMENT.match(words[i]))
-        ):
-            option = words[i]
-            if name == "env" and option in ("-S", "--split-string") and i + 1 < len(words):
-                scripts.append(words[i + 1])
-            if option in script_options and i + 1 < len(words):
-                scripts.append(words[i + 1])
-                return [], scripts, supplied
-            if option == "--":
-                i += 1
-                break
-            i += 2 if option in takes else 1
-        i += _OPERANDS.get(name, 0)
-        if i + 1 < len(words) and words[i] in script_options:  # flock FILE -c CMD
-            return [], [*scripts, words[i + 1]], supplied
-    return words[i:], scripts, supplied
 
 
 def _inner(argv: list[str]) -> _Inner:
@@ -154,7 +97,9 @@ def _inner(argv: list[str]) -> _Inner:
             if not arg.startswith("-") or arg.startswith("--") and arg != "--command":
                 break
             if ("c" in arg.lstrip("-") or arg == "--command") and j + 1 < len(argv):
-                inner.scripts.append(argv[j + 1])
+                # bash -c 'git "$@"' _ push -f: the script with its arguments in place
+                given = later.positional(argv[j + 1], argv[j + 3 :]) if len(argv) > j + 3 else None
+                inner.scripts.append(argv[j + 1] if given is None else given)
                 return inner
         if program in SHELLS and not operands or operands == ["-"] or "-s" in options:
             return inner._replace(reads_stdin="sh")
@@ -205,30 +150,66 @@ def _find(argv: list[str], inner: _Inner) -> None:
         j += 1
 
 
-def read_script(text: str, depth: int = 0) -> Script:
+class Scope:
+    """What earlier commands leave for later ones: aliases, functions, written-out variables,
+    whether globs match dot files (``shopt -s dotglob``)."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+        self.functions: dict[str, str] = {}
+        self.variables: dict[str, str] = {}
+        self.dotglob = False
+
+
+def read_script(text: str, depth: int = 0, scope: Scope | None = None) -> Script:
     """Every command a command line runs, inner ones (substitutions, ``sh -c``) first."""
     parsed = grammar.parse(text)
     if not grammar.available():  # pragma: no cover - a declared dependency
         return Script(_crude(text), False, (), tuple(parsed.problems))
-    out = _Out(list(parsed.problems))
+    out = _Out(list(parsed.problems), scope or Scope())
+    out.scope.functions.update(parsed.functions)
     for raw in parsed.commands:
         for inner in raw.inner:
             out.script(inner, depth)
-        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth)
+        fed = _output(raw.upstream) if raw.upstream is not None else None
+        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth, fed)
     if parsed.problems:  # the grammar could not read all of it: every word is looked at too
         out.commands.extend(_crude(text))
-    return Script(tuple(out.commands), not out.problems, tuple(out.codes), tuple(out.problems))
+    return Script(
+        tuple(out.commands), not out.problems, tuple(out.codes), tuple(out.problems),
+        tuple(out.opaque),
+    )  # fmt: skip
+
+
+def _output(raw: grammar.Raw) -> str | None:
+    """What a command writes to a pipe when its words say (``cat <<EOF``, ``echo TEXT``)."""
+    argv, _, _ = _unwrap(raw.words)
+    if any(is_dynamic(w) for w in argv) or any(
+        op not in ("<<", "<<-", "<<<") for op, _ in raw.redirects
+    ):
+        return None
+    if argv in (["cat"], ["cat", "-"]) and raw.stdin is not None:
+        return raw.stdin
+    if argv[:1] == ["echo"] and not any(a.startswith("-") for a in argv[1:2]):
+        return " ".join(argv[1:]) + "\n"
+    if argv[:1] == ["printf"] and len(argv) == 2 and "%" not in argv[1] and "\\" not in argv[1]:
+        return argv[1]
+    return None
 
 
 class _Out:
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], scope: Scope) -> None:
         self.commands: list[Command] = []
         self.codes: list[tuple[str, str]] = []
         self.problems = problems
+        self.opaque: list[str] = []  # problems only the run time can settle (D196)
+        self.scope = scope
 
-    def problem(self, what: str) -> None:
+    def problem(self, what: str, opaque: bool = False) -> None:
         if what not in self.problems:
             self.problems.append(what)
+        if opaque and what not in self.opaque:
+            self.opaque.append(what)
 
     def command(
         self,
@@ -237,43 +218,165 @@ class _Out:
         stdin: str | None,
         piped: bool,
         depth: int,
+        fed: str | None = None,
     ) -> None:
+        words = self.alias(words, depth)
+        if not words and not redirects:
+            return  # an alias read as a script of its own (`alias`)
+        self.remember(words, depth)
         argv, scripts, supplied = _unwrap(words)
         if supplied:
             argv = [*argv, SUPPLIED] if argv else argv
+        argv = self.config_env(argv)
         inner = _inner(argv)
-        self.commands.append(Command(tuple(words), tuple(redirects), tuple(argv)))
-        for script in [*scripts, *inner.scripts]:
+        self.commands.append(
+            Command(tuple(words), tuple(redirects), tuple(argv), self.scope.dotglob)
+        )
+        for script in [*scripts, *inner.scripts, *later.scripts(argv)]:
             self.script(script, depth)
         for each in inner.argvs:
             self.command(each, [], None, False, depth + 1)
+        for word in words:
+            for text in later.quoted_substitutions(word):
+                self.mention(text, depth)
+        self.call(argv, depth)
+        self.git(argv, depth)
         for language, code in inner.codes:
             if code:
                 self.codes.append((language, code))
-            elif stdin is not None:
-                self.codes.append((language, stdin))
+            elif stdin is not None or fed is not None:
+                self.codes.append((language, stdin if stdin is not None else fed or ""))
             elif piped:
-                self.problem(f"{basename(argv[0])} reads its program from a pipe")
+                self.problem(f"{basename(argv[0])} reads its program from a pipe", opaque=True)
         if inner.reads_stdin is not None:
-            if stdin is not None:
-                self.script(stdin, depth)
+            if stdin is not None or fed is not None:
+                self.script(stdin if stdin is not None else fed or "", depth)
             elif piped:
-                self.problem(f"{basename(argv[0])} reads its script from a pipe")
-        if basename(argv[0] if argv else "") in ("git", "git.exe") and any(
-            w.startswith("alias.") or ".alias." in w for w in argv[1:]
-        ):
-            self.problem("git runs an alias defined on the command line")
+                self.problem(f"{basename(argv[0])} reads its script from a pipe", opaque=True)
+
+    def alias(self, words: list[str], depth: int) -> list[str]:
+        """``p origin main`` after ``alias p='git push -f'``: the alias's words, then the rest."""
+        if not words or is_dynamic(words[0]) or words[0] not in self.scope.aliases:
+            return words
+        text = self.scope.aliases[words[0]]
+        inner = read_script(text, depth + 1) if depth < MAX_DEPTH else None
+        if inner is not None and len(inner.commands) == 1 and inner.complete:
+            return [*inner.commands[0].words, *words[1:]]
+        if any(is_dynamic(w) for w in words[1:]):
+            self.problem("an alias whose text runs with other commands", opaque=True)
+        self.script(" ".join([text, *(shlex.quote(w) for w in words[1:])]), depth)
+        return []
+
+    def remember(self, words: list[str], depth: int) -> None:
+        """Aliases, assignments and shell options a later command of the line runs with."""
+        for word in words:  # NAME=value before the program, also after env/sudo and options
+            match = _ASSIGNMENT.match(word)
+            if match is None and (basename(word) in _WRAPPERS or word.startswith("-")):
+                continue
+            if match is None:
+                break
+            name, value = word[: match.end()].rstrip("+="), word[match.end() :]
+            if not is_dynamic(word):
+                self.scope.variables[name] = value
+            elif name.startswith("GIT_CONFIG"):
+                self.scope.variables[name] = word  # a Word: only known at run time
+            if name == "GLOBIGNORE" and (value or is_dynamic(word)):
+                self.scope.dotglob = True  # bash: a set GLOBIGNORE makes globs match dot files
+        program = words[0] if words else ""
+        if program in ("export", "declare", "local", "readonly", "typeset"):
+            self.remember([w for w in words[1:] if not w.startswith("-")], depth)
+        elif program == "alias":
+            for word in words[1:]:
+                name, equals, value = word.partition("=")
+                if equals and not is_dynamic(name):
+                    self.scope.aliases[name] = value
+                    self.script(value, depth)  # its text is shell, even if never used
+        elif program == "shopt" and "-s" in words and any("dotglob" in w for w in words):
+            self.scope.dotglob = True
+
+    def config_env(self, argv: list[str]) -> list[str]:
+        """``git --config-env=alias.p=P``: ``-c alias.p=VALUE`` when the line gives P a value."""
+        if basename(argv[0] if argv else "") not in ("git", "git.exe"):
+            return argv
+        out: list[str] = []
+        for i, arg in enumerate(argv):
+            spec = arg.removeprefix("--config-env=") if arg.startswith("--config-env=") else None
+            if i > 0 and argv[i - 1] == "--config-env":
+                spec, out = arg, out[:-1]
+            key, _, variable = (spec or "").rpartition("=")
+            if spec is not None and variable in self.scope.variables and not is_dynamic(arg):
+                out.extend(["-c", f"{key}={self.scope.variables[variable]}"])
+            else:
+                out.append(arg)
+        return [out[0], *self.config_variables(), *out[1:]]
+
+    def config_variables(self) -> list[str]:
+        """git's configuration from the environment the line sets (``GIT_CONFIG_COUNT`` with
+        ``GIT_CONFIG_KEY_n``/``VALUE_n``, ``GIT_CONFIG_PARAMETERS``), as ``-c`` options."""
+        variables, pairs = self.scope.variables, []
+        count = variables.get("GIT_CONFIG_COUNT", "0")
+        for n in range(int(count) if count.isdigit() else 0):
+            key, value = (
+                variables.get(f"GIT_CONFIG_KEY_{n}"),
+                variables.get(f"GIT_CONFIG_VALUE_{n}"),
+            )
+            pairs.append(
+                f"{key}={value}" if key is not None and value is not None else _FROM_ENVIRONMENT
+            )
+        try:
+            pairs.extend(shlex.split(variables.get("GIT_CONFIG_PARAMETERS", "")))
+        except ValueError:
+            pairs.append(_FROM_ENVIRONMENT)
+        if any(is_dynamic(v) for k, v in variables.items() if k.startswith("GIT_CONFIG")):
+            pairs.append(_FROM_ENVIRONMENT)
+        if not count.isdigit():
+            pairs.append(_FROM_ENVIRONMENT)
+        return [each for pair in pairs for each in ("-c", pair)]
+
+    def call(self, argv: list[str], depth: int) -> None:
+        """A function defined on the line, run with its arguments in place of ``"$@"``."""
+        if not argv or is_dynamic(argv[0]) or argv[0] not in self.scope.functions:
+            return
+        body = later.positional(self.scope.functions[argv[0]], argv[1:])
+        if body is not None:
+            self.script(body, depth)
+
+    def git(self, argv: list[str], depth: int) -> None:
+        """git's configuration from its command line: values git runs with the shell."""
+        if basename(argv[0] if argv else "") not in ("git", "git.exe"):
+            return
+        args = argv[1:]
+        for i, arg in enumerate(args[:-1]):
+            if arg != "-c" and arg != "--config-env":
+                continue
+            key, _, value = args[i + 1].partition("=")
+            if arg == "--config-env" or is_dynamic(args[i + 1]):
+                self.problem("git is configured from a variable the line does not set", opaque=True)
+            elif later.runs_command(key) or (
+                later.git_key(key).startswith("alias.") and value.startswith("!")
+            ):
+                self.script(value.removeprefix("!"), depth)
+            elif later.opaque_key(key):
+                self.problem(f"git -c {key} runs files the pack cannot read", opaque=True)
+        if any(a.startswith("--config-env=") for a in args):
+            self.problem("git is configured from a variable the line does not set", opaque=True)
+
+    def mention(self, text: str, depth: int) -> None:
+        """Quoted text bash may evaluate later: its commands count, its oddities do not."""
+        if depth < MAX_DEPTH:
+            found = read_script(text, depth + 1, self.scope).commands
+            self.commands.extend(c._replace(later=True) for c in found)
 
     def script(self, text: str, depth: int) -> None:
         if depth >= MAX_DEPTH:
             self.commands.extend(_crude(text))
             self.problem("commands nested too deeply to follow")
             return
-        inner = read_script(text, depth + 1)
+        inner = read_script(text, depth + 1, self.scope)
         self.commands.extend(inner.commands)
         self.codes.extend(inner.codes)
         for problem in inner.problems:
-            self.problem(problem)
+            self.problem(problem, opaque=problem in inner.opaque)
 
 
 def _crude_word(text: str) -> str:

@@ -75,17 +75,18 @@ _DYNAMIC_SAMPLES = (
 )  # fmt: skip
 
 
-def is_env_name(name: str) -> bool:
+def is_env_name(name: str, dotglob: bool = False) -> bool:
+    """``dotglob``: globs match dot files here (``shopt -s dotglob``, ``GLOBIGNORE=x``)."""
     folded = name.casefold()
     if folded == ".env" or folded.startswith(".env."):
         return True
-    if folded.startswith(".") and _GLOB_CHARS & set(folded):
+    if (folded.startswith(".") or dotglob) and _GLOB_CHARS & set(folded):
         return any(fnmatchcase(sample, folded) for sample in _SAMPLES)
     return False
 
 
-def is_env_path(path: str) -> bool:
-    return bool(path) and not path.endswith("/") and is_env_name(basename(path))
+def is_env_path(path: str, dotglob: bool = False) -> bool:
+    return bool(path) and not path.endswith("/") and is_env_name(basename(path), dotglob)
 
 
 def _candidates(word: str) -> Iterator[str]:
@@ -121,12 +122,18 @@ def _dynamic_env(word: Word) -> bool:
     return False
 
 
-def env_word(word: str, resolve: Resolve | None = None) -> str | None:
-    """The candidate of ``word`` that is an env file (by name, by what it links to), or None."""
-    if isinstance(word, Word) and word.expands and _dynamic_env(word):
-        return word
+def env_word(
+    word: str, resolve: Resolve | None = None, dotglob: bool = False, unseen: bool = True
+) -> str | None:
+    """The candidate of ``word`` that is an env file (by name, by what it links to), or None.
+    ``unseen``: an expansion that could be one counts too (no mask below the pack, D196)."""
+    if isinstance(word, Word) and word.expands:
+        last = word.shape.rstrip("/").rsplit("/", 1)[-1]
+        # "$DIR/.env", ".env.$STAGE": the name, or its ".env." start, is written out
+        seen = ("*" not in last and is_env_name(last)) or last.casefold().startswith(".env.")
+        return word if seen or (unseen and _dynamic_env(word)) else None
     for candidate in _candidates(word):
-        if is_env_path(candidate):
+        if is_env_path(candidate, dotglob and is_dynamic(word)):
             return candidate
         if resolve is not None and not is_dynamic(word):
             target = resolve(candidate)
@@ -135,23 +142,30 @@ def env_word(word: str, resolve: Resolve | None = None) -> str | None:
     return None
 
 
-def in_shell(text: str, resolve: Resolve | None = None, reach: Reach | None = None) -> str | None:
+def in_shell(
+    text: str, resolve: Resolve | None = None, reach: Reach | None = None, unseen: bool = True
+) -> str | None:
     """The first env file a shell command line reads or writes, as written."""
-    return in_commands(read_script(text).commands, resolve, reach)
+    return in_commands(read_script(text).commands, resolve, reach, unseen)
 
 
 def in_commands(
-    commands: Iterable[Command], resolve: Resolve | None = None, reach: Reach | None = None
+    commands: Iterable[Command],
+    resolve: Resolve | None = None,
+    reach: Reach | None = None,
+    unseen: bool = True,
 ) -> str | None:
     for command in commands:
         for _operator, target in command.redirects:
-            if env_word(target, resolve):
+            if env_word(target, resolve, command.dotglob, unseen):
                 return target
         if command.program in HARMLESS:
             continue
         supplied = [w for w in command.argv if w is SUPPLIED]  # what xargs adds
-        for word in (*command.words, *supplied):
-            if env_word(word, resolve):
+        text = message_positions(command)
+        unread = unseen and bool(command.argv)  # "F=$1" alone only stores a value
+        for index, word in enumerate((*command.words, *supplied)):
+            if index not in text and env_word(word, resolve, command.dotglob, unread):
                 return word
         if reach is not None:
             for directory in recursive_operands(command):
@@ -159,6 +173,43 @@ def in_commands(
                 if found is not None:
                     return found
     return None
+
+
+# Options whose value is text (a message, a title), never a file, by program and subcommand:
+# git commit -m "$(cat <<'EOF' ...)" and gh pr create --body "$(cat <<'EOF' ...)" are Claude
+# Code's own idioms (D197). (--body-file, -F read files: not here.)
+_TEXT_OPTIONS = {
+    "git": ({"commit", "tag", "merge", "stash", "notes"}, {"-m", "--message"}),
+    "gh": ({"pr", "issue", "release"}, {"-t", "--title", "-b", "--body", "-n", "--notes"}),
+    "glab": (
+        {"mr", "issue", "release"},
+        {"-t", "--title", "-d", "--description", "-m", "--message"},
+    ),
+}
+_GIT_GLOBAL_VALUES = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+
+
+def message_positions(command: Command) -> set[int]:
+    """The indexes in ``command.words`` of option values that are text, not paths."""
+    table = _TEXT_OPTIONS.get(command.program)
+    if table is None:
+        return set()
+    subcommands, options = table
+    start = len(command.words) - len(command.argv)
+    sub = start + 1
+    while sub < len(command.words) and command.words[sub].startswith("-"):
+        sub += 2 if command.words[sub] in _GIT_GLOBAL_VALUES else 1
+    if sub >= len(command.words) or command.words[sub] not in subcommands:
+        return set()
+    found: set[int] = set()
+    for index in range(sub + 1, len(command.words)):
+        word = command.words[index]
+        short_m = command.program == "git" and re.fullmatch(r"-[a-zA-Z]*m", word) is not None
+        if word.split("=", 1)[0] in options and "=" in word and word.startswith("--"):
+            found.add(index)
+        elif (word in options or short_m) and not is_dynamic(word):
+            found.add(index + 1)
+    return found
 
 
 def _short_flags(args: Sequence[str]) -> set[str]:

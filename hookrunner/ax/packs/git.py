@@ -30,10 +30,12 @@ are then read the same way (``subprocess.run(["git", "push", "-f"])``).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from sandbox_egress.hookrunner.ax.packs.commands import Command, basename, read_script
+from sandbox_egress.hookrunner.ax.packs.later import git_key
 from sandbox_egress.hookrunner.ax.packs.words import is_dynamic
 
 _GLOBAL_WITH_VALUE = frozenset(
@@ -43,16 +45,22 @@ _PUSH_WITH_VALUE = frozenset({"--repo", "--push-option", "--receive-pack", "--ex
 _CODE_WORD = re.compile(r"[A-Za-z0-9_+\-=:./@*~^]+")
 
 
-def _is_prefix(name: str, option: str, shortest: int) -> bool:
-    return len(name) >= shortest and option.startswith(name)
-
-
 def _subcommand(argv: Sequence[str]) -> int:
     """The index of git's subcommand, after its global options."""
     i = 1
     while i < len(argv) and argv[i].startswith("-") and not is_dynamic(argv[i]):
         i += 2 if argv[i] in _GLOBAL_WITH_VALUE else 1
     return i
+
+
+def _config(argv: Sequence[str], end: int) -> list[tuple[str, str]]:
+    """The ``-c KEY=VALUE`` pairs among git's global options (key as git compares it)."""
+    pairs = []
+    for j in range(1, end - 1):
+        if argv[j] == "-c":
+            key, _, value = argv[j + 1].partition("=")
+            pairs.append((git_key(key), value))
+    return pairs
 
 
 def _is_git(word: str) -> bool:
@@ -69,71 +77,114 @@ def _entry_point(argv: Sequence[str]) -> Sequence[str]:
 
 
 PUSHES = ("push", "send-pack")  # send-pack takes --force, --mirror and +refspecs as push does
+MAX_ALIASES = 8
+
+
+def expand_aliases(argv: Sequence[str]) -> tuple[Sequence[str], str | None]:
+    """``git -c alias.p='push -f' p`` is ``git push -f`` (git's own expansion, repeated);
+    the second item names an alias whose text is only known at run time."""
+    for _ in range(MAX_ALIASES):
+        i = _subcommand(argv)
+        if i >= len(argv) or is_dynamic(argv[i]) or argv[i] in PUSHES:
+            return argv, None  # git never lets an alias replace a command of its own
+        value = dict(_config(argv, i)).get(git_key(f"alias.{argv[i]}"))
+        if value is None or value.startswith("!"):  # "!..." is shell: commands reads it
+            return argv, None
+        if is_dynamic(value):
+            return argv, f"git {argv[i]}"
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            return argv, f"git {argv[i]}"
+        argv = [*argv[:i], *words, *argv[i + 1 :]]
+    return argv, "git aliases nested too deeply"
+
+
+# long options of git push that force, delete or mirror, and the shortest prefix git takes
+# for each (shorter ones are ambiguous and make git stop, so they are counted too)
+_FORCING = (("mirror", 1), ("delete", 2), ("prune", 3), ("force-with-lease", 7), ("force", 2))
+_UNFORCING = {"no-force": "force", "no-force-with-lease": "force-with-lease"}
+
+
+def _long(name: str) -> str | None:
+    """The forcing option a ``--name`` (git accepts unique prefixes) stands for, if any."""
+    if name in _UNFORCING:
+        return "no-" + _UNFORCING[name]
+    if name.startswith("no-force-w") and "no-force-with-lease".startswith(name):
+        return "no-force-with-lease"
+    for option, shortest in _FORCING:
+        if len(name) >= shortest and option.startswith(name):
+            return option
+    return None
 
 
 def push_force(argv: Sequence[str]) -> str | None:
-    """The spelling that makes this argv a forced ``git push`` (or ``send-pack``), or None."""
-    argv = _entry_point(argv)
+    """The spelling that makes this argv a forced ``git push`` (or ``send-pack``), or None:
+    a force, a mirror, a deletion, or configuration that makes a plain push one."""
+    argv, _ = expand_aliases(_entry_point(argv))
     if not argv or not _is_git(argv[0]):
         return None
     i = _subcommand(argv)
     if i >= len(argv) or argv[i] not in PUSHES:
         return None
-    force: str | None = None
-    lease: str | None = None
-    mirror: str | None = None
+    found: dict[str, str] = {}
     positional_only = expect_value = False
     for arg in argv[i + 1 :]:
         if expect_value:
             expect_value = False
             continue
         if positional_only or not arg.startswith("-") or arg == "-":
-            if arg.startswith("+") and len(arg) > 1:
-                return arg
+            if (arg.startswith("+") or arg.startswith(":")) and len(arg) > 1:
+                return arg  # a forced update, or a deletion (":branch")
             continue
         if arg == "--":
             positional_only = True
             continue
         if arg.startswith("--"):
             name, equals, _ = arg[2:].partition("=")
+            option = _long(name)
             if f"--{name}" in _PUSH_WITH_VALUE and not equals:
                 expect_value = True
-            elif name == "force":
-                force = arg
-            elif name == "no-force":
-                force = None
-            elif _is_prefix(name, "force-with-lease", len("force-w")):
-                lease = arg
-            elif name == "no-force-with-lease":
-                lease = None
-            elif _is_prefix(name, "mirror", len("mir")):
-                mirror = arg
+            elif option is not None and option.startswith("no-"):
+                found.pop(option[3:], None)
+            elif option is not None:
+                found[option] = arg
             continue
         cluster = arg[1:]
         for j, flag in enumerate(cluster):
             if flag == "o":  # -o VALUE / -oVALUE: the rest is the push option
                 expect_value = j == len(cluster) - 1
                 break
-            if flag == "f":
-                force = arg
-    return force or lease or mirror
+            if flag in "fd":
+                found["force" if flag == "f" else "delete"] = arg
+    for key, value in _config(argv, i):
+        if key == "remote.*.push" and value.startswith(("+", ":")):
+            found.setdefault("config", f"-c {key.replace('*', '…')}={value}")
+        if key == "remote.*.mirror" and value.casefold() in ("true", "yes", "on", "1", ""):
+            found.setdefault("config", f"-c {key.replace('*', '…')}={value}")
+    return next(iter(found.values()), None)
 
 
 def hidden_push(argv: Sequence[str]) -> str | None:
     """A word the shell expands where it could make this argv a (forced) push, or None."""
-    argv = _entry_point(argv)
+    argv, unknown = expand_aliases(_entry_point(argv))
     if not argv or not (_is_git(argv[0]) or is_dynamic(argv[0])):
         return None
+    if unknown is not None and _is_git(argv[0]):
+        return unknown
     i = _subcommand(argv)
     if i >= len(argv):
         return None
+    dynamic_config = [f"git -c {a}" for a in argv[1:i] if is_dynamic(a)]
+    if argv[i] in PUSHES and dynamic_config:
+        return dynamic_config[0]
     if argv[i] not in PUSHES:
         return f"git {argv[i]}" if _is_git(argv[0]) and is_dynamic(argv[i]) else None
     return next((f"git {argv[i]} {a}" for a in argv[i + 1 :] if is_dynamic(a)), None)
 
 
 def _verb(argv: Sequence[str]) -> str:
-    argv = _entry_point(argv)
+    argv, _ = expand_aliases(_entry_point(argv))
     i = _subcommand(argv)
     return argv[i] if 0 < i < len(argv) and argv[i] in PUSHES else "push"
 
@@ -149,6 +200,8 @@ def push_in_shell(text: str) -> Push | None:
 
 
 def push_in_commands(commands: Sequence[Command]) -> Push | None:
+    """The first push a command forces, else the first whose force is only known at run time."""
+    hidden: Push | None = None
     for command in commands:
         argv = command.argv
         if argv and is_dynamic(argv[0]) and not _is_git(argv[0]):
@@ -157,10 +210,10 @@ def push_in_commands(commands: Sequence[Command]) -> Push | None:
             found = push_force(argv)
         if found is not None:
             return Push(f"git {_verb(argv)} {found}", True)
-        hidden = hidden_push(argv)
-        if hidden is not None:
-            return Push(hidden, False)
-    return None
+        spelling = hidden_push(argv)
+        if spelling is not None and hidden is None:
+            hidden = Push(spelling, False)
+    return hidden
 
 
 def force_push_in_shell(text: str) -> str | None:

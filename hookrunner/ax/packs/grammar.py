@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - a declared dependency; without it noth
 
 _SEPARATORS = re.compile(rb"^(?:[ \t]|\\\n)+")
 _COMMANDS = frozenset({"command", "declaration_command"})
+_ASSIGNMENTS = frozenset({"variable_assignment", "variable_assignments"})
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
@@ -49,12 +50,14 @@ class Raw:
         self.stdin: str | None = None  # a here-document body or here-string: what it reads
         self.piped = piped  # its standard input is the previous command of a pipeline
         self.inner: list[str] = []  # the substitutions of an unquoted here-document body
+        self.upstream: Raw | None = None  # the command piped into this one, when the grammar says
 
 
 class Parsed:
     def __init__(self, problems: list[str] | None = None) -> None:
         self.commands: list[Raw] = []
         self.problems: list[str] = problems or []
+        self.functions: dict[str, str] = {}  # name -> body text, as defined on the line
 
 
 def available() -> bool:
@@ -88,37 +91,102 @@ class _Walker:
         if what not in self.parsed.problems:
             self.parsed.problems.append(what)
 
-    def walk(self, node: Any, piped: bool = False) -> None:
+    def walk(self, node: Any, piped: bool = False, upstream: Raw | None = None) -> None:
         if node.type == "ERROR" or node.is_missing:
             self.problem("the shell grammar cannot read part of it")
         if node.type in _COMMANDS:
-            self.simple(node, [], piped)
+            self.simple(node, [], piped, upstream)
         elif node.type == "redirected_statement":
             body = node.child_by_field_name("body")
             redirects = [c for c in node.children if c.type in _REDIRECTS]
+            tails: list[Any] = []
             for redirect in redirects:
-                self.children(redirect)
+                self.children(redirect, tails)
             if body is not None and body.type in _COMMANDS:
-                self.simple(body, redirects, piped)
+                head = self.simple(body, redirects, piped, upstream, self.dropped(body, redirects))
             else:
                 if body is not None:
-                    self.walk(body, piped)
-                self.emit([], redirects, piped)
+                    self.walk(body, piped, upstream)
+                head = self.emit([], redirects, piped, upstream)
+            for tail in tails:  # "cat <<EOF | sh": the grammar nests the pipe in the redirection
+                self.tail(tail, head)
         elif node.type in _REDIRECTS:
             self.children(node)
-            self.emit([], [node], piped)
+            self.emit([], [node], piped, upstream)
         elif node.type == "pipeline":
+            previous = upstream
             for index, child in enumerate(c for c in node.children if c.is_named):
-                self.walk(child, piped=index > 0)
+                before = len(self.parsed.commands)
+                self.walk(child, piped=piped or index > 0, upstream=previous)
+                previous = self.parsed.commands[-1] if len(self.parsed.commands) > before else None
+        elif node.type in _ASSIGNMENTS:  # "x='a[$(cmd)]'" alone: a command of assignments
+            parts = (
+                [c for c in node.children if c.is_named]
+                if node.type != "variable_assignment"
+                else [node]
+            )
+            for part in parts:
+                self.children(part)
+            self.emit(self.joined(parts), [], piped, upstream)
+        elif node.type == "function_definition":
+            name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.parsed.functions[self.text(name)] = self.text(body)
+            self.children(node)
         else:
             self.children(node)
 
-    def children(self, node: Any) -> None:
+    def tail(self, node: Any, head: Raw | None) -> None:
+        """A statement the grammar put inside a here-document's redirection: a pipeline
+        continues the command that has the here-document; anything else follows it."""
+        if node.type == "pipeline":
+            previous = head
+            for child in (c for c in node.children if c.is_named):
+                before = len(self.parsed.commands)
+                if child.type == "pipeline":
+                    self.tail(child, previous)
+                else:
+                    self.walk(child, piped=True, upstream=previous)
+                previous = self.parsed.commands[-1] if len(self.parsed.commands) > before else None
+        else:  # "cat <<EOF && next": a list, not a pipe
+            self.walk(node)
+
+    def children(self, node: Any, tails: list[Any] | None = None) -> None:
         for child in node.children:
-            if child.type != "heredoc_body":  # read by `redirect` (the grammar misses backquotes)
+            if child.type == "heredoc_body":  # read by `redirect` (the grammar misses backquotes)
+                continue
+            if (
+                tails is not None
+                and node.type == "heredoc_redirect"
+                and child.is_named
+                and (
+                    child.type not in ("heredoc_start", "heredoc_end", "file_descriptor")
+                    and child.type not in _REDIRECTS
+                )
+            ):
+                tails.append(child)
+            else:
                 self.walk(child)
 
-    def simple(self, node: Any, redirects: list[Any], piped: bool) -> None:
+    def dropped(self, body: Any, redirects: list[Any]) -> list[str]:
+        """Words between a command and its first redirection that the grammar drops
+        (``python3 - <<EOF`` loses its ``-``): bash keeps them as arguments."""
+        if not redirects:
+            return []
+        gap = self.source[body.end_byte : redirects[0].start_byte]
+        if not gap.strip() or not gap[:1].isspace():
+            return []
+        self.consumed.add(redirects[0].start_byte)
+        return [self.text(part) for part in gap.split()]
+
+    def simple(
+        self,
+        node: Any,
+        redirects: list[Any],
+        piped: bool,
+        upstream: Raw | None = None,
+        extra: list[str] | None = None,
+    ) -> Raw | None:
         own = list(redirects)
         parts = []
         for child in node.children:
@@ -127,7 +195,7 @@ class _Walker:
                 own.append(child)
             elif child.type != "comment":
                 parts.append(child)
-        self.emit(self.joined(parts), own, piped)
+        return self.emit(self.joined(parts) + (extra or []), own, piped, upstream)
 
     def joined(self, nodes: list[Any]) -> list[str]:
         """The words of sibling nodes: nodes with no space between them are one word
@@ -152,20 +220,25 @@ class _Walker:
 
     def walk_inside(self, node: Any) -> None:
         """The commands inside a word (substitutions), not the word itself."""
-        if node.type in _REDIRECTS:
+        if node.type in _REDIRECTS or node.type in _ASSIGNMENTS:
             self.children(node)
         else:
             self.walk(node) if node.type not in _COMMANDS else self.children(node)
 
-    def emit(self, raw_words: list[str], redirects: list[Any], piped: bool) -> None:
+    def emit(
+        self, raw_words: list[str], redirects: list[Any], piped: bool, upstream: Raw | None = None
+    ) -> Raw | None:
         words: list[str] = []
         for raw in raw_words:
             words.extend(self.word(raw))
         command = Raw(words, piped)
+        command.upstream = upstream
         for redirect in redirects:
             self.redirect(redirect, command)
-        if command.words or command.redirects:
-            self.parsed.commands.append(command)
+        if not (command.words or command.redirects):
+            return None
+        self.parsed.commands.append(command)
+        return command
 
     def word(self, raw: str) -> list[str]:
         try:
@@ -182,7 +255,9 @@ class _Walker:
             command.redirects.append((operator, delimiter[0] if delimiter else ""))
             body = next((c for c in node.children if c.type == "heredoc_body"), None)
             command.stdin = "" if body is None else self.text(body)
-            quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+            # "EO\\<newline>F" is EOF, unquoted: bash removes the line continuation first
+            spelt = self.text(start).replace("\\\n", "") if start is not None else ""
+            quoted = any(q in spelt for q in "'\"\\")
             if not quoted:
                 try:
                     command.inner.extend(substitutions(command.stdin))

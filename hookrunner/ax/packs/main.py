@@ -85,78 +85,32 @@ def _block(message: str) -> int:
     return 2
 
 
-def _unverified(pack: str, what: str) -> int:
-    return _block(
-        f"{pack}: cannot verify this command ({what}), so it is refused. Run the commands "
-        "plainly, one per line, with their arguments written out."
-    )
+def _boundary(ctx: Context) -> Any:
+    """What stands below the pack at run time (``HOOK_BOUNDARY``, set by the runner, D196)."""
+    from sandbox_egress.hookrunner.ax.packs.judge import Boundary
 
-
-def _codes(text: str, language: str) -> tuple[list[tuple[str, str]], Any]:
-    """The inline codes a text holds (itself when it is not shell), and its read script."""
-    from sandbox_egress.hookrunner.ax.packs.commands import read_script
-
-    if language != "bash":
-        return [(language, text)], None
-    script = read_script(text)
-    return list(script.codes), script
+    return Boundary.parse(ctx.environ.get("HOOK_BOUNDARY", ""))
 
 
 def block_force_push(ctx: Context) -> int:
-    from sandbox_egress.hookrunner.ax.packs import git, inline
+    from sandbox_egress.hookrunner.ax.packs import judge
 
-    for text, language in ctx.scripts():
-        codes, script = _codes(text, language)
-        if script is not None:
-            push = git.push_in_commands(script.commands)
-            if push is not None and push.seen:
-                return _forced(push.spelling)
-            if push is not None:
-                return _block(
-                    f"block-force-push: `{push.spelling}` is only known when the shell runs "
-                    "it, so whether this push forces cannot be checked. Write the arguments out."
-                )
-        for _language, code in codes:
-            found = git.force_push_in_code(code)
-            if found is not None:
-                return _forced(found)
-        if script is not None and not script.complete:
-            return _unverified("block-force-push", "; ".join(script.problems))
-        for code_language, code in codes:
-            starts = inline.starts_programs(code_language, code)
-            if starts is not None:
-                return _unverified("block-force-push", f"{code_language} code uses `{starts}`")
-    return 0
-
-
-def _forced(spelling: str) -> int:
-    return _block(
-        f"block-force-push: `{spelling}` rewrites the remote branch's history and is blocked. "
-        "Push without force (rebase or merge first), or ask a human to do it."
-    )
+    refusal = judge.force_push(ctx.scripts(), _boundary(ctx))
+    return 0 if refusal is None else _block(refusal)
 
 
 def protect_env_files(ctx: Context) -> int:
-    from sandbox_egress.hookrunner.ax.packs import envfiles, inline
+    from sandbox_egress.hookrunner.ax.packs import envfiles, judge
 
     resolve = _resolver(ctx.workspace)
     hit = envfiles.in_arguments(ctx.args, resolve)
     unverified = None
-    for text, language in [] if hit is not None else ctx.scripts():
-        codes, script = _codes(text, language)
-        if script is not None:
-            hit = envfiles.in_commands(script.commands, resolve, _reach(ctx.workspace))
-            if not script.complete:
-                unverified = unverified or "; ".join(script.problems)
-        for code_language, code in codes:
-            hit = hit or envfiles.in_code(code)
-            starts = inline.starts_programs(code_language, code)
-            if starts is not None:
-                unverified = unverified or f"{code_language} code uses `{starts}`"
-        if hit is not None:
-            break
+    if hit is None:
+        hit, unverified = judge.env_file(
+            ctx.scripts(), _boundary(ctx), resolve, _reach(ctx.workspace)
+        )
     if hit is None and unverified is not None:
-        return _unverified("protect-env-files", unverified)
+        return _block(judge.unverified("protect-env-files", unverified))
     if hit is None:
         return 0
     return _block(

@@ -28,6 +28,7 @@ import re
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
+from sandbox_egress.hookrunner.ax.packs.heredocs import _after_heredoc
 from sandbox_egress.hookrunner.ax.packs.words import GLOB, Word, glob_escape
 
 _OPERATORS = sorted(
@@ -328,6 +329,9 @@ class _Reader:
                 while i < len(text) and text[i] != '"':
                     i += 2 if text[i] == "\\" else 1
                 i += 1
+                continue
+            if text.startswith("<<", i) and not text.startswith("<<<", i):
+                i = _after_heredoc(text, i)
                 continue
             if c == "(":
                 depth += 1

@@ -129,7 +129,7 @@ def grammar_words(line: str) -> list[str] | None:
     if not script.complete:
         return None
     words: list[str] = []
-    for command in script.commands:
+    for command in (c for c in script.commands if not c.later):  # not quoted text's commands
         assert list(command.words[:2]) == ["printf", "%s\\0"]
         words.extend(command.words[2:])
     return words
