@@ -176,3 +176,15 @@ def parse_binding(
         header if as_ is As.HEADER else None,
         MappingProxyType(extra) if as_ is As.SIGV4 else MappingProxyType({}),
     )
+
+
+class _Anything(frozenset[str]):
+    """Every name: the credentials section was refused, so names are not checked twice."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+def used_names(definitions: Definitions | None) -> frozenset[str]:
+    """The names `${credential:NAME}` may use (all, when the section itself was refused)."""
+    return _Anything() if definitions is None else definitions.names()
