@@ -43,6 +43,8 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
+    # issue 32: credentials the proxy fetches and mints
+    CREDENTIAL_UNAVAILABLE = "credential_unavailable"
 
 
 class Stage(StrEnum):
@@ -116,6 +118,10 @@ MESSAGES: dict[Reason, str] = {
         "The TLS handshake with the destination failed: its certificate did not verify "
         "or it does not speak TLS."
     ),
+    # issue 32
+    Reason.CREDENTIAL_UNAVAILABLE: (
+        "The proxy could not fetch the credential this host receives; nothing was sent."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -123,6 +129,7 @@ MESSAGES: dict[Reason, str] = {
 STATUS: dict[Reason, int] = {
     Reason.DNS_FAILURE: 502,
     Reason.UPSTREAM_TLS: 502,
+    Reason.CREDENTIAL_UNAVAILABLE: 502,  # issue 32
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
 }

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
@@ -291,6 +292,9 @@ class RequestAnswer:
     # A git push allowed by repository: its command list must match these items' refs
     # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
     push: tuple[PushItem, ...] = ()
+    # Credentials to fetch and write before the request goes upstream (issue 32,
+    # proxy/credentials/writing.py): a real allow only.
+    credentials: tuple[str, ...] = ()
 
 
 def decide_rules(
@@ -380,7 +384,8 @@ async def decide_request(
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
-    if not (transforms or swapped.injected) or entry is None:  # never a would_deny
+    credentials = needed(entry) if decision.injects and entry is not None else ()
+    if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
         return RequestAnswer(decision, host, located, pin, push=push)
     return RequestAnswer(
         decision,
@@ -392,4 +397,5 @@ async def decide_request(
         fields=swapped.fields,
         swapped=swapped.injected,
         push=push,
+        credentials=credentials,
     )
