@@ -52,6 +52,7 @@ class State:
 
 
 class Handler(git_server.Handler):
+    path: str
     def do_GET(self) -> None:
         self.route()
 
