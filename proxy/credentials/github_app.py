@@ -117,7 +117,7 @@ def parse(
         return None
     app_id = block.integer("app_id")
     installation_id = block.integer("installation_id")
-    private_key = block.secret("private_key")
+    private_key = block.secret("private_key", lines=True)
     if private_key is not None and environ is not None and _rsa_key(private_key.reveal()) is None:
         block.refuse("private_key", "must be an RSA private key in PEM (the app's .pem)")
     api_url = block.https_url("api_url") if block.has("api_url") else DEFAULT_API_URL
