@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sandbox_egress.proxy.credentials import command, env, file, github_app, oauth2
+from sandbox_egress.proxy.credentials import command, env, file, github_app, oauth2, vault
 from sandbox_egress.proxy.credentials.base import Spec
 from sandbox_egress.proxy.credentials.block import Report
 
@@ -20,6 +20,7 @@ KINDS: dict[str, Parse] = {
     "env": env.parse,
     "file": file.parse,
     "command": command.parse,
+    "vault": vault.parse,
     "oauth2": oauth2.parse,
     "github_app": github_app.parse,
 }
