@@ -61,9 +61,7 @@ class Vault:
         return Fetched(Secret(value))
 
 
-def parse(
-    raw: Any, where: str, report: Report, environ: Mapping[str, str] | None
-) -> Vault | None:
+def parse(raw: Any, where: str, report: Report, environ: Mapping[str, str] | None) -> Vault | None:
     block = Block.of(raw, where, report, environ)
     if block is None:
         return None
