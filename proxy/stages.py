@@ -292,9 +292,7 @@ class RequestAnswer:
     # A git push allowed by repository: its command list must match these items' refs
     # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
     push: tuple[PushItem, ...] = ()
-    # Credentials to fetch and write before the request goes upstream (issue 32,
-    # proxy/credentials/writing.py): a real allow only.
-    credentials: tuple[str, ...] = ()
+    credentials: tuple[str, ...] = ()  # to fetch and write last (issue 32): a real allow only
 
 
 def decide_rules(

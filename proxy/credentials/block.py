@@ -1,5 +1,5 @@
 """Reading one credential's configuration block: known keys, typed fields, durations,
-`${...}` references and the cache settings every source takes (SPEC 1.13).
+`${...}` references and the cache settings every source takes (docs/configuration.md#credentials).
 
 A `Block` reports each problem at `credentials.NAME.KIND.KEY` through the loader's `report`
 and answers None for a field it refused; the kind's `parse` returns None when any was.
@@ -153,7 +153,7 @@ class Block:
         return secret
 
     def settings(self, **defaults: float) -> CacheSettings:
-        """The cache settings of this block (SPEC 1.13), with the kind's own defaults."""
+        """The cache settings of this block (docs/configuration.md#credentials), with the kind's own defaults."""
         values = {
             "ttl": DEFAULT_TTL_S,
             "refresh_before": DEFAULT_REFRESH_BEFORE_S,

@@ -1,5 +1,5 @@
 """`command`: a credential printed by a program (`op read`, a credential helper), run
-without a shell (SPEC 1.13; docs/configuration.md#credentials).
+without a shell (docs/configuration.md#credentials).
 
     jira: {command: {argv: ["/usr/local/bin/op", "read", "op://agents/jira"], timeout: 10s}}
 

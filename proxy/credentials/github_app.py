@@ -1,5 +1,5 @@
 """`github_app`: a GitHub App installation token, minted with an RS256 app JWT
-(SPEC 1.13; docs.github.com "Generating an installation access token").
+(docs/configuration.md#credentials; docs.github.com "Generating an installation access token").
 
     gh-app: {github_app: {app_id: 12345, installation_id: 678,
                           private_key: "${file:/run/secrets/app.pem}",

@@ -1,5 +1,5 @@
 """`egress-proxy check --resolve`: every configured credential fetched once, reported by
-name (SPEC 1.13; docs/configuration.md#credentials).
+name (docs/configuration.md#credentials).
 
 Each credential is fetched through the cache (so with the same timeout, the same value
 checks and the same upstream trust as the running proxy), all at once. The report names

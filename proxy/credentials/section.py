@@ -1,5 +1,5 @@
 """The top-level `credentials:` map and an entry's `credential:` binding, parsed
-(docs/configuration.md#credentials; SPEC 1.13).
+(docs/configuration.md#credentials).
 
 `parse_credentials` turns `credentials: {NAME: {KIND: {...}}}` into `Definitions`;
 `parse_binding` an allowlist entry's `credential: {name, as, ...}` into a `Binding`. The

@@ -1,5 +1,5 @@
 """`vault`: a field of a KV version 2 secret in Vault or OpenBao, read over HTTPS with a
-token from a file (SPEC 1.13).
+token from a file (docs/configuration.md#credentials).
 
     db: {vault: {url: "https://vault.internal:8200", kv2: {mount: secret, path: agents/db,
                  field: password}, token_file: /run/secrets/vault-token, ttl: 10m}}

@@ -1,4 +1,4 @@
-"""End to end, credentials the proxy mints (docs/configuration.md#credentials, SPEC 1.13):
+"""End to end, credentials the proxy mints (docs/configuration.md#credentials):
 the real proxy fetches from a test forge over TLS (testbed/forge_server.py, in the
 upstream namespace, trusted through --upstream-ca) whose services accept only the token
 it minted last.
