@@ -176,7 +176,7 @@ def _check(path: str, *, secrets: bool) -> int:
 
 
 def _resolve(path: str, upstream_ca: Path | None) -> int:
-    """`check --resolve`: every credential fetched once, one line each (docs/configuration.md#credentials)."""
+    """`check --resolve`: every credential fetched once, one line each."""
     network = configuration.load(path)
     https = Https(str(upstream_ca) if upstream_ca else None)
     results = probe(network.credentials, https)

@@ -153,7 +153,7 @@ class Block:
         return secret
 
     def settings(self, **defaults: float) -> CacheSettings:
-        """The cache settings of this block (docs/configuration.md#credentials), with the kind's own defaults."""
+        """The cache settings of this block, with the kind's own defaults."""
         values = {
             "ttl": DEFAULT_TTL_S,
             "refresh_before": DEFAULT_REFRESH_BEFORE_S,
