@@ -24,10 +24,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from sandbox_egress.proxy.credentials.base import Source, Spec
+from sandbox_egress.proxy.credentials.base import Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.credentials.table import KINDS
+from sandbox_egress.proxy.credentials.table import KINDS, Spec
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
