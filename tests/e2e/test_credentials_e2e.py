@@ -176,7 +176,9 @@ def test_a_refusing_token_endpoint_answers_502_and_sends_nothing(
     assert fetches(proxy, "broken", "failed") == 1
     line = [r for r in proxy.view.audit_log.all() if r["method"] == "GET"][-1]
     assert (line["reason"], line["credentials"]) == ("credential_unavailable", ["broken"])
-    assert "client-secret" not in proxy.process.child.stderr.read_text()
+    stderr = proxy.process.child.stderr.read_text()
+    assert "credential broken: fetch failed: other.allowed.test/token answered 401" in stderr
+    assert "client-secret" not in stderr and "wrong" not in stderr
 
 
 def test_git_clones_and_pushes_through_a_github_app_token_minted_once(
