@@ -48,6 +48,7 @@ from sandbox_egress.proxy.credentials.section import (
     parse_credentials,
     used_names,
 )
+from sandbox_egress.proxy.credentials.section import referenced_files as credential_files
 from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.patterns import IPNetwork, Pattern, parse_pattern
@@ -218,7 +219,7 @@ def parse(
         report_only=report_only,
         secrets_resolved=resolve_secrets,
         placeholders=placeholders,
-        secret_files=referenced_files(allowlist),
+        secret_files=referenced_files(allowlist) + credential_files(_credentials_section(document)),
         credentials=credentials or NO_CREDENTIALS,
     )
 

@@ -28,6 +28,7 @@ from sandbox_egress.proxy.credentials.base import Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.table import KINDS, Spec
+from sandbox_egress.proxy.references import REFERENCE
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -177,6 +178,26 @@ def parse_binding(
         header if as_ is As.HEADER else None,
         MappingProxyType(extra) if as_ is As.SIGV4 else MappingProxyType({}),
     )
+
+
+def referenced_files(raw: Any) -> tuple[str, ...]:
+    """The paths of every `${file:...}` in the credentials section: watched like the
+    allowlist's (a change reloads, and a changed definition is fetched anew)."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            refs = (m.group(1) for m in REFERENCE.finditer(value))
+            found.extend(r[5:] for r in refs if r.startswith("file:"))
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(raw)
+    return tuple(dict.fromkeys(p for p in found if p))
 
 
 class _Anything(frozenset[str]):

@@ -3,8 +3,8 @@ the real proxy fetches from a test forge over TLS (testbed/forge_server.py, in t
 upstream namespace, trusted through --upstream-ca) whose services accept only the token
 it minted last.
 
-* OAuth2 client credentials: twenty concurrent requests, one mint; a short-lived token is
-  refreshed before it expires, and no request ever carried a refused token.
+* OAuth2 client credentials: twenty concurrent requests, one mint (a reload keeps it); a
+  short-lived token is refreshed before it expires, and no request carried a refused one.
 * GitHub App: the real `git` clones and pushes with the agent holding nothing; one
   installation token serves thirty requests; the audit line names the credential.
 * A token endpoint that refuses: 502 `credential_unavailable`, nothing upstream.
@@ -143,6 +143,10 @@ def test_twenty_concurrent_requests_share_one_minted_token(
     lines = [r for r in proxy.view.audit_log.all() if r["host"] == API and r["method"] == "GET"]
     assert len(lines) == 20 and all(r["credentials"] == ["graph"] for r in lines)
     assert all("at-" not in str(r) for r in lines)
+    # A reload keeps the value of an unchanged definition: no second mint.
+    assert proxy.process.reload()["ok"] >= 1
+    assert get(proxy, url)[0] == 200
+    assert forges[0].stats()["mints"] == before + 1
 
 
 def test_a_short_lived_token_is_refreshed_before_it_expires(

@@ -226,3 +226,22 @@ def test_an_inline_pem_key_is_accepted_with_and_without_secrets(tmp_path: Path) 
     document["credentials"]["app"]["github_app"]["private_key"] = "not a key"
     with pytest.raises(config.ConfigError, match="must be an RSA private key in PEM"):
         config.parse(document, "env.yaml", {})
+
+
+def test_files_referenced_by_credentials_are_watched(tmp_path: Path) -> None:
+    secret = tmp_path / "client-secret"
+    secret.write_text("s\n")
+    document = {
+        "credentials": {
+            "g": {
+                "oauth2": {
+                    "grant": "client_credentials",
+                    "token_url": "https://login.example/token",
+                    "client_id": "${ID}",
+                    "client_secret": f"${{file:{secret}}}",
+                }
+            }
+        },
+        "network": {"allowlist": ["example.com"]},
+    }
+    assert config.parse(document, "env.yaml", {"ID": "i"}).secret_files == (str(secret),)
