@@ -24,7 +24,8 @@ from tests.addons.test_egress import Resolver, count, https_flow, run
 
 TOKEN = "minted-credential-value-1"
 ANSWERS = {"api.example": ["93.184.216.34"], "git.example": ["93.184.216.35"],
-           "gone.example": ["93.184.216.36"], "rules.example": ["93.184.216.37"]}  # fmt: skip
+           "gone.example": ["93.184.216.36"], "rules.example": ["93.184.216.37"],
+           "ph.example": ["93.184.216.38"]}  # fmt: skip
 
 
 def make(tmp_path: Path) -> tuple[EgressPolicy, ProxyMetrics, io.StringIO]:
@@ -42,6 +43,17 @@ def make(tmp_path: Path) -> tuple[EgressPolicy, ProxyMetrics, io.StringIO]:
                     "credential": {"name": "gh", "as": "basic", "username": "x-access-token"},
                 },
                 {"domain": "gone.example", "credential": {"name": "gone", "as": "bearer"}},
+                {
+                    "domain": "ph.example",
+                    "secrets": [
+                        {
+                            "placeholder": "egress-placeholder-gh",
+                            "value": "${credential:gh}",
+                            "in": ["headers", "query"],
+                            "require": True,
+                        }
+                    ],
+                },
                 {
                     "domain": "rules.example",
                     "credential": {"name": "gone", "as": "bearer"},
@@ -127,3 +139,33 @@ def test_a_request_the_rules_refuse_never_fetches(tmp_path: Path) -> None:
     )
     assert fetched is None
     assert "credentials" not in json.loads(audit.getvalue())
+
+
+def test_a_placeholder_naming_a_credential_is_swapped_in_basic_and_query(tmp_path: Path) -> None:
+    addon, _, audit = make(tmp_path)
+    basic = "Basic " + base64.b64encode(b"x-access-token:egress-placeholder-gh").decode()
+    flow = https_flow("ph.example", [(b"Host", b"ph.example"), (b"Authorization", basic.encode())])
+    flow.request.path = "/repo?token=egress-placeholder-gh"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requests.requestheaders(flow))
+        flow.response = http.Response.make(200, b"", {"X-Echo": TOKEN})
+        addon.responses.responseheaders(flow)
+        addon.responses.response(flow)
+    expected = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert flow.request.headers["Authorization"] == f"Basic {expected}"
+    assert flow.request.path == f"/repo?token={TOKEN}"
+    assert flow.response is not None and flow.response.headers["X-Echo"] == "[redacted]"
+    line = json.loads(audit.getvalue())
+    assert (line["injected"], line["credentials"]) == (["Authorization", "query"], ["gh"])
+
+
+def test_a_required_placeholder_naming_a_credential_is_still_required(tmp_path: Path) -> None:
+    addon, metrics, _ = make(tmp_path)
+    flow = request(addon, "ph.example")  # the sandbox's own key, no placeholder
+    assert flow.response is not None
+    assert flow.response.headers["X-Egress-Denied"] == "credential_required"
+    fetched = metrics.registry.get_sample_value(
+        "egress_credential_fetches_total", {"credential": "gh", "outcome": "ok"}
+    )
+    assert fetched is None  # refused before any fetch
