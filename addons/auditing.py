@@ -26,6 +26,7 @@ class Where:
     host: str
     port: int | None
     upstream: str | None = None
+    path: str | None = None  # an HTTP request's, already masked (`proxy.audit.audit_path`)
 
 
 def address_text(address: tuple[str, int] | None) -> str | None:
@@ -68,4 +69,5 @@ def record(
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
         credentials=credentials,
+        path=where.path,
     )

@@ -17,7 +17,7 @@ from sandbox_egress.proxy.decision import Decision
 def refusal_response(decision: Decision, host: str, method: str = "GET") -> http.Response:
     """The refusal; to a HEAD without its body (RFC 9110 9.3.2), the headers unchanged."""
     body = {
-        "error": "egress_denied" if decision.status == 403 else "egress_failed",
+        "error": "egress_failed" if decision.status == 502 else "egress_denied",
         "reason": decision.reason.value,
         "message": decision.message,
         "host": host[:255],

@@ -25,6 +25,7 @@ from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
 from sandbox_egress.addons.workarounds import hang_up
+from sandbox_egress.proxy.audit import audit_path
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.fields import fields_problem
@@ -46,6 +47,7 @@ class Requests:
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         shared, request = self.shared, flow.request
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
+        state.path = audit_path(request.path)  # as sent: before a swap writes a secret in it
         flow.metadata[FLOW_KEY] = state
         admission = Admission(True)
         with shared.failclosed(Stage.REQUEST):

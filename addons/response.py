@@ -84,7 +84,13 @@ class Responses:
             flow.client_conn, request.host, request.port
         )
         where = Where(
-            flow.client_conn, request.method, request.scheme, state.host, request.port, upstream
+            flow.client_conn,
+            request.method,
+            request.scheme,
+            state.host,
+            request.port,
+            upstream,
+            state.path,
         )
         status = flow.response.status_code if flow.response else None
         shared.write_audit(where, state.decision, state.started, status, state)

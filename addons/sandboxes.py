@@ -33,6 +33,7 @@ from sandbox_egress.addons.request import REFUSED_BODY_LIMIT, body_size
 from sandbox_egress.addons.shared import Shared
 from sandbox_egress.addons.targets import is_transparent
 from sandbox_egress.addons.workarounds import hang_up
+from sandbox_egress.proxy.audit import audit_path
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.identity import PROXY_AUTHENTICATE, Failure, Identity, identify
@@ -125,7 +126,10 @@ class SandboxIdentity:
             flow.response = response
         method = "CONNECT" if stage is Stage.CONNECT else request.method
         scheme = "" if stage is Stage.CONNECT else request.scheme
-        where = Where(flow.client_conn, method, scheme, request.host[:255], request.port)
+        path = None if stage is Stage.CONNECT else audit_path(request.path)
+        where = Where(
+            flow.client_conn, method, scheme, request.host[:255], request.port, None, path
+        )
         shared.write_audit(where, decision, started, response.status_code)
         raise exceptions.AddonHalt
 

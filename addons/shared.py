@@ -47,6 +47,7 @@ class FlowState:
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
     credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
+    path: str | None = None  # the request-target as the client sent it, masked for the audit
 
 
 class Shared:

@@ -7,7 +7,11 @@ Pairs, alternated call by call (one warm-up call of each first):
   warning) and for `echo '{"decision": "allow"}'` (the normal allow);
 * a pre decision with one http hook (`https://hook.bench.test/hook`, answered by
   nginx with an allow) through egress-proxy, versus the same POST made with
-  `http.client` through the same proxy; and both again directly to nginx.
+  `http.client` through the same proxy; and both again directly to nginx;
+* Claude Code's hook command, a whole process per call as Claude Code runs it:
+  `hookrunner fire PreToolUse --claude-exit-codes` with one claude-code hook (`true`),
+  cold (a Python process importing the runner) and warm (the quick client of
+  `hookrunner claude serve`, D230), versus `/bin/sh -c true` given the same payload.
 
 Every call's outcome is checked: a hook that failed open (a refused CONNECT, a
 TLS error) would look fast and must not count. Prints one JSON object; prints
@@ -129,6 +133,44 @@ def _post(url_host: str, proxy: tuple[str, int] | None, cafile: str) -> Callable
     return call
 
 
+def _fire(command: list[str], payload: bytes, env: dict[str, str]) -> Callable[[], None]:
+    def call() -> None:
+        done = subprocess.run(command, input=payload, capture_output=True, env=env, timeout=30)
+        if done.returncode != 0 or done.stdout:
+            raise RuntimeError(f"fire exited {done.returncode}: {done.stderr[-300:]!r}")
+
+    return call
+
+
+def _claude_fire(workspace: Path, base_env: dict[str, str], calls: int) -> dict[str, Any]:
+    """The cold and the warm Claude Code hook command against a bare `true`."""
+    from sandbox_egress.hookrunner.ax import quickclient
+
+    runner = str(Path(sys.executable).parent / "hookrunner")
+    operator = workspace / "claude-operator.json"
+    hook = {"event": "PreToolUse", "command": "true", "protocol": "claude-code"}
+    operator.write_text(json.dumps({"hooks": [hook]}))
+    run_dir = workspace / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {**base_env, "HOME": str(workspace), "XDG_RUNTIME_DIR": str(run_dir)}
+    payload = json.dumps(
+        {"session_id": "bench", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+         "tool_input": {"command": "ls"}, "cwd": str(workspace)}
+    ).encode()  # fmt: skip
+    fire = ["fire", "PreToolUse", "--claude-exit-codes", "--workspace", str(workspace)]
+    fire += ["--ax-config", str(operator)]
+    client = [sys.executable, "-I", "-S", os.path.realpath(quickclient.__file__), runner]
+    server = subprocess.Popen([runner, "claude", "serve", "--idle", "600"], env=env)
+    try:
+        bare = _spawn("true")
+        results = {"claude_fire_cold": _pair(_fire([runner, *fire], payload, env), bare, calls)}
+        results["claude_fire_warm"] = _pair(_fire([*client, *fire], payload, env), bare, calls)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return results
+
+
 def measure(proxy: str, proxy_ca: str, upstream_ca: str, calls: int) -> dict[str, Any]:
     try:
         import sandbox_egress.hookrunner.session  # noqa: F401
@@ -161,6 +203,7 @@ def measure(proxy: str, proxy_ca: str, upstream_ca: str, calls: int) -> dict[str
         results["http_direct"] = _pair(
             _pre(direct, "allow"), _post(HOOK_HOST, None, upstream_ca), calls
         )
+        results.update(_claude_fire(workspace, base_env, calls))
     results["proxy_cost_ms"] = (
         results["http_via_egress_proxy"]["bare"]["median_ms"]
         - results["http_direct"]["bare"]["median_ms"]

@@ -222,7 +222,11 @@ def hooks_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
         return [f"Scenario 4: TODO - hook runner not measured: {section.get('reason', '?')}"]
     header = ["pair", "runner ms", "bare ms", "overhead ms"]
     rows = []
-    for label in ("command_true", "command_echo_allow", "http_via_egress_proxy", "http_direct"):
+    labels = ["command_true", "command_echo_allow", "http_via_egress_proxy", "http_direct"]
+    labels += ["claude_fire_cold", "claude_fire_warm"]
+    for label in labels:
+        if label not in section:  # a run from before the label existed
+            continue
         pair = section[label]
         rows.append(
             [

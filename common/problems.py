@@ -57,6 +57,9 @@ class Problem:
     message: str
     line: int | None = None  # 1-based, where the file's text is known (YAML and JSON files)
     column: int | None = None
+    # Said, never failed on: what another program's file holds that this one does not
+    # run (a Claude Code settings file's `Notification` hooks, D227).
+    warning: bool = False
 
     def __str__(self) -> str:
         where = f": {self.location}" if self.location else ""

@@ -5,7 +5,8 @@
 Exit codes:
 * ``validate``: 0 every discovered file is valid (``.ax-code/hooks.json`` and the
   ``--ax-config`` operator file included), 1 problems (one line each on stdout:
-  ``FILE: LOCATION: REASON``);
+  ``FILE: LOCATION: REASON``); a warning (``warning: FILE: LOCATION: REASON``, e.g. a
+  settings file's event this runner does not fire) is said and does not fail;
 * ``run``: 0 allow (always for post), 1 deny;
 * ``fire`` (the AX Code dialect, ``hookrunner.ax.cli``): 0 allow, 1 deny or ask;
 * ``exec``: 0 ``ok``, 1 ``denied`` or ``error`` (the JSON says which);
@@ -34,7 +35,12 @@ from sandbox_egress.hookrunner import bounds
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
 from sandbox_egress.hookrunner.ax import metrics as ax_metrics
-from sandbox_egress.hookrunner.ax.cli import add_fire_parser, run_fire
+from sandbox_egress.hookrunner.ax.cli import (
+    add_claude_parser,
+    add_fire_parser,
+    run_claude,
+    run_fire,
+)
 from sandbox_egress.hookrunner.ax.loader import MANAGED_SETTINGS, SettingsPlaces, validate_ax_files
 from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import configure_logging, emit, read_stdin_json, say
@@ -126,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     executing(session)
     session.add_argument("--metrics", default=None, metavar="HOST:PORT", help="serve /metrics")
     add_fire_parser(commands)
+    add_claude_parser(commands)
     return parser
 
 
@@ -144,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             return _exec(args)
         if args.command == "fire":
             return run_fire(args)
+        if args.command == "claude":
+            return run_claude(args)
         return _session(args)
     except HookRunnerError as exc:
         say(f"error: {exc}")
@@ -172,8 +181,8 @@ def _validate(args: argparse.Namespace) -> int:
     ax_files, ax_problems = validate_ax_files(workspace, operator, places)
     problems = (*config.problems, *ax_problems)
     for problem in problems:
-        sys.stdout.write(f"{problem}\n")
-    if problems:
+        sys.stdout.write(f"{'warning: ' if problem.warning else ''}{problem}\n")
+    if any(not problem.warning for problem in problems):
         return 1
     files = ", ".join((*config.files, *ax_files)) or "none found"
     say(f"valid ({files})")

@@ -12,7 +12,7 @@ without limit.
 
 Invariants:
 * A record holds header *names* only. Values of injected headers are never passed in,
-  so they cannot be written.
+  so they cannot be written. A request's path is written with its query values masked.
 * Lines keep the order in which decisions were made; each carries the time of its
   decision, not of its writing.
 * `close()` wakes the writer, which writes every queued line before it returns (bounded
@@ -58,9 +58,26 @@ class AuditRecord:
     clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
     credentials: tuple[str, ...] = ()  # issue 32: the credentials written (names); omitted if none
+    # An HTTP request's path as the client sent it, query values masked (`audit_path`);
+    # the line omits it for a CONNECT, a ClientHello or a TCP stream.
+    path: str | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
+
+AUDIT_PATH_CHARS = 512
+MASK = "…"
+
+
+def audit_path(target: str) -> str:
+    """A request-target for the audit line: the path as sent, every query value masked
+    (a query is where credentials and placeholders travel; a part without `=` is a value),
+    at most `AUDIT_PATH_CHARS` characters, a cut one ending in `…`."""
+    path, question, query = target.partition("?")
+    if question:
+        parts = (p.partition("=") for p in query.split("&") if p)
+        path += "?" + "&".join(f"{name}={MASK}" if eq else MASK for name, eq, _ in parts)
+    return path if len(path) <= AUDIT_PATH_CHARS else path[: AUDIT_PATH_CHARS - 1] + MASK
 
 
 class AuditSink(Protocol):
@@ -92,6 +109,8 @@ class AuditLog:
             line["credentials"] = list(record.credentials)
         else:
             del line["credentials"]
+        if record.path is None:
+            del line["path"]
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:

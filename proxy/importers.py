@@ -8,8 +8,12 @@
 
 Both write the same patterns (`example.com`, `*.example.com`). The allowlist has no deny
 entry, so a denied domain is dropped from the allowed ones when it is one of them, and
-otherwise named in a comment of the output (it stays allowed by a wildcard). The output is
-not checked here: `egress-proxy check` reads it like any file.
+otherwise named in a comment of the output (it stays allowed by a wildcard). What the
+allowlist can never hold (loopback names and addresses) and what is not the egress proxy's
+to decide (sandbox-runtime's local sockets and local binding) become comments too, so the
+output always passes `egress-proxy check`. A Codex `config.toml` from before permission
+profiles (`sandbox_mode`) has nothing to import: full network gets a starting allowlist,
+no network an empty one.
 
 Invariant: only domains and key names are copied; nothing else of the source file is
 written (these files can hold credentials, e.g. Codex's `env` tables).
@@ -22,7 +26,10 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_egress.proxy.patterns import parse_pattern
+
 FORMATS = ("sandbox-runtime", "codex")
+_LOOPBACK = " (a service the sandbox needs on loopback runs inside the sandbox)"
 
 
 class ImportRefused(ValueError):
@@ -75,17 +82,47 @@ def _strings(value: Any, where: str) -> list[str]:
     return value
 
 
+# A starting point for a sandbox that had the whole network: the hosts agents' tools reach
+# first (source hosting, package indexes). Pruned by the operator, grown by `propose`.
+STARTER = (
+    "github.com",
+    "api.github.com",
+    "*.githubusercontent.com",
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "crates.io",
+    "static.crates.io",
+    "proxy.golang.org",
+)
+
+
 def _sandbox_runtime(document: Any) -> Imported:
     network = document.get("network") if isinstance(document, dict) else None
     if not isinstance(network, dict) or "allowedDomains" not in network:
         raise ImportRefused("no network.allowedDomains: not a sandbox-runtime settings file")
     allowed = _strings(network.get("allowedDomains"), "network.allowedDomains")
     denied = _strings(network.get("deniedDomains"), "network.deniedDomains")
-    return _subtract(allowed, denied)
+    imported = _subtract(allowed, denied)
+    notes: list[str] = []
+    sockets = network.get("allowUnixSockets")
+    if sockets:
+        notes.append(
+            f"allowUnixSockets {sockets!r}: a local socket never passes the egress proxy; "
+            "nothing to import (the sandbox's mounts decide what it can reach)"
+        )
+    if network.get("allowLocalBinding"):
+        notes.append(
+            "allowLocalBinding: listening on a local port is the sandbox's own business, not "
+            "the egress proxy's; nothing to import"
+        )
+    return Imported(imported.allowed, (*imported.notes, *notes))
 
 
 def _codex(document: Any) -> Imported:
     profiles = document.get("permissions") if isinstance(document, dict) else None
+    if not isinstance(profiles, dict) and isinstance(document, dict) and "sandbox_mode" in document:
+        return _codex_legacy(document)
     if not isinstance(profiles, dict):
         raise ImportRefused("no [permissions.NAME.network.domains]: not a Codex config.toml")
     chosen = document.get("default_permissions")
@@ -103,9 +140,40 @@ def _codex(document: Any) -> Imported:
     return _subtract(allowed, denied)
 
 
+def _codex_legacy(document: dict[str, Any]) -> Imported:
+    """A config.toml of `sandbox_mode` (before permission profiles): all or nothing."""
+    mode = document.get("sandbox_mode")
+    settings = document.get("sandbox_workspace_write")
+    network = isinstance(settings, dict) and settings.get("network_access") is True
+    learn = "prune it, and learn the rest with report-only and `egress-proxy propose`"
+    if mode == "danger-full-access":
+        said = f"sandbox_mode {mode!r}"
+    elif mode == "workspace-write" and network:
+        said = f"sandbox_mode {mode!r} with network_access = true"
+    else:
+        why = "without network_access" if mode == "workspace-write" else ""
+        said = f"sandbox_mode {mode!r} {why}".strip()
+        empty = f"this config.toml gives the sandbox no network ({said}): an empty allowlist"
+        return Imported((), (empty,))
+    return Imported(
+        STARTER,
+        (
+            f"this config.toml gives the sandbox the full network ({said}): nothing to "
+            f"import. Below is a starting allowlist: {learn}",
+        ),
+    )
+
+
 def _subtract(allowed: list[str], denied: list[str]) -> Imported:
-    kept = list(dict.fromkeys(d.strip().lower() for d in allowed))
+    kept: list[str] = []
     notes: list[str] = []
+    for domain in dict.fromkeys(d.strip().lower() for d in allowed):
+        try:
+            parse_pattern(domain)
+        except ValueError as exc:
+            notes.append(f"{domain}: left out: {exc}{_LOOPBACK if 'loopback' in str(exc) else ''}")
+        else:
+            kept.append(domain)
     for domain in dict.fromkeys(d.strip().lower() for d in denied):
         if domain in kept:
             kept.remove(domain)

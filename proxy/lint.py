@@ -1,9 +1,9 @@
 """Warnings of `egress-proxy check`: what a valid file should still not do.
 
-* A transform value holding a literal credential (one of `common.tokens`' formats once its
-  `${NAME}`/`${file:}` references are removed): the file itself is then a secret, copied
-  into repositories and images. Write the credential into the environment or a file and
-  reference it.
+* A transform value or a `secrets[].value` holding a literal credential (one of
+  `common.tokens`' formats once its `${NAME}`/`${file:}` references are removed): the file
+  itself is then a secret, copied into repositories and images. Write the credential into
+  the environment or a file and reference it.
 
 Invariant: a warning names the location and the credential's format, never its value.
 """
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,16 +38,28 @@ def warnings(path: str | os.PathLike[str]) -> list[Problem]:
     allowlist = network.get("allowlist") if isinstance(network, dict) else None
     found: list[Problem] = []
     for index, entry in enumerate(allowlist if isinstance(allowlist, list) else []):
-        transform = entry.get("transform") if isinstance(entry, dict) else None
-        for header, value in (transform if isinstance(transform, dict) else {}).items():
-            if not isinstance(value, str):
-                continue
+        for where, value in _credential_values(entry, f"network.allowlist[{index}]"):
             kind = token_format(_REFERENCE.sub(" ", value))
             if kind is not None:
-                where = f"network.allowlist[{index}].transform.{header}"
                 message = (
                     f"a literal {kind} credential: the file is now a secret; put it in the "
                     "environment or a file and write ${NAME} or ${file:/path}"
                 )
                 found.append(positions.place(Problem(source, where, message)))
     return found
+
+
+def _credential_values(entry: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(location, value) of what an entry writes into requests: its `transform` values and
+    its `secrets[].value`s (the placeholder itself is not secret)."""
+    if not isinstance(entry, dict):
+        return
+    transform = entry.get("transform")
+    for header, value in (transform if isinstance(transform, dict) else {}).items():
+        if isinstance(value, str):
+            yield f"{where}.transform.{header}", value
+    secrets = entry.get("secrets")
+    for index, secret in enumerate(secrets if isinstance(secrets, list) else []):
+        value = secret.get("value") if isinstance(secret, dict) else None
+        if isinstance(value, str):
+            yield f"{where}.secrets[{index}].value", value

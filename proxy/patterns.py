@@ -14,8 +14,10 @@ Invariants:
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from enum import Enum
+from urllib.parse import urlsplit
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.addresses import NEVER_ALLOWED, classify
@@ -41,6 +43,24 @@ class Pattern:
     network: IPNetwork | None = None  # ADDRESS: the address or range
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _refuse_url(domain: str) -> None:
+    """A pasted URL or a host with a path is named as such, not as an invalid CIDR."""
+    if _SCHEME.match(domain):
+        host = urlsplit(domain).hostname
+        hint = f": write {host!r}" if host else ""
+        raise ValueError(f"a host name, not a URL{hint}")
+    head = domain.split("/", 1)[0]
+    try:
+        ipaddress.ip_address(head)
+    except ValueError:
+        raise ValueError(
+            f"a host name, not a URL or a path: write {head!r} (and the path in `rules`)"
+        ) from None
+
+
 def parse_pattern(domain: str) -> Pattern:
     """Classify a `domain` value. Raises ValueError with the problem."""
     domain = domain.strip()
@@ -49,6 +69,7 @@ def parse_pattern(domain: str) -> Pattern:
     if domain == "*":
         return Pattern("*", PatternKind.ANY)
     if "/" in domain:
+        _refuse_url(domain)
         try:
             network = ipaddress.ip_network(domain, strict=True)
         except ValueError as exc:

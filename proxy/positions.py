@@ -54,7 +54,7 @@ def compose(text: str) -> tuple[Any, Positions]:
     try:
         node, document = _compose(text, _FAST_LOADER)
     except yaml.YAMLError:
-        node, document = _compose(text, yaml.SafeLoader)  # the pure-Python loader words it
+        node, document = _compose(text, _SAFE_LOADER)  # the pure-Python loader words it
     found: dict[str, tuple[int, int]] = {}
     if node is not None:
         found[""] = _mark(node)
@@ -68,9 +68,45 @@ def compose(text: str) -> tuple[Any, Positions]:
     return document, Positions(found)
 
 
+def yaml12(loader: Any) -> Any:
+    """`loader` with YAML 1.2's plain scalars where YAML 1.1 surprises an operator (D226):
+    only `true`/`false` are booleans (`domain: no` is the string "no", not false), and
+    `22:30` or `2026-12-04` stay strings (no sexagesimal numbers, no timestamps)."""
+    dropped = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"}
+    resolvers = {
+        first: [(tag, rx) for tag, rx in pairs if tag not in dropped]
+        for first, pairs in loader.yaml_implicit_resolvers.items()
+    }
+    for first, pairs in resolvers.items():
+        resolvers[first] = [
+            (
+                tag,
+                re.compile(
+                    rx.pattern.replace(_SEXAGESIMAL_INT, "").replace(_SEXAGESIMAL_FLOAT, ""), re.X
+                ),
+            )
+            if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+            else (tag, rx)
+            for tag, rx in pairs
+        ]
+    twelve: Any = type(
+        f"Yaml12{loader.__name__}", (loader,), {"yaml_implicit_resolvers": resolvers}
+    )
+    twelve.add_implicit_resolver(
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )
+    return twelve
+
+
+_SEXAGESIMAL_INT = "\n                    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+"
+_SEXAGESIMAL_FLOAT = "\n                    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\\.[0-9_]*"
+
 # libyaml's loader when PyYAML was built with it (about 10x faster: a node proxy reads a
 # thousand sandbox files); the same nodes and marks.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FAST_LOADER: Any = yaml12(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+_SAFE_LOADER: Any = yaml12(yaml.SafeLoader)
 
 
 def _compose(text: str, loader_type: Any) -> tuple[yaml.Node | None, Any]:

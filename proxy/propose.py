@@ -4,7 +4,8 @@
 Pure: audit lines (parsed JSON objects) in, `Proposal`s out, then YAML text. Only the
 refusals an allowlist entry could lift are read: `not_allowlisted` (a new entry) and
 `port_not_allowed` (a port for the entry that refused it), refused or reported
-(`would_deny`). Every other refusal (loopback, internal addresses, fronting, placeholders
+(`would_deny`), and `rule_mismatch` (rules for the entry that refused it,
+`proxy.proposerules`). Every other refusal (loopback, internal addresses, fronting, placeholders
 sent elsewhere, ...) is a finding, never a proposal; it is only counted.
 
 Invariants:
@@ -28,6 +29,13 @@ from typing import Any
 
 from sandbox_egress.proxy.addresses import AddressClass, classify
 from sandbox_egress.proxy.hosts import HostError, canonical_host
+from sandbox_egress.proxy.proposerules import (
+    RuleFindings,
+    render_rules,
+    rule_proposals,
+    take,
+    unusable_note,
+)
 
 PROPOSABLE = frozenset({"not_allowlisted", "port_not_allowed"})
 NEVER_NAMES = frozenset({"localhost", "localhost.localdomain", "metadata.google.internal"})
@@ -54,6 +62,7 @@ class Findings:
     unreadable: int = 0
     never: Counter[str] = field(default_factory=Counter)  # internal/loopback hosts skipped
     other: Counter[str] = field(default_factory=Counter)  # refusals no entry can lift
+    rules: RuleFindings = field(default_factory=RuleFindings)  # rule_mismatch lines
 
 
 @dataclass
@@ -98,7 +107,8 @@ def propose(
         if decision not in ("deny", "would_deny") or not reason:
             continue
         if reason not in PROPOSABLE:
-            findings.other[reason] += 1
+            if not take(line, findings.rules):
+                findings.other[reason] += 1
             continue
         domain, extends = _domain(line)
         if domain is None:
@@ -194,7 +204,10 @@ def render(proposals: list[Proposal], findings: Findings, source: str) -> str:
         out.append(f"# never proposed (loopback, internal or metadata): {host!r} x{count}")
     for reason, count in sorted(findings.other.items()):
         out.append(f"# refused as {reason} x{count}: no allowlist entry lifts it")
-    out += ["network:", "  allowlist:" if proposals else "  allowlist: []"]
+    out += unusable_note(findings.rules)
+    rules = render_rules(rule_proposals(findings.rules))
+    out += ["network:", "  allowlist:" if proposals or rules else "  allowlist: []"]
+    out += rules
     for p in proposals:
         counts = [f"{p.refused} refused"] if p.refused else []
         counts += [f"{p.reported} would_deny"] if p.reported else []

@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,7 +203,38 @@ def _methods(raw: Any, where: str, report: Report) -> frozenset[str] | None:
     if bad:
         report(where, f"invalid method {bad[0]!r} (a token such as GET)")
         return None
+    for index, method in enumerate(raw):
+        problem = method_problem(method)
+        if problem is not None:
+            report(f"{where}[{index}]", problem)
+            return None
     return frozenset(raw)
+
+
+# IANA's HTTP Method Registry (RFC 9110, PATCH, WebDAV, CalDAV, DeltaV, ...) and QUERY.
+# A method is compared byte for byte (`get` is not `GET`, docs/configuration.md#rules),
+# so a rule naming a method outside it, or one in lower case, almost surely never
+# matches: `check` says so.
+# fmt: off
+KNOWN_METHODS = frozenset((
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY",
+    "ACL", "BASELINE-CONTROL", "BIND", "CHECKIN", "CHECKOUT", "COPY", "LABEL", "LINK", "LOCK",
+    "MERGE", "MKACTIVITY", "MKCALENDAR", "MKCOL", "MKREDIRECTREF", "MKWORKSPACE", "MOVE",
+    "ORDERPATCH", "PRI", "PROPFIND", "PROPPATCH", "REBIND", "REPORT", "SEARCH", "UNBIND",
+    "UNCHECKOUT", "UNLINK", "UNLOCK", "UPDATE", "UPDATEREDIRECTREF", "VERSION-CONTROL",
+))
+# fmt: on
+
+
+def method_problem(method: str) -> str | None:
+    """Why a rule's method can never match a request, with a did-you-mean; None if fine."""
+    if method in KNOWN_METHODS:
+        return None
+    if method.upper() in KNOWN_METHODS:
+        return f"method {method!r} must be written in upper case: {method.upper()!r}"
+    close = difflib.get_close_matches(method.upper(), sorted(KNOWN_METHODS), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else f" ({', '.join(sorted(KNOWN_METHODS))})"
+    return f"unknown method {method!r}{hint}"
 
 
 def _paths(raw: Any, where: str, slash: bool, report: Report) -> tuple[re.Pattern[str], ...] | None:

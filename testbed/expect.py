@@ -32,7 +32,7 @@ def assert_refused(
     assert content_type.split(";")[0].strip() == "application/json", detail
     body = json.loads(response.body)
     # docs/decisions.md D1: a 502 (dns_failure) keeps the shape, with "egress_failed".
-    assert body["error"] == ("egress_denied" if status == 403 else "egress_failed"), detail
+    assert body["error"] == ("egress_failed" if status == 502 else "egress_denied"), detail
     assert body["reason"] == reason, detail
     assert isinstance(body["message"], str), detail
     assert body["message"], detail

@@ -7,10 +7,12 @@ Prints one JSON object (``ax.model.FireResult.to_json``): ``decision``
 Exit status: 0 allow, 1 deny or ask (never run the action without the human's
 answer), 2 usage or payload error, 3 internal error (``hookrunner.cli``).
 With ``--claude-exit-codes`` (the runner as Claude Code's hook command): 2 with
-the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is the
-same JSON. An error is a block (2) on an event that can block, else 1 (Claude
-Code's non-blocking error); Claude Code's settings files are not read in this
-mode, since Claude Code runs their hooks itself (the recursion guard).
+the reason on stderr when blocked (deny or ask), 0 otherwise; stdout is empty or a
+document of Claude Code's hook-output schema (``ax.claudeout``), never the runner's
+own JSON, which Claude Code would report as invalid. An error is a block (2) on an
+event that can block, else 1 (Claude Code's non-blocking error); Claude Code's
+settings files are not read in this mode, since Claude Code runs their hooks
+itself (the recursion guard).
 
 For observation-only events the answer is printed and stdout is closed at
 once, before any hook runs; the process then runs the hooks (each with its
@@ -21,9 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
+from sandbox_egress.hookrunner.ax import claudeinstall, quickclient, quickfire
+from sandbox_egress.hookrunner.ax.claudeout import claude_answer
 from sandbox_egress.hookrunner.ax.events import parse_event
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -34,7 +40,7 @@ from sandbox_egress.hookrunner.ax.model import (
 from sandbox_egress.hookrunner.ax.session import AxSession
 from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
-from sandbox_egress.hookrunner.errors import HookRunnerError
+from sandbox_egress.hookrunner.errors import HookRunnerError, UsageError
 from sandbox_egress.hookrunner.metrics import HookMetrics
 
 CLAUDE_BLOCK = 2  # Claude Code's exit status for "blocked"
@@ -75,10 +81,85 @@ def add_fire_parser(commands: Any) -> None:
         "Claude Code settings files are not read (Claude Code runs them itself)",
     )
     fire.add_argument(
+        "--claude-hooks",
+        default=None,
+        metavar="PATH",
+        help="the user's Claude Code hooks that `hookrunner claude install` moved here: run "
+        "with their Claude Code semantics, also with --claude-exit-codes",
+    )
+    fire.add_argument(
         "--interactive",
         action="store_true",
         help="the caller shows an ask to a human (without it, ask is refused)",
     )
+
+
+def add_claude_parser(commands: Any) -> None:
+    claude = commands.add_parser(
+        "claude",
+        help="wire the runner as Claude Code's hook command: install makes it the hook of "
+        "every event it fires (the settings file's own hooks move to a runner-owned file and "
+        "keep running through it); uninstall puts them back",
+    )
+    claude.add_argument(
+        "action",
+        choices=["install", "uninstall", "serve"],
+        help="what to do (serve: the warm runner the installed hook command reaches, started "
+        "by it when missing)",
+    )
+    claude.add_argument(
+        "--scope",
+        choices=["user", "project"],
+        default="user",
+        help="~/.claude/settings.json (user) or <workspace>/.claude/settings.json (project)",
+    )
+    claude.add_argument("--workspace", default=".", help="workspace directory (default: .)")
+    claude.add_argument(
+        "--runner", default=None, help="the hookrunner command Claude Code runs (default: this one)"
+    )
+    claude.add_argument(
+        "--ax-config", default=None, help="install: an operator AX hooks file every call runs too"
+    )
+    claude.add_argument(
+        "--idle",
+        type=float,
+        default=quickfire.DEFAULT_IDLE_S,
+        metavar="SECONDS",
+        help="serve: leave after this long without a call",
+    )
+
+
+def run_claude(args: argparse.Namespace) -> int:
+    home = os.environ.get("HOME")
+    settings = claudeinstall.settings_path(
+        args.scope, Path(home) if home else None, Path(os.path.realpath(args.workspace))
+    )
+    if args.action == "serve":
+        from sandbox_egress.hookrunner.cli import main  # the whole command, imported once
+
+        return quickfire.serve(main, args.idle)
+    runner = args.runner or _this_runner()
+    if args.action == "uninstall":
+        claudeinstall.uninstall(settings, runner)
+        say(f"{settings}: the runner's entries removed, the moved hooks put back")
+        return 0
+    ax_config = Path(os.path.realpath(args.ax_config)) if args.ax_config else None
+    client = [sys.executable, "-I", "-S", os.path.realpath(quickclient.__file__), runner]
+    moved = claudeinstall.install(settings, runner, ax_config, client)
+    say(f"{settings}: the runner is Claude Code's hook for every event it fires")
+    say(f"{moved}: your hooks, run by the runner with their Claude Code semantics")
+    return 0
+
+
+def _this_runner() -> str:
+    """The console script beside this interpreter, else `hookrunner` on PATH."""
+    beside = Path(sys.executable).parent / "hookrunner"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("hookrunner")
+    if found is None:
+        raise UsageError("no hookrunner command found: name it with --runner")
+    return os.path.realpath(found)
 
 
 def _close_stdout() -> None:
@@ -119,13 +200,17 @@ def _fire(args: argparse.Namespace) -> int:
         operator_config=args.ax_config,
         claude_settings=not args.claude_exit_codes,
         managed_settings=args.managed_settings,
+        moved_settings=args.claude_hooks,
         interactive=args.interactive,
         metrics=HookMetrics(),
         log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
     )
     try:
         result, output = _judge(session, args.event, payload, refusal)
-        emit(result.to_json(output))
+        if not args.claude_exit_codes:
+            emit(result.to_json(output))
+        elif (answer := claude_answer(result)) is not None:
+            emit(answer)
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:

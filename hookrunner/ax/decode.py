@@ -72,6 +72,9 @@ class Decoded:
     notice: str | None = None
     failed: bool = False
     context: str | None = None
+    # A Stop-like hook asked to block (exit 2, {"decision": "block"}, {"continue": false}):
+    # ignored here, honoured by Claude Code's own convention (`ax.claudeout`, D228).
+    asked_block: bool = False
 
 
 def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
@@ -149,7 +152,14 @@ def _claude_code(event: AxEvent, entry: AxEntry, result: ProcessResult, base: De
         if output is Output.FEEDBACK:
             return Decoded(Outcome.EXIT_2, Effect.CONTINUE, "exited with status 2", feedback=stderr)
         detail = f"exited with status 2, but {event.value} cannot block; ignored"
-        return Decoded(Outcome.EXIT_2, Effect.CONTINUE, detail, notice=stderr or None, failed=True)
+        return Decoded(
+            Outcome.EXIT_2,
+            Effect.CONTINUE,
+            detail,
+            notice=stderr or None,
+            failed=True,
+            asked_block=True,
+        )
     if base.outcome is not Outcome.OK:
         if spec_of(event).blocks and entry.block_on_failure:
             return _failed_closed(event, base)
@@ -174,7 +184,9 @@ def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Deco
         return base
     reason = stated.strip() if isinstance(stated, str) and stated.strip() else None
     detail = f"answered {asked}, but {event.value} cannot block; ignored"
-    return Decoded(Outcome.DENY, Effect.CONTINUE, detail, notice=reason, failed=True)
+    return Decoded(
+        Outcome.DENY, Effect.CONTINUE, detail, notice=reason, failed=True, asked_block=True
+    )
 
 
 def _plain_text(data: bytes, truncated: bool) -> str | None:

@@ -110,6 +110,7 @@ class LifecycleExecutor:
             feedback=hook_feedback(decoded.feedback) if decoded.feedback else None,
             notice=bound(decoded.notice, NOTICE_CHARS, what="notice") if decoded.notice else None,
             failed=decoded.failed,
+            asked_block=decoded.asked_block,
             context=bound(decoded.context, PER_HOOK_CHARS, what="context")
             if decoded.context
             else None,

@@ -132,13 +132,19 @@ def load_ax_config(
     trusted: bool,
     operator_config: Path | None = None,
     settings: SettingsPlaces | None = None,
+    moved: Path | None = None,
 ) -> AxConfig:
     """Every hooks file, in running order: the operator's AX file, managed settings, user
     settings, then (trusted only) the project's .ax-code/hooks.json, .claude/settings.json and
-    .claude/settings.local.json; Claude Code's switches decide which settings hooks run."""
+    .claude/settings.local.json; Claude Code's switches decide which settings hooks run.
+    ``moved``: a settings file of the user's hooks that ``hookrunner claude install`` moved
+    out of Claude Code's reach, read at the user's level whatever ``settings`` says."""
     loading = _Loading()
     operator = loading.ax(operator_config, True) if operator_config is not None else []
     read = [] if settings is None else _outside(loading, settings, workspace, trusted)
+    if moved is not None:  # the user's hooks `hookrunner claude install` moved (D229)
+        found = loading.settings(moved, Level.USER, explicit=True)
+        read += [found] if found is not None else []
     project: list[AxEntry] = []
     if trusted:
         project = loading.ax(workspace / PROJECT_FILE, False)

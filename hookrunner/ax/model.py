@@ -126,6 +126,7 @@ class HookRun:
     notice: str | None = None  # Stop / SubagentStop / PreCompact text for the user
     failed: bool = False  # worth a warning line
     context: str | None = None  # UserPromptSubmit: text added to the model's context
+    asked_block: bool = False  # a Stop-like hook asked to block (ignored; Claude Code honours it)
 
 
 @dataclass(frozen=True)

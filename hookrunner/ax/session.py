@@ -69,6 +69,7 @@ class AxSession:
         operator_config: str | Path | None = None,
         claude_settings: bool = True,
         managed_settings: str | Path | None = None,
+        moved_settings: str | Path | None = None,
         interactive: bool = False,
         metrics: HookMetrics | None = None,
         stream: TextIO | None = None,
@@ -87,8 +88,9 @@ class AxSession:
         self.metrics.use(ax_metrics.register)  # metrics made before hookrunner.ax was imported
         operator = Path(operator_config) if operator_config is not None else None
         places, nested = settings_places(self.kernel.environ, claude_settings, managed_settings)
+        moved = Path(moved_settings) if moved_settings is not None else None
         self.config: AxConfig = load_ax_config(
-            root, trusted=trust.on, operator_config=operator, settings=places
+            root, trusted=trust.on, operator_config=operator, settings=places, moved=moved
         )
         self.kernel.configuration(
             self.config.problems, (trust.notice, full.notice, nested, *self.config.notices)

@@ -11,7 +11,7 @@ PATTERN, "hooks": [{"type": "command", "command": CMD, "timeout": SECONDS}]}]},
   is skipped, never repaired, and the rest loads;
 * an event this runner does not fire (``Notification``, ``PermissionRequest``...),
   and a handler ``type`` it cannot run (``prompt``, ``agent``: they need a model)
-  are reported, never silently skipped;
+  are reported as warnings (an ordinary settings file has them), never silently skipped;
 * an ``http`` handler (``url`` https, ``headers``, ``allowedEnvVars``) is POSTed
   through the egress proxy like a hooks.json http handler; a header holding a
   literal credential (the runner's token table) is reported and the handler
@@ -72,8 +72,8 @@ class _Reader:
         self.problems: list[Problem] = []
         self.entries: list[AxEntry] = []
 
-    def problem(self, path: str, reason: str) -> None:
-        self.problems.append(Problem(self.file, path, reason))
+    def problem(self, path: str, reason: str, *, warning: bool = False) -> None:
+        self.problems.append(Problem(self.file, path, reason, warning=warning))
 
     def document(self, doc: Any) -> SettingsFile:
         if not isinstance(doc, dict):
@@ -122,7 +122,10 @@ class _Reader:
         except ValueError:
             fired = ", ".join(e.value for e in AxEvent)
             self.problem(
-                path, f"this runner does not fire {name!r} (it fires {fired}); its hooks never run"
+                path,
+                f"this runner does not fire {name!r} (it fires {fired}); its hooks never run "
+                "here (Claude Code still runs them itself)",
+                warning=True,
             )
             return
         if not isinstance(groups, list):
@@ -172,7 +175,11 @@ class _Reader:
             return None, 0, None
         kind = handler.get("type")
         if kind in UNSUPPORTED_TYPES:
-            self.problem(f"{path}.type", f"{UNSUPPORTED_TYPES[kind]}; this hook never runs")
+            self.problem(
+                f"{path}.type",
+                f"{UNSUPPORTED_TYPES[kind]}; this hook never runs here",
+                warning=True,
+            )
             return None, 0, None
         if kind not in ("command", "http"):
             got = type_name(kind) if not isinstance(kind, str) else repr(kind)

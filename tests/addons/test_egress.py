@@ -14,14 +14,17 @@ import json
 import socket
 from typing import Any
 
+import pytest
 from mitmproxy import http
 from mitmproxy.connection import Server
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.proxy.audit import AuditLog
 from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 
@@ -397,3 +400,38 @@ def test_transparent_passthrough_connects_to_the_name_not_the_original_destinati
         "pkg.example",
     )
     assert count(metrics, "allow", "allowlisted") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("reason", "error"),
+    [
+        (Reason.NOT_ALLOWLISTED, "egress_denied"),
+        (Reason.BUDGET_EXCEEDED, "egress_denied"),  # 429: a refusal like every other
+        (Reason.DNS_FAILURE, "egress_failed"),  # 502: the proxy could not do it
+    ],
+)
+def test_the_refusal_body_names_a_refusal_denied_and_a_failure_failed(
+    reason: Reason, error: str
+) -> None:
+    body = json.loads(refusal_response(Decision.deny(reason), "h.example").content)
+    assert (body["error"], body["reason"]) == (error, reason.value)
+
+
+def test_the_audit_line_names_the_path_with_query_values_masked() -> None:
+    """A rule_mismatch can only be investigated with the path (issue 35)."""
+    addon, _, audit = make_addon(
+        Resolver({}), {"domain": "api.example", "rules": [{"methods": ["POST"]}]}
+    )
+    flow = https_flow("api.example")
+    flow.request.path = "/repos/acme/web?token=sk-not-for-the-log&page=2"
+    with taddons.context(addon):
+        addon.client_connected(flow.client_conn)
+        run(addon.requests.requestheaders(flow))
+        addon.responses.response(flow)
+    line = json.loads(audit.getvalue())
+    assert (line["reason"], line["method"], line["path"]) == (
+        "rule_mismatch",
+        "GET",
+        "/repos/acme/web?token=…&page=…",
+    )
+    assert "sk-not-for-the-log" not in audit.getvalue()

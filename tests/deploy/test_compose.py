@@ -135,11 +135,35 @@ def hostport(text: str) -> tuple[str, int]:
 
 
 def prometheus_targets() -> dict[str, list[str]]:
+    """Each job's targets as `host:port`: a DNS-discovered one as the service's address
+    on the monitoring network (what Docker's DNS answers Prometheus there)."""
     document = yaml.safe_load(PROMETHEUS_FILE.read_text(encoding="utf-8"))
-    return {
-        job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]]
-        for job in document["scrape_configs"]
+    targets: dict[str, list[str]] = {}
+    for job in document["scrape_configs"]:
+        found = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
+        for sd in job.get("dns_sd_configs", []):
+            assert sd["type"] == "A"
+            found += [f"{address_on(n, 'monitoring')}:{sd['port']}" for n in sd["names"]]
+        targets[job["job_name"]] = found
+    return targets
+
+
+def test_a_profile_not_started_raises_no_alert() -> None:
+    """A target listed by address is `up == 0` while its service is not running, which
+    fires EgressProxyDown/HookRunnerDown on every default `up`. A service of a profile is
+    found by name instead: no target while it is not running."""
+    document = yaml.safe_load(PROMETHEUS_FILE.read_text(encoding="utf-8"))
+    profiled = {name for name, service in SERVICES.items() if service.get("profiles")}
+    addresses = {
+        address_on(name, "monitoring")
+        for name in profiled
+        if "monitoring" in networks_of(SERVICES[name])
     }
+    for job in document["scrape_configs"]:
+        static = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
+        assert not [t for t in static if hostport(t)[0] in addresses | profiled], job
+        for sd in job.get("dns_sd_configs", []):
+            assert set(sd["names"]) <= profiled, job
 
 
 def dockerfile_users() -> dict[str, int]:

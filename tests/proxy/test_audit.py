@@ -7,7 +7,15 @@ import json
 import threading
 from datetime import UTC, datetime
 
-from sandbox_egress.proxy.audit import AuditLog, AuditRecord, BackgroundAuditLog
+import pytest
+
+from sandbox_egress.proxy.audit import (
+    AUDIT_PATH_CHARS,
+    AuditLog,
+    AuditRecord,
+    BackgroundAuditLog,
+    audit_path,
+)
 
 
 def record(n: int) -> AuditRecord:
@@ -91,3 +99,22 @@ class CountingGate(Gate):
     def write(self, text: str) -> int:
         self.writes += 1
         return super().write(text)
+
+
+AUDIT_PATHS = [
+    # (request-target, what the audit line says)
+    ("/repos/acme/web/issues", "/repos/acme/web/issues"),
+    ("/search?q=secret&page=2", "/search?q=…&page=…"),
+    ("/v1?key=sk-egress-placeholder", "/v1?key=…"),
+    ("/x?sk-bare-value", "/x?…"),  # a part without `=` is a value
+    ("/x?a=1&&b", "/x?a=…&…"),
+    ("/x?", "/x?"),
+    ("/" + "a" * 600, "/" + "a" * 510 + "…"),
+    ("*", "*"),
+]
+
+
+@pytest.mark.parametrize(("target", "expected"), AUDIT_PATHS)
+def test_audit_path_masks_query_values_and_is_bounded(target: str, expected: str) -> None:
+    assert audit_path(target) == expected
+    assert len(audit_path(target)) <= AUDIT_PATH_CHARS

@@ -33,6 +33,26 @@ def test_a_literal_credential_is_warned_and_a_reference_is_not(tmp_path: Path) -
     ]
 
 
+def test_a_literal_credential_in_a_secret_value_is_warned(tmp_path: Path) -> None:
+    """The placeholder is not secret; the value it is swapped for is (issue 35)."""
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n"
+        "  allowlist:\n"
+        "    - domain: api.example\n"
+        "      secrets:\n"
+        "        - placeholder: sk-egress-placeholder\n"
+        f"          value: {KEY}\n"
+        "        - placeholder: sk-egress-placeholder-2\n"
+        "          value: ${TOKEN}\n"
+    )
+    assert [str(w) for w in warnings(path)] == [
+        f"{path}:6:11: network.allowlist[0].secrets[0].value: a literal openai-or-anthropic-key "
+        "credential: the file is now a secret; put it in the environment or a file and write "
+        "${NAME} or ${file:/path}"
+    ]
+
+
 @pytest.mark.parametrize("text", ["network: [\n", "- a\n"])
 def test_no_warning_for_a_file_the_loader_refuses(tmp_path: Path, text: str) -> None:
     path = tmp_path / "env.yaml"

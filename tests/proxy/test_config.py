@@ -75,6 +75,16 @@ INVALID = [
     ("empty-label", entries({"domain": "a..com"}), "network.allowlist[0].domain: invalid host"),
     ("bad-cidr", entries({"domain": "10.0.0.1/8"}), "network.allowlist[0].domain: invalid CIDR"),
     (
+        "pasted-url",
+        entries({"domain": "https://api.github.com/repos/acme"}),
+        "network.allowlist[0].domain: a host name, not a URL: write 'api.github.com'",
+    ),
+    (
+        "host-with-path",
+        entries({"domain": "github.com/acme/web"}),
+        "network.allowlist[0].domain: a host name, not a URL or a path: write 'github.com'",
+    ),
+    (
         "loopback-ip",
         entries({"domain": "127.0.0.1"}),
         "loopback and unspecified addresses can never be opened",

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from sandbox_egress.proxy.config import ConfigError, PatternKind, parse
-from sandbox_egress.proxy.importers import Imported, ImportRefused, as_environment_file, read
+from sandbox_egress.proxy.importers import (
+    STARTER,
+    Imported,
+    ImportRefused,
+    as_environment_file,
+    read,
+)
 
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 
@@ -68,6 +74,64 @@ READ_CASES = {
         '[permissions.a.network.domains]\n"a.example" = "allow"\n'
         '[permissions.b.network.domains]\n"b.example" = "allow"\n',
         Imported(("a.example", "b.example")),
+    ),
+    "sandbox-runtime loopback and local sockets": (
+        "sandbox-runtime",
+        '{"network": {"allowedDomains": ["localhost", "127.0.0.1", "api.localhost", "[::1]",'
+        ' "github.com"], "allowUnixSockets": ["/var/run/docker.sock"], "allowLocalBinding": true}}',
+        Imported(
+            ("github.com",),
+            (
+                "localhost: left out: loopback names can never be opened (a "
+                "service the sandbox needs on loopback runs inside the sandbox)",
+                "127.0.0.1: left out: loopback and unspecified addresses can never be opened (a "
+                "service the sandbox needs on loopback runs inside the sandbox)",
+                "api.localhost: left out: loopback names can never be opened (a "
+                "service the sandbox needs on loopback runs inside the sandbox)",
+                "[::1]: left out: loopback and unspecified addresses can never be opened (a "
+                "service the sandbox needs on loopback runs inside the sandbox)",
+                "allowUnixSockets ['/var/run/docker.sock']: a local socket never passes the "
+                "egress proxy; nothing to import (the sandbox's mounts decide what it can reach)",
+                "allowLocalBinding: listening on a local port is the sandbox's own business, "
+                "not the egress proxy's; nothing to import",
+            ),
+        ),
+    ),
+    "codex legacy full network": (
+        "codex",
+        'sandbox_mode = "workspace-write"\n[sandbox_workspace_write]\nnetwork_access = true\n',
+        Imported(
+            STARTER,
+            (
+                "this config.toml gives the sandbox the full network (sandbox_mode "
+                "'workspace-write' with network_access = true): nothing to import. Below is a "
+                "starting allowlist: prune it, and learn the rest with report-only and "
+                "`egress-proxy propose`",
+            ),
+        ),
+    ),
+    "codex legacy full access": (
+        "codex",
+        'sandbox_mode = "danger-full-access"\n',
+        Imported(
+            STARTER,
+            (
+                "this config.toml gives the sandbox the full network (sandbox_mode "
+                "'danger-full-access'): nothing to import. Below is a starting allowlist: prune "
+                "it, and learn the rest with report-only and `egress-proxy propose`",
+            ),
+        ),
+    ),
+    "codex legacy no network": (
+        "codex",
+        'sandbox_mode = "workspace-write"\n',
+        Imported(
+            (),
+            (
+                "this config.toml gives the sandbox no network (sandbox_mode "
+                "'workspace-write' without network_access): an empty allowlist",
+            ),
+        ),
     ),
 }
 

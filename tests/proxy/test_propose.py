@@ -120,3 +120,57 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "pythonhosted" not in out
     assert main(["propose", "--audit-log", str(tmp_path / "missing.jsonl")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def mismatch(method: str, path: str, rule: str = "api.github.com", **more: Any) -> dict[str, Any]:
+    return line("api.github.com", reason="rule_mismatch", rule=rule, method=method, path=path,
+                **more)  # fmt: skip
+
+
+def test_rule_mismatch_lines_propose_rules_for_the_entry_that_refused() -> None:
+    """`propose` said "no allowlist entry lifts it" where a rule would (issue 35)."""
+    findings = Findings()
+    lines = [
+        mismatch("POST", "/repos/acme/web/issues?state=…"),
+        mismatch("POST", "/repos/acme/web/issues"),
+        mismatch("POST", "/repos/acme/api/issues"),
+        mismatch("DELETE", "/repos/acme/web"),
+        mismatch("GET", "/a/*/b"),  # a pattern would read the '*'
+        mismatch("GET", "/cut" + "…"),
+        mismatch("POST", "/x", rule="*", decision="would_deny"),
+        line("a.test", reason="rule_mismatch", rule="a.test", method="GET"),  # no path: old line
+    ]
+    text = render(propose(lines, findings), findings, "audit.jsonl")
+    assert findings.other == {"rule_mismatch": 1}
+    assert "# refused as rule_mismatch x2: a path or method no rule can say literally" in text
+    assert (
+        '    - domain: "*"  # 1 rule_mismatch\n'
+        "      # the entry exists: add these rules to its `rules`\n"
+        "      rules:\n"
+        "        - methods: [POST]  # 1 refused\n"
+        "          paths:\n"
+        '            - "/x"\n'
+    ) in text
+    assert (
+        '    - domain: "api.github.com"  # 4 rule_mismatch\n'
+        "      # the entry exists: add these rules to its `rules`\n"
+        "      rules:\n"
+        "        - methods: [POST]  # 3 refused\n"
+        "          paths:\n"
+        '            - "/repos/acme/web/issues"\n'
+        '            - "/repos/acme/api/issues"\n'
+        "        - methods: [DELETE]  # 1 refused\n"
+        "          paths:\n"
+        '            - "/repos/acme/web"\n'
+    ) in text
+    config = parse(yaml.safe_load(text), "proposed.yaml", {})
+    (entry,) = [e for e in config.allowlist if e.pattern == "api.github.com"]
+    assert entry.rules.active
+
+
+def test_rule_proposals_are_bounded_per_method() -> None:
+    findings = Findings()
+    lines = [mismatch("GET", f"/p/{n}") for n in range(25)]
+    text = render(propose(lines, findings), findings, "audit.jsonl")
+    assert text.count('            - "/p/') == 20
+    assert "# and 5 more paths: a pattern may say them" in text

@@ -43,6 +43,14 @@ INVALID = [
      "env.yaml: network.allowlist[0].rules[0]: unknown key 'method'"),
     ("bad-method", {"domain": "a.example", "rules": [{"methods": ["GET POST"]}]},
      "env.yaml: network.allowlist[0].rules[0].methods[0]: invalid method"),
+    ("lower-case-method", {"domain": "a.example", "rules": [{"methods": ["GET", "get"]}]},
+     "env.yaml: network.allowlist[0].rules[0].methods[1]: method 'get' must be written in upper "
+     "case: 'GET'"),
+    ("misspelt-method", {"domain": "a.example", "rules": [{"methods": ["PSOT"]}]},
+     "env.yaml: network.allowlist[0].rules[0].methods[0]: unknown method 'PSOT'; did you mean "
+     "'POST'?"),
+    ("unknown-method", {"domain": "a.example", "deny": [{"methods": ["ZZZZZZ"]}]},
+     "env.yaml: network.allowlist[0].deny[0].methods[0]: unknown method 'ZZZZZZ' (ACL, "),
     ("empty-methods", {"domain": "a.example", "rules": [{"methods": []}]},
      "env.yaml: network.allowlist[0].rules[0].methods: must be a non-empty list of methods"),
     ("query-not-mapping", {"domain": "a.example", "rules": [{"query": ["q"]}]},

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from sandbox_egress.hookrunner.ax.model import OBSERVATION_EVENTS, AxEvent
 from tests.hookrunner.ax.conftest import AxEnv
+from tests.hookrunner.ax.test_claude_output import CLAUDE_OUTPUT
 from tests.hookrunner.helpers import HOOKRUNNER
 
 PAYLOADS: dict[str, Any] = json.loads(
@@ -171,6 +173,20 @@ def test_claude_code_precedence_of_disable_all_hooks(
     assert claude.runs() == runs
 
 
+def test_validate_warns_of_what_only_claude_code_runs_and_passes(claude: Claude) -> None:
+    """An ordinary settings file with a Notification hook: a warning, not a failure."""
+    claude.write(
+        "user",
+        settings(("Notification", "", "notify-send hi"), ("PreToolUse", "Bash", "true")),
+    )
+    done = claude.validate()
+    assert done.returncode == 0, done.stdout
+    (line,) = done.stdout.splitlines()
+    assert (
+        line.startswith("warning: ") and "$.hooks.Notification: this runner does not fire" in line
+    )
+
+
 def test_validate_reports_settings_problems_with_their_location(claude: Claude) -> None:
     path = claude.write(
         "user",
@@ -196,7 +212,7 @@ def test_validate_reports_settings_problems_with_their_location(claude: Claude) 
     )
     done = claude.validate()
     assert done.returncode == 1
-    lines = [line.split(": ", 2)[1:] for line in done.stdout.splitlines()]
+    lines = [line.removeprefix("warning: ").split(": ", 2)[1:] for line in done.stdout.splitlines()]
     assert [path for path, _ in lines] == [
         "$.disableAllHooks",
         "$.allowManagedHooksOnly",
@@ -208,7 +224,15 @@ def test_validate_reports_settings_problems_with_their_location(claude: Claude) 
         "$.hooks.Notification",
         "$.hooks.Stop",
     ]
-    assert all(line.startswith(f"{path}: ") for line in done.stdout.splitlines())
+    assert all(
+        line.removeprefix("warning: ").startswith(f"{path}: ") for line in done.stdout.splitlines()
+    )
+    warned = [line.split(": ", 3)[2] for line in done.stdout.splitlines() if line.startswith("w")]
+    assert warned == [
+        "$.hooks.PreToolUse[0].hooks[0].type",
+        "$.hooks.PreToolUse[0].hooks[1].type",
+        "$.hooks.Notification",
+    ]
     reasons = dict((p, r) for p, r in lines)
     assert "a prompt hook asks a model" in reasons["$.hooks.PreToolUse[0].hooks[0].type"]
     assert "never runs" in reasons["$.hooks.PreToolUse[0].hooks[1].type"]
@@ -273,19 +297,23 @@ def as_claude_code_runs(claude: Claude, command: str, payload: Any) -> subproces
 def test_claude_exit_codes_for_every_event_with_recorded_payloads(
     claude: Claude, event: str
 ) -> None:
+    """Claude Code validates a stdout that starts with `{` against its hook-output schema:
+    the runner prints nothing, or a document of that schema, for every recorded event."""
     claude.write("user", settings((event, "", wired(claude, event))))
     entry = json.loads((claude.home / ".claude" / "settings.json").read_text())
     command = entry["hooks"][event][0]["hooks"][0]["command"]
     done = as_claude_code_runs(claude, command, PAYLOADS[event])
-    answer = json.loads(done.stdout)
-    assert answer["event"] == event
+    if done.stdout.strip():
+        CLAUDE_OUTPUT.validate(json.loads(done.stdout))
     if event == "PreToolUse":  # the recorded payload is `rm -rf /`
-        assert (done.returncode, answer["decision"]) == (2, "deny")
+        assert (done.returncode, done.stdout) == (2, "")
         assert done.stderr.splitlines()[-1] == "rm -rf is not allowed here"
     else:
-        assert (done.returncode, answer["decision"]) == (0, "allow")
-    observed = answer["cause"] in ("queued", "skipped")
-    assert observed or claude.runs() == [event]  # the user file itself was not read again
+        assert done.returncode == 0
+    ran = claude.runs()
+    # The user file itself was not read again: the operator's hook ran once (or, for an
+    # event whose payload says it does not fire, not at all).
+    assert ran == [event] or (ran == [] and AxEvent(event) in OBSERVATION_EVENTS)
 
 
 def test_claude_exit_codes_errors_block_only_events_that_can_block(claude: Claude) -> None:
@@ -372,3 +400,29 @@ def test_managed_switches_skip_the_project_ax_file_never_the_operator_s(
     assert claude.runs() == ["operator"]
     causes = [w["cause"] for w in claude.ax.warnings() if w["kind"] == "config"]
     assert any(f"hooks are skipped: {switch} is set" in c for c in causes)
+
+
+STOP_BLOCKER = (
+    "import json, sys\n"
+    "json.load(sys.stdin)\n"
+    "print(json.dumps({'decision': 'block', 'reason': 'the tests fail: run them again'}))\n"
+)
+
+
+@pytest.mark.parametrize("event", ["Stop", "SubagentStop"])
+def test_a_stop_hooks_block_is_claude_codes_block(claude: Claude, event: str) -> None:
+    """Claude Code honours a Stop hook's {"decision": "block"} (it keeps working); in
+    Claude Code mode the runner says so in Claude Code's words (D228)."""
+    operator = claude.ax.root / "operator-stop.json"
+    hook = claude.ax.script("stop_block.py", STOP_BLOCKER)
+    operator.write_text(
+        json.dumps({"hooks": [{"event": event, "command": hook, "protocol": "claude-code"}]})
+    )
+    done = claude.fire(event, PAYLOADS[event], "--claude-exit-codes", "--ax-config", str(operator))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    CLAUDE_OUTPUT.validate(answer)
+    assert answer == {"decision": "block", "reason": "the tests fail: run them again"}
+    # Without Claude Code mode the AX dialect keeps its rule: Stop cannot block.
+    plain = claude.fire(event, PAYLOADS[event], "--ax-config", str(operator))
+    assert (plain.returncode, json.loads(plain.stdout)["decision"]) == (0, "allow")

@@ -1,0 +1,178 @@
+"""``hookrunner claude install|uninstall``: wire the runner as Claude Code's hook command in
+one step, keeping the user's own hooks running with their Claude Code semantics (D229).
+
+Claude Code runs the hooks of its settings files itself, and the runner as its hook reads
+none of them (the recursion guard, D130), so wiring the runner used to mean translating
+every hook by hand. ``install`` instead:
+* moves the ``hooks`` of every event the runner fires out of the settings file into a
+  runner-owned file beside it (``hookrunner-hooks.json``, the same settings format), which
+  the runner reads with ``fire --claude-hooks`` at the user's level: each hook still runs,
+  once, with Claude Code's exit codes and JSON;
+* writes, for each of those events, one entry whose command is the runner
+  (``fire EVENT --claude-exit-codes --claude-hooks FILE``, plus ``--ax-config`` when given);
+* leaves everything else as it was: other keys, and the hooks of events the runner does
+  not fire (``Notification``...), which Claude Code keeps running itself.
+
+Invariants: installing twice changes nothing; the first install keeps a copy of the
+original file (``settings.json.hookrunner-backup``); ``uninstall`` puts the moved hooks
+back and removes the runner's entries; files are replaced atomically, with their mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sandbox_egress.hookrunner.errors import UsageError
+
+# Claude Code's hook events that the runner fires (``AxEvent``), in Claude Code's names.
+CLAUDE_EVENTS = (
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "UserPromptSubmit",
+    "Stop",
+    "SubagentStop",
+    "PreCompact",
+    "SessionStart",
+    "SessionEnd",
+)
+MOVED_NAME = "hookrunner-hooks.json"
+BACKUP_SUFFIX = ".hookrunner-backup"
+
+
+def settings_path(scope: str, home: Path | None, workspace: Path) -> Path:
+    """Claude Code's settings file of ``scope`` (``user``: ~/.claude; ``project``: the
+    workspace's .claude)."""
+    if scope == "project":
+        return workspace / ".claude" / "settings.json"
+    if home is None:
+        raise UsageError("--scope user needs $HOME")
+    return home / ".claude" / "settings.json"
+
+
+def runner_command(client: list[str], event: str, moved: Path, ax_config: Path | None) -> str:
+    """The shell command Claude Code runs (``/bin/sh -c``) for ``event``: ``client`` is the
+    runner, or the quick client of a warm one followed by the runner (``ax.quickclient``)."""
+    words = [*client, "fire", event, "--claude-exit-codes", "--claude-hooks", str(moved)]
+    if ax_config is not None:
+        words += ["--ax-config", str(ax_config)]
+    return shlex.join(words)
+
+
+def _is_runner(group: Any, runner: str) -> bool:
+    """An entry ``install`` wrote: its command runs ``RUNNER fire`` (directly or through
+    the quick client)."""
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return isinstance(hooks, list) and any(
+        isinstance(h, dict) and isinstance(h.get("command"), str) and _runs(h["command"], runner)
+        for h in hooks
+    )
+
+
+def _runs(command: str, runner: str) -> bool:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return any(w == runner and words[i + 1 : i + 2] == ["fire"] for i, w in enumerate(words))
+
+
+def installed(
+    document: dict[str, Any], moved: dict[str, Any], runner: str, commands: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the settings document, the moved document) once installed. Pure."""
+    hooks = document.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise UsageError("the settings file's `hooks` is not an object: fix it first")
+    kept = dict(moved.get("hooks", {}))
+    result: dict[str, Any] = {}
+    for event, groups in hooks.items():
+        if event not in CLAUDE_EVENTS:
+            result[event] = groups  # Claude Code still runs these itself
+            continue
+        own = [g for g in groups if not _is_runner(g, runner)] if isinstance(groups, list) else []
+        if own:
+            kept[event] = [*kept.get(event, []), *own]
+    for event in CLAUDE_EVENTS:
+        command = {"type": "command", "command": commands[event]}
+        result[event] = [{"matcher": "", "hooks": [command]}] if event in commands else []
+        if not result[event]:
+            del result[event]
+    return {**document, "hooks": result}, {"hooks": kept}
+
+
+def uninstalled(document: dict[str, Any], moved: dict[str, Any], runner: str) -> dict[str, Any]:
+    """The settings document with the runner's entries removed and the moved hooks back."""
+    hooks = document.get("hooks", {})
+    result: dict[str, Any] = {}
+    for event, groups in (hooks if isinstance(hooks, dict) else {}).items():
+        own = (
+            [g for g in groups if not _is_runner(g, runner)] if isinstance(groups, list) else groups
+        )
+        if own:
+            result[event] = own
+    for event, groups in moved.get("hooks", {}).items():
+        result[event] = [*result.get(event, []), *groups]
+    return (
+        {**document, "hooks": result}
+        if result
+        else {k: v for k, v in document.items() if k != "hooks"}
+    )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path}: not readable as JSON ({exc}); nothing was changed") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path}: a settings file must be a JSON object; nothing was changed")
+    return document
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Replace ``path`` atomically, keeping its mode (0600 for a new file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(json.dumps(document, indent=2) + "\n")
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def install(
+    settings: Path, runner: str, ax_config: Path | None, client: list[str] | None = None
+) -> Path:
+    """Install into ``settings``; the moved hooks' file is returned. ``client``: what
+    Claude Code runs, ending with ``runner`` (default: the runner alone)."""
+    moved_path = settings.parent / MOVED_NAME
+    document, moved = read_json(settings), read_json(moved_path)
+    backup = settings.with_name(settings.name + BACKUP_SUFFIX)
+    if settings.exists() and not backup.exists():
+        write_json(backup, document)
+    words = client or [runner]
+    commands = {e: runner_command(words, e, moved_path, ax_config) for e in CLAUDE_EVENTS}
+    new_document, new_moved = installed(document, moved, runner, commands)
+    write_json(moved_path, new_moved)  # first: the hooks are never in neither file
+    write_json(settings, new_document)
+    return moved_path
+
+
+def uninstall(settings: Path, runner: str) -> None:
+    moved_path = settings.parent / MOVED_NAME
+    document, moved = read_json(settings), read_json(moved_path)
+    write_json(settings, uninstalled(document, moved, runner))
+    if moved_path.exists():
+        moved_path.unlink()
