@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.proxy.credentials.base import (
     CacheSettings,
@@ -229,3 +231,50 @@ def test_replace_keeps_the_value_of_an_unchanged_definition_only() -> None:
 def test_the_values_never_show_in_a_repr() -> None:
     fetched = Fetched(Secret("s3cr3t-value"), extra={"k": Secret("other-s3cr3t")})
     assert "s3cr3t" not in repr(fetched)
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=200, allow_nan=False),  # clock advance
+        st.one_of(st.none(), st.floats(min_value=1, max_value=400)),  # None: the fetch fails
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=STEPS)
+def test_a_served_value_is_the_latest_fetched_and_never_expired(
+    steps: list[tuple[float, float | None]],
+) -> None:
+    """Whatever the timing and failures: what `get` serves is the last value fetched, never
+    past its expiry nor past max_stale; at most one fetch per call."""
+    clock = Clock()
+    fetched: list[tuple[str, float]] = []  # (value, expires_at)
+    lifetimes = iter([life for _, life in steps])
+
+    @dataclass
+    class Timed:
+        settings: CacheSettings = SETTINGS
+
+        def fetch(self) -> Fetched:
+            life = next(lifetimes, None)
+            if life is None:
+                raise CredentialError("down")
+            value = f"v{len(fetched)}"
+            fetched.append((value, clock.now + life))
+            return Fetched(Secret(value), expires_at=clock.now + life)
+
+    credentials = Credentials({"c": Timed()}, clock=clock, run=_inline)
+    calls = 0
+    for advance, _ in steps:
+        clock.now += advance
+        calls += 1
+        try:
+            served = asyncio.run(value(credentials))
+        except CredentialUnavailable:
+            continue
+        assert fetched and served == fetched[-1][0]
+        assert clock.now < fetched[-1][1]
+    assert len(fetched) <= calls
