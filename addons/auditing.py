@@ -47,6 +47,7 @@ def record(
     injected: tuple[str, ...] = (),
     sandbox: str | None = None,
     mcp: McpNames | None = None,
+    credentials: tuple[str, ...] = (),
 ) -> AuditRecord:
     peer = where.client.peername
     return AuditRecord(
@@ -68,6 +69,7 @@ def record(
         bytes_received=received,
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
+        credentials=credentials,
         path=where.path,
         mcp=mcp,
     )

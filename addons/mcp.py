@@ -21,6 +21,7 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 from sandbox_egress.proxy.mcp import McpPolicy, McpState
 from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
 from sandbox_egress.proxy.mcp.sse import EventStream
@@ -30,7 +31,6 @@ from sandbox_egress.proxy.mcp.tools_list import (
     tools_filter,
     unreadable_answer,
 )
-from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 Stream = Callable[[bytes], Iterable[bytes] | bytes]

@@ -20,7 +20,7 @@ import functools
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, gitpush, mcp, mitm
+from sandbox_egress.addons import budget, credentials, gitpush, mcp, mitm
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -70,6 +70,9 @@ class Requests:
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
+            refused = await credentials.write(shared, flow, state, answer)  # last (issue 32)
+            if refused is not None:
+                answer = RequestAnswer(refused, answer.host)
             state.decision = answer.decision  # only once applied: an exception refuses
             if answer.push and state.decision.allowed:
                 judged = functools.partial(self._judged, flow, state)
@@ -112,14 +115,18 @@ class Requests:
         origin_form(request, location)
         upstream_sni(flow, location)
         injected = tuple(t.header for t in answer.transforms)
+        binding = answer.decision.entry.credential if answer.decision.entry else None
+        if answer.credentials and binding is not None and binding.header_name():
+            injected += (str(binding.header_name()),)  # its spellings go too (issue 32)
         websocket = request.headers.get("upgrade", "").lower() == "websocket"
-        carries = bool(answer.transforms or answer.swapped)
+        carries = bool(answer.transforms or answer.swapped or answer.credentials)
         request.headers.fields = outbound_fields(
             request.headers.fields, injected, websocket, carries_secret=carries
         )
         if carries:
             for transform in answer.transforms:
-                request.headers[transform.header] = transform.value.reveal()
+                if not transform.value.deferred:  # a credential's: written once fetched
+                    request.headers[transform.header] = transform.value.reveal()
             written = (*answer.swapped, *(t.header for t in answer.transforms))
             state.injected = tuple(dict.fromkeys(written))
             state.redactions = answer.redactions

@@ -19,6 +19,7 @@ from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
 from sandbox_egress.proxy.audit import AuditSink
 from sandbox_egress.proxy.budget import Budgets
+from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
 from sandbox_egress.proxy.gitpush import PushItem
@@ -46,6 +47,7 @@ class FlowState:
     bytes_sent: int = 0
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
     path: str | None = None  # the request-target as the client sent it, masked for the audit
     mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)
 
@@ -67,6 +69,8 @@ class Shared:
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
         self.budgets = Budgets()  # outlives a reload: what was spent stays spent
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
+        # issue 32: the credential cache; a reload keeps unchanged credentials' values.
+        self.credentials = Credentials({})
 
     # -- connections ----------------------------------------------------------------------
 
@@ -131,8 +135,9 @@ class Shared:
         )
         sandbox = self.facts(where.client).sandbox
         mcp = state.mcp.audit_names() if state and state.mcp else None
+        named = state.credentials if state else ()
         self.audit.write(
-            record(where, decision, started, status, sent, received, injected, sandbox, mcp)
+            record(where, decision, started, status, sent, received, injected, sandbox, mcp, named)
         )
 
 

@@ -60,6 +60,7 @@ class AuditRecord:
     upstream: str | None = None  # the address connected to (or pinned, before connecting)
     clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials written (names); omitted if none
     # An HTTP request's path as the client sent it, query values masked (`audit_path`);
     # the line omits it for a CONNECT, a ClientHello or a TCP stream.
     path: str | None = None
@@ -109,6 +110,10 @@ class AuditLog:
         line["worker"] = self._worker
         if record.sandbox is None:
             del line["sandbox"]
+        if record.credentials:
+            line["credentials"] = list(record.credentials)
+        else:
+            del line["credentials"]
         if record.path is None:
             del line["path"]
 

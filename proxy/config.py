@@ -40,6 +40,15 @@ from sandbox_egress.common.problems import (
 )
 from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.credentials.section import (
+    NO_CREDENTIALS,
+    Binding,
+    Definitions,
+    parse_binding,
+    parse_credentials,
+    used_names,
+)
+from sandbox_egress.proxy.credentials.section import referenced_files as credential_files
 from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
@@ -87,6 +96,7 @@ class Entry:
     git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
     budget: Budget | None = None  # requests and upload per window (proxy.budget)
     mcp: McpPolicy | None = None  # MCP messages judged per message (proxy.mcp)
+    credential: Binding | None = None  # a credential written as a header, or signed (1.13)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -105,6 +115,8 @@ class NetworkConfig:
     placeholders: PlaceholderIndex = field(default=NO_PLACEHOLDERS, repr=False, compare=False)
     # The files `${file:...}` references read: watched, a change reloads (D115).
     secret_files: tuple[str, ...] = ()
+    # The top-level `credentials:` (proxy.credentials), fetched per request through a cache.
+    credentials: Definitions = field(default=NO_CREDENTIALS, repr=False)
 
 
 class ConfigError(Exception):
@@ -172,6 +184,7 @@ def parse(
         problems.append(Problem(source, location, message))
 
     network = _shorthand(_network_section(document, report))
+    credentials = parse_credentials(_credentials_section(document), report, lookup)
     found = schema_errors(schema_validator("egress-config", "network"), network)
     by_entry: dict[int, list[Found]] = {}
     for item in found:
@@ -186,9 +199,8 @@ def parse(
         errors = by_entry.get(index, [])
         for item in errors:
             report(_location(item.path), item.message)
-        entry = _entry(
-            index, raw, {str(e.path[2]) for e in errors if len(e.path) > 2}, lookup, report
-        )
+        failed = {str(e.path[2]) for e in errors if len(e.path) > 2}
+        entry = _entry(index, raw, failed, lookup, report, credentials)
         if entry is None or errors:
             continue
         if entry.pattern in seen:
@@ -209,8 +221,16 @@ def parse(
         report_only=report_only,
         secrets_resolved=resolve_secrets,
         placeholders=placeholders,
-        secret_files=referenced_files(allowlist),
+        secret_files=referenced_files(allowlist) + credential_files(_credentials_section(document)),
+        credentials=credentials or NO_CREDENTIALS,
     )
+
+
+def _credentials_section(document: Any) -> Any:
+    """The top-level `credentials:` beside `network:` (docs/configuration.md#credentials)."""
+    if isinstance(document, dict) and "network" not in document:
+        document = document.get("environment")
+    return document.get("credentials") if isinstance(document, dict) else None
 
 
 def _shorthand(network: Any) -> Any:
@@ -250,7 +270,12 @@ def _network_section(document: Any, report: Report) -> Any:
 
 
 def _entry(
-    index: int, raw: Any, failed: set[str], environ: Mapping[str, str] | None, report: Report
+    index: int,
+    raw: Any,
+    failed: set[str],
+    environ: Mapping[str, str] | None,
+    report: Report,
+    credentials: Definitions | None,
 ) -> Entry | None:
     """The domain checks of one entry whose fields `failed` the schema already."""
     where = f"network.allowlist[{index}]"
@@ -263,12 +288,17 @@ def _entry(
         return None
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
-        transform = parse_transform(raw.get("transform"), f"{where}.transform", environ, report)
+        transform = parse_transform(
+            raw.get("transform"), f"{where}.transform", environ, report, used_names(credentials)
+        )
     secrets: tuple[Placeholder, ...] | None = ()
     if "secrets" not in failed:
-        secrets = parse_secrets(
-            raw.get("secrets"), f"{where}.secrets", _resolver(environ, report), report
-        )
+        resolver = _resolver(environ, report, credentials)
+        secrets = parse_secrets(raw.get("secrets"), f"{where}.secrets", resolver, report)
+    binding: Binding | None = None
+    if "credential" in raw and "credential" not in failed:
+        binding = parse_binding(raw["credential"], f"{where}.credential", credentials, report)
+        failed = failed | ({"credential"} if binding is None else set())
     rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
     git_ok, git = (
         (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
@@ -304,6 +334,7 @@ def _entry(
         git=git,
         budget=budget,
         mcp=mcp,
+        credential=binding,
     )
 
 
@@ -332,6 +363,18 @@ def _combinations(
         yield ("secrets", "a secret on '*' would go to every host; name the host")
     if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("secrets"):
         yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
+    if raw.get("credential") and base.kind is PatternKind.ANY:
+        yield ("credential", "a credential on '*' would go to every host; name the host")
+    if raw.get("passthrough") is True and raw.get("credential"):
+        yield ("passthrough", "a pass-through entry is not intercepted: no credential")
+    written: Any = raw.get("credential")
+    written = written if isinstance(written, dict) else {}
+    header = {"bearer": "authorization", "basic": "authorization"}.get(
+        str(written.get("as")), str(written.get("header", "")).lower()
+    )
+    transform: Any = raw.get("transform")
+    if header and isinstance(transform, dict) and header in {str(h).lower() for h in transform}:
+        yield ("credential", f"the transform already writes {header}; write it once")
 
 
 def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:
@@ -340,6 +383,9 @@ def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ..
     return Redactor.build(tuple(s.encode() for s in found))
 
 
-def _resolver(environ: Mapping[str, str] | None, report: Report) -> ResolveValue:
+def _resolver(
+    environ: Mapping[str, str] | None, report: Report, credentials: Definitions | None
+) -> ResolveValue:
     """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
-    return lambda value, where: secret_value(value, where, environ, report)
+    names = used_names(credentials)
+    return lambda value, where: secret_value(value, where, environ, report, names)

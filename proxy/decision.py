@@ -48,6 +48,8 @@ class Reason(StrEnum):
     MCP_METHOD_DENIED = "mcp_method_denied"
     MCP_TOOL_DENIED = "mcp_tool_denied"
     MCP_ARGUMENT_DENIED = "mcp_argument_denied"
+    # issue 32: credentials the proxy fetches and mints
+    CREDENTIAL_UNAVAILABLE = "credential_unavailable"
 
 
 class Stage(StrEnum):
@@ -129,6 +131,10 @@ MESSAGES: dict[Reason, str] = {
     Reason.MCP_METHOD_DENIED: "The MCP method is not in the allowlist entry's mcp.methods.",
     Reason.MCP_TOOL_DENIED: "The MCP tool is not in the allowlist entry's mcp.tools.",
     Reason.MCP_ARGUMENT_DENIED: "An argument of the MCP tool call fails its clause in mcp.tools.",
+    # issue 32
+    Reason.CREDENTIAL_UNAVAILABLE: (
+        "The proxy could not fetch the credential this host receives; nothing was sent."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -136,6 +142,7 @@ MESSAGES: dict[Reason, str] = {
 STATUS: dict[Reason, int] = {
     Reason.DNS_FAILURE: 502,
     Reason.UPSTREAM_TLS: 502,
+    Reason.CREDENTIAL_UNAVAILABLE: 502,  # issue 32
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
     Reason.MCP_BAD_REQUEST: 400,  # issue 33

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.ceiling import node_requires, raw_tcp, relays
 from sandbox_egress.proxy.config import Transform
+from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
@@ -293,6 +294,7 @@ class RequestAnswer:
     # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
     push: tuple[PushItem, ...] = ()
     mcp: tuple[McpPolicy, ...] = ()  # a POST to an MCP endpoint: held, judged (addons/mcp.py)
+    credentials: tuple[str, ...] = ()  # to fetch and write last (issue 32): a real allow only
 
 
 def decide_rules(
@@ -371,7 +373,8 @@ async def decide_request(
     swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
-    written = bool(swapped.injected) or bool(decision.entry and decision.entry.transform)
+    entry = decision.entry
+    written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
@@ -382,7 +385,8 @@ async def decide_request(
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
     mcp = endpoint_policies(decision, ask.names.method, located.path)
-    if not (transforms or swapped.injected) or entry is None:  # never a would_deny
+    credentials = needed(entry) if decision.injects and entry is not None else ()
+    if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
         return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp)
     return RequestAnswer(
         decision,
@@ -395,4 +399,5 @@ async def decide_request(
         swapped=swapped.injected,
         push=push,
         mcp=mcp,
+        credentials=credentials,
     )
