@@ -43,6 +43,10 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
+    # Issue 32 (SPEC 1.13): SigV4 re-signing, and resolved values the sandbox must not hold.
+    SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
+    SIGV4_UNSUPPORTED = "sigv4_unsupported"
+    SECRET_ELSEWHERE = "secret_elsewhere"
 
 
 class Stage(StrEnum):
@@ -115,6 +119,19 @@ MESSAGES: dict[Reason, str] = {
     Reason.UPSTREAM_TLS: (
         "The TLS handshake with the destination failed: its certificate did not verify "
         "or it does not speak TLS."
+    ),
+    # Issue 32.
+    Reason.SIGV4_SCOPE_DENIED: (
+        "The request's SigV4 credential scope names a service or region the allowlist "
+        "entry's sigv4 binding does not."
+    ),
+    Reason.SIGV4_UNSUPPORTED: (
+        "The proxy cannot re-sign this AWS request: SigV4A, chunk-signed streaming "
+        "payloads, presigned URLs, or an undeclared payload hash over a body it cannot hold."
+    ),
+    Reason.SECRET_ELSEWHERE: (
+        "The request carries a credential value the proxy holds; the sandbox should "
+        "only ever hold placeholders."
     ),
 }
 
