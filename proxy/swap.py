@@ -13,6 +13,9 @@ Invariants:
   percent-decoded), refuses the request with `placeholder_elsewhere`, whatever the
   allowlist said, except a refusal that is not about the allowlist (loopback, internal
   address, a malformed request): those keep their own reason.
+* `require` (D207): every `Authorization` field, and every field or query parameter of a
+  name that carries one of the entry's placeholders, must carry one: no credential of the
+  sandbox's own travels beside a placeholder.
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -79,7 +82,10 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     target = _swap_query(path, in_query, found) if in_query else path
     if target != path:
         injected.append("query")
-    if any(s.require and s.placeholder not in found for s in entry.secrets):
+    if any(s.require for s in entry.secrets) and (
+        any(s.require and s.placeholder not in found for s in entry.secrets)
+        or _own_credential(entry.secrets, fields, basics, path)
+    ):
         return Swap(Reason.CREDENTIAL_REQUIRED)
     if not injected:
         return UNCHANGED
@@ -96,6 +102,32 @@ def _foreign(index: PlaceholderIndex, own: int | None, headers: bytes, path: str
     target = path.encode("utf-8", "surrogateescape")
     places = (headers, target, unquote_to_bytes(target)) if b"%" in target else (headers, target)
     return any(index.owners_in(data) - {own} for data in places)
+
+
+def _own_credential(
+    secrets: Sequence[Placeholder],
+    fields: Fields,
+    basics: dict[int, tuple[bytes, bytes]],
+    path: str,
+) -> bool:
+    """Whether a credential of the sandbox's own travels beside the placeholders (`require`,
+    D207): an `Authorization` field, or a field (a query parameter) of a name that carries
+    a placeholder elsewhere in the request, without one of the entry's placeholders."""
+    needles = [s.placeholder.encode() for s in secrets]
+
+    def carries(number: int, value: bytes) -> bool:
+        texts = (value, basics[number][1]) if number in basics else (value,)
+        return any(n in t for n in needles for t in texts)
+
+    marked = {b"authorization"} | {n.lower() for i, (n, v) in enumerate(fields) if carries(i, v)}
+    if any(n.lower() in marked and not carries(i, v) for i, (n, v) in enumerate(fields)):
+        return True
+    params = [p.partition("=") for p in path.partition("?")[2].split("&")]
+    found = [
+        (k, any(n in v.encode("utf-8", "surrogateescape") for n in needles)) for k, _, v in params
+    ]
+    names = {k for k, carried in found if carried}
+    return any(k in names and not carried for k, carried in found)
 
 
 def _basic(value: bytes) -> tuple[bytes, bytes] | None:

@@ -1,0 +1,155 @@
+"""The sandbox's own credential never travels (SPEC 1.13; proxy/swap.py `require`,
+proxy/elsewhere.py `secret_elsewhere`), through `decide_request`: tables of named cases.
+
+`require: true`: every `Authorization` field, and every field of a name the entry's
+placeholder was found in, must carry one of the entry's placeholders. `secret_elsewhere`:
+a resolved value (raw, in a `Basic` credential, percent-encoded) in any header value or
+request-target is refused, whichever host the request is for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.hosts import IPAddress, canonical_host
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
+from sandbox_egress.proxy.targets import RequestNames
+
+KEY = "sk-egress-placeholder-api"
+QKEY = "q-egress-placeholder-maps"
+REAL_KEY = "sk-real-api-0123456789"
+REAL_MAPS = "real maps/key&=+"
+REAL_TOKEN = "tok_real_transform_0123"
+ENV = {"KEY": REAL_KEY, "MAPS": REAL_MAPS, "TOKEN": REAL_TOKEN}
+
+POLICY = Policy(
+    parse(
+        {
+            "network": {
+                "allowlist": [
+                    {
+                        "domain": "api.test",
+                        "secrets": [{"placeholder": KEY, "value": "${KEY}", "require": True}],
+                    },
+                    {
+                        "domain": "maps.test",
+                        "secrets": [
+                            {"placeholder": QKEY, "value": "${MAPS}", "in": ["query"],
+                             "require": True}
+                        ],
+                    },  # fmt: skip
+                    {"domain": "tr.test", "transform": {"Authorization": "Bearer ${TOKEN}"}},
+                    {"domain": "other.test"},
+                ]
+            }
+        },
+        "env.yaml",
+        ENV,
+    )
+)
+
+
+async def resolve(name: str, port: int) -> list[IPAddress]:
+    return [canonical_host("93.184.216.34").ip] if name.endswith(".test") else []  # type: ignore[list-item]
+
+
+def basic(user: str, password: str) -> bytes:
+    return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+
+def ask(host: str, path: str = "/", *fields: tuple[bytes, bytes]) -> RequestAsk:
+    return RequestAsk(
+        method=b"GET",
+        fields=((b"Host", host.encode()), *fields),
+        names=RequestNames(
+            transparent=False,
+            host=host,
+            port=443,
+            host_header=host,
+            sni=None,
+            client_tls=True,
+            target=None,
+            path=path,
+        ),
+        https=True,
+    )
+
+
+def decided(request: RequestAsk) -> Reason:
+    return asyncio.run(decide_request(POLICY, resolve, ConnectionFacts(), request)).decision.reason
+
+
+BEARER = (b"Authorization", f"Bearer {KEY}".encode())
+OWN = (b"Authorization", b"Bearer sk-own-key-of-the-sandbox")
+
+REQUIRE = [
+    ("placeholder in the Authorization", ask("api.test", "/", BEARER), Reason.ALLOWLISTED),
+    ("placeholder in another field, no Authorization",
+     ask("api.test", "/", (b"X-Api-Key", KEY.encode())), Reason.ALLOWLISTED),
+    ("placeholder inside a Basic credential", ask("api.test", "/", (b"Authorization",
+                                                                    basic("x", KEY))),
+     Reason.ALLOWLISTED),
+    ("an unrelated field beside the placeholder",
+     ask("api.test", "/", BEARER, (b"X-Trace", b"abc")), Reason.ALLOWLISTED),
+    ("own Authorization beside the placeholder in another field",
+     ask("api.test", "/", (b"X-Api-Key", KEY.encode()), OWN), Reason.CREDENTIAL_REQUIRED),
+    ("a second Authorization beside the placeholder's",
+     ask("api.test", "/", BEARER, OWN), Reason.CREDENTIAL_REQUIRED),
+    ("a second Authorization in another case",
+     ask("api.test", "/", BEARER, (b"AUTHORIZATION", b"Basic b3duOmtleQ==")),
+     Reason.CREDENTIAL_REQUIRED),
+    ("the placeholder's field sent twice, once with an own key",
+     ask("api.test", "/", (b"X-Api-Key", KEY.encode()), (b"x-api-key", b"own-key-123")),
+     Reason.CREDENTIAL_REQUIRED),
+    ("an empty second Authorization", ask("api.test", "/", BEARER, (b"Authorization", b"")),
+     Reason.CREDENTIAL_REQUIRED),
+    ("query placeholder, own Authorization beside it",
+     ask("maps.test", f"/geo?key={QKEY}", OWN), Reason.CREDENTIAL_REQUIRED),
+    ("query placeholder's parameter sent twice",
+     ask("maps.test", f"/geo?key={QKEY}&key=own-maps-key"), Reason.CREDENTIAL_REQUIRED),
+    ("query placeholder alone", ask("maps.test", f"/geo?key={QKEY}&q=x"), Reason.ALLOWLISTED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_ask", "reason"), [r[1:] for r in REQUIRE], ids=[r[0] for r in REQUIRE])
+def test_require_means_no_own_credential_travels(request_ask: RequestAsk, reason: Reason) -> None:
+    assert decided(request_ask) is reason
+
+
+ELSEWHERE = [
+    ("raw value to another host", ask("other.test", "/", (b"X-K", REAL_KEY.encode())),
+     Reason.SECRET_ELSEWHERE),
+    ("raw value to its own host", ask("api.test", "/", (b"Authorization",
+                                                        f"Bearer {REAL_KEY}".encode())),
+     Reason.SECRET_ELSEWHERE),
+    ("inside a Basic credential", ask("other.test", "/", (b"Authorization",
+                                                          basic("user", REAL_KEY))),
+     Reason.SECRET_ELSEWHERE),
+    ("percent-encoded in the target", ask("other.test", "/?k=real%20maps%2Fkey%26%3D%2B"),
+     Reason.SECRET_ELSEWHERE),
+    ("fully percent-encoded in the path",
+     ask("other.test", "/" + "".join(f"%{b:02X}" for b in REAL_KEY.encode())),
+     Reason.SECRET_ELSEWHERE),
+    ("percent-encoded in a header", ask("other.test", "/", (b"Referer",
+                                                            b"https://x/?k=real%20maps%2Fkey")),
+     Reason.ALLOWLISTED),  # a prefix of the value is not the value
+    ("a transform's resolved value", ask("other.test", f"/?t={REAL_TOKEN}"),
+     Reason.SECRET_ELSEWHERE),
+    ("to a host no entry allows", ask("evil.test", "/", (b"X", REAL_TOKEN.encode())),
+     Reason.SECRET_ELSEWHERE),
+    ("loopback keeps its reason", ask("localhost", "/", (b"X", REAL_TOKEN.encode())),
+     Reason.LOOPBACK),
+    ("nothing of value", ask("other.test", "/?q=sk-real", (b"X", b"tok_real")),
+     Reason.ALLOWLISTED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_ask", "reason"), [r[1:] for r in ELSEWHERE], ids=[r[0] for r in ELSEWHERE])
+def test_a_resolved_value_in_a_request_is_refused(request_ask: RequestAsk, reason: Reason) -> None:
+    assert decided(request_ask) is reason
