@@ -40,6 +40,14 @@ from sandbox_egress.common.problems import (
 )
 from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.credentials.section import (
+    NO_CREDENTIALS,
+    Binding,
+    Definitions,
+    parse_binding,
+    parse_credentials,
+    used_names,
+)
 from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.patterns import IPNetwork, Pattern, parse_pattern
@@ -85,6 +93,7 @@ class Entry:
     rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
     git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
     budget: Budget | None = None  # requests and upload per window (proxy.budget)
+    credential: Binding | None = None  # a credential written as a header, or signed (1.13)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -103,6 +112,8 @@ class NetworkConfig:
     placeholders: PlaceholderIndex = field(default=NO_PLACEHOLDERS, repr=False, compare=False)
     # The files `${file:...}` references read: watched, a change reloads (D115).
     secret_files: tuple[str, ...] = ()
+    # The top-level `credentials:` (proxy.credentials), fetched per request through a cache.
+    credentials: Definitions = field(default=NO_CREDENTIALS, repr=False)
 
 
 class ConfigError(Exception):
@@ -170,6 +181,7 @@ def parse(
         problems.append(Problem(source, location, message))
 
     network = _shorthand(_network_section(document, report))
+    credentials = parse_credentials(_credentials_section(document), report, lookup)
     found = schema_errors(schema_validator("egress-config", "network"), network)
     by_entry: dict[int, list[Found]] = {}
     for item in found:
@@ -184,9 +196,8 @@ def parse(
         errors = by_entry.get(index, [])
         for item in errors:
             report(_location(item.path), item.message)
-        entry = _entry(
-            index, raw, {str(e.path[2]) for e in errors if len(e.path) > 2}, lookup, report
-        )
+        failed = {str(e.path[2]) for e in errors if len(e.path) > 2}
+        entry = _entry(index, raw, failed, lookup, report, credentials)
         if entry is None or errors:
             continue
         if entry.pattern in seen:
@@ -208,7 +219,15 @@ def parse(
         secrets_resolved=resolve_secrets,
         placeholders=placeholders,
         secret_files=referenced_files(allowlist),
+        credentials=credentials or NO_CREDENTIALS,
     )
+
+
+def _credentials_section(document: Any) -> Any:
+    """The top-level `credentials:` (beside `network:`, SPEC 1.13), or None."""
+    if isinstance(document, dict) and "network" not in document:
+        document = document.get("environment")
+    return document.get("credentials") if isinstance(document, dict) else None
 
 
 def _shorthand(network: Any) -> Any:
@@ -248,7 +267,12 @@ def _network_section(document: Any, report: Report) -> Any:
 
 
 def _entry(
-    index: int, raw: Any, failed: set[str], environ: Mapping[str, str] | None, report: Report
+    index: int,
+    raw: Any,
+    failed: set[str],
+    environ: Mapping[str, str] | None,
+    report: Report,
+    credentials: Definitions | None,
 ) -> Entry | None:
     """The domain checks of one entry whose fields `failed` the schema already."""
     where = f"network.allowlist[{index}]"
@@ -261,12 +285,17 @@ def _entry(
         return None
     transform: tuple[Transform, ...] | None = ()
     if "transform" not in failed:
-        transform = parse_transform(raw.get("transform"), f"{where}.transform", environ, report)
+        transform = parse_transform(
+            raw.get("transform"), f"{where}.transform", environ, report, used_names(credentials)
+        )
     secrets: tuple[Placeholder, ...] | None = ()
     if "secrets" not in failed:
-        secrets = parse_secrets(
-            raw.get("secrets"), f"{where}.secrets", _resolver(environ, report), report
-        )
+        resolver = _resolver(environ, report, credentials)
+        secrets = parse_secrets(raw.get("secrets"), f"{where}.secrets", resolver, report)
+    binding: Binding | None = None
+    if "credential" in raw and "credential" not in failed:
+        binding = parse_binding(raw["credential"], f"{where}.credential", credentials, report)
+        failed = failed | ({"credential"} if binding is None else set())
     rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
     git_ok, git = (
         (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
@@ -300,6 +329,7 @@ def _entry(
         rules=rules,
         git=git,
         budget=budget,
+        credential=binding,
     )
 
 
@@ -326,6 +356,17 @@ def _combinations(
         yield ("secrets", "a secret on '*' would go to every host; name the host")
     if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("secrets"):
         yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
+    if raw.get("credential") and base.kind is PatternKind.ANY:
+        yield ("credential", "a credential on '*' would go to every host; name the host")
+    if raw.get("passthrough") is True and raw.get("credential"):
+        yield ("passthrough", "a pass-through entry is not intercepted: no credential")
+    written = raw.get("credential") if isinstance(raw.get("credential"), dict) else {}
+    header = {"bearer": "authorization", "basic": "authorization"}.get(
+        str(written.get("as")), str(written.get("header", "")).lower()
+    )
+    transform = raw.get("transform") if isinstance(raw.get("transform"), dict) else {}
+    if header and header in {str(h).lower() for h in transform}:
+        yield ("credential", f"the transform already writes {header}; write it once")
 
 
 def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:
@@ -334,6 +375,9 @@ def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ..
     return Redactor.build(tuple(s.encode() for s in found))
 
 
-def _resolver(environ: Mapping[str, str] | None, report: Report) -> ResolveValue:
+def _resolver(
+    environ: Mapping[str, str] | None, report: Report, credentials: Definitions | None
+) -> ResolveValue:
     """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
-    return lambda value, where: secret_value(value, where, environ, report)
+    names = used_names(credentials)
+    return lambda value, where: secret_value(value, where, environ, report, names)

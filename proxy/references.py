@@ -12,26 +12,35 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.secret import Secret, Unresolved
+from sandbox_egress.proxy.secret import Secret, Template, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
 
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
+CREDENTIAL = re.compile(r"\$\{credential:([^}]*)\}")
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FRAMING = "\r\n\0"
 
 
 def secret_value(
-    value: str, where: str, environ: Mapping[str, str] | None, report: Report
+    value: str,
+    where: str,
+    environ: Mapping[str, str] | None,
+    report: Report,
+    credentials: Collection[str] | None = None,
 ) -> Secret | None:
     """`value` with its references resolved, checked; None when refused (reported at `where`).
 
     `environ` None: references are checked for syntax only and the value is `Unresolved`.
+    `credentials`: the names `${credential:NAME}` may name (SPEC 1.13); such a value is a
+    `Template`, rendered per request. None: no credential may be named here.
     """
+    if CREDENTIAL.search(value):
+        return _template(value, where, environ, report, credentials)
     if environ is None:
         return Unresolved() if check_unresolved(value, where, report) else None
     resolution = resolve(value, where, environ, report)
@@ -44,6 +53,56 @@ def secret_value(
         report(where, "value is empty (after resolving references)")
         return None
     return Secret(*resolution)
+
+
+def _template(
+    value: str,
+    where: str,
+    environ: Mapping[str, str] | None,
+    report: Report,
+    credentials: Collection[str] | None,
+) -> Secret | None:
+    """A value naming credentials: its literal pieces resolved, its names checked."""
+    segments: list[tuple[str, bool]] = []
+    parts: list[str] = []
+    ok, position = True, 0
+    pieces: list[str] = []
+    for match in CREDENTIAL.finditer(value):
+        pieces.append(value[position : match.start()])
+        name = match.group(1)
+        if credentials is None:
+            report(where, "${credential:...} is valid only in transform and secret values")
+            ok = False
+        elif name not in credentials:
+            report(where, f"unknown credential {name!r} (not in credentials:)")
+            ok = False
+        segments.append(("", False))  # the piece before, filled below
+        segments.append((name, True))
+        position = match.end()
+    pieces.append(value[position:])
+    segments.append(("", False))
+    resolved: list[str] = []
+    for piece in pieces:
+        if not piece:
+            resolved.append("")
+        elif environ is None:
+            ok = check_unresolved(piece, where, report) and ok
+            resolved.append("")
+        elif (resolution := resolve(piece, where, environ, report)) is None:
+            ok = False
+        elif any(c in resolution[0] for c in _FRAMING):
+            report(where, "value contains CR, LF or NUL (after resolving references)")
+            ok = False
+        else:
+            resolved.append(resolution[0])
+            parts.extend(resolution[1])
+    if not ok:
+        return None
+    if environ is None:
+        return Unresolved()
+    texts = iter(resolved)
+    filled = tuple((t, True) if named else (next(texts), False) for t, named in segments)
+    return Template(tuple(s for s in filled if s[0]), tuple(parts))
 
 
 def check_unresolved(value: str, where: str, report: Report) -> bool:

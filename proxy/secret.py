@@ -4,6 +4,8 @@ everywhere but `reveal()`, so no log line, message or repr carries it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sandbox_egress.common.invariant import InvariantError
 
 
@@ -15,6 +17,7 @@ class Secret:
     """
 
     __slots__ = ("_parts", "_value")
+    deferred = False  # a `Template`: its value is known per request only
 
     def __init__(self, value: str, parts: tuple[str, ...] = ()) -> None:
         self._value = value
@@ -57,5 +60,49 @@ class Unresolved(Secret):
 
     def __repr__(self) -> str:
         return "Unresolved()"
+
+    __str__ = __repr__
+
+
+class Template(Secret):
+    """A value that names credentials (`${credential:NAME}`, SPEC 1.13): known only per
+    request, once the credential cache gave each one (`render`).
+
+    `segments` are literal text (its `${NAME}`/`${file:}` references already resolved) and
+    credential names, in order; `reveal()` raises (the value is not known here), and
+    `reveal_all()` gives the resolved referenced parts only (redacted like any other).
+    """
+
+    __slots__ = ("segments",)
+    deferred = True
+
+    def __init__(self, segments: tuple[tuple[str, bool], ...], parts: tuple[str, ...]) -> None:
+        super().__init__("", parts)
+        self.segments = segments  # (text, is_credential_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(text for text, named in self.segments if named))
+
+    def reveal(self) -> str:
+        raise InvariantError("a value naming a credential is rendered per request")
+
+    def render(self, values: Mapping[str, str]) -> Secret:
+        """The value with each credential's current value (every name must be in `values`)."""
+        text = "".join(values[t] if named else t for t, named in self.segments)
+        return Secret(text, (*self._parts, *(values[name] for name in self.names)))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Template)
+            and other.segments == self.segments
+            and other._parts == self._parts
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.segments)
+
+    def __repr__(self) -> str:
+        return f"Template({', '.join(self.names)})"
 
     __str__ = __repr__

@@ -11,7 +11,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,11 @@ class Transform:
 
 
 def parse_transform(
-    raw: Any, where: str, environ: Mapping[str, str] | None, report: Report
+    raw: Any,
+    where: str,
+    environ: Mapping[str, str] | None,
+    report: Report,
+    credentials: Collection[str] | None = None,
 ) -> tuple[Transform, ...] | None:
     """The domain checks of a transform the schema accepted; None when refused.
 
@@ -68,7 +72,7 @@ def parse_transform(
         elif header.lower() in seen:
             report(here, "header given twice (names are case-insensitive)")
             ok = False
-        elif (secret := secret_value(value, here, environ, report)) is None:
+        elif (secret := secret_value(value, here, environ, report, credentials)) is None:
             ok = False
         else:
             result.append(Transform(header, secret))

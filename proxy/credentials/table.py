@@ -1,0 +1,22 @@
+"""Every kind of credential, one row each: the configuration key and the module that
+parses its block into a `Spec` (docs/configuration.md#credentials).
+
+Adding a source or a minter is one module with a `parse` and one row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sandbox_egress.proxy.credentials import env, file
+from sandbox_egress.proxy.credentials.base import Spec
+from sandbox_egress.proxy.credentials.block import Report
+
+# (the kind's block, its location, report, environ or None) -> its Spec, or None (reported)
+Parse = Callable[[Any, str, Report, Mapping[str, str] | None], Spec | None]
+
+KINDS: dict[str, Parse] = {
+    "env": env.parse,
+    "file": file.parse,
+}
