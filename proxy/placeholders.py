@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from sandbox_egress.proxy.redact import Redactor
 from sandbox_egress.proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -53,6 +54,10 @@ class PlaceholderIndex:
     owners: dict[bytes, int] = field(default_factory=dict)
     # Every placeholder, longest first; None when the configuration has none.
     pattern: re.Pattern[bytes] | None = None
+
+    # Every resolved value (transform and secret values, their referenced parts): found in
+    # a request, it is `secret_elsewhere` (D208). None when the configuration has none.
+    values: re.Pattern[bytes] | None = field(default=None, repr=False)
 
     def owners_in(self, data: bytes) -> set[int]:
         """The entries whose placeholders occur in `data`."""
@@ -108,6 +113,9 @@ class Owner(Protocol):
     @property
     def secrets(self) -> tuple[Placeholder, ...]: ...
 
+    @property
+    def redactions(self) -> Redactor: ...
+
 
 def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
     """One matcher for every placeholder; reports one used twice, or inside another."""
@@ -126,7 +134,9 @@ def index(entries: Sequence[Owner], report: Report) -> PlaceholderIndex:
         for shorter in ordered:
             if shorter != longer and shorter in longer:
                 report(where[longer], f"placeholder contains the one at {where[shorter]}")
-    if not owners:
+    secrets = sorted({v for e in entries for v in e.redactions.secrets}, key=lambda v: (-len(v), v))
+    values = re.compile(b"|".join(map(re.escape, secrets))) if secrets else None
+    if not owners and values is None:
         return NO_PLACEHOLDERS
-    pattern = re.compile(b"|".join(re.escape(p) for p in ordered))
-    return PlaceholderIndex(owners, pattern)
+    pattern = re.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
+    return PlaceholderIndex(owners, pattern, values)

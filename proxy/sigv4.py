@@ -25,16 +25,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Any, Literal
 from urllib.parse import quote, unquote_to_bytes
 
+from sandbox_egress.proxy.credentials.aws import AwsKeysSource
+from sandbox_egress.proxy.credentials.section import As, Binding, Definitions
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.secret import Secret
 
 Fields = tuple[tuple[bytes, bytes], ...]
+Report = Callable[[str, str], None]  # (location, message)
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 UNSIGNED = "UNSIGNED-PAYLOAD"
@@ -271,12 +275,52 @@ def payload_hash(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def binding_of(raw: Mapping[str, object]) -> SigV4Binding:
-    """The sigv4 keys of a `credential:` binding the schema accepted."""
-    services = raw.get("services") or ()
-    regions = raw.get("regions") or ()
-    return SigV4Binding(
-        str(raw["placeholder_access_key_id"]),
-        frozenset(str(s) for s in services),  # type: ignore[attr-defined]
-        frozenset(str(r) for r in regions),  # type: ignore[attr-defined]
-    )
+def sigv4_binding(
+    binding: Binding | None, where: str, credentials: Definitions | None, report: Report
+) -> SigV4Binding | None | Literal[False]:
+    """An entry's `as: sigv4` binding checked (None: not one; False: refused, reported)."""
+    if binding is None or binding.as_ is not As.SIGV4:
+        return None
+    kind = credentials.specs.get(binding.name) if credentials is not None else None
+    return parse_binding(binding.sigv4, kind, where, report) or False
+
+
+_ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{16,128}")
+_KEYS = ("placeholder_access_key_id", "services", "regions")
+
+
+def parse_binding(
+    raw: Mapping[str, Any], kind: object, where: str, report: Report
+) -> SigV4Binding | None:
+    """The sigv4 fields of an entry's `credential:` binding (`Binding.sigv4`), whose
+    credential's definition is `kind` (an `aws` one, or None when it was refused)."""
+    ok = True
+    if kind is not None and not isinstance(kind, AwsKeysSource):
+        report(f"{where}.name", "as: sigv4 needs an aws credential (keys to sign with)")
+        ok = False
+    placeholder = raw.get("placeholder_access_key_id")
+    if not (isinstance(placeholder, str) and _ACCESS_KEY_ID.fullmatch(placeholder)):
+        report(
+            f"{where}.placeholder_access_key_id",
+            "required with as: sigv4, 16-128 of A-Z 0-9 (e.g. AKIAEGRESSPLACEHOLDR)",
+        )
+        ok = False
+    lists: dict[str, frozenset[str]] = {}
+    for key in ("services", "regions"):
+        value = raw.get(key)
+        if not (isinstance(value, list) and value and all(_is_name(v) for v in value)):
+            report(f"{where}.{key}", "required with as: sigv4, a non-empty list of names")
+            ok = False
+            continue
+        lists[key] = frozenset(value)
+    for key in raw:
+        if key not in _KEYS:
+            report(f"{where}.{key}", f"unknown key (expected with as: sigv4: {', '.join(_KEYS)})")
+            ok = False
+    if not ok:
+        return None
+    return SigV4Binding(str(placeholder), lists["services"], lists["regions"])
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None

@@ -16,6 +16,9 @@ Invariants:
 * `require` (D207): every `Authorization` field, and every field or query parameter of a
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
+* A resolved value of any entry (a transform's, a secret's, their referenced parts) found
+  the same way, or percent-decoded in a header, refuses the request `secret_elsewhere`
+  (D208): checked before the placeholders, with the same exceptions.
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
@@ -53,14 +57,16 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
     """The placeholder stage of one request decided `decision`; `path` is its target."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
-    if index.pattern is None:
-        return UNCHANGED  # no placeholder anywhere in the configuration
+    if index.pattern is None and index.values is None:
+        return UNCHANGED  # no placeholder and no value anywhere in the configuration
     # Every header value, then every decoded `Basic` credential, searched as one text.
     basics = {i: c for i, (_, v) in enumerate(fields) if (c := _basic(v)) is not None}
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
+    if index.values is not None and _held(index.values, headers, path):
+        return Swap(Reason.SECRET_ELSEWHERE)
     own = decision.entry.index if decision.entry is not None else None
-    if _foreign(index, own, headers, path):
+    if index.pattern is not None and _foreign(index, own, headers, path):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
@@ -94,6 +100,15 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
         path=target if target != path else None,
         injected=tuple(dict.fromkeys(injected)),
     )
+
+
+def _held(values: re.Pattern[bytes], headers: bytes, path: str) -> bool:
+    """Whether a resolved value occurs in the header text or the request-target, as sent
+    or percent-decoded (D208): the sandbox holds something it should never hold."""
+    target = path.encode("utf-8", "surrogateescape")
+    places = [headers, target]
+    places += [unquote_to_bytes(p) for p in (headers, target) if b"%" in p]
+    return any(values.search(data) for data in places)
 
 
 def _foreign(index: PlaceholderIndex, own: int | None, headers: bytes, path: str) -> bool:
