@@ -19,7 +19,7 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, gitpush, mitm
+from sandbox_egress.addons import budget, gitpush, mitm, sigv4
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -31,6 +31,7 @@ from sandbox_egress.proxy.fields import fields_problem
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
+from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size the
@@ -66,7 +67,17 @@ class Requests:
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
+            if answer.sigv4 is not None and answer.decision.allowed:  # last: re-signed
+                signed = await sigv4.start(shared, flow, state, answer.sigv4, announced(flow))
+                state.sigv4 = signed if isinstance(signed, Held) else None
+                answer = (
+                    answer
+                    if not isinstance(signed, Decision)
+                    else RequestAnswer(signed, answer.host)
+                )
             state.decision = answer.decision  # only once applied: an exception refuses
+            if state.sigv4 is not None:
+                return  # decided and counted once its body is hashed and signed (`request`)
             if answer.push and state.decision.allowed:
                 held = gitpush.hold(request, state, *answer.push)
                 state.decision = held or state.decision
@@ -124,19 +135,31 @@ class Requests:
         trailers arrive after the body streamed, too late for a refusal: a trailer
         block with bytes no upstream may see is dropped, never forwarded (D21)."""
         state = flow.metadata.get(FLOW_KEY)
+        if isinstance(state, FlowState) and state.sigv4 is not None:
+            held, state.sigv4 = state.sigv4, None
+            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+            with self.shared.failclosed(Stage.REQUEST):
+                state.decision = sigv4.finish(flow, held, decided)
+                if not state.decision.allowed:
+                    flow.response = refusal_response(state.decision, state.host, "POST")
+            self._judged(flow, state)
         if isinstance(state, FlowState) and state.push:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = gitpush.judge(flow, state, decided)
-            self.shared.count(Stage.REQUEST, state.decision)
-            if not state.decision.allowed:
-                state.injected, state.redactions = (), NO_REDACTION
-                state.refused_here = True
-                if flow.response is None and flow.error is None:
-                    mitm.kill(flow)
+            self._judged(flow, state)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+    def _judged(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        """A held request decided on its body: counted; refused, nothing of it goes on."""
+        self.shared.count(Stage.REQUEST, state.decision)
+        if not state.decision.allowed:
+            state.injected, state.redactions = (), NO_REDACTION
+            state.refused_here = True
+            if flow.response is None and flow.error is None:
+                mitm.kill(flow)
 
 
 def announced(flow: http.HTTPFlow) -> int | None:

@@ -19,6 +19,7 @@ from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
 from sandbox_egress.proxy.audit import AuditSink
 from sandbox_egress.proxy.budget import Budgets
+from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
 from sandbox_egress.proxy.gitpush import PushItem
@@ -26,6 +27,7 @@ from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
+from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
 from sandbox_egress.proxy.tenancy import Tenancy
 
@@ -45,6 +47,7 @@ class FlowState:
     bytes_sent: int = 0
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
+    sigv4: Held | None = None  # a body held until hashed, then re-signed (addons/sigv4.py)
 
 
 class Shared:
@@ -64,6 +67,7 @@ class Shared:
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
         self.budgets = Budgets()  # outlives a reload: what was spent stays spent
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
+        self.credentials: Credentials | None = None  # the credential cache (proxy.credentials)
 
     # -- connections ----------------------------------------------------------------------
 

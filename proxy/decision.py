@@ -47,6 +47,7 @@ class Reason(StrEnum):
     SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
     SIGV4_UNSUPPORTED = "sigv4_unsupported"
     SECRET_ELSEWHERE = "secret_elsewhere"
+    CREDENTIAL_UNAVAILABLE = "credential_unavailable"  # also i32a's: keep one when merging
 
 
 class Stage(StrEnum):
@@ -129,6 +130,10 @@ MESSAGES: dict[Reason, str] = {
         "The proxy cannot re-sign this AWS request: SigV4A, chunk-signed streaming "
         "payloads, presigned URLs, or an undeclared payload hash over a body it cannot hold."
     ),
+    Reason.CREDENTIAL_UNAVAILABLE: (
+        "The proxy could not fetch the credential this host's requests are sent with; "
+        "nothing was sent upstream."
+    ),
     Reason.SECRET_ELSEWHERE: (
         "The request carries a credential value the proxy holds; the sandbox should "
         "only ever hold placeholders."
@@ -142,6 +147,7 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_TLS: 502,
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
+    Reason.CREDENTIAL_UNAVAILABLE: 502,
 }
 
 

@@ -172,7 +172,11 @@ class Policy:
     def _finish(entry: Entry, port: int, tls: bool | None) -> Decision:
         if not entry.allows_port(port):
             return Decision.deny(Reason.PORT_NOT_ALLOWED, entry)
-        if (entry.transform or entry.secrets) and tls is False and not entry.allow_plaintext:
+        if (
+            (entry.transform or entry.secrets or entry.credential)
+            and tls is False
+            and not entry.allow_plaintext
+        ):
             return Decision.deny(Reason.PLAINTEXT_CREDENTIALS, entry)
         return Decision.allow(entry)
 
@@ -224,7 +228,7 @@ def refuse_echoing_method(decision: Decision, method: str) -> Decision:
     """
     entry = decision.entry
     echoes = method.upper() in ECHOING_METHODS
-    credentialled = entry is not None and bool(entry.transform or entry.secrets)
+    credentialled = entry is not None and bool(entry.transform or entry.secrets or entry.credential)
     if echoes and decision.allowed and credentialled:
         return Decision.deny(Reason.METHOD_NOT_ALLOWED, entry)
     return decision

@@ -34,7 +34,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.credentials.aws import AwsKeysSource
 from sandbox_egress.proxy.credentials.section import As, Binding, Definitions
-from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.secret import Secret
 
 Fields = tuple[tuple[bytes, bytes], ...]
@@ -98,6 +98,22 @@ class AwsKeys:
     access_key_id: str
     secret_access_key: Secret
     session_token: Secret | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A request whose body is held and hashed before it is signed (addons/sigv4.py)."""
+
+    signing: Signing
+    keys: AwsKeys
+
+
+def judge_request(decision: Decision, fields: Fields, target: str) -> Signing | Reason | None:
+    """The SigV4 stage of a request the policy decided: None when its entry signs nothing
+    (or nothing is injected: a refusal, a `would_deny`)."""
+    entry = decision.entry
+    binding = entry.sigv4 if entry is not None and decision.injects else None
+    return None if binding is None else judge(binding, fields, target)
 
 
 def judge(binding: SigV4Binding, fields: Fields, target: str) -> Signing | Reason:

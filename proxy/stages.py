@@ -11,9 +11,8 @@ next to its table of named cases (tests/proxy/test_stages.py):
   target from the SNI (the original destination is not trusted), relays a pass-through
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
-* request (`decide_request`): the `no_sni` gate, head bytes (D21), where the request goes
-  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the entry's rules
-  (`decide_rules`), the pinned address, and the transform to write.
+* request (`decide_request`): the `no_sni` gate, head bytes (D21), where it goes, the
+  policy, TRACE (D31), rules (`decide_rules`), placeholders, SigV4 scope, the address.
 
 Invariants: a function reads the one `Policy` snapshot it is given (a reload never splits
 a decision, D24); a name is resolved only after the policy allowed it, through the
@@ -38,6 +37,7 @@ from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
 from sandbox_egress.proxy.rules import Verdict, judge
+from sandbox_egress.proxy.sigv4 import Signing, judge_request
 from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
 
@@ -291,6 +291,7 @@ class RequestAnswer:
     # A git push allowed by repository: its command list must match these items' refs
     # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
     push: tuple[PushItem, ...] = ()
+    sigv4: Signing | None = None  # re-signed last, with the entry's aws keys (addons/sigv4.py)
 
 
 def decide_rules(
@@ -372,6 +373,9 @@ async def decide_request(
     swapped = swap(policy.config.placeholders, decision, ask.fields, located.path)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
+    signing = judge_request(decision, ask.fields, located.path)  # SigV4: before budgets
+    if isinstance(signing, Reason):
+        return RequestAnswer(Decision.deny(signing, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
@@ -381,7 +385,7 @@ async def decide_request(
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
     if not (transforms or swapped.injected) or entry is None:  # never a would_deny
-        return RequestAnswer(decision, host, located, pin, push=push)
+        return RequestAnswer(decision, host, located, pin, push=push, sigv4=signing)
     return RequestAnswer(
         decision,
         host,
@@ -392,4 +396,5 @@ async def decide_request(
         fields=swapped.fields,
         swapped=swapped.injected,
         push=push,
+        sigv4=signing,
     )

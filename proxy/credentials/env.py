@@ -24,7 +24,9 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class EnvSource:
     variable: str
     settings: CacheSettings = CacheSettings()
-    environ: Mapping[str, str] = field(default_factory=lambda: os.environ, compare=False, repr=False)
+    environ: Mapping[str, str] = field(
+        default_factory=lambda: os.environ, compare=False, repr=False
+    )
 
     def source(self, https: Https) -> EnvSource:
         return self
