@@ -392,7 +392,7 @@ async def decide_request(
         located,
         pin,
         transforms,
-        entry.redactions,
+        entry.redactions.spelled(swapped.spellings),
         fields=swapped.fields,
         swapped=swapped.injected,
         push=push,

@@ -48,6 +48,8 @@ class Swap:
     fields: Fields | None = None  # the header fields to send, when a value was written
     path: str | None = None  # the request-target to send, when a value was written
     injected: tuple[str, ...] = ()  # where values went: header names, then "query"
+    # Every spelling of a value written (raw, Basic base64, percent-encoded): echo redaction.
+    spellings: tuple[bytes, ...] = ()
 
 
 UNCHANGED = Swap()
@@ -76,7 +78,7 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
         s for s in entry.secrets if Place.HEADERS in s.places and s.placeholder.encode() in headers
     ]
     in_query = [s for s in entry.secrets if Place.QUERY in s.places]
-    sent, injected = list(fields), list[str]()
+    sent, injected, spellings = list(fields), list[str](), list[bytes]()
     needles = [s.placeholder.encode() for s in in_headers]
     for number, (name, value) in enumerate(fields if in_headers else ()):
         if number not in basics and not any(n in value for n in needles):
@@ -85,9 +87,12 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
         if written != value:
             injected.append(name.decode("latin-1"))
             sent[number] = (name, written)
+            if number in basics:  # the base64 the proxy wrote, whole
+                spellings.append(written[len(basics[number][0]) :].strip())
     target = _swap_query(path, in_query, found) if in_query else path
     if target != path:
         injected.append("query")
+        spellings += [quote(s.value.reveal(), safe="").encode() for s in in_query]
     if any(s.require for s in entry.secrets) and (
         any(s.require and s.placeholder not in found for s in entry.secrets)
         or _own_credential(entry.secrets, fields, basics, path)
@@ -99,6 +104,7 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
         fields=tuple(sent) if sent != list(fields) else None,
         path=target if target != path else None,
         injected=tuple(dict.fromkeys(injected)),
+        spellings=tuple(spellings),
     )
 
 

@@ -40,8 +40,12 @@ POLICY = Policy(
                     {
                         "domain": "maps.test",
                         "secrets": [
-                            {"placeholder": QKEY, "value": "${MAPS}", "in": ["query"],
-                             "require": True}
+                            {
+                                "placeholder": QKEY,
+                                "value": "${MAPS}",
+                                "in": ["query"],
+                                "require": True,
+                            }
                         ],
                     },  # fmt: skip
                     {"domain": "tr.test", "transform": {"Authorization": "Bearer ${TOKEN}"}},
@@ -117,7 +121,9 @@ REQUIRE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("request_ask", "reason"), [r[1:] for r in REQUIRE], ids=[r[0] for r in REQUIRE])
+@pytest.mark.parametrize(
+    ("request_ask", "reason"), [r[1:] for r in REQUIRE], ids=[r[0] for r in REQUIRE]
+)
 def test_require_means_no_own_credential_travels(request_ask: RequestAsk, reason: Reason) -> None:
     assert decided(request_ask) is reason
 
@@ -150,6 +156,36 @@ ELSEWHERE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("request_ask", "reason"), [r[1:] for r in ELSEWHERE], ids=[r[0] for r in ELSEWHERE])
+@pytest.mark.parametrize(
+    ("request_ask", "reason"), [r[1:] for r in ELSEWHERE], ids=[r[0] for r in ELSEWHERE]
+)
 def test_a_resolved_value_in_a_request_is_refused(request_ask: RequestAsk, reason: Reason) -> None:
     assert decided(request_ask) is reason
+
+
+def _answer(request: RequestAsk):  # type: ignore[no-untyped-def]
+    return asyncio.run(decide_request(POLICY, resolve, ConnectionFacts(), request))
+
+
+ECHOES = [
+    ("the raw value", ask("api.test", "/", BEARER), REAL_KEY.encode()),
+    ("the Basic base64 of user:value the proxy wrote",
+     ask("api.test", "/", (b"Authorization", basic("someone", KEY))),
+     base64.b64encode(f"someone:{REAL_KEY}".encode())),
+    ("the percent-encoded value the proxy wrote into the query",
+     ask("maps.test", f"/geo?key={QKEY}"), b"real%20maps%2Fkey%26%3D%2B"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("request_ask", "spelling"), [e[1:] for e in ECHOES], ids=[e[0] for e in ECHOES]
+)
+def test_echo_redaction_masks_every_spelling_the_proxy_wrote(
+    request_ask: RequestAsk, spelling: bytes
+) -> None:
+    redactions = _answer(request_ask).redactions
+    echoed = b'{"echo": "' + spelling + b'"}'
+    body = redactions.body()
+    masked = body.feed(echoed[:13]) + body.feed(echoed[13:]) + body.feed(b"")
+    assert spelling not in masked and len(masked) == len(echoed)
+    assert spelling not in redactions.header(echoed)
