@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from botocore import auth as botocore_auth
@@ -309,3 +310,88 @@ def test_sign_writes_one_date_one_authorization_whatever_was_sent(
     assert lowered.count(b"x-amz-date") == 1
     assert b"x-amz-security-token" not in lowered  # no session token: none sent
     assert dict((n.lower(), v) for n, v in out)[b"x-amz-date"] == b"20261204T163005Z"
+
+
+# -- the request stage: scope judged after rules, before anything goes upstream ----------
+
+_CONFIG = {
+    "credentials": {
+        "aws-prod": {"aws": {"access_key_id": REAL_ID, "secret_access_key": "${AWS_SECRET}"}}
+    },
+    "network": {
+        "allowlist": [
+            {
+                "domain": "*.amazonaws.test",
+                "credential": {
+                    "name": "aws-prod",
+                    "as": "sigv4",
+                    "placeholder_access_key_id": PLACEHOLDER,
+                    "services": ["s3", "sts"],
+                    "regions": ["us-east-1"],
+                },
+                "deny": [{"methods": ["DELETE"]}],
+            }
+        ]
+    },
+}
+
+
+def _decide(method: str, *fields: tuple[bytes, bytes]) -> Any:
+    import asyncio
+
+    from sandbox_egress.proxy.config import parse
+    from sandbox_egress.proxy.hosts import canonical_host
+    from sandbox_egress.proxy.policy import Policy
+    from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
+    from sandbox_egress.proxy.targets import RequestNames
+
+    policy = Policy(parse(_CONFIG, "env.yaml", {"AWS_SECRET": REAL_SECRET}))
+
+    async def resolve(name: str, port: int) -> list[Any]:
+        return [canonical_host("93.184.216.34").ip]
+
+    host = "bkt.s3.amazonaws.test"
+    names = RequestNames(False, host, 443, host, None, True, None, method=method, path="/k")
+    ask = RequestAsk(method.encode(), ((b"Host", host.encode()), *fields), names, True)
+    return asyncio.run(decide_request(policy, resolve, ConnectionFacts(), ask))
+
+
+def test_the_stage_hands_a_placeholder_signature_to_the_signer() -> None:
+    answer = _decide("GET", (b"Authorization", _auth()))
+    assert answer.decision.allowed and answer.sigv4 == Signing("us-east-1", "s3", None)
+
+
+@pytest.mark.parametrize(
+    ("method", "auth", "reason"),
+    [
+        ("GET", _auth(scope="20261204/eu-west-1/s3/aws4_request"), Reason.SIGV4_SCOPE_DENIED),
+        ("GET", _auth("AKIAOWNKEY0000000000"), Reason.CREDENTIAL_REQUIRED),
+        ("DELETE", _auth(scope="20261204/eu-west-1/s3/aws4_request"), Reason.RULE_DENIED),
+    ],
+    ids=["scope", "own key", "rules judged first"],
+)
+def test_the_stage_refuses_before_any_lookup(method: str, auth: bytes, reason: Reason) -> None:
+    answer = _decide(method, (b"Authorization", auth))
+    assert (answer.decision.reason, answer.pin, answer.sigv4) == (reason, None, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"placeholder_access_key_id": "short"}, "placeholder_access_key_id"),
+        ({"services": []}, "services"),
+        ({"regions": ["US EAST"]}, "regions"),
+        ({"signed": True}, "signed"),
+    ],
+)
+def test_a_bad_sigv4_binding_is_a_configuration_error(change: dict[str, Any], where: str) -> None:
+    import copy
+
+    from sandbox_egress.proxy.config import ConfigError, parse
+
+    config = copy.deepcopy(_CONFIG)
+    config["network"]["allowlist"][0]["credential"].update(change)  # type: ignore[index]
+    with pytest.raises(ConfigError) as raised:
+        parse(config, "env.yaml", {"AWS_SECRET": REAL_SECRET})
+    assert f"credential.{where}" in str(raised.value)
+    assert REAL_SECRET not in str(raised.value)
