@@ -1,7 +1,8 @@
-"""SigV4 re-signing, the last request stage (docs/configuration.md#sigv4; D206-D209): a
-request the pure stage judged re-signable (`RequestAnswer.sigv4`, after rules, git and
-budgets) gets the entry's aws keys from the credential cache and is signed by
-`proxy.sigv4.sign` with the proxy's clock.
+"""SigV4 re-signing, the last request stage
+(docs/configuration.md#sigv4-re-signing-as-sigv4; D206-D209): a request the pure stage
+judged re-signable (`RequestAnswer.sigv4`, after rules, git and budgets) gets the entry's
+aws keys from the credential cache and is signed by `proxy.sigv4.sign` with the proxy's
+clock.
 
 * `UNSIGNED-PAYLOAD` / `STREAMING-UNSIGNED-PAYLOAD-TRAILER`: signed in `requestheaders`,
   the body streams.

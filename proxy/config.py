@@ -66,7 +66,7 @@ from sandbox_egress.proxy.positions import Positions, compose
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.references import referenced_files, secret_value
 from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
-from sandbox_egress.proxy.sigv4 import SigV4Binding, sigv4_binding
+from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
 from sandbox_egress.proxy.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )

@@ -1,5 +1,5 @@
-"""SigV4 re-signing (docs/configuration.md#sigv4; docs/decisions.md D206-D209): the sandbox
-signs with a placeholder access key id and a worthless secret, the proxy checks the
+"""SigV4 re-signing (docs/configuration.md#sigv4-re-signing-as-sigv4; D206-D209): the
+sandbox signs with a placeholder access key id and a worthless secret, the proxy checks the
 signature's scope and signs the request again with the real keys and its own clock.
 
 Two pure steps, no mitmproxy:
@@ -25,20 +25,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, Literal
 from urllib.parse import quote, unquote_to_bytes
 
-from sandbox_egress.proxy.credentials.aws import AwsKeysSource
-from sandbox_egress.proxy.credentials.section import As, Binding, Definitions
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
 Fields = tuple[tuple[bytes, bytes], ...]
-Report = Callable[[str, str], None]  # (location, message)
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 UNSIGNED = "UNSIGNED-PAYLOAD"
@@ -72,15 +69,6 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[a-z0-9-]{1,64}")  # a region or a service in a credential scope
 _DATE = re.compile(r"[0-9]{8}")
 _PRESIGNED = re.compile(r"(?:^|&)x-amz-(?:signature|credential|algorithm)=", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class SigV4Binding:
-    """An entry's `credential: {as: sigv4, ...}`: which signatures it re-signs."""
-
-    placeholder_access_key_id: str
-    services: frozenset[str]
-    regions: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,54 +277,3 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
 
 def payload_hash(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
-
-
-def sigv4_binding(
-    binding: Binding | None, where: str, credentials: Definitions | None, report: Report
-) -> SigV4Binding | None | Literal[False]:
-    """An entry's `as: sigv4` binding checked (None: not one; False: refused, reported)."""
-    if binding is None or binding.as_ is not As.SIGV4:
-        return None
-    kind = credentials.specs.get(binding.name) if credentials is not None else None
-    return parse_binding(binding.sigv4, kind, where, report) or False
-
-
-_ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{16,128}")
-_KEYS = ("placeholder_access_key_id", "services", "regions")
-
-
-def parse_binding(
-    raw: Mapping[str, Any], kind: object, where: str, report: Report
-) -> SigV4Binding | None:
-    """The sigv4 fields of an entry's `credential:` binding (`Binding.sigv4`), whose
-    credential's definition is `kind` (an `aws` one, or None when it was refused)."""
-    ok = True
-    if kind is not None and not isinstance(kind, AwsKeysSource):
-        report(f"{where}.name", "as: sigv4 needs an aws credential (keys to sign with)")
-        ok = False
-    placeholder = raw.get("placeholder_access_key_id")
-    if not (isinstance(placeholder, str) and _ACCESS_KEY_ID.fullmatch(placeholder)):
-        report(
-            f"{where}.placeholder_access_key_id",
-            "required with as: sigv4, 16-128 of A-Z 0-9 (e.g. AKIAEGRESSPLACEHOLDR)",
-        )
-        ok = False
-    lists: dict[str, frozenset[str]] = {}
-    for key in ("services", "regions"):
-        value = raw.get(key)
-        if not (isinstance(value, list) and value and all(_is_name(v) for v in value)):
-            report(f"{where}.{key}", "required with as: sigv4, a non-empty list of names")
-            ok = False
-            continue
-        lists[key] = frozenset(value)
-    for key in raw:
-        if key not in _KEYS:
-            report(f"{where}.{key}", f"unknown key (expected with as: sigv4: {', '.join(_KEYS)})")
-            ok = False
-    if not ok:
-        return None
-    return SigV4Binding(str(placeholder), lists["services"], lists["regions"])
-
-
-def _is_name(value: object) -> bool:
-    return isinstance(value, str) and _NAME.fullmatch(value) is not None

@@ -1,5 +1,5 @@
-"""`aws`: the keys the proxy signs AWS requests with (`credential: {as: sigv4}`, SPEC 1.13;
-docs/configuration.md#sigv4).
+"""`aws`: the keys the proxy signs AWS requests with (`credential: {as: sigv4}`;
+docs/configuration.md#sigv4-re-signing-as-sigv4).
 
 `{aws: {access_key_id: ..., secret_access_key: ..., session_token: ...}}`, each value a
 `${NAME}` / `${file:...}` reference or text (the access key id is not secret, but is

@@ -1,5 +1,5 @@
-"""The sandbox's own credential never travels (SPEC 1.13; proxy/swap.py `require`,
-proxy/elsewhere.py `secret_elsewhere`), through `decide_request`: tables of named cases.
+"""The sandbox's own credential never travels (proxy/swap.py `require`,
+proxy/swap.py `secret_elsewhere`), through `decide_request`: tables of named cases.
 
 `require: true`: every `Authorization` field, and every field of a name the entry's
 placeholder was found in, must carry one of the entry's placeholders. `secret_elsewhere`:

@@ -28,11 +28,11 @@ from sandbox_egress.proxy.sigv4 import (
     EMPTY_SHA256,
     AwsKeys,
     Signing,
-    SigV4Binding,
     judge,
     payload_hash,
     sign,
 )
+from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
 PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
 REAL_ID = "AKIAREALREALREAL0001"
