@@ -45,6 +45,7 @@ def record(
     received: int = 0,
     injected: tuple[str, ...] = (),
     sandbox: str | None = None,
+    credentials: tuple[str, ...] = (),
 ) -> AuditRecord:
     peer = where.client.peername
     return AuditRecord(
@@ -66,4 +67,5 @@ def record(
         bytes_received=received,
         duration_s=time.monotonic() - started,
         sandbox=sandbox,
+        credentials=credentials,
     )

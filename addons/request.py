@@ -19,7 +19,7 @@ import asyncio
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, gitpush, mitm, sigv4
+from sandbox_egress.addons import budget, credentials, gitpush, mitm, sigv4
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -67,6 +67,9 @@ class Requests:
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
             self._apply(flow, state, answer)
+            refused = await credentials.write(shared, flow, state, answer)  # last (issue 32)
+            if refused is not None:
+                answer = RequestAnswer(refused, answer.host)
             if answer.sigv4 is not None and answer.decision.allowed:  # last: re-signed
                 signed = await sigv4.start(shared, flow, state, answer.sigv4, announced(flow))
                 state.sigv4 = signed if isinstance(signed, Held) else None
@@ -117,14 +120,18 @@ class Requests:
         origin_form(request, location)
         upstream_sni(flow, location)
         injected = tuple(t.header for t in answer.transforms)
+        binding = answer.decision.entry.credential if answer.decision.entry else None
+        if answer.credentials and binding is not None and binding.header_name():
+            injected += (str(binding.header_name()),)  # its spellings go too (issue 32)
         websocket = request.headers.get("upgrade", "").lower() == "websocket"
-        carries = bool(answer.transforms or answer.swapped)
+        carries = bool(answer.transforms or answer.swapped or answer.credentials or answer.sigv4)
         request.headers.fields = outbound_fields(
             request.headers.fields, injected, websocket, carries_secret=carries
         )
         if carries:
             for transform in answer.transforms:
-                request.headers[transform.header] = transform.value.reveal()
+                if not transform.value.deferred:  # a credential's: written once fetched
+                    request.headers[transform.header] = transform.value.reveal()
             written = (*answer.swapped, *(t.header for t in answer.transforms))
             state.injected = tuple(dict.fromkeys(written))
             state.redactions = answer.redactions

@@ -48,6 +48,7 @@ class FlowState:
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
     sigv4: Held | None = None  # a body held until hashed, then re-signed (addons/sigv4.py)
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
 
 
 class Shared:
@@ -67,7 +68,8 @@ class Shared:
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
         self.budgets = Budgets()  # outlives a reload: what was spent stays spent
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
-        self.credentials: Credentials | None = None  # the credential cache (proxy.credentials)
+        # issue 32: the credential cache; a reload keeps unchanged credentials' values.
+        self.credentials = Credentials({})
 
     # -- connections ----------------------------------------------------------------------
 
@@ -131,8 +133,9 @@ class Shared:
             (state.bytes_sent, state.bytes_received, state.injected) if state else (0, 0, ())
         )
         sandbox = self.facts(where.client).sandbox
+        named = state.credentials if state else ()
         self.audit.write(
-            record(where, decision, started, status, sent, received, injected, sandbox)
+            record(where, decision, started, status, sent, received, injected, sandbox, named)
         )
 
 

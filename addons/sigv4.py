@@ -25,6 +25,7 @@ from sandbox_egress.addons.shared import FlowState, Shared
 from sandbox_egress.proxy.credentials.aws import SECRET_ACCESS_KEY, SESSION_TOKEN
 from sandbox_egress.proxy.credentials.base import CredentialError
 from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.redact import Redactor
 from sandbox_egress.proxy.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
 
 SIGNED_BODY_LIMIT = 1024 * 1024  # = limits.STREAM_BODIES_OVER: held whole, never streamed
@@ -37,11 +38,11 @@ async def start(
     announced size (0 without a body, None unknown)."""
     decision = state.decision
     binding = decision.entry.credential if decision.entry is not None else None
-    credentials = shared.credentials
-    if binding is None or credentials is None:
+    if binding is None:
         return Decision.deny(Reason.CREDENTIAL_UNAVAILABLE, decision.entry)
+    state.credentials = (*state.credentials, binding.name)  # the audit line names it
     try:
-        fetched = await credentials.get(binding.name)
+        fetched = await shared.credentials.get(binding.name)
         keys = AwsKeys(
             fetched.value.reveal(),
             fetched.extra[SECRET_ACCESS_KEY],
@@ -49,6 +50,12 @@ async def start(
         )
     except (CredentialError, KeyError):
         return Decision.deny(Reason.CREDENTIAL_UNAVAILABLE, decision.entry)
+    written = ["Authorization"] + (["X-Amz-Security-Token"] if keys.session_token else [])
+    state.injected = tuple(dict.fromkeys((*state.injected, *written)))
+    secrets = [s for s in (keys.secret_access_key, keys.session_token) if s is not None]
+    if keys.session_token is not None:  # the one key that travels: redacted if echoed
+        spelled = tuple(s.reveal().encode() for s in secrets)
+        state.redactions = Redactor.build((*state.redactions.secrets, *spelled))
     if signing.payload in STREAMED:
         _sign(flow.request, signing, keys, None)
         return None

@@ -57,6 +57,7 @@ class AuditRecord:
     upstream: str | None = None  # the address connected to (or pinned, before connecting)
     clause: str | None = None  # the entry's rule that decided: "rules[1]", "deny[0]"
     sandbox: str | None = None  # a node proxy's sandbox id (1.12); the line omits it when None
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials written (names); omitted if none
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -87,6 +88,10 @@ class AuditLog:
         line["worker"] = self._worker
         if record.sandbox is None:
             del line["sandbox"]
+        if record.credentials:
+            line["credentials"] = list(record.credentials)
+        else:
+            del line["credentials"]
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:

@@ -364,12 +364,13 @@ def _combinations(
         yield ("credential", "a credential on '*' would go to every host; name the host")
     if raw.get("passthrough") is True and raw.get("credential"):
         yield ("passthrough", "a pass-through entry is not intercepted: no credential")
-    written = raw.get("credential") if isinstance(raw.get("credential"), dict) else {}
+    written: Any = raw.get("credential")
+    written = written if isinstance(written, dict) else {}
     header = {"bearer": "authorization", "basic": "authorization"}.get(
         str(written.get("as")), str(written.get("header", "")).lower()
     )
-    transform = raw.get("transform") if isinstance(raw.get("transform"), dict) else {}
-    if header and header in {str(h).lower() for h in transform}:
+    transform: Any = raw.get("transform")
+    if header and isinstance(transform, dict) and header in {str(h).lower() for h in transform}:
         yield ("credential", f"the transform already writes {header}; write it once")
 
 

@@ -43,11 +43,12 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
+    # issue 32: credentials the proxy fetches and mints
+    CREDENTIAL_UNAVAILABLE = "credential_unavailable"
     # Issue 32 (SPEC 1.13): SigV4 re-signing, and resolved values the sandbox must not hold.
     SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
     SIGV4_UNSUPPORTED = "sigv4_unsupported"
     SECRET_ELSEWHERE = "secret_elsewhere"
-    CREDENTIAL_UNAVAILABLE = "credential_unavailable"  # also i32a's: keep one when merging
 
 
 class Stage(StrEnum):
@@ -121,6 +122,10 @@ MESSAGES: dict[Reason, str] = {
         "The TLS handshake with the destination failed: its certificate did not verify "
         "or it does not speak TLS."
     ),
+    # issue 32
+    Reason.CREDENTIAL_UNAVAILABLE: (
+        "The proxy could not fetch the credential this host receives; nothing was sent."
+    ),
     # Issue 32.
     Reason.SIGV4_SCOPE_DENIED: (
         "The request's SigV4 credential scope names a service or region the allowlist "
@@ -129,10 +134,6 @@ MESSAGES: dict[Reason, str] = {
     Reason.SIGV4_UNSUPPORTED: (
         "The proxy cannot re-sign this AWS request: SigV4A, chunk-signed streaming "
         "payloads, presigned URLs, or an undeclared payload hash over a body it cannot hold."
-    ),
-    Reason.CREDENTIAL_UNAVAILABLE: (
-        "The proxy could not fetch the credential this host's requests are sent with; "
-        "nothing was sent upstream."
     ),
     Reason.SECRET_ELSEWHERE: (
         "The request carries a credential value the proxy holds; the sandbox should "
@@ -145,9 +146,9 @@ MESSAGES: dict[Reason, str] = {
 STATUS: dict[Reason, int] = {
     Reason.DNS_FAILURE: 502,
     Reason.UPSTREAM_TLS: 502,
+    Reason.CREDENTIAL_UNAVAILABLE: 502,  # issue 32
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
-    Reason.CREDENTIAL_UNAVAILABLE: 502,
 }
 
 

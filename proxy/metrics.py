@@ -141,6 +141,15 @@ class ProxyMetrics:
         for bound in Bound:
             for outcome in BOUND_OUTCOMES:
                 self.bound_hits.labels(bound.value, outcome)
+        # issue 32: credential fetches, by credential name (bounded by the configuration,
+        # never by the sandbox) and outcome (proxy.credentials.cache.Outcome).
+        self.credential_fetches = Counter(
+            "egress_credential_fetches_total",
+            "Fetches and mints of configured credentials, by credential and outcome "
+            "(ok, failed, timeout, invalid).",
+            ["credential", "outcome"],
+            registry=r,
+        )
         verdicts = [("allow" if r is Reason.ALLOWLISTED else "deny", r) for r in Reason]
         verdicts += [("would_deny", r) for r in REPORTABLE]
         for decision, reason in verdicts:

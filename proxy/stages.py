@@ -14,11 +14,9 @@ next to its table of named cases (tests/proxy/test_stages.py):
 * request (`decide_request`): the `no_sni` gate, head bytes (D21), where it goes, the
   policy, TRACE (D31), rules (`decide_rules`), placeholders, SigV4 scope, the address.
 
-Invariants: a function reads the one `Policy` snapshot it is given (a reload never splits
-a decision, D24); a name is resolved only after the policy allowed it, through the
-injected `resolve`, and an answer pins only an address `Policy.pick_address` checked;
-every path that is not an explicit allow is a refusal (or, at the ClientHello, an
-interception, whose requests are then decided one by one).
+Invariants: a function reads the one `Policy` snapshot it is given (D24); a name is
+resolved only once allowed, and only an address `Policy.pick_address` checked is pinned;
+every path that is not an explicit allow is a refusal (at the ClientHello: interception).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
@@ -284,14 +283,13 @@ class RequestAnswer:
     pin: Pin | None = None
     transforms: tuple[Transform, ...] = ()  # headers to write: a real allow only
     redactions: Redactor = NO_REDACTION  # what the answer may echo of them
-    # Placeholders swapped (proxy.swap): the header fields to send (None: as received)
-    # and where values went. The location's path carries a swapped query.
+    # Placeholders swapped (proxy.swap): fields to send (None: as received), where values went.
     fields: tuple[tuple[bytes, bytes], ...] | None = None
     swapped: tuple[str, ...] = ()
-    # A git push allowed by repository: its command list must match these items' refs
-    # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
+    # A push allowed by repository: its command list must match these items' refs first.
     push: tuple[PushItem, ...] = ()
     sigv4: Signing | None = None  # re-signed last, with the entry's aws keys (addons/sigv4.py)
+    credentials: tuple[str, ...] = ()  # fetched and written last (proxy/credentials/writing.py)
 
 
 def decide_rules(
@@ -384,7 +382,8 @@ async def decide_request(
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
-    if not (transforms or swapped.injected) or entry is None:  # never a would_deny
+    credentials = needed(entry) if decision.injects and entry is not None else ()
+    if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
         return RequestAnswer(decision, host, located, pin, push=push, sigv4=signing)
     return RequestAnswer(
         decision,
@@ -397,4 +396,5 @@ async def decide_request(
         swapped=swapped.injected,
         push=push,
         sigv4=signing,
+        credentials=credentials,
     )

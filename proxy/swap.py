@@ -204,6 +204,7 @@ def _replace(
     for secret in secrets:
         placeholder = secret.placeholder.encode()
         if placeholder in data:
-            data = data.replace(placeholder, spelled(secret))
+            if not secret.value.deferred:  # a credential's: written once fetched (1.13)
+                data = data.replace(placeholder, spelled(secret))
             found.add(secret.placeholder)
     return data

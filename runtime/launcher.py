@@ -29,6 +29,9 @@ from sandbox_egress.common.logs import announce, formatter
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
 from sandbox_egress.proxy.audit import AuditLog, BackgroundAuditLog
+from sandbox_egress.proxy.credentials.cache import Credentials
+from sandbox_egress.proxy.credentials.https import Https
+from sandbox_egress.proxy.credentials.section import sources as credential_sources
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
@@ -175,10 +178,19 @@ async def serve(settings: Settings) -> int:
         Telemetry(metrics),
     )
     tenants = _tenants(section, policy, addon, metrics)
+    https = Https(str(settings.upstream_ca) if settings.upstream_ca else None)  # issue 32
+
+    def on_fetch(name: str, outcome: str) -> None:
+        metrics.credential_fetches.labels(name, outcome).inc()
+
+    addon.shared.credentials = Credentials(
+        *credential_sources(network.credentials, https), on_fetch=on_fetch
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
+        addon.shared.credentials.replace(*credential_sources(fresh.credentials, https))
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))

@@ -76,6 +76,11 @@ class Block:
     def has(self, key: str) -> bool:
         return key in self.raw
 
+    def value(self, key: str) -> Any:
+        """The raw value of a key the kind checks itself (marked read)."""
+        self._read.add(key)
+        return self.raw.get(key)
+
     def string(self, key: str, *, required: bool = True, default: str = "") -> str:
         self._read.add(key)
         value = self.raw.get(key)

@@ -80,8 +80,8 @@ class Credentials:
     def __init__(
         self,
         sources: Mapping[str, Source],
-        *,
         keys: Mapping[str, Any] | None = None,
+        *,
         clock: Clock = time.time,
         on_fetch: OnFetch | None = None,
         run: Run = _thread,

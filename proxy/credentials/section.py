@@ -24,8 +24,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from sandbox_egress.proxy.credentials.base import Spec
+from sandbox_egress.proxy.credentials.base import Source, Spec
 from sandbox_egress.proxy.credentials.block import Report
+from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.table import KINDS
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -104,7 +105,7 @@ def parse_credentials(
     for name, block in raw.items():
         where = f"credentials.{name}"
         if not isinstance(name, str) or not NAME.fullmatch(name):
-            report("credentials", f"invalid credential name (1-64 of A-Z a-z 0-9 - _ .)")
+            report("credentials", "invalid credential name (1-64 of A-Z a-z 0-9 - _ .)")
             ok = False
             continue
         if not isinstance(block, dict) or len(block) != 1:
@@ -153,7 +154,7 @@ def parse_binding(
     if as_ is As.HEADER and not (isinstance(header, str) and _TOKEN.fullmatch(header)):
         report(f"{where}.header", "required with as: header, a header name")
         ok = False
-    elif as_ is As.HEADER and header.lower() in _FRAMING:
+    elif as_ is As.HEADER and str(header).lower() in _FRAMING:
         report(f"{where}.header", "this header frames or routes the request and cannot be set")
         ok = False
     extra = {k: v for k, v in raw.items() if k not in _BINDING_KEYS}
@@ -167,7 +168,7 @@ def parse_binding(
         if as_ is not As.HEADER and "header" in raw:
             report(f"{where}.header", "only with as: header")
             ok = False
-    if not ok:
+    if not ok or not isinstance(name, str):
         return None
     return Binding(
         name,
@@ -188,3 +189,10 @@ class _Anything(frozenset[str]):
 def used_names(definitions: Definitions | None) -> frozenset[str]:
     """The names `${credential:NAME}` may use (all, when the section itself was refused)."""
     return _Anything() if definitions is None else definitions.names()
+
+
+def sources(definitions: Definitions, https: Https) -> tuple[dict[str, Source], dict[str, Spec]]:
+    """Every credential ready to fetch with the proxy's upstream trust, and the definitions
+    the cache compares on a reload (`Credentials(*sources(...))`, `Credentials.replace`)."""
+    specs = dict(definitions.specs)
+    return {name: spec.source(https) for name, spec in specs.items()}, specs

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sandbox_egress.proxy.credentials import aws, env, file
+from sandbox_egress.proxy.credentials import aws, command, env, file, github_app, oauth2
 from sandbox_egress.proxy.credentials.base import Spec
 from sandbox_egress.proxy.credentials.block import Report
 
@@ -19,5 +19,8 @@ Parse = Callable[[Any, str, Report, Mapping[str, str] | None], Spec | None]
 KINDS: dict[str, Parse] = {
     "env": env.parse,
     "file": file.parse,
+    "command": command.parse,
+    "oauth2": oauth2.parse,
+    "github_app": github_app.parse,
     "aws": aws.parse,  # keys for SigV4 (issue 32, i32b)
 }
