@@ -71,7 +71,9 @@ class Requests:
             if refused is not None:
                 answer = RequestAnswer(refused, answer.host)
             if answer.sigv4 is not None and answer.decision.allowed:  # last: re-signed
-                signed = await sigv4.start(shared, flow, state, answer.sigv4, announced(flow))
+                signed = await sigv4.start(
+                    shared, flow, state, answer.decision, answer.sigv4, announced(flow)
+                )
                 state.sigv4 = signed if isinstance(signed, Held) else None
                 answer = (
                     answer

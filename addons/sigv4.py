@@ -32,11 +32,15 @@ SIGNED_BODY_LIMIT = 1024 * 1024  # = limits.STREAM_BODIES_OVER: held whole, neve
 
 
 async def start(
-    shared: Shared, flow: http.HTTPFlow, state: FlowState, signing: Signing, size: int | None
+    shared: Shared,
+    flow: http.HTTPFlow,
+    state: FlowState,
+    decision: Decision,
+    signing: Signing,
+    size: int | None,
 ) -> Decision | Held | None:
-    """Sign now (None), hold the body (`Held`), or the refusal. `size` is the body's
-    announced size (0 without a body, None unknown)."""
-    decision = state.decision
+    """Sign the request `decision` allowed now (None), hold its body (`Held`), or the
+    refusal. `size` is the body's announced size (0 without a body, None unknown)."""
     binding = decision.entry.credential if decision.entry is not None else None
     if binding is None:
         return Decision.deny(Reason.CREDENTIAL_UNAVAILABLE, decision.entry)
