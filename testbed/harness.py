@@ -44,6 +44,11 @@ REASONS = frozenset(
         "unknown_sandbox",
         "connection_limit",
         "upstream_tls",
+        # issue 32
+        "credential_unavailable",
+        "sigv4_scope_denied",
+        "sigv4_unsupported",
+        "secret_elsewhere",
     }
 )
 AUDIT_KEYS = frozenset(
