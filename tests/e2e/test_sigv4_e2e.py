@@ -15,6 +15,7 @@ the agent's identity, and a request signed for another region refused
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from testbed import nsock, procs
+from testbed.expect import assert_refused
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
@@ -151,4 +153,79 @@ def test_boto3_with_the_placeholder_key_gets_the_real_identity(
     assert out["wrong_region"]["denied"] == "sigv4_scope_denied"
     # create, put, get, identity reached moto; the wrong-region request did not
     assert moto.requests() - before == 4
-    assert moto.secret not in ran.stdout + ran.stderr
+    wrote = [proxy.proxy_stdout, proxy.proxy_stderr, proxy.audit_log.path]
+    for text in [ran.stdout, ran.stderr, *(p.read_text() for p in wrote)]:
+        assert moto.secret not in text  # never in what the sandbox reads, nor in any log
+    audited = [r for r in proxy.audit_log.all() if r["method"] == "PUT"]
+    assert audited and all(r["injected"] == ["Authorization"] for r in audited)
+
+
+def _signed_by_the_sandbox(payload_hash: str, scope: str = "us-east-1/s3") -> list[tuple[str, str]]:
+    """What a SigV4 client holding the placeholder sends (its signature is worthless)."""
+    return [
+        ("X-Amz-Date", "20261204T000000Z"),
+        ("X-Amz-Content-SHA256", payload_hash),
+        ("Authorization", f"AWS4-HMAC-SHA256 Credential={PLACEHOLDER}/20261204/{scope}/"
+                          f"aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+                          f"Signature={'0' * 64}"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "reason"),
+    [
+        ("/agent-bucket/held.txt", _signed_by_the_sandbox(hashlib.sha256(b"other").hexdigest()),
+         "bad_request"),
+        ("/agent-bucket/held.txt", _signed_by_the_sandbox("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+         "sigv4_unsupported"),
+        ("/agent-bucket/held.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=00", [],
+         "sigv4_unsupported"),
+        ("/agent-bucket/held.txt",
+         _signed_by_the_sandbox(hashlib.sha256(b"payload").hexdigest(), "us-east-1/iam"),
+         "sigv4_scope_denied"),
+    ],
+    ids=["declared hash differs from the body", "chunk-signed payload", "presigned URL",
+         "a service not bound"],
+)  # fmt: skip
+def test_what_cannot_be_resigned_never_reaches_moto(
+    moto: Moto,
+    private_proxy: Callable[..., PrivateProxy],
+    e2e_dir: Path,
+    path: str,
+    headers: list[tuple[str, str]],
+    reason: str,
+) -> None:
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-refused", _config(key_file, secret_file)).view
+    before = moto.requests()
+    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    response = proxy.https(authority, path, headers, method="PUT", body=b"payload")
+
+    assert_refused(response, reason, host=UPSTREAM_IP)
+    assert moto.requests() == before
+
+
+def test_a_declared_hash_matching_the_held_body_is_signed(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-held", _config(key_file, secret_file)).view
+    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    body = b"a body whose hash the sandbox declared"
+    empty = hashlib.sha256(b"").hexdigest()
+    made = proxy.https(authority, "/held-bucket", _signed_by_the_sandbox(empty), method="PUT")
+    assert made.status == 200, made.describe()
+    put = proxy.https(
+        authority,
+        "/held-bucket/k",
+        _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+        method="PUT",
+        body=body,
+    )
+    assert put.status == 200, put.describe()  # held, verified, signed: moto accepted it
+    got = proxy.https(authority, "/held-bucket/k", _signed_by_the_sandbox(empty))
+    assert (got.status, got.body) == (200, body)
