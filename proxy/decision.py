@@ -45,7 +45,7 @@ class Reason(StrEnum):
     UPSTREAM_TLS = "upstream_tls"
     # issue 32: credentials the proxy fetches and mints
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
-    # Issue 32 (SPEC 1.13): SigV4 re-signing, and resolved values the sandbox must not hold.
+    # Issue 32: SigV4 re-signing, and resolved values the sandbox must not hold.
     SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
     SIGV4_UNSUPPORTED = "sigv4_unsupported"
     SECRET_ELSEWHERE = "secret_elsewhere"
