@@ -226,7 +226,7 @@ def parse(
 
 
 def _credentials_section(document: Any) -> Any:
-    """The top-level `credentials:` (beside `network:`, SPEC 1.13), or None."""
+    """The top-level `credentials:` beside `network:` (docs/configuration.md#credentials)."""
     if isinstance(document, dict) and "network" not in document:
         document = document.get("environment")
     return document.get("credentials") if isinstance(document, dict) else None

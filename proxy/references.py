@@ -36,8 +36,8 @@ def secret_value(
     """`value` with its references resolved, checked; None when refused (reported at `where`).
 
     `environ` None: references are checked for syntax only and the value is `Unresolved`.
-    `credentials`: the names `${credential:NAME}` may name (SPEC 1.13); such a value is a
-    `Template`, rendered per request. None: no credential may be named here.
+    `credentials`: the names `${credential:NAME}` may name (docs/configuration.md#credentials);
+    such a value is a `Template`, rendered per request. None: no credential may be named here.
     """
     if CREDENTIAL.search(value):
         return _template(value, where, environ, report, credentials)

@@ -65,8 +65,8 @@ class Unresolved(Secret):
 
 
 class Template(Secret):
-    """A value that names credentials (`${credential:NAME}`, SPEC 1.13): known only per
-    request, once the credential cache gave each one (`render`).
+    """A value that names credentials (`${credential:NAME}`, docs/configuration.md#credentials):
+    known only per request, once the credential cache gave each one (`render`).
 
     `segments` are literal text (its `${NAME}`/`${file:}` references already resolved) and
     credential names, in order; `reveal()` raises (the value is not known here), and

@@ -20,6 +20,8 @@ from sandbox_egress.common.logs import log_handler
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import fairness, formats, health, importers, lint, sandboxes
 from sandbox_egress.proxy import propose as proposing
+from sandbox_egress.proxy.credentials.https import Https
+from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.runtime import optimized
 from sandbox_egress.runtime.ca import CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
@@ -61,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and argv is None:  # the console script, not a test's call
         optimized.reexec_optimized()  # under -O: mitmproxy's debug-only checks off (D75)
     if args.command == "check":
-        return _check(args.file, secrets=not args.no_secrets)
+        if args.resolve and args.no_secrets:
+            accepted.error("--resolve fetches credentials: it cannot go with --no-secrets")
+        status = _check(args.file, secrets=not args.no_secrets)
+        return _resolve(args.file, args.upstream_ca) if status == 0 and args.resolve else status
     if args.command == "import":
         return _import(args.kind, args.file)
     if args.command == "propose":
@@ -168,6 +173,16 @@ def _check(path: str, *, secrets: bool) -> int:
     shown = f", {loaded} sandbox files" if loaded is not None else ""
     print(f"{path}: ok, {len(network.allowlist)} allowlist entries{shown}{unresolved}")
     return 0
+
+
+def _resolve(path: str, upstream_ca: Path | None) -> int:
+    """`check --resolve`: every credential fetched once, one line each."""
+    network = configuration.load(path)
+    https = Https(str(upstream_ca) if upstream_ca else None)
+    results = probe(network.credentials, https)
+    for result in results:
+        print(result, file=sys.stdout if result.problem is None else sys.stderr)
+    return 1 if any(r.problem is not None for r in results) else 0
 
 
 def _run_dns(args: argparse.Namespace) -> int:

@@ -173,6 +173,18 @@ def parser() -> argparse.ArgumentParser:
         help="check everything that needs no secret: ${NAME} and ${file:} references are "
         "checked for syntax, not looked up (for CI, where the secrets are not)",
     )
+    check.add_argument(
+        "--resolve",
+        action="store_true",
+        help="also fetch every credential of credentials: once and report each by name "
+        "(ok, or why it failed; never a value); exit 1 when one failed",
+    )
+    check.add_argument(
+        "--upstream-ca",
+        type=Path,
+        metavar="FILE",
+        help="with --resolve: extra CA for token endpoints, APIs and vaults (as run's)",
+    )
 
     imported = sub.add_parser(
         "import",

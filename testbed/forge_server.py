@@ -6,13 +6,14 @@ services that accept only what they minted last (issue 32's end-to-end upstream)
 
 * `POST /token`: OAuth2 (RFC 6749). `client_credentials` with HTTP Basic
   `client-1:client-secret-1`; `refresh_token` with the current refresh token, which it
-  rotates. Mints `at-N`, `expires_in` from --expires-in.
+  rotates. Mints `at-N-ttt...`, `expires_in` from --expires-in.
 * `POST /app/installations/678/access_tokens`: the app JWT (RS256, `iss` 12345) checked
   against --app-key; mints `ghs_N`, one hour; the request body is logged.
 * `GET /api/...`: 200 only with `Authorization: Bearer <last at-N>`; echoes the header.
-* `/git/...`: `git http-backend` under --git-root (testbed/git_server.py), only with
+* `/OWNER/REPO.git/...`: `git http-backend` under --git-root (testbed/git_server.py), only with
   `Basic x-access-token:<last ghs_N>`; 401 with a `WWW-Authenticate` challenge otherwise.
-* `GET /stats`: `{"mints": N, "app_mints": M, "refused": R, "app_bodies": [...]}`.
+* `GET /stats`, and the file --stats rewritten on each change: `{"mints": N,
+  "app_mints": M, "refused": R, "app_bodies": [...]}`.
 """
 
 from __future__ import annotations
@@ -49,10 +50,24 @@ class State:
     expires_in = 3600
     app_key: rsa.RSAPublicKey | None = None
     app_bodies: list[Any] = []
+    stats_file = ""
+
+    @classmethod
+    def stats(cls) -> dict[str, Any]:
+        return {"mints": cls.mints, "app_mints": cls.app_mints, "refused": cls.refused,
+                "app_bodies": cls.app_bodies}  # fmt: skip
+
+    @classmethod
+    def changed(cls) -> None:
+        if cls.stats_file:
+            temporary = Path(f"{cls.stats_file}.tmp")
+            temporary.write_text(json.dumps(cls.stats()))
+            temporary.replace(cls.stats_file)
 
 
 class Handler(git_server.Handler):
     path: str
+
     def do_GET(self) -> None:
         self.route()
 
@@ -62,8 +77,7 @@ class Handler(git_server.Handler):
     def route(self) -> None:
         path = urllib.parse.urlsplit(self.path).path
         if path == "/stats":
-            self.json(200, {"mints": State.mints, "app_mints": State.app_mints,
-                            "refused": State.refused, "app_bodies": State.app_bodies})  # fmt: skip
+            self.json(200, State.stats())
         elif path == "/token" and self.command == "POST":
             self.token()
         elif path == "/app/installations/678/access_tokens" and self.command == "POST":
@@ -73,7 +87,7 @@ class Handler(git_server.Handler):
                 self.refuse()
             else:
                 self.json(200, {"authorization": self.headers.get("Authorization")})
-        elif path.startswith("/git/"):
+        elif self.root and ".git" in path:
             expected = base64.b64encode(f"x-access-token:{State.installation}".encode())
             if (
                 not State.installation
@@ -81,7 +95,6 @@ class Handler(git_server.Handler):
             ):
                 self.refuse(challenge=True)
             else:
-                self.path = self.path[len("/git") :]
                 self.cgi()
         else:
             self.json(404, {"error": "not found"})
@@ -105,7 +118,8 @@ class Handler(git_server.Handler):
             else:
                 return self.json(400, {"error": "unsupported_grant_type"})
             State.mints += 1
-            State.access = f"at-{State.mints}"
+            State.access = f"at-{State.mints}-{'t' * 24}"
+            State.changed()
             answer = {"access_token": State.access, "token_type": "Bearer",
                       "expires_in": State.expires_in}  # fmt: skip
             if grant == "refresh_token":
@@ -121,6 +135,7 @@ class Handler(git_server.Handler):
             State.app_mints += 1
             State.installation = f"ghs_{State.app_mints}x{'a' * 30}"
             State.app_bodies.append(json.loads(body or b"{}"))
+            State.changed()
             expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
             answer = {"token": State.installation, "expires_at": expires}
         self.json(201, answer)
@@ -141,6 +156,7 @@ class Handler(git_server.Handler):
     def refuse(self, challenge: bool = False) -> None:
         with State.lock:
             State.refused += 1
+            State.changed()
         self.send_response(401)
         if challenge:
             self.send_header("WWW-Authenticate", 'Basic realm="forge"')
@@ -156,6 +172,11 @@ class Handler(git_server.Handler):
         self.wfile.write(data)
 
 
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128
+    daemon_threads = True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--listen", required=True)
@@ -165,7 +186,10 @@ def main() -> None:
     parser.add_argument("--git-root", default="")
     parser.add_argument("--app-key", default="")
     parser.add_argument("--expires-in", type=int, default=3600)
+    parser.add_argument("--stats", default="")
     args = parser.parse_args()
+    State.stats_file = args.stats
+    State.changed()
     Handler.root = args.git_root
     State.expires_in = args.expires_in
     if args.app_key:
@@ -173,10 +197,14 @@ def main() -> None:
         assert isinstance(key, rsa.RSAPublicKey)
         State.app_key = key
     host, port = args.listen.rsplit(":", 1)
-    server = http.server.ThreadingHTTPServer((host, int(port)), Handler)
+    server = Server((host, int(port)), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    # The handshake runs in each connection's thread (first read), not in accept():
+    # twenty clients at once must not queue behind one another's handshakes.
+    server.socket = context.wrap_socket(
+        server.socket, server_side=True, do_handshake_on_connect=False
+    )
     Path(args.ready).write_text("ready\n")
     server.serve_forever()
 

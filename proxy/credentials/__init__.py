@@ -1,3 +1,3 @@
-"""Credentials the proxy fetches and mints (SPEC 1.13; docs/configuration.md#credentials):
+"""Credentials the proxy fetches and mints (docs/configuration.md#credentials):
 one module per source or minter behind `base.Source`, listed in `table.KINDS`; the
 `credentials:` section and `credential:` bindings in `section`; the cache in `cache`."""

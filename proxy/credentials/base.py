@@ -25,12 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sandbox_egress.proxy.secret import Secret
-
-if TYPE_CHECKING:
-    from sandbox_egress.proxy.credentials.https import Https
 
 DEFAULT_REFRESH_BEFORE_S = 300.0  # 5 min: a minted token is renewed this long before expiry
 DEFAULT_MAX_STALE_S = 3600.0  # 1 h: a failed refresh serves the last value this long
@@ -84,14 +81,3 @@ class Source(Protocol):
     def fetch(self) -> Fetched:
         """The current value. Blocking; called in a worker thread. Raises CredentialError."""
         ...
-
-
-class Spec(Protocol):
-    """A credential's parsed definition (frozen, compared on a reload: equal means the
-    cache keeps its value). `source` makes it ready to fetch with the proxy's upstream
-    trust (`proxy.credentials.https.Https`); a source that needs none returns itself."""
-
-    @property
-    def settings(self) -> CacheSettings: ...
-
-    def source(self, https: Https) -> Source: ...

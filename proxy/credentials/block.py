@@ -1,5 +1,5 @@
 """Reading one credential's configuration block: known keys, typed fields, durations,
-`${...}` references and the cache settings every source takes (SPEC 1.13).
+`${...}` references and the cache settings every source takes (docs/configuration.md#credentials).
 
 A `Block` reports each problem at `credentials.NAME.KIND.KEY` through the loader's `report`
 and answers None for a field it refused; the kind's `parse` returns None when any was.
@@ -25,7 +25,7 @@ from sandbox_egress.proxy.credentials.base import (
     DEFAULT_TTL_S,
     CacheSettings,
 )
-from sandbox_egress.proxy.references import secret_value
+from sandbox_egress.proxy.references import resolve, secret_value
 from sandbox_egress.proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -127,8 +127,10 @@ class Block:
             return ()
         return tuple(value)
 
-    def secret(self, key: str, *, required: bool = True) -> Secret | None:
-        """A value that may hold `${NAME}` / `${file:...}`: resolved, never shown."""
+    def secret(self, key: str, *, required: bool = True, lines: bool = False) -> Secret | None:
+        """A value that may hold `${NAME}` / `${file:...}`: resolved, never shown.
+
+        `lines`: the value may span lines (a PEM key): it never becomes a header."""
         self._read.add(key)
         value = self.raw.get(key)
         if value is None and not required:
@@ -136,13 +138,22 @@ class Block:
         if not isinstance(value, str) or not value:
             self.refuse(key, "required, a non-empty string")
             return None
-        secret = secret_value(value, f"{self.where}.{key}", self.environ, self.report)
+        where = f"{self.where}.{key}"
+        if lines and self.environ is not None:
+            resolution = resolve(value, where, self.environ, self.report)
+            if resolution is not None and "\0" in resolution[0]:
+                self.refuse(key, "value contains NUL (after resolving references)")
+            if resolution is None or not self.ok:
+                self.ok = False
+                return None
+            return Secret(*resolution)
+        secret = secret_value(value, where, self.environ, self.report)
         if secret is None:
             self.ok = False
         return secret
 
     def settings(self, **defaults: float) -> CacheSettings:
-        """The cache settings of this block (SPEC 1.13), with the kind's own defaults."""
+        """The cache settings of this block, with the kind's own defaults."""
         values = {
             "ttl": DEFAULT_TTL_S,
             "refresh_before": DEFAULT_REFRESH_BEFORE_S,

@@ -1,5 +1,5 @@
 """The credential cache: every credential fetched on first use, once at a time, kept until
-it must be renewed (docs/configuration.md#credentials; SPEC 1.13).
+it must be renewed (docs/configuration.md#credentials).
 
 `Credentials.get(name)` is what a request awaits. Per credential (a `_Slot`):
 

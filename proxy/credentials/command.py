@@ -1,5 +1,5 @@
 """`command`: a credential printed by a program (`op read`, a credential helper), run
-without a shell (SPEC 1.13; docs/configuration.md#credentials).
+without a shell (docs/configuration.md#credentials).
 
     jira: {command: {argv: ["/usr/local/bin/op", "read", "op://agents/jira"], timeout: 10s}}
 
@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_egress.hookrunner.command import run_process
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
@@ -44,6 +43,9 @@ class CommandSource:
         return self
 
     def fetch(self) -> Fetched:
+        # Imported here: the proxy's start-up does not load the hook runner's jails (D162).
+        from sandbox_egress.hookrunner.command import run_process
+
         program = self.argv[0]
         # The cache's own deadline is the same `timeout`: the child is killed just before.
         result = run_process(

@@ -1,5 +1,5 @@
 """`github_app`: a GitHub App installation token, minted with an RS256 app JWT
-(SPEC 1.13; docs.github.com "Generating an installation access token").
+(docs/configuration.md#credentials; docs.github.com "Generating an installation access token").
 
     gh-app: {github_app: {app_id: 12345, installation_id: 678,
                           private_key: "${file:/run/secrets/app.pem}",
@@ -117,7 +117,7 @@ def parse(
         return None
     app_id = block.integer("app_id")
     installation_id = block.integer("installation_id")
-    private_key = block.secret("private_key")
+    private_key = block.secret("private_key", lines=True)
     if private_key is not None and environ is not None and _rsa_key(private_key.reveal()) is None:
         block.refuse("private_key", "must be an RSA private key in PEM (the app's .pem)")
     api_url = block.https_url("api_url") if block.has("api_url") else DEFAULT_API_URL

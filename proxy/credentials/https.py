@@ -1,8 +1,9 @@
 """HTTPS exchanges of the minters and of `vault`: token endpoints, APIs, secret stores.
 
-They trust what upstream requests trust (SPEC 1.13): the system's bundle (which
-`SSL_CERT_FILE` / `SSL_CERT_DIR` replace), the public roots the proxy verifies upstreams
-against (certifi), and `--upstream-ca`. Certificates and host names are always verified.
+They trust what upstream requests trust (docs/configuration.md#credentials): the
+system's bundle (which `SSL_CERT_FILE` / `SSL_CERT_DIR` replace), the public roots the
+proxy verifies upstreams against (certifi), and `--upstream-ca`. Certificates and host
+names are always verified.
 
 Invariants:
 * Blocking (called in a worker thread), each exchange bounded by its `timeout`; a

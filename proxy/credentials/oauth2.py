@@ -1,5 +1,5 @@
 """`oauth2`: an access token minted at a token endpoint (RFC 6749), with the
-`client_credentials` grant or the `refresh_token` grant (SPEC 1.13).
+`client_credentials` grant or the `refresh_token` grant (docs/configuration.md#credentials).
 
     graph: {oauth2: {grant: client_credentials, token_url: "https://login.example.com/token",
                      client_id: "${GRAPH_ID}", client_secret: "${file:/run/secrets/graph}",

@@ -1,5 +1,5 @@
 """The top-level `credentials:` map and an entry's `credential:` binding, parsed
-(docs/configuration.md#credentials; SPEC 1.13).
+(docs/configuration.md#credentials).
 
 `parse_credentials` turns `credentials: {NAME: {KIND: {...}}}` into `Definitions`;
 `parse_binding` an allowlist entry's `credential: {name, as, ...}` into a `Binding`. The
@@ -24,10 +24,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from sandbox_egress.proxy.credentials.base import Source, Spec
+from sandbox_egress.proxy.credentials.base import Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.credentials.table import KINDS
+from sandbox_egress.proxy.credentials.table import KINDS, Spec
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

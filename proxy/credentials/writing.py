@@ -1,5 +1,5 @@
 """What a request carries of the credentials its entry names, once the cache gave them:
-the pure half of the credentials stage (docs/configuration.md#credentials; SPEC 1.13).
+the pure half of the credentials stage (docs/configuration.md#credentials).
 
 The request stage (`proxy.stages.decide_request`) names the credentials an allowed request
 needs (`needed`); the adapter (`addons/credentials.py`) awaits each from the cache, then

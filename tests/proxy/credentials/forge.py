@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import sys
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,10 +28,12 @@ class Forge:
     app_key_pem: str
     child: procs.Child
 
+    stats_file: Path
+    git_root: Path | None = None
+
     def stats(self) -> dict[str, Any]:
-        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
-        with urllib.request.urlopen(f"{self.url}/stats", context=context, timeout=10) as answer:
-            return json.loads(answer.read())  # type: ignore[no-any-return]
+        """What the forge minted and refused (its --stats file: readable from any namespace)."""
+        return json.loads(self.stats_file.read_text())  # type: ignore[no-any-return]
 
 
 def free_port() -> int:
@@ -60,8 +60,9 @@ def app_key(directory: Path) -> tuple[str, Path]:
 
 @contextmanager
 def forge(directory: Path, *extra: str, prefix: list[str] | None = None,
-          host: str = "127.0.0.1", port: int | None = None) -> Iterator[Forge]:  # fmt: skip
-    pki = make_test_pki(directory, ["localhost", "forge.test"], [host])
+          host: str = "127.0.0.1", port: int | None = None,
+          pki: Pki | None = None) -> Iterator[Forge]:  # fmt: skip
+    pki = pki or make_test_pki(directory, ["localhost", "forge.test"], [host])
     private, public = app_key(directory)
     port = port or free_port()
     ready = directory / "forge-ready"
@@ -70,11 +71,14 @@ def forge(directory: Path, *extra: str, prefix: list[str] | None = None,
         [*(prefix or []), sys.executable, str(REPO / "testbed" / "forge_server.py")]
         + ["--listen", f"{host}:{port}", "--cert", str(pki.server_cert)]
         + ["--key", str(pki.server_key), "--ready", str(ready), "--app-key", str(public)]
+        + ["--stats", str(directory / "forge-stats.json")]
         + list(extra),
         directory,
     )
     try:
         procs.wait_until("forge ready", ready.exists, timeout=20, child=child)
-        yield Forge(f"https://{host}:{port}", pki, private, child)
+        git_root = Path(extra[extra.index("--git-root") + 1]) if "--git-root" in extra else None
+        stats = directory / "forge-stats.json"
+        yield Forge(f"https://{host}:{port}", pki, private, child, stats, git_root)
     finally:
         child.stop()

@@ -44,7 +44,7 @@ def oauth2(server: Forge, **changes: object) -> OAuth2:
 def test_client_credentials_mints_a_token_with_its_expiry(server: Forge) -> None:
     before = server.stats()["mints"]
     fetched = oauth2(server, scopes=("api",)).fetch()
-    assert fetched.value.reveal() == f"at-{before + 1}"
+    assert fetched.value.reveal().startswith(f"at-{before + 1}-")
     assert fetched.expires_at is not None
 
 

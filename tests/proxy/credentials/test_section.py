@@ -196,3 +196,15 @@ def test_a_file_reference_beside_a_credential_is_still_read() -> None:
     assert found == [
         "network.allowlist[0].transform.X-K: cannot read ${file:/nonexistent/z}: No such file or directory"
     ]
+
+
+def test_a_reload_of_the_same_definitions_compares_equal_a_changed_one_does_not() -> None:
+    """What the launcher's `Credentials.replace` compares: equal keeps the cached value."""
+    first, again = (
+        load(BASE + "    - domain: a.example\n"),
+        load(BASE + "    - domain: b.example\n"),
+    )
+    assert first.credentials.specs == again.credentials.specs
+    changed = load(BASE.replace("ttl: 10m", "ttl: 11m") + "    - domain: a.example\n")
+    assert changed.credentials.specs["gh"] != first.credentials.specs["gh"]
+    assert changed.credentials.specs["openai"] == first.credentials.specs["openai"]
