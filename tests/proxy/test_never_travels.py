@@ -189,3 +189,38 @@ def test_echo_redaction_masks_every_spelling_the_proxy_wrote(
     masked = body.feed(echoed[:13]) + body.feed(echoed[13:]) + body.feed(b"")
     assert spelling not in masked and len(masked) == len(echoed)
     assert spelling not in redactions.header(echoed)
+
+
+def test_a_credential_written_as_basic_is_masked_as_its_base64_too() -> None:
+    """The `basic` binding (proxy/credentials/writing.py) writes base64(user:value): an
+    upstream echoing that base64 alone, in a body, is masked too."""
+    from sandbox_egress.proxy.credentials.base import Fetched
+    from sandbox_egress.proxy.credentials.writing import write
+    from sandbox_egress.proxy.secret import Secret
+
+    policy = Policy(
+        parse(
+            {
+                "credentials": {"gh": {"env": "GH"}},
+                "network": {
+                    "allowlist": [
+                        {
+                            "domain": "git.test",
+                            "credential": {"name": "gh", "as": "basic", "username": "x"},
+                        }
+                    ]
+                },
+            },
+            "env.yaml",
+            {},
+        )
+    )
+    decision = policy.decide(canonical_host("git.test"), 443, tls=True)
+    token = "ghs_minted_installation_token_0123"
+    plan = write(decision, ((b"Host", b"git.test"),), "/", {"gh": Fetched(Secret(token))})
+    encoded = base64.b64encode(f"x:{token}".encode())
+    assert (b"Authorization", b"Basic " + encoded) in plan.fields
+    body = plan.redactions.body()
+    echoed = b'{"auth": "' + encoded + b'"}'
+    masked = body.feed(echoed[:9]) + body.feed(echoed[9:]) + body.feed(b"")
+    assert encoded not in masked and len(masked) == len(echoed)
