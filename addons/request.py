@@ -33,6 +33,7 @@ from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
 from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
+from sandbox_egress.proxy.swap import secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size the
 # sandbox gets the readable 403; a larger or unknown-length body closes the connection
@@ -60,6 +61,11 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
+            if secret_elsewhere(
+                shared.credentials.held(), answer.decision, ask.fields, ask.names.path
+            ):
+                elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
+                answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
             state.host = answer.host
             decided, admission = budget.admit(
                 shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox

@@ -53,6 +53,14 @@ class Swap:
 
 
 UNCHANGED = Swap()
+# Refusals a found value replaces: the allowlist's, and the credential checks' own (the
+# value says more than "no placeholder"); loopback, internal and malformed keep theirs.
+_PREEMPTED = REPORTABLE | {
+    Reason.CREDENTIAL_REQUIRED,
+    Reason.PLACEHOLDER_ELSEWHERE,
+    Reason.SIGV4_SCOPE_DENIED,
+    Reason.SIGV4_UNSUPPORTED,
+}
 
 
 def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str) -> Swap:
@@ -106,6 +114,17 @@ def swap(index: PlaceholderIndex, decision: Decision, fields: Fields, path: str)
         injected=tuple(dict.fromkeys(injected)),
         spellings=tuple(spellings),
     )
+
+
+def secret_elsewhere(
+    values: re.Pattern[bytes] | None, decision: Decision, fields: Fields, path: str
+) -> bool:
+    """Whether a request decided `decision` carries one of `values` (the credentials the
+    cache fetched, D208) where `swap` looks for the configuration's own values."""
+    if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
+        return False
+    basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path)
 
 
 def _held(values: re.Pattern[bytes], headers: bytes, path: str) -> bool:

@@ -153,6 +153,10 @@ def test_boto3_with_the_placeholder_key_gets_the_real_identity(
     assert out["wrong_region"]["denied"] == "sigv4_scope_denied"
     # create, put, get, identity reached moto; the wrong-region request did not
     assert moto.requests() - before == 4
+    # The keys were fetched: the sandbox sending the real secret anywhere is refused.
+    leak = proxy.https(f"{UPSTREAM_IP}:{MOTO_PORT}", "/", [("X-Note", f"k={moto.secret}")])
+    assert_refused(leak, "secret_elsewhere", host=UPSTREAM_IP)
+    assert moto.requests() - before == 4
     wrote = [proxy.proxy_stdout, proxy.proxy_stderr, proxy.audit_log.path]
     for text in [ran.stdout, ran.stderr, *(p.read_text() for p in wrote)]:
         assert moto.secret not in text  # never in what the sandbox reads, nor in any log

@@ -224,3 +224,39 @@ def test_a_credential_written_as_basic_is_masked_as_its_base64_too() -> None:
     echoed = b'{"auth": "' + encoded + b'"}'
     masked = body.feed(echoed[:9]) + body.feed(echoed[9:]) + body.feed(b"")
     assert encoded not in masked and len(masked) == len(echoed)
+
+
+def test_a_value_the_cache_fetched_is_secret_elsewhere_in_any_request() -> None:
+    """Values fetched at run time (proxy/credentials/cache.py `held`) are searched like the
+    configuration's own: raw, in a Basic credential, percent-encoded; refusals that are not
+    about the allowlist keep their reason."""
+    from dataclasses import dataclass as frozen
+
+    from sandbox_egress.proxy.credentials.base import CacheSettings, Fetched
+    from sandbox_egress.proxy.credentials.cache import Credentials
+    from sandbox_egress.proxy.decision import Decision
+    from sandbox_egress.proxy.secret import Secret
+    from sandbox_egress.proxy.swap import secret_elsewhere
+
+    @frozen(frozen=True)
+    class Minted:  # a stand-in for a minter: the value is what matters here
+        settings: CacheSettings = CacheSettings()
+
+        def fetch(self) -> Fetched:
+            return Fetched(Secret("AKIAREALREALREAL0001"), extra={"k": Secret("real/secret key")})
+
+    cache = Credentials({"aws": Minted()})
+    assert cache.held() is None  # nothing fetched yet: nothing to find
+    asyncio.run(cache.get("aws"))
+    held, allowed = cache.held(), POLICY.decide(canonical_host("other.test"), 443, tls=True)
+    cases = [
+        ([(b"X-Id", b"AKIAREALREALREAL0001")], "/", allowed, True),
+        ([(b"Authorization", basic("me", "real/secret key"))], "/", allowed, True),
+        ([], "/?k=real%2Fsecret%20key", allowed, True),
+        ([(b"X", b"AKIAEGRESSPLACEHOLDR")], "/", allowed, False),
+        ([(b"X", b"AKIAREALREALREAL0001")], "/", Decision.deny(Reason.LOOPBACK), False),
+        ([(b"X", b"AKIAREALREALREAL0001")], "/", Decision.deny(Reason.NOT_ALLOWLISTED), True),
+        ([(b"X", b"AKIAREALREALREAL0001")], "/", Decision.deny(Reason.CREDENTIAL_REQUIRED), True),
+    ]
+    for fields, path, decision, refused in cases:
+        assert secret_elsewhere(held, decision, tuple(fields), path) is refused, (fields, path)
