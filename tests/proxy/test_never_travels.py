@@ -13,6 +13,8 @@ import asyncio
 import base64
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Reason
@@ -260,3 +262,30 @@ def test_a_value_the_cache_fetched_is_secret_elsewhere_in_any_request() -> None:
     ]
     for fields, path, decision, refused in cases:
         assert secret_elsewhere(held, decision, tuple(fields), path) is refused, (fields, path)
+
+
+_NAMES = st.sampled_from(["Authorization", "authorization", "AUTHORIZATION", "X-Api-Key",
+                          "x-api-key", "X-Other"])  # fmt: skip
+_VALUES = st.sampled_from([f"Bearer {KEY}", KEY, "Bearer sk-own-0123", basic("u", KEY).decode(),
+                           basic("u", "own-key-99").decode(), ""])  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.lists(st.tuples(_NAMES, _VALUES), max_size=5))
+def test_require_admits_exactly_the_requests_whose_credential_fields_all_carry_it(
+    fields: list[tuple[str, str]],
+) -> None:
+    """The rule, as an oracle over generated header lists (duplicates, any letter case)."""
+
+    def carries(value: str) -> bool:
+        if value.lower().startswith("basic "):
+            return KEY in base64.b64decode(value[6:]).decode()
+        return KEY in value
+
+    marked = {"authorization"} | {n.lower() for n, v in fields if carries(v)}
+    admitted = any(carries(v) for _, v in fields) and all(
+        carries(v) for n, v in fields if n.lower() in marked
+    )
+    request = ask("api.test", "/", *((n.encode(), v.encode()) for n, v in fields))
+    expected = Reason.ALLOWLISTED if admitted else Reason.CREDENTIAL_REQUIRED
+    assert decided(request) is expected
