@@ -156,7 +156,11 @@ class Requests:
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = sigv4.finish(flow, held, decided)
                 if not state.decision.allowed:
-                    flow.response = refusal_response(state.decision, state.host, "POST")
+                    flow.response = refusal_response(
+                        state.decision, state.host, flow.request.method
+                    )
+                else:
+                    state.bytes_sent = len(flow.request.raw_content or b"")  # held, not streamed
             self._judged(flow, state)
         if isinstance(state, FlowState) and state.push:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
