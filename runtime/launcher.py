@@ -182,10 +182,11 @@ async def serve(settings: Settings) -> int:
 
     def on_fetch(name: str, outcome: str) -> None:
         metrics.credential_fetches.labels(name, outcome).inc()
+        if outcome != "ok":  # the source's words: a path, a status, an exit; never a value
+            log.warning("credential %s: fetch %s: %s", name, outcome, credentials.problem(name))
 
-    addon.shared.credentials = Credentials(
-        *credential_sources(network.credentials, https), on_fetch=on_fetch
-    )
+    credentials = Credentials(*credential_sources(network.credentials, https), on_fetch=on_fetch)
+    addon.shared.credentials = credentials
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)

@@ -25,8 +25,8 @@ from sandbox_egress.proxy.credentials.base import (
     DEFAULT_TTL_S,
     CacheSettings,
 )
-from sandbox_egress.proxy.references import resolve, secret_value
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.references import check_unresolved, resolve, secret_value
+from sandbox_egress.proxy.secret import Secret, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
 
@@ -139,18 +139,29 @@ class Block:
             self.refuse(key, "required, a non-empty string")
             return None
         where = f"{self.where}.{key}"
-        if lines and self.environ is not None:
-            resolution = resolve(value, where, self.environ, self.report)
-            if resolution is not None and "\0" in resolution[0]:
-                self.refuse(key, "value contains NUL (after resolving references)")
-            if resolution is None or not self.ok:
-                self.ok = False
-                return None
-            return Secret(*resolution)
+        if lines:
+            return self._lines(key, value, where)
         secret = secret_value(value, where, self.environ, self.report)
         if secret is None:
             self.ok = False
         return secret
+
+    def _lines(self, key: str, value: str, where: str) -> Secret | None:
+        """A value that may span lines (a PEM key): references resolved, NUL refused."""
+        if self.environ is None:  # references checked for syntax only
+            flat = value.replace("\r", "").replace("\n", "")
+            if not check_unresolved(flat, where, self.report):
+                self.ok = False
+                return None
+            return Unresolved()
+        resolution = resolve(value, where, self.environ, self.report)
+        if resolution is None:
+            self.ok = False
+            return None
+        if "\0" in resolution[0]:
+            self.refuse(key, "value contains NUL (after resolving references)")
+            return None
+        return Secret(*resolution)
 
     def settings(self, **defaults: float) -> CacheSettings:
         """The cache settings of this block, with the kind's own defaults."""

@@ -114,6 +114,11 @@ class Credentials:
     def names(self) -> tuple[str, ...]:
         return tuple(self._slots)
 
+    def problem(self, name: str) -> str:
+        """Why the credential's last fetch failed (names no value), for the operator."""
+        slot = self._slots.get(name)
+        return "not configured" if slot is None else slot.problem
+
     def replace(self, sources: Mapping[str, Source], keys: Mapping[str, Any] | None = None) -> None:
         """Take a reloaded configuration's sources; an unchanged definition keeps its slot.
 

