@@ -38,5 +38,5 @@ async def write(
     request.headers.fields = plan.fields
     request.path = plan.path
     state.injected = tuple(dict.fromkeys((*state.injected, *plan.injected)))
-    state.redactions = plan.redactions
+    state.redactions = plan.redactions.spelled(state.redactions.secrets)  # and the swap's
     return None

@@ -20,7 +20,7 @@ import functools
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, credentials, gitpush, mcp, mitm
+from sandbox_egress.addons import budget, credentials, gitpush, mcp, mitm, sigv4
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
@@ -34,7 +34,9 @@ from sandbox_egress.proxy.gitpush import Commands
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
+from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
+from sandbox_egress.proxy.swap import secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size the
 # sandbox gets the readable 403; a larger or unknown-length body closes the connection
@@ -63,6 +65,11 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
+            if secret_elsewhere(
+                shared.credentials.held(), answer.decision, ask.fields, ask.names.path
+            ):
+                elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
+                answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
             state.host = answer.host
             decided, admission = budget.admit(
                 shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
@@ -73,13 +80,25 @@ class Requests:
             refused = await credentials.write(shared, flow, state, answer)  # last (issue 32)
             if refused is not None:
                 answer = RequestAnswer(refused, answer.host)
+            if answer.sigv4 is not None and answer.decision.allowed:  # last: re-signed
+                signed = await sigv4.start(
+                    shared, flow, state, answer.decision, answer.sigv4, announced(flow)
+                )
+                state.sigv4 = signed if isinstance(signed, Held) else None
+                answer = (
+                    answer
+                    if not isinstance(signed, Decision)
+                    else RequestAnswer(signed, answer.host)
+                )
             state.decision = answer.decision  # only once applied: an exception refuses
+            if state.sigv4 is not None:
+                return  # decided and counted once its body is hashed and signed (`request`)
             if answer.push and state.decision.allowed:
-                judged = functools.partial(self._judged, flow, state)
+                judged = functools.partial(self._push_judged, flow, state)
                 held = gitpush.hold(flow, state, judged, *answer.push)
                 state.decision = held or state.decision
                 if held is None:
-                    return  # decided and counted once its command list is read (`_judged`)
+                    return  # decided and counted once its command list is read
             if answer.mcp and state.decision.allowed:
                 held = mcp.hold(request, state, answer.mcp)
                 state.decision = held or state.decision
@@ -119,7 +138,7 @@ class Requests:
         if answer.credentials and binding is not None and binding.header_name():
             injected += (str(binding.header_name()),)  # its spellings go too (issue 32)
         websocket = request.headers.get("upgrade", "").lower() == "websocket"
-        carries = bool(answer.transforms or answer.swapped or answer.credentials)
+        carries = bool(answer.transforms or answer.swapped or answer.credentials or answer.sigv4)
         request.headers.fields = outbound_fields(
             request.headers.fields, injected, websocket, carries_secret=carries
         )
@@ -140,7 +159,7 @@ class Requests:
             shared.budgets, shared.metrics, flow, state, count, sandbox
         )
 
-    def _judged(self, flow: http.HTTPFlow, state: FlowState, commands: Commands | str) -> bool:
+    def _push_judged(self, flow: http.HTTPFlow, state: FlowState, commands: Commands | str) -> bool:
         """A held git push's command list, read by `addons.pushgate`: True when the push
         streams on (spent from the upload budget like any body), False when refused
         (`flow.response` answers it once its body has been read and dropped)."""
@@ -158,11 +177,24 @@ class Requests:
         return False
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """A held MCP POST is judged on its messages (`addons.mcp`). Request trailers
-        arrive after the body streamed, too late for a refusal: a trailer block with bytes
-        no upstream may see is dropped, never forwarded (D21). A git push still held here
-        was never judged (`addons.pushgate` reads every held body): it is refused."""
+        """A held SigV4 body is hashed and signed (`addons.sigv4`), a held MCP POST judged
+        on its messages (`addons.mcp`). Request trailers arrive after the body streamed,
+        too late for a refusal: a trailer block with bytes no upstream may see is dropped,
+        never forwarded (D21). A git push still held here was never judged
+        (`addons.pushgate` reads every held body): it is refused."""
         state = flow.metadata.get(FLOW_KEY)
+        if isinstance(state, FlowState) and state.sigv4 is not None:
+            held, state.sigv4 = state.sigv4, None
+            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+            with self.shared.failclosed(Stage.REQUEST):
+                state.decision = sigv4.finish(flow, held, decided)
+                if not state.decision.allowed:
+                    flow.response = refusal_response(
+                        state.decision, state.host, flow.request.method
+                    )
+                else:
+                    state.bytes_sent = len(flow.request.raw_content or b"")  # held, not streamed
+            self._judged(flow, state)
         if isinstance(state, FlowState) and state.push:
             state.push, state.decision = (), Decision.deny(Reason.POLICY_ERROR)
             self.shared.count(Stage.REQUEST, state.decision)
@@ -174,20 +206,19 @@ class Requests:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
-            self.shared.count(Stage.REQUEST, state.decision)
-            if not state.decision.allowed:
-                state.injected, state.redactions = (), NO_REDACTION
-                state.refused_here = True
-                if flow.response is None and flow.error is None:
-                    mitm.kill(flow)
-            self.shared.count(Stage.REQUEST, state.decision)
-            state.injected, state.redactions = (), NO_REDACTION
-            state.refused_here = True
-            if flow.error is None:
-                mitm.kill(flow)
+            self._judged(flow, state)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+    def _judged(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        """A held request decided on its body: counted; refused, nothing of it goes on."""
+        self.shared.count(Stage.REQUEST, state.decision)
+        if not state.decision.allowed:
+            state.injected, state.redactions = (), NO_REDACTION
+            state.refused_here = True
+            if flow.response is None and flow.error is None:
+                mitm.kill(flow)
 
 
 def announced(flow: http.HTTPFlow) -> int | None:

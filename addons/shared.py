@@ -28,6 +28,7 @@ from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
+from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
 from sandbox_egress.proxy.tenancy import Tenancy
 
@@ -47,6 +48,7 @@ class FlowState:
     bytes_sent: int = 0
     bytes_received: int = 0
     push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
+    sigv4: Held | None = None  # a body held until hashed, then re-signed (addons/sigv4.py)
     credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
     path: str | None = None  # the request-target as the client sent it, masked for the audit
     mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)

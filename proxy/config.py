@@ -68,6 +68,7 @@ from sandbox_egress.proxy.positions import Positions, compose
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.references import referenced_files, secret_value
 from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
+from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
 from sandbox_egress.proxy.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )
@@ -97,6 +98,7 @@ class Entry:
     budget: Budget | None = None  # requests and upload per window (proxy.budget)
     mcp: McpPolicy | None = None  # MCP messages judged per message (proxy.mcp)
     credential: Binding | None = None  # a credential written as a header, or signed (1.13)
+    sigv4: SigV4Binding | None = None  # as: sigv4: the signatures re-signed (proxy.sigv4)
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
@@ -299,6 +301,7 @@ def _entry(
     if "credential" in raw and "credential" not in failed:
         binding = parse_binding(raw["credential"], f"{where}.credential", credentials, report)
         failed = failed | ({"credential"} if binding is None else set())
+    sigv4 = sigv4_binding(binding, f"{where}.credential", credentials, report)
     rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
     git_ok, git = (
         (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
@@ -312,7 +315,7 @@ def _entry(
     refusals = list(_combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
-    if failed or transform is None or secrets is None or refusals:
+    if failed or transform is None or secrets is None or refusals or sigv4 is False:
         return None
     if rules is None or not (git_ok and budget_ok and mcp_ok):
         return None
@@ -335,6 +338,7 @@ def _entry(
         budget=budget,
         mcp=mcp,
         credential=binding,
+        sigv4=sigv4 or None,
     )
 
 

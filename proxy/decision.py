@@ -50,6 +50,10 @@ class Reason(StrEnum):
     MCP_ARGUMENT_DENIED = "mcp_argument_denied"
     # issue 32: credentials the proxy fetches and mints
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
+    # Issue 32: SigV4 re-signing, and resolved values the sandbox must not hold.
+    SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
+    SIGV4_UNSUPPORTED = "sigv4_unsupported"
+    SECRET_ELSEWHERE = "secret_elsewhere"
 
 
 class Stage(StrEnum):
@@ -134,6 +138,19 @@ MESSAGES: dict[Reason, str] = {
     # issue 32
     Reason.CREDENTIAL_UNAVAILABLE: (
         "The proxy could not fetch the credential this host receives; nothing was sent."
+    ),
+    # Issue 32.
+    Reason.SIGV4_SCOPE_DENIED: (
+        "The request's SigV4 credential scope names a service or region the allowlist "
+        "entry's sigv4 binding does not."
+    ),
+    Reason.SIGV4_UNSUPPORTED: (
+        "The proxy cannot re-sign this AWS request: SigV4A, chunk-signed streaming "
+        "payloads, presigned URLs, or an undeclared payload hash over a body it cannot hold."
+    ),
+    Reason.SECRET_ELSEWHERE: (
+        "The request carries a credential value the proxy holds; the sandbox should "
+        "only ever hold placeholders."
     ),
 }
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import re2
 
+from sandbox_egress.proxy.redact import Redactor
 from sandbox_egress.proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -58,6 +59,15 @@ class Matcher(Protocol):
     def finditer(self, data: bytes) -> Iterator[Any]: ...
 
 
+class Searcher(Protocol):
+    """A compiled alternation of resolved values (`re`, or `re2` for everyone's)."""
+
+    @property
+    def pattern(self) -> bytes: ...
+
+    def search(self, data: bytes) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PlaceholderIndex:
     """Every placeholder of a configuration (or of a node and all its sandboxes, `merged`),
@@ -67,6 +77,10 @@ class PlaceholderIndex:
     owners: dict[bytes, frozenset[Holder]] = field(default_factory=dict)
     # Every placeholder, longest first; None when the configuration has none.
     pattern: Matcher | None = None
+
+    # Every resolved value (transform and secret values, their referenced parts): found in
+    # a request, it is `secret_elsewhere` (D208). None when the configuration has none.
+    values: Searcher | None = field(default=None, repr=False)
 
     def owners_in(self, data: bytes) -> set[Holder]:
         """The entries whose placeholders occur in `data`."""
@@ -122,6 +136,9 @@ class Owner(Protocol):
     @property
     def secrets(self) -> tuple[Placeholder, ...]: ...
 
+    @property
+    def redactions(self) -> Redactor: ...
+
 
 def index(entries: Sequence[Owner], report: Report, source: str = "") -> PlaceholderIndex:
     """One matcher for every placeholder of the file `source`; reports one used twice, or
@@ -141,22 +158,28 @@ def index(entries: Sequence[Owner], report: Report, source: str = "") -> Placeho
         for shorter in ordered:
             if shorter != longer and shorter in longer:
                 report(where[longer], f"placeholder contains the one at {where[shorter]}")
-    if not owners:
+    secrets = sorted({v for e in entries for v in e.redactions.secrets}, key=lambda v: (-len(v), v))
+    values = re.compile(b"|".join(map(re.escape, secrets))) if secrets else None
+    if not owners and values is None:
         return NO_PLACEHOLDERS
-    pattern = re.compile(b"|".join(re.escape(p) for p in ordered))
-    return PlaceholderIndex(owners, pattern)
+    pattern = re.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
+    return PlaceholderIndex(owners, pattern, values)
 
 
 def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
-    """Everyone's placeholders: a node's and all its sandboxes' (D179). A placeholder two
-    files repeat is held by both. Matched by RE2: the alternation grows with the number of
-    sandboxes, and a request's headers are searched in linear time whatever they hold."""
+    """Everyone's placeholders and values: a node's and all its sandboxes' (D179, D208). A
+    placeholder two files repeat is held by both. Matched by RE2: the alternation grows
+    with the number of sandboxes, and a request's headers are searched in linear time
+    whatever they hold."""
+    indexes = list(indexes)
     owners: dict[bytes, frozenset[Holder]] = {}
     for one in indexes:
         for key, holders in one.owners.items():
             owners[key] = owners.get(key, frozenset()) | holders
-    if not owners:
+    sources = [one.values.pattern for one in indexes if one.values is not None]
+    values = re2.compile(b"|".join(sources)) if sources else None
+    if not owners and values is None:
         return NO_PLACEHOLDERS
     ordered = sorted(owners, key=lambda p: (-len(p), p))
-    pattern = re2.compile(b"|".join(re.escape(p) for p in ordered))
-    return PlaceholderIndex(owners, pattern)
+    pattern = re2.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
+    return PlaceholderIndex(owners, pattern, values)

@@ -152,6 +152,16 @@ class Redactor:
         parts.append(value[pos:])
         return b"".join(parts)
 
+    def spelled(self, spellings: tuple[bytes, ...]) -> Redactor:
+        """This redactor, whose body matcher also masks `spellings`: the exact bytes the
+        proxy wrote into one request (a `Basic` credential's base64 of `user:value`, a
+        percent-encoded value). Headers already match them (base64 cores, decoding)."""
+        extra = [s for s in spellings if s and s not in self.secrets]
+        if not extra:
+            return self
+        ordered = tuple(sorted({*self.secrets, *extra}, key=lambda s: (-len(s), s)))
+        return Redactor(ordered, self._pattern)
+
     def body(self) -> BodyMatcher:
         return BodyMatcher(self.secrets)
 

@@ -12,15 +12,12 @@ next to its table of named cases (tests/proxy/test_stages.py):
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
   A sandbox's tunnel is relayed only when its node's entry relays it too (`proxy.ceiling`).
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
-* request (`decide_request`): the `no_sni` gate, head bytes (D21), where the request goes
-  (`proxy.targets`), the policy, TRACE to credentialled hosts (D31), the entry's rules
-  (`decide_rules`), the pinned address, and the transform to write.
+* request (`decide_request`): the `no_sni` gate, head bytes (D21), where it goes, the
+  policy, TRACE (D31), rules (`decide_rules`), placeholders, SigV4 scope, the address.
 
-Invariants: a function reads the one `Policy` snapshot it is given (a reload never splits
-a decision, D24); a name is resolved only after the policy allowed it, through the
-injected `resolve`, and an answer pins only an address `Policy.pick_address` checked;
-every path that is not an explicit allow is a refusal (or, at the ClientHello, an
-interception, whose requests are then decided one by one).
+Invariants: a function reads the one `Policy` snapshot it is given (D24); a name is
+resolved only once allowed, and only an address `Policy.pick_address` checked is pinned;
+every path that is not an explicit allow is a refusal (at the ClientHello: interception).
 """
 
 from __future__ import annotations
@@ -42,6 +39,7 @@ from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
 from sandbox_egress.proxy.rules import Verdict, judge, override_methods
+from sandbox_egress.proxy.sigv4 import Signing, judge_request
 from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
 
@@ -286,15 +284,14 @@ class RequestAnswer:
     pin: Pin | None = None
     transforms: tuple[Transform, ...] = ()  # headers to write: a real allow only
     redactions: Redactor = NO_REDACTION  # what the answer may echo of them
-    # Placeholders swapped (proxy.swap): the header fields to send (None: as received)
-    # and where values went. The location's path carries a swapped query.
+    # Placeholders swapped (proxy.swap): fields to send (None: as received), where values went.
     fields: tuple[tuple[bytes, bytes], ...] | None = None
     swapped: tuple[str, ...] = ()
-    # A git push allowed by repository: its command list must match these items' refs
-    # (a sandbox's and its node's) before any body byte goes upstream (addons/gitpush.py).
+    # A push allowed by repository: its command list must match these items' refs first.
     push: tuple[PushItem, ...] = ()
     mcp: tuple[McpPolicy, ...] = ()  # a POST to an MCP endpoint: held, judged (addons/mcp.py)
-    credentials: tuple[str, ...] = ()  # to fetch and write last (issue 32): a real allow only
+    sigv4: Signing | None = None  # re-signed last, with the entry's aws keys (addons/sigv4.py)
+    credentials: tuple[str, ...] = ()  # fetched and written last (proxy/credentials/writing.py)
 
 
 def decide_rules(
@@ -376,6 +373,9 @@ async def decide_request(
     entry = decision.entry
     written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
+    signing = judge_request(decision, ask.fields, located.path)  # SigV4: before budgets
+    if isinstance(signing, Reason):
+        return RequestAnswer(Decision.deny(signing, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
@@ -387,17 +387,18 @@ async def decide_request(
     mcp = endpoint_policies(decision, ask.names.method, located.path)
     credentials = needed(entry) if decision.injects and entry is not None else ()
     if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
-        return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp)
+        return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp, sigv4=signing)
     return RequestAnswer(
         decision,
         host,
         located,
         pin,
         transforms,
-        entry.redactions,
+        entry.redactions.spelled(swapped.spellings),
         fields=swapped.fields,
         swapped=swapped.injected,
         push=push,
         mcp=mcp,
+        sigv4=signing,
         credentials=credentials,
     )

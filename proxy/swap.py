@@ -14,6 +14,12 @@ Invariants:
   percent-decoded), refuses the request with `placeholder_elsewhere`, whatever the
   allowlist said, except a refusal that is not about the allowlist (loopback, internal
   address, a malformed request): those keep their own reason.
+* `require` (D207): every `Authorization` field, and every field or query parameter of a
+  name that carries one of the entry's placeholders, must carry one: no credential of the
+  sandbox's own travels beside a placeholder.
+* A resolved value of any entry (a transform's, a secret's, their referenced parts) found
+  the same way, or percent-decoded in a header, refuses the request `secret_elsewhere`
+  (D208): checked before the placeholders, with the same exceptions.
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -28,7 +34,13 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
-from sandbox_egress.proxy.placeholders import Holder, Place, Placeholder, PlaceholderIndex
+from sandbox_egress.proxy.placeholders import (
+    Holder,
+    Place,
+    Placeholder,
+    PlaceholderIndex,
+    Searcher,
+)
 
 Fields = tuple[tuple[bytes, bytes], ...]
 Spelling = Callable[[Placeholder], bytes]  # how a value is written in one place
@@ -42,9 +54,19 @@ class Swap:
     fields: Fields | None = None  # the header fields to send, when a value was written
     path: str | None = None  # the request-target to send, when a value was written
     injected: tuple[str, ...] = ()  # where values went: header names, then "query"
+    # Every spelling of a value written (raw, Basic base64, percent-encoded): echo redaction.
+    spellings: tuple[bytes, ...] = ()
 
 
 UNCHANGED = Swap()
+# Refusals a found value replaces: the allowlist's, and the credential checks' own (the
+# value says more than "no placeholder"); loopback, internal and malformed keep theirs.
+_PREEMPTED = REPORTABLE | {
+    Reason.CREDENTIAL_REQUIRED,
+    Reason.PLACEHOLDER_ELSEWHERE,
+    Reason.SIGV4_SCOPE_DENIED,
+    Reason.SIGV4_UNSUPPORTED,
+}
 
 
 def swap(
@@ -54,14 +76,16 @@ def swap(
     `own` the holder of its deciding entry's placeholders (`Policy.holder`)."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
-    if index.pattern is None:
-        return UNCHANGED  # no placeholder anywhere in the configuration
+    if index.pattern is None and index.values is None:
+        return UNCHANGED  # no placeholder and no value anywhere in the configuration
     # Every header value, then every decoded `Basic` credential, searched as one text.
     basics = {i: c for i, (_, v) in enumerate(fields) if (c := _basic(v)) is not None}
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
-    if _foreign(index, own, headers, names, path):
+    if index.values is not None and _held(index.values, headers, path):
+        return Swap(Reason.SECRET_ELSEWHERE)
+    if index.pattern is not None and _foreign(index, own, headers, names, path):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
@@ -71,7 +95,7 @@ def swap(
         s for s in entry.secrets if Place.HEADERS in s.places and s.placeholder.encode() in headers
     ]
     in_query = [s for s in entry.secrets if Place.QUERY in s.places]
-    sent, injected = list(fields), list[str]()
+    sent, injected, spellings = list(fields), list[str](), list[bytes]()
     needles = [s.placeholder.encode() for s in in_headers]
     for number, (name, value) in enumerate(fields if in_headers else ()):
         if number not in basics and not any(n in value for n in needles):
@@ -80,10 +104,16 @@ def swap(
         if written != value:
             injected.append(name.decode("latin-1"))
             sent[number] = (name, written)
+            if number in basics:  # the base64 the proxy wrote, whole
+                spellings.append(written[len(basics[number][0]) :].strip())
     target = _swap_query(path, in_query, found) if in_query else path
     if target != path:
         injected.append("query")
-    if any(s.require and s.placeholder not in found for s in entry.secrets):
+        spellings += [quote(s.value.reveal(), safe="").encode() for s in in_query]
+    if any(s.require for s in entry.secrets) and (
+        any(s.require and s.placeholder not in found for s in entry.secrets)
+        or _own_credential(entry.secrets, fields, basics, path)
+    ):
         return Swap(Reason.CREDENTIAL_REQUIRED)
     if not injected:
         return UNCHANGED
@@ -91,7 +121,28 @@ def swap(
         fields=tuple(sent) if sent != list(fields) else None,
         path=target if target != path else None,
         injected=tuple(dict.fromkeys(injected)),
+        spellings=tuple(spellings),
     )
+
+
+def secret_elsewhere(
+    values: Searcher | None, decision: Decision, fields: Fields, path: str
+) -> bool:
+    """Whether a request decided `decision` carries one of `values` (the credentials the
+    cache fetched, D208) where `swap` looks for the configuration's own values."""
+    if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
+        return False
+    basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path)
+
+
+def _held(values: Searcher, headers: bytes, path: str) -> bool:
+    """Whether a resolved value occurs in the header text or the request-target, as sent
+    or percent-decoded (D208): the sandbox holds something it should never hold."""
+    target = path.encode("utf-8", "surrogateescape")
+    places = [headers, target]
+    places += [unquote_to_bytes(p) for p in (headers, target) if b"%" in p]
+    return any(values.search(data) for data in places)
 
 
 def _foreign(
@@ -104,6 +155,32 @@ def _foreign(
     if b"%" in target:
         places.append(unquote_to_bytes(target))
     return any(index.owners_in(data) - {own} for data in places)
+
+
+def _own_credential(
+    secrets: Sequence[Placeholder],
+    fields: Fields,
+    basics: dict[int, tuple[bytes, bytes]],
+    path: str,
+) -> bool:
+    """Whether a credential of the sandbox's own travels beside the placeholders (`require`,
+    D207): an `Authorization` field, or a field (a query parameter) of a name that carries
+    a placeholder elsewhere in the request, without one of the entry's placeholders."""
+    needles = [s.placeholder.encode() for s in secrets]
+
+    def carries(number: int, value: bytes) -> bool:
+        texts = (value, basics[number][1]) if number in basics else (value,)
+        return any(n in t for n in needles for t in texts)
+
+    marked = {b"authorization"} | {n.lower() for i, (n, v) in enumerate(fields) if carries(i, v)}
+    if any(n.lower() in marked and not carries(i, v) for i, (n, v) in enumerate(fields)):
+        return True
+    params = [p.partition("=") for p in path.partition("?")[2].split("&")]
+    found = [
+        (k, any(n in v.encode("utf-8", "surrogateescape") for n in needles)) for k, _, v in params
+    ]
+    names = {k for k, carried in found if carried}
+    return any(k in names and not carried for k, carried in found)
 
 
 def _basic(value: bytes) -> tuple[bytes, bytes] | None:

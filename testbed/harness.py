@@ -48,6 +48,11 @@ REASONS = frozenset(
         "mcp_method_denied",
         "mcp_tool_denied",
         "mcp_argument_denied",
+        # issue 32
+        "credential_unavailable",
+        "sigv4_scope_denied",
+        "sigv4_unsupported",
+        "secret_elsewhere",
     }
 )
 AUDIT_KEYS = frozenset(

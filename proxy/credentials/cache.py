@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from sandbox_egress.proxy.credentials.base import (
 logger = logging.getLogger("egress")
 
 _FRAMING = "\r\n\0"
+MIN_HELD_LENGTH = 6  # as proxy.config's redactions: shorter values would refuse by chance
 
 
 class Outcome(StrEnum):
@@ -90,7 +92,24 @@ class Credentials:
         self._on_fetch = on_fetch
         self._run = run
         self._slots: dict[str, _Slot] = {}
+        self._held: re.Pattern[bytes] | None = None
         self.replace(sources, keys)
+
+    def held(self) -> re.Pattern[bytes] | None:
+        """Every value the cache holds (and its companions, 6 bytes or more): found in a
+        request the sandbox sent, it is `secret_elsewhere` (D208). None when none."""
+        return self._held
+
+    def _values_changed(self) -> None:
+        found = {
+            text.encode()
+            for slot in self._slots.values()
+            if slot.value is not None
+            for secret in (slot.value.value, *slot.value.extra.values())
+            if len(text := secret.reveal()) >= MIN_HELD_LENGTH
+        }
+        ordered = sorted(found, key=lambda v: (-len(v), v))
+        self._held = re.compile(b"|".join(map(re.escape, ordered))) if ordered else None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._slots)
@@ -110,6 +129,7 @@ class Credentials:
             old = self._slots.get(name)
             slots[name] = old if old is not None and old.key == key else _Slot(source, key)
         self._slots = slots
+        self._values_changed()
 
     async def get(self, name: str) -> Fetched:
         """The credential's current value, or CredentialUnavailable (naming no value)."""
@@ -142,6 +162,7 @@ class Credentials:
                 slot.retry_at = now + slot.source.settings.failure_ttl
             else:
                 slot.value = fetched
+                self._values_changed()
                 slot.fresh_until, slot.stale_until = _lifetime(slot.source, fetched, now)
                 slot.retry_at = 0.0
             if self._on_fetch is not None:

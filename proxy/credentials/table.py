@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from sandbox_egress.proxy.credentials import command, env, file, github_app, oauth2, vault
+from sandbox_egress.proxy.credentials import aws, command, env, file, github_app, oauth2, vault
 from sandbox_egress.proxy.credentials.base import CacheSettings, Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
@@ -36,4 +36,5 @@ KINDS: dict[str, Parse] = {
     "vault": vault.parse,
     "oauth2": oauth2.parse,
     "github_app": github_app.parse,
+    "aws": aws.parse,  # keys for SigV4 (issue 32, i32b)
 }

@@ -88,8 +88,9 @@ def write(decision: Decision, fields: Fields, path: str, values: Mapping[str, Fe
     )
     if rendered:
         carried += [p.value for p in rendered]
-        sent, path, swapped = _swap(decision, entry, rendered, tuple(sent), path)
+        sent, path, swapped, spelled = _swap(decision, entry, rendered, tuple(sent), path)
         injected += swapped
+        carried.append(Secret("", spelled))  # the Basic base64 and percent-encoded spellings
     static = [t.value for t in entry.transform] + [p.value for p in entry.secrets]
     found = {
         s.encode()
@@ -106,7 +107,7 @@ def _binding(binding: Binding, value: str) -> tuple[str, Secret]:
         return "Authorization", Secret(f"Bearer {value}", (value,))
     if binding.as_ is As.BASIC:
         encoded = base64.b64encode(f"{binding.username}:{value}".encode()).decode()
-        return "Authorization", Secret(f"Basic {encoded}", (value,))
+        return "Authorization", Secret(f"Basic {encoded}", (value, encoded))  # echoed alone
     return str(binding.header), Secret(value)
 
 
@@ -116,7 +117,7 @@ def _swap(
     rendered: tuple[Placeholder, ...],
     fields: Fields,
     path: str,
-) -> tuple[list[tuple[bytes, bytes]], str, list[str]]:
+) -> tuple[list[tuple[bytes, bytes]], str, list[str], tuple[str, ...]]:
     """The placeholders whose values name credentials, swapped (the placeholder stage's
     own rules, with only these placeholders: the foreign check already ran)."""
     own = ("", entry.index)  # one holder: these placeholders are the deciding entry's own
@@ -126,4 +127,5 @@ def _swap(
     view = replace(decision, entry=replace(entry, secrets=rendered))
     result = swap(index, view, fields, path, own)
     sent = list(result.fields) if result.fields is not None else list(fields)
-    return sent, result.path if result.path is not None else path, list(result.injected)
+    spelled = tuple(s.decode("utf-8", "surrogateescape") for s in result.spellings)
+    return sent, result.path if result.path is not None else path, list(result.injected), spelled

@@ -23,7 +23,8 @@ VALUES = {"gh": Fetched(Secret(TOKEN)), "other": Fetched(Secret("other-value-2")
 
 def entry(body: str) -> config.Entry:
     text = (
-        "credentials: {gh: {env: GH}, other: {env: OTHER}, aws: {env: AWS}}\n"
+        "credentials: {gh: {env: GH}, other: {env: OTHER},\n"
+        "              aws: {aws: {access_key_id: AKIAREAL, secret_access_key: not-a-secret}}}\n"
         "network:\n  allowlist:\n    - domain: api.example\n" + body
     )
     return config.parse(yaml.safe_load(text), "e.yaml", {}).allowlist[0]
@@ -88,7 +89,8 @@ def test_a_deferred_placeholder_is_left_by_the_swap_and_written_in_every_place()
 
 def test_sigv4_is_not_written_here() -> None:
     e = entry(
-        "      credential: {name: aws, as: sigv4, placeholder_access_key_id: AKIAEGRESSPLACEHOLDR}\n"
+        "      credential: {name: aws, as: sigv4, placeholder_access_key_id: AKIAEGRESSPLACEHOLDR,\n"
+        "                   services: [s3], regions: [us-east-1]}\n"
     )
     assert needed(e) == ()
     assert (

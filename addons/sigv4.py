@@ -1,0 +1,96 @@
+"""SigV4 re-signing, the last request stage
+(docs/configuration.md#sigv4-re-signing-as-sigv4; D206-D209): a request the pure stage
+judged re-signable (`RequestAnswer.sigv4`, after rules, git and budgets) gets the entry's
+aws keys from the credential cache and is signed by `proxy.sigv4.sign` with the proxy's
+clock.
+
+* `UNSIGNED-PAYLOAD` / `STREAMING-UNSIGNED-PAYLOAD-TRAILER`: signed in `requestheaders`,
+  the body streams.
+* a hex `x-amz-content-sha256`, or none (most non-S3 APIs): the body is HELD (announced
+  size up to `SIGNED_BODY_LIMIT`, mitmproxy's own buffering bound) and, in the `request`
+  hook, verified against the declared hash, or hashed, before signing; no byte goes
+  upstream before. A body that cannot be held is `sigv4_unsupported`; one whose bytes do
+  not match its declared hash is `bad_request`.
+
+Keys that cannot be had refuse the request 502 `credential_unavailable`.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from mitmproxy import http
+
+from sandbox_egress.addons.shared import FlowState, Shared
+from sandbox_egress.proxy.credentials.aws import SECRET_ACCESS_KEY, SESSION_TOKEN
+from sandbox_egress.proxy.credentials.base import CredentialError
+from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.redact import Redactor
+from sandbox_egress.proxy.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
+
+SIGNED_BODY_LIMIT = 1024 * 1024  # = limits.STREAM_BODIES_OVER: held whole, never streamed
+
+
+async def start(
+    shared: Shared,
+    flow: http.HTTPFlow,
+    state: FlowState,
+    decision: Decision,
+    signing: Signing,
+    size: int | None,
+) -> Decision | Held | None:
+    """Sign the request `decision` allowed now (None), hold its body (`Held`), or the
+    refusal. `size` is the body's announced size (0 without a body, None unknown)."""
+    binding = decision.entry.credential if decision.entry is not None else None
+    if binding is None:
+        return Decision.deny(Reason.CREDENTIAL_UNAVAILABLE, decision.entry)
+    state.credentials = (*state.credentials, binding.name)  # the audit line names it
+    try:
+        fetched = await shared.credentials.get(binding.name)
+        keys = AwsKeys(
+            fetched.value.reveal(),
+            fetched.extra[SECRET_ACCESS_KEY],
+            fetched.extra.get(SESSION_TOKEN),
+        )
+    except (CredentialError, KeyError):
+        return Decision.deny(Reason.CREDENTIAL_UNAVAILABLE, decision.entry)
+    written = ["Authorization"] + (["X-Amz-Security-Token"] if keys.session_token else [])
+    state.injected = tuple(dict.fromkeys((*state.injected, *written)))
+    secrets = [s for s in (keys.secret_access_key, keys.session_token) if s is not None]
+    if keys.session_token is not None:  # the one key that travels: redacted if echoed
+        spelled = tuple(s.reveal().encode() for s in secrets)
+        state.redactions = Redactor.build((*state.redactions.secrets, *spelled))
+    if signing.payload in STREAMED:
+        _sign(flow.request, signing, keys, None)
+        return None
+    if size == 0:  # nothing to hold: the empty body's hash
+        verdict = finish(flow, Held(signing, keys), decision)
+        return None if verdict.allowed else verdict
+    if size is None or size > SIGNED_BODY_LIMIT:
+        return Decision.deny(Reason.SIGV4_UNSUPPORTED, decision.entry)
+    flow.request.stream = False
+    return Held(signing, keys)
+
+
+def finish(flow: http.HTTPFlow, held: Held, decision: Decision) -> Decision:
+    """The held body: verified against its declared hash (or hashed), then signed."""
+    body = flow.request.raw_content or b""
+    digest = payload_hash(body)
+    if held.signing.payload is not None and held.signing.payload != digest:
+        return Decision.deny(Reason.BAD_REQUEST, decision.entry)
+    _sign(flow.request, held.signing, held.keys, digest)
+    return decision
+
+
+def _sign(request: http.Request, signing: Signing, keys: AwsKeys, digest: str | None) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    request.headers.fields = sign(
+        signing,
+        keys,
+        request.method,
+        request.path,
+        request.headers.fields,
+        request.host_header or request.pretty_host,
+        now,
+        digest,
+    )

@@ -1,0 +1,235 @@
+"""SigV4 re-signing end to end (issue 32): boto3 holding only the placeholder key, through
+the real proxy, against moto's server checking every signature.
+
+moto's server runs in the upstream namespace behind TLS (the test PKI) with
+`INITIAL_NO_AUTH_ACTION_COUNT=3`: the three IAM calls that create the agent's user, key
+and policy go unauthenticated (straight to moto, from the upstream namespace), then every
+request must carry a valid SigV4 signature of a known key (checked first: a wrong secret
+is refused `SignatureDoesNotMatch`). The proxy holds the real keys in files; boto3 runs as
+the sandbox would, with default settings and `AKIAEGRESSPLACEHOLDR` plus a fake secret:
+`put_object` (boto3's default aws-chunked body with a trailing checksum, an unsigned
+streaming payload), `get_object` returning the bytes, `sts.get_caller_identity` returning
+the agent's identity, and a request signed for another region refused
+`sigv4_scope_denied` with nothing reaching moto.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from testbed import nsock, procs
+from testbed.expect import assert_refused
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.testca import Pki
+from tests.e2e.conftest import PrivateProxy
+
+pytestmark = pytest.mark.netns
+
+MOTO_PORT = 9446
+ENDPOINT = f"https://{UPSTREAM_IP}:{MOTO_PORT}"
+PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
+AWS_CLIENT = Path(__file__).with_name("aws_client.py")
+
+# Run in the upstream namespace: the agent's user, key and policy (unauthenticated), then
+# proof that moto checks signatures (a wrong secret refused). Prints the key as JSON.
+SETUP = r"""
+import json, sys, boto3, botocore.exceptions
+common = dict(region_name="us-east-1", endpoint_url=sys.argv[1], verify=sys.argv[2])
+iam = boto3.client("iam", aws_access_key_id="AKIAADMINADMINADMIN0", aws_secret_access_key="x",
+                   **common)
+iam.create_user(UserName="agent")
+key = iam.create_access_key(UserName="agent")["AccessKey"]
+policy = {"Version": "2012-10-17",
+          "Statement": [{"Effect": "Allow", "Action": ["s3:*", "sts:*"], "Resource": "*"}]}
+iam.put_user_policy(UserName="agent", PolicyName="all", PolicyDocument=json.dumps(policy))
+wrong = boto3.client("sts", aws_access_key_id=key["AccessKeyId"],
+                     aws_secret_access_key="wrong-secret", **common)
+try:
+    wrong.get_caller_identity()
+    refused = None
+except botocore.exceptions.ClientError as exc:
+    refused = exc.response["Error"]["Code"]
+print(json.dumps({"id": key["AccessKeyId"], "secret": key["SecretAccessKey"],
+                  "wrong_signature": refused}))
+"""
+
+
+@dataclass(frozen=True)
+class Moto:
+    key_id: str
+    secret: str
+    wrong_signature: str | None
+    log: Path  # moto's (werkzeug's) access log: one line per request it received
+
+    def requests(self) -> int:
+        return sum('HTTP/1.1"' in line for line in self.log.read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def moto(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Moto]:
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        str(Path(sys.executable).parent / "moto_server"), "-H", UPSTREAM_IP, "-p", str(MOTO_PORT),
+        "-c", str(pki.server_cert), "-k", str(pki.server_key),
+    ]  # fmt: skip
+    child = procs.start("moto", argv, e2e_dir, env=env)
+
+    def accepting() -> bool:
+        try:
+            nsock.connect(topology.ns_upstream, (UPSTREAM_IP, MOTO_PORT), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        procs.wait_until("moto accepting", accepting, timeout=30, child=child)
+        setup = subprocess.run(
+            topology.exec_prefix(topology.ns_upstream)
+            + [sys.executable, "-c", SETUP, ENDPOINT, str(pki.ca_cert)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert setup.returncode == 0, setup.stderr[-2000:]
+        made = json.loads(setup.stdout)
+        yield Moto(made["id"], made["secret"], made["wrong_signature"], child.stderr)
+    finally:
+        child.stop()
+
+
+def _config(key_file: Path, secret_file: Path) -> str:
+    return f"""\
+credentials:
+  aws-prod: {{aws: {{access_key_id: "${{file:{key_file}}}",
+                    secret_access_key: "${{file:{secret_file}}}"}}}}
+network:
+  allowlist:
+    - domain: {UPSTREAM_IP}
+      ports: [{MOTO_PORT}]
+      credential: {{name: aws-prod, as: sigv4, placeholder_access_key_id: {PLACEHOLDER},
+                   services: [s3, sts], regions: [us-east-1]}}
+"""
+
+
+def test_boto3_with_the_placeholder_key_gets_the_real_identity(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    assert moto.wrong_signature == "SignatureDoesNotMatch"  # moto checks every signature
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4", _config(key_file, secret_file)).view
+    home = e2e_dir / "aws-home"
+    home.mkdir(exist_ok=True)
+    url = f"http://{proxy.proxy_host}:{proxy.proxy_port}"
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
+        "HTTPS_PROXY": url, "https_proxy": url,
+        "AWS_ENDPOINT_URL": ENDPOINT, "AWS_CA_BUNDLE": str(proxy.proxy_ca),
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": PLACEHOLDER, "AWS_SECRET_ACCESS_KEY": "fake-secret-of-the-sandbox",
+    }  # fmt: skip
+    body = "bytes the agent uploads " * 40
+    before = moto.requests()
+    ran = subprocess.run(
+        [sys.executable, str(AWS_CLIENT), "agent-bucket", body],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = json.loads(ran.stdout)
+    assert out["create_bucket"] == {"ok": True}
+    assert out["put_object"] == {"ok": True}
+    assert out["payload"] == ["STREAMING-UNSIGNED-PAYLOAD-TRAILER"]  # boto3's default
+    assert out["get_object"] == {"ok": body}
+    assert out["identity"] == {"ok": "arn:aws:iam::123456789012:user/agent"}
+    assert out["wrong_region"]["status"] == 403
+    assert out["wrong_region"]["denied"] == "sigv4_scope_denied"
+    # create, put, get, identity reached moto; the wrong-region request did not
+    assert moto.requests() - before == 4
+    # The keys were fetched: the sandbox sending the real secret anywhere is refused.
+    leak = proxy.https(f"{UPSTREAM_IP}:{MOTO_PORT}", "/", [("X-Note", f"k={moto.secret}")])
+    assert_refused(leak, "secret_elsewhere", host=UPSTREAM_IP)
+    assert moto.requests() - before == 4
+    wrote = [proxy.proxy_stdout, proxy.proxy_stderr, proxy.audit_log.path]
+    for text in [ran.stdout, ran.stderr, *(p.read_text() for p in wrote)]:
+        assert moto.secret not in text  # never in what the sandbox reads, nor in any log
+    audited = [r for r in proxy.audit_log.all() if r["method"] == "PUT"]
+    assert audited and all(r["injected"] == ["Authorization"] for r in audited)
+
+
+def _signed_by_the_sandbox(payload_hash: str, scope: str = "us-east-1/s3") -> list[tuple[str, str]]:
+    """What a SigV4 client holding the placeholder sends (its signature is worthless)."""
+    return [
+        ("X-Amz-Date", "20261204T000000Z"),
+        ("X-Amz-Content-SHA256", payload_hash),
+        ("Authorization", f"AWS4-HMAC-SHA256 Credential={PLACEHOLDER}/20261204/{scope}/"
+                          f"aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+                          f"Signature={'0' * 64}"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "reason"),
+    [
+        ("/agent-bucket/held.txt", _signed_by_the_sandbox(hashlib.sha256(b"other").hexdigest()),
+         "bad_request"),
+        ("/agent-bucket/held.txt", _signed_by_the_sandbox("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+         "sigv4_unsupported"),
+        ("/agent-bucket/held.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=00", [],
+         "sigv4_unsupported"),
+        ("/agent-bucket/held.txt",
+         _signed_by_the_sandbox(hashlib.sha256(b"payload").hexdigest(), "us-east-1/iam"),
+         "sigv4_scope_denied"),
+    ],
+    ids=["declared hash differs from the body", "chunk-signed payload", "presigned URL",
+         "a service not bound"],
+)  # fmt: skip
+def test_what_cannot_be_resigned_never_reaches_moto(
+    moto: Moto,
+    private_proxy: Callable[..., PrivateProxy],
+    e2e_dir: Path,
+    path: str,
+    headers: list[tuple[str, str]],
+    reason: str,
+) -> None:
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-refused", _config(key_file, secret_file)).view
+    before = moto.requests()
+    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    response = proxy.https(authority, path, headers, method="PUT", body=b"payload")
+
+    assert_refused(response, reason, host=UPSTREAM_IP)
+    assert moto.requests() == before
+
+
+def test_a_declared_hash_matching_the_held_body_is_signed(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-held", _config(key_file, secret_file)).view
+    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    body = b"a body whose hash the sandbox declared"
+    empty = hashlib.sha256(b"").hexdigest()
+    made = proxy.https(authority, "/held-bucket", _signed_by_the_sandbox(empty), method="PUT")
+    assert made.status == 200, made.describe()
+    put = proxy.https(
+        authority,
+        "/held-bucket/k",
+        _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+        method="PUT",
+        body=body,
+    )
+    assert put.status == 200, put.describe()  # held, verified, signed: moto accepted it
+    got = proxy.https(authority, "/held-bucket/k", _signed_by_the_sandbox(empty))
+    assert (got.status, got.body) == (200, body)
