@@ -1,7 +1,7 @@
 """Scenario 2b: the cost of an entry's rules per request (docs/configuration.md#rules).
 
 One request is decided as the request stage decides it, without the network: the
-name stage (`Policy.decide`) and then the rules stage (`proxy.stages.decide_rules`,
+name stage (`Policy.decide`) and then the rules stage (`proxy.rulestage.decide_rules`,
 the path canonicalised and matched). Three entries in the same run: one without rules
 (the baseline), one with 50 rules whose last one admits the request (the longest
 allow), and the same 50 rules with a request none admits (`rule_mismatch`). Each rule
@@ -22,7 +22,7 @@ from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.stages import decide_rules
+from sandbox_egress.proxy.rulestage import decide_rules
 
 RULES = 50
 TARGET = "/repos/acme/web/issues/42/comments?per_page=100"

@@ -29,16 +29,15 @@ from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.ceiling import node_requires, raw_tcp, relays
 from sandbox_egress.proxy.config import Transform
 from sandbox_egress.proxy.credentials.writing import needed
-from sandbox_egress.proxy.decision import Decision, Reason, bounded
+from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.fields import head_problem
-from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
+from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from sandbox_egress.proxy.mcp import McpPolicy, endpoint_policies
-from sandbox_egress.proxy.paths import canonical_path, split_target
 from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
-from sandbox_egress.proxy.rules import Verdict, judge, override_methods
+from sandbox_egress.proxy.rulestage import rules_within_ceiling
 from sandbox_egress.proxy.sigv4 import Signing, judge_request
 from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
@@ -294,62 +293,6 @@ class RequestAnswer:
     credentials: tuple[str, ...] = ()  # fetched and written last (proxy/credentials/writing.py)
 
 
-def decide_rules(
-    policy: Policy, decision: Decision, method: str, target: str, overrides: tuple[str, ...] = ()
-) -> tuple[Decision, PushItem | None]:
-    """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
-    a smart-HTTP git request against its entry's `git`, any other allowed request's
-    method, path and query against its `rules` and `deny`; the decision names the
-    clause that decided. A push allowed by repository comes with the item its command
-    list must then match.
-
-    An ambiguous path is `bad_request` (never reported through); a rule refusal is
-    reportable like allowlist membership (report-only lets it through as `would_deny`).
-    """
-    entry = decision.entry
-    if not decision.allowed or entry is None:
-        return decision, None
-    if entry.git is not None and canonical_path(split_target(target)[0]) is None:
-        return Decision.deny(Reason.BAD_REQUEST, entry), None  # no push hides in a spelling
-    git = smart_http(method, target) if entry.git is not None else None
-    if entry.git is not None and git is not None:
-        verdict, clause, item = judge_git(entry.git, git)
-        if verdict is Verdict.ALLOW:
-            return decision.with_clause(clause), item if git.rpc else None
-        if verdict is Verdict.PUSH_DENIED:
-            return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
-        return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
-    if not entry.rules.active:
-        return decision, None
-    verdict, clause = judge(entry.rules, method, target, overrides)
-    if verdict is Verdict.ALLOW:
-        return decision.with_clause(clause), None
-    if verdict is Verdict.AMBIGUOUS:
-        return Decision.deny(Reason.BAD_REQUEST, entry), None
-    reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
-    return policy.reported(Decision.deny(reason, entry, clause)), None
-
-
-def _rules_within_ceiling(
-    policy: Policy, decision: Decision, located: Location, ask: RequestAsk
-) -> tuple[Decision, tuple[PushItem, ...]]:
-    """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
-    entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`). The
-    node's decision of the host is the one the sandbox's `decide` made (`Decision.node`)."""
-    method, path, over = ask.names.method, located.path, override_methods(ask.fields)
-    decision, push = decide_rules(policy, decision, method, path, over)
-    pushes = () if push is None else (push,)
-    node = policy.ceiling()
-    if node is None or not decision.allowed:
-        return decision, pushes
-    ceiling = decision.node or node.decide(located.host, located.port, tls=ask.https)
-    judged, node_push = decide_rules(node, ceiling, method, path, over)
-    combined = bounded(judged, decision)
-    if not combined.allowed:
-        return combined, ()
-    return combined, pushes if node_push is None else (*pushes, node_push)
-
-
 async def decide_request(
     policy: Policy, resolve: Resolve, facts: ConnectionFacts, ask: RequestAsk
 ) -> RequestAnswer:
@@ -365,7 +308,9 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
-    decision, push = _rules_within_ceiling(policy, decision, located, ask)
+    decision, push = rules_within_ceiling(
+        policy, decision, located, ask.names.method, ask.fields, ask.https
+    )
     own = policy.holder(decision.entry)
     swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere

@@ -23,6 +23,7 @@ from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.rulestage import decide_rules
 from sandbox_egress.proxy.sandboxes import Sandbox
 from sandbox_egress.proxy.stages import (
     ConnectionFacts,
@@ -31,7 +32,6 @@ from sandbox_egress.proxy.stages import (
     decide_clienthello,
     decide_connect,
     decide_request,
-    decide_rules,
     decide_tcp,
 )
 from sandbox_egress.proxy.targets import RequestNames

@@ -1,0 +1,73 @@
+"""The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
+an allowed request's method, path and query against its entry's `rules` and `deny`, a
+smart-HTTP git request against its `git`, and, for a sandbox, the same against its node's
+entry (the node's ceiling, D148, D174). Pure, like `proxy.stages`, which calls it once
+per request (`decide_request`).
+"""
+
+from __future__ import annotations
+
+from sandbox_egress.proxy.decision import Decision, Reason, bounded
+from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
+from sandbox_egress.proxy.paths import canonical_path, split_target
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.rules import Verdict, judge, override_methods
+from sandbox_egress.proxy.targets import Location
+
+Fields = tuple[tuple[bytes, bytes], ...]
+
+
+def decide_rules(
+    policy: Policy, decision: Decision, method: str, target: str, overrides: tuple[str, ...] = ()
+) -> tuple[Decision, PushItem | None]:
+    """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
+    a smart-HTTP git request against its entry's `git`, any other allowed request's
+    method, path and query against its `rules` and `deny`; the decision names the
+    clause that decided. A push allowed by repository comes with the item its command
+    list must then match.
+
+    An ambiguous path is `bad_request` (never reported through); a rule refusal is
+    reportable like allowlist membership (report-only lets it through as `would_deny`).
+    """
+    entry = decision.entry
+    if not decision.allowed or entry is None:
+        return decision, None
+    if entry.git is not None and canonical_path(split_target(target)[0]) is None:
+        return Decision.deny(Reason.BAD_REQUEST, entry), None  # no push hides in a spelling
+    git = smart_http(method, target) if entry.git is not None else None
+    if entry.git is not None and git is not None:
+        verdict, clause, item = judge_git(entry.git, git)
+        if verdict is Verdict.ALLOW:
+            return decision.with_clause(clause), item if git.rpc else None
+        if verdict is Verdict.PUSH_DENIED:
+            return Decision.deny(Reason.GIT_PUSH_DENIED, entry, clause), None
+        return policy.reported(Decision.deny(Reason.RULE_MISMATCH, entry, clause)), None
+    if not entry.rules.active:
+        return decision, None
+    verdict, clause = judge(entry.rules, method, target, overrides)
+    if verdict is Verdict.ALLOW:
+        return decision.with_clause(clause), None
+    if verdict is Verdict.AMBIGUOUS:
+        return Decision.deny(Reason.BAD_REQUEST, entry), None
+    reason = Reason.RULE_DENIED if verdict is Verdict.DENIED else Reason.RULE_MISMATCH
+    return policy.reported(Decision.deny(reason, entry, clause)), None
+
+
+def rules_within_ceiling(
+    policy: Policy, decision: Decision, located: Location, method: str, fields: Fields, https: bool
+) -> tuple[Decision, tuple[PushItem, ...]]:
+    """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
+    entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`). The
+    node's decision of the host is the one the sandbox's `decide` made (`Decision.node`)."""
+    path, over = located.path, override_methods(fields)
+    decision, push = decide_rules(policy, decision, method, path, over)
+    pushes = () if push is None else (push,)
+    node = policy.ceiling()
+    if node is None or not decision.allowed:
+        return decision, pushes
+    ceiling = decision.node or node.decide(located.host, located.port, tls=https)
+    judged, node_push = decide_rules(node, ceiling, method, path, over)
+    combined = bounded(judged, decision)
+    if not combined.allowed:
+        return combined, ()
+    return combined, pushes if node_push is None else (*pushes, node_push)
