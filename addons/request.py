@@ -60,8 +60,8 @@ class Requests:
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
             state.host = answer.host
-            decided, admission = budget.admit(
-                shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
+            decided, admission = await budget.admit(
+                shared.state, shared.metrics, answer.decision, announced(flow), facts.sandbox
             )
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
@@ -77,7 +77,7 @@ class Requests:
             count = counter(state, "bytes_sent")
             sandbox = shared.facts(flow.client_conn).sandbox
             flow.request.stream = budget.metered(
-                shared.budgets, shared.metrics, flow, state, count, sandbox
+                shared.state, shared.metrics, flow, state, count, sandbox, admission.reserved
             )
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent

@@ -58,6 +58,7 @@ from sandbox_egress.proxy.positions import Positions, compose
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.references import referenced_files, secret_value
 from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
+from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
 from sandbox_egress.proxy.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )
@@ -103,6 +104,7 @@ class NetworkConfig:
     placeholders: PlaceholderIndex = field(default=NO_PLACEHOLDERS, repr=False, compare=False)
     # The files `${file:...}` references read: watched, a change reloads (D115).
     secret_files: tuple[str, ...] = ()
+    state: StateConfig = MEMORY  # where budgets are kept (proxy.state, issue 34)
 
 
 class ConfigError(Exception):
@@ -198,6 +200,7 @@ def parse(
         seen[entry.pattern] = index
         entries.append(entry)
     placeholders = placeholder_index(entries, report)
+    state = parse_state(document, report)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
@@ -208,6 +211,7 @@ def parse(
         secrets_resolved=resolve_secrets,
         placeholders=placeholders,
         secret_files=referenced_files(allowlist),
+        state=state,
     )
 
 
@@ -326,6 +330,8 @@ def _combinations(
         yield ("secrets", "a secret on '*' would go to every host; name the host")
     if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("secrets"):
         yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
+    if "passthrough" not in failed and raw.get("passthrough") is True and "budget" in raw:
+        yield ("budget", "a pass-through entry is not intercepted, so it has nothing to count")
 
 
 def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:

@@ -43,6 +43,8 @@ class Reason(StrEnum):
     UNKNOWN_SANDBOX = "unknown_sandbox"  # a node proxy's client that no sandbox claims (1.12)
     CONNECTION_LIMIT = "connection_limit"  # a sandbox's open connections are at its bound
     UPSTREAM_TLS = "upstream_tls"
+    # issue 34: the shared budget state (1.16) is unreachable and `state.on_error` is deny
+    BUDGET_UNAVAILABLE = "budget_unavailable"
 
 
 class Stage(StrEnum):
@@ -116,6 +118,11 @@ MESSAGES: dict[Reason, str] = {
         "The TLS handshake with the destination failed: its certificate did not verify "
         "or it does not speak TLS."
     ),
+    # issue 34
+    Reason.BUDGET_UNAVAILABLE: (
+        "The shared budget state cannot be reached and the proxy is configured to refuse "
+        "budgeted requests until it can; retry later."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -125,6 +132,7 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_TLS: 502,
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
+    Reason.BUDGET_UNAVAILABLE: 503,  # issue 34
 }
 
 

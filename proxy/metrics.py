@@ -131,6 +131,15 @@ class ProxyMetrics:
             ["rule", "budget"],
             registry=r,
         )
+        # The shared budget state (issue 34, docs/configuration.md#state): decisions the
+        # store did not answer, by backend and what `on_error` made of them.
+        self.state_unavailable = Counter(
+            "egress_state_unavailable_total",
+            "Budget decisions the shared state did not answer in time, by backend and "
+            "outcome: local (decided in this process's memory) or deny (refused, 503).",
+            ["backend", "outcome"],
+            registry=r,
+        )
         self.bound_hits = Counter(
             "egress_bound_hits_total",
             "Times a fair-share bound bit (docs/configuration.md#fair-sharing), by bound and "
@@ -156,6 +165,9 @@ class ProxyMetrics:
         self._operator_metrics(r)
         self.sandboxes = SandboxMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
+
+    def state_unavailable_inc(self, backend: str, outcome: str) -> None:
+        self.state_unavailable.labels(backend, outcome).inc()
 
     def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
         """(entry pattern, "requests"/"upload", amount) of every budget in the running

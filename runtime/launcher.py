@@ -32,6 +32,7 @@ from sandbox_egress.proxy.audit import AuditLog, BackgroundAuditLog
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime import accepting, addonimports, lifecycle, workers
 from sandbox_egress.runtime.ca import ensure_ca
@@ -165,6 +166,7 @@ async def serve(settings: Settings) -> int:
     policy = Policy(network, own, own.is_local)
     counted = CountingAudit(audit, metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
+    addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(
@@ -247,6 +249,7 @@ async def serve(settings: Settings) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         audit.close()
+        await addon.shared.state.close()
         if metrics_server is not None:
             metrics_server.stop()
         if settings.worker is None or settings.worker == 0:

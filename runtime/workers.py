@@ -13,8 +13,10 @@ supervisor sees a failure instead of a proxy silently running at reduced size.
 Invariants:
 * Nothing listens on the proxy port before every check the single-process
   proxy makes has passed (the parent runs them; each worker runs them again).
-* Workers share nothing in memory: each decides with its own copy of the
-  configuration, which a SIGHUP reloads in every worker.
+* Workers share nothing in memory but the budgets: each decides with its own copy of
+  the configuration, which a SIGHUP reloads in every worker; with the memory state
+  backend this process holds the budgets and the workers ask it over a Unix socket
+  (`proxy.state.node`, D218), so a budget is one budget for the node.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from sandbox_egress.common.serve import MetricsServer
 from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -48,7 +51,7 @@ def worker_ready(index: int) -> None:
 
 def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[str, int]) -> int:
     """Start `count` workers running `argv` (the parent's own `run` arguments)."""
-    configuration.load(config_path)  # refuse a bad file before anything starts
+    network = configuration.load(config_path)  # refuse a bad file before anything starts
     state = Path(tempfile.mkdtemp(prefix="egress-proxy-"))
     multiproc, ready = state / "metrics", state / "ready"
     multiproc.mkdir()
@@ -60,6 +63,11 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}
+    # One budget per node (D218): this process holds the memory; the workers ask it.
+    budgets = NodeService(state / "budgets.sock") if network.state.backend == "memory" else None
+    if budgets is not None:
+        budgets.start()
+        env[SOCKET_ENV] = str(budgets.path)
     command = [sys.executable, "-m", "sandbox_egress.runtime.cli", *argv]
     workers: list[subprocess.Popen[bytes]] = []
     stopping = False
@@ -102,6 +110,8 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
                 worker.kill()
                 worker.wait()
         server.stop()
+        if budgets is not None:
+            budgets.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(state, ignore_errors=True)

@@ -8,10 +8,11 @@ from mitmproxy.test import tflow
 
 from sandbox_egress.addons import budget
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.budget import Budgets
+from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.state.memory import MemoryState
 
 CONFIG = parse(
     {"network": {"allowlist": [
@@ -28,20 +29,24 @@ def value(metrics: ProxyMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
+def admit(*args: object) -> tuple[Decision, Admission]:
+    return asyncio.run(budget.admit(*args))  # type: ignore[arg-type]
+
+
 def test_admit_refuses_over_the_request_budget_and_counts() -> None:
-    budgets, metrics = Budgets(), ProxyMetrics()
-    assert budget.admit(budgets, metrics, HF, 0)[0] is HF
-    refused, admission = budget.admit(budgets, metrics, HF, 0)
+    budgets, metrics = MemoryState(), ProxyMetrics()
+    assert admit(budgets, metrics, HF, 0)[0] is HF
+    refused, admission = admit(budgets, metrics, HF, 0)
     assert (refused.allowed, refused.reason, refused.status) == (
         False, Reason.BUDGET_EXCEEDED, 429)  # fmt: skip
     assert admission.retry_after_s > 0
     assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="requests") == 1
     assert value(metrics, "egress_budget_remaining", rule="hf.example", budget="upload") == 1024
-    assert budget.admit(budgets, metrics, FREE, 0)[0] is FREE  # no budget, nothing asked
+    assert admit(budgets, metrics, FREE, 0)[0] is FREE  # no budget, nothing asked
 
 
 def test_metered_cuts_the_upload_that_crosses_the_budget() -> None:
-    budgets, metrics = Budgets(), ProxyMetrics()
+    budgets, metrics = MemoryState(), ProxyMetrics()
     flow = tflow.tflow()
     state = FlowState(HF, "hf.example")
     seen: list[bytes] = []
@@ -64,11 +69,11 @@ def test_metered_cuts_the_upload_that_crosses_the_budget() -> None:
 
 
 def test_each_sandbox_spends_its_own_budget_and_only_the_nodes_is_shown() -> None:
-    budgets, metrics = Budgets(), ProxyMetrics()
-    assert budget.admit(budgets, metrics, HF, 0, "sbx-1")[0] is HF
-    assert not budget.admit(budgets, metrics, HF, 0, "sbx-1")[0].allowed
-    assert budget.admit(budgets, metrics, HF, 0, "sbx-2")[0] is HF  # its own bucket
+    budgets, metrics = MemoryState(), ProxyMetrics()
+    assert admit(budgets, metrics, HF, 0, "sbx-1")[0] is HF
+    assert not admit(budgets, metrics, HF, 0, "sbx-1")[0].allowed
+    assert admit(budgets, metrics, HF, 0, "sbx-2")[0] is HF  # its own bucket
     assert value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests") is None
-    assert budget.admit(budgets, metrics, HF, 0)[0] is HF  # the node's own clients
+    assert admit(budgets, metrics, HF, 0)[0] is HF  # the node's own clients
     left = value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests")
     assert left is not None and left < 0.01  # refilling at one a day
