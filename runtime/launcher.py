@@ -46,6 +46,7 @@ from sandbox_egress.runtime.startup import (
     self_addresses,
     upstream_trust,
 )
+from sandbox_egress.runtime.status import StatusBoard
 from sandbox_egress.runtime.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ async def serve(settings: Settings) -> int:
         Telemetry(metrics),
     )
     tenants = _tenants(section, policy, addon, metrics)
+    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
@@ -185,6 +187,7 @@ async def serve(settings: Settings) -> int:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
         metrics.budgets_configured(budget_series(fresh))
+        board.reloaded()
         gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 
     def on_result(ok: bool) -> None:
@@ -241,6 +244,8 @@ async def serve(settings: Settings) -> int:
             server.heartbeat = now
 
         tasks.append(loop.create_task(lifecycle.heartbeat(stamp), name="heartbeat"))
+        tasks.append(loop.create_task(board.watch(), name="status"))
+        metrics_server.status = board.document
         metrics_server.start()
     try:
         await master.run()
@@ -275,6 +280,11 @@ def _tenants(
     install(tenants.tenancy)
     tenants.scan("start")
     return tenants
+
+
+def _loaded(tenants: Tenants | None) -> Callable[[], list[str]] | None:
+    """The ids of the sandboxes loaded now (for /status), or None without `sandboxes:`."""
+    return None if tenants is None else lambda: list(tenants.directory.sandboxes)
 
 
 def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[[], None]:

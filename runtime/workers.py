@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -35,7 +37,9 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from sandbox_egress.common.serve import MetricsServer
 from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy import sandboxes
 from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
+from sandbox_egress.runtime.status import INTERVAL_S, ProbedState, StatusBoard
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -62,6 +66,8 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     )
     ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
+    board, rescan = _status(config_path, network, count)
+    server.status = board.document
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}
     # One budget per node (D218): this process holds the memory; the workers ask it.
     budgets = NodeService(state / "budgets.sock") if network.state.backend == "memory" else None
@@ -89,7 +95,13 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
             workers.append(subprocess.Popen([*command, "--worker", str(index)], env=env))
         server.start()
         deadline = time.monotonic() + START_TIMEOUT_S
+        probed = 0.0
         while not stopping and all(w.poll() is None for w in workers):
+            if time.monotonic() - probed > INTERVAL_S:
+                probed = time.monotonic()
+                board.reloaded()
+                rescan()
+                asyncio.run(board.refresh())
             if not server.ready.is_set() and len(list(ready.iterdir())) == count:
                 server.ready.set()
                 print(f"egress-proxy: {count} workers ready", file=sys.stderr, flush=True)
@@ -115,6 +127,20 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _status(
+    config_path: str, network: configuration.NetworkConfig, count: int
+) -> tuple[StatusBoard, Callable[[], object]]:
+    """The parent's /status (the workers' configuration, sandboxes and state, probed) and
+    how to bring its sandboxes up to date (on the parent's loop, never the server's)."""
+    section = sandboxes.node_section(config_path)
+    state = ProbedState(network.state)
+    if section is None:
+        return StatusBoard(config_path, state, None, workers=count), lambda: None
+    directory = sandboxes.SandboxDirectory(section.directory, secrets=False)
+    board = StatusBoard(config_path, state, lambda: list(directory.sandboxes), workers=count)
+    return board, directory.scan
 
 
 def share_listen_port() -> None:

@@ -9,8 +9,11 @@ namespace reaches through the file system.
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +65,18 @@ def statuses(proxies: list[PrivateProxy], count: int) -> list[int]:
     ]
 
 
+def status(p: PrivateProxy) -> dict[str, Any]:
+    connection = http.client.HTTPConnection(p.view.metrics_host, p.view.metrics_port, timeout=5)
+    try:
+        connection.request("GET", "/status")
+        response = connection.getresponse()
+        assert response.status == 200
+        found: dict[str, Any] = json.loads(response.read())
+        return found
+    finally:
+        connection.close()
+
+
 def test_workers_share_one_memory_budget(
     private_proxy: Callable[..., PrivateProxy], obs: Observed
 ) -> None:
@@ -88,6 +103,10 @@ def test_two_proxies_share_one_budget_in_redis(
     assert len(obs.requests()) == 10
     admitted = [answers[n::2].count(200) for n in range(2)]
     assert sum(admitted) == 10 and all(a > 0 for a in admitted)  # the first two, at least
+    for proxy in proxies:
+        found = status(proxy)
+        assert found["state"]["backend"] == "redis" and found["state"]["health"] == "ok"
+        assert redis.url not in json.dumps(found)
 
 
 @pytest.mark.parametrize(("on_error", "after"), [("local", 200), ("deny", 503)])
