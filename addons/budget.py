@@ -10,7 +10,9 @@ streamed body (`proxy.state.meter`): the chunk that crosses the upload budget is
 forwarded, the flow is killed and the client connection closed (the upload is cut), and
 the cut is counted. The key is the entry's pattern and the client's sandbox (None for
 the node's own clients); the node's remaining budgets are exported by entry pattern
-(`egress_budget_remaining`) when this process holds them.
+(`egress_budget_remaining`) when this process holds them. `websocket_message` meters
+what a sandbox sends on an upgraded WebSocket the same way: the message that crosses
+the upload budget is dropped and the stream closed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from mitmproxy import http
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.workarounds import hang_up
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
@@ -31,6 +33,7 @@ from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.meter import Meter
 
 _tasks: set[asyncio.Task[None]] = set()  # top-ups in flight, held until done
+WEBSOCKET_METER = "egress-websocket-meter"  # a WebSocket flow's upload meter, in metadata
 
 
 def key_of(decision: Decision, sandbox: str | None = None) -> BudgetKey | None:
@@ -117,3 +120,22 @@ def metered(
         return b""
 
     return take
+
+
+def websocket_message(
+    state: StateBackend, metrics: ProxyMetrics, flow: http.HTTPFlow, sandbox: str | None
+) -> None:
+    """A WebSocket message the sandbox sent counts toward its entry's upload budget (1.11):
+    the message that crosses it is dropped and the stream closed (`metered`'s cut)."""
+    flow_state = flow.metadata.get(FLOW_KEY)
+    if flow.websocket is None or not flow.websocket.messages:
+        return
+    message = flow.websocket.messages[-1]
+    if not message.from_client or not isinstance(flow_state, FlowState):
+        return
+    meter = flow.metadata.get(WEBSOCKET_METER)
+    if meter is None:
+        meter = metered(state, metrics, flow, flow_state, lambda chunk: chunk, sandbox)
+        flow.metadata[WEBSOCKET_METER] = meter
+    if message.content and not meter(message.content):
+        message.drop()

@@ -138,6 +138,15 @@ class Requests:
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
 
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A message the sandbox sends on a WebSocket counts toward the upload budget."""
+        sandbox, judged = self.shared.facts(flow.client_conn).sandbox, False
+        with self.shared.failclosed(Stage.REQUEST):
+            budget.websocket_message(self.shared.state, self.shared.metrics, flow, sandbox)
+            judged = True
+        if not judged and flow.websocket is not None and flow.websocket.messages:
+            flow.websocket.messages[-1].drop()  # fail closed: an unjudged message stays here
+
 
 def announced(flow: http.HTTPFlow) -> int | None:
     """The request body's announced size for a budget: 0 without a body, None unknown."""

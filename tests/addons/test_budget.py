@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from mitmproxy import websocket
 from mitmproxy.test import tflow
+from wsproto.frame_protocol import Opcode
 
 from sandbox_egress.addons import budget
-from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
@@ -77,3 +79,32 @@ def test_each_sandbox_spends_its_own_budget_and_only_the_nodes_is_shown() -> Non
     assert admit(budgets, metrics, HF, 0)[0] is HF  # the node's own clients
     left = value(metrics, "egress_budget_remaining", rule="hf.example", budget="requests")
     assert left is not None and left < 0.01  # refilling at one a day
+
+
+def test_websocket_messages_count_toward_upload_and_the_crossing_one_closes_the_stream() -> None:
+    # A mitmproxy test flow stands in for the upgraded connection; the end-to-end cut is
+    # the same `metered` path an HTTP upload takes (tests/e2e/test_budget_e2e.py).
+    budgets, metrics = MemoryState(), ProxyMetrics()
+    flow = tflow.twebsocketflow()
+    flow.metadata[FLOW_KEY] = FlowState(HF, "hf.example")
+    flow.websocket.messages.clear()
+
+    async def send(content: bytes, from_client: bool = True) -> bool:
+        flow.websocket.messages.append(
+            websocket.WebSocketMessage(Opcode.BINARY, from_client, content)
+        )
+        budget.websocket_message(budgets, metrics, flow, None)
+        return not flow.websocket.messages[-1].dropped
+
+    async def conversation() -> list[bool]:
+        return [
+            await send(b"a" * 600),
+            await send(b"z" * 5000, from_client=False),  # what the upstream sends is free
+            await send(b"b" * 600),
+            await send(b"c"),
+        ]
+
+    assert asyncio.run(conversation()) == [True, True, False, False]
+    assert flow.metadata[FLOW_KEY].decision.reason is Reason.BUDGET_EXCEEDED
+    assert flow.error is not None  # killed, and the client connection hung up
+    assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="upload") == 1
