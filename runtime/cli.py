@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         engine=args.engine,
         log_format=args.log_format,
         http2=args.http2,
+        audit_format=args.audit_format,
     )
     try:
         return asyncio.run(serve(settings))

@@ -77,6 +77,13 @@ def parser() -> argparse.ArgumentParser:
         "--audit-log", default="-", metavar="PATH", help="audit log file, or - for stdout"
     )
     run.add_argument(
+        "--audit-format",
+        choices=["jsonl", "ocsf"],
+        default="jsonl",
+        help="jsonl: the project's JSON lines (default); ocsf: one OCSF 1.5 event per line "
+        "(HTTP Activity 4002, Network Activity 4001), for SIEMs",
+    )
+    run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
     )
     run.add_argument(

@@ -28,7 +28,7 @@ from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import announce, formatter
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
-from sandbox_egress.proxy.audit import AuditLog, BackgroundAuditLog
+from sandbox_egress.proxy.audit import FORMATS, BackgroundAuditLog
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
@@ -123,7 +123,8 @@ async def serve(settings: Settings) -> int:
     ready = metrics_server.ready if metrics_server else threading.Event()
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
     audit = BackgroundAuditLog(
-        AuditLog.open(settings.audit_log, settings.worker), metrics.audit_dropped.inc
+        FORMATS[settings.audit_format].open(settings.audit_log, settings.worker),
+        metrics.audit_dropped.inc,
     )
 
     options, master = _engine(settings.engine)

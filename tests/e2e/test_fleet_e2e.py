@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from testbed.expect import Observed
+from testbed.ocsfschema import audit_file_problems
 from testbed.redisserver import RedisServer, start_redis
 from tests.e2e.conftest import PrivateProxy
 
@@ -81,6 +82,7 @@ def test_workers_share_one_memory_budget(
     private_proxy: Callable[..., PrivateProxy], obs: Observed
 ) -> None:
     p = private_proxy("fleet-workers", config("5/minute"), "--workers", "2")
+    ocsf = private_proxy("fleet-ocsf", config("5/minute"), "--audit-format", "ocsf")
     answers = statuses([p], 20)
     assert sorted(answers) == [200] * 5 + [429] * 15
     assert len(obs.requests()) == 5
