@@ -138,4 +138,4 @@ def websocket_message(
         meter = metered(state, metrics, flow, flow_state, lambda chunk: chunk, sandbox)
         flow.metadata[WEBSOCKET_METER] = meter
     if message.content and not meter(message.content):
-        message.drop()
+        message.drop()  # type: ignore[no-untyped-call]  # mitmproxy leaves it unannotated

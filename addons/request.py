@@ -145,7 +145,7 @@ class Requests:
             budget.websocket_message(self.shared.state, self.shared.metrics, flow, sandbox)
             judged = True
         if not judged and flow.websocket is not None and flow.websocket.messages:
-            flow.websocket.messages[-1].drop()  # fail closed: an unjudged message stays here
+            flow.websocket.messages[-1].drop()  # type: ignore[no-untyped-call]  # fail closed
 
 
 def announced(flow: http.HTTPFlow) -> int | None:

@@ -102,18 +102,6 @@ class AuditLog:
         self._stream.flush()
 
 
-class OcsfAuditLog(AuditLog):
-    """`--audit-format ocsf`: each record as one OCSF event (`proxy.ocsf`) per line."""
-
-    def line(self, record: AuditRecord, at: datetime | None = None) -> str:
-        from sandbox_egress.proxy.ocsf import event
-
-        return json_line(event(record, at or datetime.now(UTC), self._worker))
-
-
-FORMATS: dict[str, type[AuditLog]] = {"jsonl": AuditLog, "ocsf": OcsfAuditLog}
-
-
 class BackgroundAuditLog:
     """An `AuditLog` written by a thread of its own; `write` never blocks."""
 

@@ -1,4 +1,4 @@
-"""`--audit-format ocsf` (SPEC 1.15, docs/configuration.md#audit-log): each audit record as
+"""`--audit-format ocsf` (issue 34, docs/configuration.md#audit-log): each audit record as
 one OCSF 1.5.0 event with the `security_control` profile, for SIEMs.
 
 * HTTP decisions are HTTP Activity (class 4002, activity by method: 1 Connect ... 8
@@ -17,11 +17,12 @@ one OCSF 1.5.0 event with the `security_control` profile, for SIEMs.
 from __future__ import annotations
 
 import ipaddress
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from sandbox_egress.common.jsonlines import json_line
 from sandbox_egress.common.serve import version
-from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.audit import AuditLog, AuditRecord
 
 OCSF_VERSION = "1.5.0"
 PROFILES = ["security_control"]
@@ -125,7 +126,8 @@ def event(record: AuditRecord, at: datetime, worker: int | None = None) -> dict[
     for side in ("src_endpoint", "dst_endpoint"):
         if not out[side]:
             del out[side]  # an endpoint names at least an address or a host
-    return _without_nulls(out)
+    cleaned: dict[str, Any] = _without_nulls(out)
+    return cleaned
 
 
 def _without_nulls(value: Any) -> Any:
@@ -133,3 +135,13 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     return value
+
+
+class OcsfAuditLog(AuditLog):
+    """`--audit-format ocsf`: each record as one OCSF event per line."""
+
+    def line(self, record: AuditRecord, at: datetime | None = None) -> str:
+        return json_line(event(record, at or datetime.now(UTC), self._worker))
+
+
+AUDIT_FORMATS: dict[str, type[AuditLog]] = {"jsonl": AuditLog, "ocsf": OcsfAuditLog}

@@ -28,9 +28,10 @@ from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import announce, formatter
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
-from sandbox_egress.proxy.audit import FORMATS, BackgroundAuditLog
+from sandbox_egress.proxy.audit import BackgroundAuditLog
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.tenancy import Tenancy
@@ -123,7 +124,7 @@ async def serve(settings: Settings) -> int:
     ready = metrics_server.ready if metrics_server else threading.Event()
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
     audit = BackgroundAuditLog(
-        FORMATS[settings.audit_format].open(settings.audit_log, settings.worker),
+        AUDIT_FORMATS[settings.audit_format].open(settings.audit_log, settings.worker),
         metrics.audit_dropped.inc,
     )
 

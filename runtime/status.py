@@ -1,6 +1,6 @@
-"""`GET /status` on the metrics address (SPEC 1.16): what a rollout checks of a replica —
+"""`GET /status` on the metrics address (issue 34): what a rollout checks of a replica —
 the version, the SHA-256 of the configuration file it runs, the sandboxes it has
-loaded, and the state backend with its health (docs/operations.md#status).
+loaded, and the state backend with its health (docs/operations.md#from-one-node-to-a-fleet).
 
 The metrics server's thread reads `document()`: plain fields, replaced whole. The event
 loop refreshes the backend's health every `INTERVAL_S` (`watch`) — a probe of a remote

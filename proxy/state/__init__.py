@@ -1,4 +1,4 @@
-"""Where budgets are kept (docs/configuration.md#state, SPEC 1.16): one small interface,
+"""Where budgets are kept (docs/configuration.md#state, issue 34): one small interface,
 `StateBackend`, and one module per backend behind it.
 
 The budget stage (`addons.budget`) asks its backend once per decision:

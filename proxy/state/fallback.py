@@ -1,4 +1,4 @@
-"""`state.on_error` around a remote backend (SPEC 1.16): when the store does not answer in
+"""`state.on_error` around a remote backend (issue 34): when the store does not answer in
 time, `local` decides in this process's memory and `deny` refuses (503
 `budget_unavailable`; a streaming upload is cut). Each unanswered decision is counted
 (`unavailable(outcome)`); the log says so once per transition, not once per request.

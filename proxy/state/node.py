@@ -1,4 +1,4 @@
-"""The `memory` backend of `--workers N`: one budget per node (SPEC 1.11, D218).
+"""The `memory` backend of `--workers N`: one budget per node (issue 34, D218).
 
 The parent of the workers holds the node's memory (`proxy.state.memory.MemoryState`) and
 answers on a Unix socket in its own directory (`NodeService`, a thread of the parent);

@@ -1,4 +1,4 @@
-"""The `redis` state backend: budgets every replica shares (SPEC 1.16).
+"""The `redis` state backend: budgets every replica shares (issue 34).
 
 Each decision is one atomic Lua GCRA script (`proxy.state.gcra`) on the store's clock,
 run by EVALSHA, falling back to EVAL when the store does not know the script (a restart,

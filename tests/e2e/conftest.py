@@ -187,7 +187,7 @@ def e2e_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def audit_validates_as_ocsf(e2e_dir: Path) -> Iterator[None]:
     """When the suite ends, every audit record any proxy of it wrote validates against
-    the OCSF schema (SPEC 1.15): an `--audit-format ocsf` line as written, a JSON line as
+    the OCSF schema (issue 34): an `--audit-format ocsf` line as written, a JSON line as
     the OCSF event it would have been (testbed/ocsfschema.py; equal shapes once)."""
     yield
     found: list[str] = []

@@ -1,4 +1,4 @@
-"""End to end, one budget for a fleet (SPEC 1.11, 1.16): `--workers 2` with the memory
+"""End to end, one budget for a fleet (issue 34): `--workers 2` with the memory
 backend admits exactly 5 of 20 under "5/minute" though both workers decide; two proxy
 processes sharing one real Redis admit exactly 10 of 20 under "10/minute", whichever
 process each request reaches; and a Redis stopped mid-run is what `on_error` says:
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from testbed import procs
 from testbed.expect import Observed
 from testbed.ocsfschema import audit_file_problems
 from testbed.redisserver import RedisServer, start_redis
@@ -82,7 +83,6 @@ def test_workers_share_one_memory_budget(
     private_proxy: Callable[..., PrivateProxy], obs: Observed
 ) -> None:
     p = private_proxy("fleet-workers", config("5/minute"), "--workers", "2")
-    ocsf = private_proxy("fleet-ocsf", config("5/minute"), "--audit-format", "ocsf")
     answers = statuses([p], 20)
     assert sorted(answers) == [200] * 5 + [429] * 15
     assert len(obs.requests()) == 5
@@ -93,6 +93,25 @@ def test_workers_share_one_memory_budget(
         sorted(line["reason"] for line in requests)
         == ["allowlisted"] * 5 + ["budget_exceeded"] * 15
     )
+    found = status(p)
+    assert (found["workers"], found["state"]["backend"], found["sandboxes"]) == (2, "memory", None)
+    assert found["state"]["health"] == "ok" and found["config"]["path"] == str(p.process.config)
+
+
+def test_the_ocsf_audit_format_validates(private_proxy: Callable[..., PrivateProxy]) -> None:
+    ocsf = private_proxy("fleet-ocsf", config("5/minute"), "--audit-format", "ocsf")
+    assert sorted(statuses([ocsf], 7)) == [200] * 5 + [429] * 2
+    audit = ocsf.process.audit
+    procs.wait_until("14 OCSF lines", lambda: len(audit.read_text().splitlines()) >= 14, 10)
+    count, problems = audit_file_problems(audit)
+    assert (count, problems) == (14, [])
+    events = [json.loads(line) for line in ocsf.process.audit.read_text().splitlines()]
+    assert sorted((e["class_uid"], e["type_uid"], e["disposition_id"]) for e in events) == sorted(
+        [(4001, 400101, 1)] * 7 + [(4002, 400203, 1)] * 5 + [(4002, 400203, 2)] * 2
+    )
+    refused = [e for e in events if e["disposition_id"] == 2]
+    assert {e["status_detail"] for e in refused} == {"budget_exceeded"}
+    assert {e["firewall_rule"]["name"] for e in refused} == {"api.allowed.test"}
 
 
 def test_two_proxies_share_one_budget_in_redis(

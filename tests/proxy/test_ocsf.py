@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.audit import AuditLog, AuditRecord, OcsfAuditLog
-from sandbox_egress.proxy.ocsf import event
+from sandbox_egress.proxy.audit import AuditLog, AuditRecord
+from sandbox_egress.proxy.ocsf import OcsfAuditLog, event
 from testbed.ocsfschema import problems, record_of
 
 AT = datetime(2026, 12, 4, 17, 0, 0, 123000, tzinfo=UTC)
@@ -69,8 +69,12 @@ def test_each_decision_maps_and_validates(name: str) -> None:
 def test_the_http_parts_and_endpoints() -> None:
     found = event(record(), AT)
     assert found["http_request"] == {
-        "url": {"url_string": "https://api.example.com:443", "hostname": "api.example.com",
-                "scheme": "https", "port": 443},  # the origin: a path may carry secrets
+        "url": {
+            "url_string": "https://api.example.com:443",
+            "hostname": "api.example.com",
+            "scheme": "https",
+            "port": 443,
+        },  # the origin: a path may carry secrets
         "http_method": "POST",
     }
     assert found["http_response"] == {"code": 429}
