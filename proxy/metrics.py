@@ -133,6 +133,13 @@ class ProxyMetrics:
         )
         # The shared budget state (issue 34, docs/configuration.md#state): decisions the
         # store did not answer, by backend and what `on_error` made of them.
+        self.audit_sink_dropped = Counter(
+            "egress_audit_dropped_total",
+            "Audit records an export sink dropped (collector down or slow, queue full), by sink.",
+            ["sink"],
+            registry=r,
+        )
+        self.audit_sink_dropped.labels("otlp")
         self.state_unavailable = Counter(
             "egress_state_unavailable_total",
             "Budget decisions the shared state did not answer in time, by backend and "

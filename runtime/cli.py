@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         log_format=args.log_format,
         http2=args.http2,
         audit_format=args.audit_format,
+        otlp_endpoint=args.otlp_endpoint,
     )
     try:
         return asyncio.run(serve(settings))

@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -37,6 +38,8 @@ from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime import accepting, addonimports, lifecycle, workers
 from sandbox_egress.runtime.ca import ensure_ca
+from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
+from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
 from sandbox_egress.runtime.startup import (
     Settings,
     banner,
@@ -167,7 +170,11 @@ async def serve(settings: Settings) -> int:
     resolver = fair_resolver(settings, metrics, on_lookup)
     _require_secrets(network)
     policy = Policy(network, own, own.is_local)
-    counted = CountingAudit(audit, metrics)
+    otlp = None  # --otlp-endpoint: every record also to a collector, batched (issue 34)
+    if settings.otlp_endpoint:
+        dropped = metrics.audit_sink_dropped.labels("otlp").inc
+        otlp = OtlpExporter(settings.otlp_endpoint, dropped, settings.worker)
+    counted = CountingAudit(audit if otlp is None else TeeAudit(audit, otlp), metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
@@ -206,6 +213,8 @@ async def serve(settings: Settings) -> int:
         workers.share_listen_port()
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
+    if otlp is not None:
+        tasks.append(loop.create_task(otlp.run(), name="otlp"))
 
     def on_sigterm() -> None:
         if any(task.get_name() == "drain" for task in tasks):
@@ -256,6 +265,9 @@ async def serve(settings: Settings) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         audit.close()
+        if otlp is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(otlp.flush(), OTLP_TIMEOUT_S)  # what is queued, bounded
         await addon.shared.state.close()
         if metrics_server is not None:
             metrics_server.stop()

@@ -144,3 +144,18 @@ def test_redis_stopped_mid_run(
     labels = (("backend", "redis"), ("outcome", on_error))
     assert p.process.scrape()[("egress_state_unavailable_total", labels)] == 1
     assert "budget state redis: unavailable" in p.process.child.stderr.read_text()
+
+
+def test_a_dead_collector_costs_no_request_anything(
+    private_proxy: Callable[..., PrivateProxy],
+) -> None:
+    # Nothing listens on port 1 of the proxy namespace's loopback: every export fails.
+    p = private_proxy("fleet-otlp", config("100/minute"), "--otlp-endpoint", "http://127.0.0.1:1")
+    assert statuses([p], 5) == [200] * 5
+    labels = (("sink", "otlp"),)
+
+    def dropped() -> bool:
+        return p.process.scrape().get(("egress_audit_dropped_total", labels), 0) == 10
+
+    procs.wait_until("10 records dropped", dropped, timeout=15)  # 5 CONNECTs, 5 requests
+    assert len(p.view.audit_log.wait_count(0, 10)) == 10  # the file keeps every record
