@@ -77,8 +77,7 @@ class NodeService:
             return {"ok": memory.lock_now(str(ask["key"]), float(ask["ttl"]))}
         key = BudgetKey(ask["sandbox"], str(ask["entry"]))
         if op == "spend":
-            rate = _rate(ask["rate"])
-            assert rate is not None
+            rate = Rate(int(ask["rate"][0]), int(ask["rate"][1]))
             return {"ok": memory.spend_now(key, rate, int(ask["size"]))}
         budget = Budget(_rate(ask["requests"]), _rate(ask["upload"]))
         body = ask["body"]
