@@ -24,7 +24,7 @@ from typing import Any
 from mitmproxy import http
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.addons.workarounds import hang_up
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
@@ -122,20 +122,26 @@ def metered(
     return take
 
 
-def websocket_message(
-    state: StateBackend, metrics: ProxyMetrics, flow: http.HTTPFlow, sandbox: str | None
+def websocket_upgrade(
+    state: StateBackend,
+    metrics: ProxyMetrics,
+    flow: http.HTTPFlow,
+    flow_state: FlowState,
+    sandbox: str | None,
 ) -> None:
-    """A WebSocket message the sandbox sent counts toward its entry's upload budget (1.11):
-    the message that crosses it is dropped and the stream closed (`metered`'s cut)."""
-    flow_state = flow.metadata.get(FLOW_KEY)
-    if flow.websocket is None or not flow.websocket.messages:
-        return
-    message = flow.websocket.messages[-1]
-    if not message.from_client or not isinstance(flow_state, FlowState):
-        return
-    meter = flow.metadata.get(WEBSOCKET_METER)
-    if meter is None:
+    """An allowed WebSocket upgrade to a budgeted entry keeps its upload meter in the flow:
+    the request's `FlowState` is gone once the 101 is audited, the messages come later."""
+    if flow.request.headers.get("upgrade", "").lower() == "websocket":
         meter = metered(state, metrics, flow, flow_state, lambda chunk: chunk, sandbox)
         flow.metadata[WEBSOCKET_METER] = meter
-    if message.content and not meter(message.content):
+
+
+def websocket_message(flow: http.HTTPFlow) -> None:
+    """A WebSocket message the sandbox sent counts toward its entry's upload budget (1.11):
+    the message that crosses it is dropped and the stream closed (`metered`'s cut)."""
+    meter = flow.metadata.get(WEBSOCKET_METER)
+    if meter is None or flow.websocket is None or not flow.websocket.messages:
+        return
+    message = flow.websocket.messages[-1]
+    if message.from_client and message.content and not meter(message.content):
         message.drop()  # type: ignore[no-untyped-call]  # mitmproxy leaves it unannotated

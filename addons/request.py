@@ -79,6 +79,7 @@ class Requests:
             flow.request.stream = budget.metered(
                 shared.state, shared.metrics, flow, state, count, sandbox, admission.reserved
             )
+            budget.websocket_upgrade(shared.state, shared.metrics, flow, state, sandbox)
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
@@ -140,9 +141,9 @@ class Requests:
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """A message the sandbox sends on a WebSocket counts toward the upload budget."""
-        sandbox, judged = self.shared.facts(flow.client_conn).sandbox, False
+        judged = False
         with self.shared.failclosed(Stage.REQUEST):
-            budget.websocket_message(self.shared.state, self.shared.metrics, flow, sandbox)
+            budget.websocket_message(flow)
             judged = True
         if not judged and flow.websocket is not None and flow.websocket.messages:
             flow.websocket.messages[-1].drop()  # type: ignore[no-untyped-call]  # fail closed

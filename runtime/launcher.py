@@ -192,6 +192,8 @@ async def serve(settings: Settings) -> int:
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
+        if fresh.state != network.state:  # the store stays: what was spent stays spent (D217)
+            log.warning("reload: the state: section changed; it takes effect at the next start")
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))

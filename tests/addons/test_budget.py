@@ -9,7 +9,7 @@ from mitmproxy.test import tflow
 from wsproto.frame_protocol import Opcode
 
 from sandbox_egress.addons import budget
-from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
@@ -86,17 +86,19 @@ def test_websocket_messages_count_toward_upload_and_the_crossing_one_closes_the_
     # the same `metered` path an HTTP upload takes (tests/e2e/test_budget_e2e.py).
     budgets, metrics = MemoryState(), ProxyMetrics()
     flow = tflow.twebsocketflow()
-    flow.metadata[FLOW_KEY] = FlowState(HF, "hf.example")
+    state = FlowState(HF, "hf.example")
+    flow.request.headers["Upgrade"] = "websocket"
     flow.websocket.messages.clear()
 
     async def send(content: bytes, from_client: bool = True) -> bool:
         flow.websocket.messages.append(
             websocket.WebSocketMessage(Opcode.BINARY, from_client, content)
         )
-        budget.websocket_message(budgets, metrics, flow, None)
+        budget.websocket_message(flow)
         return not flow.websocket.messages[-1].dropped
 
     async def conversation() -> list[bool]:
+        budget.websocket_upgrade(budgets, metrics, flow, state, None)  # at the request
         return [
             await send(b"a" * 600),
             await send(b"z" * 5000, from_client=False),  # what the upstream sends is free
@@ -105,6 +107,6 @@ def test_websocket_messages_count_toward_upload_and_the_crossing_one_closes_the_
         ]
 
     assert asyncio.run(conversation()) == [True, True, False, False]
-    assert flow.metadata[FLOW_KEY].decision.reason is Reason.BUDGET_EXCEEDED
+    assert state.decision.reason is Reason.BUDGET_EXCEEDED
     assert flow.error is not None  # killed, and the client connection hung up
     assert value(metrics, "egress_budget_exceeded_total", rule="hf.example", budget="upload") == 1
