@@ -48,12 +48,12 @@ def _endpoint(text: str | None, port: int | None = None, host: str = "") -> dict
         found["hostname"] = host
     address, _, number = (text or "").rpartition(":")
     try:
-        found["ip"] = str(ipaddress.ip_address(address.strip("[]")))
+        found["ip"] = str(ipaddress.ip_address(address.strip("[]").split("%")[0]))
     except ValueError:
         number = ""  # not an address the proxy wrote: the text stays in `unmapped`
     if number.isdigit() and int(number) <= 65535:
         found["port"] = int(number)
-    if port is not None:
+    if port is not None and 0 <= port <= 65535:
         found["port"] = port
     if set(found) == {"port"}:
         del found["port"]  # an endpoint names an address or a host
@@ -116,8 +116,8 @@ def event(record: AuditRecord, at: datetime, worker: int | None = None) -> dict[
     if not network:
         scheme = record.scheme or "http"
         origin = f"{scheme}://{record.host}" + (f":{record.port}" if record.port else "")
-        url = {"url_string": origin, "hostname": record.host, "scheme": scheme,
-               "port": record.port}  # fmt: skip
+        port = record.port if record.port is not None and 0 <= record.port <= 65535 else None
+        url = {"url_string": origin, "hostname": record.host, "scheme": scheme, "port": port}
         out["http_request"] = {"url": url}
         if activity_id != 99:  # the schema lists eight methods; others are `unmapped`
             out["http_request"]["http_method"] = record.method

@@ -88,9 +88,10 @@ methods = st.sampled_from(["GET", "POST", "CONNECT", "TLS", "TCP", "PATCH", "BRE
 texts = st.text(max_size=40)
 records = st.builds(
     AuditRecord,
-    client=st.one_of(st.just(""), st.just("10.1.2.3:5"), st.just("[::1]:9"), texts),
+    client=st.one_of(st.just(""), st.just("10.1.2.3:5"), st.just("[::1]:9"),
+                     st.just("[fe80::1%eth0]:7"), texts),
     method=methods, scheme=st.sampled_from(["", "http", "https"]), host=texts,
-    port=st.one_of(st.none(), st.integers(0, 65535)),
+    port=st.one_of(st.none(), st.integers(-1, 70000)),
     decision=st.sampled_from(["allow", "deny", "would_deny"]), reason=texts,
     rule=st.one_of(st.none(), texts), injected=st.lists(texts, max_size=3).map(tuple),
     status=st.one_of(st.none(), st.integers(100, 599)),
