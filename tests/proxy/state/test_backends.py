@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy.config import ConfigError, parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.state import StateUnavailable
@@ -286,3 +287,16 @@ def test_an_unknown_length_upload_asks_in_blocks_and_is_cut_once_crossed() -> No
     taken, asked, cuts = run(stream())
     assert taken == [True, True, True, True, True, False]
     assert asked[-1] == (70_000 - 1000) + 1000 and cuts == 1  # owed, and a block
+
+
+def test_state_problems_are_placed_at_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "network:\n  allowlist: [a.example]\nstate:\n  backend: redis\n  timeout: soon\n"
+    )
+    with pytest.raises(ConfigError) as error:
+        configuration.load(path)
+    assert [(p.location, p.line) for p in error.value.problems] == [
+        ("state.url", 3),  # no url: the section's line
+        ("state.timeout", 5),
+    ]
