@@ -71,8 +71,8 @@ class Requests:
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
                 answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
             state.host = answer.host
-            decided, admission = budget.admit(
-                shared.budgets, shared.metrics, answer.decision, announced(flow), facts.sandbox
+            decided, admission = await budget.admit(
+                shared.state, shared.metrics, answer.decision, announced(flow), facts.sandbox
             )
             if not decided.allowed:
                 answer = RequestAnswer(decided, answer.host)
@@ -106,7 +106,9 @@ class Requests:
                     return  # decided and counted once its body is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
-            self._stream(flow, state)
+            self._stream(flow, state, admission.reserved)
+            sandbox = shared.facts(flow.client_conn).sandbox
+            budget.websocket_upgrade(shared.state, shared.metrics, flow, state, sandbox)
             return
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
@@ -151,12 +153,13 @@ class Requests:
             state.redactions = answer.redactions
             self.shared.metrics.injections.labels(answer.decision.rule).inc()
 
-    def _stream(self, flow: http.HTTPFlow, state: FlowState) -> None:
-        """The allowed request's body streams on, counted and metered (budgets)."""
+    def _stream(self, flow: http.HTTPFlow, state: FlowState, reserved: int = 0) -> None:
+        """The allowed request's body streams on, counted and metered (budgets; `reserved`:
+        bytes its admission already spent)."""
         shared, count = self.shared, counter(state, "bytes_sent")
         sandbox = shared.facts(flow.client_conn).sandbox
         flow.request.stream = budget.metered(
-            shared.budgets, shared.metrics, flow, state, count, sandbox
+            shared.state, shared.metrics, flow, state, count, sandbox, reserved
         )
 
     def _push_judged(self, flow: http.HTTPFlow, state: FlowState, commands: Commands | str) -> bool:
@@ -219,6 +222,15 @@ class Requests:
             state.refused_here = True
             if flow.response is None and flow.error is None:
                 mitm.kill(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A message the sandbox sends on a WebSocket counts toward the upload budget."""
+        judged = False
+        with self.shared.failclosed(Stage.REQUEST):
+            budget.websocket_message(flow)
+            judged = True
+        if not judged and flow.websocket is not None and flow.websocket.messages:
+            flow.websocket.messages[-1].drop()  # type: ignore[no-untyped-call]  # fail closed
 
 
 def announced(flow: http.HTTPFlow) -> int | None:

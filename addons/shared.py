@@ -18,7 +18,6 @@ from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
 from sandbox_egress.proxy.audit import AuditSink
-from sandbox_egress.proxy.budget import Budgets
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
@@ -30,6 +29,8 @@ from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
 from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
+from sandbox_egress.proxy.state import StateBackend
+from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import Tenancy
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
@@ -69,7 +70,9 @@ class Shared:
         self.resolve = resolve
         self.pinning = pinning
         self._facts: dict[str, ConnectionFacts] = {}  # client connection id -> facts
-        self.budgets = Budgets()  # outlives a reload: what was spent stays spent
+        # Where budgets are kept (proxy.state; the launcher opens the configured one):
+        # outlives a reload, so what was spent stays spent.
+        self.state: StateBackend = MemoryState()
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
         # issue 32: the credential cache; a reload keeps unchanged credentials' values.
         self.credentials = Credentials({})

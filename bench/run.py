@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import (
     allowlist,
+    budget_state,
     contenders,
     decide,
     fairness,
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         _say("scenario 2: deciding a host as the allowlist grows")
         results["decide"] = decide.measure()
         results["decide"]["rules"] = rules.measure()
+        results["decide"]["budget_state"] = budget_state.measure()  # issue 34: per backend
     if "redact" in wanted:
         _say("scenario 5: redacting echoed secrets (streaming body matcher, headers)")
         results["redact"] = redact.measure()

@@ -1,4 +1,5 @@
-"""The metrics and health server of both halves: `/metrics` and `/healthz` on one port.
+"""The metrics and health server of both halves: `/metrics` and `/healthz` on one port
+(and the proxy's `/status`, when its owner sets `status`).
 
 `MetricsServer` serves a Prometheus registry from a daemon thread. `/healthz` is 200
 once `ready` is set, unless the process is draining (SIGTERM) or the owner's event
@@ -17,6 +18,7 @@ prometheus_client's default registry already carries those.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -101,6 +103,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(200, b"ok\n", "text/plain")
             else:
                 self._reply(503, problem.encode() + b"\n", "text/plain")
+        elif path == "/status" and self.server.status is not None:
+            body = json.dumps(self.server.status(), indent=1).encode() + b"\n"
+            self._reply(200, body, "application/json")
         else:
             self._reply(404, b"not found\n", "text/plain")
 
@@ -140,6 +145,7 @@ class MetricsServer(ThreadingHTTPServer):
         self.ready = threading.Event()
         self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
         self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
+        self.status: Callable[[], dict[str, Any]] | None = None  # GET /status (runtime.status)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)

@@ -59,6 +59,8 @@ class Admission:
     admitted: bool
     retry_after_s: int = 0  # whole seconds until the request would be admitted
     budget: str = ""  # which budget refused: "requests" or "upload"
+    reserved: int = 0  # upload bytes an admitted request already spent (proxy.state)
+    unavailable: bool = False  # the shared state did not answer and on_error is deny
 
 
 @dataclass(slots=True)

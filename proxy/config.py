@@ -7,7 +7,7 @@ file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
 The structure is the JSON Schema `common/schemas/egress-config.schema.json`
 (checked by `common.problems`); what no schema can say is checked by named validators:
 `proxy.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
-`proxy.references` (`${NAME}`/`${file:}` references), `_combinations` here (fields refused
+`proxy.references` (`${NAME}`/`${file:}` references), `proxy.combinations` (fields refused
 together) and the duplicate check in `parse`.
 
 Invariants:
@@ -24,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from sandbox_egress.common.problems import (
 )
 from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.combinations import combinations
 from sandbox_egress.proxy.credentials.section import (
     NO_CREDENTIALS,
     Binding,
@@ -52,7 +53,7 @@ from sandbox_egress.proxy.credentials.section import referenced_files as credent
 from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
-from sandbox_egress.proxy.patterns import IPNetwork, Pattern, parse_pattern
+from sandbox_egress.proxy.patterns import IPNetwork, parse_pattern
 from sandbox_egress.proxy.patterns import (
     PatternKind as PatternKind,  # an Entry's field type, re-exported
 )
@@ -69,6 +70,7 @@ from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.references import referenced_files, secret_value
 from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
 from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
+from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
 from sandbox_egress.proxy.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )
@@ -119,6 +121,7 @@ class NetworkConfig:
     secret_files: tuple[str, ...] = ()
     # The top-level `credentials:` (proxy.credentials), fetched per request through a cache.
     credentials: Definitions = field(default=NO_CREDENTIALS, repr=False)
+    state: StateConfig = MEMORY  # where budgets are kept (proxy.state, issue 34)
 
 
 class ConfigError(Exception):
@@ -214,6 +217,7 @@ def parse(
         seen[entry.pattern] = index
         entries.append(entry)
     placeholders = placeholder_index(entries, report, source)
+    state = parse_state(document, report)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
@@ -225,6 +229,7 @@ def parse(
         placeholders=placeholders,
         secret_files=referenced_files(allowlist) + credential_files(_credentials_section(document)),
         credentials=credentials or NO_CREDENTIALS,
+        state=state,
     )
 
 
@@ -312,7 +317,7 @@ def _entry(
         else (parse_budget(raw.get("budget"), f"{where}.budget", report))
     )
     mcp_ok, mcp = parse_mcp(raw.get("mcp"), f"{where}.mcp", report)
-    refusals = list(_combinations(raw, base, failed))
+    refusals = list(combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
     if failed or transform is None or secrets is None or refusals or sigv4 is False:
@@ -340,45 +345,6 @@ def _entry(
         credential=binding,
         sigv4=sigv4 or None,
     )
-
-
-def _combinations(
-    raw: dict[str, Any], base: Pattern, failed: set[str]
-) -> Iterator[tuple[str, str]]:
-    """Fields valid alone but refused together: (field, message)."""
-    if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("transform"):
-        yield (
-            "passthrough",
-            "a pass-through entry is not intercepted, so it cannot have a transform",
-        )
-    if raw.get("passthrough") is True and (
-        "rules" in raw or "deny" in raw or "git" in raw or "mcp" in raw
-    ):
-        yield (
-            "passthrough",
-            "a pass-through entry is not intercepted, so its rules could not be applied",
-        )
-    if raw.get("transform") and base.kind is PatternKind.ANY:
-        yield (
-            "transform",
-            "a transform on '*' would send the credential to every host; name the host",
-        )
-    if raw.get("secrets") and base.kind is PatternKind.ANY:
-        yield ("secrets", "a secret on '*' would go to every host; name the host")
-    if "passthrough" not in failed and raw.get("passthrough") is True and raw.get("secrets"):
-        yield ("passthrough", "a pass-through entry is not intercepted, so it cannot have secrets")
-    if raw.get("credential") and base.kind is PatternKind.ANY:
-        yield ("credential", "a credential on '*' would go to every host; name the host")
-    if raw.get("passthrough") is True and raw.get("credential"):
-        yield ("passthrough", "a pass-through entry is not intercepted: no credential")
-    written: Any = raw.get("credential")
-    written = written if isinstance(written, dict) else {}
-    header = {"bearer": "authorization", "basic": "authorization"}.get(
-        str(written.get("as")), str(written.get("header", "")).lower()
-    )
-    transform: Any = raw.get("transform")
-    if header and isinstance(transform, dict) and header in {str(h).lower() for h in transform}:
-        yield ("credential", f"the transform already writes {header}; write it once")
 
 
 def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ...]) -> Redactor:

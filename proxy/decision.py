@@ -54,6 +54,8 @@ class Reason(StrEnum):
     SIGV4_SCOPE_DENIED = "sigv4_scope_denied"
     SIGV4_UNSUPPORTED = "sigv4_unsupported"
     SECRET_ELSEWHERE = "secret_elsewhere"
+    # issue 34: the shared budget state (1.16) is unreachable and `state.on_error` is deny
+    BUDGET_UNAVAILABLE = "budget_unavailable"
 
 
 class Stage(StrEnum):
@@ -152,6 +154,11 @@ MESSAGES: dict[Reason, str] = {
         "The request carries a credential value the proxy holds; the sandbox should "
         "only ever hold placeholders."
     ),
+    # issue 34
+    Reason.BUDGET_UNAVAILABLE: (
+        "The shared budget state cannot be reached and the proxy is configured to refuse "
+        "budgeted requests until it can; retry later."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -163,6 +170,7 @@ STATUS: dict[Reason, int] = {
     Reason.CONNECTION_LIMIT: 429,
     Reason.BUDGET_EXCEEDED: 429,
     Reason.MCP_BAD_REQUEST: 400,  # issue 33
+    Reason.BUDGET_UNAVAILABLE: 503,  # issue 34
 }
 
 

@@ -131,6 +131,22 @@ class ProxyMetrics:
             ["rule", "budget"],
             registry=r,
         )
+        # The shared budget state (issue 34, docs/configuration.md#state): decisions the
+        # store did not answer, by backend and what `on_error` made of them.
+        self.audit_sink_dropped = Counter(
+            "egress_audit_dropped_total",
+            "Audit records an export sink dropped (collector down or slow, queue full), by sink.",
+            ["sink"],
+            registry=r,
+        )
+        self.audit_sink_dropped.labels("otlp")
+        self.state_unavailable = Counter(
+            "egress_state_unavailable_total",
+            "Budget decisions the shared state did not answer in time, by backend and "
+            "outcome: local (decided in this process's memory) or deny (refused, 503).",
+            ["backend", "outcome"],
+            registry=r,
+        )
         self.bound_hits = Counter(
             "egress_bound_hits_total",
             "Times a fair-share bound bit (docs/configuration.md#fair-sharing), by bound and "
@@ -178,6 +194,9 @@ class ProxyMetrics:
     def count_mcp(self, method: str, reason: Reason | None) -> None:
         """One MCP message; `reason` None: its POST was admitted."""
         self.mcp_messages.labels(method, (reason or Reason.ALLOWLISTED).value).inc()
+
+    def state_unavailable_inc(self, backend: str, outcome: str) -> None:
+        self.state_unavailable.labels(backend, outcome).inc()
 
     def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
         """(entry pattern, "requests"/"upload", amount) of every budget in the running

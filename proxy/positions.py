@@ -65,6 +65,10 @@ def compose(text: str) -> tuple[Any, Positions]:
         if network is not None:
             _walk(network[1], "network", found)
             found["network"] = _mark(network[0])
+        state = _child(node, "state")  # the top-level `state:` section (proxy.state.settings)
+        if state is not None:
+            _walk(state[1], "state", found)
+            found["state"] = _mark(state[0])
     return document, Positions(found)
 
 

@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         engine=args.engine,
         log_format=args.log_format,
         http2=args.http2,
+        audit_format=args.audit_format,
+        otlp_endpoint=args.otlp_endpoint,
     )
     try:
         return asyncio.run(serve(settings))

@@ -77,6 +77,20 @@ def parser() -> argparse.ArgumentParser:
         "--audit-log", default="-", metavar="PATH", help="audit log file, or - for stdout"
     )
     run.add_argument(
+        "--audit-format",
+        choices=["jsonl", "ocsf"],
+        default="jsonl",
+        help="jsonl: the project's JSON lines (default); ocsf: one OCSF 1.5 event per line "
+        "(HTTP Activity 4002, Network Activity 4001), for SIEMs",
+    )
+    run.add_argument(
+        "--otlp-endpoint",
+        type=_otlp_url,
+        metavar="URL",
+        help="also export each audit record as an OpenTelemetry log (OTLP/HTTP, JSON) to URL "
+        "(http(s)://HOST:PORT, /v1/logs by default); batched, never delaying a request",
+    )
+    run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
     )
     run.add_argument(
@@ -245,6 +259,20 @@ def _endpoint(text: str) -> tuple[str, int]:
         return parse_hostport(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (for example 127.0.0.1:8080 or :8080)") from None
+
+
+def _otlp_url(text: str) -> str:
+    """`--otlp-endpoint`: an http(s) URL with a host (checked before anything starts)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError("expected http(s)://HOST:PORT[/PATH]")
+    return text
 
 
 def _fair_options(parser: argparse.ArgumentParser, *, connections: bool) -> None:

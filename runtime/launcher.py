@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -28,16 +29,20 @@ from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import announce, formatter
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
-from sandbox_egress.proxy.audit import AuditLog, BackgroundAuditLog
+from sandbox_egress.proxy.audit import BackgroundAuditLog
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.section import sources as credential_sources
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
+from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime import accepting, addonimports, lifecycle, workers
 from sandbox_egress.runtime.ca import ensure_ca
+from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
+from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
 from sandbox_egress.runtime.startup import (
     Settings,
     banner,
@@ -48,6 +53,7 @@ from sandbox_egress.runtime.startup import (
     self_addresses,
     upstream_trust,
 )
+from sandbox_egress.runtime.status import StatusBoard
 from sandbox_egress.runtime.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -124,7 +130,8 @@ async def serve(settings: Settings) -> int:
     ready = metrics_server.ready if metrics_server else threading.Event()
     # Written by a thread of its own: the event loop only enqueues (bounded, drops counted).
     audit = BackgroundAuditLog(
-        AuditLog.open(settings.audit_log, settings.worker), metrics.audit_dropped.inc
+        AUDIT_FORMATS[settings.audit_format].open(settings.audit_log, settings.worker),
+        metrics.audit_dropped.inc,
     )
 
     options, master = _engine(settings.engine)
@@ -166,8 +173,13 @@ async def serve(settings: Settings) -> int:
     resolver = fair_resolver(settings, metrics, on_lookup)
     _require_secrets(network)
     policy = Policy(network, own, own.is_local)
-    counted = CountingAudit(audit, metrics)
+    otlp = None  # --otlp-endpoint: every record also to a collector, batched (issue 34)
+    if settings.otlp_endpoint:
+        dropped = metrics.audit_sink_dropped.labels("otlp").inc
+        otlp = OtlpExporter(settings.otlp_endpoint, dropped, settings.worker)
+    counted = CountingAudit(audit if otlp is None else TeeAudit(audit, otlp), metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
+    addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(
@@ -187,15 +199,19 @@ async def serve(settings: Settings) -> int:
 
     credentials = Credentials(*credential_sources(network.credentials, https), on_fetch=on_fetch)
     addon.shared.credentials = credentials
+    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
         addon.shared.credentials.replace(*credential_sources(fresh.credentials, https))
+        if fresh.state != network.state:  # the store stays: what was spent stays spent (D217)
+            log.warning("reload: the state: section changed; it takes effect at the next start")
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
         metrics.budgets_configured(budget_series(fresh))
+        board.reloaded()
         gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 
     def on_result(ok: bool) -> None:
@@ -212,6 +228,8 @@ async def serve(settings: Settings) -> int:
         workers.share_listen_port()
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
+    if otlp is not None:
+        tasks.append(loop.create_task(otlp.run(), name="otlp"))
 
     def on_sigterm() -> None:
         if any(task.get_name() == "drain" for task in tasks):
@@ -252,6 +270,8 @@ async def serve(settings: Settings) -> int:
             server.heartbeat = now
 
         tasks.append(loop.create_task(lifecycle.heartbeat(stamp), name="heartbeat"))
+        tasks.append(loop.create_task(board.watch(), name="status"))
+        metrics_server.status = board.document
         metrics_server.start()
     try:
         await master.run()
@@ -260,6 +280,10 @@ async def serve(settings: Settings) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         audit.close()
+        if otlp is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(otlp.flush(), OTLP_TIMEOUT_S)  # what is queued, bounded
+        await addon.shared.state.close()
         if metrics_server is not None:
             metrics_server.stop()
         if settings.worker is None or settings.worker == 0:
@@ -285,6 +309,11 @@ def _tenants(
     install(tenants.tenancy)
     tenants.scan("start")
     return tenants
+
+
+def _loaded(tenants: Tenants | None) -> Callable[[], list[str]] | None:
+    """The ids of the sandboxes loaded now (for /status), or None without `sandboxes:`."""
+    return None if tenants is None else lambda: list(tenants.directory.sandboxes)
 
 
 def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[[], None]:

@@ -63,6 +63,8 @@ class Settings:
     engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
     log_format: str = "text"  # or "json": operator messages on stderr as JSON lines
     http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
+    audit_format: str = "jsonl"  # or "ocsf": OCSF 1.x events (proxy.ocsf, issue 34)
+    otlp_endpoint: str | None = None  # OTLP/HTTP log export of the audit (runtime.otlp)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:

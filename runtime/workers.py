@@ -13,12 +13,15 @@ supervisor sees a failure instead of a proxy silently running at reduced size.
 Invariants:
 * Nothing listens on the proxy port before every check the single-process
   proxy makes has passed (the parent runs them; each worker runs them again).
-* Workers share nothing in memory: each decides with its own copy of the
-  configuration, which a SIGHUP reloads in every worker.
+* Workers share nothing in memory but the budgets: each decides with its own copy of
+  the configuration, which a SIGHUP reloads in every worker; with the memory state
+  backend this process holds the budgets and the workers ask it over a Unix socket
+  (`proxy.state.node`, D218), so a budget is one budget for the node.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -33,6 +37,9 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from sandbox_egress.common.serve import MetricsServer
 from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy import sandboxes
+from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
+from sandbox_egress.runtime.status import INTERVAL_S, ProbedState, StatusBoard
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -48,7 +55,7 @@ def worker_ready(index: int) -> None:
 
 def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[str, int]) -> int:
     """Start `count` workers running `argv` (the parent's own `run` arguments)."""
-    configuration.load(config_path)  # refuse a bad file before anything starts
+    network = configuration.load(config_path)  # refuse a bad file before anything starts
     state = Path(tempfile.mkdtemp(prefix="egress-proxy-"))
     multiproc, ready = state / "metrics", state / "ready"
     multiproc.mkdir()
@@ -59,7 +66,14 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     )
     ProcessCollector(registry=registry)  # process_* of this parent; workers' are not summed (D73)
     server = MetricsServer(metrics, registry)  # OSError (port in use) goes to the CLI
+    board, rescan = _status(config_path, network, count)
+    server.status = board.document
     env = {**os.environ, MULTIPROC_ENV: str(multiproc), READY_ENV: str(ready)}
+    # One budget per node (D218): this process holds the memory; the workers ask it.
+    budgets = NodeService(state / "budgets.sock") if network.state.backend == "memory" else None
+    if budgets is not None:
+        budgets.start()
+        env[SOCKET_ENV] = str(budgets.path)
     command = [sys.executable, "-m", "sandbox_egress.runtime.cli", *argv]
     workers: list[subprocess.Popen[bytes]] = []
     stopping = False
@@ -81,7 +95,13 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
             workers.append(subprocess.Popen([*command, "--worker", str(index)], env=env))
         server.start()
         deadline = time.monotonic() + START_TIMEOUT_S
+        probed = 0.0
         while not stopping and all(w.poll() is None for w in workers):
+            if time.monotonic() - probed > INTERVAL_S:
+                probed = time.monotonic()
+                board.reloaded()
+                rescan()
+                asyncio.run(board.refresh())
             if not server.ready.is_set() and len(list(ready.iterdir())) == count:
                 server.ready.set()
                 print(f"egress-proxy: {count} workers ready", file=sys.stderr, flush=True)
@@ -102,9 +122,25 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
                 worker.kill()
                 worker.wait()
         server.stop()
+        if budgets is not None:
+            budgets.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _status(
+    config_path: str, network: configuration.NetworkConfig, count: int
+) -> tuple[StatusBoard, Callable[[], object]]:
+    """The parent's /status (the workers' configuration, sandboxes and state, probed) and
+    how to bring its sandboxes up to date (on the parent's loop, never the server's)."""
+    section = sandboxes.node_section(config_path)
+    state = ProbedState(network.state)
+    if section is None:
+        return StatusBoard(config_path, state, None, workers=count), lambda: None
+    directory = sandboxes.SandboxDirectory(section.directory, secrets=False)
+    board = StatusBoard(config_path, state, lambda: list(directory.sandboxes), workers=count)
+    return board, directory.scan
 
 
 def share_listen_port() -> None:

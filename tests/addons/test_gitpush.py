@@ -4,8 +4,6 @@ tests/addons/test_pushgate.py)."""
 
 from __future__ import annotations
 
-import time
-
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow
 
@@ -130,7 +128,7 @@ def test_an_allowed_push_is_spent_from_the_upload_budget() -> None:
 
         assert run(stream()) == b"x" * 1000 + b"y" * 24
         key = BudgetKey(None, "git.example")
-        left = addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic())
+        left = addon.shared.state.remaining(key, "upload", Rate(1024**2, 86400))
         assert left < 1024**2 - 1000  # spent, not only checked (D182)
         assert count(metrics, "allow", "allowlisted") == 1
 
@@ -152,7 +150,4 @@ def test_a_refused_push_is_counted_once_and_spends_nothing() -> None:
         assert flow.request.stream is False
         assert count(metrics, "deny", "git_push_denied") == 1
         key = BudgetKey(None, "git.example")
-        assert (
-            addon.shared.budgets.remaining(key, "upload", Rate(1024**2, 86400), time.monotonic())
-            == 1024**2
-        )
+        assert addon.shared.state.remaining(key, "upload", Rate(1024**2, 86400)) == 1024**2

@@ -28,6 +28,7 @@ from testbed import nsock, procs
 from testbed.expect import Observed
 from testbed.harness import Harness, JsonLines
 from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
+from testbed.ocsfschema import audit_file_problems
 from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.rawhttp import Conn
 from testbed.testca import Pki, make_test_pki
@@ -181,6 +182,18 @@ def e2e_secrets() -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def e2e_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def audit_validates_as_ocsf(e2e_dir: Path) -> Iterator[None]:
+    """When the suite ends, every audit record any proxy of it wrote validates against
+    the OCSF schema (issue 34): an `--audit-format ocsf` line as written, a JSON line as
+    the OCSF event it would have been (testbed/ocsfschema.py; equal shapes once)."""
+    yield
+    found: list[str] = []
+    for path in sorted(e2e_dir.rglob("*audit*.jsonl")):
+        found += audit_file_problems(path)[1]
+    assert not found, "audit records that are not valid OCSF:\n" + "\n".join(found[:20])
 
 
 @pytest.fixture(scope="session")

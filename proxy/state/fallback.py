@@ -1,0 +1,84 @@
+"""`state.on_error` around a remote backend (issue 34): when the store does not answer in
+time, `local` decides in this process's memory and `deny` refuses (503
+`budget_unavailable`; a streaming upload is cut). Each unanswered decision is counted
+(`unavailable(outcome)`); the log says so once per transition, not once per request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.state import StateBackend, StateUnavailable
+from sandbox_egress.proxy.state.memory import MemoryState
+from sandbox_egress.proxy.state.settings import OnError
+
+log = logging.getLogger("egress")
+
+
+class Fallback:
+    def __init__(
+        self,
+        remote: StateBackend,
+        on_error: OnError,
+        unavailable: Callable[[str], None] = lambda _outcome: None,
+    ) -> None:
+        self.remote = remote
+        self.name = remote.name
+        self.local = MemoryState()
+        self.on_error = on_error
+        self.reachable = True
+        self._unavailable = unavailable
+
+    def _up(self) -> None:
+        if not self.reachable:
+            self.reachable = True
+            log.warning("budget state %s: reachable again; budgets are shared", self.name)
+
+    def _down(self, why: StateUnavailable) -> str:
+        outcome = self.on_error.value
+        if self.reachable:
+            self.reachable = False
+            then = "deciding budgets locally" if outcome == "local" else "refusing budgeted"
+            log.warning("budget state %s: unavailable (%s); %s", self.name, why, then)
+        self._unavailable(outcome)
+        return outcome
+
+    async def admit(
+        self, key: BudgetKey, budget: Budget, body: int | None, reserve: int
+    ) -> Admission:
+        try:
+            admission = await self.remote.admit(key, budget, body, reserve)
+        except StateUnavailable as exc:
+            if self._down(exc) == "deny":
+                return Admission(False, unavailable=True)
+            return self.local.admit_now(key, budget, body)
+        self._up()
+        return admission
+
+    async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool:
+        try:
+            within = await self.remote.spend(key, rate, size)
+        except StateUnavailable as exc:
+            return self._down(exc) == "local" and self.local.spend_now(key, rate, size)
+        self._up()
+        return within
+
+    def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None:
+        return self.remote.spend_now(key, rate, size)
+
+    def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float | None:
+        return self.remote.remaining(key, kind, rate)
+
+    async def lock(self, key: str, ttl_s: float) -> bool:
+        try:
+            return await self.remote.lock(key, ttl_s)
+        except StateUnavailable as exc:
+            return self._down(exc) == "local" and self.local.lock_now(key, ttl_s)
+
+    async def health(self) -> str:
+        return await self.remote.health()
+
+    async def close(self) -> None:
+        await self.remote.close()

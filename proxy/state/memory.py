@@ -1,0 +1,60 @@
+"""The `memory` state backend: this process's budgets (`proxy.budget.Budgets`) on the
+monotonic clock — the single-process proxy's default, and what `on_error: local` falls
+back to. Every call answers at once; `spend_now` is how a stream is metered chunk by
+chunk without waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Budgets, Rate
+
+
+class MemoryState:
+    name = "memory"
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budgets = Budgets()
+        self._clock = clock
+        self._locks: dict[str, float] = {}
+
+    async def admit(
+        self, key: BudgetKey, budget: Budget, body: int | None, reserve: int
+    ) -> Admission:
+        return self.admit_now(key, budget, body)
+
+    def admit_now(self, key: BudgetKey, budget: Budget, body: int | None) -> Admission:
+        """Today's admission: nothing of the body is spent until it streams."""
+        return self.budgets.admit(key, budget, body, self._clock())
+
+    async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool:
+        return self.spend_now(key, rate, size)
+
+    def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool:
+        return self.budgets.take_upload(key, _upload(rate), size, self._clock())
+
+    def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float:
+        return self.budgets.remaining(key, kind, rate, self._clock())
+
+    async def lock(self, key: str, ttl_s: float) -> bool:
+        return self.lock_now(key, ttl_s)
+
+    def lock_now(self, key: str, ttl_s: float) -> bool:
+        now = self._clock()
+        if self._locks.get(key, 0.0) > now:
+            return False
+        self._locks = {k: t for k, t in self._locks.items() if t > now}
+        self._locks[key] = now + ttl_s
+        return True
+
+    async def health(self) -> str:
+        return "ok"
+
+    async def close(self) -> None:
+        return None
+
+
+def _upload(rate: Rate) -> Budget:
+    return Budget(upload=rate)

@@ -1,0 +1,113 @@
+"""The `redis` state backend: budgets every replica shares (issue 34).
+
+Each decision is one atomic Lua GCRA script (`proxy.state.gcra`) on the store's clock,
+run by EVALSHA, falling back to EVAL when the store does not know the script (a restart,
+a failover, SCRIPT FLUSH); the store then caches it again. Every call is bounded by
+`state.timeout`; a refused connection, a timeout or an error reply raises
+`StateUnavailable` (`proxy.state.fallback` applies `on_error`). The client (redis-py's
+asyncio client) is imported only when this backend is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from typing import Any
+
+from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.state import StateUnavailable, budget_key
+from sandbox_egress.proxy.state.gcra import ADMIT, SPEND
+from sandbox_egress.proxy.state.settings import StateConfig
+
+_KINDS = {1: "requests", 2: "upload"}
+
+
+def _span_us(rate: Rate | None) -> tuple[int, int]:
+    return (0, 0) if rate is None else (rate.amount, rate.window_s * 1_000_000)
+
+
+class RedisState:
+    name = "redis"
+
+    def __init__(self, config: StateConfig, client: Any = None) -> None:
+        if client is None:
+            import redis.asyncio
+
+            client = redis.asyncio.Redis.from_url(
+                config.url,
+                socket_timeout=config.timeout_s,
+                socket_connect_timeout=config.timeout_s,
+                retry_on_timeout=False,
+            )
+        self._client = client
+        self._prefix = config.key_prefix
+        self._timeout = config.timeout_s
+        self._sha = {s: hashlib.sha1(s.encode()).hexdigest() for s in (ADMIT, SPEND)}
+        self._holder = secrets.token_hex(8)
+        self.clock = ""  # tests only: a fixed clock in microseconds replaces the store's
+
+    async def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        import redis.exceptions
+
+        async def call() -> Any:
+            try:
+                return await self._client.evalsha(self._sha[script], len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                return await self._client.eval(script, len(keys), *keys, *args)
+
+        try:
+            return await asyncio.wait_for(call(), self._timeout)
+        except (TimeoutError, OSError, redis.exceptions.RedisError) as exc:
+            raise StateUnavailable(type(exc).__name__) from None
+
+    async def admit(
+        self, key: BudgetKey, budget: Budget, body: int | None, reserve: int
+    ) -> Admission:
+        keys = [budget_key(self._prefix, key, k) for k in ("requests", "upload")]
+        args = [
+            *_span_us(budget.requests),
+            *_span_us(budget.upload),
+            "" if body is None else body,
+            reserve if budget.upload is not None else 0,
+            self.clock,
+        ]
+        admitted, wait, by = await self._run(ADMIT, keys, args)
+        if admitted:
+            return Admission(True, reserved=reserve if budget.upload is not None else 0)
+        return Admission(False, int(wait), _KINDS.get(int(by), "requests"))
+
+    async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool:
+        keys = [budget_key(self._prefix, key, "upload")]
+        return bool(await self._run(SPEND, keys, [*_span_us(rate), size, self.clock]))
+
+    def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None:
+        return None  # a round trip: streams reserve blocks (proxy.state.meter)
+
+    def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float | None:
+        return None  # kept in the store; the gauge shows this process's memory only
+
+    async def lock(self, key: str, ttl_s: float) -> bool:
+        import redis.exceptions
+
+        name = f"{self._prefix}:lock:{key}"
+        try:
+            taken = await asyncio.wait_for(
+                self._client.set(name, self._holder, nx=True, px=max(1, int(ttl_s * 1000))),
+                self._timeout,
+            )
+        except (TimeoutError, OSError, redis.exceptions.RedisError) as exc:
+            raise StateUnavailable(type(exc).__name__) from None
+        return bool(taken)
+
+    async def health(self) -> str:
+        import redis.exceptions
+
+        try:
+            await asyncio.wait_for(self._client.ping(), self._timeout)
+        except (TimeoutError, OSError, redis.exceptions.RedisError) as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return "ok"
+
+    async def close(self) -> None:
+        await self._client.aclose()

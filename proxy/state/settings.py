@@ -1,0 +1,98 @@
+"""The configuration file's top-level `state:` section (docs/configuration.md#state): where
+budgets are kept — this node's memory (the default) or a Redis every replica shares (1.16).
+
+Parsed here and called from the loader (`proxy.config.parse`) in one line; problems are
+reported at `state.<key>` like every other problem of the file. A URL's password is never
+part of a message (only the key names are).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+Report = Callable[[str, str], None]
+
+DEFAULT_TIMEOUT_S = 0.05
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
+_KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_KEYS = ("backend", "url", "key_prefix", "timeout", "on_error")
+
+
+class OnError(StrEnum):
+    LOCAL = "local"  # fall back to this process's memory (counted, logged)
+    DENY = "deny"  # refuse budgeted requests: 503 budget_unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    backend: str = "memory"  # a name of `proxy.state.BACKENDS`
+    url: str = ""
+    key_prefix: str = "egress"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    on_error: OnError = OnError.LOCAL
+
+
+MEMORY = StateConfig()
+
+
+def parse_state(document: Any, report: Report) -> StateConfig:
+    """The `state:` section of `document` (the default without one)."""
+    raw = document.get("state") if isinstance(document, dict) else None
+    if raw is None:
+        return MEMORY
+    if not isinstance(raw, dict):
+        report("state", "must be a mapping (backend, url, key_prefix, timeout, on_error)")
+        return MEMORY
+    for key in raw:
+        if key not in _KEYS:
+            report(f"state.{key}", f"unknown key (expected: {', '.join(_KEYS)})")
+    backend = raw.get("backend", "memory")
+    if backend not in ("memory", "redis"):
+        report("state.backend", "expected memory or redis")
+        backend = "memory"
+    url = raw.get("url", "")
+    if backend == "redis" and not _redis_url(url):
+        report("state.url", "backend redis needs url: redis://HOST:PORT/DB, rediss:// or unix://")
+    prefix = raw.get("key_prefix", "egress")
+    if not isinstance(prefix, str) or not _KEY_PREFIX.match(prefix):
+        report("state.key_prefix", "expected 1-64 letters, digits or _.:-")
+        prefix = "egress"
+    timeout = _duration(raw.get("timeout", "50ms"))
+    if timeout is None:
+        report("state.timeout", "expected a duration such as 50ms or 1s (at most 10s)")
+    on_error = raw.get("on_error", "local")
+    if on_error not in ("local", "deny"):
+        report("state.on_error", "expected local or deny")
+        on_error = "local"
+    return StateConfig(
+        backend, str(url or ""), prefix, timeout or DEFAULT_TIMEOUT_S, OnError(on_error)
+    )
+
+
+def _redis_url(url: Any) -> bool:
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if parts.scheme == "unix":
+        return bool(parts.path)
+    return parts.scheme in ("redis", "rediss") and bool(parts.hostname)
+
+
+def _duration(value: Any) -> float | None:
+    """Seconds of `"50ms"`/`"1s"` (or a bare number of seconds), None when not one."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value) if isinstance(value, str) else None
+        if match is None:
+            return None
+        seconds = float(match[1]) / (1000 if match[2] == "ms" else 1)
+    return seconds if 0 < seconds <= 10 else None

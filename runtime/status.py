@@ -1,0 +1,101 @@
+"""`GET /status` on the metrics address (issue 34): what a rollout checks of a replica —
+the version, the SHA-256 of the configuration file it runs, the sandboxes it has
+loaded, and the state backend with its health (docs/operations.md#from-one-node-to-a-fleet).
+
+The metrics server's thread reads `document()`: plain fields, replaced whole. The event
+loop refreshes the backend's health every `INTERVAL_S` (`watch`) — a probe of a remote
+store never runs on the metrics thread — and the hash on every successful reload. No
+secret is ever part of it: the Redis URL is not shown, only the backend's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from sandbox_egress.common.serve import version
+from sandbox_egress.proxy.state.settings import StateConfig
+
+INTERVAL_S = 5.0
+
+
+class Probed(Protocol):
+    name: str
+
+    async def health(self) -> str: ...
+
+
+class ProbedState:
+    """The parent of `--workers N`, which decides nothing: the configured backend's name and
+    a fresh probe of it (the node's memory is the parent's own: always reachable)."""
+
+    def __init__(self, config: StateConfig) -> None:
+        self.name = config.backend
+        self._config = config
+
+    async def health(self) -> str:
+        if self._config.backend == "memory":
+            return "ok"
+        from sandbox_egress.proxy.state.redis import RedisState
+
+        state = RedisState(self._config)
+        try:
+            return await state.health()
+        finally:
+            await state.close()
+
+
+def config_hash(path: str | Path) -> str:
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+class StatusBoard:
+    def __init__(
+        self,
+        config_path: str | Path,
+        state: Probed,
+        sandboxes: Callable[[], list[str]] | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self._path = config_path
+        self._state = state
+        self._sandboxes = sandboxes
+        self._workers = workers
+        self.config = config_hash(config_path)
+        self.health = "unknown"
+        self.checked = 0.0
+
+    def reloaded(self) -> None:
+        self.config = config_hash(self._path)
+
+    async def refresh(self) -> None:
+        self.health = await self._state.health()
+        self.checked = time.time()
+
+    async def watch(self, interval: float = INTERVAL_S) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(interval)
+
+    def document(self) -> dict[str, Any]:
+        sandboxes = None if self._sandboxes is None else sorted(self._sandboxes())
+        document: dict[str, Any] = {
+            "version": version(),
+            "config": {"path": str(self._path), "sha256": self.config.removeprefix("sha256:")},
+            "sandboxes": None if sandboxes is None else {"count": len(sandboxes), "ids": sandboxes},
+            "state": {
+                "backend": self._state.name,
+                "health": self.health,
+                "checked": round(self.checked, 3) or None,
+            },
+        }
+        if self._workers is not None:
+            document["workers"] = self._workers
+        return document

@@ -1,0 +1,60 @@
+"""`GET /status` (runtime/status.py on common/serve.py): version, the configuration's hash,
+the sandboxes loaded, the state backend and its health — served for real on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from sandbox_egress.common.serve import MetricsServer, version
+from sandbox_egress.proxy.state.memory import MemoryState
+from sandbox_egress.proxy.state.settings import StateConfig
+from sandbox_egress.runtime.status import ProbedState, StatusBoard
+
+
+def get(server: MetricsServer, path: str) -> tuple[int, str, bytes]:
+    connection = http.client.HTTPConnection(*server.address, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read()
+    finally:
+        connection.close()
+
+
+def test_status_says_what_a_rollout_checks(tmp_path: Path) -> None:
+    config = tmp_path / "egress.yaml"
+    config.write_text("network: {allowlist: [a.example]}\n")
+    board = StatusBoard(config, MemoryState(), lambda: ["sbx-2", "sbx-1"])
+    asyncio.run(board.refresh())
+    server = MetricsServer(("127.0.0.1", 0), CollectorRegistry())
+    server.start()
+    try:
+        assert get(server, "/status")[0] == 404  # a server without a board has none
+        server.status = board.document
+        status, kind, body = get(server, "/status")
+        config.write_text("network: {allowlist: [b.example]}\n")
+        board.reloaded()
+        after = json.loads(get(server, "/status")[2])
+    finally:
+        server.stop()
+    assert (status, kind) == (200, "application/json")
+    document = json.loads(body)
+    assert document["version"] == version()
+    digest = hashlib.sha256(b"network: {allowlist: [a.example]}\n").hexdigest()
+    assert document["config"] == {"path": str(config), "sha256": digest}
+    assert document["sandboxes"] == {"count": 2, "ids": ["sbx-1", "sbx-2"]}
+    assert document["state"]["backend"] == "memory" and document["state"]["health"] == "ok"
+    assert after["config"]["sha256"] != digest  # a reload shows the new file's hash
+
+
+def test_the_parents_probe_of_an_unreachable_redis_says_so_without_the_url() -> None:
+    state = ProbedState(StateConfig("redis", "redis://:hunter2-secret@127.0.0.1:1/0", timeout_s=1))
+    health = asyncio.run(state.health())
+    assert health.startswith("unreachable (") and "hunter2" not in health
+    assert asyncio.run(ProbedState(StateConfig()).health()) == "ok"
