@@ -9,7 +9,7 @@ reported (one warning line for a failure, and the metrics) and returned.
 from __future__ import annotations
 
 from sandbox_egress.hookrunner.decode import Classified, decode_http, decode_process
-from sandbox_egress.hookrunner.envsan import hook_variables
+from sandbox_egress.hookrunner.enforce.envsan import hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
 from sandbox_egress.hookrunner.kernel import Kernel
 from sandbox_egress.hookrunner.model import (

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TextIO
 
-from sandbox_egress.hookrunner.envsan import Redactor
+from sandbox_egress.hookrunner.enforce.envsan import Redactor
 from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.model import Problem
 from sandbox_egress.hookrunner.proxyroute import ProxyProblem

@@ -33,14 +33,15 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from sandbox_egress.hookrunner.aggregate import decide_pre, notify_post
-from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.dispatch import HandlerExecutor
-from sandbox_egress.hookrunner.envsan import sanitise
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
+from sandbox_egress.hookrunner.enforce.envsan import sanitise
+from sandbox_egress.hookrunner.enforce.isolation import tool_user as resolve_tool_user
+from sandbox_egress.hookrunner.enforce.isolation import workspace_write_problem
+from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 from sandbox_egress.hookrunner.errors import PayloadError
 from sandbox_egress.hookrunner.handlerhost import handler_host
 from sandbox_egress.hookrunner.httpclient import HttpClient
-from sandbox_egress.hookrunner.isolation import tool_user as resolve_tool_user
-from sandbox_egress.hookrunner.isolation import workspace_write_problem
 from sandbox_egress.hookrunner.kernel import Kernel, full_env_switch
 from sandbox_egress.hookrunner.loader import load_config
 from sandbox_egress.hookrunner.metrics import HookMetrics
@@ -55,7 +56,6 @@ from sandbox_egress.hookrunner.model import (
 )
 from sandbox_egress.hookrunner.proxyroute import proxy_problem
 from sandbox_egress.hookrunner.report import WarningKind
-from sandbox_egress.hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import beneath
+from sandbox_egress.hookrunner.enforce import beneath
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ
 
 HANG_LIMIT = 20.0  # seconds a CLI call may take before the test calls it hung

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import mask
-from sandbox_egress.hookrunner.contain import Credentials
-from sandbox_egress.hookrunner.tools import Workspace, run_tool
+from sandbox_egress.hookrunner.enforce import mask
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 
 NOBODY = 65534
 SECRET = "API_KEY=sk-live-do-not-leak-123"

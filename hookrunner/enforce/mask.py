@@ -31,8 +31,8 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox_egress.hookrunner.contain import Credentials
-from sandbox_egress.hookrunner.contain import _has_capability as has_capability
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.contain import _has_capability as has_capability
 
 MAX_ENTRIES = 50_000
 _CAP_SYS_ADMIN = 21

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.beneath import RaceError, open_beneath, open_directory
-from sandbox_egress.hookrunner.command import OUTPUT_CAP, run_process
-from sandbox_egress.hookrunner.contain import Credentials
-from sandbox_egress.hookrunner.mask import masked
+from sandbox_egress.hookrunner.enforce.beneath import RaceError, open_beneath, open_directory
+from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, run_process
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.mask import masked
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 LANGUAGES = {"bash": "bash", "python": "python3"}

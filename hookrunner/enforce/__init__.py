@@ -1,0 +1,13 @@
+"""The enforcement layer: where a hook's or a tool's process runs, and what it can reach.
+
+The kernel decides; this package holds what makes a decision hold where the
+command actually runs (SPEC 2.7, 2.8): ``command`` (one child process with a
+deadline, bounded output, no leftovers), ``contain`` (cgroup / PID namespace /
+process group, the tool user's credentials), ``envsan`` (the sanitised
+environment), ``programs`` (PATH entries the agent cannot have written),
+``isolation`` (the environment and files the agent cannot have prepared),
+``mask`` (protected files seen as empty by a tool's processes), ``beneath``
+(opening below a directory without following symlinks), ``bounds`` (the one
+bound on every payload) and ``tools`` (the built-in tools of ``hookrunner
+exec``). Nothing here knows a dialect. See docs/hooks.md.
+"""
