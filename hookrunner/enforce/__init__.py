@@ -1,7 +1,7 @@
 """The enforcement layer: where a hook's or a tool's process runs, and what it can reach.
 
 The kernel decides; this package holds what makes a decision hold where the
-command actually runs (SPEC 2.7, 2.8): ``command`` (one child process with a
+command actually runs (docs/hooks.md#which-layer-stops-what): ``command`` (one child process with a
 deadline, bounded output, no leftovers), ``contain`` (cgroup / PID namespace /
 process group, the tool user's credentials), ``envsan`` (the sanitised
 environment), ``programs`` (PATH entries the agent cannot have written),

@@ -1,6 +1,6 @@
 """The exec-time git guard: what runs in place of ``git`` inside a tool's mount namespace (D185).
 
-SPEC 2.8, ``block-force-push``: the pack's reading of bash is a first answer;
+``block-force-push`` (docs/hooks.md#which-layer-stops-what): the pack's reading of bash is a first answer;
 this program is what holds where the command runs. ``toolns`` bind-mounts a
 runner-owned wrapper over every path the tool user can run the git binary by
 (``/usr/bin/git``, ``/usr/lib/git-core/git`` and through them every dashed

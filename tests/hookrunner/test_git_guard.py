@@ -1,4 +1,4 @@
-"""The exec-time git guard (SPEC 2.8, issue 31, D185-D187).
+"""The exec-time git guard (issue 31, D185-D187).
 
 The privileged tests run real ``code_execution`` tools as ``nobody`` in real
 bash, with a real git and a real bare repository (file transport, so the
