@@ -1,7 +1,8 @@
 """The exec-time git guard: what runs in place of ``git`` inside a tool's mount namespace (D185).
 
-``block-force-push`` (docs/hooks.md#which-layer-stops-what): the pack's reading of bash is a first answer;
-this program is what holds where the command runs. ``toolns`` bind-mounts a
+``block-force-push`` (docs/hooks.md#which-layer-stops-what): the pack's
+reading of bash is a first answer; this program is what holds where the
+command runs. ``toolns`` bind-mounts a
 runner-owned wrapper over every path the tool user can run the git binary by
 (``/usr/bin/git``, ``/usr/lib/git-core/git`` and through them every dashed
 ``git-*`` symlink); the wrapper runs this file with an isolated interpreter
@@ -30,9 +31,8 @@ and exit status 1. Standard library only: it runs outside the package.
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 import sys
+from typing import NamedTuple
 
 REFUSED = 1
 # Global options that take a value: attached with "=" or as the next argument.
@@ -62,6 +62,39 @@ INFORMATION = frozenset(
 UNJUDGED_COMMANDS = frozenset({"send-pack", "http-push"})
 END_OF_OPTIONS = frozenset({"--", "--end-of-options"})
 MAX_ALIASES = 16
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(argv: list[str], env: dict[str, str]) -> Ran:
+    """Run ``argv`` with stdin closed, its output in memory files (no pipe to deadlock on).
+
+    ``subprocess`` is not imported: its imports (``re``, ``enum``, ``locale``)
+    would double what every git command pays for the guard."""
+    out, err = os.memfd_create("gitguard-out"), os.memfd_create("gitguard-err")
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, err, 2),
+    ]
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        texts = []
+        for fd in (out, err):
+            os.lseek(fd, 0, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            texts.append(b"".join(chunks).decode("utf-8", "replace"))
+        return Ran(status, texts[0], texts[1])
+    finally:
+        os.close(out)
+        os.close(err)
 
 
 class Refusal(Exception):
@@ -105,22 +138,12 @@ class Git:
         self.real = real
         self.options = options
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str) -> Ran:
         env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
-        return subprocess.run(
-            [self.real, *self.options, *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            env=env,
-            check=False,
-        )
+        return run([self.real, *self.options, *args], env)
 
     def builtins(self) -> frozenset[str]:
-        listed = subprocess.run(
-            [self.real, "--list-cmds=builtins"], capture_output=True, text=True, check=False
-        )
+        listed = run([self.real, "--list-cmds=builtins"], dict(os.environ))
         return frozenset(listed.stdout.split())
 
     def alias(self, name: str) -> str | None:
@@ -142,6 +165,8 @@ def resolve(git: Git, command: list[str]) -> list[str]:
         value = git.alias(name)
         if value is None or value.startswith("!"):
             return command  # an external git-NAME, unknown, or a shell: its git is guarded
+        import shlex  # only for an alias: its import of re costs every other command
+
         try:
             words = shlex.split(value)
         except ValueError as exc:

@@ -268,4 +268,6 @@ def test_a_symlinked_env_outside_and_a_created_env_are_masked(open_ws: Path) -> 
         == "ok\n"
     )
     assert call("cat app/.env; echo end") == "end\n"
+    moves = "mv app/.env moved 2>/dev/null || echo busy; ln app/.env hard 2>/dev/null || echo xdev"
+    assert call(moves) == "busy\nxdev\n"  # a masked file can be neither renamed nor linked
     assert (open_ws / "app" / ".env").read_text() == SECRET + "\n"
