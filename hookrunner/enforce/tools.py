@@ -9,9 +9,9 @@ Invariants (docs/hooks.md#command-line):
   process fails the operation, it never leads outside; reads, writes, listing
   and deletion work on descriptors (``fstat``, ``unlinkat``, ``mkdirat``);
 * only regular files are read or written; opens never block (a FIFO fails);
-* ``write_file`` and ``delete_file`` refuse anything under ``.agents/`` and
-  ``.ax-code/`` (compared ignoring case, after resolving), where the
-  repository's hook files live;
+* ``write_file`` and ``delete_file`` refuse anything under ``.agents/``,
+  ``.ax-code/`` and ``.claude/`` (compared ignoring case, after resolving),
+  where the repository's hook and settings files live;
 * ``code_execution`` runs ``bash -c CODE`` or ``python3 -c CODE`` in the
   workspace with the sanitised environment, an empty stdin, the same process
   group and cgroup discipline and output cap as command hooks, and a deadline,
@@ -56,7 +56,7 @@ class ToolFailure(Exception):
     """A failed operation; the message is what the agent and the post hooks see."""
 
 
-PROTECTED_DIRECTORIES = (".agents", ".ax-code")  # the repository's hook files live there
+PROTECTED_DIRECTORIES = (".agents", ".ax-code", ".claude")  # the repository's hook files (D192)
 
 
 class Workspace:
