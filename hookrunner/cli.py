@@ -226,6 +226,7 @@ def _exec(args: argparse.Namespace) -> int:
         raise PayloadError("the tool arguments on stdin must be a JSON object")
     session = _open(args)
     session.check_workspace_access()
+    session.check_boundary()
     result = session.exec_tool(args.tool, tool_args)
     emit(result.to_json())
     return 0 if result.status == "ok" else 1
@@ -239,6 +240,7 @@ def _session(args: argparse.Namespace) -> int:
     metrics = default_metrics() if address else HookMetrics()
     session = _open(args, metrics)
     session.check_workspace_access()
+    session.check_boundary()
     server = None
     if address is not None:
         add_build_info(metrics.registry, "hookrunner")

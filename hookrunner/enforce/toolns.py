@@ -14,8 +14,11 @@ namespace of its own the mounts are locked.
 Invariants:
 * a mount that fails stops the tool before the program runs (exit 125): never a
   tool run with a file left readable or git left unguarded;
-* without ``CAP_SYS_ADMIN`` (or ``unshare``/``mount``/``setpriv``) the argv is
-  returned unchanged and ``enforced`` says so; the caller decides (D190);
+* a runner that is not root makes the same namespace inside an unprivileged
+  user namespace (and a PID namespace), then drops every capability before the
+  program runs; the guard's directory and wrappers are read-only there (D190);
+* when neither can be made the argv is returned unchanged, ``boundary`` is
+  empty (the packs fail closed) and ``boundary_problem`` says why, once;
 * the runner-owned directory of the guard is made once per process, owned by
   the runner, not writable by anyone else, and removed at exit.
 """
@@ -30,6 +33,7 @@ import os
 import shlex
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -45,10 +49,13 @@ _CAP_SYS_ADMIN = 21
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: how many (source, target) pairs follow; then the pairs; then the program.
+# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many paths to make
+# read-only; the paths; then the program.
 SCRIPT = (
     'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
-    '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; exec "$@"'
+    '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
 
 
@@ -56,41 +63,84 @@ SCRIPT = (
 class Guard:
     """The git guard of this runner process: where its wrapper is and what it covers."""
 
-    wrapper: str  # runner-owned: runs ``gitguard.py`` with the real git's runner-owned path
+    directory: str  # runner-owned: the wrapper, ``gitguard.py`` and the real binary's mount point
+    wrapper: str  # runs ``gitguard.py`` with the real git's runner-owned path
     real: str  # the git binary the guard execs
     real_mount: str  # the runner-owned file the real binary is mounted on, in the namespace
     covered: tuple[str, ...]  # every path of the git binary, the wrapper mounted over each
 
     def binds(self) -> list[tuple[str, str]]:
-        return [(self.real, self.real_mount), *((self.wrapper, path) for path in self.covered)]
+        wrappers = [(self.wrapper, path) for path in self.covered]
+        return [(self.directory, self.directory), (self.real, self.real_mount), *wrappers]
+
+    def read_only(self) -> list[str]:
+        """Made read-only in the namespace: a runner that is not root runs the tool as its
+        own user, who owns the directory and could otherwise rewrite the guard."""
+        return [self.directory, *self.covered]
 
 
-def programs() -> tuple[str, str, str] | None:
-    """``unshare``, ``mount`` and ``setpriv`` when the runner may make the namespace."""
-    if not has_capability(_CAP_SYS_ADMIN):
-        return None
+@dataclass(frozen=True)
+class Programs:
+    unshare: str
+    mount: str
+    setpriv: str
+    unprivileged: bool  # the runner is not root: an unprivileged user namespace (D190)
+
+
+_probed: list[Programs | None] = []
+
+
+def programs() -> Programs | None:
+    """How the namespace is made here (probed once), or None when it cannot be."""
+    if not _probed:
+        _probed.append(_probe())
+    return _probed[0]
+
+
+def _probe() -> Programs | None:
     names = [shutil.which(n, path=_SYSTEM_PATH) for n in ("unshare", "mount", "setpriv")]
     unshare, mount, setpriv = names
     if unshare is None or mount is None or setpriv is None:
         return None
-    return unshare, mount, setpriv
+    if has_capability(_CAP_SYS_ADMIN):
+        return Programs(unshare, mount, setpriv, unprivileged=False)
+    found = Programs(unshare, mount, setpriv, unprivileged=True)
+    argv = probe_argv(found)
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found if done.returncode == 0 else None
+
+
+def probe_argv(tools: Programs) -> list[str]:
+    """A namespace made as the tools' would be, one bind and one read-only remount, no program."""
+    return namespace_argv(["/bin/true"], [("/dev/null", "/dev/null")], ["/dev/null"], None, tools)
 
 
 def namespace_argv(
     argv: Sequence[str],
     binds: Sequence[tuple[str, str]],
+    read_only: Sequence[str],
     user: Credentials | None,
-    tools: tuple[str, str, str],
+    tools: Programs,
 ) -> list[str]:
-    """``argv`` run in a new mount namespace after ``binds``, as ``user``."""
-    unshare, mount, setpriv = tools
+    """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
+    so), as ``user`` (root's namespace) or without any capability (a user namespace)."""
     program = list(argv)
-    if user is not None:
-        ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
-        program = [setpriv, *ids, *program]
+    if tools.unprivileged:  # root of the user namespace until here; no capability after
+        caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
+        program = [tools.setpriv, *caps, *program]
+        unshare = [tools.unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
+    else:
+        unshare = [tools.unshare]
+        if user is not None:
+            ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+            program = [tools.setpriv, *ids, *program]
     pairs = [path for pair in binds for path in pair]
-    prefix = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    return [*prefix, "hookrunner-ns", mount, str(len(binds)), *pairs, *program]
+    prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
+    counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
+    return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
 def _digest(path: str) -> str:
@@ -180,7 +230,7 @@ def _make_guard(path_variable: str) -> Guard | None:
     command = shlex.join([python, "-I", "-S", str(source), str(real_mount)])
     wrapper.write_text(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
     wrapper.chmod(0o755)
-    return Guard(str(wrapper), real, str(real_mount), tuple(covered))
+    return Guard(str(directory), str(wrapper), real, str(real_mount), tuple(covered))
 
 
 def tool_namespace(
@@ -198,4 +248,25 @@ def tool_namespace(
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
-    return namespace_argv(argv, every, user, tools), None, True
+    read_only = guard.read_only() if guard is not None else []
+    return namespace_argv(argv, every, read_only, user, tools), None, True
+
+
+def boundary(env: Mapping[str, str]) -> str:
+    """``HOOK_BOUNDARY`` for the packs judging a tool this runner runs: ``git`` when the
+    guard is mounted, ``mask`` when the masks are (D194); empty when neither."""
+    if programs() is None:
+        return ""
+    return "git,mask" if git_guard(env.get("PATH", "")) is not None else "mask"
+
+
+def boundary_problem() -> str | None:
+    """What to say once, at start, when no namespace can be made here."""
+    if programs() is not None:
+        return None
+    return (
+        "neither root's mount namespace nor an unprivileged user namespace can be made here "
+        "(unshare, mount and setpriv, and kernel.unprivileged_userns_clone or "
+        "user.max_user_namespaces): git is not guarded and .env files are not masked where the "
+        "tools run; the packs are the only guard and refuse what they cannot read"
+    )

@@ -68,7 +68,7 @@ def test_protected_name(name: str, protected: bool) -> None:
 
 def test_without_root_nothing_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plant(tmp_path)
-    monkeypatch.setattr(toolns, "has_capability", lambda bit: False)
+    monkeypatch.setattr(toolns, "_probed", [None])  # neither namespace can be made
     user = Credentials(NOBODY, NOBODY, "nobody")
     binds = [("/dev/null", str(tmp_path / ".env"))]
     assert toolns.tool_namespace(["bash", "-c", "x"], binds, user, {}) == (
@@ -76,14 +76,15 @@ def test_without_root_nothing_changes(tmp_path: Path, monkeypatch: pytest.Monkey
         user,
         False,
     )
+    assert toolns.boundary({}) == ""
+    assert "git is not guarded and .env files are not masked" in (toolns.boundary_problem() or "")
 
 
 def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
-    tools = ("/sbin/unshare", "/sbin/mount", "/sbin/setpriv")
+    tools = toolns.Programs("/sbin/unshare", "/sbin/mount", "/sbin/setpriv", unprivileged=False)
     binds = [("/dev/null", str(tmp_path / ".env")), ("/g", "/usr/bin/git")]
-    argv = toolns.namespace_argv(
-        ["bash", "-c", "x"], binds, Credentials(NOBODY, NOBODY, "n"), tools
-    )
+    user = Credentials(NOBODY, NOBODY, "n")
+    argv = toolns.namespace_argv(["bash", "-c", "x"], binds, ["/usr/bin/git"], user, tools)
     assert argv == [
         "/sbin/unshare",
         "--mount",
@@ -100,6 +101,8 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         str(tmp_path / ".env"),
         "/g",
         "/usr/bin/git",
+        "1",
+        "/usr/bin/git",
         "/sbin/setpriv",
         f"--reuid={NOBODY}",
         f"--regid={NOBODY}",
@@ -108,6 +111,38 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         "bash",
         "-c",
         "x",
+    ]
+
+
+def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -> None:
+    tools = toolns.Programs("/u", "/m", "/s", unprivileged=True)
+    argv = toolns.namespace_argv(["bash"], [("/dev/null", "/w/.env")], [], None, tools)
+    assert argv == [
+        "/u",
+        "--user",
+        "--map-root-user",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        toolns.SCRIPT,
+        "hookrunner-ns",
+        "/m",
+        "1",
+        "/dev/null",
+        "/w/.env",
+        "0",
+        "/s",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--",
+        "bash",
     ]
 
 
