@@ -143,6 +143,20 @@ FORCED = {
     "shell alias": "git -c 'alias.x=!git push -f' x origin main",
     "alias chain": "git -c alias.a=b -c 'alias.b=push -f' a origin main",
     "option left waiting": "git push origin +main -o",
+    "trap": "trap 'git push -f origin main' EXIT; true",
+    "mapfile -C": "printf 'a\\n' | mapfile -C 'git push -f origin main #' -c 1 x",
+    "${x@P}": "x='$(git push -f origin main)'; : \"${x@P}\"",
+    "arithmetic a[$(...)]": "a=(); : $(( a[$(git push -f origin main >&2)0] ))",
+    "printf -v": "printf -v 'a[$(git push -f origin main >&2)0]' x",
+    "alias of the line": "shopt -s expand_aliases; alias p='git push -f'\np origin main",
+    "heredoc EO\\ newline F": "sh <<EO\\\nF\ngit push -f origin main\nEOF\n",
+    "core.fsmonitor": "git -c core.fsmonitor='git push -f origin main; false' status",
+    "submodule foreach": (
+        "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=protocol.file.allow GIT_CONFIG_VALUE_0=always; "
+        "git submodule add -q ../remote.git sub 2>/dev/null; "
+        "git -C sub -c user.name=n -c user.email=n@example.test commit -q --amend -m x; "
+        "git submodule foreach -q 'git push -f origin HEAD:refs/heads/main'"
+    ),
     "end of options": "git push -f -- origin main",
 }
 

@@ -27,6 +27,9 @@ READERS = (
     "grep -r sk-live . ; "
     "tar cf - . 2>/dev/null | strings | grep sk-live; "
     "python3 -c 'print(open(\".env\").read())'; "
+    "(shopt -s dotglob; cat *env); (GLOBIGNORE=x; cat *env); "  # round three (issue 31)
+    "c='ca'; eval \"${c}t .e\"\"nv\"; printf 'cat .env\\n' | sh; "
+    "trap 'cat .env' EXIT; "
     "echo done"
 )
 
