@@ -37,7 +37,7 @@ from typing import NamedTuple
 REFUSED = 1
 # Global options that take a value: attached with "=" or as the next argument.
 VALUED = ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix")
-VALUED_EQUALS = ("--config-env", "--attr-source", "--list-cmds")
+VALUED_EQUALS = ("--config-env", "--attr-source", "--exec-path")  # only NAME=VALUE
 FLAGS = frozenset(
     {
         "-p",
@@ -109,7 +109,7 @@ def split_global(args: list[str]) -> tuple[list[str], list[str], bool]:
         arg = args[index]
         if not arg.startswith("-"):
             return options, args[index:], False
-        if arg in INFORMATION or arg.startswith(("--exec-path=", "--list-cmds=")):
+        if arg in INFORMATION or arg.startswith("--list-cmds="):
             return options, args[index:], True
         if arg in FLAGS:
             options.append(arg)
