@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.hookrunner.enforce import gitguard, toolns
 from sandbox_egress.hookrunner.enforce.contain import Credentials
@@ -86,23 +88,28 @@ def repos() -> Iterator[tuple[Path, Path]]:
     """(workspace: a clone whose main has diverged from the remote's, the bare remote)."""
     top = Path(tempfile.mkdtemp(prefix="hr-gitguard-"))
     try:
-        top.chmod(0o755)
-        remote, work = top / "remote.git", top / "ws"
-        git(top, "init", "-q", "--bare", "-b", "main", str(remote))
-        git(top, "init", "-q", "-b", "main", str(work))
-        for key, value in (("user.email", "a@example.test"), ("user.name", "a")):
-            git(work, "config", key, value)
-        (work / "f").write_text("1\n")
-        git(work, "add", "f")
-        git(work, "commit", "-qm", "one")
-        git(work, "remote", "add", "origin", str(remote))
-        git(work, "push", "-q", "origin", "main", "main:keep")
-        git(work, "commit", "-q", "--amend", "-m", "diverged")  # main needs a force now
-        for path in (top, *top.rglob("*")):
-            os.chown(path, NOBODY.uid, NOBODY.gid, follow_symlinks=False)
-        yield work, remote
+        yield make_repos(top)
     finally:
         shutil.rmtree(top)
+
+
+def make_repos(top: Path) -> tuple[Path, Path]:
+    """The remote has main and keep; the clone's main is amended, so pushing it forces."""
+    top.chmod(0o755)
+    remote, work = top / "remote.git", top / "ws"
+    git(top, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(top, "init", "-q", "-b", "main", str(work))
+    for key, value in (("user.email", "a@example.test"), ("user.name", "a")):
+        git(work, "config", key, value)
+    (work / "f").write_text("1\n")
+    git(work, "add", "f")
+    git(work, "commit", "-qm", "one")
+    git(work, "remote", "add", "origin", str(remote))
+    git(work, "push", "-q", "origin", "main", "main:keep")
+    git(work, "commit", "-q", "--amend", "-m", "diverged")  # main needs a force now
+    for path in (top, *top.rglob("*")):
+        os.chown(path, NOBODY.uid, NOBODY.gid, follow_symlinks=False)
+    return work, remote
 
 
 def refs(remote: Path) -> str:
@@ -188,3 +195,51 @@ def test_ordinary_git_work_and_a_fast_forward_push_go_through(repos: tuple[Path,
     head = git(work, "rev-parse", "topic")
     assert git(remote, "rev-parse", "topic") == head
     assert git(remote, "rev-parse", "keep") == head  # a fast-forward through an alias
+
+
+CARRIERS = (
+    "{}",
+    'f() {{ "$@"; }}; f {}',
+    "eval '{}'",
+    "sh -c '{}'",
+    "cat <<'EOF' | bash\n{}\nEOF",
+    "setarch $(uname -m) {}",
+    "x='$({} >&2)'; : \"${{x@P}}\"",
+    "trap '{}' EXIT; true",
+)
+PREFIXES = ("", "-C .", "--git-dir=.git", "-c push.default=current", "-c color.ui=never")
+FORCES = (
+    "push -f origin main",
+    "push --force origin main",
+    "push --fo origin main",
+    "push origin +main",
+    "push --force-with-lease origin main",
+    "-c alias.p=push p -f origin main",
+    "-c remote.origin.push=+refs/heads/main:refs/heads/main push origin",
+    "-c remote.origin.mirror=yes push origin",
+    "push --mi origin",
+    "push origin :keep",
+    "push --delete origin keep",
+)
+
+
+@pytest.mark.privileged
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    carrier=st.sampled_from(CARRIERS),
+    prefix=st.sampled_from(PREFIXES),
+    force=st.sampled_from(FORCES),
+)
+def test_compositions_of_carriers_and_forced_pushes_are_stopped(
+    carrier: str, prefix: str, force: str
+) -> None:
+    top = Path(tempfile.mkdtemp(prefix="hr-gitguard-"))
+    try:
+        work, remote = make_repos(top)
+        before = refs(remote)
+        code = carrier.format(" ".join(part for part in ("git", prefix, force) if part))
+        ok, output, error = tool(work, code)
+        assert refs(remote) == before, (code, output, error)
+        assert "git guard (hookrunner)" in error, (code, ok, output, error)
+    finally:
+        shutil.rmtree(top)
