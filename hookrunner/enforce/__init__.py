@@ -6,7 +6,9 @@ deadline, bounded output, no leftovers), ``contain`` (cgroup / PID namespace /
 process group, the tool user's credentials), ``envsan`` (the sanitised
 environment), ``programs`` (PATH entries the agent cannot have written),
 ``isolation`` (the environment and files the agent cannot have prepared),
-``mask`` (protected files seen as empty by a tool's processes), ``beneath``
+``mask`` (which files a tool's processes see as empty), ``toolns`` (the tool's
+mount namespace: the masks and the git guard, with or without root),
+``gitguard`` (the program that runs in place of git there), ``beneath``
 (opening below a directory without following symlinks), ``bounds`` (the one
 bound on every payload) and ``tools`` (the built-in tools of ``hookrunner
 exec``). Nothing here knows a dialect. See docs/hooks.md.
