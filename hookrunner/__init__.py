@@ -5,9 +5,10 @@ spawning a command hook), ``outcome`` (the one ``Outcome`` set, ``FAILURES``,
 a mechanism's result to its outcome), ``report`` (warning and decision lines,
 through ``logging`` unless given a stream), ``metrics`` (the registry, and the
 registration of a dialect's series), ``console`` (what the command lines share).
-Mechanisms: ``command`` (child processes), ``httpclient`` (https POST),
-``envsan`` (the handler environment), ``isolation``, ``contain``, ``beneath``,
-``proxyroute``, ``handlerhost``, ``tokens``, ``tools`` (the built-in tools).
+Mechanisms: ``httpclient`` (https POST), ``proxyroute``, ``handlerhost``,
+``tokens``. The enforcement layer is the subpackage ``enforce`` (``command``,
+``contain``, ``envsan``, ``programs``, ``isolation``, ``mask``, ``beneath``,
+``bounds``, ``tools``: where a hook's or a tool's process runs).
 The hooks.json dialect (``.agents/hooks.json``, ``hookrunner run``): ``model``,
 ``matcher``, ``schema`` and ``loader``, ``decode`` (with ``decision``: a
 handler's output), ``dispatch`` (one handler), ``aggregate`` (the decision of

@@ -30,7 +30,6 @@ from sandbox_egress.common.endpoint import parse_endpoint
 from sandbox_egress.common.logs import add_log_format_option
 from sandbox_egress.common.serve import MetricsServer, add_build_info
 from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option
-from sandbox_egress.hookrunner import bounds
 
 # The one module outside hookrunner.ax that imports it: the command line wires the
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
@@ -42,15 +41,17 @@ from sandbox_egress.hookrunner.ax.cli import (
     run_fire,
 )
 from sandbox_egress.hookrunner.ax.loader import MANAGED_SETTINGS, SettingsPlaces, validate_ax_files
-from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import configure_logging, emit, read_stdin_json, say
+from sandbox_egress.hookrunner.enforce import bounds
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
+from sandbox_egress.hookrunner.enforce.isolation import make_undumpable
+from sandbox_egress.hookrunner.enforce.tools import TOOLS
 from sandbox_egress.hookrunner.errors import (
     HookRunnerError,
     PayloadError,
     UsageError,
     WorkspaceError,
 )
-from sandbox_egress.hookrunner.isolation import make_undumpable
 from sandbox_egress.hookrunner.loader import load_config
 from sandbox_egress.hookrunner.metrics import (
     HookMetrics,
@@ -59,7 +60,6 @@ from sandbox_egress.hookrunner.metrics import (
 )
 from sandbox_egress.hookrunner.model import Event, EventPayload
 from sandbox_egress.hookrunner.session import HookSession, parse_event_payload
-from sandbox_egress.hookrunner.tools import TOOLS
 
 DEFAULTS = DefaultsHelpFormatter  # every option's help shows its default
 EXIT_USAGE = 2
@@ -235,6 +235,7 @@ def _exec(args: argparse.Namespace) -> int:
         raise PayloadError("the tool arguments on stdin must be a JSON object")
     session = _open(args)
     session.check_workspace_access()
+    session.check_boundary()
     result = session.exec_tool(args.tool, tool_args)
     emit(result.to_json())
     return 0 if result.status == "ok" else 1
@@ -248,6 +249,7 @@ def _session(args: argparse.Namespace) -> int:
     metrics = default_metrics() if address else HookMetrics()
     session = _open(args, metrics)
     session.check_workspace_access()
+    session.check_boundary()
     server = None
     if address is not None:
         add_build_info(metrics.registry, "hookrunner")

@@ -15,8 +15,8 @@ from typing import Any
 
 from sandbox_egress.common.jsonlines import json_line
 from sandbox_egress.common.logs import formatter
-from sandbox_egress.hookrunner import bounds
-from sandbox_egress.hookrunner.bounds import PayloadRefused
+from sandbox_egress.hookrunner.enforce import bounds
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
 from sandbox_egress.hookrunner.errors import PayloadError
 
 

@@ -9,7 +9,7 @@ reported (one warning line for a failure, and the metrics) and returned.
 from __future__ import annotations
 
 from sandbox_egress.hookrunner.decode import Classified, decode_http, decode_process
-from sandbox_egress.hookrunner.envsan import hook_variables
+from sandbox_egress.hookrunner.enforce.envsan import hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
 from sandbox_egress.hookrunner.kernel import Kernel
 from sandbox_egress.hookrunner.model import (
@@ -25,9 +25,14 @@ from sandbox_egress.hookrunner.report import Reporter, WarningKind
 
 
 class HandlerExecutor:
-    def __init__(self, kernel: Kernel, http: HttpClient) -> None:
+    def __init__(self, kernel: Kernel, http: HttpClient, boundary: str = "") -> None:
         self.kernel = kernel
         self.http = http
+        self.boundary = boundary  # HOOK_BOUNDARY for command handlers (D194); "" sets none
+
+    def with_boundary(self, boundary: str) -> HandlerExecutor:
+        """The same executor, telling command handlers what stands below the tool."""
+        return HandlerExecutor(self.kernel, self.http, boundary)
 
     def __call__(self, group: Group, handler: Handler, payload: EventPayload) -> HandlerRun:
         if isinstance(handler, CommandHandler):
@@ -59,7 +64,9 @@ class HandlerExecutor:
         result = self.kernel.spawn(
             handler.command,
             stdin=payload.encode(),
-            variables=hook_variables(payload.event.value, call.name, call.args),
+            variables=hook_variables(
+                payload.event.value, call.name, call.args, boundary=self.boundary
+            ),
             timeout=handler.timeout,
         )
         return decode_process(payload.event, result, handler.timeout), result.duration

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sandbox_egress.hookrunner.command import CancelToken, ProcessResult, run_process
-from sandbox_egress.hookrunner.envsan import Redactor, sanitise
+from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult, run_process
+from sandbox_egress.hookrunner.enforce.envsan import Redactor, sanitise
+from sandbox_egress.hookrunner.enforce.isolation import hook_environment, make_undumpable
+from sandbox_egress.hookrunner.enforce.programs import filter_paths
 from sandbox_egress.hookrunner.errors import WorkspaceError
-from sandbox_egress.hookrunner.isolation import hook_environment, make_undumpable
 from sandbox_egress.hookrunner.metrics import HookMetrics, default_metrics
 from sandbox_egress.hookrunner.model import Problem
-from sandbox_egress.hookrunner.programs import filter_paths
 from sandbox_egress.hookrunner.report import Reporter, WarningKind
 
 SHELL = "/bin/sh"

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from sandbox_egress.common.problems import Problem
-from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.enforce import bounds
 from sandbox_egress.hookrunner.matcher import Matcher
 from sandbox_egress.hookrunner.outcome import HandlerType, Outcome
 

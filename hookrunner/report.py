@@ -22,7 +22,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TextIO
 
-from sandbox_egress.hookrunner.envsan import Redactor
+from sandbox_egress.hookrunner.enforce.envsan import Redactor
 from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.model import Problem
 from sandbox_egress.hookrunner.proxyroute import ProxyProblem
@@ -38,6 +38,7 @@ class WarningKind(StrEnum):
     FAIL_CLOSED = "fail_closed"  # a pre handler of a fail-closed group failed: denied
     INPUT_REFUSED = "input_refused"  # a payload beyond ``bounds``: no hook saw it
     WORKSPACE = "workspace"  # the tool user cannot write the workspace (said once, at start)
+    BOUNDARY = "boundary"  # no namespace for the tools: no git guard, no mask (once, at start)
     # The hooks.json dialect's:
     NEAR_MISS = "near_miss"  # a pre handler's output looked like a deny but was not one
     POST_FAILURE = "post_failure"  # a post handler failed (nothing to allow or deny)

@@ -33,14 +33,17 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from sandbox_egress.hookrunner.aggregate import decide_pre, notify_post
-from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.dispatch import HandlerExecutor
-from sandbox_egress.hookrunner.envsan import sanitise
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
+from sandbox_egress.hookrunner.enforce.envsan import sanitise
+from sandbox_egress.hookrunner.enforce.isolation import tool_user as resolve_tool_user
+from sandbox_egress.hookrunner.enforce.isolation import workspace_write_problem
+from sandbox_egress.hookrunner.enforce.toolns import boundary as tool_boundary
+from sandbox_egress.hookrunner.enforce.toolns import boundary_problem
+from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 from sandbox_egress.hookrunner.errors import PayloadError
 from sandbox_egress.hookrunner.handlerhost import handler_host
 from sandbox_egress.hookrunner.httpclient import HttpClient
-from sandbox_egress.hookrunner.isolation import tool_user as resolve_tool_user
-from sandbox_egress.hookrunner.isolation import workspace_write_problem
 from sandbox_egress.hookrunner.kernel import Kernel, full_env_switch
 from sandbox_egress.hookrunner.loader import load_config
 from sandbox_egress.hookrunner.metrics import HookMetrics
@@ -55,7 +58,6 @@ from sandbox_egress.hookrunner.model import (
 )
 from sandbox_egress.hookrunner.proxyroute import proxy_problem
 from sandbox_egress.hookrunner.report import WarningKind
-from sandbox_egress.hookrunner.tools import Workspace, run_tool
 
 DEFAULT_TOOL_TIMEOUT = 300.0
 
@@ -123,6 +125,14 @@ class HookSession:
             self.reporter.warn(WarningKind.WORKSPACE, cause=problem)
         return problem
 
+    def check_boundary(self) -> str | None:
+        """Say once, as a warning, when the tools cannot run in the runner's namespace (no git
+        guard, no mask): the packs then refuse what they cannot read (D190)."""
+        problem = boundary_problem()
+        if problem is not None:
+            self.reporter.warn(WarningKind.BOUNDARY, cause=problem)
+        return problem
+
     def payload(
         self,
         event: Event,
@@ -168,8 +178,10 @@ class HookSession:
             self._report_decision(tool, decision)
         return decision
 
-    def decide(self, payload: EventPayload) -> PreDecision:
-        decision = decide_pre(self.config, payload, self._run)
+    def decide(self, payload: EventPayload, boundary: str = "") -> PreDecision:
+        """``boundary``: what stands below a tool this runner runs (``exec_tool``)."""
+        runner = self._run.with_boundary(boundary) if boundary else self._run
+        decision = decide_pre(self.config, payload, runner)
         if decision.reason is not None:  # a failure's reason quotes a handler's stderr
             decision = replace(decision, reason=self.reporter.redact(decision.reason))
         self._report_decision(payload.tool_call.name, decision)
@@ -217,7 +229,7 @@ class HookSession:
             payload = self.payload(Event.PRE, tool, args)
         except PayloadRefused as exc:
             return self.refused_exec(tool, str(exc))
-        decision = self.decide(payload)
+        decision = self.decide(payload, self._boundary(tool))
         if not decision.allowed:
             return ExecResult("denied", "", reason=decision.reason, group=decision.group)
         result = run_tool(
@@ -230,6 +242,9 @@ class HookSession:
         )
         self.post(tool, args, result.error)
         return ExecResult("ok" if result.ok else "error", result.output, error=result.error)
+
+    def _boundary(self, tool: str) -> str:
+        return tool_boundary(self.tool_env) if tool == "code_execution" else ""
 
     def refused_exec(self, tool: str, reason: str) -> ExecResult:
         """``exec``'s answer to a payload beyond ``bounds``: an error, the tool not run."""

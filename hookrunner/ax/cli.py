@@ -38,8 +38,8 @@ from sandbox_egress.hookrunner.ax.model import (
     FireResult,
 )
 from sandbox_egress.hookrunner.ax.session import AxSession
-from sandbox_egress.hookrunner.bounds import PayloadRefused
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
 from sandbox_egress.hookrunner.errors import HookRunnerError, UsageError
 from sandbox_egress.hookrunner.metrics import HookMetrics
 

@@ -50,8 +50,8 @@ from typing import Any
 from sandbox_egress.hookrunner.ax.eventtable import AxEvent, Output, spec_of
 from sandbox_egress.hookrunner.ax.feedback import bound
 from sandbox_egress.hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
-from sandbox_egress.hookrunner.command import OUTPUT_CAP, ProcessResult
 from sandbox_egress.hookrunner.decision import MAX_REASON_CHARS
+from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, ProcessResult
 from sandbox_egress.hookrunner.outcome import Outcome, classify_process
 from sandbox_egress.hookrunner.schema import loads_strict
 

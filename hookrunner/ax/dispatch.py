@@ -38,8 +38,8 @@ from sandbox_egress.hookrunner.ax.model import (
     HttpTarget,
     Protocol,
 )
-from sandbox_egress.hookrunner.command import CancelToken, ProcessResult
-from sandbox_egress.hookrunner.envsan import args_json, hook_variables
+from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult
+from sandbox_egress.hookrunner.enforce.envsan import args_json, hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
 from sandbox_egress.hookrunner.kernel import Kernel
 from sandbox_egress.hookrunner.model import encode_json

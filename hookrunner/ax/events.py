@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_egress.common.clock import utc_timestamp
-from sandbox_egress.hookrunner import bounds
 from sandbox_egress.hookrunner.ax.eventtable import AxEvent, EventSpec, Form, Output, spec_of
 from sandbox_egress.hookrunner.ax.vocabulary import claude_code_input, claude_code_name
+from sandbox_egress.hookrunner.enforce import bounds
 from sandbox_egress.hookrunner.errors import PayloadError
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/+\-]{0,127}")

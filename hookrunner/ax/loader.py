@@ -35,6 +35,7 @@ from sandbox_egress.hookrunner import kernel
 from sandbox_egress.hookrunner.ax.model import AxConfig, AxEntry
 from sandbox_egress.hookrunner.ax.schema import validate_ax_document
 from sandbox_egress.hookrunner.ax.settings import Level, SettingsFile, read_settings, url_allowed
+from sandbox_egress.hookrunner.enforce.isolation import untrusted_file
 from sandbox_egress.hookrunner.kernel import Switch, env_switch
 from sandbox_egress.hookrunner.loader import load_file
 from sandbox_egress.hookrunner.model import Problem
@@ -143,8 +144,12 @@ def load_ax_config(
     operator = loading.ax(operator_config, True) if operator_config is not None else []
     read = [] if settings is None else _outside(loading, settings, workspace, trusted)
     if moved is not None:  # the user's hooks `hookrunner claude install` moved (D229)
-        found = loading.settings(moved, Level.USER, explicit=True)
-        read += [found] if found is not None else []
+        why = untrusted_file(moved, workspace) if moved.exists() else None
+        if why is not None:  # as ~/.claude/settings.json: its hooks would run as the runner
+            loading.notices.append(f"{moved}: ignored: it {why}")
+        else:
+            found = loading.settings(moved, Level.USER, explicit=True)
+            read += [found] if found is not None else []
     project: list[AxEntry] = []
     if trusted:
         project = loading.ax(workspace / PROJECT_FILE, False)
@@ -197,11 +202,16 @@ def _outside(
     loading: _Loading, places: SettingsPlaces, workspace: Path, trusted: bool
 ) -> list[SettingsFile]:
     """The settings files outside the repository: managed, then the user's (a $HOME inside
-    the workspace makes the user's file the repository's: read only when trusted)."""
+    the workspace makes the user's file the repository's: read only when trusted; one
+    outside it that someone else could have written is ignored, with a notice)."""
     found = [loading.settings(places.managed, Level.MANAGED, places.managed_explicit)]
     if places.home is not None:
         user = places.home / USER_SETTINGS
-        if trusted or not Path(os.path.realpath(user)).is_relative_to(workspace):
+        inside = Path(os.path.realpath(user)).is_relative_to(workspace)
+        why = None if inside or not user.exists() else untrusted_file(user, workspace)
+        if why is not None:  # its hooks would run as the runner (D191)
+            loading.notices.append(f"{user}: ignored: it {why}")
+        elif trusted or not inside:
             found.append(loading.settings(user, Level.USER))
         elif user.exists():
             loading.notices.append(

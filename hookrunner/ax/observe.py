@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from sandbox_egress.hookrunner.ax.events import EventInput
-from sandbox_egress.hookrunner.command import CancelToken
+from sandbox_egress.hookrunner.enforce.command import CancelToken
 
 DEFAULT_CAPACITY = 256
 

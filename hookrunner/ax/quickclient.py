@@ -25,9 +25,16 @@ ACCEPTED, STALE = b"+", b"-"  # the server's first byte: it runs the call, or it
 BLOCKING = ("PreToolUse", "UserPromptSubmit")  # an error there is a block (exit 2), as in fire
 
 
-def socket_path(executable: str) -> str:
-    """One socket per interpreter (a venv), in a directory private to this user."""
-    name = os.path.join(f"hookrunner-{os.getuid()}", f"fire-{_digest(executable)}.sock")
+def installation() -> str:
+    """The directory the interpreter is installed in (a venv: whichever of its ``python``
+    names ran, with or without ``-S``, which changes ``sys.prefix``)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+
+
+def socket_path(prefix: str) -> str:
+    """One socket per installation (``installation()``), in a directory private to this
+    user."""
+    name = os.path.join(f"hookrunner-{os.getuid()}", f"fire-{_digest(prefix)}.sock")
     base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
     if len(os.path.join(base, name).encode()) > 100:  # a socket's path fits in 108 bytes
         base = "/tmp"
@@ -51,15 +58,15 @@ def private(directory: str) -> bool:
     return info.st_uid == os.getuid() and (info.st_mode & 0o077) == 0 and (info.st_mode >> 12) == 4
 
 
-def build_id(executable: str) -> str:
-    """What client and server must agree on: the interpreter and this file's version."""
+def build_id(prefix: str) -> str:
+    """What client and server must agree on: the installation and this file's version."""
     info = os.stat(__file__)
-    return f"{executable}:{info.st_ino}:{info.st_mtime_ns}"
+    return f"{prefix}:{info.st_ino}:{info.st_mtime_ns}"
 
 
 def request(argv: list[str]) -> bytes:
     document = {
-        "build": build_id(sys.executable),
+        "build": build_id(installation()),
         "argv": argv,
         "env": dict(os.environ),
         "cwd": os.getcwd(),
@@ -134,7 +141,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: quickclient.py RUNNER fire EVENT [options]\n")
         return 2
     runner, rest = argv[0], argv[1:]
-    path = socket_path(sys.executable)
+    path = socket_path(installation())
     how = "unreached"
     if private(os.path.dirname(path)) and os.path.exists(path):
         how, status = ask(path, rest)

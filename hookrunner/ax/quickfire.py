@@ -12,8 +12,8 @@ Invariants:
   this runner run hooks, or hand it descriptors.
 * A client of another build (``quickclient.build_id``) is answered ``-`` before it gives up
   its descriptors, and the server leaves, so the next call starts a current one.
-* One server per interpreter: a second one finds the first listening and leaves; a
-  socket nobody listens on is replaced. The server leaves after ``idle`` seconds without
+* One server per installation (``quickclient.installation``): a second one finds the first
+  listening and leaves; a socket nobody listens on is replaced. The server leaves after ``idle`` seconds without
   a call once its children have finished; each child is reaped.
 * A child whose client went away (Claude Code's hook timeout kills the client) is
   terminated rather than left running hooks for nobody.
@@ -38,6 +38,7 @@ from sandbox_egress.hookrunner.ax.quickclient import (
     ACCEPTED,
     STALE,
     build_id,
+    installation,
     private,
     socket_path,
 )
@@ -82,7 +83,7 @@ def peer_uid(conn: socket.socket) -> int:
 
 def serve(run: Callable[[list[str]], int], idle: float = DEFAULT_IDLE_S) -> int:
     """Serve calls until ``idle`` seconds pass without one; ``run`` is ``hookrunner main``."""
-    path = socket_path(sys.executable)
+    path = socket_path(installation())
     listener = listen(path)
     if listener is None:
         return 0
@@ -150,7 +151,7 @@ def _child(conn: socket.socket, run: Callable[[list[str]], int]) -> None:
     code = 1
     try:
         request, fds = _receive(conn)
-        if request.get("build") != build_id(sys.executable):
+        if request.get("build") != build_id(installation()):
             conn.sendall(STALE)
             os.kill(os.getppid(), signal.SIGTERM)  # leave: the next call starts a current one
             os._exit(0)

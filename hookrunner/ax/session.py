@@ -49,8 +49,8 @@ from sandbox_egress.hookrunner.ax.model import (
     Verdict,
 )
 from sandbox_egress.hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
-from sandbox_egress.hookrunner.bounds import PayloadRefused
-from sandbox_egress.hookrunner.command import CancelToken
+from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
+from sandbox_egress.hookrunner.enforce.command import CancelToken
 from sandbox_egress.hookrunner.kernel import Kernel
 from sandbox_egress.hookrunner.metrics import HookMetrics
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import contain
-from sandbox_egress.hookrunner.isolation import hook_environment, runner_owned
+from sandbox_egress.hookrunner.enforce import contain
+from sandbox_egress.hookrunner.enforce.isolation import hook_environment, runner_owned
 from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.session import HookSession
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ

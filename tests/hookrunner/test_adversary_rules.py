@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from sandbox_egress.hookrunner.envsan import Redactor, removal_cause, sanitise
+from sandbox_egress.hookrunner.enforce.envsan import Redactor, removal_cause, sanitise
 from sandbox_egress.hookrunner.tokens import TOKEN_FORMATS, token_format
 from tests.hookrunner.helpers import Env, base_environ, command, pre_group, rule
 
@@ -214,7 +214,7 @@ def test_git_still_runs_in_a_hook_after_a_config_pair_is_removed(env: Env) -> No
         {"g": pre_group(rule("*", command(f"git config --get-regexp '^(user|http)' > {out} 2>&1")))}
     )
     # A HOME of the runner's own without a .gitconfig: the hook environment keeps such a
-    # HOME and drops GIT_CONFIG_GLOBAL (hookrunner/isolation.py, D41).
+    # HOME and drops GIT_CONFIG_GLOBAL (hookrunner/enforce/isolation.py, D41).
     home = env.root.parent / "hook-home-git"
     home.mkdir(mode=0o700)
     environ = base_environ(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import beneath
+from sandbox_egress.hookrunner.enforce import beneath
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ
 
 HANG_LIMIT = 20.0  # seconds a CLI call may take before the test calls it hung
@@ -71,6 +71,9 @@ def test_write_file_cannot_install_a_repository_hook(env: Env) -> None:
         ("delete_file", ".agents/hooks.json", ".agents"),
         ("delete_file", "alias/hooks.json", ".agents"),
         ("delete_file", ".ax-code/hooks.json", ".ax-code"),
+        ("write_file", ".claude/settings.local.json", ".claude"),  # issue 31
+        ("write_file", ".Claude/settings.json", ".Claude"),
+        ("delete_file", ".claude/settings.json", ".claude"),
     ],
 )
 def test_hook_directories_are_read_only_for_tools(
@@ -82,6 +85,8 @@ def test_hook_directories_are_read_only_for_tools(
     (env.workspace / ".ax-code" / "hooks.json").write_text(original)
     (env.workspace / "sub").mkdir()
     (env.workspace / "alias").symlink_to(".agents")
+    (env.workspace / ".claude").mkdir()
+    (env.workspace / ".claude" / "settings.json").write_text(original)
     answer = exec_tool(env, tool, path=path, content="{}")
     assert answer == {
         "status": "error",
@@ -91,6 +96,8 @@ def test_hook_directories_are_read_only_for_tools(
     assert (env.workspace / ".agents" / "hooks.json").read_text() == original
     assert (env.workspace / ".ax-code" / "hooks.json").read_text() == original
     assert sorted(p.name for p in (env.workspace / ".agents").iterdir()) == ["hooks.json"]
+    assert [p.name for p in (env.workspace / ".claude").iterdir()] == ["settings.json"]
+    assert (env.workspace / ".claude" / "settings.json").read_text() == original
 
 
 def test_read_file_may_still_read_the_hooks(env: Env) -> None:

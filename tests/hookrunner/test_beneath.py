@@ -1,4 +1,4 @@
-"""``hookrunner.beneath``: opening below a directory without following symlinks, both walks."""
+"""``hookrunner.enforce.beneath``: opening below a directory without following symlinks, both walks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import beneath
-from sandbox_egress.hookrunner.beneath import RaceError, open_beneath, open_directory
+from sandbox_egress.hookrunner.enforce import beneath
+from sandbox_egress.hookrunner.enforce.beneath import RaceError, open_beneath, open_directory
 
 
 @pytest.fixture(params=["openat2", "component-wise"])

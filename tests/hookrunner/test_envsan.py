@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sandbox_egress.hookrunner.envsan import (
+from sandbox_egress.hookrunner.enforce.envsan import (
     HOOK_ARGS_JSON_LIMIT,
     Redactor,
     hook_variables,
@@ -117,7 +117,7 @@ def test_hook_process_gets_the_sanitised_environment_plus_hook_variables(env: En
         "HOOK_TOOL": "read_file",
         "HOOK_ARGS_JSON": '{"path":"notes.txt"}',
         "HOOK_ARGS_STDIN": "1",
-        "PYTHONNOUSERSITE": "1",  # hookrunner.isolation (issue 11, item 1)
+        "PYTHONNOUSERSITE": "1",  # hookrunner.enforce.isolation (issue 11, item 1)
     }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner.envsan import Redactor, removal_cause, sanitise
+from sandbox_egress.hookrunner.enforce.envsan import Redactor, removal_cause, sanitise
 
 DUMPS = Path(__file__).parent / "env_dumps"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner.programs import Dropped, filter_paths
+from sandbox_egress.hookrunner.enforce.programs import Dropped, filter_paths
 from tests.hookrunner.helpers import Env, base_environ, command, pre_group, rule
 
 GATE = 'import json\nprint(json.dumps({"decision": "deny", "reason": "gate says no"}))\n'

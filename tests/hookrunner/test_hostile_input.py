@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.enforce import bounds
 from sandbox_egress.hookrunner.errors import PayloadError
 from sandbox_egress.hookrunner.model import Event
 from sandbox_egress.hookrunner.session import HookSession, parse_event_payload

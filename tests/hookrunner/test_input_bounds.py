@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from demo.scenarios import SECURITY_GATE as EXAMPLE_GATE  # the documented gate, as it is
-from sandbox_egress.hookrunner import bounds
+from sandbox_egress.hookrunner.enforce import bounds
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 from tests.hookrunner.test_cli import cli
 

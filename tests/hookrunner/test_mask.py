@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner import mask
-from sandbox_egress.hookrunner.contain import Credentials
-from sandbox_egress.hookrunner.tools import Workspace, run_tool
+from sandbox_egress.hookrunner.enforce import mask, toolns
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 
 NOBODY = 65534
 SECRET = "API_KEY=sk-live-do-not-leak-123"
@@ -27,6 +27,9 @@ READERS = (
     "grep -r sk-live . ; "
     "tar cf - . 2>/dev/null | strings | grep sk-live; "
     "python3 -c 'print(open(\".env\").read())'; "
+    "(shopt -s dotglob; cat *env); (GLOBIGNORE=x; cat *env); "  # round three (issue 31)
+    "c='ca'; eval \"${c}t .e\"\"nv\"; printf 'cat .env\\n' | sh; "
+    "trap 'cat .env' EXIT; "
     "echo done"
 )
 
@@ -47,7 +50,8 @@ def test_protected_files_are_the_packs_names(tmp_path: Path) -> None:
         str(tmp_path / ".env"),
         str(tmp_path / "conf" / ".ENV.production"),
     ]
-    assert mask.protected_files(tmp_path, limit=1) in ([], [str(tmp_path / ".env")])
+    with pytest.raises(mask.MaskIncomplete):  # never a partial list
+        mask.protected_files(tmp_path, limit=1)
 
 
 @pytest.mark.parametrize(
@@ -67,19 +71,23 @@ def test_protected_name(name: str, protected: bool) -> None:
 
 def test_without_root_nothing_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plant(tmp_path)
-    monkeypatch.setattr(mask, "has_capability", lambda bit: False)
+    monkeypatch.setattr(toolns, "_probed", [None])  # neither namespace can be made
     user = Credentials(NOBODY, NOBODY, "nobody")
-    assert mask.masked(["bash", "-c", "x"], tmp_path, user) == (["bash", "-c", "x"], user)
+    binds = [("/dev/null", str(tmp_path / ".env"))]
+    assert toolns.tool_namespace(["bash", "-c", "x"], binds, user, {}) == (
+        ["bash", "-c", "x"],
+        user,
+        False,
+    )
+    assert toolns.boundary({}) == ""
+    assert "git is not guarded and .env files are not masked" in (toolns.boundary_problem() or "")
 
 
-def test_the_prefix_masks_then_drops_to_the_user(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    plant(tmp_path)
-    monkeypatch.setattr(mask, "has_capability", lambda bit: True)
-    monkeypatch.setattr(mask.shutil, "which", lambda name, path=None: f"/sbin/{name}")
-    argv, user = mask.masked(["bash", "-c", "x"], tmp_path, Credentials(NOBODY, NOBODY, "nobody"))
-    assert user is None
+def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
+    tools = toolns.Programs("/sbin/unshare", "/sbin/mount", "/sbin/setpriv", unprivileged=False)
+    binds = [("/dev/null", str(tmp_path / ".env")), ("/g", "/usr/bin/git")]
+    user = Credentials(NOBODY, NOBODY, "n")
+    argv = toolns.namespace_argv(["bash", "-c", "x"], binds, ["/usr/bin/git"], user, tools)
     assert argv == [
         "/sbin/unshare",
         "--mount",
@@ -88,12 +96,16 @@ def test_the_prefix_masks_then_drops_to_the_user(
         "--",
         "/bin/sh",
         "-c",
-        mask.SCRIPT,
-        "hookrunner-mask",
+        toolns.SCRIPT,
+        "hookrunner-ns",
         "/sbin/mount",
         "2",
+        "/dev/null",
         str(tmp_path / ".env"),
-        str(tmp_path / "conf" / ".ENV.production"),
+        "/g",
+        "/usr/bin/git",
+        "1",
+        "/usr/bin/git",
         "/sbin/setpriv",
         f"--reuid={NOBODY}",
         f"--regid={NOBODY}",
@@ -103,10 +115,99 @@ def test_the_prefix_masks_then_drops_to_the_user(
         "-c",
         "x",
     ]
-    assert mask.masked(["bash"], tmp_path / "conf" / "settings.py", None) == (
-        ["bash"],
-        None,
-    )  # no files
+
+
+def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -> None:
+    tools = toolns.Programs("/u", "/m", "/s", unprivileged=True)
+    argv = toolns.namespace_argv(["bash"], [("/dev/null", "/w/.env")], [], None, tools)
+    assert argv == [
+        "/u",
+        "--user",
+        "--map-root-user",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        toolns.SCRIPT,
+        "hookrunner-ns",
+        "/m",
+        "1",
+        "/dev/null",
+        "/w/.env",
+        "0",
+        "/s",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--",
+        "bash",
+    ]
+
+
+def test_a_symlink_s_target_and_hard_links_are_masked(tmp_path: Path) -> None:
+    outside, workspace = tmp_path / "shared", tmp_path / "ws"
+    outside.mkdir()
+    workspace.mkdir()
+    (outside / ".env").write_text(SECRET)
+    (outside / "production.conf").write_text(SECRET)
+    (workspace / ".env").symlink_to(outside / ".env")  # Capistrano's shared .env
+    (workspace / "alias").symlink_to(outside / ".env")  # reaches a protected name
+    (workspace / ".env.prod").symlink_to(outside / "production.conf")
+    (workspace / ".env.dir").symlink_to(outside)  # a directory: nothing to mask
+    (workspace / "dangling").symlink_to(outside / ".env.gone")
+    (workspace / ".env.local").write_text(SECRET)
+    os.link(workspace / ".env.local", workspace / "notes.txt")
+    assert mask.protected_files(workspace) == sorted(
+        [
+            str(outside / ".env"),
+            str(outside / "production.conf"),
+            str(workspace / ".env.local"),
+            str(workspace / "notes.txt"),
+        ]
+    )
+
+
+def test_a_walk_that_cannot_finish_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for index in range(30):
+        (tmp_path / f"f{index}").write_text("x")
+    with pytest.raises(mask.MaskIncomplete, match="more than 29 entries"):
+        mask.protected_files(tmp_path, limit=29)
+    assert mask.protected_files(tmp_path, limit=30) == []
+    (tmp_path / "locked").mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> Iterator[os.DirEntry[str]]:  # root reads every mode: mocked
+        if path.endswith("locked"):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(mask.os, "scandir", scandir)
+    with pytest.raises(mask.MaskIncomplete, match="cannot read .*locked: Permission denied"):
+        mask.protected_files(tmp_path)
+
+
+def test_a_call_is_refused_when_the_walk_cannot_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text(SECRET)
+    monkeypatch.setattr(mask.protected_files, "__defaults__", (0,))
+    result = run_tool(
+        "code_execution",
+        {"code": "cat .env"},
+        workspace=Workspace(tmp_path),
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
+    assert (result.ok, result.output) == (False, "")
+    assert result.error == (
+        f"code_execution: refused: the .env files cannot all be masked (more than 0 entries below "
+        f"{tmp_path})"
+    )
 
 
 @pytest.fixture
@@ -173,3 +274,38 @@ def test_an_ordinary_tool_run_is_unchanged(open_ws: Path) -> None:
         user=Credentials(NOBODY, NOBODY, "nobody"),
     )
     assert (result.ok, result.output) == (True, f"{NOBODY}\nDEBUG = True\nx\n")
+
+
+@pytest.mark.privileged
+def test_a_symlinked_env_outside_and_a_created_env_are_masked(open_ws: Path) -> None:
+    shared = open_ws.parent / "shared"
+    shared.mkdir()
+    (shared / ".env").write_text(SECRET + "\n")
+    os.chown(shared / ".env", NOBODY, NOBODY)
+    (open_ws / "deploy.env").symlink_to(shared / ".env")
+    os.lchown(open_ws / "deploy.env", NOBODY, NOBODY)
+
+    def call(code: str) -> str:
+        user = Credentials(NOBODY, NOBODY, "nobody")
+        env = {"PATH": "/usr/bin:/bin"}
+        result = run_tool(
+            "code_execution",
+            {"code": code},
+            workspace=Workspace(open_ws),
+            env=env,
+            timeout=30,
+            user=user,
+        )
+        return result.output + (result.error or "")
+
+    assert call(f"cat deploy.env {shared}/.env; echo end") == "end\n"
+    assert (shared / ".env").read_text() == SECRET + "\n"
+    # a .env one call writes is masked in the next: a later call cannot read it back
+    assert (
+        call(f"echo {SECRET} > sub.env.tmp; mkdir -p app; mv sub.env.tmp app/.env; echo ok")
+        == "ok\n"
+    )
+    assert call("cat app/.env; echo end") == "end\n"
+    moves = "mv app/.env moved 2>/dev/null || echo busy; ln app/.env hard 2>/dev/null || echo xdev"
+    assert call(moves) == "busy\nxdev\n"  # a masked file can be neither renamed nor linked
+    assert (open_ws / "app" / ".env").read_text() == SECRET + "\n"

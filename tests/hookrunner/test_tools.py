@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_egress.hookrunner.enforce.tools import ToolResult, Workspace, run_tool
 from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.session import HookSession
-from sandbox_egress.hookrunner.tools import ToolResult, Workspace, run_tool
 from tests.hookrunner.helpers import base_environ
 
 

@@ -2,7 +2,7 @@
 
 One table, first match wins; a formatter is "installed" when its program is
 on ``PATH`` (which the runner has already cut down to runner-owned entries,
-``hookrunner.programs``) or, for prettier, in the workspace's
+``hookrunner.enforce.programs``) or, for prettier, in the workspace's
 ``node_modules/.bin``. A file type without an installed formatter is left
 alone, silently.
 
@@ -28,7 +28,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import NamedTuple
 
-TOOL_USER_VARIABLE = "HOOKRUNNER_TOOL_USER"  # hookrunner.isolation's, read the same way
+TOOL_USER_VARIABLE = "HOOKRUNNER_TOOL_USER"  # hookrunner.enforce.isolation's, read the same way
 DEFAULT_TOOL_USER = "nobody"
 
 

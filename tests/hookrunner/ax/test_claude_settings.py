@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,39 @@ def test_a_home_inside_the_workspace_is_the_repository_s(claude: Claude) -> None
     done = claude.fire("PreToolUse", BASH_RM)
     assert (done.returncode, claude.runs()) == (0, [])
     assert "$HOME is inside the workspace" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spoil", "why"),
+    [
+        (lambda path: path.parent.chmod(0o777), "which someone other than the runner's user"),
+        (lambda path: path.chmod(0o666), "is writable by group or others (mode 0666)"),
+        (lambda path: path.parent.parent.chmod(0o757), "which someone other than the runner's"),
+    ],
+    ids=["directory writable", "file writable", "home writable"],
+)
+def test_a_user_settings_file_others_could_write_is_ignored(
+    claude: Claude, spoil: Any, why: str
+) -> None:
+    """Its hooks would run as the runner (root), so a tool user's edit must not count (D191)."""
+    path = claude.write("user", settings(("PreToolUse", "Bash", claude.blocker)))
+    spoil(path)
+    done = claude.fire("PreToolUse", BASH_RM)
+    assert (done.returncode, claude.runs()) == (0, [])
+    assert f"{path}: ignored: it " in done.stderr
+    assert why in done.stderr
+    assert done.stderr.count("ignored: it") == 1
+
+
+@pytest.mark.privileged
+def test_a_user_settings_file_owned_by_the_tool_user_is_ignored(claude: Claude) -> None:
+    path = claude.write("user", settings(("PreToolUse", "Bash", claude.blocker)))
+    os.chown(path, 65534, 65534)
+    done = claude.fire("PreToolUse", BASH_RM)
+    assert (done.returncode, claude.runs()) == (0, [])
+    assert f"{path}: ignored: it is owned by uid 65534, not by the runner's user or root" in (
+        done.stderr
+    )
 
 
 def test_managed_only_runs_managed_hooks_and_reports_the_others(claude: Claude) -> None:

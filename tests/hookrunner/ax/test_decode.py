@@ -18,7 +18,7 @@ from sandbox_egress.hookrunner.ax.model import (
     Protocol,
     Verdict,
 )
-from sandbox_egress.hookrunner.command import ProcessResult
+from sandbox_egress.hookrunner.enforce.command import ProcessResult
 from sandbox_egress.hookrunner.outcome import Outcome
 
 PRE = AxEvent.PRE_TOOL_USE

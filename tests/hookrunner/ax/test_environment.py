@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.hookrunner.envsan import HOOK_ARGS_JSON_LIMIT
+from sandbox_egress.hookrunner.enforce.envsan import HOOK_ARGS_JSON_LIMIT
 from tests.hookrunner.ax.conftest import AxEnv, entry
 
 DUMP = """import json, os, sys

@@ -101,7 +101,7 @@ class Warm:
         env = {**os.environ, **self.environ()}
         code = (
             "import sys; from sandbox_egress.hookrunner.ax import quickclient as q; "
-            "print(q.socket_path(sys.executable))"
+            "print(q.socket_path(q.installation()))"
         )
         done = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.hookrunner.contain import Credentials, Jail, new_jail
+from sandbox_egress.hookrunner.enforce.contain import Credentials, Jail, new_jail
 
 OUTPUT_CAP = 1024 * 1024
 TERM_GRACE = 0.25  # SIGTERM -> SIGKILL

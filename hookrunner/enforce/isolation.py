@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.contain import Credentials
+from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.errors import UsageError
 
 TOOL_USER_VARIABLE = "HOOKRUNNER_TOOL_USER"
@@ -102,6 +102,27 @@ def runner_owned(directory: str, workspace: Path) -> bool:
         if writable and (index == 0 or not info.st_mode & stat.S_ISVTX):
             return False
     return True
+
+
+def untrusted_file(path: Path, workspace: Path) -> str | None:
+    """Why a file the runner would act on (a user-level settings file) could have been
+    written by someone else, or None: it and its directory must be owned by the runner's
+    user or root and not writable by group or others (D191)."""
+    real = Path(os.path.realpath(path))
+    try:
+        info = os.stat(real)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    owners = {0, os.geteuid()}
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_uid not in owners:
+        return f"is owned by uid {info.st_uid}, not by the runner's user or root"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    if not runner_owned(str(real.parent), workspace):
+        return f"is in {real.parent}, which someone other than the runner's user or root can change"
+    return None
 
 
 def hook_home(environ: Mapping[str, str], workspace: Path) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_egress.hookrunner.isolation import runner_owned
+from sandbox_egress.hookrunner.enforce.isolation import runner_owned
 
 # Lists of directories (or, for CLASSPATH, jar files) that programs or code are found in.
 PATH_LISTS = (

@@ -9,15 +9,16 @@ Invariants (docs/hooks.md#command-line):
   process fails the operation, it never leads outside; reads, writes, listing
   and deletion work on descriptors (``fstat``, ``unlinkat``, ``mkdirat``);
 * only regular files are read or written; opens never block (a FIFO fails);
-* ``write_file`` and ``delete_file`` refuse anything under ``.agents/`` and
-  ``.ax-code/`` (compared ignoring case, after resolving), where the
-  repository's hook files live;
+* ``write_file`` and ``delete_file`` refuse anything under ``.agents/``,
+  ``.ax-code/`` and ``.claude/`` (compared ignoring case, after resolving),
+  where the repository's hook and settings files live;
 * ``code_execution`` runs ``bash -c CODE`` or ``python3 -c CODE`` in the
   workspace with the sanitised environment, an empty stdin, the same process
   group and cgroup discipline and output cap as command hooks, and a deadline,
   as the tool user when there is one (``isolation.tool_user``), with the
-  workspace's ``.env`` files masked when the runner is root (``mask``); files and
-  directories the file tools create belong to that user too;
+  workspace's ``.env`` files masked and git guarded when the runner is root
+  (``toolns``); a walk for the masks that cannot finish refuses the call; files
+  and directories the file tools create belong to that user too;
 * a tool never raises for what the agent asked: bad arguments, missing files
   and failing code all come back as a ``ToolResult`` with ``ok=False`` and the
   failure text in ``error``; ``error`` also carries stderr of code that exited 0.
@@ -33,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.beneath import RaceError, open_beneath, open_directory
-from sandbox_egress.hookrunner.command import OUTPUT_CAP, run_process
-from sandbox_egress.hookrunner.contain import Credentials
-from sandbox_egress.hookrunner.mask import masked
+from sandbox_egress.hookrunner.enforce.beneath import RaceError, open_beneath, open_directory
+from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, run_process
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
+from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
 LANGUAGES = {"bash": "bash", "python": "python3"}
@@ -54,7 +56,7 @@ class ToolFailure(Exception):
     """A failed operation; the message is what the agent and the post hooks see."""
 
 
-PROTECTED_DIRECTORIES = (".agents", ".ax-code")  # the repository's hook files live there
+PROTECTED_DIRECTORIES = (".agents", ".ax-code", ".claude")  # the repository's hook files (D192)
 
 
 class Workspace:
@@ -139,7 +141,11 @@ def code_execution(
     program = LANGUAGES.get(language)
     if program is None:
         raise ToolFailure(f'unsupported language {language!r} (use "bash" or "python")')
-    argv, user = masked([program, "-c", code], workspace.root, user)  # .env unreadable (D93)
+    try:  # .env unreadable (D93), git guarded (D185): in the tool's own mount namespace
+        masks = [("/dev/null", path) for path in protected_files(workspace.root)]
+    except MaskIncomplete as exc:
+        raise ToolFailure(f"refused: the .env files cannot all be masked ({exc})") from None
+    argv, user, _ = tool_namespace([program, "-c", code], masks, user, env)
     result = run_process(
         argv,
         stdin=b"",

@@ -339,11 +339,13 @@ def hook_variables(
     *,
     session_id: str | None = None,
     pack: str | None = None,
+    boundary: str | None = None,
 ) -> dict[str, str]:
     """The HOOK_* variables, added after sanitisation.
 
     ``HOOK_SESSION_ID`` and ``HOOK_PACK`` belong to the AX Code dialect and are
-    set only when given.
+    set only when given; ``HOOK_BOUNDARY`` only for a pre event of a tool the
+    runner itself runs in its namespace (``toolns.boundary``, D194).
     """
     text = args_json(args)
     size = len(text.encode("utf-8"))
@@ -357,6 +359,8 @@ def hook_variables(
         variables["HOOK_SESSION_ID"] = session_id
     if pack is not None:
         variables["HOOK_PACK"] = pack
+    if boundary:
+        variables["HOOK_BOUNDARY"] = boundary
     return variables
 
 

@@ -1,0 +1,272 @@
+"""The tool's mount namespace: the masks and the git guard, mounted before the tool user runs.
+
+``code_execution`` runs in a mount namespace of its own (private propagation,
+gone with its last process) in which, as root and before dropping to the tool
+user with ``setpriv``:
+
+* every protected file (``mask``) has ``/dev/null`` bind-mounted over it (D93);
+* the real git binary is bind-mounted on a runner-owned file, and the guard's
+  wrapper (``gitguard``) over every path the git binary is reached by (D185).
+
+The tool user has no ``CAP_SYS_ADMIN`` and cannot unmount; in a user
+namespace of its own the mounts are locked.
+
+Invariants:
+* a mount that fails stops the tool before the program runs (exit 125): never a
+  tool run with a file left readable or git left unguarded;
+* a runner that is not root makes the same namespace inside an unprivileged
+  user namespace (and a PID namespace), then drops every capability before the
+  program runs; the guard's directory and wrappers are read-only there (D190);
+* when neither can be made the argv is returned unchanged, ``boundary`` is
+  empty (the packs fail closed) and ``boundary_problem`` says why, once;
+* the runner-owned directory of the guard is made once per process, owned by
+  the runner, not writable by anyone else, and removed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox_egress.hookrunner.enforce import gitguard
+from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.hookrunner.enforce.contain import _has_capability as has_capability
+
+log = logging.getLogger("hookrunner")
+_CAP_SYS_ADMIN = 21
+_SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
+PYTHONS = ("/usr/bin/python3",)
+# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many paths to make
+# read-only; the paths; then the program.
+SCRIPT = (
+    'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
+    '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The git guard of this runner process: where its wrapper is and what it covers."""
+
+    directory: str  # runner-owned: the wrapper, ``gitguard.py`` and the real binary's mount point
+    wrapper: str  # runs ``gitguard.py`` with the real git's runner-owned path
+    real: str  # the git binary the guard execs
+    real_mount: str  # the runner-owned file the real binary is mounted on, in the namespace
+    covered: tuple[str, ...]  # every path of the git binary, the wrapper mounted over each
+
+    def binds(self) -> list[tuple[str, str]]:
+        wrappers = [(self.wrapper, path) for path in self.covered]
+        return [(self.directory, self.directory), (self.real, self.real_mount), *wrappers]
+
+    def read_only(self) -> list[str]:
+        """Made read-only in the namespace: a runner that is not root runs the tool as its
+        own user, who owns the directory and could otherwise rewrite the guard."""
+        return [self.directory, *self.covered]
+
+
+@dataclass(frozen=True)
+class Programs:
+    unshare: str
+    mount: str
+    setpriv: str
+    unprivileged: bool  # the runner is not root: an unprivileged user namespace (D190)
+
+
+_probed: list[Programs | None] = []
+
+
+def programs() -> Programs | None:
+    """How the namespace is made here (probed once), or None when it cannot be."""
+    if not _probed:
+        _probed.append(_probe())
+    return _probed[0]
+
+
+def _probe() -> Programs | None:
+    names = [shutil.which(n, path=_SYSTEM_PATH) for n in ("unshare", "mount", "setpriv")]
+    unshare, mount, setpriv = names
+    if unshare is None or mount is None or setpriv is None:
+        return None
+    if has_capability(_CAP_SYS_ADMIN):
+        return Programs(unshare, mount, setpriv, unprivileged=False)
+    found = Programs(unshare, mount, setpriv, unprivileged=True)
+    argv = probe_argv(found)
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found if done.returncode == 0 else None
+
+
+def probe_argv(tools: Programs) -> list[str]:
+    """A namespace made as the tools' would be, one bind and one read-only remount, no program."""
+    return namespace_argv(["/bin/true"], [("/dev/null", "/dev/null")], ["/dev/null"], None, tools)
+
+
+def namespace_argv(
+    argv: Sequence[str],
+    binds: Sequence[tuple[str, str]],
+    read_only: Sequence[str],
+    user: Credentials | None,
+    tools: Programs,
+) -> list[str]:
+    """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
+    so), as ``user`` (root's namespace) or without any capability (a user namespace)."""
+    program = list(argv)
+    if tools.unprivileged:  # root of the user namespace until here; no capability after
+        caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
+        program = [tools.setpriv, *caps, *program]
+        unshare = [tools.unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
+    else:
+        unshare = [tools.unshare]
+        if user is not None:
+            ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+            program = [tools.setpriv, *ids, *program]
+    pairs = [path for pair in binds for path in pair]
+    prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
+    counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
+    return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as binary:
+        return hashlib.file_digest(binary, "sha256").hexdigest()
+
+
+def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
+    """The git binary the tool's PATH finds, and every regular file that is that binary."""
+    first = shutil.which("git", path=path_variable or _SYSTEM_PATH)
+    if first is None:
+        return None
+    real = os.path.realpath(first)
+    wanted = os.stat(real)
+    digest = _digest(real)
+    found: set[str] = {real}
+    directories = [*path_variable.split(os.pathsep), *GIT_HOMES]
+    for directory in dict.fromkeys(d for d in directories if d):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(directory):
+                if not entry.name.startswith("git"):
+                    continue
+                target = os.path.realpath(entry.path)
+                with contextlib.suppress(OSError):
+                    info = os.stat(target)
+                    if not stat.S_ISREG(info.st_mode) or info.st_size != wanted.st_size:
+                        continue
+                    same = (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino)
+                    if same or _digest(target) == digest:
+                        found.add(target)
+    return real, sorted(found)
+
+
+def _world_reachable(path: str) -> bool:
+    """Whether any user can run ``path``: it and every directory above it are o+x."""
+    current = Path(path)
+    try:
+        for part in (current, *current.parents):
+            if not os.stat(part).st_mode & stat.S_IXOTH:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def guard_python() -> str | None:
+    """An interpreter the tool user can run and cannot change (the runner's, or the system's)."""
+    for candidate in (os.path.realpath(sys.executable), *PYTHONS):
+        real = os.path.realpath(candidate)
+        info = os.stat(real) if os.path.exists(real) else None
+        if info is None or info.st_uid not in (0, os.getuid()) or info.st_mode & 0o022:
+            continue
+        if _world_reachable(real):
+            return real
+    return None
+
+
+_guards: dict[str, Guard | None] = {}
+
+
+def git_guard(path_variable: str) -> Guard | None:
+    """The guard for a tool PATH (made once per process), or None when git or Python is missing."""
+    if path_variable in _guards:
+        return _guards[path_variable]
+    guard = _make_guard(path_variable)
+    _guards[path_variable] = guard
+    return guard
+
+
+def _make_guard(path_variable: str) -> Guard | None:
+    paths = git_paths(path_variable)
+    python = guard_python()
+    if paths is None or python is None:
+        if paths is not None:
+            log.warning("hookrunner: no interpreter the tool user can run; git is not guarded")
+        return None
+    real, covered = paths
+    directory = Path(tempfile.mkdtemp(prefix="hookrunner-git-"))
+    atexit.register(shutil.rmtree, directory, True)
+    directory.chmod(0o755)
+    source = directory / "gitguard.py"
+    shutil.copyfile(gitguard.__file__, source)
+    source.chmod(0o644)
+    real_mount = directory / "real-git"
+    real_mount.touch(0o755)
+    wrapper = directory / "git"
+    command = shlex.join([python, "-I", "-S", str(source), str(real_mount)])
+    wrapper.write_text(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
+    wrapper.chmod(0o755)
+    return Guard(str(directory), str(wrapper), real, str(real_mount), tuple(covered))
+
+
+def tool_namespace(
+    argv: Sequence[str],
+    binds: Sequence[tuple[str, str]],
+    user: Credentials | None,
+    env: Mapping[str, str],
+) -> tuple[list[str], Credentials | None, bool]:
+    """(argv, who ``run_process`` switches to, whether the namespace is made).
+
+    ``binds`` are the masks; the git guard's are added. None for the user: the
+    prefix drops to ``user`` itself."""
+    tools = programs()
+    if tools is None:
+        return list(argv), user, False
+    guard = git_guard(env.get("PATH", ""))
+    every = [*(guard.binds() if guard is not None else ()), *binds]
+    read_only = guard.read_only() if guard is not None else []
+    return namespace_argv(argv, every, read_only, user, tools), None, True
+
+
+def boundary(env: Mapping[str, str]) -> str:
+    """``HOOK_BOUNDARY`` for the packs judging a tool this runner runs: ``git`` when the
+    guard is mounted, ``mask`` when the masks are (D194); empty when neither."""
+    if programs() is None:
+        return ""
+    return "git,mask" if git_guard(env.get("PATH", "")) is not None else "mask"
+
+
+def boundary_problem() -> str | None:
+    """What to say once, at start, when no namespace can be made here."""
+    if programs() is not None:
+        return None
+    return (
+        "neither root's mount namespace nor an unprivileged user namespace can be made here "
+        "(unshare, mount and setpriv, and kernel.unprivileged_userns_clone or "
+        "user.max_user_namespaces): git is not guarded and .env files are not masked where the "
+        "tools run; the packs are the only guard and refuse what they cannot read"
+    )
