@@ -13,8 +13,8 @@ Invariants:
 * A client of another build (``quickclient.build_id``) is answered ``-`` before it gives up
   its descriptors, and the server leaves, so the next call starts a current one.
 * One server per installation (``quickclient.installation``): a second one finds the first
-  listening and leaves; a socket nobody listens on is replaced. The server leaves after ``idle`` seconds without
-  a call once its children have finished; each child is reaped.
+  listening and leaves; a socket nobody listens on is replaced. The server leaves after
+  ``idle`` seconds without a call once its children have finished; each child is reaped.
 * A child whose client went away (Claude Code's hook timeout kills the client) is
   terminated rather than left running hooks for nobody.
 """
