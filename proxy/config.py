@@ -171,8 +171,16 @@ def _read(path: str | os.PathLike[str]) -> tuple[Any, Positions]:
 
 
 def _placed(error: ConfigError, positions: Positions) -> ConfigError:
-    """`error` with each problem at its `file:line:column`."""
-    return ConfigError([positions.place(problem) for problem in error.problems])
+    """`error` with each problem at its `file:line:column`, in the file's order (a problem
+    without a position keeps its place after those that have one)."""
+    placed = [positions.place(problem) for problem in error.problems]
+    return ConfigError(sorted(placed, key=_file_order))
+
+
+def _file_order(problem: Problem) -> tuple[float, float]:
+    if problem.line is None:
+        return (float("inf"), float("inf"))
+    return (problem.line, problem.column if problem.column is not None else 0)
 
 
 def parse(

@@ -219,3 +219,24 @@ def test_a_literal_credential_in_a_transform_is_a_warning(tmp_path: Path) -> Non
         "openai-or-anthropic-key credential: the file is now a secret; put it in the "
         "environment or a file and write ${NAME} or ${file:/path}\n"
     )
+
+
+def test_problems_are_reported_in_file_order(tmp_path: Path) -> None:
+    """The `state:` section is checked after the allowlist, but it comes first in the file:
+    so does its problem (issue 35)."""
+    path = tmp_path / "env.yaml"
+    path.write_text(
+        "state:\n"
+        "  backend: bogus\n"
+        "network:\n"
+        "  allowlist:\n"
+        "    - domain: a.example\n"
+        "      ports: [0]\n"
+        "    - domain: 'https://b.example/x'\n"
+    )
+    result = check(path)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert [int(line.split(":")[2]) for line in lines] == sorted(
+        int(line.split(":")[2]) for line in lines
+    )
+    assert len(lines) == 3 and ":2:" in lines[0]
