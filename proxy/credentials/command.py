@@ -3,7 +3,7 @@ without a shell (docs/configuration.md#credentials).
 
     jira: {command: {argv: ["/usr/local/bin/op", "read", "op://agents/jira"], timeout: 10s}}
 
-The child is run by the hook runner's process runner (`hookrunner.command.run_process`,
+The child is run by the hook runner's process runner (`hookrunner.enforce.command.run_process`,
 which the hooks already trust for this): its own session and process group (and cgroup
 where the machine has one), killed whole at the deadline (SIGTERM, a short grace,
 SIGKILL), stdout read while it runs and capped, reading stopped at the deadline even
@@ -44,7 +44,7 @@ class CommandSource:
 
     def fetch(self) -> Fetched:
         # Imported here: the proxy's start-up does not load the hook runner's jails (D162).
-        from sandbox_egress.hookrunner.command import run_process
+        from sandbox_egress.hookrunner.enforce.command import run_process
 
         program = self.argv[0]
         # The cache's own deadline is the same `timeout`: the child is killed just before.

@@ -69,10 +69,13 @@ def read_word(raw: str) -> list[str]:
     words: list[str] = []
     for alternative in braces.expand(raw):
         found, _ = split_commands(alternative)
-        for each, redirects in found:
-            if redirects:
-                raise ShellSyntaxError(f"not one word: {raw[:60]!r}")
-            words.extend(each)
+        # One word as the grammar cut it is at most one word as bash reads it (none: an
+        # empty brace alternative, a process substitution). Anything more (an operator, a
+        # blank the grammar took inside a word: tree-sitter-bash reads `$'\\'; cmd \'` as
+        # one ANSI-C string) means the grammar misread the structure: not vouched for.
+        if len(found) > 1 or any(len(each) != 1 or redirects for each, redirects in found):
+            raise ShellSyntaxError(f"not one word: {raw[:60]!r}")
+        words.extend(w for each, _ in found for w in each)
     return words
 
 

@@ -113,6 +113,7 @@ def lexer_words(line: str) -> list[str]:
 @example(f"{PRINT} $'-f' $'\\x2eenv' $'\\056env' $'\\u002e\\U00000065nv'")
 @example(f"{PRINT} $'a\\x00b'c $'\\cA\\c?' $'\\z' $'\\xe9\\351' $'\\ud800' $'\\101\\0101'")
 @example(f'{PRINT} $"x\\"y" "$\'no\'" a\\ b \'\' ""')
+@example(f"{PRINT} @ $'\\\\'; {PRINT} @ \\'")  # one ANSI-C string to tree-sitter-bash
 def test_the_lexer_reads_words_as_bash_does(line: str) -> None:
     ours = [os.fsencode(w) for w in lexer_words(line)]
     theirs = bash_words(line)

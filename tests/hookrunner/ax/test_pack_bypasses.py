@@ -216,6 +216,8 @@ ROUND_THREE_PUSHES = [
     ),
     ("env GIT_CONFIG_PARAMETERS=\"'alias.p=push -f'\" git p origin main", "git push -f"),
     ("git -c alias.push=status push -f origin main", "git push -f"),  # git ignores it
+    # tree-sitter-bash reads `$'\\'` up to the next quote: the push hid inside one word
+    ("echo $'\\\\'; git push --force origin main \\'", "git push --force"),
 ]
 
 
@@ -235,6 +237,7 @@ ROUND_THREE_READS = [
     ("git checkout -m .env", ".env"),  # -m is a message only for commit, tag, merge...
     ("gh gist create -d notes .env", ".env"),
     ("cat .env.$STAGE", ".env.$STAGE"),
+    ("echo $'\\\\'; cat .env \\'", ".env"),  # one ANSI-C word to tree-sitter-bash
 ]
 
 
