@@ -36,7 +36,7 @@ FORBIDDEN_TRANSFORM_HEADERS = frozenset(
         "x-egress-denied",
     }
 )
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an RFC 9110 token
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ def parse_transform(
     ok = True
     for header, value in raw.items():
         here = f"{where}.{header}"
-        if not isinstance(header, str) or not _TOKEN.fullmatch(header):
+        if not isinstance(header, str) or not HEADER_NAME.fullmatch(header):
             report(where, f"invalid header name {shown(str(header), 200)}")
             ok = False
         elif header.lower() in FORBIDDEN_TRANSFORM_HEADERS:

@@ -29,24 +29,9 @@ from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.table import KINDS, Spec
 from sandbox_egress.proxy.references import REFERENCE
+from sandbox_egress.proxy.transforms import FORBIDDEN_TRANSFORM_HEADERS, HEADER_NAME
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-# Header names a binding cannot write: they frame or route the request.
-_FRAMING = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-        "x-egress-denied",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +137,10 @@ def parse_binding(
     if as_ is As.BASIC and not (isinstance(username, str) and username and ":" not in username):
         report(f"{where}.username", "required with as: basic, a non-empty name without ':'")
         ok = False
-    if as_ is As.HEADER and not (isinstance(header, str) and _TOKEN.fullmatch(header)):
+    if as_ is As.HEADER and not (isinstance(header, str) and HEADER_NAME.fullmatch(header)):
         report(f"{where}.header", "required with as: header, a header name")
         ok = False
-    elif as_ is As.HEADER and str(header).lower() in _FRAMING:
+    elif as_ is As.HEADER and str(header).lower() in FORBIDDEN_TRANSFORM_HEADERS:
         report(f"{where}.header", "this header frames or routes the request and cannot be set")
         ok = False
     extra = {k: v for k, v in raw.items() if k not in _BINDING_KEYS}
