@@ -1,0 +1,188 @@
+"""The parts of the warm runner and of `claude install`, in-process (the end-to-end tests
+in test_quickfire.py and test_claude_install.py run them as real processes, which the
+coverage of `make test-unit` does not see)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox_egress.hookrunner.ax import claudeinstall, quickclient, quickfire
+from sandbox_egress.hookrunner.errors import UsageError
+
+RUNNER = "/opt/hr/bin/hookrunner"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory whose socket paths fit in 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="hq-"))
+    yield path
+    for child in sorted(path.rglob("*"), reverse=True):
+        child.unlink() if not child.is_dir() or child.is_symlink() else child.rmdir()
+    path.rmdir()
+
+
+# -- claude install, pure ---------------------------------------------------------------
+
+
+def commands(moved: Path) -> dict[str, str]:
+    return {
+        e: claudeinstall.runner_command([RUNNER], e, moved, None)
+        for e in claudeinstall.CLAUDE_EVENTS
+    }
+
+
+def test_installed_moves_the_hooks_of_fired_events_and_keeps_the_rest() -> None:
+    own = {"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}
+    notify = [{"hooks": [{"type": "command", "command": "notify-send hi"}]}]
+    document = {"model": "opus", "hooks": {"PreToolUse": [own], "Notification": notify}}
+    moved_path = Path("/h/.claude/hookrunner-hooks.json")
+    settings, moved = claudeinstall.installed(document, {}, RUNNER, commands(moved_path))
+    assert moved == {"hooks": {"PreToolUse": [own]}}
+    assert settings["model"] == "opus"
+    assert settings["hooks"]["Notification"] == notify
+    (entry,) = settings["hooks"]["PreToolUse"]
+    assert entry["hooks"][0]["command"] == (
+        f"{RUNNER} fire PreToolUse --claude-exit-codes --claude-hooks {moved_path}"
+    )
+    # Installing the result again changes nothing; uninstalling restores the document.
+    assert claudeinstall.installed(settings, moved, RUNNER, commands(moved_path)) == (
+        settings,
+        moved,
+    )
+    assert claudeinstall.uninstalled(settings, moved, RUNNER) == document
+
+
+def test_the_quick_client_form_is_recognised_as_the_runner() -> None:
+    client = ["/v/bin/python", "-I", "-S", "/v/quickclient.py", RUNNER]
+    command = claudeinstall.runner_command(client, "Stop", Path("/m.json"), Path("/ax.json"))
+    assert command.endswith("--claude-hooks /m.json --ax-config /ax.json")
+    group = {"hooks": [{"type": "command", "command": command}]}
+    assert claudeinstall.uninstalled({"hooks": {"Stop": [group]}}, {}, RUNNER) == {}
+    broken = {"hooks": [{"type": "command", "command": "echo 'unterminated"}]}
+    assert claudeinstall.uninstalled({"hooks": {"Stop": [broken]}}, {}, RUNNER) == {
+        "hooks": {"Stop": [broken]}
+    }
+
+
+def test_hooks_that_are_not_an_object_are_refused() -> None:
+    with pytest.raises(UsageError, match="not an object"):
+        claudeinstall.installed({"hooks": []}, {}, RUNNER, {})
+
+
+def test_install_and_uninstall_files(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    own = {"matcher": "", "hooks": [{"type": "command", "command": "true"}]}
+    settings.write_text(json.dumps({"hooks": {"Stop": [own]}}))
+    os.chmod(settings, 0o640)
+    moved = claudeinstall.install(settings, RUNNER, None)
+    assert json.loads(moved.read_text()) == {"hooks": {"Stop": [own]}}
+    assert settings.stat().st_mode & 0o777 == 0o640  # the mode is kept
+    assert moved.stat().st_mode & 0o777 == 0o600
+    assert json.loads(settings.with_name("settings.json.hookrunner-backup").read_text()) == {
+        "hooks": {"Stop": [own]}
+    }
+    claudeinstall.uninstall(settings, RUNNER)
+    assert json.loads(settings.read_text()) == {"hooks": {"Stop": [own]}}
+    assert not moved.exists()
+
+
+@pytest.mark.parametrize("text", ["[1]", "{bad"])
+def test_a_settings_file_that_cannot_be_read_changes_nothing(tmp_path: Path, text: str) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text(text)
+    with pytest.raises(UsageError, match="nothing was changed"):
+        claudeinstall.install(settings, RUNNER, None)
+    assert settings.read_text() == text
+
+
+def test_settings_path_by_scope(tmp_path: Path) -> None:
+    assert claudeinstall.settings_path("project", None, tmp_path) == (
+        tmp_path / ".claude" / "settings.json"
+    )
+    assert claudeinstall.settings_path("user", Path("/h"), tmp_path) == Path(
+        "/h/.claude/settings.json"
+    )
+    with pytest.raises(UsageError, match="HOME"):
+        claudeinstall.settings_path("user", None, tmp_path)
+
+
+# -- the quick client and its server ---------------------------------------------------------
+
+
+def test_the_request_carries_argv_environment_directory_and_build() -> None:
+    message = quickclient.request(["fire", "Stop"])
+    (size,) = struct.unpack(">I", message[:4])
+    document = json.loads(message[4:])
+    assert size == len(message) - 4
+    assert document["argv"] == ["fire", "Stop"]
+    assert document["cwd"] == os.getcwd()
+    assert document["env"] == dict(os.environ)
+    assert document["build"] == quickclient.build_id(quickclient.installation())
+    assert document["umask"] == os.umask(document["umask"])  # read back: unchanged
+
+
+def test_a_client_without_arguments_is_a_usage_error() -> None:
+    assert quickclient.main([]) == 2
+
+
+def test_the_server_listens_once_per_path(short_dir: Path) -> None:
+    path = str(short_dir / "hookrunner-0" / "fire.sock")
+    first = quickfire.listen(path)
+    assert first is not None
+    try:
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert quickfire.listen(path) is None  # a live server answers there
+    finally:
+        first.close()
+    again = quickfire.listen(path)  # the socket nobody listens on is replaced
+    assert again is not None
+    again.close()
+
+
+def test_the_server_refuses_a_directory_others_can_write(short_dir: Path) -> None:
+    directory = short_dir / "shared"
+    directory.mkdir(mode=0o777)
+    os.chmod(directory, 0o777)
+    with pytest.raises(UsageError, match="not a directory private"):
+        quickfire.listen(str(directory / "fire.sock"))
+
+
+def test_a_request_and_its_descriptors_are_received() -> None:
+    client, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read, write = os.pipe()
+    with client, server:
+        message = quickclient.request(["fire", "PreToolUse"])
+        fds = struct.pack("3i", read, write, write)
+        client.sendmsg([message[:100]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        client.sendall(message[100:])
+        document, received = quickfire._receive(server)
+    assert document["argv"] == ["fire", "PreToolUse"]
+    assert len(received) == 3
+    os.write(received[1], b"x")
+    assert os.read(read, 1) == b"x"  # the descriptors are the sender's pipe
+    for fd in (read, write, *received):
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [b"\x00\x00", struct.pack(">I", quickfire.MAX_REQUEST + 1), struct.pack(">I", 10) + b"{}"],
+    ids=["no length", "too large", "cut short"],
+)
+def test_a_request_that_is_not_one_is_refused(message: bytes) -> None:
+    client, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with client, server:
+        client.sendall(message)
+        client.shutdown(socket.SHUT_WR)
+        with pytest.raises(ValueError):
+            quickfire._receive(server)
