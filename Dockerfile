@@ -81,6 +81,7 @@ COPY common ./common
 COPY hookrunner ./hookrunner
 COPY runtime ./runtime
 COPY sandbox_egress ./sandbox_egress
+COPY scripts/hookrunner ./scripts/hookrunner
 RUN python3 -m venv /opt/egress \
     && if ls /wheels/*.whl >/dev/null 2>&1; then \
         pip install --no-index --find-links /wheels . ; \

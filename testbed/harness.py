@@ -53,6 +53,8 @@ REASONS = frozenset(
         "sigv4_scope_denied",
         "sigv4_unsupported",
         "secret_elsewhere",
+        # issue 34
+        "budget_unavailable",
     }
 )
 AUDIT_KEYS = frozenset(

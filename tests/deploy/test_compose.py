@@ -693,6 +693,7 @@ def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
         "hookrunner",
         "runtime",
         "sandbox_egress",  # links to the four folders above (D140)
+        "scripts/hookrunner",  # the `hookrunner` command: a launcher running python -I (D193)
         "config/default.yaml",
     ]
 
@@ -758,6 +759,7 @@ def test_dockerignore_admits_only_the_sources() -> None:
         "hookrunner",
         "runtime",
         "sandbox_egress",
+        "scripts/hookrunner",  # the `hookrunner` command is this launcher (D193)
         "config/default.yaml",
         "build/wheelhouse/*.whl",
     }

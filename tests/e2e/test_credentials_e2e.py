@@ -36,7 +36,7 @@ from tests.proxy.credentials.forge import Forge, forge
 
 pytestmark = pytest.mark.netns
 
-PORT, SHORT_PORT = 9445, 9446
+PORT, SHORT_PORT = 9455, 9456  # 9445: the clients suite's WebSocket upstream, alive all session
 API, GIT = "api.allowed.test", "x.wild.test"
 
 
