@@ -143,9 +143,19 @@ def prometheus_targets() -> dict[str, list[str]]:
         found = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
         for sd in job.get("dns_sd_configs", []):
             assert sd["type"] == "A"
-            found += [f"{address_on(n, 'monitoring')}:{sd['port']}" for n in sd["names"]]
+            found += [f"{address_on(aliased(n), 'monitoring')}:{sd['port']}" for n in sd["names"]]
         targets[job["job_name"]] = found
     return targets
+
+
+def aliased(name: str) -> str:
+    """The service that has `name` as an alias on the monitoring network (Prometheus's)."""
+    (service,) = [
+        s
+        for s, spec in SERVICES.items()
+        if name in (networks_of(spec).get("monitoring") or {}).get("aliases", [])
+    ]
+    return service
 
 
 def test_a_profile_not_started_raises_no_alert() -> None:
@@ -163,7 +173,7 @@ def test_a_profile_not_started_raises_no_alert() -> None:
         static = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
         assert not [t for t in static if hostport(t)[0] in addresses | profiled], job
         for sd in job.get("dns_sd_configs", []):
-            assert set(sd["names"]) <= profiled, job
+            assert {aliased(n) for n in sd["names"]} <= profiled, job
 
 
 def dockerfile_users() -> dict[str, int]:
