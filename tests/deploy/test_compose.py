@@ -224,7 +224,7 @@ def test_build_contexts_dockerfiles_and_stages_exist() -> None:
     # Every image builds FROM the same base, the local Debian one unless overridden.
     for name, build in built.items():
         assert build["args"] == {
-            "PYTHON_IMAGE": "${EGRESS_BASE_IMAGE:-sandbox-egress-base:trixie-1}"
+            "PYTHON_IMAGE": "${EGRESS_BASE_IMAGE:-sandbox-egress-base:trixie-2}"
         }, name
     # One image name per stage, so a stage is never tagged with another's name.
     assert {SERVICES[n]["image"] for n in built if targets[n] == "runtime"} == {
