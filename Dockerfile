@@ -7,11 +7,12 @@
 #   docker build -t sandbox-egress:0.1.0 .                              # the runtime (last stage)
 #   docker build --target netinit -t sandbox-egress-netinit:0.1.0 .     # iptables, for transparent mode
 #   docker build --target prometheus -t sandbox-egress-prometheus:0.1.0 .
+#   docker build --target redis -t sandbox-egress-redis:0.1.0 .        # the fleet profile's state
 #
 # Without a registry (docs/operations.md, "Containers without a registry"):
 #   scripts/base-image && scripts/wheelhouse
-#   docker build --build-arg PYTHON_IMAGE=sandbox-egress-base:trixie-1 -t sandbox-egress:0.1.0 .
-# The base then already holds iptables and prometheus, and pip installs from
+#   docker build --build-arg PYTHON_IMAGE=sandbox-egress-base:trixie-2 -t sandbox-egress:0.1.0 .
+# The base then already holds iptables, prometheus and redis-server, and pip installs from
 # build/wheelhouse only (--no-index); no stage needs the network.
 #
 # Nothing secret is built in: the interception CA is generated when a container
@@ -59,6 +60,17 @@ WORKDIR /prometheus
 EXPOSE 9090
 ENTRYPOINT ["prometheus"]
 CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]
+
+# Debian's redis-server: the store the compose profile `fleet`'s replicas share their
+# budgets in (docs/operations.md, "From one node to a fleet"), as its own user.
+FROM base AS redis
+RUN command -v redis-server >/dev/null 2>&1 || { apt-get update \
+    && apt-get install -y --no-install-recommends redis-server \
+    && rm -rf /var/lib/apt/lists/*; }
+USER redis
+WORKDIR /tmp
+EXPOSE 6379
+ENTRYPOINT ["redis-server"]
 
 FROM base AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -37,7 +37,7 @@ run: install
 	exec $(BIN)/egress-proxy run --config $(CONFIG) --listen $(LISTEN) --metrics $(METRICS) --certs $(CERTS)
 
 # Installs the system packages the tests need when missing (scripts/install-test-deps says which).
-# The compose test (tests/deploy/test_compose_up.py) needs a container engine, the Debian
+# The compose tests (tests/deploy/test_compose_up.py, test_compose_fleet.py) need a container engine, the Debian
 # base image and the image's wheels: the three scripts set them up (and say so) when missing.
 test: install
 	@sh scripts/install-test-deps

@@ -1,7 +1,8 @@
 """The real compose.yaml, built and started with a real Compose implementation.
 
-Used by test_compose_up.py. A `Stack` is one Compose project with its own name,
-its own secret file (owner 10001, mode 0400, as scripts/compose-secret writes it)
+Used by test_compose_up.py and test_compose_fleet.py. A `Stack` is one Compose project
+with its own name, its profiles (and, when given, only some services with their
+dependencies), its own secret file (owner 10001, mode 0400, as scripts/compose-secret writes it)
 and its own host port for Prometheus; `Stack.down()` removes its containers,
 networks and volumes and is safe to call after a failed `up`.
 
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The Compose implementation: Debian's docker-compose 1.29 unless told otherwise
 # (EGRESS_COMPOSE="docker compose" for Compose v2).
 COMPOSE = shlex.split(os.environ.get("EGRESS_COMPOSE", "docker-compose"))
-PROFILE = ("--profile", "transparent")
+PROFILES = ("transparent",)  # test_compose_up.py's; test_compose_fleet.py names its own
 
 
 class StackError(AssertionError):
@@ -72,6 +73,8 @@ class Stack:
     secret: Path
     token: str
     prometheus_port: int = field(default_factory=free_port)
+    profiles: tuple[str, ...] = PROFILES
+    services: tuple[str, ...] = ()  # `up` starts these and their dependencies; () for all
 
     @property
     def env(self) -> dict[str, str]:
@@ -84,7 +87,8 @@ class Stack:
         return env
 
     def compose(self, *args: str, timeout: float = 120, input: str | None = None) -> str:
-        argv = [*COMPOSE, "-f", str(ROOT / "compose.yaml"), "-p", self.project, *PROFILE, *args]
+        profiles = [arg for name in self.profiles for arg in ("--profile", name)]
+        argv = [*COMPOSE, "-f", str(ROOT / "compose.yaml"), "-p", self.project, *profiles, *args]
         return run(argv, timeout=timeout, input=input, env=self.env, cwd=ROOT)
 
     def write_secret(self) -> None:
@@ -95,9 +99,9 @@ class Stack:
 
     def up(self) -> None:
         self.write_secret()
-        self.compose("build", timeout=900)
+        self.compose("build", *self.services, timeout=900)
         try:
-            self.compose("up", "-d", timeout=300)
+            self.compose("up", "-d", *self.services, timeout=300)
         except StackError as exc:
             raise StackError(f"{exc}\n--- logs ---\n{self.logs()}") from exc
 

@@ -143,19 +143,25 @@ def prometheus_targets() -> dict[str, list[str]]:
         found = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
         for sd in job.get("dns_sd_configs", []):
             assert sd["type"] == "A"
-            found += [f"{address_on(aliased(n), 'monitoring')}:{sd['port']}" for n in sd["names"]]
+            found += [
+                f"{address_on(s, 'monitoring')}:{sd['port']}"
+                for n in sd["names"]
+                for s in aliased(n)
+            ]
         targets[job["job_name"]] = found
     return targets
 
 
-def aliased(name: str) -> str:
-    """The service that has `name` as an alias on the monitoring network (Prometheus's)."""
-    (service,) = [
+def aliased(name: str) -> list[str]:
+    """The services that have `name` as an alias on the monitoring network (Prometheus's):
+    one, or the fleet profile's replicas."""
+    services = [
         s
         for s, spec in SERVICES.items()
         if name in (networks_of(spec).get("monitoring") or {}).get("aliases", [])
     ]
-    return service
+    assert services, name
+    return services
 
 
 def test_a_profile_not_started_raises_no_alert() -> None:
@@ -173,7 +179,7 @@ def test_a_profile_not_started_raises_no_alert() -> None:
         static = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
         assert not [t for t in static if hostport(t)[0] in addresses | profiled], job
         for sd in job.get("dns_sd_configs", []):
-            assert {aliased(n) for n in sd["names"]} <= profiled, job
+            assert {s for n in sd["names"] for s in aliased(n)} <= profiled, job
 
 
 def dockerfile_users() -> dict[str, int]:
@@ -220,11 +226,13 @@ def test_build_contexts_dockerfiles_and_stages_exist() -> None:
     targets = {name: b["target"] for name, b in built.items()}
     assert targets["netfilter"] == "netinit"
     assert targets["prometheus"] == "prometheus"
-    assert {t for n, t in targets.items() if n not in {"netfilter", "prometheus"}} == {"runtime"}
+    assert targets["redis-fleet"] == "redis"
+    others = {"netfilter", "prometheus", "redis-fleet"}
+    assert {t for n, t in targets.items() if n not in others} == {"runtime"}
     # Every image builds FROM the same base, the local Debian one unless overridden.
     for name, build in built.items():
         assert build["args"] == {
-            "PYTHON_IMAGE": "${EGRESS_BASE_IMAGE:-sandbox-egress-base:trixie-1}"
+            "PYTHON_IMAGE": "${EGRESS_BASE_IMAGE:-sandbox-egress-base:trixie-2}"
         }, name
     # One image name per stage, so a stage is never tagged with another's name.
     assert {SERVICES[n]["image"] for n in built if targets[n] == "runtime"} == {
@@ -517,12 +525,12 @@ def test_the_ca_key_volume_is_mounted_only_by_the_proxy_side() -> None:
     key_volume = mount_at(SERVICES["proxy"], certs)[0]
     assert key_volume == "proxy-ca"
     holders = {n for n, s in SERVICES.items() if any(m[0] == key_volume for m in mounts(s))}
-    assert holders == {"ca-init", "proxy", "proxy-transparent"}
+    assert holders == {"ca-init", "proxy", "proxy-transparent", "proxy-fleet-a", "proxy-fleet-b"}
     assert (
         mount_at(SERVICES["proxy-transparent"], str(proxy_args("proxy-transparent").certs))[0]
         == key_volume
     )
-    for name in ("sandbox", "sandbox-transparent"):
+    for name in ("sandbox", "sandbox-transparent", "sandbox-fleet"):
         assert "secrets" not in SERVICES[name]
         assert {m[0] for m in mounts(SERVICES[name])} & {"proxy-ca", "telemetry-tls"} == set()
 
@@ -645,6 +653,10 @@ def test_profiles_keep_the_transparent_variant_and_the_dashboards_optional() -> 
         "netfilter": ["transparent"],
         "sandbox-transparent": ["transparent"],
         "grafana": ["dashboards"],
+        "redis-fleet": ["fleet"],
+        "proxy-fleet-a": ["fleet"],
+        "proxy-fleet-b": ["fleet"],
+        "sandbox-fleet": ["fleet"],
     }
 
 
@@ -686,7 +698,7 @@ def test_grafana_is_provisioned_with_the_prometheus_and_the_dashboard() -> None:
 
 def test_image_runs_unprivileged_and_bakes_no_ca() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    assert re.findall(r"^FROM (\S+)", text, flags=re.M) == ["${PYTHON_IMAGE}"] + ["base"] * 3
+    assert re.findall(r"^FROM (\S+)", text, flags=re.M) == ["${PYTHON_IMAGE}"] + ["base"] * 4
     assert "ARG PYTHON_IMAGE=python:3.13-slim" in text  # the Python of the trixie base
     assert default_uid() == 10001
     runtime = text[text.index("AS runtime") :]
@@ -784,3 +796,54 @@ def test_compose_hooks_file_is_valid(tmp_path: Path) -> None:
     assert command == ["python3 /.agents/hooks-scripts/gate.py"]
     assert (ROOT / "deploy/compose/agents/hooks-scripts/gate.py").is_file()
     assert ("./deploy/compose/agents", "/.agents", True) in mounts(SERVICES["sandbox"])
+
+
+# -- the fleet profile -----------------------------------------------------------------
+
+
+def test_the_fleet_replicas_share_one_redis_that_only_they_reach(tmp_path: Path) -> None:
+    """deploy/compose/fleet.yaml passes real validation with the redis backend and a
+    budgeted entry; its URL names redis-fleet, which is on `fleet-state` alone with the two
+    replicas, listens on that address only, and no sandbox shares a network with it."""
+    replicas = ("proxy-fleet-a", "proxy-fleet-b")
+    text = (ROOT / "deploy/compose/fleet.yaml").read_text(encoding="utf-8")
+    secret = tmp_path / "telemetry_token"
+    secret.write_text(TEST_TOKEN + "\n", encoding="utf-8")
+    copy = tmp_path / "fleet.yaml"
+    copy.write_text(text.replace("/run/secrets/telemetry_token", str(secret)), encoding="utf-8")
+    network = configuration.load(copy, environ={})
+    assert (network.state.backend, network.state.on_error) == ("redis", "deny")
+    url = urlsplit(network.state.url)
+    assert (url.hostname, url.port) == ("redis-fleet", 6379)
+    budgeted = [e for e in network.allowlist if e.budget is not None]
+    assert [e.pattern for e in budgeted] == [TELEMETRY_NAME]
+    assert budgeted[0].budget is not None and budgeted[0].budget.requests is not None
+    assert (budgeted[0].budget.requests.amount, budgeted[0].budget.requests.window_s) == (10, 3600)
+
+    on_state = {n for n, s in SERVICES.items() if "fleet-state" in networks_of(s)}
+    assert on_state == {"redis-fleet", *replicas}
+    assert set(networks_of(SERVICES["redis-fleet"])) == {"fleet-state"}
+    redis_address = address_on("redis-fleet", "fleet-state")
+    command = SERVICES["redis-fleet"]["command"]
+    assert command[command.index("--bind") + 1] == redis_address
+    assert COMPOSE["networks"]["fleet-state"]["internal"] is True
+    sandboxes = {n for n in SERVICES if n.startswith("sandbox")}
+    for name in sandboxes:
+        assert "fleet-state" not in networks_of(SERVICES[name]), name
+    assert set(networks_of(SERVICES["sandbox-fleet"])) == {"fleet"}
+
+    targets = prometheus_targets()["egress-proxy-fleet"]
+    for name in replicas:
+        args = proxy_args(name)
+        assert args.config == "/etc/egress/fleet.yaml"
+        assert mount_at(SERVICES[name], args.config) == (
+            "./deploy/compose/fleet.yaml",
+            args.config,
+            True,
+        )
+        assert args.listen[0] == address_on(name, "fleet")
+        assert args.metrics[0] == address_on(name, "monitoring")
+        assert health_probe(name) == args.metrics
+        assert f"{args.metrics[0]}:{args.metrics[1]}" in targets
+        assert SERVICES[name]["depends_on"]["redis-fleet"] == {"condition": "service_healthy"}
+    assert len(targets) == len(replicas)

@@ -443,6 +443,6 @@ def test_the_image_runs_with_its_embedded_configuration_and_reports_healthy(stac
         labels = config["Labels"]
         assert labels["org.opencontainers.image.title"] == "sandbox-egress"
         assert labels["org.opencontainers.image.version"] == "0.1.0"
-        assert labels["org.opencontainers.image.base.name"] == "sandbox-egress-base:trixie-1"
+        assert labels["org.opencontainers.image.base.name"] == "sandbox-egress-base:trixie-2"
     finally:
         run(["docker", "rm", "-f", name], timeout=60)
