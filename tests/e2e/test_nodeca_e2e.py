@@ -12,6 +12,7 @@ import ssl
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,8 @@ def test_clients_trusting_only_the_root_accept_a_node_proxys_leaves(
     assert (done.returncode, done.stdout) == (0, "200"), done.stderr
     with p.view.tunnel("api.allowed.test:443") as conn:
         assert isinstance(conn.sock, ssl.SSLSocket)
-        issuer = dict(x[0] for x in conn.sock.getpeercert()["issuer"])  # type: ignore[index]
+        peer: Any = conn.sock.getpeercert()
+        issuer = dict(x[0] for x in peer["issuer"])
         response = conn.request("GET", "/by-python", [("Host", "api.allowed.test")])
     assert response.status == 200
     assert issuer["commonName"] == "sandbox egress node CA node-a"
