@@ -12,6 +12,7 @@ sandbox and the root key on every node: the state this change ends.
 from __future__ import annotations
 
 import base64
+import datetime
 import os
 import stat
 from pathlib import Path
@@ -23,7 +24,7 @@ from cryptography import x509
 
 from sandbox_egress.runtime import pernode
 from sandbox_egress.runtime.ca import CA_KEY_AND_CERT, ensure_ca
-from sandbox_egress.runtime.nodeca import issue_intermediate
+from sandbox_egress.runtime.nodeca import issue_intermediate, read_intermediate
 from tests.deploy.test_kubernetes import kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,3 +263,16 @@ def test_a_sandbox_naming_a_missing_file_is_refused(tmp_path: Path) -> None:
 def test_unplaced_sandboxes_are_warned_about(out: Path, built: Documents, inputs: Path) -> None:
     result = pernode.render(built, ASSIGNMENT, inputs / "sandboxes", inputs / "node-cas")
     assert result.warnings == ["sandbox delta is on no node (its pod gets 407)"]
+
+
+def test_an_intermediate_near_its_end_is_warned_about(built: Documents, inputs: Path) -> None:
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=25)
+    result = pernode.render(built, {"node-b": ["gamma"]}, inputs / "sandboxes",
+                            inputs / "node-cas", now=soon)  # fmt: skip
+    expires = read_intermediate(inputs / "node-cas" / "node-b").not_valid_after_utc
+    assert result.warnings == [
+        *(f"sandbox {s} is on no node (its pod gets 407)" for s in ("alpha", "beta", "delta")),
+        f"node node-b: its CA expires on {expires:%Y-%m-%d}: issue a new one",
+    ]
+    later = pernode.render(built, {"node-b": ["gamma"]}, inputs / "sandboxes", inputs / "node-cas")
+    assert not any("expires" in w for w in later.warnings)
