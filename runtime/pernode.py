@@ -107,9 +107,10 @@ def sandbox_files(directory: Path, sandbox: str, mount: str) -> dict[str, bytes]
         if not reference.startswith("file:"):
             continue
         path = Path(reference[5:])
-        if path.parent != Path(mount):
+        if not path.is_relative_to(mount):
             continue  # the node's own files (its Secrets), not this sandbox's
-        if not _KEY.match(path.name) or path.name == policy.name:
+        flat = path.parent == Path(mount) and _KEY.match(path.name) and path.name != ".."
+        if not flat or path.name == policy.name:
             raise RenderError(f"sandbox {sandbox}: ${{{reference}}} cannot be a Secret key")
         try:
             files[path.name] = (directory / path.name).read_bytes()

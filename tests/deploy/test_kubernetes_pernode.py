@@ -276,3 +276,12 @@ def test_an_intermediate_near_its_end_is_warned_about(built: Documents, inputs: 
     ]
     later = pernode.render(built, {"node-b": ["gamma"]}, inputs / "sandboxes", inputs / "node-cas")
     assert not any("expires" in w for w in later.warnings)
+
+
+@pytest.mark.parametrize(
+    "name", [f"{MOUNT}/nested/x.token", f"{MOUNT}/x.yaml", f"{MOUNT}/../egress/x.token"]
+)
+def test_a_reference_that_cannot_be_a_secret_key_is_refused(tmp_path: Path, name: str) -> None:
+    (tmp_path / "x.yaml").write_text(f'token: "${{file:{name}}}"\n')
+    with pytest.raises(pernode.RenderError, match="cannot be a Secret key"):
+        pernode.sandbox_files(tmp_path, "x", MOUNT)
