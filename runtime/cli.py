@@ -26,7 +26,7 @@ from sandbox_egress.runtime import optimized
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.launcher import serve
-from sandbox_egress.runtime.nodeca import issue_intermediate
+from sandbox_egress.runtime.nodeca import DEFAULT_DAYS, issue_intermediate
 from sandbox_egress.runtime.startup import LaunchError, Settings, refuse_a_taken_port
 from sandbox_egress.runtime.workers import run_workers
 
@@ -50,7 +50,11 @@ def _node_ca(args: argparse.Namespace) -> int:
         return 2
     try:
         issued = issue_intermediate(
-            args.intermediate_of, args.name, args.certs, args.days, args.permit
+            args.intermediate_of,
+            args.name,
+            args.certs,
+            DEFAULT_DAYS if args.days is None else args.days,
+            args.permit,
         )
     except CAError as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
@@ -102,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ca" and args.intermediate_of is not None:
         return _node_ca(args)
     if args.command == "ca":
-        if args.name is not None or args.permit:
-            accepted.error("--name and --permit go with --intermediate-of")
+        if args.name is not None or args.permit or args.days is not None:
+            accepted.error("--name, --days and --permit go with --intermediate-of")
         try:
             ca = ensure_ca(args.certs, args.key_type)
         except CAError as exc:

@@ -227,7 +227,7 @@ def parser() -> argparse.ArgumentParser:
         "in ROOT_DIR; the root key stays there (docs/operations.md#node-intermediates)",
     )
     ca.add_argument("--name", metavar="NODE", help="the node of --intermediate-of")
-    ca.add_argument("--days", type=int, default=30, help="validity of --intermediate-of")
+    ca.add_argument("--days", type=int, help="validity of --intermediate-of (default: 30)")
     ca.add_argument(
         "--permit",
         action="append",

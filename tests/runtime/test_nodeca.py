@@ -159,5 +159,10 @@ def test_cli_issues_and_prints_the_certificate_sandboxes_trust(
     assert "PRIVATE" not in out + err
     assert cli.main(["ca", "--intermediate-of", str(root), "--certs", str(tmp_path / "b")]) == 2
     assert "needs --name NODE" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli.main(["ca", "--name", "node-a", "--certs", str(tmp_path / "c")])
+    assert cli.main([*argv[:-1], "0", "--certs", str(tmp_path / "b")]) == 2
+    assert "--days must be 1 to 365, not 0" in capsys.readouterr().err
+    for extra in (["--name", "node-a"], ["--days", "5"], ["--permit", "example.test"]):
+        with pytest.raises(SystemExit):
+            cli.main(["ca", *extra, "--certs", str(tmp_path / "c")])
+    assert "go with --intermediate-of" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
