@@ -65,7 +65,7 @@ def ensure_ca(certs: Path, key_type: KeyType = KeyType.ECDSA) -> CA:
             return CA(certs / CA_CERT, _key_type_of(existing), created=False)
     except (OSError, ValueError) as exc:
         raise CAError(f"cannot read the CA in {certs}: {_reason(exc)}") from exc
-    key = _new_key(key_type)
+    key = new_key(key_type)
     cert = _self_signed(key)
     try:
         certs.mkdir(parents=True, exist_ok=True)
@@ -83,7 +83,7 @@ def _reason(exc: Exception) -> str:
     return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
 
 
-def _new_key(key_type: KeyType) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
+def new_key(key_type: KeyType) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
     if key_type is KeyType.RSA:
         return rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
     return ec.generate_private_key(ec.SECP256R1())

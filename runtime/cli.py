@@ -23,9 +23,10 @@ from sandbox_egress.proxy import propose as proposing
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.runtime import optimized
-from sandbox_egress.runtime.ca import CAError, ensure_ca
+from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.launcher import serve
+from sandbox_egress.runtime.nodeca import DEFAULT_DAYS, issue_intermediate
 from sandbox_egress.runtime.startup import LaunchError, Settings, refuse_a_taken_port
 from sandbox_egress.runtime.workers import run_workers
 
@@ -40,6 +41,30 @@ def _propose(args: argparse.Namespace) -> int:
         return 1
     proposals = proposing.propose(lines, findings, args.sandbox, args.wildcards)
     print(proposing.render(proposals, findings, args.audit_log), end="")
+    return 0
+
+
+def _node_ca(args: argparse.Namespace) -> int:
+    if args.name is None:
+        print("egress-proxy: --intermediate-of needs --name NODE", file=sys.stderr)
+        return 2
+    try:
+        issued = issue_intermediate(
+            args.intermediate_of,
+            args.name,
+            args.certs,
+            DEFAULT_DAYS if args.days is None else args.days,
+            args.permit,
+        )
+    except CAError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"egress-proxy: node CA for {issued.node} in {args.certs}, valid until "
+        f"{issued.not_after:%Y-%m-%d %H:%M} UTC, sha256 {issued.fingerprint}",
+        file=sys.stderr,
+    )
+    print((args.certs / CA_CERT).resolve())
     return 0
 
 
@@ -78,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         outcome = health.probe(host, port, timeout=args.timeout)
         print(outcome.detail, file=sys.stdout if outcome.healthy else sys.stderr)
         return 0 if outcome.healthy else 1
+    if args.command == "ca" and args.intermediate_of is not None:
+        return _node_ca(args)
     if args.command == "ca":
+        if args.name is not None or args.permit or args.days is not None:
+            accepted.error("--name, --days and --permit go with --intermediate-of")
         try:
             ca = ensure_ca(args.certs, args.key_type)
         except CAError as exc:

@@ -219,6 +219,22 @@ def parser() -> argparse.ArgumentParser:
     )
     ca.add_argument("--certs", default="certs", type=Path, metavar="DIR", help="CA directory")
     _key_type_option(ca, "--key-type")
+    ca.add_argument(
+        "--intermediate-of",
+        type=Path,
+        metavar="ROOT_DIR",
+        help="issue (or replace) a node's intermediate CA in --certs, signed by the root CA "
+        "in ROOT_DIR; the root key stays there (docs/operations.md#node-intermediates)",
+    )
+    ca.add_argument("--name", metavar="NODE", help="the node of --intermediate-of")
+    ca.add_argument("--days", type=int, help="validity of --intermediate-of (default: 30)")
+    ca.add_argument(
+        "--permit",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="name-constrain --intermediate-of to DOMAIN and its subdomains (repeatable)",
+    )
 
     probe = sub.add_parser(
         "health", help="exit 0 when the proxy's /healthz answers 200", formatter_class=DEFAULTS
