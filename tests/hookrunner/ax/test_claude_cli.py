@@ -164,6 +164,10 @@ class ClaudeHome:
         (self.workspace / "victim").mkdir(parents=True)  # what `rm -rf victim` would delete
         self.run_dir = Path(tempfile.mkdtemp(prefix="hr-"))  # short: a socket path's limit
         self.log = root / "ran.log"
+        # A user who accepted the workspace's trust dialog once (its project settings apply).
+        trusted = {"projects": {str(self.workspace): {"hasTrustDialogAccepted": True}}}
+        self.home.mkdir()
+        (self.home / ".claude.json").write_text(json.dumps(trusted))
         self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
                     "XDG_RUNTIME_DIR": str(self.run_dir), **OFFLINE}  # fmt: skip
 
@@ -268,3 +272,27 @@ def test_the_real_cli_runs_the_users_four_hooks_through_the_runner(user: ClaudeH
     installed = json.loads(settings.read_text())["hooks"]
     assert all("fire" in g[0]["hooks"][0]["command"] for g in installed.values())
     assert_guarded(user.run(SCRIPT), user.workspace)
+
+
+def test_project_scope_moves_the_hooks_out_of_the_workspace(user: ClaudeHome) -> None:
+    """The runner reads no hooks file the agent could write (a file in the workspace is
+    refused, D191): project scope's moved hooks live under the user's ~/.claude. Before
+    D240 they were moved into the workspace, and none of the user's hooks ran, the guard
+    neither."""
+    settings = user.write_settings("project")
+    done = user.install("project")
+    assert done.returncode == 0, done.stderr
+    projects = user.home / ".claude" / "hookrunner-projects"
+    (moved,) = projects.glob("workspace-*.json")
+    assert json.loads(moved.read_text())["hooks"]["PreToolUse"][0]["matcher"] == "Bash"
+    assert list(user.workspace.rglob("hookrunner*")) == []
+    assert_guarded(user.run(SCRIPT), user.workspace)
+    assert user.install("project").returncode == 0  # twice: the same file, unchanged
+    assert list(projects.iterdir()) == [moved]
+    undone = subprocess.run(
+        [HOOKRUNNER, "claude", "uninstall", "--scope", "project", "--workspace", str(user.workspace)],
+        capture_output=True, text=True, env=user.env, timeout=60,
+    )  # fmt: skip
+    assert undone.returncode == 0, undone.stderr
+    assert json.loads(settings.read_text()) == user.four_hooks()
+    assert not moved.exists()
