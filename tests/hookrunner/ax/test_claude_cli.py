@@ -146,7 +146,7 @@ class Run:
         problems += [
             e["attachment"] for e in self.transcript
             if "hook" in e.get("attachment", {}).get("type", "")
-            and e["attachment"]["type"] != "hook_additional_context"
+            and e["attachment"]["type"] not in ("hook_additional_context", "hook_success")
         ]  # fmt: skip
         text = json.dumps(self.stream) + self.stderr + json.dumps(self.transcript)
         if "validation failed" in text.lower():
