@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.claude_code import ClaudeHome, claude_binary
 from testbed.netns import Namespaces, netns_available
-from tests.hookrunner.ax.test_claude_cli import ClaudeHome, claude_binary
 
 MODES = ("none", "direct", "installed")
 
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     calls = [
         {"tool_use": {"name": "Bash", "input": {"command": f"echo {i}"}}} for i in range(args.calls)
     ]
-    script = [*calls, {"text": "done"}]
+    script: list[dict[str, Any]] = [*calls, {"text": "done"}]
     claude = claude_binary()
     namespaces = Namespaces(f"cb{os.getpid() % 100000}")
     medians: dict[str, float] = {}
