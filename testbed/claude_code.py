@@ -13,6 +13,7 @@ their pid, read from their socket) when a run ends.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -33,7 +34,8 @@ PY = shlex.quote(sys.executable)
 HOOKRUNNER = str(Path(sys.executable).parent / "hookrunner")
 
 VERSION = "2.1.332"  # the Claude Code release this test was written against
-CACHE = Path(__file__).resolve().parents[1] / ".cache" / "claude-code"
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "claude-code"
 NPM_TIMEOUT = 600.0
 RUN_TIMEOUT = 180.0
 
@@ -80,13 +82,20 @@ def claude_binary() -> Path:
     if (path := found()) is not None:
         return path
     CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["npm", "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", "--no-save",
-         f"@anthropic-ai/claude-code@{VERSION}"],
-        check=True, capture_output=True, timeout=NPM_TIMEOUT,
-    )  # fmt: skip
-    if (path := found()) is None:
-        raise RuntimeError(f"npm installed no runnable Claude Code {VERSION} under {CACHE}")
+    with open(CACHE / ".lock", "w") as lock:  # two test workers: one npm at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (path := found()) is not None:
+            return path
+        done = subprocess.run(
+            ["npm", "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", "--no-save",
+             f"@anthropic-ai/claude-code@{VERSION}"],
+            capture_output=True, text=True, timeout=NPM_TIMEOUT,
+        )  # fmt: skip
+    if done.returncode != 0 or (path := found()) is None:
+        raise RuntimeError(
+            f"npm installed no runnable Claude Code {VERSION} under {CACHE} "
+            f"(exit {done.returncode}): {done.stderr[-2000:]}"
+        )
     return path
 
 
@@ -184,6 +193,7 @@ class ClaudeHome:
              "--log", str(files["model.log"]), "--ready", str(files["ready"]),
              "--port-file", str(files["port"]), "--script", str(self.root / "script.json")],
             self.root,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)},
         )  # fmt: skip
         try:
             procs.wait_until("the fake model", files["ready"].exists, 30, model)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,7 @@ def user(tmp_path: Path, claude: Path, netns: str) -> Iterator[ClaudeHome]:
     home = ClaudeHome(tmp_path, claude, netns)
     yield home
     stop_warm_runners(home.run_dir)
+    shutil.rmtree(home.run_dir, ignore_errors=True)
 
 
 def assert_guarded(run: Run, workspace: Path) -> None:
