@@ -87,9 +87,8 @@ def assert_guarded(run: Run, workspace: Path) -> None:
     first = json.dumps(run.requests[0]["body"])
     assert f"UserPromptSubmit hook additional context: {CONTEXT}" in first
     assert run.hook_problems() == []
-    assert [m["message"]["content"][0].get("text") for m in run.stream if m["type"] == "assistant"][
-        -1
-    ] == "all done"
+    said = [m["message"]["content"][0] for m in run.stream if m["type"] == "assistant"]
+    assert said[-1] == {"type": "text", "text": "all done"}
 
 
 def test_the_real_cli_runs_the_users_four_hooks_through_the_runner(user: ClaudeHome) -> None:
