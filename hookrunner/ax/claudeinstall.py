@@ -5,9 +5,12 @@ Claude Code runs the hooks of its settings files itself, and the runner as its h
 none of them (the recursion guard, D130), so wiring the runner used to mean translating
 every hook by hand. ``install`` instead:
 * moves the ``hooks`` of every event the runner fires out of the settings file into a
-  runner-owned file beside it (``hookrunner-hooks.json``, the same settings format), which
-  the runner reads with ``fire --claude-hooks`` at the user's level: each hook still runs,
-  once, with Claude Code's exit codes and JSON;
+  runner-owned file (the same settings format) under the user's ``~/.claude``, which the
+  runner reads with ``fire --claude-hooks`` at the user's level: each hook still runs,
+  once, with Claude Code's exit codes and JSON. User scope: ``hookrunner-hooks.json``
+  beside the settings file; project scope: ``hookrunner-projects/<name>-<hash>.json``,
+  never in the workspace, which the agent can write and which the runner refuses to read
+  hooks from (D191, D240);
 * writes, for each of those events, one entry whose command is the runner
   (``fire EVENT --claude-exit-codes --claude-hooks FILE``, plus ``--ax-config`` when given);
 * leaves everything else as it was: other keys, and the hooks of events the runner does
@@ -20,6 +23,7 @@ back and removes the runner's entries; files are replaced atomically, with their
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -42,6 +46,7 @@ CLAUDE_EVENTS = (
     "SessionEnd",
 )
 MOVED_NAME = "hookrunner-hooks.json"
+PROJECTS_DIR = "hookrunner-projects"
 BACKUP_SUFFIX = ".hookrunner-backup"
 
 
@@ -53,6 +58,18 @@ def settings_path(scope: str, home: Path | None, workspace: Path) -> Path:
     if home is None:
         raise UsageError("--scope user needs $HOME")
     return home / ".claude" / "settings.json"
+
+
+def moved_path(scope: str, home: Path | None, workspace: Path) -> Path:
+    """Where ``install`` moves the hooks of ``scope``'s settings file: under ``~/.claude``
+    in both scopes, one file per workspace for ``project`` (its name, and a hash of its
+    real path that keeps two workspaces of one name apart)."""
+    if home is None:
+        raise UsageError(f"--scope {scope} needs $HOME (the moved hooks live in ~/.claude)")
+    if scope == "user":
+        return home / ".claude" / MOVED_NAME
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(workspace))).hexdigest()[:12]
+    return home / ".claude" / PROJECTS_DIR / f"{workspace.name or 'root'}-{digest}.json"
 
 
 def runner_command(client: list[str], event: str, moved: Path, ax_config: Path | None) -> str:
@@ -138,8 +155,9 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    """Replace ``path`` atomically, keeping its mode (0600 for a new file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` atomically, keeping its mode (0600 for a new file, 0700 for a new
+    directory)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -153,11 +171,21 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 
 
 def install(
-    settings: Path, runner: str, ax_config: Path | None, client: list[str] | None = None
+    settings: Path,
+    runner: str,
+    ax_config: Path | None,
+    client: list[str] | None = None,
+    moved_to: Path | None = None,
 ) -> Path:
     """Install into ``settings``; the moved hooks' file is returned. ``client``: what
-    Claude Code runs, ending with ``runner`` (default: the runner alone)."""
-    moved_path = settings.parent / MOVED_NAME
+    Claude Code runs, ending with ``runner`` (default: the runner alone); ``moved_to``:
+    where the hooks move (default: beside ``settings``, the user scope's place)."""
+    moved_path = moved_to or settings.parent / MOVED_NAME
+    if (legacy := _legacy(settings, moved_path)) is not None:
+        raise UsageError(
+            f"{legacy}: hooks an earlier install moved into the workspace, where the runner "
+            "does not read them; run `hookrunner claude uninstall` first, then install"
+        )
     document, moved = read_json(settings), read_json(moved_path)
     backup = settings.with_name(settings.name + BACKUP_SUFFIX)
     if settings.exists() and not backup.exists():
@@ -170,9 +198,22 @@ def install(
     return moved_path
 
 
-def uninstall(settings: Path, runner: str) -> None:
-    moved_path = settings.parent / MOVED_NAME
+def uninstall(settings: Path, runner: str, moved_to: Path | None = None) -> None:
+    """Put the moved hooks back (also those an install before D240 left beside a
+    project's settings file) and remove the runner's entries."""
+    moved_path = moved_to or settings.parent / MOVED_NAME
+    legacy = _legacy(settings, moved_path)
     document, moved = read_json(settings), read_json(moved_path)
+    if legacy is not None:
+        document = uninstalled(document, read_json(legacy), runner)
     write_json(settings, uninstalled(document, moved, runner))
-    if moved_path.exists():
-        moved_path.unlink()
+    for path in (moved_path, legacy):
+        if path is not None and path.exists():
+            path.unlink()
+
+
+def _legacy(settings: Path, moved_path: Path) -> Path | None:
+    """The moved hooks' file an install before D240 left beside the settings file, when
+    the hooks now move elsewhere (project scope)."""
+    beside = settings.parent / MOVED_NAME
+    return beside if beside != moved_path and beside.exists() else None

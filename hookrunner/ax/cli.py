@@ -130,22 +130,22 @@ def add_claude_parser(commands: Any) -> None:
 
 
 def run_claude(args: argparse.Namespace) -> int:
-    home = os.environ.get("HOME")
-    settings = claudeinstall.settings_path(
-        args.scope, Path(home) if home else None, Path(os.path.realpath(args.workspace))
-    )
+    home = Path(os.environ["HOME"]) if os.environ.get("HOME") else None
+    workspace = Path(os.path.realpath(args.workspace))
+    settings = claudeinstall.settings_path(args.scope, home, workspace)
     if args.action == "serve":
         from sandbox_egress.hookrunner.cli import main  # the whole command, imported once
 
         return quickfire.serve(main, args.idle)
     runner = args.runner or _this_runner()
+    moved_to = claudeinstall.moved_path(args.scope, home, workspace)
     if args.action == "uninstall":
-        claudeinstall.uninstall(settings, runner)
+        claudeinstall.uninstall(settings, runner, moved_to)
         say(f"{settings}: the runner's entries removed, the moved hooks put back")
         return 0
     ax_config = Path(os.path.realpath(args.ax_config)) if args.ax_config else None
     client = [sys.executable, "-I", "-S", os.path.realpath(quickclient.__file__), runner]
-    moved = claudeinstall.install(settings, runner, ax_config, client)
+    moved = claudeinstall.install(settings, runner, ax_config, client, moved_to)
     say(f"{settings}: the runner is Claude Code's hook for every event it fires")
     say(f"{moved}: your hooks, run by the runner with their Claude Code semantics")
     return 0

@@ -186,3 +186,38 @@ def test_a_request_that_is_not_one_is_refused(message: bytes) -> None:
         client.shutdown(socket.SHUT_WR)
         with pytest.raises(ValueError):
             quickfire._receive(server)
+
+
+def test_project_scope_moves_the_hooks_under_home(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "h", tmp_path / "repo"
+    moved = claudeinstall.moved_path("project", home, workspace)
+    assert moved.parent == home / ".claude" / "hookrunner-projects"
+    assert moved.name.startswith("repo-") and moved.suffix == ".json"
+    assert claudeinstall.moved_path("project", home, tmp_path / "x" / "repo") != moved
+    assert claudeinstall.moved_path("user", home, workspace) == (
+        home / ".claude" / claudeinstall.MOVED_NAME
+    )
+    with pytest.raises(UsageError, match="HOME"):
+        claudeinstall.moved_path("project", None, workspace)
+    settings = workspace / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    own = {"matcher": "", "hooks": [{"type": "command", "command": "true"}]}
+    settings.write_text(json.dumps({"hooks": {"Stop": [own]}}))
+    assert claudeinstall.install(settings, RUNNER, None, moved_to=moved) == moved
+    assert moved.parent.stat().st_mode & 0o777 == 0o700
+    claudeinstall.uninstall(settings, RUNNER, moved)
+    assert json.loads(settings.read_text()) == {"hooks": {"Stop": [own]}}
+
+
+def test_hooks_an_earlier_install_left_in_the_workspace_are_put_back(tmp_path: Path) -> None:
+    settings = tmp_path / "repo" / ".claude" / "settings.json"
+    own = {"matcher": "", "hooks": [{"type": "command", "command": "true"}]}
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"hooks": {"Stop": [own]}}))
+    legacy = claudeinstall.install(settings, RUNNER, None)  # beside it, as before D240
+    moved = claudeinstall.moved_path("project", tmp_path / "h", settings.parent.parent)
+    with pytest.raises(UsageError, match="uninstall` first"):
+        claudeinstall.install(settings, RUNNER, None, moved_to=moved)
+    claudeinstall.uninstall(settings, RUNNER, moved)
+    assert json.loads(settings.read_text()) == {"hooks": {"Stop": [own]}}
+    assert not legacy.exists()
