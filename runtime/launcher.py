@@ -263,15 +263,15 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             watched = tenants.watch(settings.watch_interval)
             tasks.append(loop.create_task(watched, name="watch-sandboxes"))
-    released = trim.malloc_trim()
     proxyserver = master.addons.get("proxyserver")
-    if released is not None and proxyserver is not None:
+    if proxyserver is not None:
         server_addon = proxyserver
 
         def activity() -> frozenset[object]:
             return frozenset(server_addon.connections)  # the open connections' ids
 
-        tasks.append(loop.create_task(trim.trim_when_quiet(activity, released), name="trim"))
+        release = trim.releaser(trim.malloc_trim())
+        tasks.append(loop.create_task(trim.trim_when_quiet(activity, release), name="trim"))
     if metrics_server is not None:
         server = metrics_server
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import platform
+import weakref
 from collections.abc import Hashable
 
 import pytest
@@ -69,3 +71,28 @@ def test_malloc_trim_is_glibcs_and_harmless() -> None:
 def test_no_trim_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(platform, "libc_ver", lambda: ("musl", "1.2"))
     assert trim.malloc_trim() is None
+
+
+def test_release_collects_the_cycles_then_trims() -> None:
+    calls: list[str] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    def fake_trim() -> int:
+        calls.append("trim")
+        return 1
+
+    gc.disable()  # as in an idle proxy: no allocation reaches the collector's thresholds
+    try:
+        gc.collect()
+        refs = []
+        for _ in range(50):
+            refs.append(weakref.ref(Cycle()))
+        assert all(ref() is not None for ref in refs)  # unreachable, not yet collected
+        assert trim.releaser(fake_trim)() >= 50
+        assert all(ref() is None for ref in refs) and calls == ["trim"]
+        assert trim.releaser(None)() >= 0  # no glibc: the collection alone
+    finally:
+        gc.enable()
