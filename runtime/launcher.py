@@ -39,7 +39,7 @@ from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.tenancy import Tenancy
-from sandbox_egress.runtime import accepting, addonimports, lifecycle, workers
+from sandbox_egress.runtime import accepting, addonimports, lifecycle, trim, workers
 from sandbox_egress.runtime.ca import ensure_ca
 from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
 from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
@@ -263,6 +263,15 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             watched = tenants.watch(settings.watch_interval)
             tasks.append(loop.create_task(watched, name="watch-sandboxes"))
+    proxyserver = master.addons.get("proxyserver")
+    if proxyserver is not None:
+        server_addon = proxyserver
+
+        def activity() -> frozenset[object]:
+            return frozenset(server_addon.connections)  # the open connections' ids
+
+        release = trim.releaser(trim.malloc_trim())
+        tasks.append(loop.create_task(trim.trim_when_quiet(activity, release), name="trim"))
     if metrics_server is not None:
         server = metrics_server
 
