@@ -191,9 +191,10 @@ def start_servers(
     root.mkdir()
     root.chmod(0o755)
     socket = root / "fcgi.sock"
+    # One process (`-c 1`): with more, it forks workers that outlive its SIGTERM.
     fcgi = procs.start(
         "fcgiwrap",
-        [*ns.exec_prefix(ns.upstream), FCGIWRAP, "-c", "4", "-s", f"unix:{socket}"],
+        [*ns.exec_prefix(ns.upstream), FCGIWRAP, "-c", "1", "-s", f"unix:{socket}"],
         log_dir,
     )
     procs.wait_until("fcgiwrap's socket", socket.exists, timeout=20, child=fcgi)
