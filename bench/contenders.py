@@ -7,8 +7,9 @@
   CA, the allowlist as `dstdomain` ACLs, `Authorization` replaced (access deny +
   header add) for the transform entries; one process (`-N`), no cache, access log on.
 * `egress-proxy`: `egress-proxy run` with the generated allowlist and every policy stage
-  configured (bench/staged.py: rules, git items, a placeholder secret, a sandboxes
-  directory claiming the bench client), audit log to a file; variants
+  configured (bench/staged.py: rules, git items, a placeholder secret, a credential,
+  an MCP endpoint, budgets in `state: memory`, a sandboxes directory claiming the bench
+  client), audit log to a file; variants
   (`--variant NAME=ARGS`) are more instances with extra arguments.
 
 `ip netns exec` execs in place, so a contender's pid is the proxy's own; its CPU

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import rules, sandboxes, targets
+from bench import rules, sandboxes, session, targets
 from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
@@ -342,6 +342,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("redact", redact_lines),
         ("sandboxes", sandboxes.lines),
         ("fairness", fairness_lines),
+        ("session", session.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

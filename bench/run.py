@@ -49,6 +49,7 @@ from bench import (
     report,
     rules,
     sandboxes,
+    session,
     targets,
     throughput,
     upstream,
@@ -65,6 +66,7 @@ SCENARIOS = (
     "latency",
     "sandboxes",
     "fairness",
+    "session",
 )
 PURE = frozenset({"decide", "redact", "sandboxes"})  # no network (but loopback), no root
 OWN_NETWORK = frozenset({"fairness"})  # namespaces of its own: root and `ip` only
@@ -186,6 +188,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fairness-requests", type=int, default=20, help="the other client's requests (8)"
     )
+    parser.add_argument(
+        "--session-rounds", type=int, default=1, help="replayed sessions per contender (10)"
+    )
     parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
     parser.add_argument("--output", type=Path, default=REPO / "bench-results")
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if "fairness" in wanted:
         _say("scenario 9: another client's latency while one client misbehaves")
         results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)
-    if wanted & {"throughput", "memory", "idle", "latency", "hooks"} or args.profile:
+    if wanted & {"throughput", "memory", "idle", "latency", "hooks", "session"} or args.profile:
         ok = False
         work = Path(tempfile.mkdtemp(prefix="egress-bench-"))
         try:
@@ -387,6 +392,19 @@ def _network_scenarios(
                 rounds=args.latency_rounds,
                 log_dir=logs,
                 progress=_say,
+            )
+        if "session" in wanted:
+            _say("scenario 10: a replayed agent session (git, pip, chat, 1 GiB)")
+            cache = session.prepare(args.output / ".session-cache")
+            children += session.start_servers(
+                ns, upstream_pki.server_cert, upstream_pki.server_key, cache, work, logs
+            )
+            replayed: list[tuple[str, str | None, str]] = [
+                ("direct", None, str(upstream_pki.ca_cert))
+            ]
+            replayed += [(p.name, p.proxy_url, str(ca.cert)) for p in (mitmdump, squid, egress)]
+            results["session"] = session.measure(
+                prefix, replayed, work / "session-client", REPO, args.session_rounds, _say
             )
         if "hooks" in wanted:
             _say("scenario 4: hook runner overhead")

@@ -4,17 +4,24 @@ of issues 22-25 configured, so that the bench measures what a deployment runs (i
 Written beside each other in the work directory:
 * the node file (`egress.yaml`): the 1,000-entry allowlist (`bench.allowlist`), where
   * the host under test (`TARGET`) keeps its transform (the header squid injects too)
-    and gains `rules` (GET/HEAD), a `deny` clause and a placeholder `secret` that the
-    bench's requests do not carry: every request passes the rules stage and the
-    placeholder scan, and what reaches the upstream is what squid sends (D168);
+    and gains `rules` (GET/HEAD), a `deny` clause, a placeholder `secret` whose value is
+    a `credentials:` entry (an `env` source), an `mcp:` endpoint, and a `budget` no run
+    reaches, none of which the bench's requests trigger: every request passes the rules,
+    MCP, budget (`state: backend: memory`) and placeholder stages, and what reaches the
+    upstream is what squid sends (D168, D264);
   * one svc entry in ten gains `rules` and `deny`, one in twenty `git` fetch and push
     items;
   * `sandboxes` names the directory below, identified by source address, with room for
     scenario 6's 1,000 idle tunnels of the one bench sandbox;
 * the sandboxes directory: `bench.yaml` claims the bench client's address (127.0.0.1 in
   the client namespace) with its own allowlist (the hosts the scenarios use, the same
-  transform, rules and secret), so every request is decided by the sandbox's policy
-  inside the node's ceiling; `OTHERS` more files claim other addresses, as on a node.
+  transform, rules, MCP endpoint and budget, a secret with its own placeholder whose value
+  is the variable itself: a sandbox file has no `credentials:`), so every
+  request is decided by the sandbox's policy inside the node's ceiling; `OTHERS` more
+  files claim other addresses, as on a node.
+
+A placeholder is unique across the node file and every sandbox file (D179): each file's
+is its own (`placeholder`), or the proxy refuses to start (D264).
 """
 
 from __future__ import annotations
@@ -28,18 +35,30 @@ from bench.allowlist import BULK_HOST, HOOK_HOST, TARGET, UPSTREAM_CIDR, Allowli
 
 OTHERS = 9
 SECRET_ENV = "BENCH_SECRET_TARGET"
-PLACEHOLDER = "bench-egress-placeholder-target"
 SECRET_VALUE = "bench-secret-value-never-sent-0123456789"
+CREDENTIAL = "bench-credential"
 CLIENT_ADDRESS = "127.0.0.1"
+# Far above what any scenario sends: the stage runs, never refuses.
+BUDGET = {"requests": "100000000/second", "upload": "1000GiB/second"}
 
 
-def _staged_target(entry: dict[str, Any]) -> dict[str, Any]:
-    """The host under test's entry with rules, a deny clause and a placeholder secret."""
+def placeholder(owner: str) -> str:
+    """The placeholder of `owner`'s target entry ("node", or a sandbox file's name)."""
+    return f"bench-egress-placeholder-{owner}"
+
+
+def _staged_target(entry: dict[str, Any], owner: str) -> dict[str, Any]:
+    """The host under test's entry with rules, a deny clause, an MCP endpoint, a budget
+    and a placeholder secret: its value is the node's credential, or in a sandbox file
+    (which has no `credentials:`) the variable the credential reads."""
+    value = f"${{credential:{CREDENTIAL}}}" if owner == "node" else f"${{{SECRET_ENV}}}"
     return {
         **entry,
         "rules": [{"methods": ["GET", "HEAD"]}],
         "deny": [{"paths": ["/admin", "/admin/**"]}],
-        "secrets": [{"placeholder": PLACEHOLDER, "value": f"${{{SECRET_ENV}}}"}],
+        "mcp": {"endpoint": ["/mcp"], "tools": ["search"]},
+        "budget": BUDGET,
+        "secrets": [{"placeholder": placeholder(owner), "value": value}],
     }
 
 
@@ -49,7 +68,7 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
     for index, entry in enumerate(allowlist.document()["network"]["allowlist"]):
         domain = entry["domain"]
         if domain == TARGET:
-            entry = _staged_target(entry)
+            entry = _staged_target(entry, "node")
         elif domain.startswith("svc-") and index % 10 == 0:
             entry = {
                 **entry,
@@ -62,6 +81,8 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
             entry = {**entry, "git": {"fetch": ["acme/*"], "push": push}}
         entries.append(entry)
     return {
+        "credentials": {CREDENTIAL: {"env": SECRET_ENV}},
+        "state": {"backend": "memory"},
         "network": {"allowlist": entries},
         # Scenario 6 opens 1,000 tunnels from the one bench sandbox (default bound: 512).
         "sandboxes": {
@@ -72,13 +93,20 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
     }
 
 
-def sandbox_document(allowlist: Allowlist, address: str, hosts: tuple[str, ...]) -> dict[str, Any]:
-    """A sandbox file: `hosts` (and the upstream's range) from the node's entries."""
+def sandbox_document(
+    allowlist: Allowlist, address: str, hosts: tuple[str, ...], owner: str
+) -> dict[str, Any]:
+    """A sandbox file (`owner`.yaml): `hosts` (and the upstream's range) from the node's
+    entries."""
     entries = [{"domain": UPSTREAM_CIDR}]
     for entry in allowlist.document()["network"]["allowlist"]:
         if entry["domain"] in hosts:
-            entries.append(_staged_target(entry) if entry["domain"] == TARGET else entry)
-    return {"class": "bench", "addresses": [address], "network": {"allowlist": entries}}
+            entries.append(_staged_target(entry, owner) if entry["domain"] == TARGET else entry)
+    return {
+        "class": "bench",
+        "addresses": [address],
+        "network": {"allowlist": entries},
+    }
 
 
 def environ() -> dict[str, str]:
@@ -91,10 +119,10 @@ def write(allowlist: Allowlist, work: Path) -> Path:
     directory = work / "sandboxes"
     directory.mkdir(exist_ok=True)
     hosts = (TARGET, HOOK_HOST, BULK_HOST)
-    bench = sandbox_document(allowlist, CLIENT_ADDRESS, hosts)
+    bench = sandbox_document(allowlist, CLIENT_ADDRESS, hosts, "bench")
     (directory / "bench.yaml").write_text(yaml.safe_dump(bench, sort_keys=False))
     for n in range(OTHERS):
-        other = sandbox_document(allowlist, f"198.19.250.{n + 1}", hosts)
+        other = sandbox_document(allowlist, f"198.19.250.{n + 1}", hosts, f"other-{n}")
         (directory / f"other-{n}.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
     node = work / "egress.yaml"
     document = node_document(allowlist, directory.name)

@@ -8,6 +8,9 @@ import ipaddress
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+import yaml
+
 from bench import allowlist, staged
 from sandbox_egress.proxy.config import load
 from sandbox_egress.proxy.decision import Reason
@@ -16,6 +19,7 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import load_sandbox, node_section
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from sandbox_egress.proxy.tenancy import SandboxPolicy
+from sandbox_egress.runtime import cli
 from tests.proxy.test_stages import ask
 
 UPSTREAM = "198.18.77.1"
@@ -55,3 +59,28 @@ def test_the_staged_configuration_loads_and_keeps_squids_injected_header(tmp_pat
     assert headers == (("Authorization", policy.authorization(allowlist.TARGET)),)
     assert decided("GET", "/admin/x")[:2] == (Reason.RULE_DENIED, "deny[0]")
     assert decided("POST", "/")[0] is Reason.RULE_MISMATCH
+
+
+def test_egress_proxy_check_accepts_the_staged_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `make bench` starts the product with is what `egress-proxy check` accepts,
+    secrets looked up: every file's placeholder its own (D179, D264)."""
+    policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
+    node_file = staged.write(policy, tmp_path)
+    for name, value in {**policy.environ, **staged.environ()}.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["check", str(node_file)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{node_file}: ok, 1000 allowlist entries, {staged.OTHERS + 1} sandbox files\n"
+    assert "error" not in err
+    document = yaml.safe_load(node_file.read_text())
+    assert document["state"] == {"backend": "memory"}
+    assert document["credentials"] == {staged.CREDENTIAL: {"env": staged.SECRET_ENV}}
+    (target,) = [e for e in document["network"]["allowlist"] if e["domain"] == allowlist.TARGET]
+    assert {"rules", "deny", "mcp", "budget", "secrets", "transform"} <= target.keys()
+    placeholders = [staged.placeholder("node")]
+    for path in sorted((tmp_path / "sandboxes").glob("*.yaml")):
+        entries = yaml.safe_load(path.read_text())["network"]["allowlist"]
+        placeholders += [s["placeholder"] for e in entries for s in e.get("secrets", [])]
+    assert len(placeholders) == len(set(placeholders)) == staged.OTHERS + 2
