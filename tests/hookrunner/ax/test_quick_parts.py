@@ -122,7 +122,7 @@ def test_settings_path_by_scope(tmp_path: Path) -> None:
 def test_the_request_carries_argv_environment_directory_and_build() -> None:
     message = quickclient.request(["fire", "Stop"])
     (size,) = struct.unpack(">I", message[:4])
-    document = json.loads(message[4:])
+    document = quickfire.decode(message[4:])
     assert size == len(message) - 4
     assert document["argv"] == ["fire", "Stop"]
     assert document["cwd"] == os.getcwd()
@@ -174,9 +174,32 @@ def test_a_request_and_its_descriptors_are_received() -> None:
         os.close(fd)
 
 
+def test_words_that_are_not_text_arrive_as_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cold runner would read (undecodable bytes, ``=`` in a value, an empty
+    argument, an empty environment) is what the warm child reads."""
+    odd = os.fsdecode(b"caf\xe9")
+    monkeypatch.setattr(os, "environ", {"A": "x=y", "B": "", odd: odd})
+    document = quickfire.decode(quickclient.request(["fire", "", odd])[4:])
+    assert document["argv"] == ["fire", "", odd]
+    assert document["env"] == {"A": "x=y", "B": "", odd: odd}
+    monkeypatch.setattr(os, "environ", {})
+    assert quickfire.decode(quickclient.request([])[4:])["env"] == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"b\0/\0" + b"18", b"b\0/\x0018\x00x", b"b\0/\x0018\x001\x00fire\x00NOEQUALS",
+     b"b\0/\x0018\x001\x00fire\x00=v"],
+    ids=["empty", "too few words", "count not a number", "entry without =", "no name"],
+)  # fmt: skip
+def test_a_body_that_is_not_a_request_is_refused(body: bytes) -> None:
+    with pytest.raises(ValueError, match="not a request"):
+        quickfire.decode(body)
+
+
 @pytest.mark.parametrize(
     "message",
-    [b"\x00\x00", struct.pack(">I", quickfire.MAX_REQUEST + 1), struct.pack(">I", 10) + b"{}"],
+    [b"\x00\x00", struct.pack(">I", quickfire.MAX_REQUEST + 1), struct.pack(">I", 10) + b"b\0/"],
     ids=["no length", "too large", "cut short"],
 )
 def test_a_request_that_is_not_one_is_refused(message: bytes) -> None:
