@@ -4,8 +4,9 @@ Claude Code starts a hook command for every tool call, twice (Pre and Post). A P
 process that imports the runner takes a quarter to half a second; this one imports
 nothing but ``_socket`` (``json`` and ``socket`` alone cost ~10 ms of a ~40 ms call,
 D249), passes its own stdin, stdout and stderr (the descriptors, over a Unix socket) with
-its argv, environment, directory and umask to a warm runner (``hookrunner claude serve``, ``ax.quickfire``), which forks a child that runs exactly
-``hookrunner fire ...`` on them, and exits with that child's status (D230). The server's
+its argv, environment, directory and umask to a warm runner (``hookrunner claude serve``,
+``ax.quickfire``), which forks a child that runs exactly ``hookrunner fire ...`` on them,
+and exits with that child's status (D230). The server's
 first byte says whether it took the call (``+``) or is of another build (``-``): only
 then does this client give up its descriptors.
 
@@ -15,10 +16,9 @@ becomes the full runner itself (``exec RUNNER fire ...``), starting a server in 
 background for the next call. Nothing here may import the runner's package.
 """
 
+import _socket  # not socket: its enum, selectors and io imports cost more than this client
 import os
 import sys
-
-import _socket  # not socket: its enum, selectors and io imports cost more than this client
 
 ACCEPTED, STALE = b"+", b"-"  # the server's first byte: it runs the call, or it is of another build
 BLOCKING = ("PreToolUse", "UserPromptSubmit")  # an error there is a block (exit 2), as in fire

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import select
 import signal
@@ -87,6 +88,7 @@ def serve(run: Callable[[list[str]], int], idle: float = DEFAULT_IDLE_S) -> int:
     if listener is None:
         return 0
     inode = os.stat(path).st_ino
+    gc.freeze()  # what is built by now is shared with every child: no collection copies it
     children: set[int] = set()
     last = time.monotonic()
     try:

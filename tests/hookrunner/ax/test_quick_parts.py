@@ -209,3 +209,29 @@ def test_a_request_that_is_not_one_is_refused(message: bytes) -> None:
         client.shutdown(socket.SHUT_WR)
         with pytest.raises(ValueError):
             quickfire._receive(server)
+
+
+def test_what_the_warm_runner_builds_before_it_forks_serves_one_call_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prepared parser answers each argv alone (parsing leaves it as it was); the
+    prepared metrics go to one call, the next gets a registry of its own (D250)."""
+    from sandbox_egress.hookrunner import cli
+    from sandbox_egress.hookrunner.ax import cli as ax_cli
+
+    monkeypatch.setattr(cli, "_PREPARED", [])
+    monkeypatch.setattr(ax_cli, "_SPARE_METRICS", [])
+    cli.prepare()
+    prepared = cli._PREPARED[0]
+    first = prepared.parse_args(["fire", "Stop", "--claude-exit-codes", "--workspace", "/a"])
+    second = prepared.parse_args(["fire", "PreToolUse"])
+    assert (first.event, first.claude_exit_codes, first.workspace) == ("Stop", True, "/a")
+    assert (second.event, second.claude_exit_codes, second.workspace) == ("PreToolUse", False, ".")
+    monkeypatch.setattr(cli, "_parser", lambda: pytest.fail("built again"))
+    with pytest.raises(SystemExit):
+        cli.main(["fire", "NoSuchEvent"])  # main parses with the prepared parser
+    assert "invalid choice: 'NoSuchEvent'" in capsys.readouterr().err
+    ax_cli.prepare_metrics()
+    spare = ax_cli._SPARE_METRICS[0]
+    assert ax_cli._metrics() is spare
+    assert ax_cli._metrics() is not spare
