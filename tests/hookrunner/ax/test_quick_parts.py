@@ -8,6 +8,8 @@ import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,3 +237,18 @@ def test_what_the_warm_runner_builds_before_it_forks_serves_one_call_each(
     spare = ax_cli._SPARE_METRICS[0]
     assert ax_cli._metrics() is spare
     assert ax_cli._metrics() is not spare
+
+
+def _imported(code: list[str]) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", *code], capture_output=True, text=True
+    )
+    lines = [line.split("|")[-1] for line in done.stderr.splitlines() if "|" in line]
+    return {name.strip() for name in lines[1:]}  # the first line is the header
+
+
+def test_the_quick_client_imports_nothing_but_socket() -> None:
+    """Each import is paid on every hook call: the client may add `_socket` to what `os`
+    brings, and no more (json and socket were ~10 ms of a call, D249)."""
+    client = _imported([quickclient.__file__])  # no arguments: its usage, exit 2
+    assert client - _imported(["-c", "import os"]) == {"_socket"}
