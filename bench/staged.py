@@ -33,13 +33,14 @@ SECRET_VALUE = "bench-secret-value-never-sent-0123456789"
 CLIENT_ADDRESS = "127.0.0.1"
 
 
-def _staged_target(entry: dict[str, Any]) -> dict[str, Any]:
-    """The host under test's entry with rules, a deny clause and a placeholder secret."""
+def _staged_target(entry: dict[str, Any], placeholder: str = PLACEHOLDER) -> dict[str, Any]:
+    """The host under test's entry with rules, a deny clause and a placeholder secret (a
+    placeholder is unique across the node file and the sandbox files, D179)."""
     return {
         **entry,
         "rules": [{"methods": ["GET", "HEAD"]}],
         "deny": [{"paths": ["/admin", "/admin/**"]}],
-        "secrets": [{"placeholder": PLACEHOLDER, "value": f"${{{SECRET_ENV}}}"}],
+        "secrets": [{"placeholder": placeholder, "value": f"${{{SECRET_ENV}}}"}],
     }
 
 
@@ -75,9 +76,10 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
 def sandbox_document(allowlist: Allowlist, address: str, hosts: tuple[str, ...]) -> dict[str, Any]:
     """A sandbox file: `hosts` (and the upstream's range) from the node's entries."""
     entries = [{"domain": UPSTREAM_CIDR}]
+    own = f"{PLACEHOLDER}-{address}"  # its own: a placeholder is never shared (D179)
     for entry in allowlist.document()["network"]["allowlist"]:
         if entry["domain"] in hosts:
-            entries.append(_staged_target(entry) if entry["domain"] == TARGET else entry)
+            entries.append(_staged_target(entry, own) if entry["domain"] == TARGET else entry)
     return {"class": "bench", "addresses": [address], "network": {"allowlist": entries}}
 
 
