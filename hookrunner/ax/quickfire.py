@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
+import gc
 import os
 import select
 import signal
@@ -88,6 +88,7 @@ def serve(run: Callable[[list[str]], int], idle: float = DEFAULT_IDLE_S) -> int:
     if listener is None:
         return 0
     inode = os.stat(path).st_ino
+    gc.freeze()  # what is built by now is shared with every child: no collection copies it
     children: set[int] = set()
     last = time.monotonic()
     try:
@@ -141,10 +142,32 @@ def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
         if not more:
             raise ValueError("request cut short")
         body += more
-    document = json.loads(body)
-    if not isinstance(document, dict) or len(fds) != 3:
+    if len(fds) != 3:
         raise ValueError("not a request")
-    return document, fds
+    return decode(body), fds
+
+
+def decode(body: bytes) -> dict[str, object]:
+    """The document ``quickclient.request`` framed; ValueError when it is not one."""
+    words = [os.fsdecode(word) for word in body.split(b"\0")]
+    if len(words) < 4 or not words[2].isdigit() or not words[3].isdigit():
+        raise ValueError("not a request")
+    count = int(words[3])
+    if len(words) < 4 + count:
+        raise ValueError("not a request")
+    env: dict[str, str] = {}
+    for entry in words[4 + count :]:
+        name, equals, value = entry.partition("=")
+        if not name or not equals:
+            raise ValueError("not a request")
+        env[name] = value
+    return {
+        "build": words[0],
+        "cwd": words[1],
+        "umask": int(words[2]),
+        "argv": words[4 : 4 + count],
+        "env": env,
+    }
 
 
 def _child(conn: socket.socket, run: Callable[[list[str]], int]) -> None:

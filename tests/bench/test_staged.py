@@ -16,7 +16,7 @@ from sandbox_egress.proxy.config import load
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import load_sandbox, node_section
+from sandbox_egress.proxy.sandboxes import check_node, load_sandbox, node_section
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from sandbox_egress.proxy.tenancy import SandboxPolicy
 from sandbox_egress.runtime import cli
@@ -42,6 +42,9 @@ def test_the_staged_configuration_loads_and_keeps_squids_injected_header(tmp_pat
     assert section is not None and section.max_connections >= 1000  # scenario 6's tunnels
     files = sorted((tmp_path / "sandboxes").glob("*.yaml"))
     assert len(files) == staged.OTHERS + 1
+    # What the proxy checks at start: every file accepted (a placeholder shared with the
+    # node file is refused, D179, and the bench's proxy then did not start).
+    assert check_node(node_file, secrets=False) == staged.OTHERS + 1
     bench = load_sandbox(tmp_path / "sandboxes" / "bench.yaml", environ)
     assert [str(a) for a in bench.addresses] == [staged.CLIENT_ADDRESS]
     sandbox = SandboxPolicy(bench, node)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import platform
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +54,19 @@ def test_help_shows_a_default_only_where_there_is_one() -> None:
     assert "a CA --flag" in text and "a switch --id" in text and "an id --said" in text
     assert "already says it (default: a) --templated" in text
     assert text.endswith("b is b") and "file a file options:" in text  # a positional: none
+
+
+def test_building_the_option_imports_nothing_heavy() -> None:
+    """The text is built on --version only: a parser that is built and used otherwise never
+    imports cryptography (~20 ms of every hook call, D248). In a fresh interpreter, since
+    this one may have imported it already."""
+    code = (
+        "import argparse, sys\n"
+        "from sandbox_egress.common.versions import add_version_option\n"
+        "parser = argparse.ArgumentParser(prog='x')\n"
+        "add_version_option(parser, 'x', mitmproxy=True)\n"
+        "parser.parse_args([])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

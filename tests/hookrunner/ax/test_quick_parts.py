@@ -8,6 +8,8 @@ import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,7 +124,7 @@ def test_settings_path_by_scope(tmp_path: Path) -> None:
 def test_the_request_carries_argv_environment_directory_and_build() -> None:
     message = quickclient.request(["fire", "Stop"])
     (size,) = struct.unpack(">I", message[:4])
-    document = json.loads(message[4:])
+    document = quickfire.decode(message[4:])
     assert size == len(message) - 4
     assert document["argv"] == ["fire", "Stop"]
     assert document["cwd"] == os.getcwd()
@@ -174,9 +176,32 @@ def test_a_request_and_its_descriptors_are_received() -> None:
         os.close(fd)
 
 
+def test_words_that_are_not_text_arrive_as_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cold runner would read (undecodable bytes, ``=`` in a value, an empty
+    argument, an empty environment) is what the warm child reads."""
+    odd = os.fsdecode(b"caf\xe9")
+    monkeypatch.setattr(os, "environ", {"A": "x=y", "B": "", odd: odd})
+    document = quickfire.decode(quickclient.request(["fire", "", odd])[4:])
+    assert document["argv"] == ["fire", "", odd]
+    assert document["env"] == {"A": "x=y", "B": "", odd: odd}
+    monkeypatch.setattr(os, "environ", {})
+    assert quickfire.decode(quickclient.request([])[4:])["env"] == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"b\0/\0" + b"18", b"b\0/\x0018\x00x", b"b\0/\x0018\x001\x00fire\x00NOEQUALS",
+     b"b\0/\x0018\x001\x00fire\x00=v"],
+    ids=["empty", "too few words", "count not a number", "entry without =", "no name"],
+)  # fmt: skip
+def test_a_body_that_is_not_a_request_is_refused(body: bytes) -> None:
+    with pytest.raises(ValueError, match="not a request"):
+        quickfire.decode(body)
+
+
 @pytest.mark.parametrize(
     "message",
-    [b"\x00\x00", struct.pack(">I", quickfire.MAX_REQUEST + 1), struct.pack(">I", 10) + b"{}"],
+    [b"\x00\x00", struct.pack(">I", quickfire.MAX_REQUEST + 1), struct.pack(">I", 10) + b"b\0/"],
     ids=["no length", "too large", "cut short"],
 )
 def test_a_request_that_is_not_one_is_refused(message: bytes) -> None:
@@ -221,3 +246,42 @@ def test_hooks_an_earlier_install_left_in_the_workspace_are_put_back(tmp_path: P
     claudeinstall.uninstall(settings, RUNNER, moved)
     assert json.loads(settings.read_text()) == {"hooks": {"Stop": [own]}}
     assert not legacy.exists()
+def test_what_the_warm_runner_builds_before_it_forks_serves_one_call_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prepared parser answers each argv alone (parsing leaves it as it was); the
+    prepared metrics go to one call, the next gets a registry of its own (D250)."""
+    from sandbox_egress.hookrunner import cli
+    from sandbox_egress.hookrunner.ax import cli as ax_cli
+
+    monkeypatch.setattr(cli, "_PREPARED", [])
+    monkeypatch.setattr(ax_cli, "_SPARE_METRICS", [])
+    cli.prepare()
+    prepared = cli._PREPARED[0]
+    first = prepared.parse_args(["fire", "Stop", "--claude-exit-codes", "--workspace", "/a"])
+    second = prepared.parse_args(["fire", "PreToolUse"])
+    assert (first.event, first.claude_exit_codes, first.workspace) == ("Stop", True, "/a")
+    assert (second.event, second.claude_exit_codes, second.workspace) == ("PreToolUse", False, ".")
+    monkeypatch.setattr(cli, "_parser", lambda: pytest.fail("built again"))
+    with pytest.raises(SystemExit):
+        cli.main(["fire", "NoSuchEvent"])  # main parses with the prepared parser
+    assert "invalid choice: 'NoSuchEvent'" in capsys.readouterr().err
+    ax_cli.prepare_metrics()
+    spare = ax_cli._SPARE_METRICS[0]
+    assert ax_cli._metrics() is spare
+    assert ax_cli._metrics() is not spare
+
+
+def _imported(code: list[str]) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", *code], capture_output=True, text=True
+    )
+    lines = [line.split("|")[-1] for line in done.stderr.splitlines() if "|" in line]
+    return {name.strip() for name in lines[1:]}  # the first line is the header
+
+
+def test_the_quick_client_imports_nothing_but_socket() -> None:
+    """Each import is paid on every hook call: the client may add `_socket` to what `os`
+    brings, and no more (json and socket were ~10 ms of a call, D249)."""
+    client = _imported([quickclient.__file__])  # no arguments: its usage, exit 2
+    assert client - _imported(["-c", "import os"]) == {"_socket"}
