@@ -115,16 +115,17 @@ class Fleet:
     ) -> Fetched:
         deadline = time.monotonic() + self.wait_s
         while not self._on_loop(self.state.lock(key, self.lease_s)):
-            current = self._read(key)
-            if self._valid(current, refresh_before):
-                return _fetched(current)
+            valid = self._valid(self._read(key), refresh_before)
+            if valid is not None:
+                return _fetched(valid)
             if time.monotonic() > deadline:
                 raise CredentialError(f"another replica held the refresh over {self.wait_s:g}s")
             time.sleep(POLL_S)
         try:
             current = self._read(key)
-            if self._valid(current, refresh_before):
-                return _fetched(current)
+            valid = self._valid(current, refresh_before)
+            if valid is not None:
+                return _fetched(valid)
             fresh = mint(current.refresh if current is not None else None)
             if fresh.refresh is None and current is not None:  # not rotated: keep the last
                 fresh = Tokens(fresh.access, fresh.expires_at, current.refresh)
@@ -136,12 +137,13 @@ class Fleet:
             except StateUnavailable:
                 log.warning("%s: the lock could not be released; it lapses on its own", key)
 
-    def _valid(self, tokens: Tokens | None, refresh_before: float) -> bool:
-        if tokens is None or tokens.expires_at is None:  # no expiry known: refresh
-            return False
-        return tokens.expires_at - refresh_before > self._clock()
+    def _valid(self, tokens: Tokens | None, refresh_before: float) -> Tokens | None:
+        """`tokens` while their access token is valid for `refresh_before`; None when
+        absent or without a known expiry (refresh)."""
+        if tokens is None or tokens.expires_at is None:
+            return None
+        return tokens if tokens.expires_at - refresh_before > self._clock() else None
 
 
-def _fetched(tokens: Tokens | None) -> Fetched:
-    assert tokens is not None
+def _fetched(tokens: Tokens) -> Fetched:
     return Fetched(tokens.access, tokens.expires_at)
