@@ -31,6 +31,7 @@ from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
 from sandbox_egress.proxy.audit import BackgroundAuditLog
 from sandbox_egress.proxy.credentials.cache import Credentials
+from sandbox_egress.proxy.credentials.fleet import Fleet
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.section import sources as credential_sources
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
@@ -38,6 +39,7 @@ from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
+from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime import accepting, addonimports, lifecycle, trim, workers
 from sandbox_egress.runtime.ca import ensure_ca
@@ -197,14 +199,19 @@ async def serve(settings: Settings) -> int:
         if outcome != "ok":  # the source's words: a path, a status, an exit; never a value
             log.warning("credential %s: fetch %s: %s", name, outcome, credentials.problem(name))
 
-    credentials = Credentials(*credential_sources(network.credentials, https), on_fetch=on_fetch)
+    fleet = None  # a shared state: one replica at a time refreshes a rotating token (D232)
+    if not isinstance(addon.shared.state, MemoryState):
+        fleet = Fleet(addon.shared.state, asyncio.get_running_loop())
+    credentials = Credentials(
+        *credential_sources(network.credentials, https, fleet), on_fetch=on_fetch
+    )
     addon.shared.credentials = credentials
     board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
         addon.policy = Policy(fresh, own, own.is_local)  # one assignment: atomic
-        addon.shared.credentials.replace(*credential_sources(fresh.credentials, https))
+        addon.shared.credentials.replace(*credential_sources(fresh.credentials, https, fleet))
         if fresh.state != network.state:  # the store stays: what was spent stays spent (D217)
             log.warning("reload: the state: section changed; it takes effect at the next start")
         if tenants is not None:

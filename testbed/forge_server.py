@@ -44,6 +44,7 @@ class State:
     mints = 0
     app_mints = 0
     refused = 0
+    invalid_grants = 0
     access = ""
     refresh = "refresh-0"
     installation = ""
@@ -55,6 +56,7 @@ class State:
     @classmethod
     def stats(cls) -> dict[str, Any]:
         return {"mints": cls.mints, "app_mints": cls.app_mints, "refused": cls.refused,
+                "invalid_grants": cls.invalid_grants,
                 "app_bodies": cls.app_bodies}  # fmt: skip
 
     @classmethod
@@ -113,6 +115,8 @@ class Handler(git_server.Handler):
                     return self.refuse()
             elif grant == "refresh_token":
                 if form.get("refresh_token") != State.refresh:
+                    State.invalid_grants += 1
+                    State.changed()
                     return self.json(400, {"error": "invalid_grant"})
                 State.refresh = f"refresh-{State.mints + 1}"
             else:

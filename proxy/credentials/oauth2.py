@@ -18,6 +18,9 @@ Invariants:
   `state_file` before the access token is used: a temporary file in the same directory,
   mode 0600, fsynced, renamed over the old one. A fetch reads the state file first and
   falls back to the configured `refresh_token` only when there is none.
+* With a shared `state:` (`shared(name, fleet)`), one replica of the fleet refreshes at a
+  time and the rotated tokens live in the store (`proxy.credentials.fleet`, D232); the
+  state file is still written, as this node's copy.
 * Nothing the server answers is shown in an error: only its status (`proxy.credentials.https`).
 """
 
@@ -34,12 +37,15 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.secret import Secret
+
+if TYPE_CHECKING:
+    from sandbox_egress.proxy.credentials.fleet import Fleet, Tokens
 
 GRANTS = ("client_credentials", "refresh_token")
 # One refresh at a time per state file: a fetch the cache gave up on (its timeout) may
@@ -61,9 +67,15 @@ class OAuth2:
     refresh_token: Secret | None = None
     state_file: str = ""
     https: Https = field(default_factory=Https)
+    name: str = ""
+    fleet: Fleet | None = None
 
     def source(self, https: Https) -> OAuth2:
         return replace(self, https=https)
+
+    def shared(self, name: str, fleet: Fleet) -> OAuth2:
+        """This credential refreshed by one replica at a time (a rotating refresh token)."""
+        return replace(self, name=name, fleet=fleet) if self.grant == "refresh_token" else self
 
     def fetch(self) -> Fetched:
         if self.grant != "refresh_token":
@@ -71,16 +83,26 @@ class OAuth2:
         with _LOCKS_LOCK:
             lock = _STATE_LOCKS.setdefault(self.state_file, threading.Lock())
         with lock:
+            if self.fleet is not None:
+                return self.fleet.refresh(self.name, self._mint, self.settings.refresh_before)
             return self._fetch()
 
     def _fetch(self) -> Fetched:
+        minted = self._mint(None)
+        return Fetched(minted.access, minted.expires_at)
+
+    def _mint(self, refresh: Secret | None) -> Tokens:
+        """One exchange at the token endpoint; `refresh` is the fleet's current refresh
+        token (None: this node's state file, then the configured one)."""
+        from sandbox_egress.proxy.credentials.fleet import Tokens
+
         form = {"grant_type": self.grant}
         if self.scopes:
             form["scope"] = " ".join(self.scopes)
         if self.audience:
             form["audience"] = self.audience
         if self.grant == "refresh_token":
-            form["refresh_token"] = self._refresh_token()
+            form["refresh_token"] = refresh.reveal() if refresh else self._refresh_token()
         headers: dict[str, str] = {}
         client_id = self.client_id.reveal()
         secret = self.client_secret.reveal() if self.client_secret is not None else ""
@@ -98,13 +120,15 @@ class OAuth2:
         if not isinstance(answer, dict) or not isinstance(answer.get("access_token"), str):
             raise CredentialError(f"{_named(self.token_url)}: the answer has no access_token")
         rotated = answer.get("refresh_token")
+        kept = None
         if self.grant == "refresh_token" and isinstance(rotated, str) and rotated:
             save_state(self.state_file, {"refresh_token": rotated})
+            kept = Secret(rotated)
         lifetime = answer.get("expires_in")
         expires = None
         if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
             expires = started + float(lifetime)
-        return Fetched(Secret(answer["access_token"]), expires)
+        return Tokens(Secret(answer["access_token"]), expires, kept)
 
     def _refresh_token(self) -> str:
         state = load_state(self.state_file)

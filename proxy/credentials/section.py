@@ -22,14 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_egress.proxy.credentials.base import Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
+from sandbox_egress.proxy.credentials.oauth2 import OAuth2
 from sandbox_egress.proxy.credentials.table import KINDS, Spec
 from sandbox_egress.proxy.references import REFERENCE
 from sandbox_egress.proxy.transforms import FORBIDDEN_TRANSFORM_HEADERS, HEADER_NAME
+
+if TYPE_CHECKING:
+    from sandbox_egress.proxy.credentials.fleet import Fleet
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -197,8 +201,15 @@ def used_names(definitions: Definitions | None) -> frozenset[str]:
     return _Anything() if definitions is None else definitions.names()
 
 
-def sources(definitions: Definitions, https: Https) -> tuple[dict[str, Source], dict[str, Spec]]:
+def sources(
+    definitions: Definitions, https: Https, fleet: Fleet | None = None
+) -> tuple[dict[str, Source], dict[str, Spec]]:
     """Every credential ready to fetch with the proxy's upstream trust, and the definitions
-    the cache compares on a reload (`Credentials(*sources(...))`, `Credentials.replace`)."""
+    the cache compares on a reload (`Credentials(*sources(...))`, `Credentials.replace`).
+    With a shared state (`fleet`), a rotating refresh token is refreshed by one replica at
+    a time (`proxy.credentials.fleet`)."""
     specs = dict(definitions.specs)
-    return {name: spec.source(https) for name, spec in specs.items()}, specs
+    ready = {name: spec.source(https) for name, spec in specs.items()}
+    if fleet is not None:
+        ready = {n: s.shared(n, fleet) if isinstance(s, OAuth2) else s for n, s in ready.items()}
+    return ready, specs

@@ -10,7 +10,11 @@ The budget stage (`addons.budget`) asks its backend once per decision:
   `spend_now` is the same answered at once by a backend held in this process, None
   from a remote one (a stream callback cannot wait: `proxy.state.meter` reserves blocks).
 * `lock(key, ttl_s)` — True when this process took the named lock (for one replica at a
-  time, e.g. a rotating refresh token); it lapses after `ttl_s`.
+  time, e.g. a rotating refresh token); it lapses after `ttl_s`. `unlock(key)` releases
+  it, only when this process still holds it.
+* `get(key)` / `put(key, value, ttl_s)` — a small shared value (at most `MAX_VALUE` bytes
+  of UTF-8) that lapses after `ttl_s`: the minted tokens of `proxy.credentials.fleet`.
+  The store then holds secrets (D233).
 * `health()` — "ok" or why not, for `GET /status`.
 
 Backends: `memory` (this process; the default), `node` (the parent of `--workers N` holds
@@ -25,6 +29,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+
+MAX_VALUE = 4096  # bytes: a token pair, never a body
 
 
 class StateUnavailable(Exception):
@@ -46,6 +52,12 @@ class StateBackend(Protocol):
 
     async def lock(self, key: str, ttl_s: float) -> bool: ...
 
+    async def unlock(self, key: str) -> bool: ...
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def put(self, key: str, value: str, ttl_s: float) -> None: ...
+
     async def health(self) -> str: ...
 
     async def close(self) -> None: ...
@@ -55,3 +67,10 @@ def budget_key(prefix: str, key: BudgetKey, kind: str) -> str:
     """The store's key of one budget: the budget key, under `key_prefix`. A sandbox id and
     an entry pattern hold no space (`proxy.sandboxes`, `proxy.patterns`)."""
     return f"{prefix}:budget:{key.sandbox or '-'}:{key.entry}:{kind}"
+
+
+def bounded(value: str) -> str:
+    """`value` when it fits a shared value (`MAX_VALUE`); ValueError otherwise."""
+    if len(value.encode()) > MAX_VALUE:
+        raise ValueError(f"a shared value holds at most {MAX_VALUE} bytes")
+    return value

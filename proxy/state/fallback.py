@@ -77,6 +77,36 @@ class Fallback:
         except StateUnavailable as exc:
             return self._down(exc) == "local" and self.local.lock_now(key, ttl_s)
 
+    # The shared values of `proxy.credentials.fleet`: `local` keeps them in this process
+    # (its minter refreshes alone), `deny` lets StateUnavailable through (it fails closed).
+    async def unlock(self, key: str) -> bool:
+        try:
+            return await self.remote.unlock(key)
+        except StateUnavailable as exc:
+            if self._down(exc) == "deny":
+                raise
+            return self.local.unlock_now(key)
+
+    async def get(self, key: str) -> str | None:
+        try:
+            value = await self.remote.get(key)
+        except StateUnavailable as exc:
+            if self._down(exc) == "deny":
+                raise
+            return self.local.get_now(key)
+        self._up()
+        return value
+
+    async def put(self, key: str, value: str, ttl_s: float) -> None:
+        try:
+            await self.remote.put(key, value, ttl_s)
+        except StateUnavailable as exc:
+            if self._down(exc) == "deny":
+                raise
+            self.local.put_now(key, value, ttl_s)
+            return
+        self._up()
+
     async def health(self) -> str:
         return await self.remote.health()
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Budgets, Rate
+from sandbox_egress.proxy.state import bounded
 
 
 class MemoryState:
@@ -18,7 +19,8 @@ class MemoryState:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.budgets = Budgets()
         self._clock = clock
-        self._locks: dict[str, float] = {}
+        self._locks: dict[str, tuple[float, str]] = {}  # key -> (lapses at, holder)
+        self._values: dict[str, tuple[float, str]] = {}  # key -> (lapses at, value)
 
     async def admit(
         self, key: BudgetKey, budget: Budget, body: int | None, reserve: int
@@ -41,13 +43,38 @@ class MemoryState:
     async def lock(self, key: str, ttl_s: float) -> bool:
         return self.lock_now(key, ttl_s)
 
-    def lock_now(self, key: str, ttl_s: float) -> bool:
+    def lock_now(self, key: str, ttl_s: float, holder: str = "") -> bool:
         now = self._clock()
-        if self._locks.get(key, 0.0) > now:
+        if self._locks.get(key, (0.0, ""))[0] > now:
             return False
-        self._locks = {k: t for k, t in self._locks.items() if t > now}
-        self._locks[key] = now + ttl_s
+        self._locks = {k: held for k, held in self._locks.items() if held[0] > now}
+        self._locks[key] = (now + ttl_s, holder)
         return True
+
+    async def unlock(self, key: str) -> bool:
+        return self.unlock_now(key)
+
+    def unlock_now(self, key: str, holder: str = "") -> bool:
+        held = self._locks.get(key)
+        if held is None or held[0] <= self._clock() or held[1] != holder:
+            return False
+        del self._locks[key]
+        return True
+
+    async def get(self, key: str) -> str | None:
+        return self.get_now(key)
+
+    def get_now(self, key: str) -> str | None:
+        kept = self._values.get(key)
+        return kept[1] if kept is not None and kept[0] > self._clock() else None
+
+    async def put(self, key: str, value: str, ttl_s: float) -> None:
+        self.put_now(key, value, ttl_s)
+
+    def put_now(self, key: str, value: str, ttl_s: float) -> None:
+        now = self._clock()
+        self._values = {k: kept for k, kept in self._values.items() if kept[0] > now}
+        self._values[key] = (now + ttl_s, bounded(value))
 
     async def health(self) -> str:
         return "ok"

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import socketserver
 import threading
 from pathlib import Path
 from typing import Any
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
-from sandbox_egress.proxy.state import StateUnavailable
+from sandbox_egress.proxy.state import StateUnavailable, bounded
 from sandbox_egress.proxy.state.memory import MemoryState
 
 SOCKET_ENV = "EGRESS_STATE_SOCKET"
 TIMEOUT_S = 2.0  # a local socket: only a stuck parent is this slow
-MAX_LINE = 4096
+MAX_LINE = 16384  # a shared value (MAX_VALUE) escaped in JSON fits
 
 
 def _rate(raw: Any) -> Rate | None:
@@ -74,7 +75,14 @@ class NodeService:
         if op == "ping":
             return {"ok": True}
         if op == "lock":
-            return {"ok": memory.lock_now(str(ask["key"]), float(ask["ttl"]))}
+            return {"ok": memory.lock_now(str(ask["key"]), float(ask["ttl"]), str(ask["holder"]))}
+        if op == "unlock":
+            return {"ok": memory.unlock_now(str(ask["key"]), str(ask["holder"]))}
+        if op == "get":
+            return {"ok": True, "value": memory.get_now(str(ask["key"]))}
+        if op == "put":
+            memory.put_now(str(ask["key"]), str(ask["value"]), float(ask["ttl"]))
+            return {"ok": True}
         key = BudgetKey(ask["sandbox"], str(ask["entry"]))
         if op == "spend":
             rate = Rate(int(ask["rate"][0]), int(ask["rate"][1]))
@@ -104,6 +112,7 @@ class NodeState:
         self._timeout = timeout_s
         self._lock = asyncio.Lock()
         self._stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._holder = secrets.token_hex(8)  # this worker, as a lock's holder
 
     async def _ask(self, ask: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
@@ -158,7 +167,19 @@ class NodeState:
         return None
 
     async def lock(self, key: str, ttl_s: float) -> bool:
-        return bool((await self._ask({"op": "lock", "key": key, "ttl": ttl_s}))["ok"])
+        ask = {"op": "lock", "key": key, "ttl": ttl_s, "holder": self._holder}
+        return bool((await self._ask(ask))["ok"])
+
+    async def unlock(self, key: str) -> bool:
+        ask = {"op": "unlock", "key": key, "holder": self._holder}
+        return bool((await self._ask(ask))["ok"])
+
+    async def get(self, key: str) -> str | None:
+        value = (await self._ask({"op": "get", "key": key}))["value"]
+        return None if value is None else str(value)
+
+    async def put(self, key: str, value: str, ttl_s: float) -> None:
+        await self._ask({"op": "put", "key": key, "value": bounded(value), "ttl": ttl_s})
 
     async def health(self) -> str:
         try:

@@ -16,11 +16,16 @@ import secrets
 from typing import Any
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
-from sandbox_egress.proxy.state import StateUnavailable, budget_key
+from sandbox_egress.proxy.state import StateUnavailable, bounded, budget_key
 from sandbox_egress.proxy.state.gcra import ADMIT, SPEND
 from sandbox_egress.proxy.state.settings import StateConfig
 
 _KINDS = {1: "requests", 2: "upload"}
+# Release a lock only while this replica still holds it (a lapsed lock may be another's).
+UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def _span_us(rate: Rate | None) -> tuple[int, int]:
@@ -43,7 +48,7 @@ class RedisState:
         self._client = client
         self._prefix = config.key_prefix
         self._timeout = config.timeout_s
-        self._sha = {s: hashlib.sha1(s.encode()).hexdigest() for s in (ADMIT, SPEND)}
+        self._sha = {s: hashlib.sha1(s.encode()).hexdigest() for s in (ADMIT, SPEND, UNLOCK)}
         self._holder = secrets.token_hex(8)
         self.clock = ""  # tests only: a fixed clock in microseconds replaces the store's
 
@@ -87,18 +92,30 @@ class RedisState:
     def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float | None:
         return None  # kept in the store; the gauge shows this process's memory only
 
-    async def lock(self, key: str, ttl_s: float) -> bool:
+    async def _call(self, call: Any) -> Any:
         import redis.exceptions
 
-        name = f"{self._prefix}:lock:{key}"
         try:
-            taken = await asyncio.wait_for(
-                self._client.set(name, self._holder, nx=True, px=max(1, int(ttl_s * 1000))),
-                self._timeout,
-            )
+            return await asyncio.wait_for(call, self._timeout)
         except (TimeoutError, OSError, redis.exceptions.RedisError) as exc:
             raise StateUnavailable(type(exc).__name__) from None
-        return bool(taken)
+
+    async def lock(self, key: str, ttl_s: float) -> bool:
+        name = f"{self._prefix}:lock:{key}"
+        px = max(1, int(ttl_s * 1000))
+        return bool(await self._call(self._client.set(name, self._holder, nx=True, px=px)))
+
+    async def unlock(self, key: str) -> bool:
+        name = f"{self._prefix}:lock:{key}"
+        return bool(await self._run(UNLOCK, [name], [self._holder]))
+
+    async def get(self, key: str) -> str | None:
+        value = await self._call(self._client.get(f"{self._prefix}:value:{key}"))
+        return None if value is None else bytes(value).decode()
+
+    async def put(self, key: str, value: str, ttl_s: float) -> None:
+        name, px = f"{self._prefix}:value:{key}", max(1, int(ttl_s * 1000))
+        await self._call(self._client.set(name, bounded(value).encode(), px=px))
 
     async def health(self) -> str:
         import redis.exceptions
