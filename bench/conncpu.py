@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import pstats
-import signal
 import ssl
 import subprocess
 import sys
@@ -26,15 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.connmem import RESPONSE, WARMUP, _open
+from bench.connmem import RESPONSE, WARMUP, _open, stop
+from bench.procs import cpu_seconds
 from testbed.fixed_upstream import FixedResponse, server_context
 
 SETTLE_S = 1.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 async def measure(connections: int, profile: bool, work: Path) -> dict[str, Any]:
@@ -56,24 +50,19 @@ async def measure(connections: int, profile: bool, work: Path) -> dict[str, Any]
         for _ in range(WARMUP):
             (await _open(port, up_port, client_tls)).close()
         await asyncio.sleep(SETTLE_S)
-        before = _cpu_seconds(engine.pid)
+        before = cpu_seconds(engine.pid)
         for _ in range(connections):
             writer = await _open(port, up_port, client_tls)
             writer.close()
             await writer.wait_closed()
         await asyncio.sleep(SETTLE_S)
-        spent = _cpu_seconds(engine.pid) - before
+        spent = cpu_seconds(engine.pid) - before
         return {
             "connections": connections,
             "ms_cpu_per_connection": round(spent * 1000 / connections, 2),
         }
     finally:
-        engine.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(engine.wait(), 20)
-        except TimeoutError:
-            engine.kill()
-            await engine.wait()
+        await stop(engine)
         up.close()
 
 

@@ -125,6 +125,16 @@ async def _open(proxy_port: int, up_port: int, client_tls: ssl.SSLContext) -> An
     return writer
 
 
+async def stop(engine: asyncio.subprocess.Process) -> None:
+    """SIGTERM, then SIGKILL after 20 s; reaped either way."""
+    engine.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(engine.wait(), 20)
+    except TimeoutError:
+        engine.kill()
+        await engine.wait()
+
+
 async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
     up = await asyncio.get_running_loop().create_server(
         FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(work), backlog=1024
@@ -181,12 +191,7 @@ async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
             writer.close()
         return found
     finally:
-        engine.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(engine.wait(), 20)
-        except TimeoutError:
-            engine.kill()
-            await engine.wait()
+        await stop(engine)
         up.close()
 
 

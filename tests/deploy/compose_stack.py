@@ -23,6 +23,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -62,7 +63,15 @@ def free_port() -> int:
 
 
 def prepare_images() -> None:
-    """The base image and the wheelhouse; both scripts are cached and cheap when done."""
+    """A Docker engine that answers, the base image and the wheelhouse; both scripts are
+    cached and cheap when done."""
+    try:
+        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
+    except (StackError, FileNotFoundError) as exc:
+        raise StackError(
+            "no Docker engine answers: run scripts/container-engine start "
+            "(docs/operations.md, 'Containers without a registry')"
+        ) from exc
     run([str(ROOT / "scripts/base-image")], timeout=900)
     run([str(ROOT / "scripts/wheelhouse"), sys.executable], timeout=600)
 
@@ -158,6 +167,12 @@ class Stack:
             if sep and text.startswith("{"):
                 lines.append(json.loads(text))
         return lines
+
+
+def probe(stack: Stack, service: str, script: str, **values: Any) -> Any:
+    """Run `script` in `service` with `values` bound as its first lines (JSON literals)."""
+    header = "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())
+    return stack.python(service, header + textwrap.dedent(script))
 
 
 def wait_for(what: str, probe: Any, *, attempts: int = 60, interval: float = 1.0) -> Any:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.deploy.compose_stack import Stack, StackError, prepare_images, run, wait_for
+from tests.deploy.compose_stack import Stack, prepare_images, probe, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]
 
@@ -78,20 +77,8 @@ print(opener.open(f"http://{ADDRESS}:9464/status", timeout=10).read().decode())
 """
 
 
-def probe(stack: Stack, service: str, script: str, **values: Any) -> Any:
-    header = "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())
-    return stack.python(service, header + textwrap.dedent(script))
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    try:
-        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
-    except (StackError, FileNotFoundError) as exc:
-        raise StackError(
-            "no Docker engine answers: run scripts/container-engine start "
-            "(docs/operations.md, 'Containers without a registry')"
-        ) from exc
     prepare_images()
     directory = tmp_path_factory.mktemp("compose-fleet")
     project = f"egress-fleet-test-{os.getpid()}"

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.deploy.compose_stack import Stack, StackError, prepare_images, run, wait_for
+from tests.deploy.compose_stack import Stack, prepare_images, probe, run, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]
 
@@ -115,20 +115,8 @@ print(json.dumps({"udp": ports("/proc/net/udp"), "tcp": ports("/proc/net/tcp")})
 """
 
 
-def probe(stack: Stack, service: str, script: str, **values: Any) -> Any:
-    header = "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())
-    return stack.python(service, header + textwrap.dedent(script))
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    try:
-        run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
-    except (StackError, FileNotFoundError) as exc:
-        raise StackError(
-            "no Docker engine answers: run scripts/container-engine start "
-            "(docs/operations.md, 'Containers without a registry')"
-        ) from exc
     prepare_images()
     directory = tmp_path_factory.mktemp("compose")
     project = f"egress-test-{os.getpid()}"
