@@ -33,13 +33,13 @@ SECRET_VALUE = "bench-secret-value-never-sent-0123456789"
 CLIENT_ADDRESS = "127.0.0.1"
 
 
-def _staged_target(entry: dict[str, Any]) -> dict[str, Any]:
+def _staged_target(entry: dict[str, Any], placeholder: str = PLACEHOLDER) -> dict[str, Any]:
     """The host under test's entry with rules, a deny clause and a placeholder secret."""
     return {
         **entry,
         "rules": [{"methods": ["GET", "HEAD"]}],
         "deny": [{"paths": ["/admin", "/admin/**"]}],
-        "secrets": [{"placeholder": PLACEHOLDER, "value": f"${{{SECRET_ENV}}}"}],
+        "secrets": [{"placeholder": placeholder, "value": f"${{{SECRET_ENV}}}"}],
     }
 
 
@@ -49,7 +49,9 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
     for index, entry in enumerate(allowlist.document()["network"]["allowlist"]):
         domain = entry["domain"]
         if domain == TARGET:
-            entry = _staged_target(entry)
+            # The placeholder lives in the sandbox files only: a placeholder may not be
+            # declared by both the node file and a sandbox file.
+            entry = {key: value for key, value in _staged_target(entry).items() if key != "secrets"}
         elif domain.startswith("svc-") and index % 10 == 0:
             entry = {
                 **entry,
@@ -72,12 +74,17 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
     }
 
 
-def sandbox_document(allowlist: Allowlist, address: str, hosts: tuple[str, ...]) -> dict[str, Any]:
-    """A sandbox file: `hosts` (and the upstream's range) from the node's entries."""
+def sandbox_document(
+    allowlist: Allowlist, address: str, hosts: tuple[str, ...], placeholder: str = PLACEHOLDER
+) -> dict[str, Any]:
+    """A sandbox file: `hosts` (and the upstream's range) from the node's entries; a
+    placeholder is declared by one sandbox only, so each file has its own."""
     entries = [{"domain": UPSTREAM_CIDR}]
     for entry in allowlist.document()["network"]["allowlist"]:
         if entry["domain"] in hosts:
-            entries.append(_staged_target(entry) if entry["domain"] == TARGET else entry)
+            entries.append(
+                _staged_target(entry, placeholder) if entry["domain"] == TARGET else entry
+            )
     return {"class": "bench", "addresses": [address], "network": {"allowlist": entries}}
 
 
@@ -94,7 +101,8 @@ def write(allowlist: Allowlist, work: Path) -> Path:
     bench = sandbox_document(allowlist, CLIENT_ADDRESS, hosts)
     (directory / "bench.yaml").write_text(yaml.safe_dump(bench, sort_keys=False))
     for n in range(OTHERS):
-        other = sandbox_document(allowlist, f"198.19.250.{n + 1}", hosts)
+        address = f"198.19.250.{n + 1}"
+        other = sandbox_document(allowlist, address, hosts, f"{PLACEHOLDER}-other-{n}")
         (directory / f"other-{n}.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
     node = work / "egress.yaml"
     document = node_document(allowlist, directory.name)
