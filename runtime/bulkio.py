@@ -1,4 +1,4 @@
-"""Larger reads and fewer waits on every leg of a connection (issue 36, D272-D274).
+"""Larger reads and fewer waits on every leg of a connection (issue 36, D272).
 
 mitmproxy's connection handler reads 64 KiB at a time and, after every read, waits for
 every writer of the connection to drain below asyncio's default high-water mark (64 KiB).
@@ -46,7 +46,7 @@ def widen(handler: Any) -> None:
 
 
 async def _handle_connection(handler: Any, connection: Connection) -> None:
-    # mitmproxy 11's `ConnectionHandler.handle_connection`, with `READ_SIZE` for 65535 and
+    # mitmproxy 12's `ConnectionHandler.handle_connection`, with `READ_SIZE` for 65535 and
     # the writer widened first; tests/runtime/test_bulkio.py pins the loop's behaviour.
     io = handler.transports[connection]
     widen_writer(io.writer)
