@@ -25,6 +25,9 @@ from mitmproxy.connection import Connection, ConnectionState
 from mitmproxy.proxy import events
 
 READ_SIZE = 256 * 1024
+# An upstream leg keeps mitmproxy's read size: with 256 KiB reads there, scenario 3's
+# download cost more CPU per GiB (4.6-4.7 s against 3.9), h11 copying its receive buffer.
+SERVER_READ_SIZE = 65535
 HIGH_WATER = 512 * 1024
 LOW_WATER = HIGH_WATER // 4
 
@@ -52,10 +55,11 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
     widen_writer(io.writer)
     reader = io.reader
     assert reader
+    size = READ_SIZE if connection is handler.client else SERVER_READ_SIZE
     cancelled: asyncio.CancelledError | None = None
     while True:
         try:
-            data = await reader.read(READ_SIZE)
+            data = await reader.read(size)
             if not data:
                 raise OSError("Connection closed by peer.")
         except OSError:

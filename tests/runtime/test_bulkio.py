@@ -33,6 +33,7 @@ class Relay:
         self.peak_queued = 0
         self.source: Any = None
         self.target: Any = None
+        self.client: Any = None
 
     async def server_event(self, event: events.Event) -> None:
         if isinstance(event, events.DataReceived):
@@ -62,7 +63,9 @@ async def _pipe() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, socket.so
     return reader, writer, peer
 
 
-async def _relay(payload: bytes, send_size: int, sink_delay: float) -> tuple[bytes, Relay]:
+async def _relay(
+    payload: bytes, send_size: int, sink_delay: float, client_leg: bool = True
+) -> tuple[bytes, Relay]:
     loop = asyncio.get_running_loop()
     relay = Relay()
     src_reader, src_writer, sender = await _pipe()
@@ -71,6 +74,7 @@ async def _relay(payload: bytes, send_size: int, sink_delay: float) -> tuple[byt
     receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
     relay.source = Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=0)
     relay.target = Server(address=("127.0.0.1", 3))
+    relay.client = relay.source if client_leg else None
     relay.transports[relay.source] = ConnectionIO(
         handler=None, reader=src_reader, writer=src_writer
     )
@@ -140,3 +144,10 @@ def test_every_byte_arrives_once_in_order_whatever_the_chunk_sizes(
     assert received == payload
     assert sum(relay.reads) == size
     assert max(relay.reads) <= bulkio.READ_SIZE
+
+
+def test_an_upstream_leg_keeps_mitmproxys_read_size() -> None:
+    payload = b"\x00" * (4 << 20)
+    received, relay = asyncio.run(_relay(payload, 1 << 20, sink_delay=0, client_leg=False))
+    assert received == payload
+    assert max(relay.reads) <= bulkio.SERVER_READ_SIZE
