@@ -71,13 +71,15 @@ def measure(ns: str, pid: int, port: int, proxy_ca: str, upstream_ca: str) -> di
         )
 
     results: dict[str, Any] = {"bytes": BIG_BYTES}
+    gib = BIG_BYTES / (1 << 30)
     for label, transfer, upstream_port in (
         ("download", _download, HTTPS_PORT),
         ("upload", _upload, SINK_PORT),
     ):
-        started = time.monotonic()
+        started, client_cpu = time.monotonic(), time.process_time()
         status, counted = transfer(direct(upstream_port))
         direct_s = time.monotonic() - started
+        direct_client_cpu = time.process_time() - client_cpu
         if status != 200 or counted != BIG_BYTES:
             raise RuntimeError(f"direct {label}: status {status}, {counted} bytes")
 
@@ -85,9 +87,12 @@ def measure(ns: str, pid: int, port: int, proxy_ca: str, upstream_ca: str) -> di
         reset = all([procs.reset_peak_rss(member) for member in members])
         before = sum(procs.status_kib(member, "VmRSS") for member in members)
         with RssSampler(pid) as sampler:
-            started = time.monotonic()
+            proxy_cpu = procs.tree_cpu_seconds(pid)
+            started, client_cpu = time.monotonic(), time.process_time()
             status, counted = transfer(through(upstream_port))
             elapsed = time.monotonic() - started
+            client_cpu = time.process_time() - client_cpu
+            proxy_cpu = procs.tree_cpu_seconds(pid) - proxy_cpu
         if status != 200 or counted != BIG_BYTES:
             raise RuntimeError(f"{label} through egress-proxy: status {status}, {counted} bytes")
         results[label] = {
@@ -100,5 +105,10 @@ def measure(ns: str, pid: int, port: int, proxy_ca: str, upstream_ca: str) -> di
             "mib_per_s": BIG_BYTES / elapsed / (1 << 20),
             "direct_seconds": direct_s,
             "direct_mib_per_s": BIG_BYTES / direct_s / (1 << 20),
+            # CPU seconds per GiB: the proxy's (its process tree) and the client's own, the
+            # latter through the proxy and direct (its TLS work is the yardstick, issue 36).
+            "proxy_cpu_s_per_gib": proxy_cpu / gib,
+            "client_cpu_s_per_gib": client_cpu / gib,
+            "direct_client_cpu_s_per_gib": direct_client_cpu / gib,
         }
     return results

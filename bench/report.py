@@ -198,6 +198,7 @@ def decide_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
 
 def memory_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     header = ["transfer", "VmHWM MiB", "RSS before MiB", "growth MiB", "MiB/s", "direct MiB/s"]
+    header += ["proxy CPU s/GiB", "client CPU s/GiB", "direct client CPU s/GiB"]
     rows = []
     for label in ("download", "upload"):
         m = section[label]
@@ -209,6 +210,15 @@ def memory_lines(section: dict[str, Any], grid: Grid = text_grid) -> list[str]:
                 _num((m["vm_hwm_kib"] - m["rss_before_kib"]) / 1024),
                 _num(m["mib_per_s"]),
                 _num(m["direct_mib_per_s"]),
+                # a run from before issue 36 has no CPU figures
+                *(
+                    _num(m[key]) if key in m else "-"
+                    for key in (
+                        "proxy_cpu_s_per_gib",
+                        "client_cpu_s_per_gib",
+                        "direct_client_cpu_s_per_gib",
+                    )
+                ),
             ]
         )
     return [

@@ -53,6 +53,7 @@ from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
 from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
     coalesce_request,
@@ -140,6 +141,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
     def register_connection(self, connection_id: Any, handler: Any) -> Iterator[None]:
         # Called by the server instance after the top layer is set, before handle_client.
         coalesce_root(handler)
+        widen(handler)
         with super().register_connection(connection_id, handler):
             yield
 
