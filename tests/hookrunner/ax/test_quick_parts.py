@@ -246,6 +246,8 @@ def test_hooks_an_earlier_install_left_in_the_workspace_are_put_back(tmp_path: P
     claudeinstall.uninstall(settings, RUNNER, moved)
     assert json.loads(settings.read_text()) == {"hooks": {"Stop": [own]}}
     assert not legacy.exists()
+
+
 def test_what_the_warm_runner_builds_before_it_forks_serves_one_call_each(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
