@@ -74,7 +74,13 @@ async def _relay(
     receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
     relay.source = Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=0)
     relay.target = Server(address=("127.0.0.1", 3))
-    relay.client = relay.source if client_leg else None
+    # A handler always has a client: on the upstream leg it is another connection (the
+    # drain another test's addons.backpressure installs reads its id).
+    relay.client = (
+        relay.source
+        if client_leg
+        else Client(peername=("127.0.0.1", 4), sockname=("127.0.0.1", 2), timestamp_start=0)
+    )
     relay.transports[relay.source] = ConnectionIO(
         handler=None, reader=src_reader, writer=src_writer
     )
