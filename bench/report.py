@@ -327,7 +327,7 @@ def targets_lines(results: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     if not found:
         return []
     header = ["figure", "value", "target"]
-    return ["Issue 26's figures (egress-proxy, this run)", *grid(header, found)]
+    return ["Issues 26's and 36's figures (egress-proxy, this run)", *grid(header, found)]
 
 
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:

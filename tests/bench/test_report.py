@@ -25,6 +25,16 @@ RESULTS: dict[str, Any] = {
             )
         }
     },
+    "memory": {
+        "download": {"mib_per_s": 120.0, "direct_mib_per_s": 400.0},
+        "upload": {"mib_per_s": 300.0, "direct_mib_per_s": 400.0},
+    },
+    "session": {
+        "seconds": {
+            "direct": {"git": 1.0, "pip": 1.0, "chat": 2.0, "download": 1.0, "total": 5.0},
+            "egress-proxy": {"git": 1.2, "pip": 1.0, "chat": 4.0, "download": 4.0, "total": 10.2},
+        }
+    },
     "idle": {"proxies": {"egress-proxy": {"kib_per_connection": 80.0, "rss_before_kib": 70 * 1024}}},
     "latency": {
         "workloads": {
@@ -45,6 +55,18 @@ def test_each_figure_of_issue_26_against_its_target() -> None:
     assert table["idle KiB per intercepted connection"][-3:] == ["80.0", "≤", "64"]
     assert table["idle process MiB (before the connections)"][-3:] == ["70.0", "≤", "60"]
     assert table["low load (b) added_p99_ms vs direct"][-3:] == ["6.50", "≤", "5"]
+
+
+def test_each_figure_of_issue_36_against_its_target() -> None:
+    lines = report.targets_lines(RESULTS)
+    table = {line.split("  ")[0]: line.split() for line in lines[3:]}
+    assert table["CPU ms per new TLS connection (c)"][-3:] == ["4.00", "≤", "4"]
+    assert table["low load (b) added_p50_ms vs direct"][-3:] == ["1.25", "≤", "2"]
+    assert table["bulk download MiB/s ÷ direct"][-3:] == ["0.30", "≥", "0.6"]
+    assert table["bulk upload MiB/s ÷ direct"][-3:] == ["0.75", "≥", "0.6"]
+    assert table["session chat ÷ direct"][-3:] == ["2.00", "≤", "1.5"]
+    assert table["session pip ÷ direct"][-3:] == ["1.00", "≤", "1.5"]
+    assert table["session total ÷ direct"][-3:] == ["2.04", "≤", "1.25"]
 
 
 def test_after_is_read_once_the_benchs_own_load_has_decayed() -> None:
