@@ -35,6 +35,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from sandbox_egress.runtime.ca import (
@@ -112,13 +113,7 @@ def issue_intermediate(
 def read_intermediate(certs: Path) -> x509.Certificate:
     """The intermediate in `certs`, checked to be one (pathLen 0, not self-signed, key
     matching, not expired); CAError otherwise. Used before a directory goes into a Secret."""
-    try:
-        raw = (certs / CA_KEY_AND_CERT).read_bytes()
-        key = serialization.load_pem_private_key(raw, None)
-        chain = x509.load_pem_x509_certificates(raw)
-    except (OSError, ValueError, TypeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not a key and certificates"
-        raise CAError(f"cannot read the node CA in {certs}: {reason}") from exc
+    key, chain = _read_key_and_chain(certs, "node CA", "not a key and certificates")
     cert = chain[0]
     constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     if cert.issuer == cert.subject or constraints.path_length != 0 or len(chain) < 2:
@@ -133,14 +128,21 @@ def read_intermediate(certs: Path) -> x509.Certificate:
     return cert
 
 
-def _read_root(root: Path) -> tuple[Key, x509.Certificate]:
+def _read_key_and_chain(
+    directory: Path, what: str, malformed: str
+) -> tuple[PrivateKeyTypes, list[x509.Certificate]]:
+    """The private key and the certificates of `directory`'s mitmproxy-ca.pem; CAError
+    naming `what` when it cannot be read."""
     try:
-        raw = (root / CA_KEY_AND_CERT).read_bytes()
-        key = serialization.load_pem_private_key(raw, None)
-        chain = x509.load_pem_x509_certificates(raw)
+        raw = (directory / CA_KEY_AND_CERT).read_bytes()
+        return serialization.load_pem_private_key(raw, None), x509.load_pem_x509_certificates(raw)
     except (OSError, ValueError, TypeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not a key and a certificate"
-        raise CAError(f"cannot read the root CA in {root}: {reason}") from exc
+        reason = exc.strerror if isinstance(exc, OSError) else malformed
+        raise CAError(f"cannot read the {what} in {directory}: {reason}") from exc
+
+
+def _read_root(root: Path) -> tuple[Key, x509.Certificate]:
+    key, chain = _read_key_and_chain(root, "root CA", "not a key and a certificate")
     cert = chain[0]
     constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     if len(chain) > 1 or constraints.path_length == 0 or cert.issuer != cert.subject:

@@ -220,21 +220,29 @@ class ClaudeHome:
         )
 
 
+def server_pid(path: Path, tries: int = 300) -> int | None:
+    """The pid of the process listening at `path` (its socket's peer credentials), waiting
+    up to `tries` tenths of a second for it."""
+    for _ in range(tries):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+            credentials = probe.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+            )
+            return int(struct.unpack("3i", credentials)[0])
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            probe.close()
+    return None
+
+
 def stop_warm_runners(run_dir: Path, tries: int = 50) -> None:
-    """End the warm runners (`hookrunner claude serve`) started under `run_dir`: the pid
-    is the listener's, read from its socket's peer credentials."""
+    """End the warm runners (`hookrunner claude serve`) started under `run_dir`, by the pid
+    of each socket's listener."""
     for path in run_dir.glob("hookrunner-*/fire-*.sock"):
-        for _ in range(tries):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(path))
-                creds = probe.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-                )
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(struct.unpack("3i", creds)[0], signal.SIGTERM)
-                break
-            except OSError:
-                time.sleep(0.1)
-            finally:
-                probe.close()
+        pid = server_pid(path, tries)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)

@@ -919,6 +919,17 @@ def kustomize(directory: Path) -> str:
     return done.stdout
 
 
+def kustomize_with(component: Path, overlay: Path) -> str:
+    """What `kubectl kustomize` builds from deploy/ with `component`, through an overlay
+    written into the empty directory `overlay`."""
+    base = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{base}]\ncomponents: [{os.path.relpath(component, overlay)}]\n"
+    )
+    return kustomize(overlay)
+
+
 def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file() -> None:
     output = kustomize(DEPLOY)
     built = {

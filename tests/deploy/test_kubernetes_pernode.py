@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from cryptography import x509
 from sandbox_egress.runtime import pernode
 from sandbox_egress.runtime.ca import CA_KEY_AND_CERT, ensure_ca
 from sandbox_egress.runtime.nodeca import issue_intermediate, read_intermediate
-from tests.deploy.test_kubernetes import kustomize
+from tests.deploy.test_kubernetes import kustomize, kustomize_with
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "deploy/kubernetes/per-sandbox"
@@ -49,14 +48,8 @@ network:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Documents:
-    overlay = tmp_path_factory.mktemp("overlay")
-    base = os.path.relpath(ROOT / "deploy", overlay)
-    component = os.path.relpath(COMPONENT, overlay)
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{base}]\ncomponents: [{component}]\n"
-    )
-    return [d for d in yaml.safe_load_all(kustomize(overlay)) if d]
+    output = kustomize_with(COMPONENT, tmp_path_factory.mktemp("overlay"))
+    return [d for d in yaml.safe_load_all(output) if d]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ sandbox pod takes its proxy URL from its own Secret, whose id names its policy f
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import Identify, load_sandbox, parse_section
 from sandbox_egress.proxy.tenancy import SandboxPolicy
-from tests.deploy.test_kubernetes import kustomize
+from tests.deploy.test_kubernetes import kustomize_with
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "deploy/kubernetes/per-sandbox"
@@ -30,14 +29,7 @@ COMPONENT = ROOT / "deploy/kubernetes/per-sandbox"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    overlay = tmp_path_factory.mktemp("overlay")
-    base = os.path.relpath(ROOT / "deploy", overlay)
-    component = os.path.relpath(COMPONENT, overlay)
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{base}]\ncomponents: [{component}]\n"
-    )
-    output = kustomize(overlay)
+    output = kustomize_with(COMPONENT, tmp_path_factory.mktemp("overlay"))
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(output) if d}
 
 

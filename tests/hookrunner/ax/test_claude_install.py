@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sandbox_egress.hookrunner.ax.claudeinstall import CLAUDE_EVENTS, MOVED_NAME
+from testbed.claude_code import stop_warm_runners
 from tests.hookrunner.ax.conftest import AxEnv
 from tests.hookrunner.ax.test_claude_output import CLAUDE_OUTPUT
 from tests.hookrunner.ax.test_claude_settings import (
@@ -28,7 +29,6 @@ from tests.hookrunner.ax.test_claude_settings import (
     Claude,
     settings,
 )
-from tests.hookrunner.ax.test_quickfire import stop_servers
 from tests.hookrunner.helpers import HOOKRUNNER
 
 
@@ -46,7 +46,7 @@ class Installed(Claude):
 def claude(ax: AxEnv) -> Iterator[Installed]:
     installed = Installed(ax)
     yield installed
-    stop_servers(installed.run_dir, tries=50)
+    stop_warm_runners(installed.run_dir)
     shutil.rmtree(installed.run_dir, ignore_errors=True)
 
 

@@ -13,11 +13,9 @@ import json
 import os
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import pytest
 
 from sandbox_egress.hookrunner.ax import quickclient
 from sandbox_egress.hookrunner.ax.quickfire import peer_uid
+from testbed.claude_code import server_pid
 from tests.hookrunner.ax.conftest import AxEnv
 from tests.hookrunner.ax.test_claude_settings import BLOCK_RM, PAYLOADS
 from tests.hookrunner.helpers import HOOKRUNNER
@@ -36,33 +35,6 @@ STOP_BLOCK = (
     "json.load(sys.stdin)\n"
     "print(json.dumps({'decision': 'block', 'reason': 'go on'}))\n"
 )
-
-
-def server_pid(path: Path, tries: int = 300) -> int | None:
-    """The pid of the process listening at `path` (its peer credentials), waiting up to
-    `tries` tenths of a second for it."""
-    for _ in range(tries):
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-            credentials = probe.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-            )
-            return int(struct.unpack("3i", credentials)[0])
-        except OSError:
-            time.sleep(0.1)
-        finally:
-            probe.close()
-    return None
-
-
-def stop_servers(run_dir: Path, tries: int = 300) -> None:
-    """End the warm runners a test's clients started under `run_dir` (by their pid)."""
-    for path in run_dir.glob("hookrunner-*/fire-*.sock"):
-        pid = server_pid(path, tries)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 15)
 
 
 class Warm:
