@@ -52,7 +52,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime import h2data, layerqueues
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -269,3 +269,4 @@ class LeanMaster(master.Master):
         self.addons.add(*lean_addons())
         share_certificates()  # one OpenSSL copy of each certificate and key (D161)
         layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
+        h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
