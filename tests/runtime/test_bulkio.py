@@ -77,6 +77,9 @@ async def _relay(
     dst_reader, dst_writer, receiver = await _pipe()
     # Small kernel buffers on the sink side, so the slow reader is felt by the proxy.
     receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    # And on the proxy's side of it: the kernel's send buffer, autotuned up to 4 MiB, would
+    # otherwise take the whole payload on a fast run and leave asyncio's queue empty.
+    dst_writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
     relay.source = Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=0)
     relay.source.alpn = alpn
     relay.target = Server(address=("127.0.0.1", 3))
