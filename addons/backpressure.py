@@ -14,8 +14,9 @@ Two wrappers, installed by `addons.limits.install`:
   the usual drain, while its client is congested. The client's own task never waits
   there: it must keep reading the WINDOW_UPDATE frames that drain the queue.
 
-So the queue holds at most the limit plus one upstream read (64 KiB). Uploads from an
-HTTP/2 client to an HTTP/2 upstream are not covered (docs/decisions.md, D26).
+So the queue holds at most the limit plus one upstream read (64 KiB; 256 KiB from an HTTP/2
+upstream, D290). Uploads from an HTTP/2 client to an HTTP/2 upstream are not covered
+(docs/decisions.md, D26).
 """
 
 from __future__ import annotations

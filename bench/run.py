@@ -402,7 +402,8 @@ def _network_scenarios(
             replayed: list[tuple[str, str | None, str]] = [
                 ("direct", None, str(upstream_pki.ca_cert))
             ]
-            replayed += [(p.name, p.proxy_url, str(ca.cert)) for p in (mitmdump, squid, egress)]
+            # The variants too (`--variant`): a change measured against its own before.
+            replayed += [(p.name, p.proxy_url, str(ca.cert)) for p in proxies]
             results["session"] = session.measure(
                 prefix, replayed, work / "session-client", REPO, args.session_rounds, _say
             )

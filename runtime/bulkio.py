@@ -25,8 +25,10 @@ from mitmproxy.connection import Connection, ConnectionState
 from mitmproxy.proxy import events
 
 READ_SIZE = 256 * 1024
-# An upstream leg keeps mitmproxy's read size: with 256 KiB reads there, scenario 3's
+# An HTTP/1 upstream leg keeps mitmproxy's read size: with 256 KiB reads there, scenario 3's
 # download cost more CPU per GiB (4.6-4.7 s against 3.9), h11 copying its receive buffer.
+# An HTTP/2 upstream leg reads `READ_SIZE`: a curl download of 1 GiB over HTTP/2 cost 6.3 s
+# of CPU against 7.3 s with 64 KiB reads (D290).
 SERVER_READ_SIZE = 65535
 HIGH_WATER = 512 * 1024
 LOW_WATER = HIGH_WATER // 4
@@ -36,6 +38,15 @@ def widen_writer(writer: asyncio.StreamWriter | None) -> None:
     """The writer's transport pauses its producer only above `HIGH_WATER` bytes queued."""
     if writer is not None and not writer.is_closing():
         writer.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+
+
+def read_size(connection: Connection, client: bool) -> int:
+    """How much one read of `connection` takes: `READ_SIZE` on the client leg and on an
+    HTTP/2 upstream leg (h2 parses frames from a buffer it trims in place, D290), mitmproxy's
+    65535 on an HTTP/1 upstream leg (h11 copies its receive buffer per read)."""
+    if client or connection.alpn == b"h2":
+        return READ_SIZE
+    return SERVER_READ_SIZE
 
 
 def widen(handler: Any) -> None:
@@ -55,11 +66,11 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
     widen_writer(io.writer)
     reader = io.reader
     assert reader
-    size = READ_SIZE if connection is handler.client else SERVER_READ_SIZE
+    client = connection is handler.client
     cancelled: asyncio.CancelledError | None = None
     while True:
         try:
-            data = await reader.read(size)
+            data = await reader.read(read_size(connection, client))
             if not data:
                 raise OSError("Connection closed by peer.")
         except OSError:

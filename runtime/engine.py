@@ -13,7 +13,8 @@ to the client (runtime/coalesce.py, D142) and per request upstream (D166); an id
 connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out of the
 garbage collector (D143); the connections presenting one certificate share one OpenSSL
 copy of it and its key (D161); a layer makes its queue of paused events only when one
-arrives (D163).
+arrives (D163). Issue 36 adds: an HTTP/2 body goes through the layers once per read, not
+once per DATA frame (runtime/h2data.py, D289).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -52,7 +53,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime import h2data, layerqueues
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -269,3 +270,4 @@ class LeanMaster(master.Master):
         self.addons.add(*lean_addons())
         share_certificates()  # one OpenSSL copy of each certificate and key (D161)
         layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
+        h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)

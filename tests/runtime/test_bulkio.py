@@ -13,6 +13,7 @@ import contextlib
 import socket
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mitmproxy.connection import Client, Server
@@ -64,7 +65,11 @@ async def _pipe() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, socket.so
 
 
 async def _relay(
-    payload: bytes, send_size: int, sink_delay: float, client_leg: bool = True
+    payload: bytes,
+    send_size: int,
+    sink_delay: float,
+    client_leg: bool = True,
+    alpn: bytes | None = None,
 ) -> tuple[bytes, Relay]:
     loop = asyncio.get_running_loop()
     relay = Relay()
@@ -72,7 +77,11 @@ async def _relay(
     dst_reader, dst_writer, receiver = await _pipe()
     # Small kernel buffers on the sink side, so the slow reader is felt by the proxy.
     receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    # And on the proxy's side of it: the kernel's send buffer, autotuned up to 4 MiB, would
+    # otherwise take the whole payload on a fast run and leave asyncio's queue empty.
+    dst_writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
     relay.source = Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=0)
+    relay.source.alpn = alpn
     relay.target = Server(address=("127.0.0.1", 3))
     # A handler always has a client: on the upstream leg it is another connection (the
     # drain another test's addons.backpressure installs reads its id).
@@ -157,3 +166,31 @@ def test_an_upstream_leg_keeps_mitmproxys_read_size() -> None:
     received, relay = asyncio.run(_relay(payload, 1 << 20, sink_delay=0, client_leg=False))
     assert received == payload
     assert max(relay.reads) <= bulkio.SERVER_READ_SIZE
+
+
+READ_SIZES = [
+    ("the client leg", True, None, bulkio.READ_SIZE),
+    ("the client leg speaking HTTP/2", True, b"h2", bulkio.READ_SIZE),
+    ("an upstream leg before its handshake", False, None, bulkio.SERVER_READ_SIZE),
+    ("an HTTP/1.1 upstream leg", False, b"http/1.1", bulkio.SERVER_READ_SIZE),
+    ("an HTTP/2 upstream leg", False, b"h2", bulkio.READ_SIZE),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "alpn", "expected"), [c[1:] for c in READ_SIZES], ids=[c[0] for c in READ_SIZES]
+)
+def test_read_size(client: bool, alpn: bytes | None, expected: int) -> None:
+    connection = Server(address=("127.0.0.1", 3))
+    connection.alpn = alpn
+    assert bulkio.read_size(connection, client) == expected
+
+
+def test_an_http2_upstream_leg_reads_more_than_mitmproxys_64_kib() -> None:
+    payload = b"\x00" * (8 << 20)
+    received, relay = asyncio.run(
+        _relay(payload, 1 << 20, sink_delay=0, client_leg=False, alpn=b"h2")
+    )
+    assert received == payload
+    assert max(relay.reads) > bulkio.SERVER_READ_SIZE
+    assert max(relay.reads) <= bulkio.READ_SIZE

@@ -11,6 +11,7 @@ import hashlib
 
 import pytest
 
+from testbed import registries
 from tests.e2e.clients.conftest import BASE_URL, HTTPS_PORT, Clients
 from tests.e2e.clients.expect import assert_injected_once, assert_no_secret
 
@@ -65,6 +66,27 @@ def test_curl_download_arrives_intact(clients: Clients) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert hashlib.sha256(output.read_bytes()).hexdigest() == clients.content.big_sha256
+    output.unlink()
+
+
+def test_curl_http2_download_arrives_intact_over_http2_on_both_legs(clients: Clients) -> None:
+    """A 32 MiB body over HTTP/2 on both legs (curl offers `h2`, nginx picks it), the path
+    whose DATA frames the proxy merges per upstream read (runtime/h2data.py, D289)."""
+    mark = clients.nginx.mark()
+    output = clients.home / "curl-h2-big.bin"
+    result = clients.run(
+        ["curl", "-sS", "--proxy", clients.proxy_url, "--cacert", clients.ca, "--http2",
+         "-w", "%{http_version} %{size_download}\n", "-o", str(output), f"{BASE_URL}/big.bin"],
+        clients.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", str(registries.BIG_BYTES)]
+    assert output.stat().st_size == registries.BIG_BYTES
+    assert hashlib.sha256(output.read_bytes()).hexdigest() == clients.content.big_sha256
+    entries = [e for e in clients.nginx.since(mark) if e["uri"] == "/big.bin"]
+    assert [(e["proto"], e["alpn"], e["status"], e["bytes"]) for e in entries] == [
+        ("HTTP/2.0", "h2", 200, registries.BIG_BYTES)
+    ]
     output.unlink()
 
 
