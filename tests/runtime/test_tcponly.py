@@ -1,5 +1,5 @@
-"""A run loads neither aioquic nor mitmproxy's QUIC and HTTP/3 layers, and a QUIC path that
-is reached anyway fails with a clear error (issue 36, D297). Each check runs in a fresh
+"""A run loads neither aioquic, mitmproxy's QUIC and HTTP/3 layers nor mitmproxy_rs, and a
+QUIC or UDP path that is reached anyway fails with a clear error (issue 36, D297). Each check runs in a fresh
 interpreter: this process (pytest, other tests) has imported mitmproxy whole."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.runtime import noquic
+from sandbox_egress.runtime import tcponly
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,10 +28,10 @@ def _child(code: str, timeout: float = 120) -> list[object]:
 RUN_IMPORTS = """
 import asyncio, json, sys
 import sandbox_egress.runtime.cli
-from sandbox_egress.runtime import launcher, noquic
+from sandbox_egress.runtime import launcher, tcponly
 from sandbox_egress.runtime.addonimports import import_addons_one_by_one
 import_addons_one_by_one()
-installed = noquic.install()
+installed = tcponly.install()
 from mitmproxy.addons.termlog import TermLog
 from sandbox_egress.addons.connections import Connections
 from sandbox_egress.addons.egress import EgressPolicy
@@ -45,20 +45,21 @@ made = asyncio.run(engine())
 """
 
 
-def test_a_run_maps_no_aioquic_and_imports_only_stand_ins() -> None:
+def test_a_run_maps_no_aioquic_nor_mitmproxy_rs_and_imports_only_stand_ins() -> None:
     code = RUN_IMPORTS + (
         "maps = open('/proc/self/maps').read()\n"
-        "quic = sorted(n for n in sys.modules if noquic.covered(n))\n"
-        "real = [n for n in quic if not noquic.is_stand_in(sys.modules[n])]\n"
+        "quic = sorted(n for n in sys.modules if tcponly.covered(n))\n"
+        "real = [n for n in quic if not tcponly.is_stand_in(sys.modules[n])]\n"
         "from mitmproxy.proxy.layers import http\n"
-        "print(json.dumps([installed, made, 'aioquic' in maps, 'pylsqpack' in maps, real,\n"
-        "    'aioquic.h3.connection' in quic, noquic.is_stand_in(sys.modules[http.Http3Client.__module__])]))\n"
+        "print(json.dumps([installed, made, [n for n in ('aioquic', 'pylsqpack', 'mitmproxy_rs')\n"
+        "    if n in maps], real,\n"
+        "    'aioquic.h3.connection' in quic, tcponly.is_stand_in(sys.modules[http.Http3Client.__module__])]))\n"
     )
-    installed, made, maps_aioquic, maps_lsqpack, real, h3, http3 = _child(code)
+    installed, made, mapped, real, h3, http3 = _child(code)
     assert (installed, made) == (True, "LeanMaster")
-    # No file of aioquic or pylsqpack is mapped: neither their compiled code nor their .py
-    # modules were loaded; what mitmproxy imported of them are stand-ins.
-    assert (maps_aioquic, maps_lsqpack, real) == (False, False, [])
+    # No file of aioquic, pylsqpack or mitmproxy_rs is mapped: neither their compiled code
+    # nor their .py modules were loaded; what mitmproxy imported of them are stand-ins.
+    assert (mapped, real) == ([], [])
     assert (h3, http3) == (True, True)  # tlsconfig's H3_ALPN, the HTTP layer's Http3Client
 
 
@@ -69,27 +70,31 @@ def test_reaching_a_quic_name_raises_quic_unavailable() -> None:
         "from mitmproxy.addons import tlsconfig\n"
         "from mitmproxy.proxy import events\n"
         "from types import SimpleNamespace\n"
+        "import mitmproxy_rs\n"
         "found = []\n"
         "for attempt in (lambda: quic.ServerQuicLayer(None), lambda: Http3Client(None),\n"
         "                lambda: tlsconfig.CipherSuite['AES_128_GCM_SHA256'],\n"
         "                lambda: tlsconfig.TlsConfig().quic_start_client(SimpleNamespace(settings=None)),\n"
-        "                lambda: quic.QuicStreamEvent.stream_id):\n"
+        "                lambda: mitmproxy_rs.udp.open_udp_connection('localhost', 53)):\n"
         "    try:\n"
         "        attempt()\n"
         "        found.append('no error')\n"
-        "    except noquic.QuicUnavailable as exc:\n"
+        "    except tcponly.TcpOnly as exc:\n"
         "        found.append(str(exc))\n"
         "found.append(isinstance(events.DataReceived(None, b''), quic.QuicStreamEvent))\n"
         "print(json.dumps(found))\n"
     )
     *errors, matched = _child(code)
-    tail = ": QUIC and HTTP/3 are not loaded in egress-proxy (it listens on TCP only, D297)"
+    tail = (
+        ": egress-proxy speaks TCP only; QUIC, HTTP/3 and mitmproxy's UDP, WireGuard, local "
+        "and TUN modes are not loaded (D297)"
+    )
     assert errors == [
-        f"mitmproxy.proxy.layers.quic.ServerQuicLayer{tail}; this connection needed them",
-        f"mitmproxy.proxy.layers.http._http3.Http3Client{tail}; this connection needed them",
-        f"aioquic.tls.CipherSuite['AES_128_GCM_SHA256']{tail}; this connection needed them",
-        f"mitmproxy.proxy.layers.quic.QuicTlsSettings{tail}; this connection needed them",
-        f"mitmproxy.proxy.layers.quic.QuicStreamEvent.stream_id{tail}; this connection needed them",
+        f"mitmproxy.proxy.layers.quic.ServerQuicLayer{tail}",
+        f"mitmproxy.proxy.layers.http._http3.Http3Client{tail}",
+        f"aioquic.tls.CipherSuite['AES_128_GCM_SHA256']{tail}",
+        f"mitmproxy.proxy.layers.quic.QuicTlsSettings{tail}",
+        f"mitmproxy_rs.udp.open_udp_connection{tail}",
     ]
     assert matched is False  # isinstance against a stand-in: never true
 
@@ -100,10 +105,10 @@ def test_reaching_a_quic_name_raises_quic_unavailable() -> None:
 H3_OVER_TCP = """
 import asyncio, json, logging, ssl, sys, tempfile
 from pathlib import Path
-from sandbox_egress.runtime import noquic
+from sandbox_egress.runtime import tcponly
 from sandbox_egress.runtime.addonimports import import_addons_one_by_one
 import_addons_one_by_one()
-noquic.install()
+tcponly.install()
 from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
 from testbed.fixed_upstream import FixedResponse, server_context
 
@@ -158,14 +163,14 @@ with tempfile.TemporaryDirectory() as work:
 def test_a_connection_that_negotiates_h3_over_tcp_gets_the_clear_error() -> None:
     connected, alpn, received, crashes = _child(H3_OVER_TCP)
     assert (connected, alpn) == ("HTTP/1.1 200 Connection established", "h3")
-    # mitmproxy's HTTP layer made its HTTP/3 server for the client: QuicUnavailable, logged
+    # mitmproxy's HTTP layer made its HTTP/3 server for the client: TcpOnly, logged
     # by mitmproxy as a crash of that connection, and no response. (With aioquic loaded
     # the same connection crashed too: "Unexpected command: SendQuicStreamData", D297.)
     message = (
-        "mitmproxy.proxy.layers.http._http3.Http3Server: QUIC and HTTP/3 are not loaded in "
-        "egress-proxy (it listens on TCP only, D297); this connection needed them"
+        "mitmproxy.proxy.layers.http._http3.Http3Server: egress-proxy speaks TCP only; QUIC, "
+        "HTTP/3 and mitmproxy's UDP, WireGuard, local and TUN modes are not loaded (D297)"
     )
-    assert crashes == [["mitmproxy has crashed!", "QuicUnavailable", message]]
+    assert crashes == [["mitmproxy has crashed!", "TcpOnly", message]]
     assert received == ""
 
 
@@ -173,9 +178,9 @@ def test_install_leaves_a_process_that_has_quic_alone() -> None:
     code = (
         "import json, sys\n"
         "import mitmproxy.proxy.layers\n"
-        "from sandbox_egress.runtime import noquic\n"
-        "print(json.dumps([noquic.install(), noquic.is_stand_in(sys.modules['aioquic']),\n"
-        "    any(isinstance(f, noquic.StandInFinder) for f in sys.meta_path)]))\n"
+        "from sandbox_egress.runtime import tcponly\n"
+        "print(json.dumps([tcponly.install(), tcponly.is_stand_in(sys.modules['aioquic']),\n"
+        "    any(isinstance(f, tcponly.StandInFinder) for f in sys.meta_path)]))\n"
     )
     assert _child(code) == [False, False, False]
 
@@ -191,16 +196,21 @@ def test_install_leaves_a_process_that_has_quic_alone() -> None:
         ("mitmproxy.proxy.layers.http._http3", True),
         ("mitmproxy.proxy.layers.http._http2", False),
         ("pylsqpack", True),
+        ("mitmproxy_rs", True),
+        ("mitmproxy_rs.udp", True),
+        ("mitmproxy", False),
     ],
 )
 def test_covered(name: str, expected: bool) -> None:
-    assert noquic.covered(name) is expected
+    assert tcponly.covered(name) is expected
 
 
 def test_a_stand_in_has_no_dunder_names() -> None:
-    module = noquic.StandInModule("aioquic.example")
+    module = tcponly.StandInModule("aioquic.example")
     made = module.Thing
     assert module.Thing is made and made.__qualname__ == "aioquic.example.Thing"
+    assert made.Inner is made.Inner and made.Inner.__qualname__ == "aioquic.example.Thing.Inner"
+    assert not isinstance(object(), made.Inner)
     assert getattr(module, "__wrapped__", None) is None
     assert getattr(made, "__origin__", None) is None
     assert (made | int).__args__ == (made, int)  # usable in an annotation's union
