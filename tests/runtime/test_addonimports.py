@@ -118,3 +118,71 @@ def test_a_package_imported_one_by_one_in_this_process(tmp_path: Path, monkeypat
     finally:
         for name in [n for n in sys.modules if n.startswith("onebyone_pkg")]:
             del sys.modules[name]
+
+
+# What launcher.serve does for the lean engine before mitmproxy is imported, then the same
+# imports as RUN_PATH; then a br and a zstd body decoded, and an options file written.
+SELDOM_USED_PATH = """
+import asyncio, json, sys, tempfile
+from pathlib import Path
+import sandbox_egress.runtime.cli
+from sandbox_egress.runtime import addonimports, launcher
+addonimports.import_addons_one_by_one()
+deferred = addonimports.defer_seldom_used()
+from mitmproxy.addons.termlog import TermLog
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+opts = LeanOptions()
+
+async def engine():
+    LeanMaster(opts)
+asyncio.run(engine())
+maps = open("/proc/self/maps").read()
+waiting = [name for name in addonimports.SELDOM_USED if not addonimports.is_whole(name)]
+mapped = [name for name in ("_brotli", "_zstd") if name in maps]
+ran = [name for name in ("ruamel.yaml.main", "brotli._brotli") if name in sys.modules]
+from mitmproxy.net import encoding
+body = b"a body " * 50
+decoded = [encoding.decode(encoding.encode(body, kind), kind) == body for kind in ("br", "zstd")]
+from mitmproxy import optmanager
+opts.update(listen_port=8123)
+with tempfile.TemporaryDirectory() as work:
+    optmanager.save(opts, Path(work) / "options.yaml")
+    saved = (Path(work) / "options.yaml").read_text()
+whole = [addonimports.is_whole(name) for name in addonimports.SELDOM_USED]
+print(json.dumps([deferred, waiting, mapped, ran, decoded, "listen_port: 8123" in saved, whole]))
+"""
+
+
+def test_seldom_used_libraries_run_on_first_use_only() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SELDOM_USED_PATH],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    deferred, waiting, mapped, ran, decoded, saved, whole = json.loads(done.stdout.splitlines()[-1])
+    assert deferred == waiting == ["ruamel.yaml", "brotli", "backports.zstd"]
+    assert (mapped, ran) == ([], [])  # neither compiled code mapped nor their modules run
+    # Used: a br and a zstd body decode, an options file is written (ruamel), each library
+    # then the one its own code made.
+    assert (decoded, saved, whole) == ([True, True], True, [True, True, True])
+
+
+def test_a_plain_module_runs_on_first_use(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "firstuse_mod.py").write_text("import sys\nRAN = sys.modules[__name__]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert addonimports.run_on_first_use("firstuse_mod")
+        import firstuse_mod  # reads __spec__: does not run it
+
+        assert not addonimports.is_whole("firstuse_mod")
+        assert firstuse_mod.RAN is firstuse_mod  # a name of the module: it runs now, in place
+        assert addonimports.is_whole("firstuse_mod")
+        assert not addonimports.run_on_first_use("firstuse_mod")  # already there
+        assert not addonimports.run_on_first_use("firstuse_mod_not_here")
+        assert not addonimports.run_on_first_use("firstuse_mod", packages_only=True)
+    finally:
+        sys.modules.pop("firstuse_mod", None)
