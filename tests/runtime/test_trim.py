@@ -173,7 +173,9 @@ def test_serve_starts_the_trim_task_and_it_releases_after_a_burst(tmp_path: Path
         for sock in held:
             sock.sendall(b"GET http://refused.example/ HTTP/1.1\r\nHost: refused.example\r\n\r\n")
             assert sock.recv(12) == b"HTTP/1.1 403"
-        procs.wait_until("a release with the burst held", lambda: len(_lines(child)) >= 2, 30, child)
+        procs.wait_until(
+            "a release with the burst held", lambda: len(_lines(child)) >= 2, 30, child
+        )
         opened = len(_lines(child))
         for sock in held:
             sock.close()
