@@ -11,11 +11,16 @@ fill, with the package's `__path__`), so `mitmproxy.addons.X` imports X alone.
 
 The same mechanism, `run_on_first_use(name)`, defers `SELDOM_USED`: mitmproxy's option
 manager imports ruamel.yaml (to read or write an options file, which egress-proxy never
-does) and its content-encoding module brotli and zstd (to decode a `br` or `zstd` body,
-only when an addon reads one): 2 MiB of an idle run. The standard library's `LazyLoader`
-does not defer these: under Python 3.12 an `import X` of a module already in `sys.modules`
-reads its `__spec__`, which loads a lazy module; here `__spec__` and the other import
-attributes are set from the start, and only a read of another name runs the module.
+does), its content-encoding module brotli and zstd (to decode a `br` or `zstd` body, only
+when an addon reads one), and its command module pyparsing and its command lexer (to parse
+a command string, which only mitmproxy's consoles do): 5 MiB of an idle run. The command
+module imports the lexer's `unquote` by name at import time: a name of `FORWARDED`, read
+before its module ran, is a forwarder that runs the module at its first call. The standard
+library's `LazyLoader` does not defer these: under Python 3.12 an `import X` of a module
+already in `sys.modules` reads its `__spec__`, which loads a lazy module; here `__spec__`
+and the other import attributes are set from the start, and only a read of another name
+(not `__path__`, which the import system reads of every module a `from X import y` names)
+runs the module.
 
 Invariants: done only when the module is not imported yet (an imported module is left as
 it is); `from mitmproxy.addons import X` (which first asks the package for X) imports the
@@ -32,7 +37,17 @@ import sys
 from typing import Any
 
 PACKAGE = "mitmproxy.addons"
-SELDOM_USED = ("ruamel.yaml", "brotli", "backports.zstd")
+SELDOM_USED = (
+    "ruamel.yaml",
+    "brotli",
+    "backports.zstd",
+    "pyparsing",
+    "mitmproxy.command_lexer",
+)
+# Functions a module imports by name from a deferred one at import time: they are
+# forwarders, which run the module at their first call (mitmproxy.command imports
+# `unquote` so, and uses it only when a command string is parsed).
+FORWARDED = {"mitmproxy.command_lexer": ("quote", "unquote")}
 _WAITING: set[str] = set()  # modules in sys.modules whose own code has not run yet
 
 
@@ -65,14 +80,30 @@ def run_on_first_use(name: str, packages_only: bool = False) -> bool:
     loader = spec.loader
     is_package = spec.submodule_search_locations is not None
 
+    def run() -> None:
+        if name in _WAITING:  # once: the first read or call that needs it
+            del package.__dict__["__getattr__"]
+            _WAITING.discard(name)
+            loader.exec_module(package)
+
+    def forwarder(attribute: str) -> Any:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            run()
+            return package.__dict__[attribute](*args, **kwargs)
+
+        forward.__name__ = forward.__qualname__ = attribute
+        return forward
+
     def complete(attribute: str) -> Any:
         # `from mitmproxy.addons import X` asks for X first: a submodule is imported alone.
         if is_package and importlib.util.find_spec(f"{name}.{attribute}") is not None:
             return importlib.import_module(f"{name}.{attribute}")
+        if attribute in FORWARDED.get(name, ()):
+            return forwarder(attribute)
+        if attribute == "__path__":  # the import system asking whether it is a package
+            raise AttributeError(attribute)
         # A name only the package's __init__ defines: run it now, once, into this module.
-        del package.__dict__["__getattr__"]
-        _WAITING.discard(name)
-        loader.exec_module(package)
+        run()
         try:
             return package.__dict__[attribute]
         except KeyError:

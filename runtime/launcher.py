@@ -113,7 +113,7 @@ async def serve(settings: Settings) -> int:
     addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
     if settings.engine != "mitmdump":
         tcponly.install()  # no aioquic, QUIC, HTTP/3 or mitmproxy_rs (D297)
-    addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd: on first use (D298)
+    addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
     from mitmproxy.addons.termlog import TermLog
 
     from sandbox_egress.addons.connections import Connections

@@ -3,6 +3,8 @@ and what it pulls in (flask, ldap3, ...): D162. Checked in a fresh interpreter."
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -135,12 +137,16 @@ from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
 opts = LeanOptions()
 
 async def engine():
-    LeanMaster(opts)
-asyncio.run(engine())
+    return LeanMaster(opts)
+master = asyncio.run(engine())
 maps = open("/proc/self/maps").read()
 waiting = [name for name in addonimports.SELDOM_USED if not addonimports.is_whole(name)]
 mapped = [name for name in ("_brotli", "_zstd") if name in maps]
-ran = [name for name in ("ruamel.yaml.main", "brotli._brotli") if name in sys.modules]
+ran = [name for name in ("ruamel.yaml.main", "brotli._brotli", "pyparsing.core", "unittest")
+       if name in sys.modules]
+from mitmproxy.command import unquote  # the forwarder mitmproxy's command module holds
+unquoted = unquote('"a b"')
+parsed = [part.value for part in master.commands.parse_partial('set "a b"')[0]]
 from mitmproxy.net import encoding
 body = b"a body " * 50
 decoded = [encoding.decode(encoding.encode(body, kind), kind) == body for kind in ("br", "zstd")]
@@ -150,7 +156,8 @@ with tempfile.TemporaryDirectory() as work:
     optmanager.save(opts, Path(work) / "options.yaml")
     saved = (Path(work) / "options.yaml").read_text()
 whole = [addonimports.is_whole(name) for name in addonimports.SELDOM_USED]
-print(json.dumps([deferred, waiting, mapped, ran, decoded, "listen_port: 8123" in saved, whole]))
+print(json.dumps([deferred, waiting, mapped, ran, decoded, "listen_port: 8123" in saved, whole,
+                  unquoted, parsed]))
 """
 
 
@@ -163,24 +170,44 @@ def test_seldom_used_libraries_run_on_first_use_only() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    deferred, waiting, mapped, ran, decoded, saved, whole = json.loads(done.stdout.splitlines()[-1])
-    assert deferred == waiting == ["ruamel.yaml", "brotli", "backports.zstd"]
+    found = json.loads(done.stdout.splitlines()[-1])
+    deferred, waiting, mapped, ran, decoded, saved, whole, unquoted, parsed = found
+    assert deferred == waiting == list(addonimports.SELDOM_USED)
     assert (mapped, ran) == ([], [])  # neither compiled code mapped nor their modules run
-    # Used: a br and a zstd body decode, an options file is written (ruamel), each library
-    # then the one its own code made.
-    assert (decoded, saved, whole) == ([True, True], True, [True, True, True])
+    # Used: a br and a zstd body decode, an options file is written (ruamel), a command
+    # string is parsed (pyparsing through mitmproxy's lexer); each library is then the one
+    # its own code made.
+    assert (decoded, saved, whole) == ([True, True], True, [True] * len(whole))
+    assert (unquoted, parsed) == ("a b", ["set", " ", '"a b"'])
+
+
+def test_forwarded_names_are_top_level_functions_of_their_module() -> None:
+    """A forwarder stands for a function: an upgrade that makes one anything else (or
+    removes it) fails here, not at a call."""
+    for name, functions in addonimports.FORWARDED.items():
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).read_text())
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert set(functions) <= defined, name
 
 
 def test_a_plain_module_runs_on_first_use(tmp_path: Path, monkeypatch: Any) -> None:
-    (tmp_path / "firstuse_mod.py").write_text("import sys\nRAN = sys.modules[__name__]\n")
+    (tmp_path / "firstuse_mod.py").write_text(
+        "import sys\nRAN = sys.modules[__name__]\ndef hello(who):\n    return 'hi ' + who\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(addonimports.FORWARDED, "firstuse_mod", ("hello",))
     try:
         assert addonimports.run_on_first_use("firstuse_mod")
         import firstuse_mod  # reads __spec__: does not run it
+        from firstuse_mod import hello  # reads __path__ (no package) and hello: a forwarder
 
         assert not addonimports.is_whole("firstuse_mod")
-        assert firstuse_mod.RAN is firstuse_mod  # a name of the module: it runs now, in place
+        assert hello("you") == "hi you"  # its first call runs the module
         assert addonimports.is_whole("firstuse_mod")
+        assert firstuse_mod.RAN is firstuse_mod  # run in place, into the same module
+        assert hello("again") == "hi again"
         assert not addonimports.run_on_first_use("firstuse_mod")  # already there
         assert not addonimports.run_on_first_use("firstuse_mod_not_here")
         assert not addonimports.run_on_first_use("firstuse_mod", packages_only=True)
