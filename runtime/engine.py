@@ -27,6 +27,7 @@ mitmproxy and fails when an upgrade changes an internal this module relies on.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import gc
@@ -53,7 +54,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import h2data, layerqueues
+from sandbox_egress.runtime import h2data, idlebios, layerqueues
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -100,18 +101,35 @@ class ReleaseIdleTlsBuffers:
     (`SSL_MODE_RELEASE_BUFFERS`, as nginx does): an idle intercepted connection holds two
     TLS objects without their ~50 KiB of buffers (issue 26, D144). Runs after TlsConfig,
     which made the connection; pyOpenSSL offers the mode only on a context not yet used,
-    so it is set on the connection itself (pinned by tests/proxy/test_engine.py)."""
+    so it is set on the connection itself (pinned by tests/proxy/test_engine.py). Its
+    memory BIOs' buffers are given back by a sweep once a second while it is running
+    (runtime/idlebios.py, D299)."""
+
+    def __init__(self) -> None:
+        self.sweeper = idlebios.Sweeper()
+        self._sweeping: asyncio.Task[None] | None = None
 
     def tls_start_client(self, tls_start: TlsData) -> None:
-        _release_buffers(tls_start)
+        self._release_buffers(tls_start)
 
     def tls_start_server(self, tls_start: TlsData) -> None:
-        _release_buffers(tls_start)
+        self._release_buffers(tls_start)
 
+    def _release_buffers(self, tls_start: TlsData) -> None:
+        if tls_start.ssl_conn is not None:
+            _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
+            self.sweeper.add(tls_start.ssl_conn)
 
-def _release_buffers(tls_start: TlsData) -> None:
-    if tls_start.ssl_conn is not None:
-        _ssl_lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)
+    def running(self) -> None:
+        if self._sweeping is None:
+            self._sweeping = asyncio.get_running_loop().create_task(
+                self.sweeper.run(), name="release-idle-bios"
+            )
+
+    def done(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
 
 
 class OneRecordPerRequest:

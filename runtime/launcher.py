@@ -41,7 +41,14 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import Tenancy
-from sandbox_egress.runtime import accepting, addonimports, lifecycle, trim, workers
+from sandbox_egress.runtime import (
+    accepting,
+    addonimports,
+    lifecycle,
+    tcponly,
+    trim,
+    workers,
+)
 from sandbox_egress.runtime.ca import ensure_ca
 from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
 from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
@@ -104,6 +111,9 @@ async def serve(settings: Settings) -> int:
         refuse_a_taken_port(settings.listen)
 
     addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
+    if settings.engine != "mitmdump":
+        tcponly.install()  # no aioquic, QUIC, HTTP/3 or mitmproxy_rs (D297)
+    addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
     from mitmproxy.addons.termlog import TermLog
 
     from sandbox_egress.addons.connections import Connections

@@ -3,6 +3,8 @@ and what it pulls in (flask, ldap3, ...): D162. Checked in a fresh interpreter."
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -118,3 +120,96 @@ def test_a_package_imported_one_by_one_in_this_process(tmp_path: Path, monkeypat
     finally:
         for name in [n for n in sys.modules if n.startswith("onebyone_pkg")]:
             del sys.modules[name]
+
+
+# What launcher.serve does for the lean engine before mitmproxy is imported, then the same
+# imports as RUN_PATH; then a br and a zstd body decoded, and an options file written.
+SELDOM_USED_PATH = """
+import asyncio, json, sys, tempfile
+from pathlib import Path
+import sandbox_egress.runtime.cli
+from sandbox_egress.runtime import addonimports, launcher
+addonimports.import_addons_one_by_one()
+deferred = addonimports.defer_seldom_used()
+from mitmproxy.addons.termlog import TermLog
+from sandbox_egress.addons.egress import EgressPolicy
+from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+opts = LeanOptions()
+
+async def engine():
+    return LeanMaster(opts)
+master = asyncio.run(engine())
+maps = open("/proc/self/maps").read()
+waiting = [name for name in addonimports.SELDOM_USED if not addonimports.is_whole(name)]
+mapped = [name for name in ("_brotli", "_zstd") if name in maps]
+ran = [name for name in ("ruamel.yaml.main", "brotli._brotli", "pyparsing.core", "unittest")
+       if name in sys.modules]
+from mitmproxy.command import unquote  # the forwarder mitmproxy's command module holds
+unquoted = unquote('"a b"')
+parsed = [part.value for part in master.commands.parse_partial('set "a b"')[0]]
+from mitmproxy.net import encoding
+body = b"a body " * 50
+decoded = [encoding.decode(encoding.encode(body, kind), kind) == body for kind in ("br", "zstd")]
+from mitmproxy import optmanager
+opts.update(listen_port=8123)
+with tempfile.TemporaryDirectory() as work:
+    optmanager.save(opts, Path(work) / "options.yaml")
+    saved = (Path(work) / "options.yaml").read_text()
+whole = [addonimports.is_whole(name) for name in addonimports.SELDOM_USED]
+print(json.dumps([deferred, waiting, mapped, ran, decoded, "listen_port: 8123" in saved, whole,
+                  unquoted, parsed]))
+"""
+
+
+def test_seldom_used_libraries_run_on_first_use_only() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SELDOM_USED_PATH],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    deferred, waiting, mapped, ran, decoded, saved, whole, unquoted, parsed = found
+    assert deferred == waiting == list(addonimports.SELDOM_USED)
+    assert (mapped, ran) == ([], [])  # neither compiled code mapped nor their modules run
+    # Used: a br and a zstd body decode, an options file is written (ruamel), a command
+    # string is parsed (pyparsing through mitmproxy's lexer); each library is then the one
+    # its own code made.
+    assert (decoded, saved, whole) == ([True, True], True, [True] * len(whole))
+    assert (unquoted, parsed) == ("a b", ["set", " ", '"a b"'])
+
+
+def test_forwarded_names_are_top_level_functions_of_their_module() -> None:
+    """A forwarder stands for a function: an upgrade that makes one anything else (or
+    removes it) fails here, not at a call."""
+    for name, functions in addonimports.FORWARDED.items():
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).read_text())
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert set(functions) <= defined, name
+
+
+def test_a_plain_module_runs_on_first_use(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "firstuse_mod.py").write_text(
+        "import sys\nRAN = sys.modules[__name__]\ndef hello(who):\n    return 'hi ' + who\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(addonimports.FORWARDED, "firstuse_mod", ("hello",))
+    try:
+        assert addonimports.run_on_first_use("firstuse_mod")
+        import firstuse_mod  # reads __spec__: does not run it
+        from firstuse_mod import hello  # reads __path__ (no package) and hello: a forwarder
+
+        assert not addonimports.is_whole("firstuse_mod")
+        assert hello("you") == "hi you"  # its first call runs the module
+        assert addonimports.is_whole("firstuse_mod")
+        assert firstuse_mod.RAN is firstuse_mod  # run in place, into the same module
+        assert hello("again") == "hi again"
+        assert not addonimports.run_on_first_use("firstuse_mod")  # already there
+        assert not addonimports.run_on_first_use("firstuse_mod_not_here")
+        assert not addonimports.run_on_first_use("firstuse_mod", packages_only=True)
+    finally:
+        sys.modules.pop("firstuse_mod", None)
