@@ -52,7 +52,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime import layerqueues, tickets
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -77,8 +77,8 @@ def lean_addons() -> list[Any]:
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
     mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
     ErrorCheck (stop at start when an option or addon failed), then the engine's own
-    ReleaseIdleTlsBuffers, OneRecordPerRequest and FreezeAtStart. The egress addons and the
-    log sink are added by the launcher.
+    ReleaseIdleTlsBuffers, OneRecordPerRequest, NoSessionTickets and FreezeAtStart. The
+    egress addons and the log sink are added by the launcher.
     """
     return [
         core.Core(),
@@ -90,6 +90,7 @@ def lean_addons() -> list[Any]:
         errorcheck.ErrorCheck(),
         ReleaseIdleTlsBuffers(),
         OneRecordPerRequest(),
+        NoSessionTickets(),
         FreezeAtStart(),
     ]
 
@@ -120,6 +121,19 @@ class OneRecordPerRequest:
 
     def tls_start_server(self, tls_start: tls.TlsData) -> None:
         coalesce_request(tls_start)
+
+
+class NoSessionTickets:
+    """No TLS 1.3 session tickets to a client (D301): OpenSSL's two per handshake cost
+    their sealing and a `send` of their own, and most clients never resume. Runs after
+    TlsConfig; where `runtime.tickets` cannot find OpenSSL's setter, tickets are sent."""
+
+    def __init__(self) -> None:
+        self._tickets = tickets.resolve()
+
+    def tls_start_client(self, tls_start: TlsData) -> None:
+        if self._tickets is not None and tls_start.ssl_conn is not None:
+            self._tickets.set(tls_start.ssl_conn, 0)
 
 
 class FreezeAtStart:
