@@ -72,6 +72,8 @@ async def _relay(
     dst_reader, dst_writer, receiver = await _pipe()
     # Small kernel buffers on the sink side, so the slow reader is felt by the proxy.
     receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    # and on the proxy's side of it, so that what waits is in asyncio's queue, not the kernel's.
+    dst_writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
     relay.source = Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=0)
     relay.target = Server(address=("127.0.0.1", 3))
     # A handler always has a client: on the upstream leg it is another connection (the
@@ -88,8 +90,11 @@ async def _relay(
         handler=None, reader=dst_reader, writer=dst_writer
     )
     bulkio.widen(relay)
-    bulkio.widen_writer(dst_writer)
-    handling = asyncio.create_task(relay.handle_connection(relay.source))  # type: ignore[attr-defined]
+    # Both legs handled as mitmproxy's handler does: each widens its own writer.
+    handling = [
+        asyncio.create_task(relay.handle_connection(leg))  # type: ignore[attr-defined]
+        for leg in (relay.source, relay.target)
+    ]
 
     async def send() -> None:
         for at in range(0, len(payload), send_size):
@@ -109,9 +114,10 @@ async def _relay(
     sending = asyncio.create_task(send())
     received = await asyncio.wait_for(receive(), 30)
     await sending
-    handling.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await handling
+    for task in handling:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     dst_writer.close()
     sender.close()
     receiver.close()
@@ -126,6 +132,16 @@ def test_a_slow_reader_holds_the_proxy_to_the_high_water_mark_plus_one_read() ->
     assert relay.peak_queued <= bulkio.HIGH_WATER + bulkio.READ_SIZE
     # The queue did grow past asyncio's default 64 KiB: the wider mark is in effect.
     assert relay.peak_queued > 64 * 1024
+
+
+def test_the_512_kib_writer_mark_lets_more_than_a_64_kib_mark_and_one_read_queue() -> None:
+    # With asyncio's 64 KiB mark the queue never exceeds 64 KiB plus one read (320 KiB):
+    # the reader waits on `drain` as soon as one read is queued.
+    payload = bytes(range(256)) * (16 * 1024)
+    received, relay = asyncio.run(_relay(payload, send_size=1 << 20, sink_delay=0.0005))
+    assert received == payload
+    assert relay.peak_queued > 64 * 1024 + bulkio.READ_SIZE
+    assert relay.peak_queued <= bulkio.HIGH_WATER + bulkio.READ_SIZE
 
 
 def test_reads_take_more_than_mitmproxys_64_kib_when_bytes_are_waiting() -> None:
