@@ -52,7 +52,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import bodyread, layerqueues, tickets
+from sandbox_egress.runtime import bodyread, layerqueues, tickets, tlsread
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -284,3 +284,4 @@ class LeanMaster(master.Master):
         share_certificates()  # one OpenSSL copy of each certificate and key (D161)
         layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
         bodyread.install()  # a request body of known length handed on uncopied (D303)
+        tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
