@@ -56,6 +56,8 @@ def _plaintext(conn: SSL.Connection, hint: int) -> tuple[bytes, bool, SSL.Error 
             return _joined(pieces, buffer, filled), True, None
         except SSL.Error as e:
             return _joined(pieces, buffer, filled), False, e
+        if result <= 0:  # OpenSSL said no error without data: nothing more to read
+            break
         filled += result
     return _joined(pieces, buffer, filled), False, None
 
