@@ -13,8 +13,12 @@ sized for the ciphertext just written (plaintext is never longer), with OpenSSL'
 own (`Connection._raise_ssl_error` after every `SSL_read`, as `recv` does) and are handled
 as mitmproxy does: no more data, a close_notify, or a logged TLS error; what follows
 (`tls_interact`, the `DataReceived` to the child, the close) is mitmproxy's code, unchanged.
-tests/runtime/test_tlsread.py pins the method this replaces and checks the bytes and
-events against it over real TLS records.
+
+On the way out, mitmproxy's `tls_interact` reads what OpenSSL wrote 65,535 bytes at a time,
+one `SendData` each, which `runtime.coalesce` then joins into one write (another copy). On
+a TCP leg the replacement reads all of it at once (`BIO_get_mem_data` says how much), one
+`SendData`; a datagram leg keeps mitmproxy's reads. tests/runtime/test_tlsread.py pins the
+methods this replaces and checks bytes and events against them over real TLS records.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from OpenSSL._util import lib as _lib
 from OpenSSL._util import no_zero_allocator
 
 ORIGINAL_RECEIVE_DATA = tls.TLSLayer.receive_data
+ORIGINAL_TLS_INTERACT = tls.TLSLayer.tls_interact
 RECORD = 16 * 1024 + 256  # a TLS record's plaintext at most, and room to spare
 
 
@@ -86,6 +91,21 @@ def _receive_data(self: Any, data: bytes) -> Generator[commands.Command, Any, No
         yield from self.event_to_child(events.ConnectionClosed(self.conn))
 
 
+def _tls_interact(self: Any) -> Generator[commands.Command, Any, None]:
+    # mitmproxy reads OpenSSL's output 65,535 bytes at a time, one `SendData` each, which
+    # `runtime.coalesce` then joins (another copy): a TCP leg reads all of it at once.
+    # A datagram leg keeps mitmproxy's reads.
+    out = self.tls._from_ssl
+    if self.conn.transport_protocol != "tcp" or out is None:
+        yield from ORIGINAL_TLS_INTERACT(self)
+        return
+    pending = _lib.BIO_get_mem_data(out, _ffi.NULL)
+    if pending > 0:
+        yield commands.SendData(self.conn, self.tls.bio_read(pending))
+
+
 def install() -> None:
-    """From now on, TLS layers decrypt into one buffer per event (idempotent)."""
+    """From now on, TLS layers decrypt into one buffer per event and hand on what OpenSSL
+    wrote in one piece (idempotent)."""
     tls.TLSLayer.receive_data = _receive_data  # type: ignore[method-assign]
+    tls.TLSLayer.tls_interact = _tls_interact  # type: ignore[method-assign]

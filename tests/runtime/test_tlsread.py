@@ -33,7 +33,7 @@ def pem(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Leg:
     """What `receive_data` uses of a TLS layer; the child's events are written down."""
 
-    tls_interact = tls.TLSLayer.tls_interact
+    tls_interact = tlsread.ORIGINAL_TLS_INTERACT
 
     def __init__(self, conn: SSL.Connection) -> None:
         self.tls, self.conn, self.debug = conn, tflow.tclient_conn(), ""
@@ -150,3 +150,38 @@ def test_the_same_plaintext_and_close_as_mitmproxy_for_any_split(
     assert fast == _read(pem, tlsread.ORIGINAL_RECEIVE_DATA, writes, cuts, close)
     assert b"".join(g[1] for g in fast[0] if g[0] == "data") == b"".join(writes)
     assert (("closed",) in fast[0]) is close
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(writes=st.lists(st.binary(min_size=1, max_size=200_000), min_size=1, max_size=3))
+def test_what_openssl_wrote_goes_out_in_one_piece(pem: Path, writes: list[bytes]) -> None:
+    sent: dict[str, list[bytes]] = {}
+    for name, interact in (
+        ("fast", tlsread._tls_interact),
+        ("original", tlsread.ORIGINAL_TLS_INTERACT),
+    ):
+        server, client = _pair(pem)
+        leg = Leg(server)
+        for data in writes:
+            server.sendall(data)
+        out = list(interact(leg))
+        assert all(isinstance(c, commands.SendData) and c.connection is leg.conn for c in out)
+        sent[name] = [c.data for c in out]  # type: ignore[attr-defined]
+        assert list(interact(leg)) == []  # nothing left behind
+        reader = Leg(client)
+        assert list(tlsread._receive_data(reader, b"".join(sent[name]))) == []
+        assert reader.got == [("data", b"".join(writes))]
+    assert len(sent["fast"]) == 1
+    assert len(sent["original"]) >= 1
+    assert len(sent["fast"][0]) == sum(map(len, sent["original"]))
+
+
+def test_a_datagram_leg_keeps_mitmproxys_reads(pem: Path) -> None:
+    server, _ = _pair(pem)
+    leg = Leg(server)
+    leg.conn.transport_protocol = "udp"
+    server.sendall(b"x" * 100_000)
+    out = list(tlsread._tls_interact(leg))
+    assert [len(c.data) for c in out][:1] == [65535]  # type: ignore[attr-defined]
