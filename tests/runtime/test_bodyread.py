@@ -45,9 +45,12 @@ def _request(method: bytes, body: bytes, close: bool = False) -> bytes:
     return head + (b"Connection: close\r\n" if close else b"") + b"\r\n" + body
 
 
-def _served(ctx: context.Context, chunks: list[bytes], fast: bool) -> tuple[list[Any], list[Any]]:
+def _served(
+    ctx: context.Context, chunks: list[bytes], fast: bool, late: bool = False
+) -> tuple[list[Any], list[Any]]:
     """What an `Http1Server` hands on for `chunks` arriving one event each (each request
-    answered as soon as its body ended), and the `RequestData` chunks themselves."""
+    answered as soon as its body ended, or with `late` only after the next chunk arrived,
+    which the layer then holds in its buffer), and the `RequestData` chunks themselves."""
     read_body = bodyread._read_body if fast else bodyread.ORIGINAL_READ_BODY
     saved = _http1.Http1Connection.read_body
     _http1.Http1Connection.read_body = read_body  # type: ignore[method-assign]
@@ -67,9 +70,9 @@ def _served(ctx: context.Context, chunks: list[bytes], fast: bool) -> tuple[list
                         data.append(got.data)
                     elif isinstance(got, RequestEndOfMessage):
                         seen.append(("end",))
-                        response = http.Response.make(200, b"")
-                        handle(ResponseHeaders(got.stream_id, response, False))
-                        handle(ResponseEndOfMessage(got.stream_id))
+                        unanswered.append(got.stream_id)
+                        if not late:
+                            answer()
                     elif isinstance(got, RequestProtocolError):
                         seen.append(("error", got.message))
                 elif isinstance(command, commands.SendData):
@@ -77,9 +80,22 @@ def _served(ctx: context.Context, chunks: list[bytes], fast: bool) -> tuple[list
                 elif isinstance(command, commands.CloseConnection):
                     seen.append(("close",))
 
+        unanswered: list[int] = []
+
+        def answer(count: int | None = None) -> None:
+            # Answering one request may let the layer read the next from its buffer.
+            while unanswered and (count is None or count > 0):
+                count = None if count is None else count - 1
+                stream = unanswered.pop(0)
+                handle(ResponseHeaders(stream, http.Response.make(200, b""), False))
+                handle(ResponseEndOfMessage(stream))
+
         handle(events.Start())
         for chunk in chunks:
+            due = len(unanswered)  # with `late`, what ended before this chunk
             handle(events.DataReceived(ctx.client, chunk))
+            answer(due if late else None)
+        answer()
         handle(events.ConnectionClosed(ctx.client))
         return seen, data
     finally:
@@ -125,15 +141,16 @@ def test_a_short_body_at_the_close_is_mitmproxys_protocol_error(ctx: context.Con
     bodies=st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=4),
     cuts=st.lists(st.integers(min_value=0, max_value=13_000), max_size=12),
     close_last=st.booleans(),
+    late=st.booleans(),
 )
 def test_the_same_events_as_mitmproxy_for_any_split_of_pipelined_requests(
-    ctx: context.Context, bodies: list[bytes], cuts: list[int], close_last: bool
+    ctx: context.Context, bodies: list[bytes], cuts: list[int], close_last: bool, late: bool
 ) -> None:
     wire = b"".join(
         _request(b"POST", body, close_last and i == len(bodies) - 1)
         for i, body in enumerate(bodies)
     )
     chunks = _split(wire, cuts)
-    fast, _ = _served(ctx, chunks, fast=True)
-    assert fast == _served(ctx, chunks, fast=False)[0]
+    fast, _ = _served(ctx, chunks, fast=True, late=late)
+    assert fast == _served(ctx, chunks, fast=False, late=late)[0]
     assert b"".join(e[1] for e in fast if e[0] == "data") == b"".join(bodies)
