@@ -54,7 +54,7 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import h2data, idlebios, layerqueues
+from sandbox_egress.runtime import bodyread, h2data, idlebios, layerqueues, tickets, tlsread
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -79,8 +79,8 @@ def lean_addons() -> list[Any]:
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
     mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
     ErrorCheck (stop at start when an option or addon failed), then the engine's own
-    ReleaseIdleTlsBuffers, OneRecordPerRequest and FreezeAtStart. The egress addons and the
-    log sink are added by the launcher.
+    ReleaseIdleTlsBuffers, OneRecordPerRequest, NoSessionTickets and FreezeAtStart. The
+    egress addons and the log sink are added by the launcher.
     """
     return [
         core.Core(),
@@ -92,6 +92,7 @@ def lean_addons() -> list[Any]:
         errorcheck.ErrorCheck(),
         ReleaseIdleTlsBuffers(),
         OneRecordPerRequest(),
+        NoSessionTickets(),
         FreezeAtStart(),
     ]
 
@@ -139,6 +140,19 @@ class OneRecordPerRequest:
 
     def tls_start_server(self, tls_start: tls.TlsData) -> None:
         coalesce_request(tls_start)
+
+
+class NoSessionTickets:
+    """No TLS 1.3 session tickets to a client (D301): OpenSSL's two per handshake cost
+    their sealing and a `send` of their own, and most clients never resume. Runs after
+    TlsConfig; where `runtime.tickets` cannot find OpenSSL's setter, tickets are sent."""
+
+    def __init__(self) -> None:
+        self._tickets = tickets.resolve()
+
+    def tls_start_client(self, tls_start: TlsData) -> None:
+        if self._tickets is not None and tls_start.ssl_conn is not None:
+            self._tickets.set(tls_start.ssl_conn, 0)
 
 
 class FreezeAtStart:
@@ -289,3 +303,5 @@ class LeanMaster(master.Master):
         share_certificates()  # one OpenSSL copy of each certificate and key (D161)
         layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
         h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
+        bodyread.install()  # a request body of known length handed on uncopied (D303)
+        tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)

@@ -97,8 +97,11 @@ async def _relay(
         handler=None, reader=dst_reader, writer=dst_writer
     )
     bulkio.widen(relay)
-    bulkio.widen_writer(dst_writer)
-    handling = asyncio.create_task(relay.handle_connection(relay.source))  # type: ignore[attr-defined]
+    # Both legs handled as mitmproxy's handler does: each widens its own writer.
+    handling = [
+        asyncio.create_task(relay.handle_connection(leg))  # type: ignore[attr-defined]
+        for leg in (relay.source, relay.target)
+    ]
 
     async def send() -> None:
         for at in range(0, len(payload), send_size):
@@ -118,9 +121,10 @@ async def _relay(
     sending = asyncio.create_task(send())
     received = await asyncio.wait_for(receive(), 30)
     await sending
-    handling.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await handling
+    for task in handling:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     dst_writer.close()
     sender.close()
     receiver.close()
@@ -135,6 +139,16 @@ def test_a_slow_reader_holds_the_proxy_to_the_high_water_mark_plus_one_read() ->
     assert relay.peak_queued <= bulkio.HIGH_WATER + bulkio.READ_SIZE
     # The queue did grow past asyncio's default 64 KiB: the wider mark is in effect.
     assert relay.peak_queued > 64 * 1024
+
+
+def test_the_512_kib_writer_mark_lets_more_than_a_64_kib_mark_and_one_read_queue() -> None:
+    # With asyncio's 64 KiB mark the queue never exceeds 64 KiB plus one read (320 KiB):
+    # the reader waits on `drain` as soon as one read is queued.
+    payload = bytes(range(256)) * (16 * 1024)
+    received, relay = asyncio.run(_relay(payload, send_size=1 << 20, sink_delay=0.0005))
+    assert received == payload
+    assert relay.peak_queued > 64 * 1024 + bulkio.READ_SIZE
+    assert relay.peak_queued <= bulkio.HIGH_WATER + bulkio.READ_SIZE
 
 
 def test_reads_take_more_than_mitmproxys_64_kib_when_bytes_are_waiting() -> None:
