@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.fixed_upstream import FixedResponse, server_context
+from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 WARMUP = 10
 SETTLE_S = 1.5
@@ -52,37 +52,15 @@ def _rss_kib(pid: int) -> int:
 def _heap() -> dict[str, int]:
     """glibc's malloc in use (OpenSSL, cryptography's Rust, Python's objects over 512 bytes)
     and Python's small-object allocator in use, in bytes."""
-    import ctypes
     import sys
 
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [
-            (name, ctypes.c_size_t)
-            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                         "fsmblks", "uordblks", "fordblks", "keepcost")
-        ]  # fmt: skip
+    from testbed.heap import malloc_in_use
 
-    libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = MallInfo2
-    info = libc.mallinfo2()
-    return {"malloc": info.uordblks + info.hblkhd, "pymalloc": sys.getallocatedblocks()}
+    return {"malloc": malloc_in_use(), "pymalloc": sys.getallocatedblocks()}
 
 
 async def _serve(confdir: str, trace: int, snapshots: str) -> None:
-    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
-
-    opts = LeanOptions()
-    master = LeanMaster(opts)
-    opts.update(
-        listen_host="127.0.0.1", listen_port=0, confdir=confdir,
-        ssl_insecure=True, connection_strategy="lazy",
-    )  # fmt: skip
-    runner = asyncio.create_task(master.run())
-    server = master.addons.get("proxyserver")
-    for _ in range(500):
-        if server.listen_addrs():
-            break
-        await asyncio.sleep(0.02)
+    master, runner, port = await start_lean_engine(confdir)
     taken = 0
 
     def snapshot(*_: object) -> None:
@@ -104,7 +82,7 @@ async def _serve(confdir: str, trace: int, snapshots: str) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, snapshot)
     loop.add_signal_handler(signal.SIGTERM, master.shutdown)
-    print(json.dumps({"port": server.listen_addrs()[0][1]}), flush=True)
+    print(json.dumps({"port": port}), flush=True)
     await runner
 
 

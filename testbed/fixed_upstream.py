@@ -1,5 +1,7 @@
 """An upstream that answers every request head it reads with the same bytes (asyncio).
 
+`start_lean_engine` runs the lean engine alone (no policy) on a free loopback port for them.
+
 For measurements through a real engine on loopback (tests/proxy/test_coalesce.py counts
 writes per request, bench/connmem.py memory per idle connection): a request is its head
 and a `Content-Length` body if it has one, and the answer is written through the
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,33 @@ def server_context(directory: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(directory / "up.pem")
     return context
+
+
+async def start_lean_engine(
+    confdir: Path | str, prepare: Callable[[Any], None] | None = None
+) -> tuple[Any, asyncio.Task[None], int]:
+    """The lean engine (runtime/engine.py) listening on a free loopback port, upstreams not
+    verified: its master, the task running it and the port. `prepare(master)` runs before
+    it starts; stop it with `master.shutdown()` and await the task."""
+    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+
+    opts = LeanOptions()
+    master = LeanMaster(opts)
+    opts.update(
+        listen_host="127.0.0.1", listen_port=0, confdir=str(confdir),
+        ssl_insecure=True, connection_strategy="lazy",
+    )  # fmt: skip
+    if prepare is not None:
+        prepare(master)
+    running = asyncio.create_task(master.run())
+    server = master.addons.get("proxyserver")
+    for _ in range(500):
+        if server.listen_addrs() or running.done():
+            break
+        await asyncio.sleep(0.02)
+    if not server.listen_addrs():
+        raise RuntimeError("the lean engine did not start listening within 10 s")
+    return master, running, server.listen_addrs()[0][1]
 
 
 class FixedResponse(asyncio.Protocol):

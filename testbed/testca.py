@@ -40,6 +40,26 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def self_signed(
+    common_name: str = "localhost",
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A P-256 certificate for `common_name` signed by its own key, valid from a day ago for
+    two days, and that key: for in-memory TLS handshakes that verify nothing."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
 def make_test_pki(directory: Path, dns_names: list[str], ip_addresses: list[str]) -> Pki:
     """Write `ca.pem`, `server.pem` and `server-key.pem` into `directory`."""
     return write_pki(

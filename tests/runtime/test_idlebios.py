@@ -6,38 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import datetime
 import gc
 import inspect
 import platform
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from mitmproxy.proxy.layers import tls as tls_layer
 from OpenSSL import SSL
 
 from sandbox_egress.runtime import idlebios
 from sandbox_egress.runtime.engine import ReleaseIdleTlsBuffers
+from testbed.heap import malloc_in_use
+from testbed.testca import self_signed
 
 
 def _contexts() -> tuple[SSL.Context, SSL.Context]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
+    cert, key = self_signed()
     server = SSL.Context(SSL.TLS_SERVER_METHOD)
     server.use_certificate(cert)
     server.use_privatekey(key)
@@ -126,21 +110,6 @@ def test_a_bio_with_unread_bytes_is_not_replaced(
     assert idlebios.release(server) is True
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                     "fsmblks", "uordblks", "fordblks", "keepcost")
-    ]  # fmt: skip
-
-
-def _malloc_in_use() -> int:
-    libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
-    return int(info.uordblks + info.hblkhd)
-
-
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallinfo2 is glibc's")
 def test_a_sweep_gives_back_what_a_large_response_left(
     contexts: tuple[SSL.Context, SSL.Context],
@@ -152,10 +121,10 @@ def test_a_sweep_gives_back_what_a_large_response_left(
         sweeper.add(server)
         sweeper.add(client)
     gc.collect()
-    before = _malloc_in_use()
+    before = malloc_in_use()
     assert sweeper.sweep() == 40
     gc.collect()
-    freed = (before - _malloc_in_use()) / len(pairs)
+    freed = (before - malloc_in_use()) / len(pairs)
     # Each pair's BIOs held the 64 KB response twice (written by one side, read by the
     # other) and the handshake: at least 100 KiB per pair given back (about 150 measured).
     assert freed > 100 * 1024

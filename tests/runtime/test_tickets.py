@@ -19,8 +19,8 @@ import pytest
 from OpenSSL import SSL
 
 from sandbox_egress.runtime import tickets
-from sandbox_egress.runtime.engine import LeanMaster, LeanOptions, NoSessionTickets
-from testbed.fixed_upstream import FixedResponse, server_context
+from sandbox_egress.runtime.engine import NoSessionTickets
+from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 BODY = b"tickets"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -131,19 +131,7 @@ async def _through_engine(tmp_path: Path, connections: int) -> list[int]:
         FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(tmp_path)
     )
     up_port = up.sockets[0].getsockname()[1]
-    opts = LeanOptions()
-    master = LeanMaster(opts)
-    opts.update(
-        listen_host="127.0.0.1", listen_port=0, confdir=str(tmp_path / "conf"),
-        ssl_insecure=True, connection_strategy="lazy",
-    )  # fmt: skip
-    running = asyncio.create_task(master.run())
-    server = master.addons.get("proxyserver")
-    for _ in range(500):
-        if server.listen_addrs():
-            break
-        await asyncio.sleep(0.02)
-    port = server.listen_addrs()[0][1]
+    master, running, port = await start_lean_engine(tmp_path / "conf")
     counts = []
     try:
         for _ in range(connections):

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import inspect
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from OpenSSL import SSL, crypto
 from OpenSSL._util import ffi, lib
 
 from sandbox_egress.runtime import tlsshare
+from testbed.testca import self_signed
 
 
 def test_the_pyopenssl_methods_it_replaces() -> None:
@@ -29,20 +27,7 @@ def test_the_pyopenssl_methods_it_replaces() -> None:
 
 
 def make_certificate() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "shared.test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
+    return self_signed("shared.test")
 
 
 def presented(cert: x509.Certificate, key: Any) -> tuple[SSL.Connection, x509.Certificate]:
