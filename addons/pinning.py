@@ -12,7 +12,7 @@ later requests to open connections by that name, so a kept-alive connection is
 reused for its own host and never for another one.
 
 `server_connect` runs before the upstream TLS handshake starts, so it also sets the
-ALPN offers of an `h2`-only client's upstream connection (`offer_http11`, D82).
+ALPN offers of the upstream connection (`offer_upstream`: D82, D305).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Pinning:
                 return
             self._renamed[server.id] = destination
             server.address = address
-            offer_http11(data.client, server)
+            offer_upstream(data.client, server)
             opened = True
         if not opened:
             server.error = "egress: policy error"
@@ -75,12 +75,13 @@ class Pinning:
         self._renamed.pop(data.server.id, None)
 
 
-def offer_http11(client: connection.Client, server: connection.Server) -> None:
+def offer_upstream(client: connection.Client, server: connection.Server) -> None:
     """mitmproxy's TlsConfig offers upstream exactly what the client offered: with only
     `h2`, an HTTP/1.1-only upstream refuses the handshake (no common protocol) and every
-    request gets a 502. Offer `http/1.1` too; mitmproxy then translates (D82)."""
-    if server.alpn_offers or not ctx.options.http2:
-        return  # set already (kept), or HTTP/2 off: TlsConfig drops `h2` itself
-    offers = upstream_offers(tuple(client.alpn_offers))
+    request gets a 502, so `http/1.1` is offered too; mitmproxy then translates (D82).
+    HTTP/3's names are never offered over TCP (D305). Offers set already are kept."""
+    if server.alpn_offers:
+        return
+    offers = upstream_offers(tuple(client.alpn_offers), ctx.options.http2)
     if offers != tuple(client.alpn_offers):
         server.alpn_offers = offers

@@ -158,13 +158,25 @@ def upstream_chooses(offers: tuple[bytes, ...]) -> bool:
     return b"h2" in offers and len(offers) > 1
 
 
-def upstream_offers(client_offers: tuple[bytes, ...]) -> tuple[bytes, ...]:
-    """The ALPN list offered upstream on an intercepted connection with HTTP/2 enabled:
-    the client's, plus `http/1.1` when it offers `h2` without it (D82) — the proxy
-    speaks HTTP/2 to the client and HTTP/1.1 to an upstream that has no HTTP/2."""
-    if b"h2" in client_offers and b"http/1.1" not in client_offers:
-        return (*client_offers, b"http/1.1")
-    return client_offers
+def http3_name(name: bytes) -> bool:
+    """An ALPN name of HTTP/3 (`h3`, a draft's `h3-NN`: mitmproxy's `is_h3_alpn`). Only
+    QUIC carries HTTP/3: inside a TCP connection such a name is never chosen nor sent on
+    (D305), or mitmproxy's HTTP layer would run the connection through HTTP/3's layers."""
+    return name == b"h3" or name.startswith(b"h3-")
+
+
+def upstream_offers(client_offers: tuple[bytes, ...], http2: bool = True) -> tuple[bytes, ...]:
+    """The ALPN list offered upstream on an intercepted connection: the client's, without
+    HTTP/3's names (D305) and, with HTTP/2 off, without `h2`; plus `http/1.1` when it
+    offers `h2` without it (D82) — the proxy speaks HTTP/2 to the client and HTTP/1.1 to
+    an upstream that has no HTTP/2 — or when only HTTP/3's names were offered (the
+    client then speaks HTTP/1.1 without ALPN)."""
+    offers = tuple(o for o in client_offers if not http3_name(o) and (http2 or o != b"h2"))
+    if http2 and b"h2" in offers and b"http/1.1" not in offers:
+        return (*offers, b"http/1.1")
+    if not offers and any(http3_name(o) for o in client_offers):
+        return (b"http/1.1",)
+    return offers
 
 
 async def decide_clienthello(

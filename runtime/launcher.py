@@ -116,6 +116,10 @@ async def serve(settings: Settings) -> int:
     addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
     from mitmproxy.addons.termlog import TermLog
 
+    from sandbox_egress.runtime import tcpalpn
+
+    tcpalpn.install()  # over TCP, a client never gets an HTTP/3 name (D305)
+
     from sandbox_egress.addons.connections import Connections
     from sandbox_egress.addons.egress import EgressPolicy
     from sandbox_egress.addons.limits import Limits

@@ -1,4 +1,4 @@
-"""The ALPN offers of an upstream connection, set before its TLS handshake (D82)."""
+"""The ALPN offers of an upstream connection, set before its TLS handshake (D82, D305)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from mitmproxy.connection import Client, Server
 from mitmproxy.test import taddons
 
-from sandbox_egress.addons.pinning import offer_http11
+from sandbox_egress.addons.pinning import offer_upstream
 
 
 def offered(
@@ -20,7 +20,7 @@ def offered(
     upstream.alpn_offers = preset
     with taddons.context() as tctx:
         tctx.options.http2 = http2
-        offer_http11(client, upstream)
+        offer_upstream(client, upstream)
     return tuple(upstream.alpn_offers)
 
 
@@ -39,9 +39,16 @@ def test_h2_only_client_gets_http11_offered_upstream(
     assert offered(client_offers) == expected
 
 
-def test_http2_off_is_left_to_mitmproxy() -> None:
-    """With `http2` off, mitmproxy's TlsConfig drops `h2` from the copied list itself."""
+def test_http2_off_offers_no_h2() -> None:
+    """With `http2` off, `h2` is not offered (mitmproxy's TlsConfig drops it too)."""
     assert offered((b"h2",), http2=False) == ()
+    assert offered((b"h2", b"http/1.1"), http2=False) == (b"http/1.1",)
+
+
+@pytest.mark.parametrize("http2", [True, False])
+def test_http3_names_are_never_offered_over_tcp(http2: bool) -> None:
+    assert offered((b"h3", b"http/1.1"), http2=http2) == (b"http/1.1",)
+    assert offered((b"h3",), http2=http2) == (b"http/1.1",)
 
 
 def test_offers_set_already_are_kept() -> None:

@@ -259,3 +259,23 @@ def test_transparent_h2_only_client_gets_h2_to_an_http11_upstream(
         ("/proto", "HTTP/1.1", "http/1.1", "", 200)
     ]
     seen.assert_nothing_reached()  # nothing else: no echo listener, raw listener or trap
+
+
+# -- QUIC's names over TCP (D305) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpn", [["h3", "http/1.1"], ["h3"], ["h3-29", "h3"]])
+def test_an_http3_name_offered_over_tcp_is_never_chosen(harness: Harness, alpn: list[str]) -> None:
+    """`h3` means HTTP/3 over QUIC; offered inside a TCP tunnel it used to be chosen (the
+    client's first HTTP name) and sent the connection to the HTTP/3 layers, which crashed
+    it with no answer. The proxy now neither picks nor forwards it: the client speaks
+    HTTP/1.1 (its other offer, or none), and the request is decided as any other."""
+    mark = harness.upstream_log.mark()
+    with harness.tunnel("api.allowed.test:443", alpn=alpn) as conn:
+        chosen = conn.sock.selected_alpn_protocol()
+        response = conn.request("GET", "/alpn-h3", [("Host", "api.allowed.test")])
+    assert (chosen, response.status) == ("http/1.1" if "http/1.1" in alpn else None, 200)
+    requests = harness.upstream_requests_since(mark)
+    assert [r["target"] for r in requests] == ["/alpn-h3"]
+    authorization = [v for n, v in requests[0]["headers"] if n.lower() == "authorization"]
+    assert authorization == [f"Bearer {harness.secrets[0]}"]

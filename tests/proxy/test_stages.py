@@ -29,6 +29,7 @@ from sandbox_egress.proxy.stages import (
     decide_connect,
     decide_request,
     decide_tcp,
+    http3_name,
     upstream_offers,
 )
 from sandbox_egress.proxy.targets import RequestNames
@@ -125,6 +126,13 @@ UPSTREAM_OFFERS = [
     ("http11_only", (b"http/1.1",), (b"http/1.1",)),
     ("none", (), ()),
     ("other_only", (b"acme",), (b"acme",)),
+    # HTTP/3's names are QUIC's, never offered over TCP (D305)
+    ("h3_first", (b"h3", b"http/1.1"), (b"http/1.1",)),
+    ("h3_and_h2", (b"h3", b"h2"), (b"h2", b"http/1.1")),
+    ("h3_only", (b"h3",), (b"http/1.1",)),
+    ("h3_drafts_only", (b"h3-29", b"h3-32"), (b"http/1.1",)),
+    ("h3_and_another", (b"h3", b"acme"), (b"acme",)),
+    ("like_h3_but_not", (b"h30", b"h3x"), (b"h30", b"h3x")),
 ]
 
 
@@ -134,6 +142,36 @@ UPSTREAM_OFFERS = [
 def test_upstream_offers(client: tuple[bytes, ...], upstream: tuple[bytes, ...]) -> None:
     """The upstream is offered `http/1.1` too when the client offers `h2` without it (D82)."""
     assert upstream_offers(client) == upstream
+
+
+UPSTREAM_OFFERS_NO_HTTP2 = [
+    ("h2_only", (b"h2",), ()),
+    ("h2_and_http11", (b"h2", b"http/1.1"), (b"http/1.1",)),
+    ("h3_and_h2", (b"h3", b"h2"), (b"http/1.1",)),
+    ("acme", (b"acme",), (b"acme",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream"),
+    [c[1:] for c in UPSTREAM_OFFERS_NO_HTTP2],
+    ids=[c[0] for c in UPSTREAM_OFFERS_NO_HTTP2],
+)
+def test_upstream_offers_with_http2_off(
+    client: tuple[bytes, ...], upstream: tuple[bytes, ...]
+) -> None:
+    """With HTTP/2 off, `h2` is not offered either (as mitmproxy's own copy does)."""
+    assert upstream_offers(client, http2=False) == upstream
+
+
+@pytest.mark.parametrize(
+    "name", [b"h3", b"h3-29", b"h3-", b"h30", b"h2", b"http/1.1", b"hq-interop", b"", b"H3"]
+)
+def test_http3_name_is_mitmproxys(name: bytes) -> None:
+    """The names mitmproxy's HTTP layer would run as HTTP/3 are exactly these (pinned)."""
+    from mitmproxy.proxy.layers.http import is_h3_alpn
+
+    assert http3_name(name) == is_h3_alpn(name)
 
 
 H2_CHOICE = (b"h2", b"http/1.1")
