@@ -48,6 +48,7 @@ def mask(length: int) -> bytes:
 
 
 Decoded = tuple[bytes, list[int], list[int]]
+Fields = tuple[tuple[bytes, bytes], ...]
 
 
 def _decoded(text: Decoded, escape: re.Pattern[bytes]) -> Decoded:
@@ -151,6 +152,17 @@ class Redactor:
             pos = end
         parts.append(value[pos:])
         return b"".join(parts)
+
+    def fields(self, fields: Fields) -> Fields:
+        """Header or trailer fields with `header` applied to each value: `fields` itself
+        when none of them holds an escape or a match (one search of all the values
+        joined: a literal that matches inside one value matches in the joined text)."""
+        if self._pattern is None:
+            return fields
+        joined = b"\n".join([v for _, v in fields])
+        if b"%" not in joined and b"\\" not in joined and self._pattern.search(joined) is None:
+            return fields
+        return tuple((n, self.header(v)) for n, v in fields)
 
     def spelled(self, spellings: tuple[bytes, ...]) -> Redactor:
         """This redactor, whose body matcher also masks `spellings`: the exact bytes the

@@ -143,6 +143,50 @@ def test_escapes_are_decoded_without_disturbing_the_rest(value: str, expected: b
     assert R.header(value.encode()) == expected
 
 
+FIELDS_CASES = {
+    "nothing to redact: the same tuple": (
+        ((b"content-type", b"text/plain"), (b"x-id", b"Zx9/k+Q=tok")),
+        ((b"content-type", b"text/plain"), (b"x-id", b"Zx9/k+Q=tok")),
+    ),
+    "one echo among others": (
+        ((b"content-type", b"text/plain"), (b"x-echo", f"t {SECRET}".encode())),
+        ((b"content-type", b"text/plain"), (b"x-echo", b"t [redacted]")),
+    ),
+    "an escaped echo (decoded before the search)": (
+        ((b"location", f"/cb?t={quote(SECRET, safe='')}".encode()),),
+        ((b"location", b"/cb?t=[redacted]"),),
+    ),
+    "a secret cut across two values is no echo": (
+        ((b"a", SECRET[:6].encode()), (b"b", SECRET[6:].encode())),
+        ((b"a", SECRET[:6].encode()), (b"b", SECRET[6:].encode())),
+    ),
+    "no fields": ((), ()),
+}
+
+
+@pytest.mark.parametrize(("fields", "expected"), FIELDS_CASES.values(), ids=FIELDS_CASES.keys())
+def test_fields_redacts_each_value_and_keeps_a_clean_block_as_it_is(
+    fields: tuple[tuple[bytes, bytes], ...], expected: tuple[tuple[bytes, bytes], ...]
+) -> None:
+    redacted = R.fields(fields)
+    assert redacted == expected
+    assert redacted == tuple((n, R.header(v)) for n, v in fields)
+    if expected == fields:
+        assert redacted is fields  # nothing copied or re-assigned (issue 36)
+    assert NO_REDACTION.fields(fields) is fields
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.text(st.sampled_from(sorted(set(SECRET + "%\\u2F;ab"))), max_size=30), max_size=4
+    )
+)
+def test_fields_is_header_applied_to_every_value(values: list[str]) -> None:
+    fields = tuple((f"h{i}".encode(), v.encode()) for i, v in enumerate(values))
+    assert R.fields(fields) == tuple((n, R.header(v)) for n, v in fields)
+
+
 def test_no_secret_means_no_redaction() -> None:
     assert Redactor.build(()) is NO_REDACTION
     assert not NO_REDACTION
