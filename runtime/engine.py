@@ -60,6 +60,7 @@ from sandbox_egress.runtime.coalesce import (
     coalesce_root,
     coalesce_tunnel,
 )
+from sandbox_egress.runtime.inlinehooks import answer_hooks_inline
 from sandbox_egress.runtime.tlsshare import share_certificates
 
 # Immutable option values are handed out as they are; anything else is copied as before.
@@ -142,6 +143,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         # Called by the server instance after the top layer is set, before handle_client.
         coalesce_root(handler)
         widen(handler)
+        answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
         with super().register_connection(connection_id, handler):
             yield
 
