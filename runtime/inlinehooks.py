@@ -72,5 +72,5 @@ def answer_hooks_inline(handler: Any) -> None:
 def free(lock: asyncio.Lock) -> bool:
     """Whether `lock.acquire()` would take the lock without waiting (asyncio's own test:
     unlocked, and no waiter that is not cancelled)."""
-    waiters = lock._waiters  # type: ignore[attr-defined]  # asyncio's, pinned by the tests
+    waiters = lock._waiters  # asyncio's, pinned by the tests
     return not lock.locked() and (waiters is None or all(w.cancelled() for w in waiters))
