@@ -119,7 +119,13 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
         return None
 
     try:
-        ended = yield from relay(_original_http1(self, event), instead, last=True)
+        if isinstance(self, _http1.Http1Server):
+            # Only the upstream leg (`Http1Client`) reads a status line: the client leg's
+            # commands go out as they come, one generator fewer per event (issue 36).
+            yield from _original_http1(self, event)
+            ended = True
+        else:
+            ended = yield from relay(_original_http1(self, event), instead, last=True)
     except NotImplementedError as exc:
         if str(exc) != _TRAILERS_RAISE:
             raise

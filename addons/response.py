@@ -44,7 +44,9 @@ class Responses:
             flow.response.stream = count
             if state.redactions:  # only what this request carried can be echoed back
                 redactor = state.redactions
-                headers.fields = tuple((n, redactor.header(v)) for n, v in headers.fields)
+                redacted = redactor.fields(headers.fields)
+                if redacted is not headers.fields:
+                    headers.fields = redacted
                 if encoded_answer(headers.get("content-encoding")):
                     # Asked for identity (proxy.outbound), compressed anyway: not scannable.
                     log.warning("%s: compressed answer to an injected request dropped", state.host)
@@ -65,7 +67,7 @@ class Responses:
             cleaned = False
             with self.shared.failclosed(Stage.RESPONSE):
                 redactor = state.redactions
-                trailers.fields = tuple((n, redactor.header(v)) for n, v in trailers.fields)
+                trailers.fields = redactor.fields(trailers.fields)
                 cleaned = True
             if not cleaned:
                 mitm.kill(flow)

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import unicodedata
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ MAX_NAME_LENGTH = 253
 MAX_LABEL_LENGTH = 63
 # Far above any valid host; bounds the work done on hostile input before it is refused.
 MAX_RAW_LENGTH = 1024
+# Spellings remembered by `canonical_host` (a pure function): every kept-alive request
+# names its host again (issue 36). Bounded, least recently used first out; a refusal
+# (`HostError`) is never remembered.
+HOST_CACHE_ENTRIES = 4096
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 _DIGITS = {10: frozenset("0123456789"), 8: frozenset("01234567"), 16: frozenset("0123456789abcdef")}
@@ -61,6 +66,7 @@ class Host:
         return self.ip.compressed
 
 
+@functools.lru_cache(maxsize=HOST_CACHE_ENTRIES)
 def canonical_host(raw: str) -> Host:
     """Canonicalise a bare host (no port): a DNS name, an IPv4 spelling, or [bracketed] IPv6."""
     _check_characters(raw)

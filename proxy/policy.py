@@ -33,6 +33,8 @@ ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 METADATA_NAMES = frozenset({"metadata.google.internal", "metadata"})
+# Decisions of names a policy remembers (`Policy.decide`); a full cache starts again.
+DECIDED_ENTRIES = 256
 # A bind to these succeeds on Linux, yet they are no address of the host (issue 21).
 NOT_HOST_ADDRESSES = frozenset({AddressClass.BROADCAST, AddressClass.MULTICAST})
 
@@ -71,6 +73,11 @@ class Policy:
         }
         self._self_addresses = self_addresses
         self._is_local = is_local
+        # (name, port, tls) -> the decision: `decide` of a name reads this snapshot alone,
+        # and each kept-alive request asks it again (issue 36). A reload builds a new
+        # policy, so a cache never outlives what it was computed from. An IP host is
+        # never remembered: `_is_self` asks the host's addresses, which change.
+        self._decided: dict[tuple[str, int, bool | None], Decision] = {}
 
     # -- lookups -------------------------------------------------------------
 
@@ -130,6 +137,20 @@ class Policy:
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
         """Name stage. `tls` is None when not known yet (a CONNECT). In report-only mode
         (global, or of the deciding entry) a reportable refusal comes back `would_deny`."""
+        name = host.name
+        if name is None:
+            return self._decision(host, port, tls)
+        key = (name, port, tls)
+        found = self._decided.get(key)
+        if found is None:
+            found = self._decision(host, port, tls)
+            if len(self._decided) >= DECIDED_ENTRIES:  # a sandbox may name hosts without end
+                self._decided.clear()
+            self._decided[key] = found
+        return found
+
+    def _decision(self, host: Host, port: int, tls: bool | None) -> Decision:
+        """What `decide` answers, computed (a subclass bounds it by another policy's)."""
         return self.reported(self._decide(host, port, tls))
 
     def opened_by_address(self, destination: tuple[Host, int] | None) -> bool:

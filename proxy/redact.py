@@ -14,8 +14,9 @@ by the loader for each entry with a `transform`), never per request:
 * identity-encoded bodies: `Redactor.body()` returns a streaming matcher (a
   mitmproxy `flow.response.stream` callable) that replaces the exact secret with a
   mask of the same length (so Content-Length framing stays true), carrying
-  `max(len(secret)) - 1` bytes between chunks so a secret split across chunks is
-  still caught. It holds no more than that carry beyond the chunk in hand.
+  between chunks the chunk's tail that begins a secret (at most
+  `max(len(secret)) - 1` bytes) so a secret split across chunks is still caught.
+  It holds no more than that carry beyond the chunk in hand.
 
 Invariants: nothing here logs or raises with a secret in the message; a matcher
 never shortens a body; `Redactor.header` is a no-op when no secret was injected.
@@ -48,6 +49,7 @@ def mask(length: int) -> bytes:
 
 
 Decoded = tuple[bytes, list[int], list[int]]
+Fields = tuple[tuple[bytes, bytes], ...]
 
 
 def _decoded(text: Decoded, escape: re.Pattern[bytes]) -> Decoded:
@@ -152,6 +154,17 @@ class Redactor:
         parts.append(value[pos:])
         return b"".join(parts)
 
+    def fields(self, fields: Fields) -> Fields:
+        """Header or trailer fields with `header` applied to each value: `fields` itself
+        when none of them holds an escape or a match (one search of all the values
+        joined: a literal that matches inside one value matches in the joined text)."""
+        if self._pattern is None:
+            return fields
+        joined = b"\n".join([v for _, v in fields])
+        if b"%" not in joined and b"\\" not in joined and self._pattern.search(joined) is None:
+            return fields
+        return tuple((n, self.header(v)) for n, v in fields)
+
     def spelled(self, spellings: tuple[bytes, ...]) -> Redactor:
         """This redactor, whose body matcher also masks `spellings`: the exact bytes the
         proxy wrote into one request (a `Basic` credential's base64 of `user:value`, a
@@ -182,6 +195,7 @@ class BodyMatcher:
     def __init__(self, secrets: tuple[bytes, ...]) -> None:
         self._secrets = secrets  # longest first
         self._keep = max((len(s) for s in secrets), default=1) - 1
+        self._firsts = frozenset(s[0] for s in secrets if s)
         self._carry = b""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
@@ -197,10 +211,22 @@ class BodyMatcher:
             return out
         buf = self._carry + chunk if self._carry else chunk
         # A secret starting before `limit` lies wholly inside `buf`: decided now.
-        limit = len(buf) - self._keep
+        limit = self._held_from(buf)
         out, resume = self._replace(buf, limit)
         self._carry = buf[resume:]
         return out
+
+    def _held_from(self, buf: bytes) -> int:
+        """Where the carry starts: the first of the last `_keep` positions from which the
+        rest of `buf` begins a secret (only there can the next chunk complete one), else
+        the end. A streamed event that ends in anything else goes out whole, at once
+        (issue 36: an SSE event was held until the next one). No secret starts before
+        that position without ending inside `buf`, so deciding up to it is final."""
+        end = len(buf)
+        for at in range(max(end - self._keep, 0), end):
+            if buf[at] in self._firsts and any(s.startswith(buf[at:]) for s in self._secrets):
+                return at
+        return end
 
     def _replace(self, buf: bytes, limit: int) -> tuple[bytes, int]:
         """Replace the occurrences starting before `limit`; (output, where to resume)."""

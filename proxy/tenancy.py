@@ -61,13 +61,16 @@ class SandboxPolicy(Policy):
 
     def sharing(self, everyone: PlaceholderIndex) -> SandboxPolicy:
         """This policy searching `everyone`'s placeholders: a shallow copy, its indexes
-        shared (a sandbox whose file did not change is not indexed again)."""
+        shared (a sandbox whose file did not change is not indexed again), and its
+        remembered decisions too (the same files decide them)."""
         found = copy.copy(self)
         found.everyone = everyone
         return found
 
-    def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:
-        own = super().decide(host, port, tls=tls)
+    def _decision(self, host: Host, port: int, tls: bool | None) -> Decision:
+        """Both files' decisions, bounded (`Policy.decide` remembers a name's: a changed
+        node or file builds a new `SandboxPolicy`, `Tenancy.rebuilt`)."""
+        own = super()._decision(host, port, tls)
         node = self.node.decide(host, port, tls=tls)
         return bounded(node, own).with_node(node)
 

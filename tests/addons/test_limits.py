@@ -63,6 +63,13 @@ def test_the_internals_the_wrappers_rely_on_are_where_they_were():
     assert "relay_messages" in limits._original_websocket.__qualname__
 
 
+def test_only_the_upstream_leg_reads_a_status_line():
+    """The client leg (`Http1Server`) skips the status-line check (issue 36): in the
+    installed mitmproxy only `Http1Client` emits response heads."""
+    assert "ResponseHeaders(" not in inspect.getsource(_http1.Http1Server)
+    assert "ResponseHeaders(" in inspect.getsource(_http1.Http1Client)
+
+
 def test_http2_header_lists_are_bounded_by_the_h2_library(ctx: context.Context):
     # hpack refuses a decoded header list over 64 KiB; h2 refuses a 65th CONTINUATION, so
     # an undecoded header block holds at most 65 frames of mitmproxy's 128 KiB (D28).

@@ -93,6 +93,43 @@ def test_lines_queued_while_the_writer_writes_go_out_in_one_write() -> None:
     assert stream.writes == 3  # line 0, then 256 lines, then 43: whole lines per write
 
 
+class Counted(io.StringIO):
+    """A stream that counts its writes and says when the first one happened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.first = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        self.first.set()
+        return super().write(text)
+
+
+def test_a_burst_after_a_write_gathers_into_one_write() -> None:
+    """After a write the writer waits `gather_s` before it wakes again (issue 36): the loop
+    no longer wakes a thread per request; closing ends the wait at once."""
+    stream, gathering = Counted(), threading.Event()
+
+    class Closing(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            gathering.set()
+            return super().wait(timeout)
+
+    log = BackgroundAuditLog(AuditLog(stream), gather_s=60)
+    log._closing = Closing()  # says when the writer starts gathering
+    log.write(record(0))
+    assert stream.first.wait(10)  # written at once: the first line waits for nothing
+    assert gathering.wait(10)
+    for n in range(1, 100):
+        log.write(record(n))
+    assert stream.writes == 1  # the writer gathers: nothing of the burst written yet
+    log.close()  # ends the gathering at once (60 s would fail the join)
+    assert stream.writes == 2
+    assert [line["bytes_received"] for line in lines(stream)] == list(range(100))
+
+
 class CountingGate(Gate):
     writes = 0
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox_egress.proxy.hosts import (
+    HOST_CACHE_ENTRIES,
     Host,
     HostError,
     canonical_host,
@@ -148,6 +149,37 @@ REFUSED_HOSTS = [
 def test_refused_hosts(raw: str, problem: str) -> None:
     with pytest.raises(HostError, match=problem):
         canonical_host(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param("API.Example.COM", Host("api.example.com", None), id="a name"),
+        pytest.param("0x7f000001", Host(None, IPv4Address("127.0.0.1")), id="an ipv4 spelling"),
+        pytest.param("[::1]", Host(None, IPv6Address("::1")), id="bracketed ipv6"),
+    ],
+)
+def test_a_remembered_spelling_gives_the_same_host(raw: str, expected: Host) -> None:
+    canonical_host.cache_clear()
+    assert canonical_host(raw) == expected
+    assert canonical_host(raw) is canonical_host(raw) == expected  # asked again: remembered
+    assert canonical_host.cache_info().hits == 2
+
+
+def test_a_refused_spelling_is_refused_every_time_and_never_remembered() -> None:
+    canonical_host.cache_clear()
+    for _ in range(2):
+        with pytest.raises(HostError, match="internationalised"):
+            canonical_host("xn--.com")
+    assert canonical_host.cache_info().currsize == 0
+
+
+def test_the_remembered_spellings_are_bounded() -> None:
+    canonical_host.cache_clear()
+    for n in range(HOST_CACHE_ENTRIES + 10):
+        canonical_host(f"h{n}.example")
+    assert canonical_host.cache_info().currsize == HOST_CACHE_ENTRIES
+    assert canonical_host("h0.example") == Host("h0.example", None)  # evicted, made again
 
 
 def test_error_message_does_not_echo_input() -> None:

@@ -143,6 +143,50 @@ def test_escapes_are_decoded_without_disturbing_the_rest(value: str, expected: b
     assert R.header(value.encode()) == expected
 
 
+FIELDS_CASES = {
+    "nothing to redact: the same tuple": (
+        ((b"content-type", b"text/plain"), (b"x-id", b"Zx9/k+Q=tok")),
+        ((b"content-type", b"text/plain"), (b"x-id", b"Zx9/k+Q=tok")),
+    ),
+    "one echo among others": (
+        ((b"content-type", b"text/plain"), (b"x-echo", f"t {SECRET}".encode())),
+        ((b"content-type", b"text/plain"), (b"x-echo", b"t [redacted]")),
+    ),
+    "an escaped echo (decoded before the search)": (
+        ((b"location", f"/cb?t={quote(SECRET, safe='')}".encode()),),
+        ((b"location", b"/cb?t=[redacted]"),),
+    ),
+    "a secret cut across two values is no echo": (
+        ((b"a", SECRET[:6].encode()), (b"b", SECRET[6:].encode())),
+        ((b"a", SECRET[:6].encode()), (b"b", SECRET[6:].encode())),
+    ),
+    "no fields": ((), ()),
+}
+
+
+@pytest.mark.parametrize(("fields", "expected"), FIELDS_CASES.values(), ids=FIELDS_CASES.keys())
+def test_fields_redacts_each_value_and_keeps_a_clean_block_as_it_is(
+    fields: tuple[tuple[bytes, bytes], ...], expected: tuple[tuple[bytes, bytes], ...]
+) -> None:
+    redacted = R.fields(fields)
+    assert redacted == expected
+    assert redacted == tuple((n, R.header(v)) for n, v in fields)
+    if expected == fields:
+        assert redacted is fields  # nothing copied or re-assigned (issue 36)
+    assert NO_REDACTION.fields(fields) is fields
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(
+        st.text(st.sampled_from(sorted(set(SECRET + "%\\u2F;ab"))), max_size=30), max_size=4
+    )
+)
+def test_fields_is_header_applied_to_every_value(values: list[str]) -> None:
+    fields = tuple((f"h{i}".encode(), v.encode()) for i, v in enumerate(values))
+    assert R.fields(fields) == tuple((n, R.header(v)) for n, v in fields)
+
+
 def test_no_secret_means_no_redaction() -> None:
     assert Redactor.build(()) is NO_REDACTION
     assert not NO_REDACTION
@@ -193,8 +237,58 @@ def test_body_matcher_replaces_across_chunk_boundaries(
 def test_body_matcher_holds_back_at_most_the_longest_secret_minus_one() -> None:
     matcher = BodyMatcher((b"0123456789",))
     for _ in range(50):
-        assert len(matcher.feed(b"x" * 100)) >= 91
+        assert len(matcher.feed(b"x" * 91 + b"012345678")) >= 91
     assert len(matcher.feed(b"")) == 9
+
+
+HELD_CASES = {
+    # (chunk, what goes out now, what is held for the next chunk)
+    "an SSE event: nothing of it can begin the secret": (
+        b'data: {"delta": "token "}\n\n',
+        b'data: {"delta": "token "}\n\n',
+        b"",
+    ),
+    "a tail that begins the secret": (b"abc 01234", b"abc ", b"01234"),
+    "the first byte only": (b"abc 0", b"abc ", b"0"),
+    "the secret's first byte, not followed by its second": (b"abc 0x", b"abc 0x", b""),
+    "a longer tail than the secret could start": (
+        b"x" * 20 + b"012345678",
+        b"x" * 20,
+        b"012345678",
+    ),
+}
+
+
+@pytest.mark.parametrize(("chunk", "now", "held"), HELD_CASES.values(), ids=HELD_CASES.keys())
+def test_body_matcher_holds_only_a_tail_that_begins_a_secret(
+    chunk: bytes, now: bytes, held: bytes
+) -> None:
+    """A streamed event goes out whole at once unless its end could begin a secret
+    (issue 36: each SSE event used to wait for the next)."""
+    matcher = BodyMatcher((b"0123456789",))
+    assert matcher.feed(chunk) == now
+    assert matcher.feed(b"") == held
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secrets=st.lists(
+        st.text("ab\n", min_size=1, max_size=8).map(str.encode), min_size=1, max_size=3
+    ),
+    parts=st.lists(st.sampled_from([b"a", b"ab", b"b", b"\n", b"abc", b"ba"]), max_size=40),
+    cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=12),
+)
+def test_any_chunking_with_secrets_sharing_prefixes_gives_the_whole_body_answer(
+    secrets: list[bytes], parts: list[bytes], cuts: list[int]
+) -> None:
+    body = b"".join(parts)
+    ordered = tuple(sorted(set(secrets), key=lambda s: (-len(s), s)))
+    whole = BodyMatcher(ordered)
+    expected = whole.feed(body) + whole.feed(b"")
+    bounds = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
+    split = BodyMatcher(ordered)
+    out = b"".join(split.feed(body[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    assert out + split.feed(b"") == expected
 
 
 @settings(max_examples=300, deadline=None)
