@@ -2,7 +2,8 @@
 
 For allowlists of 10, 100, 1,000 and 10,000 entries (the proportions of
 `bench.allowlist`), parsed by the real loader into a real `Policy`, one decision
-is `Policy.decide(host, 443, tls=True)` followed by `Policy.pick_address(...)` on
+is `Policy.decide(host, 443, tls=True)` the first time a snapshot is asked the name
+(`Policy._decision`: `decide` remembers it, D293), followed by `Policy.pick_address(...)` on
 one public address, for three hosts: one an exact entry names, one only a
 wildcard matches (two labels deeper than the wildcard), one no entry matches.
 
@@ -77,14 +78,21 @@ def _operations() -> dict[tuple[int, str], Callable[[], object]]:
             ):
                 raise RuntimeError(f"{size} entries, {kind} host {name}: {decision}")
 
+            # `decide` remembers each name's decision per policy snapshot (D293): timed as
+            # the first decision of a name (`_decision`, what the list's size costs) and
+            # as a name asked again (what each kept-alive request costs).
             def decide_only(policy: Policy = policy, host: Any = host) -> object:
-                return policy.decide(host, 443, tls=True)
+                return policy._decision(host, 443, True)
 
             def decide_and_pick(policy: Policy = policy, host: Any = host) -> object:
-                return policy.pick_address(policy.decide(host, 443, tls=True), PUBLIC_ADDRESS, 443)
+                return policy.pick_address(policy._decision(host, 443, True), PUBLIC_ADDRESS, 443)
+
+            def decide_again(policy: Policy = policy, host: Any = host) -> object:
+                return policy.decide(host, 443, tls=True)
 
             ops[(size, f"{kind}: decide")] = decide_only
             ops[(size, f"{kind}: decide + pick_address")] = decide_and_pick
+            ops[(size, f"{kind}: decide, remembered")] = decide_again
         # What a response costs now: one header scanned for the redactions of the entry
         # that injected into its request (precomputed at load; was secrets() per response).
         redactions = next(e.redactions for e in config.allowlist if e.transform)
