@@ -13,9 +13,8 @@ import pytest
 from mitmproxy.proxy import server
 
 from sandbox_egress.runtime import engine
-from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
 from sandbox_egress.runtime.inlinehooks import free
-from testbed.fixed_upstream import FixedResponse
+from testbed.fixed_upstream import FixedResponse, start_lean_engine
 
 BODY = b"inline hooks " * 10
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -60,20 +59,10 @@ def through_proxy(tmp_path: Path, hooks: Hooks, inline: bool) -> tuple[int, list
             FixedResponse.serving(RESPONSE), "127.0.0.1", 0
         )
         up_port = up.sockets[0].getsockname()[1]
-        opts = LeanOptions()
-        master = LeanMaster(opts)
-        opts.update(
-            listen_host="127.0.0.1", listen_port=0, confdir=str(tmp_path / "conf"),
-            connection_strategy="lazy",
-        )  # fmt: skip
-        master.addons.add(hooks)
-        runner = asyncio.create_task(master.run())
-        ps = master.addons.get("proxyserver")
-        for _ in range(200):
-            if ps.listen_addrs():
-                break
-            await asyncio.sleep(0.02)
-        reader, writer = await asyncio.open_connection("127.0.0.1", ps.listen_addrs()[0][1])
+        master, runner, port = await start_lean_engine(
+            tmp_path / "conf", lambda master: master.addons.add(hooks)
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         heads = []
 
         async def one() -> None:
