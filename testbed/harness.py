@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox_egress.proxy.audit import GATHER_S
 from testbed.rawhttp import Conn, Response
 
 REASONS = frozenset(
@@ -127,6 +128,34 @@ class JsonLines:
                 lines = "\n".join(json.dumps(r) for r in self.since(mark))
                 raise AssertionError(f"no matching line in {self.path.name} after mark:\n{lines}")
             time.sleep(0.05)
+
+
+class AuditLines(JsonLines):
+    """The proxy's audit log. Its writer gathers lines for up to `GATHER_S` before each
+    write (D296), so a line can reach the file just after the client holds its response:
+    a read first waits until the file has not grown for a few gathering periods."""
+
+    SETTLE_S = 2.5 * GATHER_S
+    SETTLE_LIMIT_S = 5.0
+
+    def settle(self) -> None:
+        """Wait (bounded) until the file has not grown for `SETTLE_S`."""
+        deadline = time.monotonic() + self.SETTLE_LIMIT_S
+        size = -1
+        while time.monotonic() < deadline:
+            now = self.path.stat().st_size if self.path.exists() else 0
+            if now == size:
+                return
+            size = now
+            time.sleep(self.SETTLE_S)
+
+    def all(self) -> list[dict[str, Any]]:
+        self.settle()
+        return super().all()
+
+    def text(self) -> str:
+        self.settle()
+        return self.path.read_text(encoding="utf-8")
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import nsock, procs
-from testbed.harness import JsonLines
+from testbed.harness import AuditLines, JsonLines
 from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.testca import make_test_pki
 from testbed.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, TransparentTopology
@@ -170,7 +170,7 @@ def system_stage(base: Path) -> Iterator[Stage]:
             token=token,
             upstream_log=JsonLines(logs["upstream"]),
             trap_log=JsonLines(logs["trap"]),
-            audit_log=JsonLines(proxy.audit),
+            audit_log=AuditLines(proxy.audit),
             base=base,
         )
     finally:

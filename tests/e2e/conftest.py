@@ -26,7 +26,7 @@ import pytest
 
 from testbed import nsock, procs
 from testbed.expect import Observed
-from testbed.harness import Harness, JsonLines
+from testbed.harness import AuditLines, Harness, JsonLines
 from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
 from testbed.ocsfschema import audit_file_problems
 from testbed.proxyproc import ProxyProcess, start_proxy
@@ -339,7 +339,7 @@ def harness(
         proxy_ca=proxy_ca,
         upstream_log=JsonLines(upstreams.log),
         trap_log=JsonLines(upstreams.trap_log),
-        audit_log=JsonLines(audit),
+        audit_log=AuditLines(audit),
         proxy_stdout=child.stdout,
         proxy_stderr=child.stderr,
         secrets=e2e_secrets,
@@ -441,7 +441,7 @@ def private_proxy(
             harness,
             proxy_port=port,
             metrics_port=metrics,
-            audit_log=JsonLines(process.audit),
+            audit_log=AuditLines(process.audit),
             proxy_stdout=process.child.stdout,
             proxy_stderr=process.child.stderr,
             responses=[],

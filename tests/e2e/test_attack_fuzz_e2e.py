@@ -111,12 +111,15 @@ class Watched(Protocol):
 def reached(
     harness: Watched, mark: int, make_barrier: Callable[[Any], str] = barrier
 ) -> list[dict[str, Any]]:
-    """Upstream events since `mark`, after a barrier and without the barrier's connection."""
+    """Upstream events since `mark`, after a barrier and without the barrier's connection.
+    A connection is its listener and peer: the proxy's connection to another listener may
+    have the same source port as the barrier's (the kernel reuses a freed port for another
+    destination), and the example's request was then dropped with the barrier's."""
     path = make_barrier(harness)
     events = since(harness.upstream_log, mark)
-    peers = {e["peer"] for e in events if e.get("target") == path}
-    assert len(peers) == 1, f"barrier {path} not logged: {events}"
-    return [e for e in events if e["peer"] not in peers]
+    barriers = {(e["listener"], e["peer"]) for e in events if e.get("target") == path}
+    assert len(barriers) == 1, f"barrier {path} not logged: {events}"
+    return [e for e in events if (e["listener"], e["peer"]) not in barriers]
 
 
 def judge(

@@ -17,6 +17,7 @@ import pytest
 
 from testbed import nsock, procs
 from testbed.expect import assert_refused, header_values
+from testbed.harness import AuditLines
 from testbed.proxyproc import start_proxy
 from testbed.transparent import METRICS_PORT, PROXY_PORT, REAL_IP, SANDBOX_IP
 from tests.e2e.conftest import EGRESS_PROXY
@@ -102,5 +103,5 @@ def test_an_unclaimed_address_is_unknown_then_a_new_file_claims_it(
     assert header_values(record, "X-Sandbox-Key") == ["by-address-credential"]
     with tp.tls(REAL_IP, "api.t.test") as conn:  # inside the node's ceiling, not its own
         assert_refused(tp.request(conn, "api.t.test", "/not-mine"), "not_allowlisted")
-    audit = tp.proxy.audit.read_text()
+    audit = AuditLines(tp.proxy.audit).text()
     assert '"sandbox":"mine"' in audit

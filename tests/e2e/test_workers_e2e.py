@@ -17,7 +17,7 @@ import pytest
 
 from testbed import procs
 from testbed.expect import Observed, header_values
-from testbed.harness import Harness, JsonLines
+from testbed.harness import AuditLines, Harness
 from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import EGRESS_PROXY, proxy_env
@@ -49,7 +49,7 @@ def workers(
     ]  # fmt: skip
     child = procs.start("proxy-workers", argv, e2e_dir, env=proxy_env(harness.secrets[0]))
     view = dataclasses.replace(
-        harness, proxy_port=PORT, metrics_port=METRICS, audit_log=JsonLines(audit), responses=[]
+        harness, proxy_port=PORT, metrics_port=METRICS, audit_log=AuditLines(audit), responses=[]
     )
 
     def healthy() -> bool:
