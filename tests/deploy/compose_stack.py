@@ -169,6 +169,21 @@ class Stack:
         return lines
 
 
+# A probe's `tcp(host, port)`: how a direct TCP connect ends, "connected", "timeout" or an
+# errno name (the scripts that use it add what they print).
+TCP_CONNECT = """
+import errno, json, socket
+def tcp(host, port):
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return "connected"
+    except TimeoutError:
+        return "timeout"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc))
+"""
+
+
 def probe(stack: Stack, service: str, script: str, **values: Any) -> Any:
     """Run `script` in `service` with `values` bound as its first lines (JSON literals)."""
     header = "".join(f"{name} = {json.dumps(value)}\n" for name, value in values.items())

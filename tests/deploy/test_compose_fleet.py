@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.compose_stack import Stack, prepare_images, probe, run, wait_for
+from tests.deploy.compose_stack import (
+    TCP_CONNECT,
+    Stack,
+    prepare_images,
+    probe,
+    run,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]
 
@@ -56,18 +63,7 @@ print(json.dumps(out))
 """
 
 # How a direct TCP connect to each (host, port) ends: "connected", "timeout" or an errno name.
-CONNECT_PROBE = """
-import errno, json, socket
-def tcp(host, port):
-    try:
-        socket.create_connection((host, port), timeout=3).close()
-        return "connected"
-    except TimeoutError:
-        return "timeout"
-    except OSError as exc:
-        return errno.errorcode.get(exc.errno, str(exc))
-print(json.dumps([tcp(h, p) for h, p in TARGETS]))
-"""
+CONNECT_PROBE = TCP_CONNECT + "print(json.dumps([tcp(h, p) for h, p in TARGETS]))\n"
 
 # GET /status on a replica's metrics address, from inside that replica.
 STATUS_PROBE = """

@@ -23,7 +23,14 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.deploy.compose_stack import Stack, prepare_images, probe, run, wait_for
+from tests.deploy.compose_stack import (
+    TCP_CONNECT,
+    Stack,
+    prepare_images,
+    probe,
+    run,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]
 
@@ -36,16 +43,9 @@ WRITE = {"exec": "write_file", "args": {"path": "notes.txt", "content": "hi"}}
 
 # Prints, for each (host, port), how a direct TCP connect ends, and how a UDP send
 # to the outside address ends: the errno name, "connected", "sent" or "timeout".
-CONNECT_PROBE = """
-import errno, json, socket
-def tcp(host, port):
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-        return "connected"
-    except TimeoutError:
-        return "timeout"
-    except OSError as exc:
-        return errno.errorcode.get(exc.errno, str(exc))
+CONNECT_PROBE = (
+    TCP_CONNECT
+    + """
 def udp(host, port):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
@@ -55,6 +55,7 @@ def udp(host, port):
             return errno.errorcode.get(exc.errno, str(exc))
 print(json.dumps({"tcp": [tcp(h, p) for h, p in TARGETS], "udp": udp("198.18.0.1", 443)}))
 """
+)
 
 # Prints the status and the proxy's refusal header of plain requests (urllib: it honours
 # HTTPS_PROXY/HTTP_PROXY where they are set, as in the regular sandbox).
