@@ -30,14 +30,25 @@ ESCAPE = (
 
 
 def running(pid: int) -> bool:
-    """Whether our ``sleep 1000`` exists and is not a zombie (a zombie has already died)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-        if Path(f"/proc/{pid}/cmdline").read_bytes() != b"sleep\x001000\x00":
+    """Whether our ``sleep 1000`` exists and is not a zombie (a zombie has already died).
+
+    The pid file is written just before ``exec sleep 1000``: a process still between the two
+    (its command line still ``sh -c ...``) is given up to 5 s to become the sleep, so a
+    loaded machine does not read a survivor as gone."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             return False
-    except OSError:
-        return False
-    return stat.rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+        if stat.rpartition(b")")[2].split()[0] in (b"Z", b"X"):
+            return False
+        if cmdline == b"sleep\x001000\x00":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
 
 
 def leftover(pidfile: Path) -> bool:
