@@ -79,6 +79,7 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
             cancelled = e
             break
         await handler.server_event(events.DataReceived(connection, data))
+        del data  # not held while the next read waits: an idle leg keeps no read (D306)
         try:
             await handler.drain_writers()
         except asyncio.CancelledError as e:
