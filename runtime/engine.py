@@ -62,6 +62,7 @@ from sandbox_egress.runtime.coalesce import (
     coalesce_root,
     coalesce_tunnel,
 )
+from sandbox_egress.runtime.idlewaiters import lighten_watchdog
 from sandbox_egress.runtime.inlinehooks import answer_hooks_inline
 from sandbox_egress.runtime.tlsshare import share_certificates
 
@@ -177,6 +178,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         coalesce_root(handler)
         widen(handler)
         answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
+        lighten_watchdog(handler)  # its timeout watchdog waiters in a list (D307)
         with super().register_connection(connection_id, handler):
             yield
 

@@ -1,5 +1,5 @@
-"""What an idle intercepted connection keeps in Python (D306): no last read held by either
-leg's reading loop; and it still serves.
+"""What an idle intercepted connection keeps in Python (D306, D307): no last read held by
+either leg's reading loop, waiter lists instead of deques; and it still serves.
 
 Real TLS on loopback: Python's `ssl` as the client, the lean engine in this process, a TLS
 upstream of testbed.fixed_upstream. The connection's objects are read from the engine's
@@ -61,6 +61,10 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
             "legs": len(handler.transports),
             "reading loops": len(frames),
             "held reads": [frame.f_locals.get("data") for frame in frames],
+            "drain waiters": [
+                type(io.writer._protocol._drain_waiters) for io in handler.transports.values()
+            ],
+            "watchdog waiters": type(handler.timeout_watchdog.can_timeout._waiters),
         }
         await _get(reader, writer, up_port)
         kept["second request"] = "served"
@@ -72,10 +76,12 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
         up.close()
 
 
-def test_an_idle_connection_holds_no_read_and_still_serves(tmp_path: Path) -> None:
+def test_an_idle_connection_holds_no_read_and_no_deque_and_still_serves(tmp_path: Path) -> None:
     assert asyncio.run(_idle_connection(tmp_path)) == {
         "legs": 2,
         "reading loops": 2,
         "held reads": [None, None],
+        "drain waiters": [list, list],
+        "watchdog waiters": list,
         "second request": "served",
     }
