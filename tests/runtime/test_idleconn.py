@@ -1,5 +1,6 @@
-"""What an idle intercepted connection keeps in Python (D306, D307): no last read held by
-either leg's reading loop, waiter lists instead of deques; and it still serves.
+"""What an idle intercepted connection keeps in Python (D306-D308): no last read held by
+either leg's reading loop, waiter lists instead of deques, one registration context (not
+two) suspended for its life; and it still serves.
 
 Real TLS on loopback: Python's `ssl` as the client, the lean engine in this process, a TLS
 upstream of testbed.fixed_upstream. The connection's objects are read from the engine's
@@ -9,6 +10,7 @@ upstream of testbed.fixed_upstream. The connection's objects are read from the e
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import ssl
 from pathlib import Path
@@ -30,6 +32,19 @@ def _reading_frames(handler: Any) -> list[Any]:
                 found.append(awaited.cr_frame)
             awaited = awaited.cr_await
     return found
+
+
+def _registrations(handler: Any) -> list[Any]:
+    """The `register_connection` generators suspended for `handler` (mitmproxy's own, and
+    any engine override that wraps it)."""
+    return [
+        each
+        for each in gc.get_objects()
+        if inspect.isgenerator(each)
+        and each.gi_code.co_name == "register_connection"
+        and each.gi_frame is not None
+        and each.gi_frame.f_locals.get("handler") is handler
+    ]
 
 
 async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
@@ -65,6 +80,7 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
                 type(io.writer._protocol._drain_waiters) for io in handler.transports.values()
             ],
             "watchdog waiters": type(handler.timeout_watchdog.can_timeout._waiters),
+            "registrations suspended": len(_registrations(handler)),
         }
         await _get(reader, writer, up_port)
         kept["second request"] = "served"
@@ -83,5 +99,6 @@ def test_an_idle_connection_holds_no_read_and_no_deque_and_still_serves(tmp_path
         "held reads": [None, None],
         "drain waiters": [list, list],
         "watchdog waiters": list,
+        "registrations suspended": 1,
         "second request": "served",
     }
