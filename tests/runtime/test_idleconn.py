@@ -16,6 +16,10 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+from OpenSSL import SSL
+from OpenSSL._util import lib as _ssl_lib
+
+from sandbox_egress.runtime.engine import ReleaseIdleTlsBuffers
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 BODY = b"idle" * 100
@@ -44,6 +48,16 @@ def _registrations(handler: Any) -> list[Any]:
         and each.gi_code.co_name == "register_connection"
         and each.gi_frame is not None
         and each.gi_frame.f_locals.get("handler") is handler
+    ]
+
+
+def _releasing(master: Any) -> list[bool]:
+    """Per TLS leg the engine made: whether OpenSSL frees its record buffers while idle
+    (`SSL_MODE_RELEASE_BUFFERS`, D144; `SSL_set_mode(ssl, 0)` answers the mode)."""
+    (addon,) = [each for each in master.addons.chain if isinstance(each, ReleaseIdleTlsBuffers)]
+    return [
+        bool(_ssl_lib.SSL_set_mode(conn._ssl, 0) & SSL.MODE_RELEASE_BUFFERS)
+        for conn in addon.sweeper.connections
     ]
 
 
@@ -81,6 +95,7 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
             ],
             "watchdog waiters": type(handler.timeout_watchdog.can_timeout._waiters),
             "registrations suspended": len(_registrations(handler)),
+            "tls legs releasing record buffers": _releasing(master),
         }
         await _get(reader, writer, up_port)
         kept["second request"] = "served"
@@ -100,5 +115,6 @@ def test_an_idle_connection_holds_no_read_and_no_deque_and_still_serves(tmp_path
         "drain waiters": [list, list],
         "watchdog waiters": list,
         "registrations suspended": 1,
+        "tls legs releasing record buffers": [True, True],
         "second request": "served",
     }
