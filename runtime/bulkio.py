@@ -24,6 +24,8 @@ from typing import Any
 from mitmproxy.connection import Connection, ConnectionState
 from mitmproxy.proxy import events
 
+from sandbox_egress.runtime import idlewaiters
+
 READ_SIZE = 256 * 1024
 # An HTTP/1 upstream leg keeps mitmproxy's read size: with 256 KiB reads there, scenario 3's
 # download cost more CPU per GiB (4.6-4.7 s against 3.9), h11 copying its receive buffer.
@@ -64,6 +66,7 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
     # the writer widened first; tests/runtime/test_bulkio.py pins the loop's behaviour.
     io = handler.transports[connection]
     widen_writer(io.writer)
+    idlewaiters.lighten_writer(io.writer)  # its drain waiters a list, not a deque (D307)
     reader = io.reader
     assert reader
     client = connection is handler.client
@@ -79,6 +82,7 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
             cancelled = e
             break
         await handler.server_event(events.DataReceived(connection, data))
+        del data  # not held while the next read waits: an idle leg keeps no read (D306)
         try:
             await handler.drain_writers()
         except asyncio.CancelledError as e:

@@ -34,7 +34,7 @@ import gc
 import inspect
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import _GeneratorContextManager
 from typing import Any
 
 from mitmproxy import exceptions, flow, hooks, master, options, optmanager
@@ -62,6 +62,7 @@ from sandbox_egress.runtime.coalesce import (
     coalesce_root,
     coalesce_tunnel,
 )
+from sandbox_egress.runtime.idlewaiters import lighten_watchdog
 from sandbox_egress.runtime.inlinehooks import answer_hooks_inline
 from sandbox_egress.runtime.tlsshare import share_certificates
 
@@ -171,14 +172,17 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
 
     name = "proxyserver"  # mitmproxy's master and proxyserver look it up by this name
 
-    @contextmanager
-    def register_connection(self, connection_id: Any, handler: Any) -> Iterator[None]:
-        # Called by the server instance after the top layer is set, before handle_client.
+    def register_connection(
+        self, connection_id: Any, handler: Any
+    ) -> _GeneratorContextManager[None]:
+        # Called by the server instance after the top layer is set, right before it enters
+        # the context and runs handle_client. mitmproxy's context manager is handed back as
+        # it is, not wrapped in a second one suspended for the connection's life (D308).
         coalesce_root(handler)
         widen(handler)
         answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
-        with super().register_connection(connection_id, handler):
-            yield
+        lighten_watchdog(handler)  # its timeout watchdog waiters in a list (D307)
+        return super().register_connection(connection_id, handler)
 
 
 class CoalescingNextLayer(next_layer.NextLayer):
