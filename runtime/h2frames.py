@@ -23,10 +23,13 @@ connection preface, which `coalesce` would not parse.
 
 from __future__ import annotations
 
+import struct
+
 from h2.connection import H2Connection
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
 _HEADER = 9
+_FIELDS = struct.Struct(">HBBBL")  # length's high 16 bits, its low 8, type, flags, stream
 _DATA = 0
 _PADDED = 0x8
 
@@ -40,12 +43,11 @@ def coalesce(buffer: bytearray, limit: int) -> bytearray:
     run_header = -1  # where in `out` the open run's header is, -1 when none is open
     run_length = run_sid = 0
     while size - at >= _HEADER:
-        length = int.from_bytes(view[at : at + 3])
+        high, low, kind, flags, sid = _FIELDS.unpack_from(buffer, at)
+        length = high << 8 | low
         end = at + _HEADER + length
         if end > size:
             break
-        kind, flags = buffer[at + 3], buffer[at + 4]
-        sid = int.from_bytes(view[at + 5 : at + 9])
         joinable = kind == _DATA and not flags & _PADDED and sid & 0x7FFFFFFF and length <= limit
         if joinable and run_header >= 0 and sid == run_sid and run_length + length <= limit:
             out += view[at + _HEADER : end]
