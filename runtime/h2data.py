@@ -22,7 +22,9 @@ Two changes, installed once by the lean engine (`install`):
   body to show its first 10 bytes: 11 % of the proxy's time in the profile. The
   replacement gives the same text from the first 10 bytes only.
 
-tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe.
+tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe. `install`
+also installs runtime/h2frames.py: an upstream's DATA frames joined before h2 parses them
+(D318), and a large chunk framed for an HTTP/2 client in one pass (D319).
 """
 
 from __future__ import annotations
