@@ -22,7 +22,9 @@ Two changes, installed once by the lean engine (`install`):
   body to show its first 10 bytes: 11 % of the proxy's time in the profile. The
   replacement gives the same text from the first 10 bytes only.
 
-tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe.
+tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe. `install`
+also installs runtime/h2frames.py: an upstream's DATA frames joined before h2 parses them
+(D318), and a large chunk framed for an HTTP/2 client in one pass (D319).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import h2.events
 from hyperframe.frame import DataFrame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
+from sandbox_egress.runtime import h2frames
+
 _SHOWN = 10  # bytes of the body hyperframe's repr shows (20 hex digits, then "...")
 _original_receive_data = BufferedH2Connection.receive_data
 
@@ -41,6 +45,7 @@ _original_receive_data = BufferedH2Connection.receive_data
 def install() -> None:
     """mitmproxy's HTTP/2 connections merge DATA events; DATA frames repr cheaply."""
     BufferedH2Connection.receive_data = _merging_receive_data  # type: ignore[method-assign]
+    h2frames.install()  # a large body chunk framed for an HTTP/2 client in one pass (D319)
     # Typed for `Frame` in hyperframe; this one is DataFrame's own (it reads its padding).
     DataFrame._body_repr = short_body_repr  # type: ignore[method-assign, assignment]
 
@@ -76,6 +81,10 @@ def _flush(run: list[h2.events.DataReceived], out: list[h2.events.Event]) -> Non
 
 
 def _merging_receive_data(self: BufferedH2Connection, data: Buffer) -> list[h2.events.Event]:
+    if self.config.client_side:  # the upstream leg: its DATA frames joined first (D318)
+        pending = self.__dict__.setdefault("_pending_frames", bytearray())
+        pending += data
+        data = h2frames.coalesce(pending, self.max_inbound_frame_size)
     return merged(_original_receive_data(self, data))
 
 

@@ -22,9 +22,11 @@ from sandbox_egress.runtime import h2data
 @pytest.fixture
 def installed() -> Iterator[None]:
     receive, own_repr = BufferedH2Connection.receive_data, "_body_repr" in DataFrame.__dict__
+    send = BufferedH2Connection.send_data
     h2data.install()
     yield
     BufferedH2Connection.receive_data = receive  # type: ignore[method-assign]
+    BufferedH2Connection.send_data = send  # type: ignore[method-assign]
     if not own_repr:
         del DataFrame._body_repr
 
