@@ -56,6 +56,7 @@ from OpenSSL._util import lib as _ssl_lib
 
 from sandbox_egress.runtime import (
     bodyread,
+    connsetup,
     h2data,
     hooksinplace,
     idlebios,
@@ -323,3 +324,4 @@ class LeanMaster(master.Master):
         bodyread.install()  # a request body of known length handed on uncopied (D303)
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
         hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
+        connsetup.install()  # hook arguments per class, certificate names per host (D315)

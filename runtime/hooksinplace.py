@@ -79,7 +79,7 @@ def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerat
             return
 
         while True:
-            if self.debug is not None:
+            if self.debug is not None:  # noqa: SIM102  (mitmproxy's shape, pinned)
                 if not isinstance(command, commands.Log):
                     yield self._Layer__debug(f"<< {command}")  # type: ignore[attr-defined]
             if command.blocking is True:
@@ -107,7 +107,7 @@ def _process(
         return
 
     while True:
-        if self.debug is not None:
+        if self.debug is not None:  # noqa: SIM102  (mitmproxy's shape, pinned)
             if not isinstance(command, commands.Log):
                 yield self._Layer__debug(f"<< {command}")  # type: ignore[attr-defined]
         if command.blocking is True:

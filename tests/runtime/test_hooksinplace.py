@@ -178,7 +178,7 @@ def _body(function: Any, drop_marked: bool) -> str:
         lines = kept
     tree = ast.parse(textwrap.dedent("\n".join(lines)))
     definition = tree.body[0]
-    assert isinstance(definition, ast.FunctionDef)
+    assert isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef)
     body = definition.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]

@@ -1,0 +1,54 @@
+"""Work a new connection repeated that depends only on a hook's class or a host's name
+(issue 36, D315).
+
+* mitmproxy's `ProxyConnectionHandler.handle_hook` unpacks each hook's one argument with
+  `hook.args()`, which reads the hook class's dataclass fields anew every time (nineteen
+  hooks per new intercepted connection). `handle_hook` here is mitmproxy's method with
+  the engine's `hook_args`, which keeps the field names per class (D151's cache).
+* mitmproxy's `TlsConfig.get_cert` turns the client's SNI and the upstream's address into
+  `x509.GeneralName`s for each client handshake (`_ip_or_dns_name`: an `ip_address` parse
+  that fails for every host name, then an IDNA encoding). The function is pure and its
+  results are immutable, so they are kept per name (`NAMES`, least recently used first
+  out): a sandbox that names many hosts only recycles the cache. A name that fails to
+  encode raises each time, as before (nothing is kept for it). The certificate lookup
+  itself is mitmproxy's (its store keys certificates by name and expires them).
+
+tests/runtime/test_connsetup.py pins the mitmproxy source each replacement copies.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from mitmproxy import flow
+from mitmproxy.addons import tlsconfig
+from mitmproxy.proxy import commands, mode_servers
+
+NAMES = 1024  # names whose GeneralName is kept
+ORIGINAL_HANDLE_HOOK = mode_servers.ProxyConnectionHandler.handle_hook
+ORIGINAL_IP_OR_DNS_NAME = tlsconfig._ip_or_dns_name
+general_name = functools.lru_cache(maxsize=NAMES)(ORIGINAL_IP_OR_DNS_NAME)
+_hook_args: Callable[[commands.StartHook], list[Any]] = commands.StartHook.args
+
+
+async def handle_hook(self: Any, hook: commands.StartHook) -> None:
+    # mitmproxy 12's `ProxyConnectionHandler.handle_hook` with `hook_args(hook)` for
+    # `hook.args()`.
+    with self.timeout_watchdog.disarm():
+        # We currently only support single-argument hooks.
+        (data,) = _hook_args(hook)
+        await self.master.addons.handle_lifecycle(hook)
+        if isinstance(data, flow.Flow):
+            await data.wait_for_resume()  # type: ignore[no-untyped-call]  # pragma: no cover
+
+
+def install() -> None:
+    """Hook arguments read per class, names turned into certificate names once (idempotent)."""
+    global _hook_args
+    from sandbox_egress.runtime.engine import hook_args  # (engine imports this module)
+
+    _hook_args = hook_args
+    mode_servers.ProxyConnectionHandler.handle_hook = handle_hook  # type: ignore[method-assign]
+    tlsconfig._ip_or_dns_name = general_name

@@ -1,0 +1,147 @@
+"""Per hook class and per host, not per connection (issue 36, D315, runtime/connsetup.py):
+new intercepted TLS connections through the real lean engine read no hook's dataclass
+fields and turn the host's name into a certificate name once; the replaced mitmproxy
+functions' results and source."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from mitmproxy import hooks
+from mitmproxy.addons import tlsconfig
+from mitmproxy.proxy import mode_servers
+
+from sandbox_egress.runtime import connsetup
+from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
+from tests.runtime.test_hooksinplace import _body
+
+BODY = b"once"
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+CONNECTIONS = 5
+HOOKS_PER_CONNECTION = 19  # what mitmproxy 12 starts for a CONNECT, TLS and one GET
+
+
+def new_connections(tmp_path: Path, connections: int) -> list[bytes]:
+    """`connections` new intercepted connections (CONNECT localhost, TLS, one GET) after
+    one that warms the engine up; the responses of those."""
+
+    async def main() -> list[bytes]:
+        up = await asyncio.get_running_loop().create_server(
+            FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(tmp_path)
+        )
+        up_port = up.sockets[0].getsockname()[1]
+        master, runner, port = await start_lean_engine(tmp_path / "conf")
+        client_tls = ssl.create_default_context()
+        client_tls.check_hostname, client_tls.verify_mode = False, ssl.CERT_NONE
+        responses = []
+
+        async def one() -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"CONNECT localhost:%d HTTP/1.1\r\nHost: x\r\n\r\n" % up_port)
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            await writer.start_tls(client_tls, server_hostname="localhost")
+            writer.write(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            response = head + await reader.readexactly(len(BODY))
+            writer.close()
+            await writer.wait_closed()
+            return response
+
+        await one()
+        connsetup.general_name.cache_clear()
+        counted.clear()
+        for _ in range(connections):
+            responses.append(await one())
+        await asyncio.sleep(0.2)  # the disconnect hooks of the last one
+        master.shutdown()
+        await runner
+        up.close()
+        return responses
+
+    return asyncio.run(main())
+
+
+counted: list[str] = []
+
+
+@pytest.fixture
+def hook_args_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = hooks.Hook.args
+
+    def args(self: hooks.Hook) -> list[Any]:
+        counted.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(hooks.Hook, "args", args)
+
+
+@pytest.mark.usefixtures("hook_args_counted")
+def test_no_hook_reads_its_dataclass_fields(tmp_path: Path) -> None:
+    responses = new_connections(tmp_path, CONNECTIONS)
+    assert responses == [RESPONSE] * CONNECTIONS
+    assert counted == []
+
+
+@pytest.mark.usefixtures("hook_args_counted")
+def test_mitmproxys_handler_read_them_for_every_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the replacement (what the test above would see if it were not installed).
+    monkeypatch.setattr(connsetup, "install", lambda: None)
+    monkeypatch.setattr(
+        mode_servers.ProxyConnectionHandler, "handle_hook", connsetup.ORIGINAL_HANDLE_HOOK
+    )
+    assert new_connections(tmp_path, CONNECTIONS) == [RESPONSE] * CONNECTIONS
+    assert len(counted) == HOOKS_PER_CONNECTION * CONNECTIONS
+
+
+def test_a_hosts_certificate_name_is_made_once(tmp_path: Path) -> None:
+    # get_cert names the client's SNI and the upstream's address (both `localhost` here)
+    # on each client handshake: one miss, then hits.
+    assert new_connections(tmp_path, CONNECTIONS) == [RESPONSE] * CONNECTIONS
+    info = connsetup.general_name.cache_info()
+    assert (info.misses, info.hits) == (1, 2 * CONNECTIONS - 1)
+    assert tlsconfig._ip_or_dns_name is connsetup.general_name
+
+
+NAMES = {
+    "host name": "example.com",
+    "capitals": "API.Example.COM",
+    "international": "bücher.example",
+    "IPv4": "192.0.2.7",
+    "IPv6": "2001:db8::1",
+    "not quite an address": "192.0.2.7.1",
+}
+
+
+@pytest.mark.parametrize("name", NAMES.values(), ids=NAMES.keys())
+def test_the_names_are_mitmproxys(name: str) -> None:
+    first = connsetup.general_name(name)
+    assert first == connsetup.ORIGINAL_IP_OR_DNS_NAME(name)
+    assert isinstance(first, x509.DNSName | x509.IPAddress)
+    assert connsetup.general_name(name) is first  # kept
+
+
+def test_a_name_that_cannot_be_encoded_fails_every_time() -> None:
+    label_too_long = "a" * 64 + ".example"
+    for _ in range(2):
+        with pytest.raises(UnicodeError):
+            connsetup.general_name(label_too_long)
+    with pytest.raises(UnicodeError):
+        connsetup.ORIGINAL_IP_OR_DNS_NAME(label_too_long)
+
+
+def test_the_cache_is_bounded() -> None:
+    assert connsetup.general_name.cache_info().maxsize == connsetup.NAMES
+
+
+def test_the_handler_is_mitmproxys_with_the_kept_field_names() -> None:
+    ours = _body(connsetup.handle_hook, drop_marked=False)
+    assert ours.replace("_hook_args(hook)", "hook.args()") == _body(
+        connsetup.ORIGINAL_HANDLE_HOOK, drop_marked=False
+    )
