@@ -324,4 +324,4 @@ class LeanMaster(master.Master):
         bodyread.install()  # a request body of known length handed on uncopied (D303)
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
         hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
-        connsetup.install()  # hook arguments per class, certificate names per host (D315)
+        connsetup.install()  # per hook class, per host, no Server made to be dropped (D315)

@@ -6,15 +6,16 @@ functions' results and source."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from mitmproxy import hooks
+from mitmproxy import connection, hooks, options
 from mitmproxy.addons import tlsconfig
-from mitmproxy.proxy import mode_servers
+from mitmproxy.proxy import context, mode_servers
 
 from sandbox_egress.runtime import connsetup
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
@@ -145,3 +146,54 @@ def test_the_handler_is_mitmproxys_with_the_kept_field_names() -> None:
     assert ours.replace("_hook_args(hook)", "hook.args()") == _body(
         connsetup.ORIGINAL_HANDLE_HOOK, drop_marked=False
     )
+
+
+@pytest.fixture
+def servers_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = connection.Server.__init__
+
+    def init(self: connection.Server, *args: Any, **kwargs: Any) -> None:
+        counted.append("Server")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(connection.Server, "__init__", init)
+
+
+SERVERS_PER_CONNECTION = 2  # the root context's (no upstream yet), the upstream's
+
+
+@pytest.mark.usefixtures("servers_counted")
+def test_a_new_connection_makes_only_the_servers_it_uses(tmp_path: Path) -> None:
+    assert new_connections(tmp_path, CONNECTIONS) == [RESPONSE] * CONNECTIONS
+    assert len(counted) == SERVERS_PER_CONNECTION * CONNECTIONS
+
+
+@pytest.mark.usefixtures("servers_counted")
+def test_mitmproxys_fork_made_five_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connsetup, "install", lambda: None)
+    monkeypatch.setattr(context.Context, "fork", connsetup.ORIGINAL_FORK)
+    assert new_connections(tmp_path, CONNECTIONS) == [RESPONSE] * CONNECTIONS
+    assert len(counted) == (SERVERS_PER_CONNECTION + 5) * CONNECTIONS
+
+
+def test_a_fork_is_mitmproxys() -> None:
+    client = connection.Client(
+        peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2), timestamp_start=1.0
+    )
+    parent = context.Context(client, options.Options())
+    parent.layers.append(object())  # type: ignore[arg-type]
+    theirs, ours = connsetup.ORIGINAL_FORK(parent), connsetup.fork(parent)
+    assert type(ours) is type(theirs) is context.Context
+    assert list(vars(ours)) == list(vars(theirs)) == ["client", "options", "server", "layers"]
+    for each in (ours, theirs):
+        assert each.client is client and each.options is parent.options
+        assert each.server is parent.server
+        assert each.layers == parent.layers and each.layers is not parent.layers
+    fork_source = inspect.getsource(connsetup.ORIGINAL_FORK)
+    assert "ret = Context(self.client, self.options)" in fork_source
+    assert "ret.server = self.server" in fork_source
+    assert "ret.layers = self.layers.copy()" in fork_source
+    init = inspect.getsource(context.Context.__init__)
+    assert [line.split("=")[0].strip() for line in init.splitlines() if " = " in line] == [
+        "self.client", "self.options", "self.server", "self.layers"
+    ]  # fmt: skip
