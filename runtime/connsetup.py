@@ -13,7 +13,7 @@ or that it threw away (issue 36, D315).
   encode raises each time, as before (nothing is kept for it). The certificate lookup
   itself is mitmproxy's (its store keys certificates by name and expires them).
 * mitmproxy's `Context.fork` builds a `Context` through its `__init__`, which makes a new
-  `Server` (a UUID from `os.urandom`, a dataclass of 30 fields each set through
+  `Server` (a UUID from `os.urandom`, a dataclass of 20 fields each set through
   `Server.__setattr__`), and then replaces it by the parent's: five of the seven `Server`s
   of a new intercepted connection were made to be dropped. `fork` here sets the same four
   attributes, in the same order, without making one.

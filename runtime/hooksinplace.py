@@ -40,6 +40,8 @@ ORIGINAL_PROCESS = layer.Layer._Layer__process  # type: ignore[attr-defined]
 def _answered(owner: layer.Layer, command: commands.Command) -> events.HookCompleted | None:
     """The completion of `command` if its hook finished while it was handed up, taken
     back from the handler (it will not be sent as an event)."""
+    if not isinstance(command, commands.StartHook):
+        return None
     waiting = command.__dict__.pop(DONE, None)
     if waiting is None:
         return None
@@ -48,7 +50,6 @@ def _answered(owner: layer.Layer, command: commands.Command) -> events.HookCompl
         routes = getattr(above, "command_sources", None)  # HttpLayer's, RawQuicLayer's
         if routes is not None:
             routes.pop(command, None)
-    assert isinstance(command, commands.StartHook)
     return events.HookCompleted(command)
 
 
