@@ -14,7 +14,9 @@ connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out
 garbage collector (D143); the connections presenting one certificate share one OpenSSL
 copy of it and its key (D161); a layer makes its queue of paused events only when one
 arrives (D163). Issue 36 adds: an HTTP/2 body goes through the layers once per read, not
-once per DATA frame (runtime/h2data.py, D289).
+once per DATA frame (runtime/h2data.py, D289); a layer whose hook finished at once
+resumes in place (runtime/hooksinplace.py, D314); what a new connection did per hook class
+or per host, or made only to drop, is done once or not at all (runtime/connsetup.py, D315).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
