@@ -3,8 +3,10 @@ or that it threw away (issue 36, D315).
 
 * mitmproxy's `ProxyConnectionHandler.handle_hook` unpacks each hook's one argument with
   `hook.args()`, which reads the hook class's dataclass fields anew every time (nineteen
-  hooks per new intercepted connection). `handle_hook` here is mitmproxy's method with
-  the engine's `hook_args`, which keeps the field names per class (D151's cache).
+  hooks per new intercepted connection), inside `TimeoutWatchdog.disarm()`, a context
+  manager made from a generator per hook. `handle_hook` here is mitmproxy's method with
+  the engine's `hook_args`, which keeps the field names per class (D151's cache), and
+  `disarm`'s body written out around it.
 * mitmproxy's `TlsConfig.get_cert` turns the client's SNI and the upstream's address into
   `x509.GeneralName`s for each client handshake (`_ip_or_dns_name`: an `ip_address` parse
   that fails for every host name, then an IDNA encoding). The function is pure and its
@@ -41,13 +43,22 @@ _hook_args: Callable[[commands.StartHook], list[Any]] = commands.StartHook.args
 
 async def handle_hook(self: Any, hook: commands.StartHook) -> None:
     # mitmproxy 12's `ProxyConnectionHandler.handle_hook` with `hook_args(hook)` for
-    # `hook.args()`.
-    with self.timeout_watchdog.disarm():
+    # `hook.args()` and `TimeoutWatchdog.disarm`'s body for the context manager (a
+    # generator and its manager per hook).
+    watchdog = self.timeout_watchdog
+    watchdog.can_timeout.clear()
+    watchdog.blocker += 1
+    try:
         # We currently only support single-argument hooks.
         (data,) = _hook_args(hook)
         await self.master.addons.handle_lifecycle(hook)
         if isinstance(data, flow.Flow):
             await data.wait_for_resume()  # type: ignore[no-untyped-call]  # pragma: no cover
+    finally:
+        watchdog.blocker -= 1
+        if watchdog.blocker == 0:
+            watchdog.register_activity()
+            watchdog.can_timeout.set()
 
 
 def fork(self: context.Context) -> context.Context:

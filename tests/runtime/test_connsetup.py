@@ -5,17 +5,19 @@ functions' results and source."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import ssl
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from mitmproxy import connection, hooks, options
+from mitmproxy import connection, ctx, hooks, options
 from mitmproxy.addons import tlsconfig
-from mitmproxy.proxy import context, mode_servers
+from mitmproxy.proxy import context, mode_servers, server
 
 from sandbox_egress.runtime import connsetup
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
@@ -141,11 +143,95 @@ def test_the_cache_is_bounded() -> None:
     assert connsetup.general_name.cache_info().maxsize == connsetup.NAMES
 
 
-def test_the_handler_is_mitmproxys_with_the_kept_field_names() -> None:
-    ours = _body(connsetup.handle_hook, drop_marked=False)
-    assert ours.replace("_hook_args(hook)", "hook.args()") == _body(
-        connsetup.ORIGINAL_HANDLE_HOOK, drop_marked=False
+def _normal(code: str) -> str:
+    return "\n".join(ast.unparse(each) for each in ast.parse(textwrap.dedent(code)).body)
+
+
+MITMPROXYS_HANDLE_HOOK = """
+    with self.timeout_watchdog.disarm():
+        (data,) = hook.args()
+        await self.master.addons.handle_lifecycle(hook)
+        if isinstance(data, flow.Flow):
+            await data.wait_for_resume()
+"""
+MITMPROXYS_DISARM = """
+    self.can_timeout.clear()
+    self.blocker += 1
+    try:
+        yield
+    finally:
+        self.blocker -= 1
+        if self.blocker == 0:
+            self.register_activity()
+            self.can_timeout.set()
+"""
+OURS = """
+    watchdog = self.timeout_watchdog
+    watchdog.can_timeout.clear()
+    watchdog.blocker += 1
+    try:
+        (data,) = _hook_args(hook)
+        await self.master.addons.handle_lifecycle(hook)
+        if isinstance(data, flow.Flow):
+            await data.wait_for_resume()
+    finally:
+        watchdog.blocker -= 1
+        if watchdog.blocker == 0:
+            watchdog.register_activity()
+            watchdog.can_timeout.set()
+"""
+
+
+def test_the_handler_is_mitmproxys_with_disarm_written_out() -> None:
+    assert _body(connsetup.ORIGINAL_HANDLE_HOOK, drop_marked=False) == _normal(
+        MITMPROXYS_HANDLE_HOOK
     )
+    assert _body(server.TimeoutWatchdog.disarm, drop_marked=False) == _normal(MITMPROXYS_DISARM)
+    assert _body(connsetup.handle_hook, drop_marked=False) == _normal(OURS)
+
+
+class Watching:
+    """Notes the connection handler's watchdog while a hook waits and after the response."""
+
+    def __init__(self) -> None:
+        self.during: list[tuple[int, bool]] = []
+        self.handlers: list[Any] = []
+
+    async def requestheaders(self, flow: Any) -> None:
+        (handler,) = ctx.master.addons.get("proxyserver").connections.values()
+        self.handlers.append(handler)
+        await asyncio.sleep(0)
+        watchdog = handler.timeout_watchdog
+        self.during.append((watchdog.blocker, watchdog.can_timeout.is_set()))
+
+
+def test_the_watchdog_is_disarmed_while_a_hook_runs_and_armed_after(tmp_path: Path) -> None:
+    watching = Watching()
+    after: list[tuple[int, bool]] = []
+
+    async def main() -> None:
+        up = await asyncio.get_running_loop().create_server(
+            FixedResponse.serving(RESPONSE), "127.0.0.1", 0
+        )
+        up_port = up.sockets[0].getsockname()[1]
+        master, runner, port = await start_lean_engine(
+            tmp_path / "conf", lambda master: master.addons.add(watching)
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(3):
+            writer.write(b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % up_port)
+            await reader.readuntil(b"\r\n\r\n")
+            assert await reader.readexactly(len(BODY)) == BODY
+            watchdog = watching.handlers[-1].timeout_watchdog
+            after.append((watchdog.blocker, watchdog.can_timeout.is_set()))
+        writer.close()
+        master.shutdown()
+        await runner
+        up.close()
+
+    asyncio.run(main())
+    assert watching.during == [(1, False)] * 3
+    assert after == [(0, True)] * 3
 
 
 @pytest.fixture
