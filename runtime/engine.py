@@ -14,7 +14,9 @@ connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out
 garbage collector (D143); the connections presenting one certificate share one OpenSSL
 copy of it and its key (D161); a layer makes its queue of paused events only when one
 arrives (D163). Issue 36 adds: an HTTP/2 body goes through the layers once per read, not
-once per DATA frame (runtime/h2data.py, D289).
+once per DATA frame (runtime/h2data.py, D289); a layer whose hook finished at once
+resumes in place (runtime/hooksinplace.py, D314); what a new connection did per hook class
+or per host, or made only to drop, is done once or not at all (runtime/connsetup.py, D315).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -54,7 +56,16 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import bodyread, h2data, idlebios, layerqueues, tickets, tlsread
+from sandbox_egress.runtime import (
+    bodyread,
+    connsetup,
+    h2data,
+    hooksinplace,
+    idlebios,
+    layerqueues,
+    tickets,
+    tlsread,
+)
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -318,3 +329,5 @@ class LeanMaster(master.Master):
         h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
         bodyread.install()  # a request body of known length handed on uncopied (D303)
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
+        hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
+        connsetup.install()  # per hook class, per host, no Server made to be dropped (D315)

@@ -28,6 +28,8 @@ from typing import Any
 from mitmproxy.proxy import commands, events
 from mitmproxy.utils import asyncio_utils
 
+from sandbox_egress.runtime.hooksinplace import DONE
+
 ServerEvent = Callable[[events.Event], Coroutine[Any, Any, None]]
 
 
@@ -48,6 +50,7 @@ def answer_hooks_inline(handler: Any) -> None:
             return
         if lock.locked():
             completed.append(hook)
+            hook.__dict__[DONE] = completed  # the paused layer may take it back (D314)
         else:
             await handler.server_event(events.HookCompleted(hook))
 
