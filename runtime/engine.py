@@ -54,7 +54,15 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import bodyread, h2data, idlebios, layerqueues, tickets, tlsread
+from sandbox_egress.runtime import (
+    bodyread,
+    h2data,
+    headerlookup,
+    idlebios,
+    layerqueues,
+    tickets,
+    tlsread,
+)
 from sandbox_egress.runtime.bulkio import widen
 from sandbox_egress.runtime.coalesce import (
     coalesce_decided,
@@ -314,3 +322,4 @@ class LeanMaster(master.Master):
         h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
         bodyread.install()  # a request body of known length handed on uncopied (D303)
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
+        headerlookup.install()  # a header looked up in one loop over the fields (D310)
