@@ -60,6 +60,7 @@ from sandbox_egress.runtime import (
     headerlookup,
     idlebios,
     layerqueues,
+    streamhooks,
     tickets,
     tlsread,
 )
@@ -184,6 +185,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         # Called by the server instance after the top layer is set, before handle_client.
         coalesce_root(handler)
         widen(handler)
+        streamhooks.attach(handler)  # a request's hooks start in its stream (D311)
         answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
         with super().register_connection(connection_id, handler):
             yield
@@ -323,3 +325,4 @@ class LeanMaster(master.Master):
         bodyread.install()  # a request body of known length handed on uncopied (D303)
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
         headerlookup.install()  # a header looked up in one loop over the fields (D310)
+        streamhooks.install()  # a request's hook that finishes at once, answered in place (D311)

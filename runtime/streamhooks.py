@@ -1,0 +1,111 @@
+"""A request's hooks start where its stream asks for them (issue 36, D311).
+
+mitmproxy's `HttpStream` asks for the four hooks of each request (`requestheaders`,
+`request`, `responseheaders`, `response`) by yielding a blocking `StartHook`. The command
+climbs the layer stack (HTTP layer, client TLS layer, the root and our wrappers), the
+connection handler starts it in a task, and its `HookCompleted` climbs back down the same
+layers to the stream, which was paused meanwhile and queued what arrived. Under
+mitmproxy's eager task factory the hook's addons have usually run to their end before
+`create_task` returned; the two trips through the layers are all that is left: about a
+tenth of a kept-alive request's CPU (D311's profile).
+
+`install()` wraps `HttpStream._handle_event`: when the stream yields one of those four
+hooks and its connection handler has `attach`ed, the hook's task starts right there, as
+the handler would start it (`handle_hook` in a task of mitmproxy's, same name). If the
+task has finished without an error, the stream goes on at once, as it does when a
+`HookCompleted` arrives (its reply is None). Otherwise (an addon waited: a lookup, an
+intercepted flow; or it raised), the `StartHook` is yielded as before, carrying its
+running task, and the handler's `handle_hook` awaits that task instead of starting the
+hook a second time: the completion comes back the usual way.
+
+What a layer or addon sees does not change: every hook runs, in the same order, with the
+same flow, inside the handler's event (mitmproxy's eager task ran it there too); what a
+stream sent before a hook reaches its connection before anything the stream sends after
+it. Only the two trips through the layers go. tests/runtime/test_streamhooks.py counts
+`HookCompleted` events per request and pins the mitmproxy internals this relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from typing import Any
+
+from mitmproxy.proxy import commands
+from mitmproxy.proxy.layers import http
+from mitmproxy.utils import asyncio_utils
+
+PER_REQUEST = (
+    http.HttpRequestHeadersHook,
+    http.HttpRequestHook,
+    http.HttpResponseHeadersHook,
+    http.HttpResponseHook,
+)
+RUNNING = "egress_running_task"  # on a StartHook yielded with its task already started
+STARTER = "egress_start_hook"  # on a connection's root layer: how its streams start a hook
+ORIGINAL_HANDLE_EVENT = http.HttpStream._handle_event
+
+Start = Callable[[commands.StartHook], "asyncio.Task[None]"]
+Commands = Generator[commands.Command, Any, None]
+
+
+def attach(handler: Any) -> None:
+    """Let the streams of `handler` (a mitmproxy `ConnectionHandler`, before
+    `handle_client`) start their hooks themselves. Call it before anything wraps
+    `handler.handle_hook` (runtime/inlinehooks.py reads it once)."""
+    handle_hook = handler.handle_hook
+
+    def start(hook: commands.StartHook) -> asyncio.Task[None]:
+        # What the handler's `server_event` does with a StartHook, less the completion.
+        return asyncio_utils.create_task(
+            handle_hook(hook),
+            name=f"handle_hook({hook.name})",
+            keep_ref=True,
+            client=handler.client.peername,
+        )
+
+    async def handling(hook: commands.StartHook) -> None:
+        running: asyncio.Task[None] | None = hook.__dict__.pop(RUNNING, None)
+        if running is None:
+            await handle_hook(hook)
+        else:
+            await running  # started by the stream: not a second time
+
+    handler.handle_hook = handling
+    setattr(handler.layer, STARTER, start)
+
+
+def _handle_event(self: http.HttpStream, event: Any) -> Commands:
+    produced: Commands = ORIGINAL_HANDLE_EVENT(self, event)
+    start: Start | None = getattr(self.context.layers[0], STARTER, None)
+    if start is None:
+        return produced
+    return _answered(produced, start)
+
+
+def _answered(produced: Commands, start: Start) -> Commands:
+    """`produced`, with each per-request hook that finishes at once answered in place."""
+    try:
+        sent: Any = None
+        while True:
+            try:
+                command = produced.send(sent)
+            except StopIteration:
+                return
+            while isinstance(command, PER_REQUEST):
+                running = start(command)
+                if not running.done() or running.cancelled() or running.exception() is not None:
+                    setattr(command, RUNNING, running)  # its completion comes as before
+                    break
+                try:
+                    command = produced.send(None)  # what HookCompleted hands the stream
+                except StopIteration:
+                    return
+            sent = yield command
+    finally:
+        produced.close()
+
+
+def install() -> None:
+    """From now on a stream of an attached handler starts its own hooks (idempotent)."""
+    http.HttpStream._handle_event = _handle_event  # type: ignore[method-assign]
