@@ -28,13 +28,18 @@ HOOKS = ("requestheaders", "request", "responseheaders", "response")
 class Hooks:
     """Every per-request hook; those in `waiting` wait a loop turn first; `answer` makes
     the `request` hook answer the client itself from the second request on; `kill` kills
-    the flow at `responseheaders` from the second request on."""
+    the flow at `responseheaders` from the second request on; `stream` streams the
+    response body (as the product's response stage does)."""
 
     def __init__(
-        self, waiting: tuple[str, ...] = (), answer: bool = False, kill: bool = False
+        self,
+        waiting: tuple[str, ...] = (),
+        answer: bool = False,
+        kill: bool = False,
+        stream: bool = False,
     ) -> None:
         self.seen: list[str] = []
-        self.answer, self.kill = answer, kill
+        self.answer, self.kill, self.stream = answer, kill, stream
         for name in HOOKS:
             setattr(self, name, self._waits(name) if name in waiting else self._at_once(name))
 
@@ -46,6 +51,7 @@ class Hooks:
                 flow.response = http.Response.make(403, b"answered here")
             if name == "responseheaders" and flow.response is not None:
                 flow.response.headers["x-hooked"] = "yes"
+                flow.response.stream = self.stream  # streamed as the product streams it
                 if self.kill and later:
                     flow.kill()
 
@@ -204,3 +210,58 @@ def test_the_internals_it_relies_on() -> None:
     assert "create_task" in inspect.getsource(asyncio_utils.create_task)
     register = inspect.getsource(engine.CoalescingProxyserver.register_connection)
     assert register.index("streamhooks.attach(handler)") < register.index("answer_hooks_inline")
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+
+
+def client_writes(tmp_path: Path, streams: bool) -> list[bytes]:
+    """What the engine wrote to its client for one kept-alive GET whose chunked answer
+    (head, chunk and last chunk) arrives in one read, each `write` separately."""
+    written: list[bytes] = []
+    original = asyncio.StreamWriter.write
+
+    def recording(self: asyncio.StreamWriter, data: Any) -> None:
+        if self.get_extra_info("sockname")[1] == port:  # the engine's client leg
+            written.append(bytes(data))
+        original(self, data)
+
+    port = 0
+
+    async def main() -> None:
+        nonlocal port
+        up = await asyncio.get_running_loop().create_server(
+            FixedResponse.serving(CHUNKED), "127.0.0.1", 0
+        )
+        up_port = up.sockets[0].getsockname()[1]
+        master, runner, port = await start_lean_engine(
+            tmp_path / "conf", lambda master: master.addons.add(Hooks(stream=True))
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(2):  # the second on the kept-alive connections
+            written.clear()
+            writer.write(b"GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % up_port)
+            await reader.readuntil(b"0\r\n\r\n")
+        writer.close()
+        master.shutdown()
+        await runner
+        up.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asyncio.StreamWriter, "write", recording)
+        if not streams:
+            patch.setattr(streamhooks, "attach", lambda handler: None)
+        asyncio.run(main())
+    return written
+
+
+def test_a_streamed_chunked_answer_goes_to_the_client_in_one_write(tmp_path: Path) -> None:
+    # Read at once. Through the layers, the `response` hook came between the body and the
+    # last chunk:
+    # two writes (two TLS records on an intercepted connection). In place: one.
+    before = client_writes(tmp_path / "before", streams=False)
+    after = client_writes(tmp_path / "after", streams=True)
+    assert b"".join(after) == b"".join(before)
+    assert b"".join(after).endswith(b"5\r\nhello\r\n0\r\n\r\n")
+    assert [w.endswith(b"0\r\n\r\n") for w in before] == [False, True]
+    assert len(after) == 1
