@@ -6,8 +6,8 @@ climbs the layer stack (HTTP layer, client TLS layer, the root and our wrappers)
 connection handler starts it in a task, and its `HookCompleted` climbs back down the same
 layers to the stream, which was paused meanwhile and queued what arrived. Under
 mitmproxy's eager task factory the hook's addons have usually run to their end before
-`create_task` returned; the two trips through the layers are all that is left: about a
-tenth of a kept-alive request's CPU (D311's profile).
+`create_task` returned; the two trips through the layers are all that is left (D311
+measures what they cost).
 
 `install()` wraps `HttpStream._handle_event`: when the stream yields one of those four
 hooks and its connection handler has `attach`ed, the hook's task starts right there, as
@@ -19,10 +19,14 @@ running task, and the handler's `handle_hook` awaits that task instead of starti
 hook a second time: the completion comes back the usual way.
 
 What a layer or addon sees does not change: every hook runs, in the same order, with the
-same flow, inside the handler's event (mitmproxy's eager task ran it there too); what a
-stream sent before a hook reaches its connection before anything the stream sends after
-it. Only the two trips through the layers go. tests/runtime/test_streamhooks.py counts
-`HookCompleted` events per request and pins the mitmproxy internals this relies on.
+same flow, inside the handler's event (mitmproxy's eager task ran it there too). What a
+stream sent before a hook answered in place leaves with what it sends after it, in one
+write: a streamed chunked answer's body and last chunk, around the `response` hook. Where
+nothing follows the hook on the wire (a streamed body on an HTTP/1 leg without chunked
+coding, `ends_with_body`), the hook goes through the layers as before, so the peer has the
+whole message before the hook's work runs. Only the two trips through the layers go.
+tests/runtime/test_streamhooks.py counts `HookCompleted` events per request and pins the
+mitmproxy internals this relies on.
 """
 
 from __future__ import annotations
@@ -80,10 +84,29 @@ def _handle_event(self: http.HttpStream, event: Any) -> Commands:
     start: Start | None = getattr(self.context.layers[0], STARTER, None)
     if start is None:
         return produced
-    return _answered(produced, start)
+    return _answered(produced, start, self)
 
 
-def _answered(produced: Commands, start: Start) -> Commands:
+def ends_with_body(stream: http.HttpStream, hook: commands.StartHook) -> bool:
+    """Whether `hook` follows a body `stream` has streamed and whose last byte was the
+    message's last: an HTTP/1 leg without chunked coding sends nothing at its end. Such a
+    hook goes through the layers, which hand on what was sent before it first: the peer
+    has its whole message before the hook runs, as before (D311)."""
+    flow = hook.flow  # type: ignore[attr-defined]  # the four per-request hooks carry it
+    if type(hook) is http.HttpResponseHook:
+        if stream.server_state != stream.state_stream_response_body:
+            return False
+        message, http1 = flow.response, not (flow.request.is_http2 or flow.request.is_http3)
+    elif type(hook) is http.HttpRequestHook:
+        if stream.client_state != stream.state_stream_request_body:
+            return False
+        message, http1 = flow.request, flow.server_conn.alpn not in (b"h2", b"h3")
+    else:
+        return False
+    return http1 and "chunked" not in message.headers.get("transfer-encoding", "").lower()
+
+
+def _answered(produced: Commands, start: Start, stream: http.HttpStream) -> Commands:
     """`produced`, with each per-request hook that finishes at once answered in place."""
     try:
         sent: Any = None
@@ -92,7 +115,7 @@ def _answered(produced: Commands, start: Start) -> Commands:
                 command = produced.send(sent)
             except StopIteration:
                 return
-            while isinstance(command, PER_REQUEST):
+            while isinstance(command, PER_REQUEST) and not ends_with_body(stream, command):
                 running = start(command)
                 if not running.done() or running.cancelled() or running.exception() is not None:
                     setattr(command, RUNNING, running)  # its completion comes as before

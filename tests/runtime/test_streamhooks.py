@@ -265,3 +265,40 @@ def test_a_streamed_chunked_answer_goes_to_the_client_in_one_write(tmp_path: Pat
     assert b"".join(after).endswith(b"5\r\nhello\r\n0\r\n\r\n")
     assert [w.endswith(b"0\r\n\r\n") for w in before] == [False, True]
     assert len(after) == 1
+
+
+def test_a_streamed_body_that_ends_the_message_leaves_before_the_response_hook(
+    tmp_path: Path,
+) -> None:
+    # A content-length answer, streamed: its last byte is the message's last. The response
+    # hook goes through the layers (1 HookCompleted per request, the other three answered
+    # in place), which write the body first: the client has it whole before the hook runs.
+    written: list[bytes] = []
+    at_response_hook: list[int] = []
+    original = asyncio.StreamWriter.write
+
+    def recording(self: asyncio.StreamWriter, data: Any) -> None:
+        written.append(bytes(data))
+        original(self, data)
+
+    class Watching(Hooks):
+        def __init__(self) -> None:
+            super().__init__(stream=True)
+            at_once = self.response
+
+            def response(flow: http.HTTPFlow) -> None:
+                at_response_hook.append(sum(w.count(BODY) for w in written))
+                at_once(flow)
+
+            self.response = response
+
+    hooks = Watching()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asyncio.StreamWriter, "write", recording)
+        completions, read, _ = through_proxy(tmp_path, hooks, streams=True)
+    assert completions == 1
+    assert all(r.startswith(b"HTTP/1.1 200") and r.endswith(BODY) for r in read)
+    # Each time, this answer's body was already written to the client (the upstream
+    # writes through its transport, not a StreamWriter).
+    assert at_response_hook == list(range(1, REQUESTS + 2))
+    assert hooks.seen == list(HOOKS) * (REQUESTS + 1)
