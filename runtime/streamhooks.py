@@ -9,8 +9,9 @@ mitmproxy's eager task factory the hook's addons have usually run to their end b
 `create_task` returned; the two trips through the layers are all that is left (D311
 measures what they cost).
 
-`install()` wraps `HttpStream._handle_event`: when the stream yields one of those four
-hooks and its connection handler has `attach`ed, the hook's task starts right there, as
+`install()` gives each `HttpStream` of a connection whose handler has `attach`ed its own
+`_handle_event`: the class's (with whatever wraps it then), and when it yields one of
+those four hooks, the hook's task starts right there, as
 the handler would start it (`handle_hook` in a task of mitmproxy's, same name). If the
 task has finished without an error, the stream goes on at once, as it does when a
 `HookCompleted` arrives (its reply is None). Otherwise (an addon waited: a lookup, an
@@ -47,7 +48,7 @@ PER_REQUEST = (
 )
 RUNNING = "egress_running_task"  # on a StartHook yielded with its task already started
 STARTER = "egress_start_hook"  # on a connection's root layer: how its streams start a hook
-ORIGINAL_HANDLE_EVENT = http.HttpStream._handle_event
+ORIGINAL_INIT = http.HttpStream.__init__
 
 Start = Callable[[commands.StartHook], "asyncio.Task[None]"]
 Commands = Generator[commands.Command, Any, None]
@@ -79,12 +80,24 @@ def attach(handler: Any) -> None:
     setattr(handler.layer, STARTER, start)
 
 
-def _handle_event(self: http.HttpStream, event: Any) -> Commands:
-    produced: Commands = ORIGINAL_HANDLE_EVENT(self, event)
-    start: Start | None = getattr(self.context.layers[0], STARTER, None)
-    if start is None:
-        return produced
-    return _answered(produced, start, self)
+def _init(self: http.HttpStream, context: Any, stream_id: int) -> None:
+    ORIGINAL_INIT(self, context, stream_id)
+    start: Start | None = getattr(context.layers[0], STARTER, None)
+    if start is not None:
+        self._handle_event = _answering(self, start)
+
+
+def _answering(stream: http.HttpStream, start: Start) -> Callable[[Any], Commands]:
+    """The stream's own `_handle_event`: the class's, whatever wraps it now (our addons'
+    `addons/limits.py` and `addons/pushgate.py` do, after the engine starts), with the
+    hooks that come out of it answered in place. Outermost, so every wrapper sees each
+    hook as it did."""
+    cls = type(stream)
+
+    def handle_event(event: Any) -> Commands:
+        return _answered(cls._handle_event(stream, event), start, stream)
+
+    return handle_event
 
 
 def ends_with_body(stream: http.HttpStream, hook: commands.StartHook) -> bool:
@@ -131,4 +144,4 @@ def _answered(produced: Commands, start: Start, stream: http.HttpStream) -> Comm
 
 def install() -> None:
     """From now on a stream of an attached handler starts its own hooks (idempotent)."""
-    http.HttpStream._handle_event = _handle_event  # type: ignore[method-assign]
+    http.HttpStream.__init__ = _init  # type: ignore[method-assign]

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mitmproxy import http
-from mitmproxy.proxy import events, server
+from mitmproxy import http, options
+from mitmproxy.proxy import context, events, layer, server
 from mitmproxy.proxy.layers import http as http_layers
+from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
+from sandbox_egress.addons import limits, pushgate
 from sandbox_egress.runtime import engine, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 
@@ -181,18 +183,48 @@ def test_a_hook_that_kills_the_flow_closes_the_connection_as_before(tmp_path: Pa
     assert after.seen == before.seen == [*HOOKS, *HOOKS[:3]]
 
 
-def test_a_stream_without_an_attached_handler_yields_its_hooks() -> None:
+def test_only_a_stream_of_an_attached_connection_answers_in_place() -> None:
+    streamhooks.install()
+
     class Root:
         pass
 
-    class Stream:
-        context = type("Context", (), {"layers": [Root()]})()
+    def stream(root: object | None) -> http_layers.HttpStream:
+        ctx = context.Context(tflow.tclient_conn(), options.Options())
+        if root is not None:
+            ctx.layers.append(root)
+        return http_layers.HttpStream(ctx, 1)
 
-    streamhooks.install()
-    produced = iter([http_layers.HttpRequestHook(http.HTTPFlow(None, None))])  # type: ignore[arg-type]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(streamhooks, "ORIGINAL_HANDLE_EVENT", lambda self, event: produced)
-        assert streamhooks._handle_event(Stream(), None) is produced  # type: ignore[arg-type]
+    assert "_handle_event" not in stream(None).__dict__
+    assert "_handle_event" not in stream(Root()).__dict__
+    attached = Root()
+    setattr(attached, streamhooks.STARTER, lambda hook: None)
+    assert "_handle_event" in stream(attached).__dict__
+
+
+def test_the_products_stream_wrappers_still_see_each_hook(tmp_path: Path) -> None:
+    # addons/limits.py marks, as the `requestheaders` hook passes it, whether a body
+    # follows; addons/pushgate.py wraps that. They wrap the class after the engine starts:
+    # the stream answers its hooks outside of them.
+    limits.install(lambda _limit: None)
+    seen: list[object] = []
+
+    class Marked(Hooks):
+        def __init__(self) -> None:
+            super().__init__()
+            at_once = self.requestheaders
+
+            def requestheaders(flow: http.HTTPFlow) -> None:
+                seen.append(flow.metadata.get(limits.BODY_FOLLOWS))
+                at_once(flow)
+
+            self.requestheaders = requestheaders
+
+    completions, read, _ = through_proxy(tmp_path, Marked(), streams=True)
+    assert http_layers.HttpStream._handle_event is pushgate._gated
+    assert completions == 0
+    assert seen == [False] * (REQUESTS + 1)  # a GET: no body follows
+    assert all(r.startswith(b"HTTP/1.1 200") for r in read)
 
 
 def test_the_internals_it_relies_on() -> None:
@@ -208,6 +240,11 @@ def test_the_internals_it_relies_on() -> None:
         assert f"yield {hook}(self.flow)" in stream
     assert "yield HttpResponseHook(self.flow)" in stream
     assert "create_task" in inspect.getsource(asyncio_utils.create_task)
+    # A layer runs the `_handle_event` its instance has; a stream is made with its context.
+    assert "self._handle_event(event)" in inspect.getsource(layer.Layer.handle_event)
+    assert list(inspect.signature(streamhooks.ORIGINAL_INIT).parameters) == [
+        "self", "context", "stream_id"
+    ]  # fmt: skip
     register = inspect.getsource(engine.CoalescingProxyserver.register_connection)
     assert register.index("streamhooks.attach(handler)") < register.index("answer_hooks_inline")
 
