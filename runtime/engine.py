@@ -60,9 +60,11 @@ from sandbox_egress.runtime import (
     bodyread,
     connsetup,
     h2data,
+    headerlookup,
     hooksinplace,
     idlebios,
     layerqueues,
+    streamhooks,
     tickets,
     tlsread,
 )
@@ -191,6 +193,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         # it is, not wrapped in a second one suspended for the connection's life (D308).
         coalesce_root(handler)
         widen(handler)
+        streamhooks.attach(handler)  # a request's hooks start in its stream (D311)
         answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
         lighten_watchdog(handler)  # its timeout watchdog waiters in a list (D307)
         return super().register_connection(connection_id, handler)
@@ -331,3 +334,5 @@ class LeanMaster(master.Master):
         tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
         hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
         connsetup.install()  # per hook class, per host, no Server made to be dropped (D315)
+        headerlookup.install()  # a header looked up in one loop over the fields (D310)
+        streamhooks.install()  # a request's hook that finishes at once, answered in place (D311)

@@ -18,7 +18,7 @@ import pytest
 from mitmproxy.proxy import events, layer, server
 from mitmproxy.proxy.layers.http import HttpLayer
 
-from sandbox_egress.runtime import hooksinplace, inlinehooks
+from sandbox_egress.runtime import hooksinplace, inlinehooks, streamhooks
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 BODY = b"in place " * 10
@@ -115,6 +115,9 @@ def through_engine(tmp_path: Path, hooks: Hooks, in_place: bool) -> Traffic:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(server.ConnectionHandler, "server_event", counting)
         patch.setattr(HttpLayer, "__init__", noted)
+        # D311 answers a request's hooks inside its stream, before any layer sees them: off
+        # in both runs, so that the layers' completions measure D314 alone.
+        patch.setattr(streamhooks, "attach", lambda handler: None)
         if not in_place:  # mitmproxy's methods, and the engine does not install ours
             patch.setattr(hooksinplace, "install", lambda: None)
             patch.setattr(layer.Layer, "handle_event", hooksinplace.ORIGINAL_HANDLE_EVENT)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mitmproxy.proxy import server
 
-from sandbox_egress.runtime import engine
+from sandbox_egress.runtime import engine, streamhooks
 from sandbox_egress.runtime.inlinehooks import free
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 
@@ -48,7 +48,9 @@ class Hooks:
         return hook
 
 
-def through_proxy(tmp_path: Path, hooks: Hooks, inline: bool) -> tuple[int, list[bytes]]:
+def through_proxy(
+    tmp_path: Path, hooks: Hooks, inline: bool, streams: bool = False
+) -> tuple[int, list[bytes]]:
     """`REQUESTS` kept-alive GETs through the engine: the handlers' lock waits per request
     (after the first) and every response head."""
     waits = 0
@@ -91,10 +93,15 @@ def through_proxy(tmp_path: Path, hooks: Hooks, inline: bool) -> tuple[int, list
         return heads
 
     if inline:
-        heads = asyncio.run(main())
+        with pytest.MonkeyPatch.context() as patch:
+            if not streams:  # the hand-over alone (D311 answers most hooks before it)
+                patch.setattr(streamhooks, "attach", lambda handler: None)
+            heads = asyncio.run(main())
     else:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(engine, "answer_hooks_inline", lambda handler: None)
+            # mitmproxy's hand-over: nor do the streams start their own hooks (D311)
+            patch.setattr(streamhooks, "attach", lambda handler: None)
             heads = asyncio.run(main())
     return waits // REQUESTS, heads
 
