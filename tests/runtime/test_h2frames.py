@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
 from sandbox_egress.runtime import h2data, h2frames
+from testbed.h2pair import open_get
 
 LIMIT = 2**17
 
@@ -209,17 +210,7 @@ def _upstream_pair() -> tuple[h2.connection.H2Connection, BufferedH2Connection, 
     """A server (h2) and mitmproxy's client connection (the upstream leg), one GET open."""
     server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
     client = BufferedH2Connection(h2.config.H2Configuration(client_side=True))
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    stream = client.get_next_available_stream_id()
-    client.send_headers(stream, [(":method", "GET"), (":scheme", "https"),
-                                 (":authority", "a.test"), (":path", "/")], end_stream=True)  # fmt: skip
-    server.receive_data(client.data_to_send())
-    server.send_headers(stream, [(":status", "200")])
-    client.receive_data(server.data_to_send())
+    stream = open_get(client, server)
     return server, client, stream
 
 
@@ -270,17 +261,7 @@ def _client_leg(
     )
     client.max_inbound_frame_size = max_frame  # what h2 sets when a changed setting is acked
     server = BufferedH2Connection(h2.config.H2Configuration(client_side=False))
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    stream = client.get_next_available_stream_id()
-    client.send_headers(stream, [(":method", "GET"), (":scheme", "https"),
-                                 (":authority", "a.test"), (":path", "/")], end_stream=True)  # fmt: skip
-    server.receive_data(client.data_to_send())
-    server.send_headers(stream, [(":status", "200")])
-    client.receive_data(server.data_to_send())
+    stream = open_get(client, server)
     return client, server, stream
 
 
