@@ -20,6 +20,8 @@ from mitmproxy.proxy.layers.http import HttpLayer
 
 from sandbox_egress.runtime import hooksinplace, inlinehooks, streamhooks
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
+from testbed.hookaddon import HOOKS as PER_REQUEST
+from testbed.hookaddon import PerRequestHooks as Hooks
 
 BODY = b"in place " * 10
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
@@ -31,36 +33,8 @@ PER_CONNECTION = (
     "next_layer", "http_connect", "http_connected", "next_layer", "tls_clienthello",
     "tls_start_client", "tls_established_client", "next_layer",
 )  # fmt: skip
-PER_REQUEST = ("requestheaders", "request", "responseheaders", "response")
 FIRST_REQUEST_ONLY = ("tls_start_server", "tls_established_server")  # the upstream's TLS
 LAYER_HOOKS = len(PER_CONNECTION) + len(FIRST_REQUEST_ONLY) + len(PER_REQUEST) * REQUESTS
-
-
-class Hooks:
-    """An addon on every per-request hook, finishing at once or, `waiting`, after a loop
-    turn; it writes down what it saw and marks the response."""
-
-    def __init__(self, waiting: tuple[str, ...] = ()) -> None:
-        self.seen: list[str] = []
-        for name in PER_REQUEST:
-            setattr(self, name, self._waits(name) if name in waiting else self._at_once(name))
-
-    def _at_once(self, name: str) -> Any:
-        def hook(flow: Any) -> None:
-            self.seen.append(f"{name} {flow.request.path}")
-            if name == "responseheaders":
-                flow.response.headers["x-hooked"] = flow.request.path
-
-        return hook
-
-    def _waits(self, name: str) -> Any:
-        at_once = self._at_once(name)
-
-        async def hook(flow: Any) -> None:
-            await asyncio.sleep(0)
-            at_once(flow)
-
-        return hook
 
 
 class Traffic:
@@ -149,7 +123,7 @@ def test_hooks_that_finish_at_once_are_answered_in_place(
     for n, response in enumerate(ours.responses):
         path = b"/%d/%d" % divmod(n, REQUESTS)
         assert response.startswith(b"HTTP/1.1 200") and b"x-hooked: " + path in response
-    assert hooks_after.seen == hooks_before.seen
+    assert (hooks_after.seen, hooks_after.paths) == (hooks_before.seen, hooks_before.paths)
     assert len(hooks_after.seen) == CONNECTIONS * REQUESTS * len(PER_REQUEST)
 
 
