@@ -28,7 +28,6 @@ from sandbox_egress.proxy.mcp import McpPolicy, McpState
 from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
 from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route
 from sandbox_egress.proxy.mcp.sse import EventStream
-from sandbox_egress.proxy.mcp.websocket import filter_received, judge_sent
 from sandbox_egress.proxy.mcp.tools_list import (
     Unreadable,
     json_transform,
@@ -36,6 +35,7 @@ from sandbox_egress.proxy.mcp.tools_list import (
     tools_filter,
     unreadable_answer,
 )
+from sandbox_egress.proxy.mcp.websocket import filter_received, judge_sent
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 Stream = Callable[[bytes], Iterable[bytes] | bytes]

@@ -205,7 +205,9 @@ class Requests:
             state.refused_here = True
             if flow.error is None:
                 mitm.kill(flow)
-        elif isinstance(state, FlowState) and state.mcp and state.mcp.held and not state.mcp.verdict:
+        elif (
+            isinstance(state, FlowState) and state.mcp and state.mcp.held and not state.mcp.verdict
+        ):
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = mcp.judge(flow, state, decided, self.shared.metrics)

@@ -68,9 +68,7 @@ def on_endpoint(policy: McpPolicy, path: str) -> bool:
     return False
 
 
-def mcp_route(
-    policies: tuple[McpPolicy, ...], path: str, *, body: bool, websocket: bool
-) -> Route:
+def mcp_route(policies: tuple[McpPolicy, ...], path: str, *, body: bool, websocket: bool) -> Route:
     """How a request on an MCP entry is judged; `path` without the query."""
     if websocket:
         return Route.WEBSOCKET if all(p.websocket for p in policies) else Route.REFUSED

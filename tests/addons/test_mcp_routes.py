@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mitmproxy import http
 import pytest
+from mitmproxy import http
 from mitmproxy.test import tflow
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode

@@ -9,7 +9,6 @@ reaches the upstream; a body that is not JSON-RPC on another path still does.
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Callable
 
@@ -33,7 +32,9 @@ network:
         endpoint: ["/mcp"]
         tools: [search_repositories]
 """
-DROP = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
+DROP = (
+    b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
+)
 SEARCH = DROP.replace(b"delete_repo", b"search_repositories")
 JSON = [("Content-Type", "application/json")]
 SPELLINGS = ["/mcp/", "/MCP", "/Mcp/", "/mcp/x", "/%6Dcp", "/%6dcp/", "/mcp;x", "//mcp",
@@ -132,7 +133,7 @@ def _after_an_empty_line(proxy: PrivateProxy, body: bytes) -> bytes:
                 if not chunk:
                     break
                 received += chunk
-        except (TimeoutError, socket.timeout, ConnectionError, ssl.SSLError):
+        except (TimeoutError, ConnectionError, ssl.SSLError):
             pass
         return received
 

@@ -122,7 +122,9 @@ def test_which_bodies_on_other_paths_are_judged(body: bytes, judged: bool) -> No
 def test_a_websocket_key_is_parsed() -> None:
     assert not POLICY.websocket and policy(websocket=True).websocket
     problems: list[str] = []
-    ok, _ = parse_mcp({"endpoint": ["/mcp"], "websocket": "yes"}, "m", lambda w, m: problems.append(w))
+    ok, _ = parse_mcp(
+        {"endpoint": ["/mcp"], "websocket": "yes"}, "m", lambda w, m: problems.append(w)
+    )
     assert not ok and problems == ["m.websocket"]
 
 
