@@ -1,4 +1,5 @@
-"""Which requests on an entry with `mcp:` are judged as MCP, and how (SPEC 1.14, D330-D333).
+"""Which requests on an entry with `mcp:` are judged as MCP, and how
+(docs/configuration.md#mcp-servers, D330-D333).
 
 Servers route more than one spelling of a path to their MCP handler: Express ignores case
 and a trailing slash, a Starlette `Mount` serves everything below its prefix, and a

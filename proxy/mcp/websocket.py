@@ -1,4 +1,4 @@
-"""One WebSocket message on an MCP entry with `mcp.websocket: true` (SPEC 1.14, D332).
+"""One WebSocket message on an MCP entry with `mcp.websocket: true` (D332).
 
 Each message is one JSON-RPC document, read as strictly as a POST body
 (`proxy.mcp.message.read_body`, as if sent `application/json`):

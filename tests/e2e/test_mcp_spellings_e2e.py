@@ -1,4 +1,4 @@
-"""End to end, the MCP gate by every spelling and transport (issue 43, SPEC 1.14).
+"""End to end, the MCP gate by every spelling and transport (issue 43).
 
 A refused `tools/call` sent through the real proxy to the echo upstream (whose log shows
 every connection and request that reached it) by another spelling of the endpoint, on
