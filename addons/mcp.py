@@ -44,6 +44,7 @@ HELD_BODY_LIMIT = 1024 * 1024
 if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes
     raise ImportError("addons.mcp: HELD_BODY_LIMIT must follow STREAM_BODIES_OVER")
 MIRRORED = ("mcp-method", "mcp-name")
+WEBSOCKET_KEY = "egress-mcp"  # flow.metadata: the request's McpState, for its WebSocket messages
 
 
 def start(
@@ -61,6 +62,7 @@ def start(
         return refused, False  # an upgrade without mcp.websocket: true (D332)
     held = McpState(policies, route, held=False, streams=streams_filter(policies))
     state.mcp = held
+    flow.metadata[WEBSOCKET_KEY] = held  # the request's state is gone once the 101 is audited
     if held.streams is not None:
         request.headers["accept-encoding"] = "identity"  # event streams the filter can read
     if route not in (Route.POST, Route.SNIFF):
@@ -183,14 +185,14 @@ def _refuse(data: bytes) -> bytes:
     raise Unreadable("a compressed answer")
 
 
-def websocket_message(flow: http.HTTPFlow, state: FlowState, metrics: ProxyMetrics) -> None:
+def websocket_message(flow: http.HTTPFlow, metrics: ProxyMetrics) -> None:
     """The last WebSocket message of a flow on an MCP entry, judged (`proxy.mcp.websocket`):
     a refused one from the sandbox is dropped and answered with the JSON-RPC error; one
     from the server the filter cannot read ends the connection. A WebSocket the request
     stage did not admit as one (the server upgraded what was not asked as an upgrade)
     ends at its first message."""
-    held, socket = state.mcp, flow.websocket
-    if held is None or socket is None or not socket.messages:
+    held, socket = flow.metadata.get(WEBSOCKET_KEY), flow.websocket
+    if not isinstance(held, McpState) or socket is None or not socket.messages:
         return
     message = socket.messages[-1]
     if held.route is not Route.WEBSOCKET:

@@ -230,9 +230,7 @@ class Requests:
         sandbox sends counts toward the upload budget."""
         judged = False
         with self.shared.failclosed(Stage.REQUEST):
-            state = flow.metadata.get(FLOW_KEY)
-            if isinstance(state, FlowState) and state.mcp is not None:
-                mcp.websocket_message(flow, state, self.shared.metrics)  # each judged (D332)
+            mcp.websocket_message(flow, self.shared.metrics)  # each judged (D332)
             budget.websocket_message(flow)
             judged = True
         if not judged and flow.websocket is not None and flow.websocket.messages:

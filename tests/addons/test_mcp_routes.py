@@ -83,15 +83,15 @@ def test_each_websocket_message_is_judged(monkeypatch: pytest.MonkeyPatch) -> No
     injected: list[bytes] = []
     monkeypatch.setattr(mitm, "inject_websocket", lambda _flow, text: injected.append(text))
     flow.websocket.messages.append(_message(CALL_DROP, from_client=True))
-    mcp.websocket_message(flow, state, metrics)
+    mcp.websocket_message(flow, metrics)
     assert flow.websocket.messages[-1].dropped
     answer = json.loads(injected[0])
     assert answer["id"] == 5 and "mcp_tool_denied" in answer["error"]["message"]
     flow.websocket.messages.append(_message(CALL_DROP.replace(b"drop", b"search"), True))
-    mcp.websocket_message(flow, state, metrics)
+    mcp.websocket_message(flow, metrics)
     assert not flow.websocket.messages[-1].dropped and len(injected) == 1
     flow.websocket.messages.append(_message(json.dumps(TOOLS).encode(), from_client=False))
-    mcp.websocket_message(flow, state, metrics)
+    mcp.websocket_message(flow, metrics)
     listed = json.loads(flow.websocket.messages[-1].content)["result"]["tools"]
     assert [t["name"] for t in listed] == ["search"]
 
