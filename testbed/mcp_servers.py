@@ -10,6 +10,9 @@ handler, for tests/e2e/test_mcp_servers_e2e.py (issue 43):
 
 Both answer over TLS (the test CA), stateless, in JSON; each appends every tool call to
 `--log` (one JSON line) before answering, so a test proves a refused call never came.
+`--resumable HOST:PORT` serves the same mount with sessions, server-sent events and an
+event store (`Replay`): a GET with `Last-Event-ID` replays every event stored after that
+one, as a server resuming a stream does.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pathlib import Path
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import JSONRPCMessage
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -71,14 +76,35 @@ def _logged(log: Path, name: str) -> Callable[[], str]:
     return tool
 
 
-def mounted_app(log: Path) -> Starlette:
+class Replay(EventStore):
+    """Every event in the order stored; a replay sends each one after the id given."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, JSONRPCMessage | None]] = []  # (id, stream, message)
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        self.events.append((str(len(self.events) + 1), stream_id, message))
+        return self.events[-1][0]
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        after = [e for e in self.events if int(e[0]) > int(last_event_id)]
+        for event_id, _stream, message in after:
+            if message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return after[-1][1] if after else None
+
+
+def mounted_app(log: Path, resumable: bool = False) -> Starlette:
     """The Python SDK's session manager mounted at /mcp, as FastAPI and Starlette apps do."""
     server = MCPServer("egress-e2e-mounted")
     for name in ("search_repositories", "delete_repo"):
         server.add_tool(_logged(log, name), name=name)
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     server.streamable_http_app(  # makes the session manager the mount serves
-        stateless_http=True, json_response=True, transport_security=security
+        stateless_http=not resumable,
+        json_response=not resumable,
+        event_store=Replay() if resumable else None,
+        transport_security=security,
     )
     manager = server.session_manager
 
@@ -92,24 +118,27 @@ def mounted_app(log: Path) -> Starlette:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    for name in ("--listen", "--cert", "--key", "--log", "--ready"):
+    for name in ("--listen", "--resumable", "--cert", "--key", "--log", "--ready"):
         parser.add_argument(name, required=True)
     args = parser.parse_args()
-    host, _, port = args.listen.rpartition(":")
-    config = uvicorn.Config(
-        mounted_app(Path(args.log)), host=host, port=int(port), ssl_certfile=args.cert,
-        ssl_keyfile=args.key, log_level="warning",
-    )  # fmt: skip
-    asyncio.run(_serve(uvicorn.Server(config), Path(args.ready)))
+    servers = []
+    for listen, resumable in ((args.listen, False), (args.resumable, True)):
+        host, _, port = listen.rpartition(":")
+        config = uvicorn.Config(
+            mounted_app(Path(args.log), resumable), host=host, port=int(port),
+            ssl_certfile=args.cert, ssl_keyfile=args.key, log_level="warning",
+        )  # fmt: skip
+        servers.append(uvicorn.Server(config))
+    asyncio.run(_serve(servers, Path(args.ready)))
 
 
-async def _serve(server: uvicorn.Server, ready: Path) -> None:
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():
+async def _serve(servers: list[uvicorn.Server], ready: Path) -> None:
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    while not all(s.started for s in servers) and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
-    if server.started:
+    if all(s.started for s in servers):
         ready.write_text("ready\n")
-    await task
+    await asyncio.gather(*tasks)
 
 
 if __name__ == "__main__":

@@ -5,34 +5,40 @@ trailing slash ignored) and the Python SDK mounted in Starlette (everything belo
 
 For each server, an allowed call by another spelling reaches it (so the spelling is one
 the server serves) and a refused call by any spelling never does: the server's own call
-log is the witness.
+log is the witness. A `tools/list` answer the mounted server replays on the GET stream
+(`Last-Event-ID`) arrives filtered, like the POST's own answer.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testbed.harness import JsonLines
 from testbed.mcp_servers import EXPRESS_SCRIPT, express_modules
 from testbed.netns import UPSTREAM_IP, Topology
+from testbed.rawhttp import request_bytes
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy, _start_and_wait
 
 pytestmark = pytest.mark.netns
 
-EXPRESS, STARLETTE = 9448, 9449
+EXPRESS, STARLETTE, RESUMABLE = 9448, 9449, 9451
 CONFIG = f"""\
 network:
   allowlist:
     - domain: other.allowed.test
-      ports: [{EXPRESS}, {STARLETTE}]
+      ports: [{EXPRESS}, {STARLETTE}, {RESUMABLE}]
       mcp:
         endpoint: ["/mcp"]
         tools: [search_repositories]
+        filter_tools_list: true
     - domain: 198.18.1.0/24               # the upstreams' range (internal: opened explicitly)
 """
 CALL = '{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{}","arguments":{{}}}}}}'
@@ -53,7 +59,7 @@ def calls(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
     ]  # fmt: skip
     mounted = topology.exec_prefix(topology.ns_upstream) + [
         sys.executable, "-m", "testbed.mcp_servers", "--listen", f"{UPSTREAM_IP}:{STARLETTE}",
-        "--cert", cert, "--key", key, "--log", str(log),
+        "--resumable", f"{UPSTREAM_IP}:{RESUMABLE}", "--cert", cert, "--key", key, "--log", str(log),
         "--ready", str(e2e_dir / "starlette.ready"),
     ]  # fmt: skip
     children = [
@@ -92,3 +98,67 @@ def test_no_refused_call_reaches_either_server_by_any_spelling(
     for path in SERVED[port] + OTHER_SPELLINGS:
         assert call(proxy, port, path, "delete_repo") == (403, ["mcp_tool_denied"]), path
     assert calls.since(mark) == []
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "1"},
+    },
+}
+
+
+def listed(sse: bytes) -> list[list[str]]:
+    """The tool names of each tools list in the events of `sse`."""
+    found = []
+    for line in sse.decode(errors="replace").splitlines():
+        message = json.loads(line[6:]) if line.startswith("data: {") else {}
+        tools = message.get("result", {}).get("tools")
+        if isinstance(tools, list):
+            found.append([t["name"] for t in tools])
+    return found
+
+
+def test_a_tools_list_replayed_on_the_get_stream_is_filtered(
+    proxy: PrivateProxy, calls: JsonLines
+) -> None:
+    authority = f"other.allowed.test:{RESUMABLE}"
+    with proxy.view.tunnel(authority) as conn:
+        host = [("Host", authority)]
+        answer = conn.request("POST", "/mcp/", host + HEADERS, json.dumps(INITIALIZE).encode())
+        assert answer.status == 200, answer.describe()
+        session = [("Mcp-Session-Id", answer.header("mcp-session-id") or "")]
+        note = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+        assert conn.request("POST", "/mcp/", host + HEADERS + session, note).status == 202
+        tools = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+        answer = conn.request("POST", "/mcp/", host + HEADERS + session, tools)
+        assert listed(answer.body) == [["search_repositories"]]  # the POST's answer
+        head = request_bytes(
+            "GET",
+            "/mcp/",
+            host + session + [("Accept", "text/event-stream"), ("Last-Event-ID", "0")],
+        )
+        conn.send(head)
+        replayed = read_until(conn, lambda sse: bool(listed(sse)), 20.0)
+    assert listed(replayed) == [["search_repositories"]], replayed[-800:]
+
+
+def read_until(conn: Any, done: Callable[[bytes], bool], timeout: float) -> bytes:
+    """What the connection sends until `done` holds for it, or the timeout."""
+    received, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline and len(received) < 1 << 20:
+        if done(received):
+            break
+        conn.sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            chunk = conn.sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received
