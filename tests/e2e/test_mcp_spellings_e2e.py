@@ -160,3 +160,19 @@ def test_an_allowed_request_after_an_empty_line_arrives_as_http(
         "/mcp",
         len(SEARCH),
     )
+
+
+def test_an_empty_line_inside_tls_without_alpn_is_parsed_as_http(
+    proxy: PrivateProxy, obs: Observed
+) -> None:
+    """Inside intercepted TLS without ALPN mitmproxy chooses the layer on the bytes, as in
+    a plain tunnel: the request after the empty line is read as HTTP and judged."""
+    with proxy.view.tunnel("x.wild.test:443") as conn:
+        head = (
+            "\r\n\r\nPOST /mcp HTTP/1.1\r\nHost: x.wild.test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(DROP)}\r\n\r\n"
+        )
+        conn.send(head.encode() + DROP)
+        response = conn.read_response("POST")
+    assert (response.status, response.header_all("X-Egress-Denied")) == (403, ["mcp_tool_denied"])
+    obs.assert_nothing_reached()

@@ -59,25 +59,23 @@ def _spelled(char: str, how: int) -> str:
     return encoded.upper() if how == 2 else encoded
 
 
-segment_noise = st.sampled_from(["", ";", ";p", ";a=b", ";x;y"])
-separators = st.sampled_from(["/", "//", "/./", "/z/../", "\\", "/%2e/", "/%2E%2E/"])
+@st.composite
+def endpoint_spellings(draw: st.DrawFn) -> str:
+    """A spelling of `/mcp` or of a path below it: case, escapes (once or twice),
+    slashes, `;params`, dot segments, sub-paths (also used end to end:
+    tests/e2e/test_mcp_spellings_e2e.py)."""
+    lead = draw(st.sampled_from(["/", "//", "/./", "/z/../", "/%2e/", "/%2E%2E/", "/%252e/"]))
+    word = "".join(_spelled(c, draw(st.integers(0, 3))) for c in "mcp")
+    noise = draw(st.sampled_from(["", ";", ";p", ";a=b", ";x;y"]))
+    tail = draw(st.sampled_from(["", "/", "//", "/x", "/x/y", "/.", "/%2F", "/X/..", "/x;q"]))
+    return lead + word + noise + tail
 
 
 @settings(max_examples=400, deadline=None)
-@given(
-    st.lists(st.integers(0, 3), min_size=3, max_size=3),
-    separators,
-    segment_noise,
-    st.sampled_from(["", "/", "//", "/x", "/x/y", "/.", "/%2F", "/X/..", "/x;q"]),
-)
-def test_generated_spellings_of_the_endpoint_are_judged(
-    hows: list[int], lead: str, noise: str, tail: str
-) -> None:
-    """Case, escapes (once or twice), slashes, `;params`, dot segments and sub-paths:
-    every spelling is on the endpoint, so a POST there is judged — a refused tools/call
-    is refused (never reaches the upstream)."""
-    path = lead + "".join(_spelled(c, h) for c, h in zip("mcp", hows, strict=True)) + noise + tail
-    path = path if path.startswith(("/", "\\")) else "/" + path
+@given(endpoint_spellings())
+def test_generated_spellings_of_the_endpoint_are_judged(path: str) -> None:
+    """Every generated spelling is on the endpoint, so a POST there is judged — and a
+    refused tools/call refused (never reaches the upstream)."""
     assert on_endpoint(POLICY, path), path
     assert mcp_route((POLICY,), path, body=True, websocket=False) is Route.POST
     refused = judge_post(POLICY, ["application/json"], {}, CALL_DROP)
