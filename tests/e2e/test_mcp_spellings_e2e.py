@@ -13,10 +13,12 @@ import ssl
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from testbed.expect import Observed
 from testbed.netns import UPSTREAM_IP
 from tests.e2e.conftest import PrivateProxy
+from tests.proxy.test_mcp_route import endpoint_spellings
 
 pytestmark = pytest.mark.netns
 
@@ -62,6 +64,23 @@ def test_a_refused_call_by_any_spelling_never_reaches_the_server(
     )
     assert response.json()["id"] == 7  # type: ignore[attr-defined]
     obs.assert_nothing_reached()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(path=endpoint_spellings())
+def test_a_refused_call_by_a_generated_spelling_never_reaches_the_server(
+    proxy: PrivateProxy, path: str
+) -> None:
+    """The property test of tests/proxy/test_mcp_route.py through the real proxy: the
+    refusal is readable and nothing reaches the upstream namespace."""
+    upstream, traps = proxy.view.upstream_log.mark(), proxy.view.trap_log.mark()
+    response = post(proxy, path, DROP, JSON)
+    assert response.status == 403, (path, response.status)  # type: ignore[attr-defined]
+    assert response.header_all("X-Egress-Denied") == ["mcp_tool_denied"]  # type: ignore[attr-defined]
+    assert proxy.view.upstream_log.since(upstream) == [], path
+    assert proxy.view.trap_log.since(traps) == [], path
 
 
 @pytest.mark.parametrize(
