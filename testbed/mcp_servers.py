@@ -86,7 +86,9 @@ class Replay(EventStore):
         self.events.append((str(len(self.events) + 1), stream_id, message))
         return self.events[-1][0]
 
-    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+    async def replay_events_after(
+        self, last_event_id: str, send_callback: EventCallback
+    ) -> str | None:
         after = [e for e in self.events if int(e[0]) > int(last_event_id)]
         for event_id, _stream, message in after:
             if message is not None:
