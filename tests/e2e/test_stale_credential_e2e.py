@@ -31,6 +31,7 @@ network:
   allowlist:
     - domain: api.allowed.test
       credential: {{name: tok, as: bearer}}
+    - domain: 198.18.1.0/24   # the test upstream's reserved range
 """
     p = private_proxy("stale", config)
     assert p.view.https("api.allowed.test:443", "/fresh").status == 200
