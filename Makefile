@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The repository's folders that make up the import package sandbox_egress (D140).
 PACKAGES    := proxy addons runtime hookrunner common
 
-.PHONY: install run test test-unit lint clean demo
+.PHONY: install run test test-unit lint clean demo try
 
 install: $(STAMP) $(VENV)/.optimized
 
@@ -71,6 +71,15 @@ lint: install
 # The three scenarios of the source pages, narrated (needs root: network namespaces).
 demo: install
 	$(BIN)/python -m demo
+
+# Your environment file against a local test upstream in network namespaces it builds
+# and removes: an allowed request, a refusal and the audit, offline (needs root;
+# demo/tryout.py, D408). `make try CONFIG=my.yaml URL=https://api.example.com/v1/models`;
+# the file's ${NAME} references come from $(ENV_FILE) and your environment, as for `make run`.
+URL ?=
+try: install
+	@set -a; . ./$(ENV_FILE); set +a; \
+	exec $(BIN)/python -m demo.tryout $(CONFIG) $(URL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
