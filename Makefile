@@ -17,9 +17,13 @@ install: $(STAMP) $(VENV)/.optimized
 
 # `egress-proxy run` runs under python -O (D75): its .opt-1.pyc are compiled once here, since
 # a start under PYTHONDONTWRITEBYTECODE would otherwise recompile mitmproxy (~1.7 s) each time.
+# Each long step says what it does, how long it takes, and how long it took (issue 48).
 $(VENV)/.optimized: $(STAMP)
+	@echo "make install: compiling the packages' bytecode for python -O (once; about 30 s) ..."
+	@start=$$(date +%s); \
 	$(BIN)/python -m compileall -q -j 0 -o 1 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null \
-		|| echo "compileall: some files did not compile; they run without cached bytecode"
+		|| echo "compileall: some files did not compile; they run without cached bytecode"; \
+	echo "make install: bytecode compiled in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 # Re-installs only when the project's metadata changes; a broken venv is rebuilt.
@@ -28,8 +32,11 @@ $(STAMP): pyproject.toml
 	if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		rm -rf $(VENV); echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; \
 	fi
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	@echo "make install: installing the project and its dependencies into $(VENV) (the first time about a minute; pip names each package) ..."
+	@start=$$(date +%s); \
+	$(BIN)/python -m pip install --quiet --upgrade pip && \
+	$(BIN)/python -m pip install --progress-bar off --disable-pip-version-check -e '.[test,lint]' && \
+	echo "make install: installed in $$(( $$(date +%s) - start )) s"
 	@touch $(STAMP)
 
 run: install
