@@ -75,7 +75,8 @@ lint: install
 	$(BIN)/mypy -p sandbox_egress
 	$(BIN)/mypy testbed bench demo
 
-# The three scenarios of the source pages, narrated (needs root: network namespaces).
+# The three scenarios of the source pages and an MCP budget, narrated (needs root:
+# network namespaces). Offline: the upstreams are test servers in those namespaces.
 demo: install
 	$(BIN)/python -m demo
 
