@@ -19,7 +19,7 @@ install: $(STAMP) $(VENV)/.optimized
 # a start under PYTHONDONTWRITEBYTECODE would otherwise recompile mitmproxy (~1.7 s) each time.
 # Each long step says what it does, how long it takes, and how long it took (issue 48).
 $(VENV)/.optimized: $(STAMP)
-	@echo "make install: compiling the packages' bytecode for python -O (once; about 30 s) ..."
+	@echo "make install: compiling the packages' bytecode for python -O (once; 30 s on an idle machine, minutes on a busy one) ..."
 	@start=$$(date +%s); \
 	$(BIN)/python -m compileall -q -j 0 -o 1 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null \
 		|| echo "compileall: some files did not compile; they run without cached bytecode"; \
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		rm -rf $(VENV); echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; \
 	fi
-	@echo "make install: installing the project and its dependencies into $(VENV) (the first time about a minute; pip names each package) ..."
+	@echo "make install: installing the project and its dependencies into $(VENV) (the first time one to two minutes; pip names each package) ..."
 	@start=$$(date +%s); \
 	$(BIN)/python -m pip install --quiet --upgrade pip && \
 	$(BIN)/python -m pip install --progress-bar off --disable-pip-version-check -e '.[test,lint]' && \
