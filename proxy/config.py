@@ -225,7 +225,7 @@ def parse(
         seen[entry.pattern] = index
         entries.append(entry)
     placeholders = placeholder_index(entries, report, source)
-    state = parse_state(document, report)
+    state = parse_state(document, report, lookup)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True

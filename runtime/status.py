@@ -4,7 +4,9 @@ loaded, and the state backend with its health (docs/operations.md#from-one-node-
 
 The metrics server's thread reads `document()`: plain fields, replaced whole. The event
 loop refreshes the backend's health every `INTERVAL_S` (`watch`) — a probe of a remote
-store never runs on the metrics thread — and the hash on every successful reload. No
+store never runs on the metrics thread — and the hash on every successful reload. A
+backend that decides (`proxy.state.fallback`) also says what its last real operation
+showed (`observed`): the newer of that and the probe is the health shown (D401). No
 secret is ever part of it: the Redis URL is not shown, only the backend's name.
 """
 
@@ -84,7 +86,15 @@ class StatusBoard:
             await self.refresh()
             await asyncio.sleep(interval)
 
+    def _health(self) -> tuple[str, float]:
+        """The newer of the last probe and the backend's last real operation."""
+        observed: tuple[str, float] | None = getattr(self._state, "observed", None)
+        if observed is not None and observed[1] > self.checked:
+            return observed
+        return self.health, self.checked
+
     def document(self) -> dict[str, Any]:
+        health, checked = self._health()
         sandboxes = None if self._sandboxes is None else sorted(self._sandboxes())
         document: dict[str, Any] = {
             "version": version(),
@@ -92,8 +102,8 @@ class StatusBoard:
             "sandboxes": None if sandboxes is None else {"count": len(sandboxes), "ids": sandboxes},
             "state": {
                 "backend": self._state.name,
-                "health": self.health,
-                "checked": round(self.checked, 3) or None,
+                "health": health,
+                "checked": round(checked, 3) or None,
             },
         }
         if self._workers is not None:

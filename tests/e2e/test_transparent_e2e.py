@@ -642,7 +642,7 @@ def test_the_proxys_own_ports_are_refused(
     with tp.plain(aimed_at, port) as conn:
         response = tp.request(conn, host, "/metrics")
 
-    assert_refused(response, "loopback")
+    assert_refused(response, "proxy_host")  # issue 48: not loopback
     assert b"egress_requests_total" not in response.body
     seen.assert_nothing_reached()
 

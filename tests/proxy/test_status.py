@@ -58,3 +58,36 @@ def test_the_parents_probe_of_an_unreachable_redis_says_so_without_the_url() -> 
     health = asyncio.run(state.health())
     assert health.startswith("unreachable (") and "hunter2" not in health
     assert asyncio.run(ProbedState(StateConfig()).health()) == "ok"
+
+
+def test_health_follows_the_last_real_operation_after_a_failed_first_probe(
+    tmp_path: Path,
+) -> None:
+    """Issue 48: a probe that failed at start (the store not up yet) no longer outlives the
+    decisions that succeed after it: `/status` shows the newer of the two (D401)."""
+    from sandbox_egress.proxy.budget import Budget, BudgetKey, Rate
+    from sandbox_egress.proxy.state.backends import open_state
+    from testbed.redisserver import start_redis
+
+    config = tmp_path / "egress.yaml"
+    config.write_text("network: {allowlist: [a.example]}\n")
+    url = f"unix://{tmp_path / 'redis.sock'}"  # where start_redis(tmp_path) listens
+    state = open_state(StateConfig("redis", url, timeout_s=1))
+    board = StatusBoard(config, state)
+    budget = Budget(requests=Rate(10, 60))
+
+    async def scenario() -> tuple[str, str, bool]:
+        await board.refresh()  # nothing listens yet
+        before = board.document()["state"]["health"]
+        server = start_redis(tmp_path)
+        try:
+            admitted = (await state.admit(BudgetKey(None, "a.example"), budget, 0, 0)).admitted
+            after = board.document()["state"]["health"]
+        finally:
+            server.stop()
+            await state.close()
+        return before, after, admitted
+
+    before, after, admitted = asyncio.run(scenario())
+    assert before.startswith("unreachable (")
+    assert (after, admitted) == ("ok", True)
