@@ -111,6 +111,7 @@ class LifecycleExecutor:
             notice=bound(decoded.notice, NOTICE_CHARS, what="notice") if decoded.notice else None,
             failed=decoded.failed,
             asked_block=decoded.asked_block,
+            carried=decoded.carried,
             context=bound(decoded.context, PER_HOOK_CHARS, what="context")
             if decoded.context
             else None,
