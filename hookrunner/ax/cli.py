@@ -162,10 +162,12 @@ def run_claude(args: argparse.Namespace) -> int:
     workspace = Path(os.path.realpath(args.workspace))
     settings = claudeinstall.settings_path(args.scope, home, workspace)
     if args.action == "serve":
+        from sandbox_egress.hookrunner.ax.packs import warm
         from sandbox_egress.hookrunner.cli import main, prepare  # imported once, for every call
 
         prepare()
         prepare_metrics()
+        warm.enable()  # the packs run inside the warm runner's call (D396)
         return quickfire.serve(main, args.idle)
     runner = args.runner or _this_runner()
     moved_to = claudeinstall.moved_path(args.scope, home, workspace)
