@@ -79,7 +79,9 @@ def split_group(event: str, group: Any) -> tuple[Any | None, Any | None, list[tu
     problem = matcher_problem(event, group)
     if problem is not None:
         return None, group, [("", problem)]
-    moving, staying, found = [], [], []
+    moving: list[Any] = []
+    staying: list[Any] = []
+    found: list[tuple[str, str]] = []
     for index, handler in enumerate(group["hooks"]):
         why = handler_problems(event, handler)
         found += [(f".hooks[{index}]", each) for each in why]

@@ -80,7 +80,9 @@ def claude_json(result: FireResult) -> dict[str, Any] | None:
     a result this cannot put as an answer (a block of an event Claude Code reads no
     JSON block of) is None with ``result.allowed`` false: the caller exits 2."""
     carried = dict(result.carried)
-    common = {k: carried[k] for k in ("systemMessage", "suppressOutput") if k in carried}
+    common: dict[str, Any] = {
+        k: carried[k] for k in ("systemMessage", "suppressOutput") if k in carried
+    }
     if carried.get("continue") is False or (
         not result.allowed and result.cause is Cause.CONTINUE_FALSE
     ):

@@ -13,18 +13,29 @@ its installation was gone.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.hookrunner.ax.test_claude_install import (
-    Installed,
-    claude,  # noqa: F401 - the fixture
-    install,
-)
+import pytest
+
+from testbed.claude_code import stop_warm_runners
+from tests.hookrunner.ax.conftest import AxEnv
+from tests.hookrunner.ax.test_claude_install import Installed, install
 from tests.hookrunner.ax.test_claude_output import CLAUDE_OUTPUT
 from tests.hookrunner.ax.test_claude_settings import PAYLOADS, settings
+
+
+@pytest.fixture
+def claude(ax: AxEnv) -> Iterator[Installed]:
+    installed = Installed(ax)
+    yield installed
+    stop_warm_runners(installed.run_dir)
+    shutil.rmtree(installed.run_dir, ignore_errors=True)
+
 
 ANSWERS = (
     "import json, sys\n"
