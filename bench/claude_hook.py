@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,25 @@ def _call(argv: list[str], payload: bytes, env: dict[str, str], cwd: Path) -> Ca
             )
 
     return call
+
+
+def _cpu_ms(call: Callable[[], None], calls: int, server: int | None) -> float:
+    """CPU time per call (user + system): this process's children (sh, the client) and
+    the warm runner's reaped children (each call's fork and the hooks it ran). Less
+    inflated than wall time by a busy machine's run queue."""
+
+    def spent() -> float:
+        own = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total = own.ru_utime + own.ru_stime
+        if server is not None:
+            fields = Path(f"/proc/{server}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    before = spent()
+    for _ in range(calls):
+        call()
+    return (spent() - before) * 1000 / calls
 
 
 def _installed(root: Path, env: dict[str, str]) -> str:
@@ -86,7 +106,13 @@ def _one(label: str, cc: str | None, calls: int) -> dict[str, Any]:
         sockets = list(run_dir.glob("hookrunner-*/fire-*.sock"))
         if not sockets or server_pid(sockets[0]) is None:
             raise RuntimeError("no warm runner answered after the first call")
-        result = _pair(hook, _call(["/bin/sh", "-c", "true"], payload, env, root / "ws"), calls)
+        bare = _call(["/bin/sh", "-c", "true"], payload, env, root / "ws")
+        result = _pair(hook, bare, calls)
+        server = server_pid(sockets[0])
+        result["cpu_ms_per_call"] = {
+            "runner": _cpu_ms(hook, calls, server),
+            "bare": _cpu_ms(bare, calls, None),
+        }
         result["client"] = command.split()[0]
         return result
     finally:
@@ -106,12 +132,16 @@ def measure(calls: int = 200) -> dict[str, Any]:
 
 def lines(section: dict[str, Any], grid: Callable[..., list[str]] | None = None) -> list[str]:
     out = ["Scenario 11: a Claude Code hook call, installed (two packs, one shell hook; ms)"]
-    out.append("client          call median  p90    bare sh -c true median  overhead")
+    out.append(
+        "client          call median  p90    bare sh -c true median  overhead  CPU/call (bare)"
+    )
     for key in ("c_client", "python_client"):
         one = section[key]
+        cpu = one["cpu_ms_per_call"]
         out.append(
             f"{key:<15} {one['runner']['median_ms']:11.1f}  {one['runner']['p90_ms']:5.1f}"
             f"  {one['bare']['median_ms']:22.1f}  {one['overhead_ms']:8.1f}"
+            f"  {cpu['runner']:8.1f} ({cpu['bare']:.1f})"
         )
     before = " ".join(f"{x:.1f}" for x in section["loadavg_before"])
     out.append(f"load average before: {before} (a busy machine inflates every figure)")
