@@ -68,6 +68,10 @@ def carried_fields(event: AxEvent, answer: dict[str, Any]) -> dict[str, Any]:
         carried["systemMessage"] = answer["systemMessage"]
     if isinstance(answer.get("suppressOutput"), bool):
         carried["suppressOutput"] = answer["suppressOutput"]
+    if answer.get("continue") is False:  # Claude stops, whatever the event (D390)
+        carried["continue"] = False
+        if isinstance(answer.get("stopReason"), str):
+            carried["stopReason"] = answer["stopReason"]
     nested = answer.get("hookSpecificOutput")
     if event is AxEvent.PRE_TOOL_USE and isinstance(nested, dict):
         if isinstance(nested.get("updatedInput"), dict):

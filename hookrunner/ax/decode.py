@@ -175,9 +175,12 @@ def _claude_code(event: AxEvent, entry: AxEntry, result: ProcessResult, base: De
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
     if output is Output.DECISION:
         return _decision(event, result)
-    if output is Output.FEEDBACK:
-        return _post_feedback(result)
-    return _ignored_block(event, result, base)
+    decoded = (
+        _post_feedback(result) if output is Output.FEEDBACK else _ignored_block(event, result, base)
+    )
+    answer, _ = parse_answer(result.stdout, result.stdout_truncated)
+    carried = carried_fields(event, answer or {})
+    return replace(decoded, carried=carried) if carried else decoded
 
 
 def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:

@@ -51,7 +51,9 @@ def enable() -> None:
         main,
         testruns,
     )
+    from sandbox_egress.hookrunner.ax.packs.catalogue import grammar_paths
 
+    grammar_paths()  # its cache, shared with every call
     _enabled[:] = [True]
 
 

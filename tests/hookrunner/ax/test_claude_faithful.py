@@ -203,3 +203,15 @@ def test_the_installed_command_fails_closed_when_the_runner_is_gone(claude: Inst
     ran = fire(claude, "PreToolUse", bash("git push --force"))
     assert ran.returncode == 2
     assert "hookrunner" in ran.stderr and "blocked" in ran.stderr
+
+
+def test_continue_false_of_a_stop_hook_stops_claude(claude: Installed) -> None:
+    """Claude Code: `continue: false` stops Claude, before any `decision`. The runner read
+    it as a Stop hook asking to block, which keeps Claude working: the opposite."""
+    stop = 'echo \'{"continue": false, "stopReason": "enough for today"}\''
+    claude.write("user", settings(("Stop", "", stop)))
+    assert install(claude, "install").returncode == 0
+    assert answer(fire(claude, "Stop", PAYLOADS["Stop"])) == {
+        "continue": False,
+        "stopReason": "enough for today",
+    }
