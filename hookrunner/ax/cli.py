@@ -168,6 +168,10 @@ def run_claude(args: argparse.Namespace) -> int:
         prepare()
         prepare_metrics()
         warm.enable()  # the packs run inside the warm runner's call (D396)
+        try:
+            _warm_up()
+        except Exception:  # noqa: BLE001 - only slower calls: serving matters more
+            say("warning: the warm runner's warm-up failed; serving without it")
         return quickfire.serve(main, args.idle)
     runner = args.runner or _this_runner()
     moved_to = claudeinstall.moved_path(args.scope, home, workspace)
@@ -198,6 +202,38 @@ def run_claude(args: argparse.Namespace) -> int:
     for event in claudeinstall.left_to_claude_code(document):
         say(f"{settings} $.hooks.{event}: not fired by the runner; Claude Code runs it as before")
     return 0
+
+
+def _warm_up() -> None:
+    """Open and close one session on files of its own, before the warm runner forks: what
+    every call then builds the same way from its own inputs (the schemas' validators, the
+    environment checks' compiled patterns) is built once and shared (D397). Nothing of it
+    is kept for a call: each still reads its files and environment afresh."""
+    import io
+    import json
+    import tempfile
+
+    from sandbox_egress.hookrunner.ax.packs.catalogue import PACKS
+
+    with tempfile.TemporaryDirectory(prefix="hookrunner-warm-") as directory:
+        root = Path(directory)
+        (root / "ws").mkdir()
+        operator = root / "ax.json"
+        operator.write_text(json.dumps({"packs": sorted(PACKS)}))
+        moved = root / "moved.json"
+        hook = {"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}
+        moved.write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+        session = AxSession(
+            root / "ws",
+            operator_config=operator,
+            claude_settings=False,
+            moved_settings=moved,
+            claude_answers=True,
+            metrics=HookMetrics(),
+            stream=io.StringIO(),
+            log_decisions=False,
+        )
+        session.close()
 
 
 def _this_runner() -> str:
