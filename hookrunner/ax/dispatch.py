@@ -7,7 +7,9 @@ the hooks.json dialect), with this dialect's ``HOOK_*`` variables:
 ``HOOK_ARGS_JSON`` (empty above 32 KiB of UTF-8), ``HOOK_ARGS_STDIN=1``,
 ``HOOK_PACK`` (``""`` for custom entries), plus ``PWD`` and, for claude-code
 entries, ``CLAUDE_PROJECT_DIR`` (the workspace) that Claude Code hooks use to
-find their scripts. The full arguments are always on stdin.
+find their scripts. The full arguments are always on stdin. Inside the warm runner a
+pack entry runs as a call of the pack's function instead of a process (``packs.warm``,
+D396): the same input, the same kind of result.
 
 An ``http`` entry (a Claude Code settings file's http handler) is POSTed
 instead, by the client of the hooks.json dialect (``httpclient``: through the
@@ -38,6 +40,7 @@ from sandbox_egress.hookrunner.ax.model import (
     HttpTarget,
     Protocol,
 )
+from sandbox_egress.hookrunner.ax.packs import warm
 from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult
 from sandbox_egress.hookrunner.enforce.envsan import args_json, hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
@@ -90,6 +93,16 @@ class LifecycleExecutor:
     def run(self, entry: AxEntry, inp: EventInput, cancel: CancelToken | None = None) -> HookRun:
         if entry.http is not None:
             decoded, result = self._post(entry, entry.http, inp)
+        elif warm.applies(entry.pack, entry.command):  # inside the warm runner (D396)
+            variables = entry_variables(self.workspace, entry, inp)
+            result = warm.run(
+                entry.pack,
+                stdin=hook_stdin(self.workspace, entry, inp),
+                cwd=self.workspace,
+                env={**self.kernel.hook_env, "PWD": self.workspace, **variables},
+                timeout=entry.timeout,
+            )
+            decoded = decode(inp.event, entry, result)
         else:
             result = self.kernel.spawn(
                 entry.command,
@@ -111,6 +124,7 @@ class LifecycleExecutor:
             notice=bound(decoded.notice, NOTICE_CHARS, what="notice") if decoded.notice else None,
             failed=decoded.failed,
             asked_block=decoded.asked_block,
+            carried=decoded.carried,
             context=bound(decoded.context, PER_HOOK_CHARS, what="context")
             if decoded.context
             else None,

@@ -71,6 +71,7 @@ class AxSession:
         managed_settings: str | Path | None = None,
         moved_settings: str | Path | None = None,
         interactive: bool = False,
+        claude_answers: bool = False,
         metrics: HookMetrics | None = None,
         stream: TextIO | None = None,
         observation_capacity: int = DEFAULT_CAPACITY,
@@ -79,7 +80,10 @@ class AxSession:
         self.kernel = Kernel(workspace, environ=environ, metrics=metrics, stream=stream)
         self.workspace = root = self.kernel.workspace
         self.session_id = session_id
-        self.interactive = interactive
+        # Claude Code's installed hook (D390): Claude Code is the one to show an ask, and an
+        # event it reads an answer of (``carried``: SessionStart) runs before the answer.
+        self.interactive = interactive or claude_answers
+        self.claude_answers = claude_answers
         self.log_decisions = log_decisions
         trust = trust_switch(self.kernel.environ, trust_project)
         full = full_env_switch(self.kernel.environ, full_env)
@@ -145,8 +149,9 @@ class AxSession:
         if inp.skip is not None:
             result = FireResult(inp.event, Verdict.ALLOW, Cause.SKIPPED, reason=inp.skip)
         else:
-            entries = tuple(self.config.entries_for(inp.event, inp.tool))
-            if inp.event in OBSERVATION_EVENTS:
+            entries = tuple(self.config.entries_for(inp.event, inp.subject))
+            carried = self.claude_answers and inp.spec.carried
+            if inp.event in OBSERVATION_EVENTS and not carried:
                 if not entries:
                     return FireResult(inp.event, Verdict.ALLOW, Cause.NO_HOOKS)
                 queued = self._worker.submit(inp)
@@ -175,7 +180,7 @@ class AxSession:
         return self.fire(AxEvent.USER_PROMPT_SUBMIT, {"prompt": prompt})
 
     def _observe(self, inp: EventInput, cancel: CancelToken) -> None:
-        for entry in self.config.entries_for(inp.event, inp.tool):
+        for entry in self.config.entries_for(inp.event, inp.subject):
             self._executor.run(entry, inp, cancel)
 
     def _dropped(self, inp: EventInput, cause: str) -> None:

@@ -50,6 +50,13 @@ def claude(ax: AxEnv) -> Iterator[Installed]:
     shutil.rmtree(installed.run_dir, ignore_errors=True)
 
 
+DENY_RM = {
+    "hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "deny",
+        "permissionDecisionReason": "rm -rf is not allowed here",
+    }
+}
 LOG_EVENT = (
     "import json, sys\n"
     "d = json.load(sys.stdin)\n"
@@ -115,10 +122,9 @@ def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: I
     moved = json.loads((path.parent / MOVED_NAME).read_text())
     assert sorted(moved["hooks"]) == ["PostToolUse", "PreToolUse", "Stop"]
 
-    # The user's guard still blocks, through the runner, in Claude Code's words.
+    # The user's guard still blocks, through the runner, with its own words (D390).
     (blocked,) = claude_code_fires(claude, "PreToolUse", PAYLOADS["PreToolUse"])
-    assert (blocked.returncode, blocked.stdout) == (2, "")
-    assert blocked.stderr.splitlines()[-1] == "rm -rf is not allowed here"
+    assert (blocked.returncode, json.loads(blocked.stdout)) == (0, DENY_RM)
     ls = {**PAYLOADS["PreToolUse"], "tool_input": {"command": "ls"}}
     (allowed,) = claude_code_fires(claude, "PreToolUse", ls)
     assert (allowed.returncode, allowed.stdout) == (0, "")
