@@ -220,7 +220,12 @@ async def serve(settings: Settings) -> int:
         *credential_sources(network.credentials, https, fleet), on_fetch=on_fetch
     )
     addon.shared.credentials = credentials
-    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
+    board = StatusBoard(  # /status
+        settings.config_path,
+        addon.shared.state,
+        _loaded(tenants),
+        refused=None if tenants is None else tenants.directory.refused,
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)

@@ -1,0 +1,135 @@
+"""What a sandbox file may read (docs/configuration.md#sandboxes, docs/decisions.md D340):
+no environment variable of the node proxy, and only files below its own directory of the
+node's `sandboxes.secrets`, `<secrets>/<sandbox-id>/`.
+
+`Confined` is the reference lookup a sandbox file is parsed with: it stands where the
+node file's environment mapping stands (`proxy.references.resolve` asks it), holds no
+variable, and reads a `${file:PATH}` only through `read`. `check_path` is the same rule
+without touching the file's content (`egress-proxy check --no-secrets`, the DNS
+responder).
+
+Invariants:
+* `${NAME}` in a sandbox file is refused, whatever the node's environment holds.
+* A file is read only when its path is absolute, has no `..` leading out, its real path
+  (symlinks followed) is below the real path of `<secrets>/<sandbox-id>/`, and the inode
+  opened is that real path's (a symlink swapped between the check and the open is
+  refused, not followed): another sandbox's directory, `/proc/self/environ` or the node's
+  own secrets are never read.
+* Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
+  most `MAX_FILE_BYTES`.
+* A problem names the path as written, never a byte of any file.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+MAX_FILE_BYTES = 64 * 1024
+VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
+NO_SECRETS = "${file:...} in a sandbox file needs the node file's sandboxes.secrets"
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Confined(Mapping[str, str]):
+    """The references of one sandbox's file: no variables, files of its own directory only.
+
+    `secrets` is the node's `sandboxes.secrets` (None: no file may be read)."""
+
+    def __init__(self, sandbox: str, secrets: Path | None) -> None:
+        self.sandbox = sandbox
+        self.secrets = secrets
+
+    @property
+    def own(self) -> Path | None:
+        """`<secrets>/<sandbox-id>`: the one directory this sandbox's references read."""
+        return None if self.secrets is None else self.secrets / self.sandbox
+
+    # A Mapping with no keys: a variable is never found here (`variable_problem` says why).
+    def __getitem__(self, key: str) -> str:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def variable_problem(self, name: str) -> str:
+        return VARIABLE_REFUSED % name
+
+    def check_path(self, path: str) -> str | None:
+        """Why `${file:path}` is refused before anything is opened, or None."""
+        own = self.own
+        if own is None:
+            return NO_SECRETS
+        if not posixpath.isabs(path):
+            return f"${{file:{path}}}: a sandbox file's path is absolute, below {own}/"
+        if not _below(posixpath.normpath(path), str(own)):
+            return f"${{file:{path}}} is outside this sandbox's secrets directory {own}/"
+        return None
+
+    def read(self, path: str) -> tuple[str, str | None]:
+        """The file's text (one trailing newline stripped), or why it is refused."""
+        problem = self.check_path(path)
+        if problem is not None:
+            return "", problem
+        own = self.own
+        if own is None:  # checked above; kept for the type checker
+            return "", NO_SECRETS
+        real, within = os.path.realpath(path), os.path.realpath(own)
+        if not _below(real, within):
+            return "", f"${{file:{path}}} leads outside this sandbox's secrets directory {own}/"
+        try:
+            data = _read_regular(real, within)
+        except _Refused as exc:
+            return "", f"${{file:{path}}}: {exc}"
+        except OSError as exc:
+            return "", f"cannot read ${{file:{path}}}: {exc.strerror}"
+        if len(data) > MAX_FILE_BYTES:
+            return "", f"${{file:{path}}} is larger than {MAX_FILE_BYTES} bytes"
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "", f"cannot read ${{file:{path}}}: not UTF-8 text"
+        text = text[:-1] if text.endswith("\n") else text
+        return text, None if text else f"${{file:{path}}} is empty"
+
+
+class _Refused(Exception):
+    """The path reached something that is not a plain file of the directory."""
+
+
+def _below(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip("/") + "/")
+
+
+def _read_regular(real: str, within: str) -> bytes:
+    """The bytes of the regular file at `real` (a path without symlinks), once the kernel
+    confirms that what was opened lies below `within`: a component swapped for a symlink
+    after `realpath` is refused, never followed out."""
+    descriptor = os.open(real, _OPEN_FLAGS | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise _Refused("not a regular file")
+        try:
+            opened = os.readlink(f"/proc/self/fd/{descriptor}")
+        except OSError:
+            raise _Refused("cannot tell where it leads (/proc is not mounted)") from None
+        if not _below(opened, within):
+            raise _Refused("changed while it was read; it now leads elsewhere")
+        os.set_blocking(descriptor, True)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(descriptor, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
