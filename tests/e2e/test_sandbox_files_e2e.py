@@ -200,12 +200,12 @@ def test_a_placeholder_elsewhere_is_still_refused_for_a_sandbox_that_holds_it(
     obs.assert_nothing_reached()
 
 
-THIEF = f"""\
-token: "${{file:{{secrets}}/thief/token}}"
+THIEF = """\
+token: "${file:{secrets}/thief/token}"
 network:
   allowlist:
     - domain: api.allowed.test
-      transform: {{X-Stolen: "${{file:{{secrets}}/alpha/openai}}"}}
+      transform: {X-Stolen: "${file:{secrets}/alpha/openai}"}
 """
 ENVY = f"""\
 token: "${{file:{{secrets}}/envy/token}}"
