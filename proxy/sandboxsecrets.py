@@ -1,6 +1,7 @@
 """What a sandbox file may read (docs/configuration.md#sandboxes, docs/decisions.md D340):
-no environment variable of the node proxy, and only files below its own directory of the
-node's `sandboxes.secrets`, `<secrets>/<sandbox-id>/`.
+no environment variable of the node proxy, and only its own files of the node's
+`sandboxes.secrets`: below `<secrets>/<sandbox-id>/`, or `<secrets>/<sandbox-id>.<name>`
+(a name without `.`: how one Kubernetes Secret's keys are mounted, flat).
 
 `Confined` is the reference lookup a sandbox file is parsed with: it stands where the
 node file's environment mapping stands (`proxy.references.resolve` asks it), holds no
@@ -11,10 +12,11 @@ responder).
 Invariants:
 * `${NAME}` in a sandbox file is refused, whatever the node's environment holds.
 * A file is read only when its path is absolute, has no `..` leading out, its real path
-  (symlinks followed) is below the real path of `<secrets>/<sandbox-id>/`, and the inode
-  opened is that real path's (a symlink swapped between the check and the open is
-  refused, not followed): another sandbox's directory, `/proc/self/environ` or the node's
-  own secrets are never read.
+  (symlinks followed) is below the real path of `<secrets>/<sandbox-id>/` (or, flat, below
+  the real secrets directory and still named `<sandbox-id>.<name>`), and what the kernel
+  opened is that (a symlink swapped between the check and the open is refused, not
+  followed): another sandbox's files, `/proc/self/environ` or the node's own secrets are
+  never read.
 * Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
   most `MAX_FILE_BYTES`.
 * A problem names the path as written, never a byte of any file.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 MAX_FILE_BYTES = 64 * 1024
@@ -41,12 +43,7 @@ class Confined(Mapping[str, str]):
 
     def __init__(self, sandbox: str, secrets: Path | None) -> None:
         self.sandbox = sandbox
-        self.secrets = secrets
-
-    @property
-    def own(self) -> Path | None:
-        """`<secrets>/<sandbox-id>`: the one directory this sandbox's references read."""
-        return None if self.secrets is None else self.secrets / self.sandbox
+        self.secrets = None if secrets is None else Path(posixpath.normpath(secrets))
 
     # A Mapping with no keys: a variable is never found here (`variable_problem` says why).
     def __getitem__(self, key: str) -> str:
@@ -61,15 +58,32 @@ class Confined(Mapping[str, str]):
     def variable_problem(self, name: str) -> str:
         return VARIABLE_REFUSED % name
 
+    @property
+    def allowed(self) -> str:
+        """Where this sandbox's files are, as a problem says it."""
+        return f"{self.secrets}/{self.sandbox}/ or {self.secrets}/{self.sandbox}.<name>"
+
     def check_path(self, path: str) -> str | None:
         """Why `${file:path}` is refused before anything is opened, or None."""
-        own = self.own
-        if own is None:
+        if self.secrets is None:
             return NO_SECRETS
         if not posixpath.isabs(path):
-            return f"${{file:{path}}}: a sandbox file's path is absolute, below {own}/"
-        if not _below(posixpath.normpath(path), str(own)):
-            return f"${{file:{path}}} is outside this sandbox's secrets directory {own}/"
+            return f"${{file:{path}}}: a sandbox file's path is absolute, in {self.allowed}"
+        if self._layout(posixpath.normpath(path)) is None:
+            return f"${{file:{path}}} is outside this sandbox's secrets ({self.allowed})"
+        return None
+
+    def _layout(self, normal: str) -> Path | None:
+        """The directory whose real path must hold the file (its own directory, or the
+        secrets directory for a flat `<id>.<name>`), or None: not this sandbox's."""
+        if self.secrets is None:
+            return None
+        own = self.secrets / self.sandbox
+        if _below(normal, str(own)):
+            return own
+        folder, name = posixpath.split(normal)
+        if folder == str(self.secrets) and flat_owner(name) == self.sandbox:
+            return self.secrets
         return None
 
     def read(self, path: str) -> tuple[str, str | None]:
@@ -77,14 +91,21 @@ class Confined(Mapping[str, str]):
         problem = self.check_path(path)
         if problem is not None:
             return "", problem
-        own = self.own
-        if own is None:  # checked above; kept for the type checker
+        normal = posixpath.normpath(path)
+        layout = self._layout(normal)
+        if layout is None:  # checked above; kept for the type checker
             return "", NO_SECRETS
-        real, within = os.path.realpath(path), os.path.realpath(own)
-        if not _below(real, within):
-            return "", f"${{file:{path}}} leads outside this sandbox's secrets directory {own}/"
+        # A flat file must be itself once symlinks are followed (its name names its owner).
+        name = None if layout != self.secrets else posixpath.basename(normal)
+        within = os.path.realpath(layout)
+
+        def belongs(real: str) -> bool:
+            return _below(real, within) and (name is None or posixpath.basename(real) == name)
+
+        if not belongs(os.path.realpath(path)):
+            return "", f"${{file:{path}}} leads outside this sandbox's secrets ({self.allowed})"
         try:
-            data = _read_regular(real, within)
+            data = _read_regular(os.path.realpath(path), belongs)
         except _Refused as exc:
             return "", f"${{file:{path}}}: {exc}"
         except OSError as exc:
@@ -99,6 +120,13 @@ class Confined(Mapping[str, str]):
         return text, None if text else f"${{file:{path}}} is empty"
 
 
+def flat_owner(name: str) -> str | None:
+    """The sandbox a flat secret file `<id>.<name>` belongs to: its name without the last
+    `.<name>` (a name has no `.`, so `a.b.token` is `a.b`'s, never `a`'s: unambiguous)."""
+    owner, dot, rest = name.rpartition(".")
+    return owner if dot and owner and rest else None
+
+
 class _Refused(Exception):
     """The path reached something that is not a plain file of the directory."""
 
@@ -107,10 +135,10 @@ def _below(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip("/") + "/")
 
 
-def _read_regular(real: str, within: str) -> bytes:
+def _read_regular(real: str, belongs: Callable[[str], bool]) -> bytes:
     """The bytes of the regular file at `real` (a path without symlinks), once the kernel
-    confirms that what was opened lies below `within`: a component swapped for a symlink
-    after `realpath` is refused, never followed out."""
+    confirms that what was opened `belongs`: a component swapped for a symlink after
+    `realpath` is refused, never followed out."""
     descriptor = os.open(real, _OPEN_FLAGS | os.O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -119,7 +147,7 @@ def _read_regular(real: str, within: str) -> bytes:
             opened = os.readlink(f"/proc/self/fd/{descriptor}")
         except OSError:
             raise _Refused("cannot tell where it leads (/proc is not mounted)") from None
-        if not _below(opened, within):
+        if not belongs(opened):
             raise _Refused("changed while it was read; it now leads elsewhere")
         os.set_blocking(descriptor, True)
         chunks: list[bytes] = []

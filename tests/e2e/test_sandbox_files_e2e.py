@@ -92,6 +92,10 @@ def openai_as(view: Harness, sandbox: str, path: str, key: str = SHARED_PH) -> R
         return conn.request("GET", path, headers)
 
 
+def allowed(secrets: Path, name: str) -> str:
+    return f"{secrets}/{name}/ or {secrets}/{name}.<name>"
+
+
 def own(name: str) -> str:
     return f"${{file:{{secrets}}/{name}/openai}}"
 
@@ -252,15 +256,15 @@ def test_a_sandbox_file_reads_neither_the_nodes_environment_nor_another_sandboxs
         ],
         "thief.yaml": [
             f"{where}: ${{file:{secrets}/alpha/openai}} is outside this sandbox's secrets "
-            f"directory {secrets}/thief/"
+            f"({allowed(secrets, 'thief')})"
         ],
         "climber.yaml": [
             f"{where}: ${{file:{secrets}/climber/../alpha/openai}} is outside this sandbox's "
-            f"secrets directory {secrets}/climber/"
+            f"secrets ({allowed(secrets, 'climber')})"
         ],
         "linked.yaml": [
             f"{where}: ${{file:{secrets}/linked/openai-link}} leads outside this sandbox's "
-            f"secrets directory {secrets}/linked/"
+            f"secrets ({allowed(secrets, 'linked')})"
         ],
     }
 
@@ -282,7 +286,7 @@ def test_a_sandbox_file_reads_neither_the_nodes_environment_nor_another_sandboxs
     refused = {r["file"]: r["problems"] for r in p.process.status()["sandboxes"]["refused"]}
     assert refused["alpha.yaml"] == [
         f"network.allowlist[0].secrets[0].value: ${{file:{secrets}/gamma/openai}} is outside "
-        f"this sandbox's secrets directory {secrets}/alpha/"
+        f"this sandbox's secrets ({allowed(secrets, 'alpha')})"
     ]
     shown = json.dumps(p.process.status()) + p.view.proxy_stderr.read_text()
     assert p.view.secrets[0] not in shown and OPENAI["alpha"] not in shown

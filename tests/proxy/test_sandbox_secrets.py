@@ -1,5 +1,6 @@
 """What a sandbox file may read (issue 43, SPEC 1.12, D340): no `${NAME}` of the node's
-environment, and `${file:}` only below `<sandboxes.secrets>/<sandbox-id>/`, after symlinks.
+environment, and `${file:}` only its own files of `sandboxes.secrets`, after symlinks:
+below `<secrets>/<sandbox-id>/`, or flat, `<secrets>/<sandbox-id>.<name>`.
 
 A real directory tree in tmp_path, laid out as an attacker would want it: another
 sandbox's secret beside this one's, the node's own secret file, symlinks out of the
@@ -27,6 +28,7 @@ from sandbox_egress.proxy.sandboxsecrets import MAX_FILE_BYTES, Confined
 
 ALPHA_VALUE, BETA_VALUE, NODE_VALUE = "alpha-own-secret-0001", "beta-secret-0002", "node-0003"
 ROTATED_VALUE = "alpha-rotated-secret-0004"
+FLAT_VALUE = "alpha-flat-secret-0005"
 
 
 def layout(root: Path) -> Path:
@@ -50,6 +52,16 @@ def layout(root: Path) -> Path:
     (alpha / "..2026_12_06" / "rotated").write_text(ROTATED_VALUE)
     (alpha / "..data").symlink_to("..2026_12_06")
     (alpha / "rotated").symlink_to("..data/rotated")
+    # The flat layout (one Kubernetes Secret's keys, `<id>.<name>`), rotated the same way.
+    (secrets / "..2026_12_07").mkdir()
+    (secrets / "..2026_12_07" / "alpha.token").write_text(FLAT_VALUE)
+    (secrets / "..2026_12_07" / "beta.token").write_text(BETA_VALUE)
+    (secrets / "..2026_12_07" / "alpha.b.token").write_text(BETA_VALUE)
+    (secrets / "..data").symlink_to("..2026_12_07")
+    for name in ("alpha.token", "beta.token", "alpha.b.token"):
+        (secrets / name).symlink_to(f"..data/{name}")
+    (secrets / "alpha.link").symlink_to("..data/beta.token")  # named alpha's, is beta's
+    (secrets / "alpha.up").symlink_to("../node-secret")
     return secrets
 
 
@@ -86,23 +98,33 @@ REFUSED = [
      "${OPENAI_API_KEY} is refused in a sandbox file: it would read the node proxy's "
      "environment"),
     ("relative", "${file:alpha/key}",
-     "${file:alpha/key}: a sandbox file's path is absolute, below {s}/alpha/"),
+     "${file:alpha/key}: a sandbox file's path is absolute, in {A}"),
     ("another-sandboxs", "${file:{s}/beta/key}",
-     "${file:{s}/beta/key} is outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/beta/key} is outside this sandbox's secrets ({A})"),
     ("dot-dot-out", "${file:{s}/alpha/../beta/key}",
-     "${file:{s}/alpha/../beta/key} is outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/alpha/../beta/key} is outside this sandbox's secrets ({A})"),
     ("the-nodes", "${file:{r}/node-secret}",
-     "${file:{r}/node-secret} is outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{r}/node-secret} is outside this sandbox's secrets ({A})"),
     ("proc-environ", "${file:/proc/self/environ}",
-     "${file:/proc/self/environ} is outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:/proc/self/environ} is outside this sandbox's secrets ({A})"),
     ("its-own-directory", "${file:{s}/alpha}",
-     "${file:{s}/alpha} is outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/alpha} is outside this sandbox's secrets ({A})"),
     ("symlink-to-another-sandbox", "${file:{s}/alpha/to-beta}",
-     "${file:{s}/alpha/to-beta} leads outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/alpha/to-beta} leads outside this sandbox's secrets ({A})"),
     ("symlink-to-the-node", "${file:{s}/alpha/to-node}",
-     "${file:{s}/alpha/to-node} leads outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/alpha/to-node} leads outside this sandbox's secrets ({A})"),
     ("symlink-to-environ", "${file:{s}/alpha/to-environ}",
-     "${file:{s}/alpha/to-environ} leads outside this sandbox's secrets directory {s}/alpha/"),
+     "${file:{s}/alpha/to-environ} leads outside this sandbox's secrets ({A})"),
+    ("flat-another-sandboxs", "${file:{s}/beta.token}",
+     "${file:{s}/beta.token} is outside this sandbox's secrets ({A})"),
+    ("flat-a-dotted-sandboxs", "${file:{s}/alpha.b.token}",  # sandbox alpha.b's, not alpha's
+     "${file:{s}/alpha.b.token} is outside this sandbox's secrets ({A})"),
+    ("flat-the-data-link", "${file:{s}/..data/alpha.token}",
+     "${file:{s}/..data/alpha.token} is outside this sandbox's secrets ({A})"),
+    ("flat-named-alpha-but-betas", "${file:{s}/alpha.link}",
+     "${file:{s}/alpha.link} leads outside this sandbox's secrets ({A})"),
+    ("flat-symlink-out", "${file:{s}/alpha.up}",
+     "${file:{s}/alpha.up} leads outside this sandbox's secrets ({A})"),
     ("a-directory", "${file:{s}/alpha/dir}", "${file:{s}/alpha/dir}: not a regular file"),
     ("a-fifo", "${file:{s}/alpha/fifo}", "${file:{s}/alpha/fifo}: not a regular file"),
     ("oversized", "${file:{s}/alpha/big}",
@@ -116,6 +138,8 @@ REFUSED = [
 
 
 def spelled(text: str, secrets: Path) -> str:
+    allowed = f"{secrets}/alpha/ or {secrets}/alpha.<name>"
+    text = text.replace("{A}", allowed)
     return text.replace("{s}", str(secrets)).replace("{r}", str(secrets.parent))
 
 
@@ -149,6 +173,7 @@ def test_without_sandboxes_secrets_no_file_is_read(secrets: Path) -> None:
         ("{s}//alpha//key", ALPHA_VALUE),
         ("{s}/alpha/dir/../key", ALPHA_VALUE),
         ("{s}/alpha/rotated", ROTATED_VALUE),  # through ..data, as Kubernetes mounts it
+        ("{s}/alpha.token", FLAT_VALUE),  # flat, through ..data
     ],
 )
 def test_its_own_files_are_read(secrets: Path, path: str, expected: str) -> None:
@@ -211,7 +236,9 @@ def test_a_directory_swapped_for_a_symlink_while_read_is_refused(
 
 def segments() -> st.SearchStrategy[str]:
     parts = st.sampled_from(["..", ".", "", "alpha", "beta", "key", "to-beta", "to-node",
-                             "rotated", "..data", "dir", "secrets", "node-secret"])  # fmt: skip
+                             "rotated", "..data", "dir", "secrets", "node-secret", "alpha.token",
+                             "beta.token", "alpha.b.token", "alpha.link", "alpha.up",
+                             "..2026_12_07"])  # fmt: skip
     return st.lists(parts, min_size=1, max_size=7).map("/".join)
 
 
@@ -230,11 +257,14 @@ def test_whatever_the_spelling_only_its_own_values_are_ever_read(
     path = f"{tree.parent}/{tail}" if absolute else tail
     value, problem = Confined("alpha", tree).read(path)
     if problem is None:
-        assert value in (ALPHA_VALUE, ROTATED_VALUE)
-        assert os.path.realpath(path).startswith(f"{os.path.realpath(tree / 'alpha')}/")
+        assert value in (ALPHA_VALUE, ROTATED_VALUE, FLAT_VALUE)
+        real = os.path.realpath(path)
+        assert real.startswith(f"{os.path.realpath(tree / 'alpha')}/") or (
+            real.startswith(f"{os.path.realpath(tree)}/") and real.endswith("/alpha.token")
+        )
     else:
         assert value == ""
-        for other in (BETA_VALUE, NODE_VALUE, ALPHA_VALUE, ROTATED_VALUE):
+        for other in (BETA_VALUE, NODE_VALUE, ALPHA_VALUE, ROTATED_VALUE, FLAT_VALUE):
             assert other not in problem
 
 
