@@ -153,6 +153,13 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     return _read(path)[0]
 
 
+def read_placed(path: str | os.PathLike[str]) -> tuple[Any, Callable[[ConfigError], ConfigError]]:
+    """`read_document`, and what places a ConfigError's problems at their `line:column` of
+    it (a sandbox file's, `proxy.sandboxes.load_sandbox`)."""
+    document, positions = _read(path)
+    return document, lambda error: _placed(error, positions)
+
+
 def _read(path: str | os.PathLike[str]) -> tuple[Any, Positions]:
     source = str(path)
     try:

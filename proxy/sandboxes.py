@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import ConfigError, NetworkConfig, load, parse, read_document
+from sandbox_egress.proxy.config import (
+    ConfigError,
+    NetworkConfig,
+    load,
+    parse,
+    read_document,
+    read_placed,
+)
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.references import check_confined, resolve
 from sandbox_egress.proxy.sandboxsecrets import Confined
@@ -109,7 +116,13 @@ def sandbox_id(path: Path) -> str | None:
     return path.stem if _ID.fullmatch(path.stem) else None
 
 
-def load_sandbox(path: Path, files: Path | None = None, *, secrets: bool = True) -> Sandbox:
+def load_sandbox(
+    path: Path,
+    files: Path | None = None,
+    *,
+    secrets: bool = True,
+    node: frozenset[bytes] = frozenset(),
+) -> Sandbox:
     """The sandbox file at `path`, or ConfigError with every problem found; `files` is the
     node's `sandboxes.secrets`; `secrets=False` checks references without looking them up
     (the DNS responder's, D83)."""
@@ -117,14 +130,25 @@ def load_sandbox(path: Path, files: Path | None = None, *, secrets: bool = True)
     if found is None:
         message = "a sandbox file is named <id>.yaml, id of letters, digits, '.', '_', '-'"
         raise ConfigError([Problem(str(path), "", message)])
-    return parse_sandbox(read_document(path), str(path), found, files, secrets=secrets)
+    document, placed = read_placed(path)
+    try:
+        return parse_sandbox(document, str(path), found, files, secrets=secrets, node=node)
+    except ConfigError as exc:
+        raise placed(exc) from None
 
 
 def parse_sandbox(
-    document: Any, source: str, sandbox: str, files: Path | None = None, *, secrets: bool = True
+    document: Any,
+    source: str,
+    sandbox: str,
+    files: Path | None = None,
+    *,
+    secrets: bool = True,
+    node: frozenset[bytes] = frozenset(),
 ) -> Sandbox:
     """One sandbox file's document; its references resolved by a `Confined` lookup (no
-    variable, files below `<files>/<sandbox>/` only, D340)."""
+    variable, only its own files of `files`, D340); a placeholder of `node` (the node
+    file's) repeated is refused (D342)."""
     confined = Confined(sandbox, files)
     environ: Mapping[str, str] = confined if secrets else {}
     problems = [
@@ -149,6 +173,8 @@ def parse_sandbox(
         for where, value in _references(document):
             check_confined(value, where, confined, report)
     addresses = _addresses(document.get("addresses"), report)
+    if network is not None:
+        problems.extend(_repeats(network, source, node))
     if problems or network is None:
         raise ConfigError(problems)
     sandbox_class = document.get("class", DEFAULT_CLASS)
@@ -290,12 +316,14 @@ class SandboxDirectory:
             self._pending.discard(sandbox)
             self._seen[sandbox] = identity
             try:
-                fresh = load_sandbox(path, self.files, secrets=self.secrets)
+                fresh = load_sandbox(
+                    path, self.files, secrets=self.secrets, node=self.node_placeholders
+                )
             except ConfigError as exc:
                 problems.extend(exc.problems)
                 self._refused[sandbox] = tuple(exc.problems)
                 continue
-            claimed = _claims(fresh, path, holders) + _repeats(fresh, path, self.node_placeholders)
+            claimed = _claims(fresh, path, holders)
             if claimed:
                 problems.extend(claimed)
                 self._refused[sandbox] = tuple(claimed)
@@ -330,17 +358,17 @@ def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> lis
     return problems
 
 
-def _repeats(fresh: Sandbox, path: Path, node: frozenset[bytes]) -> list[Problem]:
+def _repeats(network: NetworkConfig, source: str, node: frozenset[bytes]) -> list[Problem]:
     """Within what one sandbox sees (the node file and its own), a placeholder names one
     secret (D342): a sandbox file repeating the node's would not tell whose key a request
     carries. Another sandbox's file may use the same one (each swapped from its own)."""
     problems = []
-    for entry in fresh.network.allowlist:
+    for entry in network.allowlist:
         for number, secret in enumerate(entry.secrets):
             if secret.placeholder.encode() in node:
                 where = f"network.allowlist[{entry.index}].secrets[{number}].placeholder"
                 message = "placeholder already used by the node file"
-                problems.append(Problem(str(path), where, message))
+                problems.append(Problem(source, where, message))
     return problems
 
 

@@ -142,7 +142,7 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
         (
             "broken.yaml",
             [
-                "network.allowlist[0].domain: a wildcard may only be a single leading '*.' "
+                "4:7: network.allowlist[0].domain: a wildcard may only be a single leading '*.' "
                 "label, or '*' alone (got '**')",
                 "token: must be at least 16 characters, without ':', CR, LF, NUL",
             ],
@@ -150,13 +150,14 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
         (
             "nodes.yaml",
             [
-                "network.allowlist[0].secrets[0].placeholder: placeholder already used by the node file"
+                "5:18: network.allowlist[0].secrets[0].placeholder: placeholder already used by "
+                "the node file"
             ],
         ),
         (
             "twice.yaml",
             [
-                "network.allowlist[2].secrets[0].placeholder: placeholder already used at "
+                "8:18: network.allowlist[2].secrets[0].placeholder: placeholder already used at "
                 "network.allowlist[0].secrets[0].placeholder"
             ],
         ),
@@ -248,7 +249,7 @@ def test_a_sandbox_file_reads_neither_the_nodes_environment_nor_another_sandboxs
     assert all(header_values(r, "X-Stolen") == [] for r in obs.requests())
 
     refused = {r["file"]: r["problems"] for r in p.process.status()["sandboxes"]["refused"]}
-    where = "network.allowlist[0].transform.X-Stolen"
+    where = "5:19: network.allowlist[0].transform.X-Stolen"
     assert refused == {
         "envy.yaml": [
             f"{where}: ${{{SECRET_ENV}}} is refused in a sandbox file: it would read the node "
@@ -285,7 +286,7 @@ def test_a_sandbox_file_reads_neither_the_nodes_environment_nor_another_sandboxs
     assert header_values(obs.requests()[-1], "Authorization") == [f"Bearer {OPENAI['alpha']}"]
     refused = {r["file"]: r["problems"] for r in p.process.status()["sandboxes"]["refused"]}
     assert refused["alpha.yaml"] == [
-        f"network.allowlist[0].secrets[0].value: ${{file:{secrets}/gamma/openai}} is outside "
+        f"5:63: network.allowlist[0].secrets[0].value: ${{file:{secrets}/gamma/openai}} is outside "
         f"this sandbox's secrets ({allowed(secrets, 'alpha')})"
     ]
     shown = json.dumps(p.process.status()) + p.view.proxy_stderr.read_text()

@@ -37,7 +37,7 @@ def test_tenants_install_a_snapshot_per_change(
     with caplog.at_level(logging.WARNING, logger="egress"):
         tenants.scan()
     assert len(installed) == 1
-    assert "beta.yaml: network.allowlist[0].domain" in caplog.text
+    assert "beta.yaml:1:24: network.allowlist[0].domain" in caplog.text  # placed, D341
     assert metrics.registry.get_sample_value("egress_sandbox_files_invalid") == 1
     tenants.node_changed(OTHER_NODE)
     assert installed[-1].policies["alpha"].node is OTHER_NODE
