@@ -1,4 +1,4 @@
-"""End to end, sandbox files a node cannot trust (issue 43, SPEC 1.10, 1.12; D340-D342):
+"""End to end, sandbox files a node cannot trust (issue 43; D340-D342):
 the real proxy, real sockets, real TLS.
 
 * A node whose directory holds a broken file and files repeating a placeholder (inside

@@ -1,4 +1,4 @@
-"""What a sandbox file may read (issue 43, SPEC 1.12, D340): no `${NAME}` of the node's
+"""What a sandbox file may read (issue 43, D340): no `${NAME}` of the node's
 environment, and `${file:}` only its own files of `sandboxes.secrets`, after symlinks:
 below `<secrets>/<sandbox-id>/`, or flat, `<secrets>/<sandbox-id>.<name>`.
 

@@ -1,4 +1,4 @@
-"""`buckets:` on a `sigv4` binding (issue 43, SPEC 1.13, D343): the proxy re-signs an S3
+"""`buckets:` on a `sigv4` binding (issue 43, D343): the proxy re-signs an S3
 request only for the buckets the operator names, virtual-hosted or path style; any other
 bucket, or a request that names none (`ListBuckets`), is `sigv4_scope_denied`. Other
 services of the binding are unaffected."""
