@@ -48,7 +48,7 @@ from sandbox_egress.proxy.config import (
 )
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.references import check_confined, resolve
-from sandbox_egress.proxy.sandboxsecrets import Confined
+from sandbox_egress.proxy.sandboxsecrets import Confined, references
 from sandbox_egress.proxy.secret import Secret
 
 SUFFIX = ".yaml"
@@ -170,7 +170,7 @@ def parse_sandbox(
 
     token = _token(document.get("token"), environ, report) if secrets else None
     if not secrets:  # what resolving would refuse, said without opening a file
-        for where, value in _references(document):
+        for where, value in references(document):
             check_confined(value, where, confined, report)
     addresses = _addresses(document.get("addresses"), report)
     if network is not None:
@@ -179,26 +179,6 @@ def parse_sandbox(
         raise ConfigError(problems)
     sandbox_class = document.get("class", DEFAULT_CLASS)
     return Sandbox(sandbox, network, token, sandbox_class, addresses)
-
-
-def _references(document: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(location, text) of every value of the file that may hold references."""
-    found: list[tuple[str, str]] = []
-    if isinstance(document.get("token"), str):
-        found.append(("token", document["token"]))
-    network = document.get("network")
-    allowlist = network.get("allowlist") if isinstance(network, dict) else None
-    for index, raw in enumerate(allowlist if isinstance(allowlist, list) else []):
-        where = f"network.allowlist[{index}]"
-        transform = raw.get("transform") if isinstance(raw, dict) else None
-        for name, value in (transform if isinstance(transform, dict) else {}).items():
-            if isinstance(value, str):
-                found.append((f"{where}.transform.{name}", value))
-        secrets = raw.get("secrets") if isinstance(raw, dict) else None
-        for number, item in enumerate(secrets if isinstance(secrets, list) else []):
-            if isinstance(item, dict) and isinstance(item.get("value"), str):
-                found.append((f"{where}.secrets[{number}].value", item["value"]))
-    return found
 
 
 def _where(base: str, path: tuple[str | int, ...]) -> str:
@@ -323,6 +303,11 @@ class SandboxDirectory:
                 problems.extend(exc.problems)
                 self._refused[sandbox] = tuple(exc.problems)
                 continue
+            except Exception as exc:  # no file may stop the scan, nor the node (D341)
+                unread = Problem(str(path), "", _unreadable(exc))
+                problems.append(unread)
+                self._refused[sandbox] = (unread,)
+                continue
             claimed = _claims(fresh, path, holders)
             if claimed:
                 problems.extend(claimed)
@@ -345,6 +330,14 @@ class SandboxDirectory:
         """Each sandbox whose current file is refused, with the problems found (never a
         secret value: problems name keys, variables and paths only)."""
         return dict(self._refused)
+
+
+def _unreadable(exc: Exception) -> str:
+    """What a parser failure other than a refusal says (its type only, never its text,
+    which could quote the file)."""
+    if isinstance(exc, RecursionError):
+        return "cannot be read: nested too deeply"
+    return f"cannot be read: {type(exc).__name__}"
 
 
 def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:

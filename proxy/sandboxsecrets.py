@@ -29,6 +29,7 @@ import posixpath
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 MAX_FILE_BYTES = 64 * 1024
 VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
@@ -125,6 +126,28 @@ def flat_owner(name: str) -> str | None:
     `.<name>` (a name has no `.`, so `a.b.token` is `a.b`'s, never `a`'s: unambiguous)."""
     owner, dot, rest = name.rpartition(".")
     return owner if dot and owner and rest else None
+
+
+def references(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(location, text) of every value of a sandbox file that may hold references: its
+    token, and its entries' transform and secret values (checked without opening a file,
+    `proxy.references.check_confined`)."""
+    found: list[tuple[str, str]] = []
+    if isinstance(document.get("token"), str):
+        found.append(("token", document["token"]))
+    network = document.get("network")
+    allowlist = network.get("allowlist") if isinstance(network, dict) else None
+    for index, raw in enumerate(allowlist if isinstance(allowlist, list) else []):
+        where = f"network.allowlist[{index}]"
+        transform = raw.get("transform") if isinstance(raw, dict) else None
+        for name, value in (transform if isinstance(transform, dict) else {}).items():
+            if isinstance(value, str):
+                found.append((f"{where}.transform.{name}", value))
+        secrets = raw.get("secrets") if isinstance(raw, dict) else None
+        for number, item in enumerate(secrets if isinstance(secrets, list) else []):
+            if isinstance(item, dict) and isinstance(item.get("value"), str):
+                found.append((f"{where}.secrets[{number}].value", item["value"]))
+    return found
 
 
 class _Refused(Exception):

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.netns
 SHARED_PH = "sk-egress-placeholder-openai"
 NODE_PH = "node-egress-placeholder-0001"
 TOKENS = {name: f"{name}-proxy-token-0123456789" for name in
-          ("alpha", "gamma", "broken", "twice", "nodes", "envy", "thief", "climber", "linked")}  # fmt: skip
+          ("alpha", "gamma", "broken", "deep", "twice", "nodes", "envy", "thief", "climber",
+           "linked")}  # fmt: skip
 OPENAI = {"alpha": "sk-alpha-real-secret-000111", "gamma": "sk-gamma-real-secret-222333"}
 
 NODE = """\
@@ -114,6 +115,7 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
         "alpha": sandbox(Path("{secrets}"), "alpha", own("alpha")),
         "gamma": sandbox(Path("{secrets}"), "gamma", own("gamma")),
         "broken": BROKEN,
+        "deep": "network: " + "[" * 5000 + "]" * 5000 + "\n",  # past the parser's recursion
         "twice": TWICE,  # one placeholder, two secrets, in one file
         "nodes": sandbox(Path("{secrets}"), "nodes", "nodes-value-0003", NODE_PH),
     }
@@ -131,7 +133,7 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
         "/gamma",
         [f"Bearer {OPENAI['gamma']}"],
     )
-    for refused in ("broken", "twice", "nodes"):  # no egress: its file is refused
+    for refused in ("broken", "deep", "twice", "nodes"):  # no egress: its file is refused
         response = openai_as(p.view, refused, f"/{refused}")
         assert response.status == 407, response.describe()
     assert len(obs.requests()) == 2
@@ -147,6 +149,7 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
                 "token: must be at least 16 characters, without ':', CR, LF, NUL",
             ],
         ),
+        ("deep.yaml", ["cannot be read: nested too deeply"]),
         (
             "nodes.yaml",
             [
@@ -163,8 +166,8 @@ def test_a_node_with_a_broken_and_a_repeating_file_starts_and_serves_the_others(
         ),
     ]
     samples = p.process.scrape()
-    assert samples[("egress_sandbox_files_invalid", ())] == 3
-    lines = p.view.audit_log.wait_count(mark, 7)
+    assert samples[("egress_sandbox_files_invalid", ())] == 4
+    lines = p.view.audit_log.wait_count(mark, 8)
     assert [(a["sandbox"], a["method"], a["decision"]) for a in lines[:4]] == [
         ("alpha", "CONNECT", "allow"),
         ("alpha", "GET", "allow"),

@@ -348,3 +348,23 @@ def test_credentials_parse() -> None:
 def test_the_policy_follows_the_identity() -> None:
     alpha = BOTH.policy("alpha")
     assert alpha.decide(canonical_host("a.example.com"), 443, tls=True).allowed
+
+
+def test_a_file_no_parser_survives_is_refused_and_the_others_load(tmp_path: Path) -> None:
+    """Issue 43: a bad sandbox file never stops the node. A file nested deeper than the
+    parser's recursion limit raised RecursionError out of the scan (at start: the node
+    exited; in the watch: the watch died). It is refused like any invalid file."""
+    (tmp_path / "deep.yaml").write_text("network: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "deeper.yaml").write_text(
+        "network:\n  allowlist:\n    - domain: a.test\n      transform: {X: "
+        + "{a: " * 3000 + "1" + "}" * 3000 + "}\n"
+    )
+    write(tmp_path, "alpha.yaml", allow("a.example.com"))
+    directory = SandboxDirectory(tmp_path)
+    found = directory.scan()
+    assert found.changed == {"alpha"}
+    assert sorted((Path(p.file).name, p.location, p.message) for p in found.problems) == [
+        ("deep.yaml", "", "cannot be read: nested too deeply"),
+        ("deeper.yaml", "", "cannot be read: nested too deeply"),
+    ]
+    assert directory.invalid == {"deep", "deeper"}
