@@ -48,7 +48,12 @@ from sandbox_egress.proxy.config import (
 )
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.references import check_confined, resolve
-from sandbox_egress.proxy.sandboxsecrets import Confined, references
+from sandbox_egress.proxy.sandboxsecrets import (
+    Confined,
+    Unreadable,
+    read_sandbox_file,
+    references,
+)
 from sandbox_egress.proxy.secret import Secret
 
 SUFFIX = ".yaml"
@@ -130,7 +135,11 @@ def load_sandbox(
     if found is None:
         message = "a sandbox file is named <id>.yaml, id of letters, digits, '.', '_', '-'"
         raise ConfigError([Problem(str(path), "", message)])
-    document, placed = read_placed(path)
+    try:
+        text = read_sandbox_file(path)
+    except Unreadable as exc:
+        raise ConfigError([Problem(str(path), "", f"cannot read file: {exc}")]) from None
+    document, placed = read_placed(str(path), text)
     try:
         return parse_sandbox(document, str(path), found, files, secrets=secrets, node=node)
     except ConfigError as exc:

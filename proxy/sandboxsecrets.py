@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_FILE_BYTES = 64 * 1024
+MAX_SANDBOX_FILE_BYTES = 256 * 1024  # a sandbox file itself (its values are compiled, D341)
 VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
 NO_SECRETS = "${file:...} in a sandbox file needs the node file's sandboxes.secrets"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -106,7 +107,7 @@ class Confined(Mapping[str, str]):
         if not belongs(os.path.realpath(path)):
             return "", f"${{file:{path}}} leads outside this sandbox's secrets ({self.allowed})"
         try:
-            data = _read_regular(os.path.realpath(path), belongs)
+            data = _read_regular(os.path.realpath(path), belongs, MAX_FILE_BYTES)
         except _Refused as exc:
             return "", f"${{file:{path}}}: {exc}"
         except OSError as exc:
@@ -154,11 +155,42 @@ class _Refused(Exception):
     """The path reached something that is not a plain file of the directory."""
 
 
+class Unreadable(Exception):
+    """A sandbox file that is not a plain file of its directory (`read_sandbox_file`)."""
+
+
+def read_sandbox_file(path: Path) -> str:
+    """The text of the sandbox file `path`, read the way its secrets are (D341): its real
+    path in its directory (Kubernetes' `..data` links stay inside), a regular file opened
+    non-blocking (a FIFO never stalls the scan, `/dev/zero` is outside), at most
+    `MAX_SANDBOX_FILE_BYTES`; else Unreadable, saying why."""
+    within = os.path.realpath(path.parent)
+
+    def belongs(real: str) -> bool:
+        return _below(real, within)
+
+    real = os.path.realpath(path)
+    if not belongs(real):
+        raise Unreadable("it leads outside the sandboxes directory")
+    try:
+        data = _read_regular(real, belongs, MAX_SANDBOX_FILE_BYTES)
+    except _Refused as exc:
+        raise Unreadable(str(exc)) from None
+    except OSError as exc:
+        raise Unreadable(exc.strerror or "unreadable") from None
+    if len(data) > MAX_SANDBOX_FILE_BYTES:
+        raise Unreadable(f"larger than {MAX_SANDBOX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreadable("not UTF-8 text") from None
+
+
 def _below(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip("/") + "/")
 
 
-def _read_regular(real: str, belongs: Callable[[str], bool]) -> bytes:
+def _read_regular(real: str, belongs: Callable[[str], bool], limit: int) -> bytes:
     """The bytes of the regular file at `real` (a path without symlinks), once the kernel
     confirms that what was opened `belongs`: a component swapped for a symlink after
     `realpath` is refused, never followed out."""
@@ -175,8 +207,8 @@ def _read_regular(real: str, belongs: Callable[[str], bool]) -> bytes:
         os.set_blocking(descriptor, True)
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(descriptor, MAX_FILE_BYTES + 1 - size)
+        while size <= limit:
+            chunk = os.read(descriptor, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)

@@ -44,6 +44,7 @@ class Tenants:
         self._install = install
         self._metrics = metrics
         self._scanning = threading.Lock()
+        self._unswapped: frozenset[str] = frozenset()  # changed, not yet in a snapshot
 
     def scan(self, cause: str = "file change", *, watched: bool = False) -> None:
         """Scan now: at start and on SIGHUP every changed file is read at once; `watched`
@@ -96,7 +97,21 @@ class Tenants:
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:
-        with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
-            self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        """Install the snapshot of every sandbox over `node`. Building it can fail for all
+        files together (everyone's placeholders and values make one RE2 matcher, which
+        has a size limit): then the running snapshot stays, the failure is logged and
+        counted, and the sandboxes it would have changed are rebuilt at the next swap."""
+        changed = changed | self._unswapped
+        try:
+            with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
+                fresh = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        except Exception as exc:  # no sandbox file may stop the node (D341)
+            self._unswapped = changed
+            self._metrics.loads.labels("failed").inc()
+            log.warning("sandboxes: the new snapshot cannot be built (%s); the running one "
+                        "stays", type(exc).__name__)  # fmt: skip
+            return
+        self._unswapped = frozenset()
+        self.tenancy = fresh
         self._metrics.loaded.set(len(self.tenancy.policies))
         self._install(self.tenancy)

@@ -368,3 +368,41 @@ def test_a_file_no_parser_survives_is_refused_and_the_others_load(tmp_path: Path
         ("deeper.yaml", "", "cannot be read: nested too deeply"),
     ]
     assert directory.invalid == {"deep", "deeper"}
+
+
+def test_a_sandbox_file_that_is_not_a_plain_file_of_the_directory_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Issue 43: whoever writes sandbox files can put a FIFO (the scan blocked forever on
+    it: at start the node never listened), a link to /dev/zero (read without end), a
+    link out of the directory, a directory or a huge file there. Each is refused; the
+    others load."""
+    import threading
+
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    write(directory, "alpha.yaml", allow("a.example.com"))
+    os.mkfifo(directory / "fifo.yaml")
+    (directory / "zero.yaml").symlink_to("/dev/zero")
+    write(tmp_path, "outside.yaml", allow("b.example.com"))
+    (directory / "out.yaml").symlink_to("../outside.yaml")
+    (directory / "dir.yaml").mkdir()
+    (directory / "big.yaml").write_text("network: {}\n" + "#" * (256 * 1024) + "\n")
+    (directory / "..2026_12_06").mkdir()  # Kubernetes' rotation inside: still read
+    write(directory / "..2026_12_06", "rotated.yaml", allow("c.example.com"))
+    (directory / "rotated.yaml").symlink_to("..2026_12_06/rotated.yaml")
+    found: list[Any] = []
+    scanner = SandboxDirectory(directory)
+    worker = threading.Thread(target=lambda: found.append(scanner.scan()), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "the scan hung"
+    (scan,) = found
+    assert scan.changed == {"alpha", "rotated"}
+    assert sorted((Path(p.file).name, p.message) for p in scan.problems) == [
+        ("big.yaml", "cannot read file: larger than 262144 bytes"),
+        ("dir.yaml", "cannot read file: not a regular file"),
+        ("fifo.yaml", "cannot read file: not a regular file"),
+        ("out.yaml", "cannot read file: it leads outside the sandboxes directory"),
+        ("zero.yaml", "cannot read file: it leads outside the sandboxes directory"),
+    ]
