@@ -357,7 +357,10 @@ def test_a_file_no_parser_survives_is_refused_and_the_others_load(tmp_path: Path
     (tmp_path / "deep.yaml").write_text("network: " + "[" * 5000 + "]" * 5000 + "\n")
     (tmp_path / "deeper.yaml").write_text(
         "network:\n  allowlist:\n    - domain: a.test\n      transform: {X: "
-        + "{a: " * 3000 + "1" + "}" * 3000 + "}\n"
+        + "{a: " * 3000
+        + "1"
+        + "}" * 3000
+        + "}\n"
     )
     write(tmp_path, "alpha.yaml", allow("a.example.com"))
     directory = SandboxDirectory(tmp_path)
