@@ -7,7 +7,7 @@ Invariants:
   docs/decisions.md D83) no variable is read and no file opened: references are checked
   for syntax only and the value is `Unresolved`.
 * A sandbox file's references are resolved by a `Confined` lookup (D340): `${NAME}` is
-  refused there, and `${file:}` reads only below the sandbox's own secrets directory.
+  refused there, and `${file:}` reads only the sandbox's own files of `sandboxes.secrets`.
 * A resolved value is never empty and holds no CR, LF or NUL (it becomes a header value).
 """
 

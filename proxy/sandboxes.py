@@ -22,8 +22,10 @@ Invariants:
   one secret: a sandbox file repeating the node's is refused; two sandbox files may bind
   the same placeholder, each to its own secret (D342, superseding D179's uniqueness).
 * A sandbox file is read with a `Confined` lookup (D340): no `${NAME}`, and `${file:}`
-  only below `<sandboxes.secrets>/<id>/`. Every refused file is kept with its problems
-  (`refused`) for /status; none stops the node (D341).
+  only its own files of `sandboxes.secrets` (`<id>/...` or `<id>.<name>`). The file itself
+  is read only as a plain file of the directory (`read_sandbox_file`). Every refused file
+  is kept with its problems (`refused`) for /status; no file, whatever a parser makes of
+  it, stops the scan or the node (D341).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class SandboxesSection:
     directory: Path
     identify: tuple[Identify, ...] = (Identify.PROXY_AUTH, Identify.SOURCE_ADDRESS)
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open client connections per sandbox
-    # Where sandbox files' `${file:}` may read, each below `<secrets>/<id>/` (None: nowhere).
+    # Where sandbox files' `${file:}` may read, each only its own `<id>/...` or `<id>.<name>`
+    # (None: nowhere, D340).
     secrets: Path | None = None
 
 
