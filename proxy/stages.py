@@ -330,7 +330,7 @@ async def decide_request(
     entry = decision.entry
     written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
-    signing = judge_request(decision, ask.fields, located.path)  # SigV4: before budgets
+    signing = judge_request(decision, ask.fields, located.path, host)  # SigV4: before budgets
     if isinstance(signing, Reason):
         return RequestAnswer(Decision.deny(signing, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)

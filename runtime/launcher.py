@@ -235,7 +235,12 @@ async def serve(settings: Settings) -> int:
         on_stale=on_stale,
     )
     addon.shared.credentials = credentials
-    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
+    board = StatusBoard(  # /status
+        settings.config_path,
+        addon.shared.state,
+        _loaded(tenants),
+        refused=None if tenants is None else tenants.directory.refused,
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
