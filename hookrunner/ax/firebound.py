@@ -84,24 +84,19 @@ def bounded_answer(
     return result
 
 
-NO_BOUNDARY = (
-    "hookrunner: no boundary for Claude Code's Bash tool here ({problem}). Commands run "
-    "unguarded; the packs refuse what they cannot read."
-)
-
-
 def notice() -> str | None:
     """What ``claude install`` and a session's first call say when no boundary can be made."""
     problem = boundary_problem()
-    return None if problem is None else NO_BOUNDARY.format(problem=problem)
+    return None if problem is None else f"no boundary for Claude Code's Bash tool: {problem}"
 
 
 def first_notice(session_id: str) -> str | None:
     """``notice()`` the first time a session asks (a marker per session in a directory
     private to this user); None afterwards, or when there is a boundary."""
-    said = notice()
-    if said is None:
+    problem = notice()
+    if problem is None:
         return None
+    said = f"hookrunner: {problem}"
     directory = Path(tempfile.gettempdir()) / f"hookrunner-{os.getuid()}"
     with contextlib.suppress(FileExistsError, OSError):
         directory.mkdir(mode=0o700)

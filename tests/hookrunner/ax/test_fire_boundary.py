@@ -11,11 +11,13 @@ the command run bare, and background runs still run.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from sandbox_egress.hookrunner import cli
+from sandbox_egress.hookrunner.enforce import toolns
 from tests.hookrunner.helpers import HOOKRUNNER
 
 SECRET = "API_KEY=sk-live-not-really-0123456789"
@@ -266,3 +270,63 @@ def test_the_boundary_entry_refuses_a_malformed_call() -> None:
         assert done.returncode == 126
         assert "hookrunner boundary:" in done.stderr
         assert "the command was not run" in done.stderr
+
+
+# --- without a boundary (no root's namespace, no user namespace): said, nothing rewritten ---
+
+
+class Stdin:
+    def __init__(self, data: bytes) -> None:
+        self.buffer = io.BytesIO(data)
+
+
+def fire_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    claude: Claude,
+    command: str,
+) -> tuple[int, str, str]:
+    payload = {"session_id": "ses_no_boundary", "hook_event_name": "PreToolUse",
+               "tool_name": "Bash", "tool_input": {"command": command}}  # fmt: skip
+    monkeypatch.setattr(sys, "stdin", Stdin(json.dumps(payload).encode()))
+    code = cli.main(["fire", "PreToolUse", "--claude-exit-codes", "--workspace",
+                     str(claude.workspace), "--ax-config", str(claude.operator)])  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_without_a_boundary_the_first_call_says_so_and_nothing_is_rewritten(
+    claude: Claude, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(toolns, "_probed", [None])
+    monkeypatch.setattr(tempfile, "tempdir", str(claude.top))  # the per-session marker
+    monkeypatch.setattr(os, "environ", {**claude.env})
+    code, out, err = fire_in_process(monkeypatch, capsys, claude, "echo hi")
+    assert code == 0
+    answer = json.loads(out)
+    assert "hookSpecificOutput" not in answer  # nothing to run the command under
+    assert answer["systemMessage"].startswith(
+        "hookrunner: no boundary for Claude Code's Bash tool: "
+    )
+    assert "git is not guarded and .env files are not masked" in answer["systemMessage"]
+    assert answer["systemMessage"] in err
+    assert fire_in_process(monkeypatch, capsys, claude, "echo hi") == (0, "", "")  # once
+    code, out, err = fire_in_process(monkeypatch, capsys, claude, "F=-f; git push $F")
+    assert (code, out) == (2, "")  # the packs are told nothing: what they cannot read is refused
+    assert "block-force-push: `git push $F` is only known when the shell runs it" in err
+
+
+def test_without_a_boundary_install_says_so_before_it_changes_anything(
+    claude: Claude, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(toolns, "_probed", [None])
+    monkeypatch.setenv("HOME", str(claude.home))
+    settings = claude.workspace / ".claude" / "settings.json"
+    code = cli.main(["claude", "install", "--scope", "project", "--workspace",
+                     str(claude.workspace), "--runner", HOOKRUNNER])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 0
+    first = err.splitlines()[0]
+    assert first.startswith("hookrunner: warning: no boundary for Claude Code's Bash tool: ")
+    assert "git is not guarded and .env files are not masked" in first
+    assert settings.exists()
