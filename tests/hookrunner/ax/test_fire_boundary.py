@@ -330,3 +330,16 @@ def test_without_a_boundary_install_says_so_before_it_changes_anything(
     assert first.startswith("hookrunner: warning: no boundary for Claude Code's Bash tool: ")
     assert "git is not guarded and .env files are not masked" in first
     assert settings.exists()
+
+
+@pytest.mark.privileged
+def test_agent_commands_pass_in_fire_with_the_boundary(claude: Claude) -> None:
+    """The false-refusal corpus through the real ``fire`` path (a sample: each call is a
+    runner and two pack processes): none refused, every one answered with the boundary."""
+    from tests.hookrunner.ax.test_false_refusals import agent_commands
+
+    every = agent_commands()
+    sample = every[:: max(1, len(every) // 12)]
+    refused = [(c, claude.pre(c)) for c in sample]
+    refused = [(c, done.stderr) for c, done in refused if done.returncode != 0]
+    assert refused == []
