@@ -272,7 +272,7 @@ def _judge(
     without a hook."""
     if refusal is None:
         try:
-            inp = parse_event(event, payload, session_id=session.session_id)
+            inp = firebound.unwrapped(parse_event(event, payload, session_id=session.session_id))
         except PayloadRefused as exc:
             refusal = str(exc)
         else:

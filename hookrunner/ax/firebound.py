@@ -23,12 +23,13 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sandbox_egress.hookrunner.ax.events import EventInput
 from sandbox_egress.hookrunner.ax.model import AxEvent
-from sandbox_egress.hookrunner.enforce.bound import shell_command
+from sandbox_egress.hookrunner.enforce.bound import original, shell_command
 from sandbox_egress.hookrunner.enforce.toolns import (
     boundary_problem,
     git_paths,
@@ -57,6 +58,24 @@ def wraps(inp: EventInput) -> bool:
         and inp.claude_tool in SHELL_TOOLS
         and isinstance(command, str)
     )
+
+
+_AFTER = frozenset({AxEvent.POST_TOOL_USE, AxEvent.POST_TOOL_USE_FAILURE})
+
+
+def unwrapped(inp: EventInput) -> EventInput:
+    """A PostToolUse(Failure) of a Bash call this runner wrapped, as the hooks must see it:
+    with the command the agent wrote (Claude Code reports the ``updatedInput`` it ran), so
+    a user's logger or ``require-tests-on-stop`` reads ``pytest``, not the wrapping."""
+    if inp.event not in _AFTER or inp.claude_tool not in SHELL_TOOLS:
+        return inp
+    command = inp.claude_input.get("command")
+    text = original(command) if isinstance(command, str) else None
+    if text is None:
+        return inp
+    claude_input = {**inp.claude_input, "command": text}
+    args = {**inp.args, "command": text} if inp.args.get("command") == command else inp.args
+    return replace(inp, claude_input=claude_input, args=args)
 
 
 def bounded_answer(

@@ -33,6 +33,7 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -77,6 +78,29 @@ def shell_command(command: str, workspace: Path, python: str | None = None) -> s
         '[ -n "$__hookrunner_cwd" ] && cd -- "$__hookrunner_cwd"; '
         "(exit $__hookrunner_status)"
     )
+
+
+_WRAPPED = re.compile(
+    r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec .+ -I -m "
+    + re.escape(ENTRY)
+    + r" --workspace .+ --cwd-fd 3 (''|[A-Za-z0-9+/]+={0,2})\); \} 4>&1; "
+    r"__hookrunner_status=\$\?; "
+    + re.escape('[ -n "$__hookrunner_cwd" ] && cd -- "$__hookrunner_cwd"; ')
+    + re.escape("(exit $__hookrunner_status)"),
+    re.DOTALL,
+)
+
+
+def original(text: str) -> str | None:
+    """The command ``shell_command`` wrapped, when ``text`` is exactly such a wrapping (what
+    Claude Code's PostToolUse carries after ``updatedInput``), else None."""
+    match = _WRAPPED.fullmatch(text)
+    if match is None:
+        return None
+    try:
+        return decode(match.group(1).strip("'"))
+    except (binascii.Error, ValueError):
+        return None
 
 
 def shell(env: Mapping[str, str]) -> str:

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.hookrunner import cli
-from sandbox_egress.hookrunner.enforce import toolns
+from sandbox_egress.hookrunner.enforce import bound, toolns
 from tests.hookrunner.helpers import HOOKRUNNER
 
 SECRET = "API_KEY=sk-live-not-really-0123456789"
@@ -343,3 +345,38 @@ def test_agent_commands_pass_in_fire_with_the_boundary(claude: Claude) -> None:
     refused = [(c, claude.pre(c)) for c in sample]
     refused = [(c, done.stderr) for c, done in refused if done.returncode != 0]
     assert refused == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(command=st.text(), workspace=st.sampled_from(["/ws", "/a b/c'd", "/x\n$y"]))
+def test_the_wrapping_gives_back_the_command_it_wrapped(command: str, workspace: str) -> None:
+    wrapped = bound.shell_command(command, Path(workspace))
+    assert bound.original(wrapped) == command
+    assert bound.original(wrapped + "; git push -f") is None
+    assert bound.original(command) is None or command == wrapped
+
+
+def test_post_tool_use_hooks_see_the_command_the_agent_wrote(claude: Claude) -> None:
+    """Claude Code's PostToolUse carries the updatedInput it ran; the runner's hooks are
+    given the agent's own command back (a logger, require-tests-on-stop)."""
+    log = claude.top / "seen.log"
+    script = claude.top / "log.py"
+    script.write_text(
+        "import json, sys\n"
+        "d = json.load(sys.stdin)\n"
+        f"open({str(log)!r}, 'a').write(d['tool_input']['command'] + '\\n')\n"
+    )
+    hook = {"event": "PostToolUse", "matcher": "Bash", "protocol": "claude-code",
+            "command": f"{sys.executable} -I -S {script}"}  # fmt: skip
+    claude.operator.write_text(json.dumps({"hooks": [hook]}))
+    wrapped = bound.shell_command("pytest -q tests", claude.workspace)
+    payload = {"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+               "tool_input": {"command": wrapped, "description": "d"},
+               "tool_response": {"stdout": "ok", "stderr": "", "interrupted": False}}  # fmt: skip
+    done = subprocess.run(
+        [HOOKRUNNER, "fire", "PostToolUse", "--claude-exit-codes",
+         "--workspace", str(claude.workspace), "--ax-config", str(claude.operator)],
+        input=json.dumps(payload), capture_output=True, text=True, env=claude.env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert log.read_text() == "pytest -q tests\n"
