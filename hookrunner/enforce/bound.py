@@ -54,6 +54,11 @@ INNER = (
     "__hookrunner_command=$1 __hookrunner_cwd=$2; shift 2; "
     'eval "$__hookrunner_command" && pwd -P >| "$__hookrunner_cwd"'
 )
+DEFINITIONS_FD = 5
+# The caller's shell functions, aliases and bash options (what Claude Code's shell
+# snapshot defined): passed on a descriptor, sourced first inside, then closed.
+DEFINITIONS = "declare -f; { alias -p || alias -L; }; shopt -p"
+_DEFINED = f'{DEFINITIONS_FD}<<<"$({{ {DEFINITIONS}; }} 2>/dev/null)"'
 PREFIX = "hookrunner boundary"
 
 
@@ -71,9 +76,10 @@ def shell_command(command: str, workspace: Path, python: str | None = None) -> s
     """The text that replaces ``command`` in the caller's shell: the command under the
     boundary, then a ``cd`` to where it ended, then its exit status."""
     entry = [python or sys.executable, "-I", "-m", ENTRY, "--workspace", str(workspace)]
-    runner = shlex.join([*entry, "--cwd-fd", "3", encode(command)])
+    fds = ["--cwd-fd", "3", "--definitions-fd", str(DEFINITIONS_FD)]
+    runner = shlex.join([*entry, *fds, encode(command)])
     return (
-        f"{{ __hookrunner_cwd=$(exec 3>&1 1>&4 4>&-; exec {runner}); }} 4>&1; "
+        f"{{ __hookrunner_cwd=$(exec 3>&1 1>&4 4>&-; exec {runner} {_DEFINED}); }} 4>&1; "
         "__hookrunner_status=$?; "
         '[ -n "$__hookrunner_cwd" ] && cd -- "$__hookrunner_cwd"; '
         "(exit $__hookrunner_status)"
@@ -83,7 +89,9 @@ def shell_command(command: str, workspace: Path, python: str | None = None) -> s
 _WRAPPED = re.compile(
     r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec .+ -I -m "
     + re.escape(ENTRY)
-    + r" --workspace .+ --cwd-fd 3 (''|[A-Za-z0-9+/]+={0,2})\); \} 4>&1; "
+    + r" --workspace .+ --cwd-fd 3 --definitions-fd 5 (''|[A-Za-z0-9+/]+={0,2}) "
+    + re.escape(_DEFINED)
+    + r"\); \} 4>&1; "
     r"__hookrunner_status=\$\?; "
     + re.escape('[ -n "$__hookrunner_cwd" ] && cd -- "$__hookrunner_cwd"; ')
     + re.escape("(exit $__hookrunner_status)"),
@@ -115,8 +123,15 @@ def refuse(why: str) -> int:
     return REFUSED
 
 
-def run(command: str, workspace: Path, env: Mapping[str, str], cwd_fd: int | None) -> int:
-    """Run ``command`` under the boundary on this process's descriptors; its exit status."""
+def run(
+    command: str,
+    workspace: Path,
+    env: Mapping[str, str],
+    cwd_fd: int | None,
+    definitions_fd: int | None = None,
+) -> int:
+    """Run ``command`` under the boundary on this process's descriptors; its exit status.
+    ``definitions_fd``: the caller's shell definitions (``DEFINITIONS``), sourced first."""
     try:
         masks = [("/dev/null", path) for path in protected_files(workspace)]
     except MaskIncomplete as exc:
@@ -125,11 +140,14 @@ def run(command: str, workspace: Path, env: Mapping[str, str], cwd_fd: int | Non
     os.close(handle)
     try:
         program = shell(env)  # also its $0, as in the caller's shell
-        argv = [program, "-c", INNER, program, command, cwd_file]
+        defined = definitions_fd is not None and _readable(definitions_fd)
+        define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
+        script = (define if defined else "") + INNER
+        argv = [program, "-c", script, program, command, cwd_file]
         made, _, inside = tool_namespace(argv, masks, None, env, lasting=True)
         if not inside:
             return refuse("no mount namespace can be made here (no git guard, no mask)")
-        code = _wait(made, env)
+        code = _wait(made, env, (definitions_fd,) if definitions_fd is not None and defined else ())
         if cwd_fd is not None:
             _report_directory(cwd_file, cwd_fd)
         return code
@@ -138,11 +156,19 @@ def run(command: str, workspace: Path, env: Mapping[str, str], cwd_fd: int | Non
             os.unlink(cwd_file)
 
 
-def _wait(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``argv`` in this process group (the caller's timeout kills it with us), passing
-    on the signals a caller sends to this process alone."""
+def _readable(fd: int) -> bool:
     try:
-        child = subprocess.Popen(argv, env=dict(env), close_fds=True)
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _wait(argv: Sequence[str], env: Mapping[str, str], keep: Sequence[int] = ()) -> int:
+    """Run ``argv`` in this process group (the caller's timeout kills it with us), passing
+    on the signals a caller sends to this process alone; ``keep``: descriptors it gets."""
+    try:
+        child = subprocess.Popen(argv, env=dict(env), close_fds=True, pass_fds=tuple(keep))
     except OSError as exc:
         return refuse(f"cannot start {argv[0]}: {exc.strerror or exc}")
 
@@ -169,16 +195,18 @@ def _report_directory(path: str, fd: int) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``--workspace WS [--cwd-fd N] B64``; a malformed call is refused, never run."""
+    """``--workspace WS [--cwd-fd N] [--definitions-fd N] B64``; a malformed call is
+    refused, never run."""
     args = list(argv)
     workspace: str | None = None
-    cwd_fd: int | None = None
-    while len(args) > 1 and args[0] in ("--workspace", "--cwd-fd"):
+    fds: dict[str, int] = {}
+    while len(args) > 1 and args[0] in ("--workspace", "--cwd-fd", "--definitions-fd"):
         option, value, args = args[0], args[1], args[2:]
         if option == "--workspace":
             workspace = value
         elif value.isdigit():
-            cwd_fd = int(value)
+            fds[option] = int(value)
+    cwd_fd = fds.get("--cwd-fd")
     if workspace is None or len(args) != 1:
         return refuse("usage: bound --workspace DIR [--cwd-fd N] BASE64-COMMAND")
     try:
@@ -193,7 +221,7 @@ def main(argv: Sequence[str]) -> int:
             os.set_inheritable(cwd_fd, False)
         except OSError:
             cwd_fd = None
-    return run(command, root, os.environ, cwd_fd)
+    return run(command, root, os.environ, cwd_fd, fds.get("--definitions-fd"))
 
 
 if __name__ == "__main__":

@@ -108,11 +108,15 @@ class Claude:
         assert updated["command"] != command
         return dict(updated)
 
-    def bash(self, command: str, cwd: Path | None = None) -> tuple[int, str, str, str]:
+    def bash(
+        self, command: str, cwd: Path | None = None, snapshot: str = ""
+    ) -> tuple[int, str, str, str]:
         """(status, stdout, stderr, the directory Claude Code records) of ``command`` run as
-        Claude Code 2.1.332 runs a Bash call."""
+        Claude Code 2.1.332 runs a Bash call (``snapshot``: what its shell snapshot defines
+        first, the user's functions, aliases and options)."""
         record = Path(tempfile.mkstemp(dir=self.top, prefix="cwd-")[1])
         script = f"eval {shlex.quote(command)} < /dev/null && pwd -P >| {shlex.quote(str(record))}"
+        script = f"{snapshot}\n{script}" if snapshot else script
         done = subprocess.run(
             ["bash", "-c", script], cwd=cwd or self.workspace, capture_output=True,
             text=True, env=self.env, timeout=120,
@@ -194,6 +198,23 @@ def test_an_ordinary_command_is_unchanged(claude: Claude, command: str) -> None:
     bounded = claude.bash(updated["command"])
     bare = claude.bash(command)
     assert bounded == bare
+
+
+SNAPSHOT = (
+    "shopt -s expand_aliases extglob\n"
+    "greet() { echo \"hello $1\"; }\n"
+    "alias ll='echo listing'\n"
+    "export FROM_SNAPSHOT=yes\n"
+)
+
+
+@pytest.mark.privileged
+def test_the_shell_snapshot_s_functions_aliases_and_options_are_there(claude: Claude) -> None:
+    command = "greet you; ll; echo $FROM_SNAPSHOT; shopt -q extglob && echo extglob"
+    updated = claude.updated(command)
+    bounded = claude.bash(updated["command"], snapshot=SNAPSHOT)
+    assert bounded == claude.bash(command, snapshot=SNAPSHOT)
+    assert bounded[1] == "hello you\nlisting\nyes\nextglob\n"
 
 
 @pytest.mark.privileged
