@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
@@ -30,12 +31,8 @@ from typing import Any
 from sandbox_egress.hookrunner.ax.events import EventInput
 from sandbox_egress.hookrunner.ax.model import AxEvent
 from sandbox_egress.hookrunner.enforce.bound import original, shell_command
-from sandbox_egress.hookrunner.enforce.toolns import (
-    boundary_problem,
-    git_paths,
-    guard_python,
-    programs,
-)
+from sandbox_egress.hookrunner.enforce.toolns import _SYSTEM_PATH as SYSTEM_PATH
+from sandbox_egress.hookrunner.enforce.toolns import boundary_problem, guard_python, programs
 
 SHELL_TOOLS = frozenset({"Bash"})  # Claude Code's tool that runs shell text
 
@@ -46,8 +43,8 @@ def boundary_here(env: Mapping[str, str]) -> str:
     directory is made by ``enforce.bound``, per command)."""
     if programs() is None:
         return ""
-    found = git_paths(env.get("PATH", "")) is not None and guard_python() is not None
-    return "git,mask" if found else "mask"
+    git = shutil.which("git", path=env.get("PATH") or SYSTEM_PATH)  # as toolns.git_paths
+    return "git,mask" if git is not None and guard_python() is not None else "mask"
 
 
 def wraps(inp: EventInput) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import logging
 import os
 import shlex
@@ -154,9 +153,9 @@ def namespace_argv(
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
-def _digest(path: str) -> str:
+def _read(path: str, limit: int) -> bytes:
     with open(path, "rb") as binary:
-        return hashlib.file_digest(binary, "sha256").hexdigest()
+        return binary.read(limit + 1)
 
 
 def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
@@ -166,8 +165,11 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
         return None
     real = os.path.realpath(first)
     wanted = os.stat(real)
-    digest = _digest(real)
+    # Compared byte for byte, each file once: a git-core holds ~140 copies of git, and
+    # hashing each cost ~1 s per call, paid per Bash command by `enforce.bound` (D387).
+    content = _read(real, wanted.st_size)
     found: set[str] = {real}
+    checked: set[str] = {real}
     directories = [*path_variable.split(os.pathsep), *GIT_HOMES]
     for directory in dict.fromkeys(d for d in directories if d):
         with contextlib.suppress(OSError):
@@ -175,12 +177,15 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
                 if not entry.name.startswith("git"):
                     continue
                 target = os.path.realpath(entry.path)
+                if target in checked:
+                    continue
+                checked.add(target)
                 with contextlib.suppress(OSError):
                     info = os.stat(target)
                     if not stat.S_ISREG(info.st_mode) or info.st_size != wanted.st_size:
                         continue
                     same = (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino)
-                    if same or _digest(target) == digest:
+                    if same or _read(target, wanted.st_size) == content:
                         found.add(target)
     return real, sorted(found)
 
