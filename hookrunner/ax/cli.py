@@ -254,7 +254,8 @@ def _claude_answer(
     if not result.allowed or inp is None or not firebound.wraps(inp):
         return answer
     if boundary:
-        return firebound.bounded_answer(answer, inp.claude_input, session.workspace)
+        root = firebound.mask_root(session.workspace, os.environ)
+        return firebound.bounded_answer(answer, inp.claude_input, root)
     said = firebound.first_notice(inp.session_id)
     if said is None:
         return answer

@@ -75,6 +75,16 @@ def unwrapped(inp: EventInput) -> EventInput:
     return replace(inp, claude_input=claude_input, args=args)
 
 
+def mask_root(workspace: Path, env: Mapping[str, str]) -> Path:
+    """The tree whose ``.env`` files are masked: Claude Code's project directory (it gives
+    its hooks ``CLAUDE_PROJECT_DIR``), else the runner's workspace; a hook started in a
+    directory the agent ``cd``'d into must not mask only that one."""
+    given = env.get("CLAUDE_PROJECT_DIR", "")
+    if given and os.path.isabs(given) and os.path.isdir(given):
+        return Path(os.path.realpath(given))
+    return workspace
+
+
 def bounded_answer(
     answer: Mapping[str, Any] | None, tool_input: Mapping[str, Any], workspace: Path
 ) -> dict[str, Any]:

@@ -202,7 +202,7 @@ def test_an_ordinary_command_is_unchanged(claude: Claude, command: str) -> None:
 
 SNAPSHOT = (
     "shopt -s expand_aliases extglob\n"
-    "greet() { echo \"hello $1\"; }\n"
+    'greet() { echo "hello $1"; }\n'
     "alias ll='echo listing'\n"
     "export FROM_SNAPSHOT=yes\n"
 )
@@ -215,6 +215,22 @@ def test_the_shell_snapshot_s_functions_aliases_and_options_are_there(claude: Cl
     bounded = claude.bash(updated["command"], snapshot=SNAPSHOT)
     assert bounded == claude.bash(command, snapshot=SNAPSHOT)
     assert bounded[1] == "hello you\nlisting\nyes\nextglob\n"
+
+
+@pytest.mark.privileged
+def test_after_a_cd_the_whole_project_is_masked(claude: Claude) -> None:
+    """A hook started in the directory the agent cd'd into masks Claude Code's project."""
+    claude.env["CLAUDE_PROJECT_DIR"] = str(claude.workspace)
+    done = subprocess.run(
+        [HOOKRUNNER, "fire", "PreToolUse", "--claude-exit-codes", "--ax-config",
+         str(claude.operator)],
+        input=json.dumps({"session_id": "s", "hook_event_name": "PreToolUse",
+                          "tool_name": "Bash", "tool_input": {"command": "X=v; cat ../.en$X"}}),
+        capture_output=True, text=True, env=claude.env, cwd=claude.workspace / "sub", timeout=60,
+    )  # fmt: skip
+    updated = json.loads(done.stdout)["hookSpecificOutput"]["updatedInput"]["command"]
+    status, out, _, _ = claude.bash(updated, cwd=claude.workspace / "sub")
+    assert (status, out) == (0, "")
 
 
 @pytest.mark.privileged
