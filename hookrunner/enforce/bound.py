@@ -3,7 +3,8 @@
 Claude Code runs its Bash tool itself. Answering its PreToolUse hook, the runner
 replaces the command with one that runs this module (``shell_command``):
 
-    python -I -m sandbox_egress.hookrunner.enforce.bound --workspace WS --cwd-fd 3 B64
+    python -I -m sandbox_egress.hookrunner.enforce.bound --workspace WS --cwd-fd 3
+        --definitions-fd 5 B64 5<<<"$(declare -f; alias -p; shopt -p)"
 
 which runs the original command (``B64``: its UTF-8 bytes in base64, so no quoting
 can change it) with ``SHELL -c`` in the same mount namespace that ``code_execution``
@@ -18,8 +19,9 @@ Invariants:
   be made, refuses the command (exit ``REFUSED``, one line on stderr); it never runs
   unguarded;
 * the command runs as it does in Claude Code's own shell (``eval`` of the text,
-  positional parameters empty); what it leaves running in the background outlives
-  it (``lasting``); a root caller keeps uid 0 without any capability;
+  positional parameters empty, the caller's functions, aliases and bash options
+  sourced first from ``--definitions-fd``); what it leaves running in the background
+  outlives it (``lasting``); a root caller keeps uid 0 without any capability;
 * the directory the command ends in (when it succeeds) is written to ``--cwd-fd``,
   which ``shell_command`` turns into a ``cd`` in the caller's shell, so a ``cd``
   persists from one Bash call to the next as it does without the runner;
