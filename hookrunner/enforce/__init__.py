@@ -12,5 +12,6 @@ mount namespace: the masks and the git guard, with or without root),
 (opening below a directory without following symlinks), ``bounds`` (the one
 bound on every payload), ``tools`` (the built-in tools of ``hookrunner
 exec``) and ``bound`` (the same boundary around a shell command another
-program runs: Claude Code's Bash, through ``fire``). Nothing here knows a dialect. See docs/hooks.md.
+program runs: Claude Code's Bash, through ``fire``). Nothing here knows a
+dialect. See docs/hooks.md.
 """
