@@ -32,14 +32,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.ax import claudeinstall, quickbuild, quickfire
+from sandbox_egress.hookrunner.ax import claudeinstall, firebound, quickbuild, quickfire
 from sandbox_egress.hookrunner.ax.claudeout import claude_answer, claude_json
-from sandbox_egress.hookrunner.ax.events import parse_event
+from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
     OBSERVATION_EVENTS,
     AxEvent,
     FireResult,
+    Verdict,
 )
 from sandbox_egress.hookrunner.ax.session import AxSession
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
@@ -191,6 +192,8 @@ def run_claude(args: argparse.Namespace) -> int:
             "they then stay in the settings file, where Claude Code keeps running them"
         )
         return 1
+    if (problem := firebound.notice()) is not None:
+        say(f"warning: {problem}")  # before anything changes (D382)
     client, notice = quickbuild.client(runner, home)
     if notice is not None:
         say(notice)
@@ -278,8 +281,12 @@ def _fire(args: argparse.Namespace) -> int:
         payload, refusal = read_stdin_json(empty_is_object=True), None
     except PayloadRefused as exc:  # beyond the bound: refused, not malformed
         payload, refusal = None, str(exc)
+    # The boundary comes along for Claude Code's Bash (D380): told to the packs, applied
+    # by the answer's updatedInput. Only as Claude Code's hook, which reads that answer.
+    boundary = firebound.boundary_here(os.environ) if args.claude_exit_codes else ""
     session = AxSession(
         args.workspace,
+        boundary=boundary,
         session_id=args.session_id,
         trust_project=True if args.trust_project_hooks else None,
         full_env=True if args.full_env else None,
@@ -293,11 +300,13 @@ def _fire(args: argparse.Namespace) -> int:
         log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
     )
     try:
-        result, output = _judge(session, args.event, payload, refusal)
+        result, output, inp = _judge(session, args.event, payload, refusal)
         answered = None
         if not args.claude_exit_codes:
             emit(result.to_json(output))
-        elif (answered := (claude_json if args.claude_json else claude_answer)(result)) is not None:
+        elif (
+            answered := _claude_answer(result, inp, boundary, session, args.claude_json)
+        ) is not None:
             emit(answered)
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
@@ -312,16 +321,44 @@ def _fire(args: argparse.Namespace) -> int:
     return 0 if result.allowed else 1
 
 
+def _claude_answer(
+    result: FireResult,
+    inp: EventInput | None,
+    boundary: str,
+    session: AxSession,
+    as_json: bool = False,
+) -> dict[str, Any] | None:
+    """Claude Code's stdout document (``claude_json`` with ``--claude-json``, else
+    ``claude_answer``), and for a Bash call it may run (allowed, or `ask`: the user's yes
+    runs it) the command under the boundary (``updatedInput``), or the first call's word
+    that there is none (D380, D382)."""
+    answer = (claude_json if as_json else claude_answer)(result)
+    runs = result.allowed or result.decision is Verdict.ASK
+    if not runs or inp is None or not firebound.wraps(inp):
+        return answer
+    if boundary:
+        root = firebound.mask_root(session.workspace, os.environ)
+        return firebound.bounded_answer(answer, inp.claude_input, root)
+    said = firebound.first_notice(inp.session_id)
+    if said is None:
+        return answer
+    sys.stderr.write(said + "\n")
+    answer = dict(answer or {})
+    answer["systemMessage"] = "\n".join(filter(None, [answer.get("systemMessage"), said]))
+    return answer
+
+
 def _judge(
     session: AxSession, event: str, payload: Any, refusal: str | None
-) -> tuple[FireResult, str | None]:
-    """The event's result and the tool output its feedback follows; a payload beyond
-    ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused without a hook."""
+) -> tuple[FireResult, str | None, EventInput | None]:
+    """The event's result, the tool output its feedback follows and the parsed input; a
+    payload beyond ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused
+    without a hook."""
     if refusal is None:
         try:
-            inp = parse_event(event, payload, session_id=session.session_id)
+            inp = firebound.unwrapped(parse_event(event, payload, session_id=session.session_id))
         except PayloadRefused as exc:
             refusal = str(exc)
         else:
-            return session.fire_input(inp), inp.output
-    return session.refused(AxEvent(event), refusal), None
+            return session.fire_input(inp), inp.output, inp
+    return session.refused(AxEvent(event), refusal), None, None

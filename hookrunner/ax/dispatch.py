@@ -29,6 +29,7 @@ from sandbox_egress.hookrunner.ax.decode import Decoded, decode
 from sandbox_egress.hookrunner.ax.envelope import args_document, claude_code_document
 from sandbox_egress.hookrunner.ax.events import EventInput
 from sandbox_egress.hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
+from sandbox_egress.hookrunner.ax.firebound import wraps
 from sandbox_egress.hookrunner.ax.metrics import observe_decision
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -50,10 +51,18 @@ from sandbox_egress.hookrunner.outcome import HandlerType, Outcome, classify_htt
 from sandbox_egress.hookrunner.report import WarningKind
 
 
-def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str, str]:
-    """The variables this dialect adds to the kernel's hook environment."""
+def entry_variables(
+    workspace: str, entry: AxEntry, inp: EventInput, boundary: str = ""
+) -> dict[str, str]:
+    """The variables this dialect adds to the kernel's hook environment; ``boundary``:
+    ``HOOK_BOUNDARY`` for a Bash call the runner wraps in its boundary (``firebound``)."""
     env = hook_variables(
-        inp.event.value, inp.tool, args_document(inp), session_id=inp.session_id, pack=entry.pack
+        inp.event.value,
+        inp.tool,
+        args_document(inp),
+        session_id=inp.session_id,
+        pack=entry.pack,
+        boundary=boundary if boundary and wraps(inp) else None,
     )
     if entry.protocol is Protocol.CLAUDE_CODE:
         env["CLAUDE_PROJECT_DIR"] = workspace
@@ -83,8 +92,9 @@ def hook_stdin(workspace: str, entry: AxEntry, inp: EventInput) -> bytes:
 
 
 class LifecycleExecutor:
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, boundary: str = "") -> None:
         self.kernel = kernel
+        self.boundary = boundary  # what stands below a Bash call the runner wraps (D380)
         self.workspace = str(kernel.workspace)
         self.reporter = kernel.reporter
         self.metrics = kernel.metrics
@@ -107,7 +117,7 @@ class LifecycleExecutor:
             result = self.kernel.spawn(
                 entry.command,
                 stdin=hook_stdin(self.workspace, entry, inp),
-                variables=entry_variables(self.workspace, entry, inp),
+                variables=entry_variables(self.workspace, entry, inp, self.boundary),
                 timeout=entry.timeout,
                 cancel=cancel,
             )

@@ -76,7 +76,10 @@ class AxSession:
         stream: TextIO | None = None,
         observation_capacity: int = DEFAULT_CAPACITY,
         log_decisions: bool = True,
+        boundary: str = "",
     ) -> None:
+        """``boundary``: ``HOOK_BOUNDARY`` for the hooks of a Bash call whose command the
+        caller runs under the runner's boundary (``firebound``, D380); empty: none."""
         self.kernel = Kernel(workspace, environ=environ, metrics=metrics, stream=stream)
         self.workspace = root = self.kernel.workspace
         self.session_id = session_id
@@ -100,7 +103,7 @@ class AxSession:
             self.config.problems, (trust.notice, full.notice, nested, *self.config.notices)
         )
         self.kernel.start_hooks(full.on)
-        self._executor = LifecycleExecutor(self.kernel)
+        self._executor = LifecycleExecutor(self.kernel, boundary)
         self._worker = ObservationWorker(self._observe, self._dropped, observation_capacity)
         self._finalizer = weakref.finalize(self, self._worker.close, CLOSE_TIMEOUT)
 

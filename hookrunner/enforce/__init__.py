@@ -10,6 +10,8 @@ environment), ``programs`` (PATH entries the agent cannot have written),
 mount namespace: the masks and the git guard, with or without root),
 ``gitguard`` (the program that runs in place of git there), ``beneath``
 (opening below a directory without following symlinks), ``bounds`` (the one
-bound on every payload) and ``tools`` (the built-in tools of ``hookrunner
-exec``). Nothing here knows a dialect. See docs/hooks.md.
+bound on every payload), ``tools`` (the built-in tools of ``hookrunner
+exec``) and ``bound`` (the same boundary around a shell command another
+program runs: Claude Code's Bash, through ``fire``). Nothing here knows a
+dialect. See docs/hooks.md.
 """

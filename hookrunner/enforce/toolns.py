@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import logging
 import os
 import shlex
@@ -118,34 +117,45 @@ def probe_argv(tools: Programs) -> list[str]:
     return namespace_argv(["/bin/true"], [("/dev/null", "/dev/null")], ["/dev/null"], None, tools)
 
 
+_NO_CAPABILITIES = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
+
+
 def namespace_argv(
     argv: Sequence[str],
     binds: Sequence[tuple[str, str]],
     read_only: Sequence[str],
     user: Credentials | None,
     tools: Programs,
+    *,
+    lasting: bool = False,
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
-    so), as ``user`` (root's namespace) or without any capability (a user namespace)."""
+    so), as ``user`` (root's namespace) or without any capability (a user namespace).
+
+    ``lasting`` (the boundary of ``fire``, D381): what the program leaves running in the
+    background outlives it (no PID namespace), and a root program without a ``user``
+    keeps uid 0 but loses every capability (it cannot unmount a mask)."""
     program = list(argv)
     if tools.unprivileged:  # root of the user namespace until here; no capability after
-        caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
-        program = [tools.setpriv, *caps, *program]
-        unshare = [tools.unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
+        program = [tools.setpriv, *_NO_CAPABILITIES, *program]
+        unshare = [tools.unshare, "--user", "--map-root-user"]
+        unshare += [] if lasting else ["--pid", "--fork", "--kill-child"]
     else:
         unshare = [tools.unshare]
         if user is not None:
             ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
             program = [tools.setpriv, *ids, *program]
+        elif lasting:
+            program = [tools.setpriv, *_NO_CAPABILITIES, *program]
     pairs = [path for pair in binds for path in pair]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
     counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
-def _digest(path: str) -> str:
+def _read(path: str, limit: int) -> bytes:
     with open(path, "rb") as binary:
-        return hashlib.file_digest(binary, "sha256").hexdigest()
+        return binary.read(limit + 1)
 
 
 def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
@@ -155,8 +165,11 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
         return None
     real = os.path.realpath(first)
     wanted = os.stat(real)
-    digest = _digest(real)
+    # Compared byte for byte, each file once: a git-core holds ~140 copies of git, and
+    # hashing each cost ~1 s per call, paid per Bash command by `enforce.bound` (D387).
+    content = _read(real, wanted.st_size)
     found: set[str] = {real}
+    checked: set[str] = {real}
     directories = [*path_variable.split(os.pathsep), *GIT_HOMES]
     for directory in dict.fromkeys(d for d in directories if d):
         with contextlib.suppress(OSError):
@@ -164,12 +177,15 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
                 if not entry.name.startswith("git"):
                     continue
                 target = os.path.realpath(entry.path)
+                if target in checked:
+                    continue
+                checked.add(target)
                 with contextlib.suppress(OSError):
                     info = os.stat(target)
                     if not stat.S_ISREG(info.st_mode) or info.st_size != wanted.st_size:
                         continue
                     same = (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino)
-                    if same or _digest(target) == digest:
+                    if same or _read(target, wanted.st_size) == content:
                         found.add(target)
     return real, sorted(found)
 
@@ -238,18 +254,21 @@ def tool_namespace(
     binds: Sequence[tuple[str, str]],
     user: Credentials | None,
     env: Mapping[str, str],
+    *,
+    lasting: bool = False,
 ) -> tuple[list[str], Credentials | None, bool]:
     """(argv, who ``run_process`` switches to, whether the namespace is made).
 
     ``binds`` are the masks; the git guard's are added. None for the user: the
-    prefix drops to ``user`` itself."""
+    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``."""
     tools = programs()
     if tools is None:
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
     read_only = guard.read_only() if guard is not None else []
-    return namespace_argv(argv, every, read_only, user, tools), None, True
+    made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting)
+    return made, None, True
 
 
 def boundary(env: Mapping[str, str]) -> str:

@@ -127,7 +127,10 @@ def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: I
     assert (blocked.returncode, json.loads(blocked.stdout)) == (0, DENY_RM)
     ls = {**PAYLOADS["PreToolUse"], "tool_input": {"command": "ls"}}
     (allowed,) = claude_code_fires(claude, "PreToolUse", ls)
-    assert (allowed.returncode, allowed.stdout) == (0, "")
+    assert allowed.returncode == 0  # allowed: the command comes back under the boundary (D380)
+    specific = json.loads(allowed.stdout)["hookSpecificOutput"]
+    assert specific["permissionDecision"] == "allow"
+    assert "sandbox_egress.hookrunner.enforce.bound" in specific["updatedInput"]["command"]
     # A PostToolUse of Write runs the user's hook; one of Bash does not match it.
     write = {**PAYLOADS["PostToolUse"], "tool_name": "Write", "tool_input": {"file_path": "a"}}
     (posted,) = claude_code_fires(claude, "PostToolUse", write)
