@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         http2=args.http2,
         audit_format=args.audit_format,
         otlp_endpoint=args.otlp_endpoint,
+        upstream_connect_s=args.upstream_connect_timeout,
+        upstream_answer_s=args.upstream_timeout,
     )
     try:
         return asyncio.run(serve(settings))

@@ -124,6 +124,7 @@ async def serve(settings: Settings) -> int:
     from sandbox_egress.addons.egress import EgressPolicy
     from sandbox_egress.addons.limits import Limits
     from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
+    from sandbox_egress.addons.timeouts import Timeouts
     from sandbox_egress.addons.upstream import UpstreamFailures
 
     ca = ensure_ca(settings.certs, settings.ca_key_type)
@@ -201,7 +202,8 @@ async def serve(settings: Settings) -> int:
     master.addons.add(
         Connections(metrics, connections),
         Limits(metrics),
-        UpstreamFailures(),  # before the policy addon, whose `error` hook audits
+        UpstreamFailures(metrics),  # before the policy addon, whose `error` hook audits
+        Timeouts(settings.upstream_connect_s, settings.upstream_answer_s),
         addon,
         Telemetry(metrics),
     )
