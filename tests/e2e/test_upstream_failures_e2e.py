@@ -25,12 +25,13 @@ import pytest
 
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.rawhttp import Response
+from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy, _start_and_wait
 
 pytestmark = pytest.mark.netns
 
 CLOSED = 81  # nothing listens there (test_telemetry_e2e.py's CLOSED_PORT)
-RESET, CLOSE, SILENT, GARBAGE, DROPPED = 9561, 9562, 9563, 9564, 9565
+RESET, CLOSE, SILENT, GARBAGE, DROPPED, H2 = 9561, 9562, 9563, 9564, 9565, 9566
 CONFIG = f"""\
 network:
   allowlist:
@@ -41,10 +42,11 @@ network:
 @dataclass(frozen=True)
 class Failing:
     log: Path
+    h2_log: Path
 
 
 @pytest.fixture(scope="module")
-def failing(topology: Topology, e2e_dir: Path) -> Iterator[Failing]:
+def failing(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Failing]:
     log, ready = e2e_dir / "failing.jsonl", e2e_dir / "failing.ready"
     log.touch()
     argv = topology.exec_prefix(topology.ns_upstream) + [
@@ -54,14 +56,22 @@ def failing(topology: Topology, e2e_dir: Path) -> Iterator[Failing]:
         "--silent", f"{UPSTREAM_IP}:{DROPPED}", "--log", str(log), "--ready", str(ready),
     ]  # fmt: skip
     drop = ["iptables", "-w", "-I", "INPUT", "-p", "tcp", "--dport", str(DROPPED), "-j", "DROP"]
+    h2_log, h2_ready = e2e_dir / "failing-h2.jsonl", e2e_dir / "failing-h2.ready"
+    h2_argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.h2_echo", "--log", str(h2_log), "--ready", str(h2_ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{H2}", "--alpn", "h2",
+    ]  # fmt: skip
     child = _start_and_wait("failing-upstream", argv, e2e_dir, ready)
+    h2_child = _start_and_wait("failing-h2-upstream", h2_argv, e2e_dir, h2_ready)
     in_ns = topology.exec_prefix(topology.ns_upstream)
     subprocess.run(in_ns + drop, check=True, timeout=30)
     try:
-        yield Failing(log)
+        yield Failing(log, h2_log)
     finally:
         undo = [*drop[:2], "-D", *drop[4:]]
         subprocess.run(in_ns + undo, check=False, timeout=30)
+        h2_child.stop()
         child.stop()
 
 
@@ -146,3 +156,35 @@ def test_the_same_failure_again_is_counted_not_said_again(proxy: PrivateProxy) -
     assert len(lines) == 1, lines  # one line per host and reason per 10 s
     samples = proxy.process.scrape()
     assert samples[("egress_upstream_failures_total", (("reason", "upstream_reset"),))] == 3
+
+
+def _curl_h2(proxy: PrivateProxy, url: str) -> tuple[int, dict[str, str], bytes]:
+    """curl with its default ALPN offers (h2, http/1.1) through the proxy."""
+    v = proxy.view
+    ran = subprocess.run(
+        ["curl", "-sS", "--http2", "--max-time", "30", "-D", "-", "--cacert", str(v.proxy_ca),
+         "--proxy", f"http://{v.proxy_host}:{v.proxy_port}", url],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr.decode()[-500:]
+    heads = ran.stdout.split(b"\r\n\r\n")
+    head, body = heads[1], b"\r\n\r\n".join(heads[2:])  # after the CONNECT's 200
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {n.strip().lower(): v.strip() for n, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    ("port", "path", "reason"),
+    [(H2, "/reset", "upstream_reset"), (CLOSED, "/refused", "upstream_refused")],
+    ids=["h2-upstream-resets-the-stream", "h2-client-nothing-listens"],
+)
+def test_an_http2_client_gets_the_json_too(
+    proxy: PrivateProxy, failing: Failing, port: int, path: str, reason: str
+) -> None:
+    status, headers, body = _curl_h2(proxy, f"https://{UPSTREAM_IP}:{port}{path}")
+    assert (status, headers.get("x-egress-denied")) == (502, reason), (headers, body[:300])
+    assert "server" not in headers and headers["content-type"] == "application/json"
+    assert json.loads(body)["error"] == "egress_failed"
+    line = _audited(proxy, port)
+    assert (line["decision"], line["reason"], line["status"]) == ("deny", reason, 502)
