@@ -137,9 +137,7 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
             raise
         yield from _end_without_trailers(self)
         return
-    if not ended or isinstance(event, HttpEvent):
-        # Sending never grows the receive buffer; an answer sent while this layer still
-        # parses the request's head event (an early answer, D350) finds the body there.
+    if not ended:
         return
     if self.state == self.passthrough:
         return
@@ -147,7 +145,9 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
         if len(self.buf) > HEAD_LIMIT:  # mitmproxy still appends what arrives after the end
             self.buf = ReceiveBuffer()
         return
-    if len(self.buf) > HEAD_LIMIT:
+    # Sending never grows the receive buffer: an answer sent while this layer still parses
+    # the request's head event (an early answer, D350) finds the body's bytes there.
+    if len(self.buf) > HEAD_LIMIT and not isinstance(event, HttpEvent):
         server = isinstance(self, _http1.Http1Server)
         yield from _refuse(self, Limit.REQUEST_HEAD if server else Limit.RESPONSE_HEAD)
     elif isinstance(self, _http1.Http1Server):
