@@ -1,5 +1,5 @@
 """Lingering close: a refusal answered before the request's body was read reaches the
-client (SPEC 1.5, docs/configuration.md#lingering-close, D350-D351).
+client (docs/configuration.md#lingering-close, D350-D351).
 
 mitmproxy reads a request's whole body before it sends a response an addon set, so a
 refused upload of unknown or large size used to be cut unread (D15, D25), and the

@@ -1,5 +1,5 @@
 """Upstream timeouts: a connection not made, or an answer not begun, in time is the
-product's `504 upstream_timeout` (SPEC 1.5, docs/configuration.md#when-the-proxy-fails,
+product's `504 upstream_timeout` (docs/configuration.md#when-the-proxy-fails,
 D353).
 
 mitmproxy waits for an upstream without a deadline of its own: a connect ends when the

@@ -1,5 +1,5 @@
-"""An upstream that fails gets the product's own answer, never mitmproxy's page (SPEC 1.5;
-D101 for TLS, D352-D354 for the rest).
+"""An upstream that fails gets the product's own answer, never mitmproxy's page (D101 for
+TLS, D352-D354 for the rest).
 
 mitmproxy answers a failed upstream exchange with an HTML 502 (`Server: mitmproxy`, the
 error's text) or an HTTP/2 page of the same, and the audit line said `allow`,

@@ -56,7 +56,7 @@ class Reason(StrEnum):
     SECRET_ELSEWHERE = "secret_elsewhere"
     # issue 34: the shared budget state (1.16) is unreachable and `state.on_error` is deny
     BUDGET_UNAVAILABLE = "budget_unavailable"
-    # issues 43, 48: an allowed request whose upstream failed (SPEC 1.5, D352)
+    # issues 43, 48: an allowed request whose upstream failed (D352)
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_RESET = "upstream_reset"
     UPSTREAM_TIMEOUT = "upstream_timeout"
@@ -193,7 +193,7 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_TIMEOUT: 504,
 }
 
-# The proxy failed rather than refused (SPEC 1.5): the body says `"error": "egress_failed"`.
+# The proxy failed rather than refused (D352): the body says `"error": "egress_failed"`.
 FAILURES: frozenset[Reason] = frozenset(
     {
         Reason.DNS_FAILURE,

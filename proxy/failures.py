@@ -1,5 +1,5 @@
 """When the proxy fails rather than refuses: which reason, and how often it is said
-(SPEC 1.5, docs/configuration.md#when-the-proxy-fails, D352-D354).
+(docs/configuration.md#when-the-proxy-fails, D352-D354).
 
 `classify` names the failure of an allowed request's upstream from what the engine
 reports about it: the kind of protocol error (`ErrorKind`, the engine's error code by

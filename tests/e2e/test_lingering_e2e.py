@@ -1,5 +1,5 @@
 """End to end, a refusal answered before the request's body was read reaches the client
-(SPEC 1.5, docs/configuration.md#lingering-close, D350-D351; issues 43 and 48).
+(docs/configuration.md#lingering-close, D350-D351; issues 43 and 48).
 
 The proxy answers a refused request whose body is large or of unknown length at once,
 then reads and drops what the client still sends (up to `LINGER_BYTES` and

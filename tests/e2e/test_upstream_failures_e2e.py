@@ -1,5 +1,5 @@
-"""End to end, the proxy's own answer when an allowed request's upstream fails (SPEC 1.5,
-1.7; docs/configuration.md#when-the-proxy-fails; D352-D354; issues 43 and 48).
+"""End to end, the proxy's own answer when an allowed request's upstream fails
+(docs/configuration.md#when-the-proxy-fails; D352-D354; issues 43 and 48).
 
 Real upstreams in the upstream namespace: a port where nothing listens (the kernel
 refuses), a server that resets, one that closes, one that answers bytes that are not
