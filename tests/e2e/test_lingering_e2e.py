@@ -14,12 +14,14 @@ upstream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -228,3 +230,45 @@ def test_a_raw_client_sending_its_whole_body_over_plain_http_reads_the_refusal(
     obs.assert_nothing_reached()
     line = view.audit_log.wait_for(0, lambda a: a["method"] == "POST")
     assert (line["decision"], line["reason"], line["status"]) == ("deny", "rule_mismatch", 403)
+
+
+def _post_head(view: PrivateProxy, size: int) -> bytes:
+    target = "http://plain.allowed.test/upload"
+    return (
+        f"POST {target} HTTP/1.1\r\nHost: plain.allowed.test\r\nContent-Length: {size}\r\n\r\n"
+    ).encode()
+
+
+def test_a_body_past_the_linger_bound_is_cut(proxy: PrivateProxy, obs: Observed) -> None:
+    """The proxy reads at most `LINGER_BYTES` (16 MiB) of a refused body: a client that goes
+    on sending is cut (D351)."""
+    size = 256 * MIB
+    view = proxy.view
+    sent = 0
+    with socket.create_connection((view.proxy_host, view.proxy_port), timeout=30) as sock:
+        sock.sendall(_post_head(proxy, size))
+        chunk = b"p" * MIB
+        with contextlib.suppress(OSError):
+            while sent < size:
+                sock.sendall(chunk)
+                sent += len(chunk)
+    assert 16 * MIB <= sent < 64 * MIB, sent  # the bound, plus what the socket buffers held
+    obs.assert_nothing_reached()
+
+
+def test_a_body_that_stalls_is_cut_after_the_linger_time(proxy: PrivateProxy) -> None:
+    """The answer comes at once; a client that stops sending the rest of its body is closed
+    `LINGER_S` (10 s) later, not held for the connection's idle timeout (D351)."""
+    view = proxy.view
+    with socket.create_connection((view.proxy_host, view.proxy_port), timeout=60) as sock:
+        sock.sendall(_post_head(proxy, 4 * MIB) + b"p" * MIB)  # a quarter, then silence
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(65536)
+        answered = time.monotonic()
+        assert received.startswith(b"HTTP/1.1 403 "), received[:200]
+        with contextlib.suppress(ConnectionResetError):
+            while sock.recv(65536):
+                pass
+        waited = time.monotonic() - answered
+    assert 8 < waited < 30, waited
