@@ -18,22 +18,20 @@ error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
   line names it, with the status 502/504), sets the answer on the flow, counts it in
   `egress_upstream_failures_total{reason}` and says it on stderr (`proxy.failures.Quieted`:
   one line per host and reason per 10 s);
-* mitmproxy's other HTML error answer on HTTP/1 (`_http1.make_error_response`: a request
-  head it cannot parse, a request it refuses to relay) becomes the product's JSON with
-  `bad_request` (4xx) or `upstream_reset` (5xx).
+* mitmproxy's pages for requests it refuses itself, before any hook, are replaced too
+  (`addons.pages`).
 
 Added before `EgressPolicy`, whose `error` hook writes the audit line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import commands, layer
-from mitmproxy.proxy.layers.http import HttpStream, SendHttp, _http1
+from mitmproxy.proxy.layers.http import HttpStream, SendHttp
 from mitmproxy.proxy.layers.http._events import (
     RequestProtocolError,
     ResponseData,
@@ -42,11 +40,11 @@ from mitmproxy.proxy.layers.http._events import (
     ResponseProtocolError,
 )
 
-from sandbox_egress.addons import mitm
+from sandbox_egress.addons import pages
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.workarounds import Commands, relay
-from sandbox_egress.proxy.decision import MESSAGES, Decision, Reason
+from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.failures import Quieted, classify
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
@@ -57,12 +55,11 @@ FAILED_KEY = "egress.upstream_failed"  # flow.metadata: the failure's Reason, be
 TIMED_OUT_KEY = "egress.upstream_timed_out"  # flow.metadata: the answer's timer fired
 
 _original = HttpStream.handle_protocol_error
-_original_error_response = _http1.make_error_response
 
 
 def install() -> None:
     HttpStream.handle_protocol_error = _readable  # type: ignore[method-assign]
-    _http1.make_error_response = _error_response
+    pages.install()  # mitmproxy's pages before any hook (a request it refuses itself)
 
 
 def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolError) -> Commands:
@@ -102,24 +99,6 @@ def _send(stream: HttpStream, response: http.Response) -> layer.CommandGenerator
     if response.raw_content:
         yield SendHttp(ResponseData(stream.stream_id, response.raw_content), client)
     yield SendHttp(ResponseEndOfMessage(stream.stream_id), client)
-
-
-def _error_response(status_code: int, message: str = "") -> bytes:
-    """mitmproxy's HTTP/1 error page, as the product's JSON (the message is not shown:
-    it can quote the request's bytes)."""
-    reason = Reason.BAD_REQUEST if status_code < 500 else Reason.UPSTREAM_RESET
-    error = "egress_denied" if status_code < 500 else "egress_failed"
-    body = {"error": error, "reason": reason.value, "message": MESSAGES[reason], "host": ""}
-    response = http.Response.make(
-        status_code,
-        json.dumps(body).encode() + b"\n",
-        {
-            "Content-Type": "application/json",
-            "X-Egress-Denied": reason.value,
-            "Connection": "close",
-        },
-    )
-    return mitm.assemble_response(response)
 
 
 class UpstreamFailures:
