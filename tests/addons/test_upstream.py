@@ -18,7 +18,7 @@ from mitmproxy.proxy.layers.http._events import (
 )
 from mitmproxy.test import tflow
 
-from sandbox_egress.addons import pages, upstream
+from sandbox_egress.addons import upstream
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.proxy.config import parse
 from sandbox_egress.proxy.decision import Decision, Reason
@@ -159,21 +159,10 @@ def test_a_client_that_went_away_is_no_upstream_failure() -> None:
     assert flow.response is None and flow.metadata[FLOW_KEY].decision.allowed
 
 
-@pytest.mark.parametrize(("status", "reason"), [(400, "bad_request"), (502, "upstream_reset")])
-def test_mitmproxys_http1_error_page_is_the_products_json(status: int, reason: str) -> None:
-    raw = pages._error_response(status, "<script>the request's own bytes</script>")
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 %d " % status)
-    assert b"mitmproxy" not in raw and b"<script>" not in raw and b"<html" not in raw
-    assert f"X-Egress-Denied: {reason}".encode() in head
-    assert json.loads(body)["reason"] == reason
-
-
 def test_the_internals_the_wrappers_rely_on_are_where_they_were() -> None:
     import inspect
 
-    from mitmproxy.proxy.layers.http import HttpStream, _http1
+    from mitmproxy.proxy.layers.http import HttpStream
 
-    assert "make_error_response(" in inspect.getsource(_http1.Http1Server)
     source = inspect.getsource(HttpStream.make_server_connection)
     assert "self.handle_protocol_error(" in source and "ErrorCode.CONNECT_FAILED" in source
