@@ -291,3 +291,22 @@ def test_the_method_judged_is_the_method_sent(proxy: PrivateProxy, obs: Observed
     allowed = view.https("api.allowed.test:443", "/repos/acme/web", method="GET")
     assert allowed.status == 200
     assert obs.only_request()["method"] == "GET"
+
+
+def test_the_sdk_client_sees_why_a_call_over_max_body_is_refused(
+    proxy: PrivateProxy, mcp_upstream: McpUpstream
+) -> None:
+    """A `tools/call` whose body is over `max_body` (and over 64 KiB, so refused before
+    its body is read): the SDK reads the 400 and its JSON-RPC error (lingering close,
+    D350); failed before with a closed connection."""
+    calls = mcp_upstream.calls.mark()
+
+    async def script(session: ClientSession) -> str:
+        big = {"q": "q" * (2 * 1024 * 1024)}
+        return await _refusal(session.call_tool("search_repositories", big))
+
+    seen = with_session(proxy.view, JSON_PORT, script)
+    assert "mcp_bad_request" in seen, seen
+    assert mcp_upstream.calls.since(calls) == []
+    line = proxy.view.audit_log.wait_for(0, lambda a: a["reason"] == "mcp_bad_request")
+    assert (line["decision"], line["status"]) == ("deny", 400)
