@@ -149,7 +149,9 @@ def _answer(self: HttpStream, flow: http.HTTPFlow) -> Commands:
     if flow.request.is_http2 or flow.request.is_http3:
         delattr(self, _STATE)
         yield from _reset_without_error(self)
-        self.client_state = self.state_done
+        # Body events already queued for the stream (it was paused for the hook) are
+        # dropped there: `state_errored` takes any event.
+        self.client_state = self.state_errored
         yield DropStream(self.stream_id)
         return
     state.timer = commands.RequestWakeup(LINGER_S)
