@@ -35,11 +35,11 @@ from mitmproxy.proxy import server
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
-from sandbox_egress.addons.upstream import TIMED_OUT_KEY
 from sandbox_egress.proxy.failures import TIMED_OUT
 
 log = logging.getLogger("egress")
 
+TIMED_OUT_KEY = "egress.upstream_timed_out"  # flow.metadata: the answer's deadline passed
 CONNECT_TIMEOUT_S = 30.0
 ANSWER_TIMEOUT_S = 300.0
 SWEEP_S = 1.0

@@ -19,7 +19,7 @@ error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
   `egress_upstream_failures_total{reason}` and says it on stderr (`proxy.failures.Quieted`:
   one line per host and reason per 10 s);
 * mitmproxy's pages for requests it refuses itself, before any hook, are replaced too
-  (`addons.pages`).
+  (`addons.pages`); the upstream deadlines are its sub-addon (`addons.timeouts`).
 
 Added before `EgressPolicy`, whose `error` hook writes the audit line.
 """
@@ -43,6 +43,7 @@ from mitmproxy.proxy.layers.http._events import (
 from sandbox_egress.addons import pages
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.addons.timeouts import CONNECT_TIMEOUT_S, TIMED_OUT_KEY, Timeouts
 from sandbox_egress.addons.workarounds import Commands, relay
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.failures import Quieted, classify
@@ -52,7 +53,6 @@ log = logging.getLogger("egress")
 
 REFUSAL_KEY = "egress.upstream_refusal"  # flow.metadata: the response to send instead
 FAILED_KEY = "egress.upstream_failed"  # flow.metadata: the failure's Reason, before `error`
-TIMED_OUT_KEY = "egress.upstream_timed_out"  # flow.metadata: the answer's timer fired
 
 _original = HttpStream.handle_protocol_error
 
@@ -102,8 +102,14 @@ def _send(stream: HttpStream, response: http.Response) -> layer.CommandGenerator
 
 
 class UpstreamFailures:
-    def __init__(self, metrics: ProxyMetrics | None = None) -> None:
+    def __init__(
+        self,
+        metrics: ProxyMetrics | None = None,
+        connect_s: float = CONNECT_TIMEOUT_S,
+        answer_s: float = 0.0,
+    ) -> None:
         self.metrics = metrics
+        self.addons = [Timeouts(connect_s, answer_s)]  # the deadlines (`addons.timeouts`)
         # client connection id -> why its last upstream handshake failed, until the
         # request it was opened for fails (mitmproxy calls the two hooks in turn).
         self._failed: dict[str, str] = {}

@@ -124,7 +124,6 @@ async def serve(settings: Settings) -> int:
     from sandbox_egress.addons.egress import EgressPolicy
     from sandbox_egress.addons.limits import Limits
     from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
-    from sandbox_egress.addons.timeouts import Timeouts
     from sandbox_egress.addons.upstream import UpstreamFailures
 
     ca = ensure_ca(settings.certs, settings.ca_key_type)
@@ -199,11 +198,10 @@ async def serve(settings: Settings) -> int:
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
-    master.addons.add(
+    master.addons.add(  # UpstreamFailures before the policy addon, whose `error` hook audits
         Connections(metrics, connections),
         Limits(metrics),
-        UpstreamFailures(metrics),  # before the policy addon, whose `error` hook audits
-        Timeouts(settings.upstream_connect_s, settings.upstream_answer_s),
+        UpstreamFailures(metrics, settings.upstream_connect_s, settings.upstream_answer_s),
         addon,
         Telemetry(metrics),
     )
