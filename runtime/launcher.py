@@ -41,15 +41,11 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import Tenancy
-from sandbox_egress.runtime import (
-    accepting,
-    addonimports,
-    lifecycle,
-    tcponly,
-    trim,
-    workers,
-)
+from sandbox_egress.runtime import lifecycle
 from sandbox_egress.runtime.ca import ensure_ca
+from sandbox_egress.runtime.engine import accepting, addonimports, tcponly, trim
+from sandbox_egress.runtime.fleet import workers
+from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
 from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
 from sandbox_egress.runtime.startup import (
@@ -63,7 +59,6 @@ from sandbox_egress.runtime.startup import (
     upstream_trust,
 )
 from sandbox_egress.runtime.status import StatusBoard
-from sandbox_egress.runtime.tenants import Tenants
 
 if TYPE_CHECKING:
     from sandbox_egress.addons.egress import EgressPolicy
@@ -116,7 +111,7 @@ async def serve(settings: Settings) -> int:
     addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
     from mitmproxy.addons.termlog import TermLog
 
-    from sandbox_egress.runtime import tcpalpn
+    from sandbox_egress.runtime.engine import tcpalpn
 
     tcpalpn.install()  # over TCP, a client never gets an HTTP/3 name (D305)
 
@@ -356,14 +351,14 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
 
 
 def _engine(name: str) -> tuple[EngineOptions, Engine]:
-    """The lean master (runtime/engine.py), or mitmdump's own for comparison (`--engine`)."""
+    """The lean master (runtime/engine/lean.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
         from mitmproxy.options import Options
         from mitmproxy.tools.dump import DumpMaster
 
         options = Options()
         return options, DumpMaster(options, with_termlog=False, with_dumper=False)
-    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+    from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 
     lean = LeanOptions()
     return lean, LeanMaster(lean)

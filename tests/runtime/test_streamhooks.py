@@ -1,4 +1,4 @@
-"""A request's hooks start where its stream asks for them (issue 36, runtime/streamhooks.py,
+"""A request's hooks start where its stream asks for them (issue 36, runtime/engine/streamhooks.py,
 D311): kept-alive requests through the real lean engine, with the streams starting their
 hooks and without (mitmproxy's trip through the layers), counting the `HookCompleted`
 events that travel back down the layers."""
@@ -18,7 +18,7 @@ from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
 from sandbox_egress.addons import limits, pushgate
-from sandbox_egress.runtime import engine, streamhooks
+from sandbox_egress.runtime.engine import lean, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
 from testbed.hookaddon import PerRequestHooks as Hooks
@@ -204,7 +204,7 @@ def test_the_internals_it_relies_on() -> None:
     assert list(inspect.signature(streamhooks.ORIGINAL_INIT).parameters) == [
         "self", "context", "stream_id"
     ]  # fmt: skip
-    register = inspect.getsource(engine.CoalescingProxyserver.register_connection)
+    register = inspect.getsource(lean.CoalescingProxyserver.register_connection)
     assert register.index("streamhooks.attach(handler)") < register.index("answer_hooks_inline")
 
 

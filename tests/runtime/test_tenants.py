@@ -14,8 +14,8 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import SandboxesSection
 from sandbox_egress.proxy.tenancy import Tenancy
 from sandbox_egress.runtime.cli import main
+from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.lifecycle import Settling
-from sandbox_egress.runtime.tenants import Tenants
 
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
 OTHER_NODE = Policy(parse({"network": {"allowlist": [{"domain": "*.example.com"}]}}, "n", {}))

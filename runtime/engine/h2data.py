@@ -23,7 +23,7 @@ Two changes, installed once by the lean engine (`install`):
   replacement gives the same text from the first 10 bytes only.
 
 tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe. `install`
-also installs runtime/h2frames.py: an upstream's DATA frames joined before h2 parses them
+also installs runtime/engine/h2frames.py: an upstream's DATA frames joined before h2 parses them
 (D318), and a large chunk framed for an HTTP/2 client in one pass (D319).
 """
 
@@ -36,7 +36,7 @@ import h2.events
 from hyperframe.frame import DataFrame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
-from sandbox_egress.runtime import h2frames
+from sandbox_egress.runtime.engine import h2frames
 
 _SHOWN = 10  # bytes of the body hyperframe's repr shows (20 hex digits, then "...")
 _original_receive_data = BufferedH2Connection.receive_data
