@@ -22,9 +22,9 @@ from sandbox_egress.proxy import fairness, formats, health, importers, lint, san
 from sandbox_egress.proxy import propose as proposing
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
+from sandbox_egress.runtime import optimized
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
-from sandbox_egress.runtime.engine import optimized
 from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate
 from sandbox_egress.runtime.fleet.workers import run_workers
 from sandbox_egress.runtime.launcher import serve

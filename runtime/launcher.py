@@ -41,9 +41,10 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import Tenancy
-from sandbox_egress.runtime import lifecycle
+from sandbox_egress.runtime import lifecycle, trim
 from sandbox_egress.runtime.ca import ensure_ca
-from sandbox_egress.runtime.engine import accepting, addonimports, tcponly, trim
+from sandbox_egress.runtime.engine import patches
+from sandbox_egress.runtime.engine.patches import Stage
 from sandbox_egress.runtime.fleet import workers
 from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
@@ -105,15 +106,10 @@ async def serve(settings: Settings) -> int:
     if settings.worker is None:
         refuse_a_taken_port(settings.listen)
 
-    addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
-    if settings.engine != "mitmdump":
-        tcponly.install()  # no aioquic, QUIC, HTTP/3 or mitmproxy_rs (D297)
-    addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
+    # mitmproxy's addons one by one, no QUIC, seldom used libraries on first use (D162,
+    # D297, D298): before anything imports mitmproxy (runtime/engine/patches.py).
+    patches.install(Stage.IMPORT, settings.engine)
     from mitmproxy.addons.termlog import TermLog
-
-    from sandbox_egress.runtime.engine import tcpalpn
-
-    tcpalpn.install()  # over TCP, a client never gets an HTTP/3 name (D305)
 
     from sandbox_egress.addons.connections import Connections
     from sandbox_egress.addons.egress import EgressPolicy
@@ -134,6 +130,9 @@ async def serve(settings: Settings) -> int:
         )
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
+    # Over TCP no HTTP/3 name (D305); out of descriptors, accepting pauses (D97).
+    on_pause = metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc
+    patches.install(Stage.PROCESS, settings.engine, {"on_pause": on_pause})
     metrics.allowlist_entries.set(len(network.allowlist))
     metrics.budgets_configured(budget_series(network))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
@@ -192,7 +191,6 @@ async def serve(settings: Settings) -> int:
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
-    accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(
         Connections(metrics, connections),
         Limits(metrics),
@@ -215,7 +213,9 @@ async def serve(settings: Settings) -> int:
         *credential_sources(network.credentials, https, fleet), on_fetch=on_fetch
     )
     addon.shared.credentials = credentials
-    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
+    board = StatusBoard(  # /status
+        settings.config_path, addon.shared.state, _loaded(tenants), engine=settings.engine
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)

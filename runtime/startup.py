@@ -35,9 +35,8 @@ from sandbox_egress.proxy.resolver import (
     threaded_resolve,
 )
 from sandbox_egress.proxy.selfaddr import SelfAddressError, SelfAddresses
-from sandbox_egress.runtime import lifecycle
+from sandbox_egress.runtime import lifecycle, optimized
 from sandbox_egress.runtime.ca import KeyType
-from sandbox_egress.runtime.engine import optimized
 
 UPSTREAM_TRUST = "upstream-trust.pem"
 

@@ -55,29 +55,14 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime.engine import (
-    bodyread,
-    connsetup,
-    h2data,
-    headerlookup,
-    hooksinplace,
-    idlebios,
-    layerqueues,
-    streamhooks,
-    tickets,
-    tlsread,
-)
-from sandbox_egress.runtime.engine.bulkio import widen
+from sandbox_egress.runtime.engine import idlebios, patches, tickets
 from sandbox_egress.runtime.engine.coalesce import (
     coalesce_decided,
     coalesce_request,
-    coalesce_root,
     coalesce_tunnel,
 )
 from sandbox_egress.runtime.engine.hookargs import hook_args
-from sandbox_egress.runtime.engine.idlewaiters import lighten_watchdog
-from sandbox_egress.runtime.engine.inlinehooks import answer_hooks_inline
-from sandbox_egress.runtime.engine.tlsshare import share_certificates
+from sandbox_egress.runtime.engine.patches import Stage
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -191,11 +176,7 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         # Called by the server instance after the top layer is set, right before it enters
         # the context and runs handle_client. mitmproxy's context manager is handed back as
         # it is, not wrapped in a second one suspended for the connection's life (D308).
-        coalesce_root(handler)
-        widen(handler)
-        streamhooks.attach(handler)  # a request's hooks start in its stream (D311)
-        answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
-        lighten_watchdog(handler)  # its timeout watchdog waiters in a list (D307)
+        patches.attach(handler)  # the CONNECTION rows of runtime/engine/patches.py
         return super().register_connection(connection_id, handler)
 
 
@@ -315,12 +296,4 @@ class LeanMaster(master.Master):
         self.options.changed.disconnect(self.addons._configure_all)
         self.addons = LeanAddonManager(self)
         self.addons.add(*lean_addons())
-        share_certificates()  # one OpenSSL copy of each certificate and key (D161)
-        layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
-        h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
-        bodyread.install()  # a request body of known length handed on uncopied (D303)
-        tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
-        hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
-        connsetup.install()  # per hook class, per host, no Server made to be dropped (D315)
-        headerlookup.install()  # a header looked up in one loop over the fields (D310)
-        streamhooks.install()  # a request's hook that finishes at once, answered in place (D311)
+        patches.install(Stage.ENGINE)  # the class-level rows of runtime/engine/patches.py

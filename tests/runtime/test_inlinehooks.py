@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mitmproxy.proxy import server
 
-from sandbox_egress.runtime.engine import lean, streamhooks
+from sandbox_egress.runtime.engine import inlinehooks, lean, patches, streamhooks
 from sandbox_egress.runtime.engine.inlinehooks import free
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
@@ -73,7 +73,7 @@ def through_proxy(
             heads = asyncio.run(main())
     else:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(lean, "answer_hooks_inline", lambda handler: None)
+            patch.setattr(inlinehooks, "answer_hooks_inline", lambda handler: None)
             # mitmproxy's hand-over: nor do the streams start their own hooks (D311)
             patch.setattr(streamhooks, "attach", lambda handler: None)
             heads = asyncio.run(main())
@@ -117,4 +117,5 @@ def test_the_internals_inline_hooks_rely_on() -> None:
     assert lock._waiters is None and free(lock)  # type: ignore[attr-defined]
     assert "self._waiters" in inspect.getsource(asyncio.Lock.acquire)
     register = inspect.getsource(lean.CoalescingProxyserver.register_connection)
-    assert "answer_hooks_inline(handler)" in register
+    assert "patches.attach(handler)" in register
+    assert "inlinehooks" in [row.name for row in patches.rows(patches.Stage.CONNECTION)]

@@ -14,7 +14,7 @@ import certifi
 import pytest
 
 from sandbox_egress.proxy.metrics import ProxyMetrics
-from sandbox_egress.runtime.engine import optimized
+from sandbox_egress.runtime import optimized
 from sandbox_egress.runtime.startup import (
     UPSTREAM_TRUST,
     LaunchError,

@@ -18,7 +18,7 @@ from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
 from sandbox_egress.addons import limits, pushgate
-from sandbox_egress.runtime.engine import lean, streamhooks
+from sandbox_egress.runtime.engine import lean, patches, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
 from testbed.hookaddon import PerRequestHooks as Hooks
@@ -205,7 +205,9 @@ def test_the_internals_it_relies_on() -> None:
         "self", "context", "stream_id"
     ]  # fmt: skip
     register = inspect.getsource(lean.CoalescingProxyserver.register_connection)
-    assert register.index("streamhooks.attach(handler)") < register.index("answer_hooks_inline")
+    assert "patches.attach(handler)" in register
+    attached = [row.name for row in patches.rows(patches.Stage.CONNECTION)]
+    assert attached.index("streamhooks.attach") < attached.index("inlinehooks")
 
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"

@@ -1,4 +1,4 @@
-"""runtime/engine/trim.py: freed memory is returned once a burst has ended, once (issue 36, D288);
+"""runtime/trim.py: freed memory is returned once a burst has ended, once (issue 36, D288);
 `serve` runs it (D300)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.runtime.engine import trim
+from sandbox_egress.runtime import trim
 from testbed import procs
 
 
@@ -114,7 +114,7 @@ def test_release_collects_the_cycles_then_trims() -> None:
 # collector recording each full collection it ran) and the real `trim_when_quiet` task.
 SERVE_WITH_A_FAKE_TRIM = """
 import asyncio, gc, json, sys
-from sandbox_egress.runtime.engine import trim
+from sandbox_egress.runtime import trim
 full = []
 gc.callbacks.append(lambda phase, info: full.append(1) if phase == "stop" and info["generation"] == 2 else None)
 
