@@ -27,20 +27,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import announce, formatter
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy import limits, sandboxes
-from sandbox_egress.proxy.audit import BackgroundAuditLog
+from sandbox_egress.proxy import limits
+from sandbox_egress.proxy.audit.log import BackgroundAuditLog
+from sandbox_egress.proxy.audit.ocsf import AUDIT_FORMATS
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.fleet import Fleet
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.section import sources as credential_sources
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
-from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy import sandboxes
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 from sandbox_egress.runtime import lifecycle, trim
 from sandbox_egress.runtime.ca import ensure_ca
 from sandbox_egress.runtime.engine import patches

@@ -3,7 +3,7 @@ sent to an OpenTelemetry collector, batched, on a task of its own.
 
 `write` (the audit sink, called on the event loop) only appends to a bounded deque and
 never waits; the `run` task posts what is queued every `INTERVAL_S` (or at once when a
-batch is full) as one JSON `ExportLogsServiceRequest` (`proxy.otlp`) to the endpoint
+batch is full) as one JSON `ExportLogsServiceRequest` (`proxy.audit.otlp`) to the endpoint
 (`/v1/logs` when the URL has no path), over HTTP/1.1, bounded by `TIMEOUT_S`. A dead,
 slow or refusing collector costs no request anything: a batch that could not be
 delivered, and a record that found the queue full, is dropped and counted in
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from sandbox_egress.proxy.audit import AuditRecord, AuditSink
-from sandbox_egress.proxy.otlp import export_request, log_record
+from sandbox_egress.proxy.audit.log import AuditRecord, AuditSink
+from sandbox_egress.proxy.audit.otlp import export_request, log_record
 
 BATCH = 512
 CAPACITY = 8192

@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from cryptography.hazmat.primitives import hashes
 
-from sandbox_egress.proxy.references import REFERENCE
+from sandbox_egress.proxy.config.references import REFERENCE
 from sandbox_egress.runtime.ca import CA_CERT, CA_KEY_AND_CERT, CAError
 from sandbox_egress.runtime.fleet.nodeca import read_intermediate
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import SandboxesSection
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import SandboxesSection
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 from sandbox_egress.runtime.cli import main
 from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.lifecycle import Settling

@@ -34,9 +34,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import ConfigError, NetworkConfig, load, parse, read_document
+from sandbox_egress.proxy.config.loader import (
+    ConfigError,
+    NetworkConfig,
+    load,
+    parse,
+    read_document,
+)
+from sandbox_egress.proxy.config.references import check_unresolved, resolve
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.references import check_unresolved, resolve
 from sandbox_egress.proxy.secret import Secret
 
 SUFFIX = ".yaml"
