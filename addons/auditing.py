@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mitmproxy import connection
 
-from sandbox_egress.proxy.audit import AuditRecord, McpNames
+from sandbox_egress.proxy.audit.log import AuditRecord, McpNames
 from sandbox_egress.proxy.decision import Decision
 
 

@@ -37,7 +37,7 @@ from sandbox_egress.addons.response import Responses
 from sandbox_egress.addons.sandboxes import SandboxIdentity
 from sandbox_egress.addons.shared import Shared
 from sandbox_egress.addons.tcp import RawTcp
-from sandbox_egress.proxy.audit import AuditSink
+from sandbox_egress.proxy.audit.log import AuditSink
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.resolver import FairResolver, Resolve, system_resolve

@@ -5,7 +5,7 @@ mitmproxy ships `py.typed`, but `Flow.kill`, `AddonManager.get` and
 untyped call that returns `Any`. Each wrapper binds the mitmproxy function to a variable
 annotated with the type this project relies on (mypy checks that assignment, so an
 upstream annotation that disagrees fails `make lint` here) and calls through; it adds no
-behaviour (D151). Subclasses of mitmproxy internals (`runtime/engine.py`) are typed where
+behaviour (D151). Subclasses of mitmproxy internals (`runtime/engine/lean.py`) are typed where
 they are written instead.
 """
 

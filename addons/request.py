@@ -24,7 +24,7 @@ from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
-from sandbox_egress.proxy.audit import audit_path
+from sandbox_egress.proxy.audit.log import audit_path
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.fields import fields_problem

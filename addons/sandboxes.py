@@ -30,11 +30,11 @@ from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.request import unread
 from sandbox_egress.addons.shared import Shared
 from sandbox_egress.addons.targets import is_transparent
-from sandbox_egress.proxy.audit import audit_path
+from sandbox_egress.proxy.audit.log import audit_path
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.identity import PROXY_AUTHENTICATE, Failure, Identity, identify
-from sandbox_egress.proxy.tenancy import ConnectionQuota, Tenancy
+from sandbox_egress.proxy.tenancy.identity import PROXY_AUTHENTICATE, Failure, Identity, identify
+from sandbox_egress.proxy.tenancy.tenants import ConnectionQuota, Tenancy
 
 AUTHORIZATION = "Proxy-Authorization"
 

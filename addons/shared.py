@@ -17,7 +17,7 @@ from mitmproxy import connection
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
-from sandbox_egress.proxy.audit import AuditSink
+from sandbox_egress.proxy.audit.log import AuditSink
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
@@ -31,7 +31,7 @@ from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
 

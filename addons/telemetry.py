@@ -24,7 +24,7 @@ from __future__ import annotations
 from mitmproxy import http, tcp, tls
 from mitmproxy.proxy import server_hooks
 
-from sandbox_egress.proxy.audit import AuditRecord, AuditSink
+from sandbox_egress.proxy.audit.log import AuditRecord, AuditSink
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 

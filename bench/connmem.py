@@ -2,7 +2,7 @@
 
 `python -m bench.connmem [--connections 300] [--trace 25]`, no root, loopback only.
 
-The lean engine (runtime/engine.py, no policy, no egress addons) runs in a process of its own
+The lean engine (runtime/engine/lean.py, no policy, no egress addons) runs in a process of its own
 under `-O` (`serve`, below). This process is the client and the upstream: a TLS server on
 127.0.0.1 answering every GET with a small body, and `connections` CONNECT tunnels through
 the engine, each a TLS handshake with the engine's certificate and one kept-alive GET, so

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.allowlist import BULK_HOST, HOOK_HOST, generate, sample_hosts
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy

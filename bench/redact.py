@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.redact import Redactor
 
 BODY_BYTES = 16 << 20

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.decide import _calibrate, _time_ns
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import SandboxDirectory, SandboxesSection
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import SandboxDirectory, SandboxesSection
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 COUNTS = (1, 100, 1_000)
 ROUNDS = 5

@@ -2,9 +2,9 @@
 
 `python -m bench.tlsmem [--pairs 300]`, no root, no network: pyOpenSSL connections in this
 process over memory BIOs, as mitmproxy runs them. Each pair is a server `SSL` (the
-client-facing leg: the engine's certificate and key, shared as runtime/tlsshare.py does)
+client-facing leg: the engine's certificate and key, shared as runtime/engine/tlsshare.py does)
 and a client `SSL` (the upstream leg), a TLS 1.3 handshake, one small request and response,
-then runtime/idlebios.py's release of the memory BIOs. The figure is glibc's malloc in use
+then runtime/engine/idlebios.py's release of the memory BIOs. The figure is glibc's malloc in use
 (testbed.heap) per kept object, after `WARMUP` pairs, for:
 
 * `fresh`: the two `SSL` objects before any handshake;
@@ -65,7 +65,7 @@ def measure(flags: tuple[str, ...], pairs: int) -> dict[str, Any]:
     from OpenSSL._util import ffi
     from OpenSSL._util import lib as ssl_lib
 
-    from sandbox_egress.runtime import idlebios, tickets
+    from sandbox_egress.runtime.engine import idlebios, tickets
     from testbed.heap import malloc_in_use
 
     store = certs.CertStore.from_store(tempfile.mkdtemp(prefix="tlsmem-"), "mitmproxy", 2048)

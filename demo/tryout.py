@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy.patterns import PatternKind
+from sandbox_egress.proxy.config import loader as configuration
+from sandbox_egress.proxy.config.patterns import PatternKind
 from testbed import procs
 from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology, netns_available

@@ -35,6 +35,7 @@ from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_op
 # dialects together (tests/hookrunner/test_layering.py holds every other module to that).
 from sandbox_egress.hookrunner.ax import metrics as ax_metrics
 from sandbox_egress.hookrunner.ax.cli import (
+    Entry,
     add_claude_parser,
     add_fire_parser,
     run_claude,
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fire":
             return run_fire(args)
         if args.command == "claude":
-            return run_claude(args)
+            return run_claude(args, Entry(main, prepare))
         return _session(args)
     except HookRunnerError as exc:
         say(f"error: {exc}")

@@ -9,8 +9,8 @@ printed something that looks like a deny is reported as such (it still allows).
 
 from __future__ import annotations
 
+from sandbox_egress.common.process import ProcessResult
 from sandbox_egress.hookrunner.decision import near_miss_in_output, parse_decision
-from sandbox_egress.hookrunner.enforce.command import ProcessResult
 from sandbox_egress.hookrunner.httpclient import HttpResult
 from sandbox_egress.hookrunner.model import Event
 from sandbox_egress.hookrunner.outcome import Classified, Outcome, classify_http, classify_process

@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP
+from sandbox_egress.common.process import OUTPUT_CAP
 from sandbox_egress.hookrunner.handlerhost import HostError, handler_host
 from sandbox_egress.hookrunner.proxyroute import (
     ProxyConfigError,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult, run_process
+from sandbox_egress.common.process import CancelToken, ProcessResult, run_process
 from sandbox_egress.hookrunner.enforce.envsan import Redactor, sanitise
 from sandbox_egress.hookrunner.enforce.isolation import hook_environment, make_undumpable
 from sandbox_egress.hookrunner.enforce.programs import filter_paths

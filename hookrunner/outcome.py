@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from sandbox_egress.hookrunner.enforce.command import ProcessResult
+from sandbox_egress.common.process import ProcessResult
 from sandbox_egress.hookrunner.httpclient import HttpFailure, HttpResult
 
 

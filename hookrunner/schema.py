@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sandbox_egress.common.problems import Found, schema_errors, schema_validator, type_name
+from sandbox_egress.common.tokens import token_format
 from sandbox_egress.hookrunner.handlerhost import HostError, handler_host
 from sandbox_egress.hookrunner.matcher import compile_matcher
 from sandbox_egress.hookrunner.model import (
@@ -37,7 +38,6 @@ from sandbox_egress.hookrunner.model import (
     Problem,
     Rule,
 )
-from sandbox_egress.hookrunner.tokens import token_format
 
 DEFAULT_TIMEOUT = 30
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -46,14 +46,14 @@ import dns.rrset
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy import sandboxes
-from sandbox_egress.proxy.config import NetworkConfig, PatternKind
+from sandbox_egress.proxy.config import loader as configuration
+from sandbox_egress.proxy.config.loader import NetworkConfig, PatternKind
 from sandbox_egress.proxy.fairness import Bound, ClientKey, Fairness, FairShare, Slots, client_key
 from sandbox_egress.proxy.hosts import HostError, IPAddress, canonical_name
 from sandbox_egress.proxy.policy import LOOPBACK_NAMES, METADATA_NAMES, Policy
 from sandbox_egress.proxy.resolver import FairResolver
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy import sandboxes
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 log = logging.getLogger("egress.dns")
 

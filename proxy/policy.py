@@ -23,7 +23,7 @@ from collections.abc import Callable, Container, Sequence
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.addresses import NEVER_ALLOWED, AddressClass, classify, embedded_ipv4
-from sandbox_egress.proxy.config import Entry, NetworkConfig, PatternKind
+from sandbox_egress.proxy.config.loader import Entry, NetworkConfig, PatternKind
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
 from sandbox_egress.proxy.hosts import Host, IPAddress
 from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex

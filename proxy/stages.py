@@ -10,7 +10,7 @@ next to its table of named cases (tests/proxy/test_stages.py):
   pass-through tunnel only when the SNI names its target. Transparent mode takes the
   target from the SNI (the original destination is not trusted), relays a pass-through
   entry to the SNI's checked address, and without SNI marks the connection `no_sni`.
-  A sandbox's tunnel is relayed only when its node's entry relays it too (`proxy.ceiling`).
+  A sandbox's tunnel is relayed only when its node's entry relays it too (`proxy.tenancy.ceiling`).
 * raw TCP (`decide_tcp`): only to destinations of explicit IP/CIDR entries.
 * request (`decide_request`): the `no_sni` gate, head bytes (D21), where it goes, the
   policy, TRACE (D31), rules (`decide_rules`), placeholders, SigV4 scope, the address.
@@ -26,8 +26,7 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.proxy.ceiling import node_requires, raw_tcp, relays
-from sandbox_egress.proxy.config import Transform
+from sandbox_egress.proxy.config.loader import Transform
 from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.fields import head_problem
@@ -41,6 +40,7 @@ from sandbox_egress.proxy.rulestage import rules_within_ceiling
 from sandbox_egress.proxy.sigv4 import Signing, judge_request
 from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
+from sandbox_egress.proxy.tenancy.ceiling import node_requires, raw_tcp, relays
 
 RESOLVE_TIMEOUT_S = 5.0
 

@@ -4,7 +4,7 @@
 Invariants:
 * A transform never sets a header that frames or routes the message
   (`FORBIDDEN_TRANSFORM_HEADERS`), nor one header twice (names are case-insensitive).
-* Its value lives only inside a `Secret` (`proxy.references` resolves it); a problem names
+* Its value lives only inside a `Secret` (`proxy.config.references` resolves it); a problem names
   the header, never the value.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_egress.common.tokens import shown
-from sandbox_egress.proxy.references import secret_value
+from sandbox_egress.proxy.config.references import secret_value
 from sandbox_egress.proxy.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)

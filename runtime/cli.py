@@ -17,19 +17,22 @@ from pathlib import Path
 
 from sandbox_egress.common.completion import offer_completions
 from sandbox_egress.common.logs import log_handler
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy import fairness, formats, health, importers, lint, sandboxes
-from sandbox_egress.proxy import propose as proposing
+from sandbox_egress.proxy import fairness, health
+from sandbox_egress.proxy.config import lint
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
+from sandbox_egress.proxy.learn import formats, importers
+from sandbox_egress.proxy.learn import propose as proposing
+from sandbox_egress.proxy.tenancy import sandboxes
 from sandbox_egress.runtime import optimized
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
+from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate
+from sandbox_egress.runtime.fleet.workers import run_workers
 from sandbox_egress.runtime.launcher import serve
-from sandbox_egress.runtime.nodeca import DEFAULT_DAYS, issue_intermediate
 from sandbox_egress.runtime.otlp import resolve_headers
 from sandbox_egress.runtime.startup import LaunchError, Settings, refuse_a_taken_port
-from sandbox_egress.runtime.workers import run_workers
 
 
 def _propose(args: argparse.Namespace) -> int:

@@ -13,7 +13,8 @@ from typing import Any
 
 from sandbox_egress.common.logs import add_log_format_option
 from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option
-from sandbox_egress.proxy import fairness, health, importers
+from sandbox_egress.proxy import fairness, health
+from sandbox_egress.proxy.learn import importers
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
 

@@ -27,29 +27,27 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import announce, formatter
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy import limits, sandboxes
-from sandbox_egress.proxy.audit import BackgroundAuditLog
+from sandbox_egress.proxy import limits
+from sandbox_egress.proxy.audit.log import BackgroundAuditLog
+from sandbox_egress.proxy.audit.ocsf import AUDIT_FORMATS
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.fleet import Fleet
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.section import sources as credential_sources
 from sandbox_egress.proxy.fairness import Bound, within_descriptors
 from sandbox_egress.proxy.metrics import ProxyMetrics
-from sandbox_egress.proxy.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
-from sandbox_egress.proxy.tenancy import Tenancy
-from sandbox_egress.runtime import (
-    accepting,
-    addonimports,
-    lifecycle,
-    tcponly,
-    trim,
-    workers,
-)
+from sandbox_egress.proxy.tenancy import sandboxes
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
+from sandbox_egress.runtime import lifecycle, trim
 from sandbox_egress.runtime.ca import ensure_ca
+from sandbox_egress.runtime.engine import patches
+from sandbox_egress.runtime.engine.patches import Stage
+from sandbox_egress.runtime.fleet import workers
+from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.otlp import TIMEOUT_S as OTLP_TIMEOUT_S
 from sandbox_egress.runtime.otlp import OtlpExporter, TeeAudit
 from sandbox_egress.runtime.startup import (
@@ -63,7 +61,6 @@ from sandbox_egress.runtime.startup import (
     upstream_trust,
 )
 from sandbox_egress.runtime.status import StatusBoard
-from sandbox_egress.runtime.tenants import Tenants
 
 if TYPE_CHECKING:
     from sandbox_egress.addons.egress import EgressPolicy
@@ -110,15 +107,10 @@ async def serve(settings: Settings) -> int:
     if settings.worker is None:
         refuse_a_taken_port(settings.listen)
 
-    addonimports.import_addons_one_by_one()  # not mitmproxy's ~35 addons, flask, ldap3 (D162)
-    if settings.engine != "mitmdump":
-        tcponly.install()  # no aioquic, QUIC, HTTP/3 or mitmproxy_rs (D297)
-    addonimports.defer_seldom_used()  # ruamel.yaml, brotli, zstd, pyparsing: first use (D298)
+    # mitmproxy's addons one by one, no QUIC, seldom used libraries on first use (D162,
+    # D297, D298): before anything imports mitmproxy (runtime/engine/patches.py).
+    patches.install(Stage.IMPORT, settings.engine)
     from mitmproxy.addons.termlog import TermLog
-
-    from sandbox_egress.runtime import tcpalpn
-
-    tcpalpn.install()  # over TCP, a client never gets an HTTP/3 name (D305)
 
     from sandbox_egress.addons.connections import Connections
     from sandbox_egress.addons.egress import EgressPolicy
@@ -139,6 +131,9 @@ async def serve(settings: Settings) -> int:
         )
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
+    # Over TCP no HTTP/3 name (D305); out of descriptors, accepting pauses (D97).
+    on_pause = metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc
+    patches.install(Stage.PROCESS, settings.engine, {"on_pause": on_pause})
     metrics.allowlist_entries.set(len(network.allowlist))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else listen_for_metrics(settings, metrics)
@@ -200,7 +195,6 @@ async def serve(settings: Settings) -> int:
     kept = isinstance(addon.shared.state, MemoryState)  # the gauge shows what is held (D400)
     metrics.budgets_configured(budget_series(network), kept)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
-    accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(  # UpstreamFailures before the policy addon, whose `error` hook audits
         Connections(metrics, connections),
         Limits(metrics),
@@ -240,6 +234,7 @@ async def serve(settings: Settings) -> int:
         addon.shared.state,
         _loaded(tenants),
         refused=None if tenants is None else tenants.directory.refused,
+        engine=settings.engine,
     )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
@@ -376,14 +371,14 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
 
 
 def _engine(name: str) -> tuple[EngineOptions, Engine]:
-    """The lean master (runtime/engine.py), or mitmdump's own for comparison (`--engine`)."""
+    """The lean master (runtime/engine/lean.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
         from mitmproxy.options import Options
         from mitmproxy.tools.dump import DumpMaster
 
         options = Options()
         return options, DumpMaster(options, with_termlog=False, with_dumper=False)
-    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+    from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 
     lean = LeanOptions()
     return lean, LeanMaster(lean)

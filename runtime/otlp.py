@@ -3,7 +3,7 @@ sent to an OpenTelemetry collector, batched, on a task of its own.
 
 `write` (the audit sink, called on the event loop) only appends to a bounded deque and
 never waits; the `run` task posts what is queued every `INTERVAL_S` (or at once when a
-batch is full) as one JSON `ExportLogsServiceRequest` (`proxy.otlp`) to the endpoint
+batch is full) as one JSON `ExportLogsServiceRequest` (`proxy.audit.otlp`) to the endpoint
 (`/v1/logs` when the URL has no path), over HTTP/1.1, bounded by `TIMEOUT_S`. A dead,
 slow or refusing collector costs no request anything: a batch that could not be
 delivered, and a record that found the queue full, is dropped and counted in
@@ -11,7 +11,7 @@ delivered, and a record that found the queue full, is dropped and counted in
 
 `--otlp-header NAME=VALUE` (repeatable) adds a header to every export, e.g. a collector's
 `Authorization`; the value may hold `${NAME}` and `${file:/path}` references
-(`proxy.references`), resolved at start (a problem stops the start, naming the header and
+(`proxy.config.references`), resolved at start (a problem stops the start, naming the header and
 the reference, never a value) and again for every batch, so a rotated token file is read
 (a batch whose header cannot be resolved is dropped and counted). The values are never
 logged (D402).
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from sandbox_egress.proxy.audit import AuditRecord, AuditSink
-from sandbox_egress.proxy.otlp import export_request, log_record
-from sandbox_egress.proxy.references import resolve
+from sandbox_egress.proxy.audit.log import AuditRecord, AuditSink
+from sandbox_egress.proxy.audit.otlp import export_request, log_record
+from sandbox_egress.proxy.config.references import resolve
 
 BATCH = 512
 CAPACITY = 8192

@@ -1,7 +1,9 @@
 """`GET /status` on the metrics address (issue 34): what a rollout checks of a replica —
 the version, the SHA-256 of the configuration file it runs, the sandboxes it has
-loaded and the sandbox files it refused (each with its located problems, D341), and the
-state backend with its health (docs/operations.md#from-one-node-to-a-fleet).
+loaded and the sandbox files it refused (each with its located problems, D341), the
+state backend with its health (docs/operations.md#from-one-node-to-a-fleet), and (a
+worker's) the engine's changes below mitmproxy's hooks that are active
+(runtime/engine/patches.py).
 
 The metrics server's thread reads `document()`: plain fields, replaced whole. The event
 loop refreshes the backend's health every `INTERVAL_S` (`watch`) — a probe of a remote
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 from sandbox_egress.common.problems import Problem
 from sandbox_egress.common.serve import version
 from sandbox_egress.proxy.state.settings import StateConfig
+from sandbox_egress.runtime.engine import patches
 
 INTERVAL_S = 5.0
 
@@ -68,12 +71,14 @@ class StatusBoard:
         sandboxes: Callable[[], list[str]] | None = None,
         workers: int | None = None,
         refused: Callable[[], Mapping[str, Sequence[Problem]]] | None = None,
+        engine: str | None = None,
     ) -> None:
         self._path = config_path
         self._state = state
         self._sandboxes = sandboxes
         self._refused = refused
         self._workers = workers
+        self._engine = engine
         self.config = config_hash(config_path)
         self.health = "unknown"
         self.checked = 0.0
@@ -114,6 +119,8 @@ class StatusBoard:
         }
         if self._workers is not None:
             document["workers"] = self._workers
+        if self._engine is not None:  # a worker: what it changes below mitmproxy's hooks
+            document["engine"] = {"name": self._engine, "patches": patches.active(self._engine)}
         return document
 
     def _refused_files(self) -> list[dict[str, Any]]:

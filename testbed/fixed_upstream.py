@@ -40,10 +40,10 @@ def server_context(directory: Path) -> ssl.SSLContext:
 async def start_lean_engine(
     confdir: Path | str, prepare: Callable[[Any], None] | None = None
 ) -> tuple[Any, asyncio.Task[None], int]:
-    """The lean engine (runtime/engine.py) listening on a free loopback port, upstreams not
+    """The lean engine (runtime/engine/lean.py) listening on a free loopback port, upstreams not
     verified: its master, the task running it and the port. `prepare(master)` runs before
     it starts; stop it with `master.shutdown()` and await the task."""
-    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+    from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 
     opts = LeanOptions()
     master = LeanMaster(opts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.audit import GATHER_S
+from sandbox_egress.proxy.audit.log import GATHER_S
 from testbed.rawhttp import Conn, Response
 
 REASONS = frozenset(

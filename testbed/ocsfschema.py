@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 from ocsf_json_schema import OcsfJsonSchemaEmbedded, get_ocsf_schema
 
-from sandbox_egress.proxy.audit import AuditRecord
-from sandbox_egress.proxy.ocsf import OCSF_VERSION, PROFILES
+from sandbox_egress.proxy.audit.log import AuditRecord
+from sandbox_egress.proxy.audit.ocsf import OCSF_VERSION, PROFILES
 
 _CLASSES = {4001: "network_activity", 4002: "http_activity"}
 
@@ -68,7 +68,7 @@ def audit_file_problems(path: Any) -> tuple[int, list[str]]:
     tests of the audit log itself."""
     import json
 
-    from sandbox_egress.proxy.ocsf import event as ocsf_event
+    from sandbox_egress.proxy.audit.ocsf import event as ocsf_event
 
     seen: set[str] = set()
     found: list[str] = []

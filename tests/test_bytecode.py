@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.product import PRODUCT
+
 REPO = Path(__file__).resolve().parent.parent
-MODULES = sorted(
-    path
-    for package in ("proxy", "addons", "common", "hookrunner")
-    for path in (REPO / package).rglob("*.py")
-)
+MODULES = sorted(path for package in PRODUCT for path in (REPO / package).rglob("*.py"))
 
 
 def unencodable(source: str) -> list[int]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.product import PRODUCT
+
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("proxy", "addons", "runtime", "common", "hookrunner")  # sandbox_egress (D140)
 MAX_LINES = 400
 
 

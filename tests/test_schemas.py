@@ -21,7 +21,7 @@ import yaml
 
 from sandbox_egress.hookrunner.ax.schema import validate_ax_document
 from sandbox_egress.hookrunner.schema import validate_document
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"

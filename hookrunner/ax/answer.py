@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox_egress.common.process import OUTPUT_CAP
 from sandbox_egress.hookrunner.ax.eventtable import AxEvent
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP
 from sandbox_egress.hookrunner.schema import loads_strict
 
 _JSON_WHITESPACE = " \t\n\r"

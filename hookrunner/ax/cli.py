@@ -29,6 +29,8 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -158,22 +160,30 @@ def add_claude_parser(commands: Any) -> None:
     )
 
 
-def run_claude(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Entry:
+    """The runner's command line, handed in by ``hookrunner.cli`` (which imports this
+    module, not the other way round): what the warm runner (``claude serve``) calls."""
+
+    main: Callable[[list[str] | None], int]
+    prepare: Callable[[], None]
+
+
+def run_claude(args: argparse.Namespace, entry: Entry) -> int:
     home = Path(os.environ["HOME"]) if os.environ.get("HOME") else None
     workspace = Path(os.path.realpath(args.workspace))
     settings = claudeinstall.settings_path(args.scope, home, workspace)
     if args.action == "serve":
         from sandbox_egress.hookrunner.ax.packs import warm
-        from sandbox_egress.hookrunner.cli import main, prepare  # imported once, for every call
 
-        prepare()
+        entry.prepare()
         prepare_metrics()
         warm.enable()  # the packs run inside the warm runner's call (D396)
         try:
             _warm_up()
         except Exception:  # noqa: BLE001 - only slower calls: serving matters more
             say("warning: the warm runner's warm-up failed; serving without it")
-        return quickfire.serve(main, args.idle)
+        return quickfire.serve(entry.main, args.idle)
     runner = args.runner or _this_runner()
     moved_to = claudeinstall.moved_path(args.scope, home, workspace)
     if args.action == "uninstall":

@@ -54,12 +54,12 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sandbox_egress.common.process import ProcessResult
 from sandbox_egress.hookrunner.ax.answer import CARRIED, carried_fields, parse_answer, plain_text
 from sandbox_egress.hookrunner.ax.eventtable import AxEvent, Output, spec_of
 from sandbox_egress.hookrunner.ax.feedback import bound
 from sandbox_egress.hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
 from sandbox_egress.hookrunner.decision import MAX_REASON_CHARS
-from sandbox_egress.hookrunner.enforce.command import ProcessResult
 from sandbox_egress.hookrunner.outcome import Outcome, classify_process
 
 ASK_REASON = "hook requested user confirmation"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from sandbox_egress.common.process import CancelToken, ProcessResult
 from sandbox_egress.hookrunner.ax.decode import Decoded, decode
 from sandbox_egress.hookrunner.ax.envelope import args_document, claude_code_document
 from sandbox_egress.hookrunner.ax.events import EventInput
@@ -42,7 +43,6 @@ from sandbox_egress.hookrunner.ax.model import (
     Protocol,
 )
 from sandbox_egress.hookrunner.ax.packs import warm
-from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult
 from sandbox_egress.hookrunner.enforce.envsan import args_json, hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
 from sandbox_egress.hookrunner.kernel import Kernel

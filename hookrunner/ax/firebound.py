@@ -1,4 +1,4 @@
-"""The boundary comes along where Claude Code runs the tool itself (``fire``, SPEC 2.8, D380).
+"""The boundary comes along where Claude Code runs the tool itself (``fire``, issue 44, D380).
 
 For a Bash PreToolUse call that the hooks allow, the runner as Claude Code's hook
 (``fire --claude-exit-codes``) answers ``allow`` with ``updatedInput``: the same

@@ -20,8 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from sandbox_egress.common.process import CancelToken
 from sandbox_egress.hookrunner.ax.events import EventInput
-from sandbox_egress.hookrunner.enforce.command import CancelToken
 
 DEFAULT_CAPACITY = 256
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from sandbox_egress.common.process import CancelToken
 from sandbox_egress.hookrunner.ax import metrics as ax_metrics
 from sandbox_egress.hookrunner.ax.aggregate import decide, gather
 from sandbox_egress.hookrunner.ax.dispatch import LifecycleExecutor
@@ -50,7 +51,6 @@ from sandbox_egress.hookrunner.ax.model import (
 )
 from sandbox_egress.hookrunner.ax.observe import DEFAULT_CAPACITY, ObservationWorker
 from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
-from sandbox_egress.hookrunner.enforce.command import CancelToken
 from sandbox_egress.hookrunner.kernel import Kernel
 from sandbox_egress.hookrunner.metrics import HookMetrics
 

@@ -29,8 +29,8 @@ import os
 import stat
 from collections.abc import Sequence
 
+from sandbox_egress.common.contain import Credentials
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.hookrunner.enforce.contain import Credentials
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04

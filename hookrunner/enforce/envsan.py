@@ -14,7 +14,7 @@ environment minus
   query parameter, a secret-looking ``key=value`` inside the value (a libpq
   ``password=``, a Kafka JAAS ``password="..."``, ``-Drepo.password=`` in
   ``MAVEN_OPTS``), a ``Basic``/``Bearer`` credential, and the formats of
-  `hookrunner.tokens` (private keys, vendor tokens, webhook URLs with the
+  `common.tokens` (private keys, vendor tokens, webhook URLs with the
   secret in the path, ``Authorization:`` headers),
 * header lines with a secret name in header-carrying variables, and the
   ``GIT_CONFIG_VALUE_n`` of a ``GIT_CONFIG_KEY_n`` that names a header or credential,
@@ -28,7 +28,7 @@ then the ``HOOK_*`` protocol variables are added. The operator switch
 for the AX Code dialect) keeps everything except inherited ``HOOK_*``. Both
 dialects use this one sanitiser. The removed values also feed a ``Redactor`` so that no
 warning can repeat them. Work per variable is linear in its length: names by a
-fixed number of string tests per word, values with RE2 (`hookrunner.tokens`) and
+fixed number of string tests per word, values with RE2 (`common.tokens`) and
 regular expressions without nested repetition.
 """
 
@@ -44,7 +44,7 @@ from typing import Any
 
 import re2
 
-from sandbox_egress.hookrunner.tokens import token_format
+from sandbox_egress.common.tokens import token_format
 
 HOOK_ARGS_JSON_LIMIT = 32 * 1024
 

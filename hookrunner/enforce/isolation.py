@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.common.contain import Credentials
 from sandbox_egress.hookrunner.errors import UsageError
 
 TOOL_USER_VARIABLE = "HOOKRUNNER_TOOL_USER"

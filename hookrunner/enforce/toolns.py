@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox_egress.common.contain import Credentials
+from sandbox_egress.common.contain import _has_capability as has_capability
 from sandbox_egress.hookrunner.enforce import gitguard
-from sandbox_egress.hookrunner.enforce.contain import Credentials
-from sandbox_egress.hookrunner.enforce.contain import _has_capability as has_capability
 
 log = logging.getLogger("hookrunner")
 _CAP_SYS_ADMIN = 21

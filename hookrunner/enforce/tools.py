@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox_egress.common.contain import Credentials
+from sandbox_egress.common.process import OUTPUT_CAP, run_process
 from sandbox_egress.hookrunner.enforce.beneath import RaceError, open_beneath, open_directory
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, run_process
-from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, masked_inodes, protected_files
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 

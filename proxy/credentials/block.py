@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_egress.proxy.config.references import check_unresolved, resolve, secret_value
 from sandbox_egress.proxy.credentials.base import (
     DEFAULT_FAILURE_TTL_S,
     DEFAULT_MAX_STALE_S,
@@ -25,7 +26,6 @@ from sandbox_egress.proxy.credentials.base import (
     DEFAULT_TTL_S,
     CacheSettings,
 )
-from sandbox_egress.proxy.references import check_unresolved, resolve, secret_value
 from sandbox_egress.proxy.secret import Secret, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)

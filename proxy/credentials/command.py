@@ -3,8 +3,8 @@ without a shell (docs/configuration.md#credentials).
 
     jira: {command: {argv: ["/usr/local/bin/op", "read", "op://agents/jira"], timeout: 10s}}
 
-The child is run by the hook runner's process runner (`hookrunner.enforce.command.run_process`,
-which the hooks already trust for this): its own session and process group (and cgroup
+The child is run by the shared process runner (`common.process.run_process`, the
+one the hook runner runs its hooks with): its own session and process group (and cgroup
 where the machine has one), killed whole at the deadline (SIGTERM, a short grace,
 SIGKILL), stdout read while it runs and capped, reading stopped at the deadline even
 when a grandchild holds the pipe open.
@@ -43,8 +43,8 @@ class CommandSource:
         return self
 
     def fetch(self) -> Fetched:
-        # Imported here: the proxy's start-up does not load the hook runner's jails (D162).
-        from sandbox_egress.hookrunner.enforce.command import run_process
+        # Imported here: the proxy's start-up does not load the process runner's jails (D162).
+        from sandbox_egress.common.process import run_process
 
         program = self.argv[0]
         # The cache's own deadline is the same `timeout`: the child is killed just before.

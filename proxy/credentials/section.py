@@ -24,12 +24,12 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from sandbox_egress.proxy.config.references import REFERENCE
 from sandbox_egress.proxy.credentials.base import Source
 from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.oauth2 import OAuth2
 from sandbox_egress.proxy.credentials.table import KINDS, Spec
-from sandbox_egress.proxy.references import REFERENCE
 from sandbox_egress.proxy.transforms import FORBIDDEN_TRANSFORM_HEADERS, HEADER_NAME
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from sandbox_egress.proxy.secret import Secret, Template
 from sandbox_egress.proxy.swap import swap
 
 if TYPE_CHECKING:
-    from sandbox_egress.proxy.config import Entry
+    from sandbox_egress.proxy.config.loader import Entry
     from sandbox_egress.proxy.decision import Decision
 
 Fields = tuple[tuple[bytes, bytes], ...]

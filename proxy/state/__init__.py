@@ -65,7 +65,7 @@ class StateBackend(Protocol):
 
 def budget_key(prefix: str, key: BudgetKey, kind: str) -> str:
     """The store's key of one budget: the budget key, under `key_prefix`. A sandbox id and
-    an entry pattern hold no space (`proxy.sandboxes`, `proxy.patterns`)."""
+    an entry pattern hold no space (`proxy.tenancy.sandboxes`, `proxy.config.patterns`)."""
     return f"{prefix}:budget:{key.sandbox or '-'}:{key.entry}:{kind}"
 
 

@@ -7,7 +7,7 @@ part of a message (only the key names are).
 
 `password` (issue 48, D405) is the store's password kept out of the file: `${file:/path}`
 (a Kubernetes Secret's file) or `${NAME}`, resolved like a transform value
-(`proxy.references`) and never shown (not in a repr, a message or `/status`). With
+(`proxy.config.references`) and never shown (not in a repr, a message or `/status`). With
 `environ` None (`check --no-secrets`) only its syntax is checked.
 """
 
@@ -92,7 +92,7 @@ def _password(value: Any, environ: Mapping[str, str] | None, report: Report) -> 
     if not isinstance(value, str) or not value:
         report("state.password", "expected a string, e.g. ${file:/run/secrets/redis/password}")
         return ""
-    from sandbox_egress.proxy.references import secret_value
+    from sandbox_egress.proxy.config.references import secret_value
 
     secret = secret_value(value, "state.password", environ, report)
     return "" if secret is None or isinstance(secret, Unresolved) else secret.reveal()

@@ -17,7 +17,7 @@ from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.policy import Policy
 from tests.addons.test_egress import SECRET, Resolver, https_flow, make_addon, run
 

@@ -11,7 +11,7 @@ from wsproto.frame_protocol import Opcode
 from sandbox_egress.addons import budget
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.budget import Admission
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.state.memory import MemoryState

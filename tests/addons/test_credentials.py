@@ -13,8 +13,8 @@ from mitmproxy import http
 from mitmproxy.test import taddons
 
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.proxy.audit import AuditLog
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.audit.log import AuditLog
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.section import sources

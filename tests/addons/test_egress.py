@@ -22,8 +22,8 @@ from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons.egress import EgressPolicy
 from sandbox_egress.addons.refusal import refusal_response
-from sandbox_egress.proxy.audit import AuditLog
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.audit.log import AuditLog
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy

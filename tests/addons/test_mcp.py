@@ -12,7 +12,7 @@ from mitmproxy.test import tflow
 
 from sandbox_egress.addons import mcp
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 

@@ -16,7 +16,7 @@ from wsproto.frame_protocol import Opcode
 
 from sandbox_egress.addons import mcp, mitm
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 

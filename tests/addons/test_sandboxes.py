@@ -19,12 +19,12 @@ from mitmproxy.test import taddons, tflow
 from sandbox_egress.addons import linger
 from sandbox_egress.addons.egress import EgressPolicy
 from sandbox_egress.addons.limits import BODY_FOLLOWS
-from sandbox_egress.proxy.audit import AuditLog
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.audit.log import AuditLog
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import Identify, SandboxesSection, parse_sandbox
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import Identify, SandboxesSection, parse_sandbox
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 TOKEN = "alpha-token-0123456789"
 CLIENT = ("198.18.0.2", 40000)

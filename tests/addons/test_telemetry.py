@@ -20,7 +20,7 @@ from mitmproxy.tls import TlsData
 from wsproto.frame_protocol import Opcode
 
 from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
-from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.audit.log import AuditRecord
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.metrics import DIRECTIONS, DNS_RESULTS, UPSTREAM_ERRORS, ProxyMetrics
 from sandbox_egress.proxy.resolver import MeasuredResolver

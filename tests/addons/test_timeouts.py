@@ -16,7 +16,7 @@ from mitmproxy.test import tflow
 from sandbox_egress.addons import timeouts
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.timeouts import TIMED_OUT_KEY
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.failures import classify
 

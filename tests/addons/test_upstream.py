@@ -20,7 +20,7 @@ from mitmproxy.test import tflow
 
 from sandbox_egress.addons import upstream
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 
 ENTRY = parse({"network": {"allowlist": [{"domain": "*.test"}]}}, "e.yaml", {}).allowlist[0]

@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from bench import allowlist, staged
-from sandbox_egress.proxy.config import load
+from sandbox_egress.proxy.config.loader import load
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import check_node, load_sandbox, node_section
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
-from sandbox_egress.proxy.tenancy import SandboxPolicy
+from sandbox_egress.proxy.tenancy.sandboxes import check_node, load_sandbox, node_section
+from sandbox_egress.proxy.tenancy.tenants import SandboxPolicy
 from sandbox_egress.runtime import cli
 from tests.proxy.test_stages import ask
 

@@ -25,7 +25,7 @@ import yaml
 
 from sandbox_egress.hookrunner.cli import _parser as hookrunner_parser
 from sandbox_egress.hookrunner.loader import load_config
-from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
@@ -391,7 +391,7 @@ def test_environment_file_is_the_one_mounted_at_the_config_path() -> None:
 def test_the_node_file_and_both_sandbox_files_pass_real_validation(tmp_path: Path) -> None:
     """Two sandboxes on the regular proxy, each identified by its own address on `sandbox`,
     each with its own policy; only `sandbox` is given the telemetry credential."""
-    from sandbox_egress.proxy.sandboxes import load_sandbox, node_section
+    from sandbox_egress.proxy.tenancy.sandboxes import load_sandbox, node_section
 
     section = node_section(ROOT / "deploy/compose/node.yaml")
     assert section is not None and str(section.directory) == "/etc/egress/sandboxes"

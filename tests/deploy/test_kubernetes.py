@@ -28,7 +28,7 @@ import yaml
 
 from sandbox_egress.hookrunner.cli import _parser as hookrunner_parser
 from sandbox_egress.hookrunner.loader import load_config
-from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.runtime.ca import CA_CERT

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.runtime.cmdline import parser as proxy_parser
 from testbed import procs
 from testbed.redisserver import redis_server

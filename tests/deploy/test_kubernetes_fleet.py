@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.runtime.cmdline import parser as proxy_parser
 from tests.deploy.test_kubernetes import DEPLOY, kubectl
 

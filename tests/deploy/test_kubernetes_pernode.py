@@ -1,4 +1,4 @@
-"""Per-node manifests (runtime/pernode.py, issue 35): from what `kubectl kustomize` builds with
+"""Per-node manifests (runtime/fleet/pernode.py, issue 35): from what `kubectl kustomize` builds with
 the per-sandbox component, an assignment of sandboxes to nodes, the sandboxes' files and one
 intermediate CA per node, each node's proxy mounts only its sandboxes' files and its own
 intermediate; no root key anywhere. The output is built again with `kubectl kustomize`.
@@ -21,9 +21,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from sandbox_egress.runtime import pernode
 from sandbox_egress.runtime.ca import CA_KEY_AND_CERT, ensure_ca
-from sandbox_egress.runtime.nodeca import issue_intermediate, read_intermediate
+from sandbox_egress.runtime.fleet import pernode
+from sandbox_egress.runtime.fleet.nodeca import issue_intermediate, read_intermediate
 from tests.deploy.test_kubernetes import kustomize, kustomize_with
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import Identify, load_sandbox, parse_section
-from sandbox_egress.proxy.tenancy import SandboxPolicy
+from sandbox_egress.proxy.tenancy.sandboxes import Identify, load_sandbox, parse_section
+from sandbox_egress.proxy.tenancy.tenants import SandboxPolicy
 from tests.deploy.test_kubernetes import kustomize_with
 
 ROOT = Path(__file__).resolve().parents[2]

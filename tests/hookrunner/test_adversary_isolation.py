@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner.enforce import contain
+from sandbox_egress.common import contain
 from sandbox_egress.hookrunner.enforce.isolation import hook_environment, runner_owned
 from sandbox_egress.hookrunner.metrics import HookMetrics
 from sandbox_egress.hookrunner.session import HookSession

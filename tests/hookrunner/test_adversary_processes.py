@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner.enforce import contain
-from sandbox_egress.hookrunner.enforce.command import run_process
-from sandbox_egress.hookrunner.enforce.contain import CGROUP, PID_NAMESPACE, containment
+from sandbox_egress.common import contain
+from sandbox_egress.common.contain import CGROUP, PID_NAMESPACE, containment
+from sandbox_egress.common.process import run_process
 from tests.hookrunner.helpers import Env, base_environ
 
 # Leaves a process in a new session, writes its pid, waits (bounded) for the file, exits.

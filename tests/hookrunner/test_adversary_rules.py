@@ -1,7 +1,7 @@
 """Sanitiser misses found from inside the sandbox (issue 11 item 8), and what must stay.
 
 Two tables: variables that must be removed (each named after the miss it
-closes or the token format of `hookrunner.tokens` it exercises) and variables
+closes or the token format of `common.tokens` it exercises) and variables
 that must be KEPT (the false positives a wider rule could make). Token-shaped
 test values are assembled from pieces so that no literal key sits in the
 repository for a secret scanner to flag. Then a real hook process shows what
@@ -14,8 +14,8 @@ import json
 
 import pytest
 
+from sandbox_egress.common.tokens import TOKEN_FORMATS, token_format
 from sandbox_egress.hookrunner.enforce.envsan import Redactor, removal_cause, sanitise
-from sandbox_egress.hookrunner.tokens import TOKEN_FORMATS, token_format
 from tests.hookrunner.helpers import Env, base_environ, command, pre_group, rule
 
 A36 = "a1B2c3D4e5" * 3 + "f6G7h8"  # 36 alphanumerics

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, run_process
+from sandbox_egress.common.process import OUTPUT_CAP, run_process
 from sandbox_egress.hookrunner.outcome import Outcome
 from tests.hookrunner.helpers import Env, command, pre_group, rule
 
@@ -263,7 +263,7 @@ def test_a_process_that_left_the_group_cannot_hold_the_runner(
 def test_a_cancel_token_stops_the_wait_and_kills_the_group(tmp_path: Path) -> None:
     import threading
 
-    from sandbox_egress.hookrunner.enforce.command import CancelToken
+    from sandbox_egress.common.process import CancelToken
 
     pid_file = tmp_path / "pid"
     token = CancelToken()

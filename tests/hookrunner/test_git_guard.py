@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sandbox_egress.common.contain import Credentials
 from sandbox_egress.hookrunner.enforce import gitguard, toolns
-from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 
 NOBODY = Credentials(65534, 65534, "nobody")

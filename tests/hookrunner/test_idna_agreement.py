@@ -24,7 +24,7 @@ import pytest
 
 from sandbox_egress.hookrunner.httpclient import HttpClient, HttpFailure
 from sandbox_egress.hookrunner.proxyroute import bypasses
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import canonical_host, canonical_name, parse_authority
 from sandbox_egress.proxy.policy import Policy

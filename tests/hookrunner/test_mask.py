@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_egress.common.contain import Credentials
 from sandbox_egress.hookrunner.enforce import mask, toolns
-from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
 
 NOBODY = 65534

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox_egress.hookrunner.enforce.contain import Credentials
+from sandbox_egress.common.contain import Credentials
 from sandbox_egress.hookrunner.enforce.isolation import workspace_write_problem
 from tests.hookrunner.helpers import HOOKRUNNER, Env, base_environ, command, pre_group, rule
 

@@ -1,4 +1,4 @@
-"""The audit log (proxy/audit.py): one JSON line per decision, written off the event loop."""
+"""The audit log (proxy/audit/log.py): one JSON line per decision, written off the event loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sandbox_egress.proxy.audit import (
+from sandbox_egress.proxy.audit.log import (
     AUDIT_PATH_CHARS,
     AuditLog,
     AuditRecord,

@@ -1,4 +1,4 @@
-"""The node's ceiling over a sandbox's connections (proxy/ceiling.py, issue 30).
+"""The node's ceiling over a sandbox's connections (proxy/tenancy/ceiling.py, issue 30).
 
 One row per pair (the node's entry kind x the sandbox's entry kind) for the same
 destination: what the CONNECT and ClientHello stages do with the tunnel (relay, intercept,
@@ -19,12 +19,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.rulestage import decide_rules
-from sandbox_egress.proxy.sandboxes import Sandbox
 from sandbox_egress.proxy.stages import (
     ConnectionFacts,
     Hello,
@@ -35,7 +34,8 @@ from sandbox_egress.proxy.stages import (
     decide_tcp,
 )
 from sandbox_egress.proxy.targets import RequestNames
-from sandbox_egress.proxy.tenancy import SandboxPolicy
+from sandbox_egress.proxy.tenancy.sandboxes import Sandbox
+from sandbox_egress.proxy.tenancy.tenants import SandboxPolicy
 
 NAME = "api.example"
 NAME_ADDRESS = "93.184.216.34"

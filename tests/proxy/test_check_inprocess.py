@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.lint import warnings
+from sandbox_egress.proxy.config.lint import warnings
 from sandbox_egress.runtime import cli
 
 KEY = "sk-ant-api03-" + "Zx9" * 12

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.proxy.config import ConfigError, PatternKind, load, parse
+from sandbox_egress.proxy.config.loader import ConfigError, PatternKind, load, parse
 from sandbox_egress.proxy.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"

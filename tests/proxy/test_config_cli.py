@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import load
+from sandbox_egress.proxy.config.loader import load
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request

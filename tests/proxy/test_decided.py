@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import DECIDED_ENTRIES, Policy
-from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
-from sandbox_egress.proxy.tenancy import SandboxPolicy, Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import Sandbox, SandboxesSection
+from sandbox_egress.proxy.tenancy.tenants import SandboxPolicy, Tenancy
 
 ENV = {"TOKEN": "secret-value-of-the-tests"}
 SECTION = SandboxesSection(directory=Path("/nonexistent"))

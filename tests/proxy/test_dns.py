@@ -26,7 +26,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.dns import DnsMetrics, Responder, serve
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.policy import Policy

@@ -14,11 +14,11 @@ from pathlib import Path
 import dns.message
 import dns.rcode
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.dns import DnsMetrics, Responder
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import SandboxesSection, parse_sandbox
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import SandboxesSection, parse_sandbox
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 from tests.proxy.test_dns import TABLE_CHILD, Table, addresses, ask_until_up, free_port
 
 ALPHA = ipaddress.ip_address("198.18.0.2")

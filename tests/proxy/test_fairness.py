@@ -208,7 +208,7 @@ def test_the_dns_responder_answers_another_client_while_one_client_is_stuck() ->
     import dns.message
     import dns.rcode
 
-    from sandbox_egress.proxy.config import parse
+    from sandbox_egress.proxy.config.loader import parse
     from sandbox_egress.proxy.dns import DnsMetrics, Responder
     from sandbox_egress.proxy.policy import Policy
 

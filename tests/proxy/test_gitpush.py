@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.gitpush import (
     COMMANDS_LIMIT,
@@ -221,8 +221,8 @@ CEILING = [
 def test_a_sandbox_request_passes_the_nodes_rules_too(
     method: str, target: str, reason: Reason, clause: str, items: int, monkeypatch: Any
 ) -> None:
-    from sandbox_egress.proxy.sandboxes import Sandbox
-    from sandbox_egress.proxy.tenancy import SandboxPolicy
+    from sandbox_egress.proxy.tenancy.sandboxes import Sandbox
+    from sandbox_egress.proxy.tenancy.tenants import SandboxPolicy
 
     own = parse({"network": {"allowlist": [WIDE_SANDBOX]}}, "sbx.yaml", {})
     policy = SandboxPolicy(Sandbox("sbx", own, sandbox_class="ci"), GIT_POLICY)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import ConfigError, PatternKind, parse
-from sandbox_egress.proxy.importers import (
+from sandbox_egress.proxy.config.loader import ConfigError, PatternKind, parse
+from sandbox_egress.proxy.learn.importers import (
     STARTER,
     Imported,
     ImportRefused,

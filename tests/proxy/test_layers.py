@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.product import ALLOWED, PRODUCT
+
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "sandbox_egress."
 
@@ -35,7 +37,7 @@ class Layer(IntEnum):
 
 LAYERS = {"proxy": Layer.CORE, "addons": Layer.ADAPTER, "runtime": Layer.LAUNCHER}
 USERS_OF_THE_CORE = ("hookrunner", "common")  # packages that may use the core only
-PACKAGES = (*LAYERS, *USERS_OF_THE_CORE)  # the subpackages of sandbox_egress
+PACKAGES = PRODUCT  # the subpackages of sandbox_egress
 # Every folder of Python that imports the product (the product's own folders included).
 IMPORTERS = (*PACKAGES, "tests", "testbed", "bench", "demo", "scripts")
 
@@ -165,3 +167,72 @@ def test_the_core_has_no_import_cycle() -> None:
     for name in core:
         visit(name, [name])
     assert cycles == []
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_each_folder_imports_only_the_folders_below_it(package: str) -> None:
+    """The whole table (tests/product.py): the core never imports the hook runner either."""
+    assert set(USERS_OF_THE_CORE) | set(LAYERS) == set(PRODUCT) == set(ALLOWED)
+    wrong = sorted(
+        f"{name} -> {target}"
+        for name, path in modules(package).items()
+        for target in imported(path, name)
+        if (folder := target.split(".")[0]) in PRODUCT
+        and folder != package
+        and folder not in ALLOWED[package]
+    )
+    assert wrong == []
+
+
+def _product_edges() -> dict[str, set[str]]:
+    every = all_modules(*PRODUCT)
+    edges: dict[str, set[str]] = {}
+    for name, path in every.items():
+        found = set()
+        for target in imported(path, name):
+            while target and target not in every:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+        edges[name] = found
+    return edges
+
+
+def test_no_two_modules_import_each_other_through_any_path() -> None:
+    """No import circle between modules anywhere in the product (a package importing its
+    own modules from its `__init__` is not one). Function-level imports count."""
+    edges = _product_edges()
+    circles: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+
+    def strong(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on.add(node)
+        for target in edges[node]:
+            if target not in index:
+                strong(target)
+                low[node] = min(low[node], low[target])
+            elif target in on:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                each = stack.pop()
+                on.discard(each)
+                component.append(each)
+                if each == node:
+                    break
+            top = min(component, key=len)
+            if len(component) > 1 and not all(
+                c == top or c.startswith(top + ".") for c in component
+            ):
+                circles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            strong(node)
+    assert circles == []

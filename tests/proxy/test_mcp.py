@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.mcp import McpPolicy
 from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.mcp.policy import DEFAULT_METHODS, parse_size
 
 

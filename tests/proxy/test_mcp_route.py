@@ -1,7 +1,7 @@
 """Which requests of an MCP entry are judged (proxy/mcp/route.py, issue 43): the endpoint
 by every spelling a server routes to it, JSON-RPC bodies on other paths, WebSocket
 upgrades; tools lists on event streams filtered whatever their id; an `mcp` entry never
-a raw TCP relay (proxy/ceiling.py)."""
+a raw TCP relay (proxy/tenancy/ceiling.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.mcp.judge import judge_post

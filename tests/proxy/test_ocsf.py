@@ -1,4 +1,4 @@
-"""`--audit-format ocsf` (proxy/ocsf.py): every audit record becomes an OCSF 1.5 event that
+"""`--audit-format ocsf` (proxy/audit/ocsf.py): every audit record becomes an OCSF 1.5 event that
 validates against the published OCSF schema (testbed/ocsfschema.py), HTTP decisions as
 HTTP Activity (4002) and CONNECT/TLS/TCP decisions as Network Activity (4001), with the
 decision, reason, rule and sandbox mapped and no secret."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.audit import AuditLog, AuditRecord
-from sandbox_egress.proxy.ocsf import OcsfAuditLog, event
+from sandbox_egress.proxy.audit.log import AuditLog, AuditRecord
+from sandbox_egress.proxy.audit.ocsf import OcsfAuditLog, event
 from testbed.ocsfschema import problems, record_of
 
 AT = datetime(2026, 12, 4, 17, 0, 0, 123000, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""`--otlp-endpoint` (proxy/otlp.py, runtime/otlp.py): audit records reach a real OTLP/HTTP
+"""`--otlp-endpoint` (proxy/audit/otlp.py, runtime/otlp.py): audit records reach a real OTLP/HTTP
 receiver on loopback (a test server that decodes what arrives) with the standard attribute
 names; a dead collector only drops and counts, and writing never waits for it."""
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.audit import AuditRecord
-from sandbox_egress.proxy.otlp import log_record
+from sandbox_egress.proxy.audit.log import AuditRecord
+from sandbox_egress.proxy.audit.otlp import log_record
 from sandbox_egress.runtime.cmdline import _otlp_url, parser
 from sandbox_egress.runtime.otlp import (
     BATCH,

@@ -1,4 +1,4 @@
-"""`egress-proxy propose` (proxy/propose.py): a table of named cases from audit lines to
+"""`egress-proxy propose` (proxy/learn/propose.py): a table of named cases from audit lines to
 proposals, the YAML it prints (valid for `check`), and the command itself."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from publicsuffixlist import PublicSuffixList
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.hosts import HostError, canonical_host
-from sandbox_egress.proxy.propose import Findings, Proposal, parse_lines, propose, render
+from sandbox_egress.proxy.learn.propose import Findings, Proposal, parse_lines, propose, render
 from sandbox_egress.runtime.cli import main
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.config import Entry, PatternKind, Transform
+from sandbox_egress.proxy.config.loader import Entry, PatternKind, Transform
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.policy import refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask

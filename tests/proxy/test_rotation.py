@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy import config as configuration
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.runtime.lifecycle import Reloader, watch_file
 
 PH = "sk-egress-placeholder-rotation"

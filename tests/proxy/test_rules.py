@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.paths import canonical_path
 from sandbox_egress.proxy.rules import compile_path
 

@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import (
+from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
+from sandbox_egress.proxy.targets import RequestNames
+from sandbox_egress.proxy.tenancy.sandboxes import (
     SandboxDirectory,
     SandboxesSection,
     check_node,
     parse_sandbox,
 )
-from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
-from sandbox_egress.proxy.targets import RequestNames
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 NODE_PH, ALPHA_PH, BETA_PH = "node-egress-placeholder", "alpha-egress-placeholder", "beta-egress-ph"
 SHARED_PH = "sk-egress-placeholder-openai"  # what every sandbox image holds (D342)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.hosts import canonical_host
-from sandbox_egress.proxy.identity import Failure, Identity, credentials, identify
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import (
+from sandbox_egress.proxy.tenancy.identity import Failure, Identity, credentials, identify
+from sandbox_egress.proxy.tenancy.sandboxes import (
     Identify,
     SandboxDirectory,
     SandboxesSection,
@@ -24,7 +24,7 @@ from sandbox_egress.proxy.sandboxes import (
     parse_sandbox,
     parse_section,
 )
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 TOKEN = "t0ken-of-sandbox-alpha"
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))

@@ -339,7 +339,7 @@ _CONFIG = {
 def _decide(method: str, *fields: tuple[bytes, bytes]) -> Any:
     import asyncio
 
-    from sandbox_egress.proxy.config import parse
+    from sandbox_egress.proxy.config.loader import parse
     from sandbox_egress.proxy.hosts import canonical_host
     from sandbox_egress.proxy.policy import Policy
     from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
@@ -387,7 +387,7 @@ def test_the_stage_refuses_before_any_lookup(method: str, auth: bytes, reason: R
 def test_a_bad_sigv4_binding_is_a_configuration_error(change: dict[str, Any], where: str) -> None:
     import copy
 
-    from sandbox_egress.proxy.config import ConfigError, parse
+    from sandbox_egress.proxy.config.loader import ConfigError, parse
 
     config = copy.deepcopy(_CONFIG)
     config["network"]["allowlist"][0]["credential"].update(change)  # type: ignore[index]

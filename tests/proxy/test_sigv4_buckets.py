@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.s3bucket import s3_bucket
 from sandbox_egress.proxy.sigv4 import Signing, judge

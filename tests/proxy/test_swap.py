@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy

@@ -7,12 +7,18 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.config import Entry, PatternKind, parse
+from sandbox_egress.proxy.config.loader import Entry, PatternKind, parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import Identify, Sandbox, SandboxesSection
-from sandbox_egress.proxy.tenancy import UNKNOWN, ConnectionQuota, SandboxPolicy, Tenancy, bounded
+from sandbox_egress.proxy.tenancy.sandboxes import Identify, Sandbox, SandboxesSection
+from sandbox_egress.proxy.tenancy.tenants import (
+    UNKNOWN,
+    ConnectionQuota,
+    SandboxPolicy,
+    Tenancy,
+    bounded,
+)
 
 ENV = {"TOKEN": "secret-value-of-the-sandbox"}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import load
-from sandbox_egress.proxy.positions import compose
+from sandbox_egress.proxy.config.loader import load
+from sandbox_egress.proxy.config.positions import compose
 
 SCALARS = [
     # (plain scalar, what YAML 1.2's core schema makes of it)

@@ -1,4 +1,4 @@
-"""Out of descriptors, the proxy pauses accepting once and resumes (runtime/accepting.py).
+"""Out of descriptors, the proxy pauses accepting once and resumes (runtime/engine/accepting.py).
 
 A real child process with a 40-descriptor limit serves TCP on loopback; this test opens
 more connections than it can accept, then closes them and checks that the child answers
@@ -14,11 +14,11 @@ import subprocess
 import sys
 from asyncio import selector_events
 
-from sandbox_egress.runtime import accepting
+from sandbox_egress.runtime.engine import accepting
 
 CHILD = r"""
 import asyncio, json, resource, sys
-from sandbox_egress.runtime import accepting
+from sandbox_egress.runtime.engine import accepting
 resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
 counts = {"errors": 0, "pauses": 0}
 if sys.argv[1] == "guard":

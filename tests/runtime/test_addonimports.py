@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.runtime import addonimports
+from sandbox_egress.runtime.engine import addonimports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ RUN_PATH = """
 import asyncio, json, sys
 import sandbox_egress.runtime.cli
 from sandbox_egress.runtime import launcher
-from sandbox_egress.runtime.addonimports import import_addons_one_by_one
+from sandbox_egress.runtime.engine.addonimports import import_addons_one_by_one
 first = import_addons_one_by_one()
 # what launcher.serve imports once the configuration is loaded, then the engine
 from mitmproxy.addons.termlog import TermLog
@@ -68,7 +68,7 @@ def test_a_run_imports_only_the_addons_its_engine_uses() -> None:
 def test_the_package_is_left_alone_once_imported() -> None:
     code = (
         "import mitmproxy.addons, sys\n"
-        "from sandbox_egress.runtime.addonimports import import_addons_one_by_one, is_whole\n"
+        "from sandbox_egress.runtime.engine.addonimports import import_addons_one_by_one, is_whole\n"
         "print(import_addons_one_by_one(), is_whole())"
     )
     done = subprocess.run(
@@ -80,7 +80,7 @@ def test_the_package_is_left_alone_once_imported() -> None:
 def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
     code = (
         "import sys\n"
-        "from sandbox_egress.runtime.addonimports import import_addons_one_by_one, is_whole\n"
+        "from sandbox_egress.runtime.engine.addonimports import import_addons_one_by_one, is_whole\n"
         "import_addons_one_by_one()\n"
         "from mitmproxy.addons import core\n"
         "package = sys.modules['mitmproxy.addons']\n"
@@ -128,12 +128,13 @@ SELDOM_USED_PATH = """
 import asyncio, json, sys, tempfile
 from pathlib import Path
 import sandbox_egress.runtime.cli
-from sandbox_egress.runtime import addonimports, launcher
+from sandbox_egress.runtime.engine import addonimports
+from sandbox_egress.runtime import launcher
 addonimports.import_addons_one_by_one()
 deferred = addonimports.defer_seldom_used()
 from mitmproxy.addons.termlog import TermLog
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 opts = LeanOptions()
 
 async def engine():

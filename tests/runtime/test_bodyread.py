@@ -1,4 +1,4 @@
-"""runtime/bodyread.py: a request body of known length reaches the HTTP stream as the very
+"""runtime/engine/bodyread.py: a request body of known length reaches the HTTP stream as the very
 bytes that arrived, and mitmproxy's HTTP/1 server layer hands on the same events as
 without it, however the pipelined requests are split (real layer classes, no network)."""
 
@@ -29,7 +29,7 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons import limits
-from sandbox_egress.runtime import bodyread
+from sandbox_egress.runtime.engine import bodyread
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""runtime/bulkio.py: a connection's legs read `READ_SIZE` at a time, writers queue up to
+"""runtime/engine/bulkio.py: a connection's legs read `READ_SIZE` at a time, writers queue up to
 `HIGH_WATER`, and a slow reader still holds the proxy to `HIGH_WATER` plus one read.
 
 Real loopback sockets and asyncio streams; the relay between them is a stand-in for
@@ -20,7 +20,7 @@ from mitmproxy.connection import Client, Server
 from mitmproxy.proxy import events
 from mitmproxy.proxy.server import ConnectionHandler, ConnectionIO
 
-from sandbox_egress.runtime import bulkio
+from sandbox_egress.runtime.engine import bulkio
 
 
 class Relay:

@@ -1,4 +1,4 @@
-"""One write per message (runtime/coalesce.py): the merge itself, the mitmproxy internals it
+"""One write per message (runtime/engine/coalesce.py): the merge itself, the mitmproxy internals it
 relies on, and the count of writes per kept-alive request through a real lean engine."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from mitmproxy.addons import next_layer, proxyserver
 from mitmproxy.proxy import commands, layer, mode_servers, server, tunnel
 from mitmproxy.proxy.layers import http, tls
 
-from sandbox_egress.runtime import layerqueues
-from sandbox_egress.runtime.coalesce import MAX_JOINED, coalesced
-from sandbox_egress.runtime.engine import LeanMaster, OneRecordPerRequest
+from sandbox_egress.runtime.engine import layerqueues
+from sandbox_egress.runtime.engine.coalesce import MAX_JOINED, coalesced
+from sandbox_egress.runtime.engine.lean import LeanMaster, OneRecordPerRequest
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 
@@ -101,7 +101,7 @@ def test_what_was_sent_before_a_layer_failure_still_goes_out() -> None:
 
 
 def test_the_internals_coalescing_relies_on() -> None:
-    """What runtime/coalesce.py and the engine's two addons assume of mitmproxy."""
+    """What runtime/engine/coalesce.py and the engine's two addons assume of mitmproxy."""
     # The handler writes each SendData of its root layer's output with one writer.write.
     handler_source = inspect.getsource(server.ConnectionHandler.server_event)
     assert "self.layer.handle_event(event)" in handler_source

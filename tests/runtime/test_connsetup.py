@@ -1,4 +1,4 @@
-"""Per hook class and per host, not per connection (issue 36, D315, runtime/connsetup.py):
+"""Per hook class and per host, not per connection (issue 36, D315, runtime/engine/connsetup.py):
 new intercepted TLS connections through the real lean engine read no hook's dataclass
 fields and turn the host's name into a certificate name once; the replaced mitmproxy
 functions' results and source."""
@@ -19,7 +19,7 @@ from mitmproxy import connection, ctx, hooks, options
 from mitmproxy.addons import tlsconfig
 from mitmproxy.proxy import context, mode_servers, server
 
-from sandbox_egress.runtime import connsetup
+from sandbox_egress.runtime.engine import connsetup
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 from tests.runtime.test_hooksinplace import _body
 

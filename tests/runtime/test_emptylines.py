@@ -1,4 +1,4 @@
-"""Empty lines before a request line (runtime/emptylines.py, D336): dropped from the client
+"""Empty lines before a request line (runtime/engine/emptylines.py, D336): dropped from the client
 data a `NextLayer` holds, only at the start, only for TCP; the decision waits while
 nothing else has arrived."""
 
@@ -9,7 +9,7 @@ from mitmproxy.options import Options
 from mitmproxy.proxy import events, layer
 from mitmproxy.proxy.context import Context
 
-from sandbox_egress.runtime.emptylines import skip_empty_lines
+from sandbox_egress.runtime.engine.emptylines import skip_empty_lines
 
 
 def held(*chunks: bytes, udp: bool = False) -> layer.NextLayer:

@@ -1,4 +1,4 @@
-"""The lean engine (runtime/engine.py) keeps mitmproxy's hook semantics, and what it relies
+"""The lean engine (runtime/engine/lean.py) keeps mitmproxy's hook semantics, and what it relies
 on in the installed mitmproxy is still there: each test here fails when an upgrade
 changes an internal the lean master uses (the pin is `mitmproxy>=12,<13`)."""
 
@@ -16,7 +16,12 @@ from mitmproxy.master import Master
 from mitmproxy.proxy.layers.http import HttpRequestHeadersHook, HttpResponseHook
 from mitmproxy.test import tflow
 
-from sandbox_egress.runtime.engine import LeanAddonManager, LeanMaster, LeanOptions, lean_addons
+from sandbox_egress.runtime.engine.lean import (
+    LeanAddonManager,
+    LeanMaster,
+    LeanOptions,
+    lean_addons,
+)
 
 
 class Recorder:
@@ -137,7 +142,7 @@ def test_options_read_the_same_values_without_copies() -> None:
 
 
 def test_the_internals_the_lean_engine_relies_on() -> None:
-    """What runtime/engine.py reaches into; an upgrade that changes one fails here."""
+    """What runtime/engine/lean.py reaches into; an upgrade that changes one fails here."""
     assert hasattr(optmanager, "unset")
     option = options.Options()._options["listen_port"]
     assert hasattr(option, "_default")
@@ -198,7 +203,7 @@ def test_both_tls_legs_release_their_buffers_while_idle() -> None:
     from OpenSSL import SSL
     from OpenSSL._util import lib
 
-    from sandbox_egress.runtime.engine import ReleaseIdleTlsBuffers
+    from sandbox_egress.runtime.engine.lean import ReleaseIdleTlsBuffers
 
     client = connection.Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 2))
     ctx = context.Context(client, options.Options())
@@ -216,7 +221,7 @@ def test_hook_args_are_mitmproxys_args_for_every_hook() -> None:
 
     from mitmproxy.proxy.layers import tls
 
-    from sandbox_egress.runtime.engine import hook_args
+    from sandbox_egress.runtime.engine.hookargs import hook_args
 
     # mitmproxy's `Hook.args` is the dataclass fields' values, in order, for every hook.
     assert "fields(self)" in inspect.getsource(hooks.Hook.args)

@@ -1,4 +1,4 @@
-"""runtime/h2data.py: one event per run of DATA frames, and a DATA frame's cheap repr (D289).
+"""runtime/engine/h2data.py: one event per run of DATA frames, and a DATA frame's cheap repr (D289).
 
 Real h2 connections (the h2 library on one side, mitmproxy's `BufferedH2Connection` on the
 other) exchange real frames in memory; nothing is mocked.
@@ -16,7 +16,7 @@ import pytest
 from hyperframe.frame import DataFrame, Frame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
-from sandbox_egress.runtime import h2data
+from sandbox_egress.runtime.engine import h2data, h2frames
 from testbed.h2pair import open_get
 
 
@@ -25,6 +25,7 @@ def installed() -> Iterator[None]:
     receive, own_repr = BufferedH2Connection.receive_data, "_body_repr" in DataFrame.__dict__
     send = BufferedH2Connection.send_data
     h2data.install()
+    h2frames.install()
     yield
     BufferedH2Connection.receive_data = receive  # type: ignore[method-assign]
     BufferedH2Connection.send_data = send  # type: ignore[method-assign]

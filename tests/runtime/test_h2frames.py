@@ -1,4 +1,4 @@
-"""runtime/h2frames.py: an upstream's DATA frames joined before h2 parses them (D318), and a
+"""runtime/engine/h2frames.py: an upstream's DATA frames joined before h2 parses them (D318), and a
 large chunk framed for an HTTP/2 client in one pass (D319).
 
 The joining is a pure function over bytes (table and property tests, frames made and parsed
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
-from sandbox_egress.runtime import h2data, h2frames
+from sandbox_egress.runtime.engine import h2data, h2frames
 from testbed.h2pair import open_get
 
 LIMIT = 2**17

@@ -1,4 +1,4 @@
-"""A header looked up in one loop (runtime/headerlookup.py, D310): every lookup answers what
+"""A header looked up in one loop (runtime/engine/headerlookup.py, D310): every lookup answers what
 mitmproxy's own answers, value or exception, on a table of headers and names; the lean
 engine installs it; the mitmproxy source it replaces is pinned."""
 
@@ -13,7 +13,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy.coretypes import multidict
 
-from sandbox_egress.runtime import headerlookup
+from sandbox_egress.runtime.engine import headerlookup
 
 FIELDS: dict[str, tuple[tuple[Any, Any], ...]] = {
     "empty": (),
@@ -110,7 +110,7 @@ def test_a_request_and_a_response_read_the_same(restore: None) -> None:
 
 
 def test_the_lean_engine_installs_it(restore: None) -> None:
-    from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+    from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 
     async def main() -> None:
         LeanMaster(LeanOptions())

@@ -1,4 +1,4 @@
-"""runtime/idlebios.py: an idle TLS connection gives back its memory BIOs' buffers (issue 36,
+"""runtime/engine/idlebios.py: an idle TLS connection gives back its memory BIOs' buffers (issue 36,
 D299). Real pyOpenSSL connections, a client and a server talking through their memory BIOs
 as mitmproxy's TLS layer does (no socket: the bytes are carried by the test)."""
 
@@ -14,8 +14,8 @@ import pytest
 from mitmproxy.proxy.layers import tls as tls_layer
 from OpenSSL import SSL
 
-from sandbox_egress.runtime import idlebios
-from sandbox_egress.runtime.engine import ReleaseIdleTlsBuffers
+from sandbox_egress.runtime.engine import idlebios
+from sandbox_egress.runtime.engine.lean import ReleaseIdleTlsBuffers
 from testbed.heap import malloc_in_use
 from testbed.testca import self_signed
 

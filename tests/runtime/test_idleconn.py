@@ -19,7 +19,7 @@ from typing import Any
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime.engine import ReleaseIdleTlsBuffers
+from sandbox_egress.runtime.engine.lean import ReleaseIdleTlsBuffers
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 BODY = b"idle" * 100

@@ -1,4 +1,4 @@
-"""runtime/idlewaiters.py (D307): a deque in use is left alone, asyncio uses the waiters
+"""runtime/engine/idlewaiters.py (D307): a deque in use is left alone, asyncio uses the waiters
 only as a list can be used (pinned in its source), and a paused writer drains with its
 waiters in a list over a real socket pair. The through-the-engine check is in
 tests/runtime/test_idleconn.py.
@@ -13,7 +13,7 @@ import re
 import socket
 from typing import Any
 
-from sandbox_egress.runtime import idlewaiters
+from sandbox_egress.runtime.engine import idlewaiters
 
 
 def test_a_deque_with_a_waiter_or_no_deque_is_left_alone() -> None:

@@ -1,5 +1,5 @@
 """A hook that finishes at once is handed on by the event that started it (issue 36,
-runtime/inlinehooks.py): kept-alive requests through the real lean engine, with hooks
+runtime/engine/inlinehooks.py): kept-alive requests through the real lean engine, with hooks
 that finish at once and hooks that wait, against mitmproxy's own hand-over."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from mitmproxy.proxy import server
 
-from sandbox_egress.runtime import engine, streamhooks
-from sandbox_egress.runtime.inlinehooks import free
+from sandbox_egress.runtime.engine import inlinehooks, lean, patches, streamhooks
+from sandbox_egress.runtime.engine.inlinehooks import free
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
 from testbed.hookaddon import PerRequestHooks as Hooks
@@ -73,7 +73,7 @@ def through_proxy(
             heads = asyncio.run(main())
     else:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(engine, "answer_hooks_inline", lambda handler: None)
+            patch.setattr(inlinehooks, "answer_hooks_inline", lambda handler: None)
             # mitmproxy's hand-over: nor do the streams start their own hooks (D311)
             patch.setattr(streamhooks, "attach", lambda handler: None)
             heads = asyncio.run(main())
@@ -116,5 +116,6 @@ def test_the_internals_inline_hooks_rely_on() -> None:
     lock = asyncio.Lock()
     assert lock._waiters is None and free(lock)  # type: ignore[attr-defined]
     assert "self._waiters" in inspect.getsource(asyncio.Lock.acquire)
-    register = inspect.getsource(engine.CoalescingProxyserver.register_connection)
-    assert "answer_hooks_inline(handler)" in register
+    register = inspect.getsource(lean.CoalescingProxyserver.register_connection)
+    assert "patches.attach(handler)" in register
+    assert "inlinehooks" in [row.name for row in patches.rows(patches.Stage.CONNECTION)]

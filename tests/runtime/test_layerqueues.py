@@ -14,7 +14,7 @@ import pytest
 from mitmproxy import connection, options
 from mitmproxy.proxy import commands, context, events, layer
 
-from sandbox_egress.runtime import layerqueues
+from sandbox_egress.runtime.engine import layerqueues
 
 
 def uninstall() -> None:

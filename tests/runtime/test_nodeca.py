@@ -1,4 +1,4 @@
-"""A node's intermediate CA (runtime/nodeca.py): mitmproxy signs leaves with it that a client
+"""A node's intermediate CA (runtime/fleet/nodeca.py): mitmproxy signs leaves with it that a client
 trusting only the root accepts, the node's directory holds no root key, and the limits
 (pathLen 0, validity, name constraints) hold. tests/e2e/test_nodeca_e2e.py runs the real
 proxy with it and real clients."""
@@ -17,7 +17,7 @@ from mitmproxy.certs import CertStore
 
 from sandbox_egress.runtime import cli
 from sandbox_egress.runtime.ca import CA_CERT, CA_KEY_AND_CERT, CAError, KeyType, ensure_ca
-from sandbox_egress.runtime.nodeca import issue_intermediate, read_intermediate
+from sandbox_egress.runtime.fleet.nodeca import issue_intermediate, read_intermediate
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from testbed import procs
+from tests.product import PRODUCT
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION = ("proxy", "addons", "hookrunner", "common")
 CONSOLE_SCRIPT = Path(sys.executable).parent / "egress-proxy"
 CONFIG = "network:\n  allowlist:\n    - domain: api.example.test\n"
 
@@ -34,7 +34,7 @@ def _asserts(folder: str) -> Iterator[str]:
 
 
 def test_production_code_has_no_assert_statement() -> None:
-    found = [where for folder in PRODUCTION for where in _asserts(folder)]
+    found = [where for folder in PRODUCT for where in _asserts(folder)]
     assert found == []
 
 

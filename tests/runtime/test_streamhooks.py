@@ -1,4 +1,4 @@
-"""A request's hooks start where its stream asks for them (issue 36, runtime/streamhooks.py,
+"""A request's hooks start where its stream asks for them (issue 36, runtime/engine/streamhooks.py,
 D311): kept-alive requests through the real lean engine, with the streams starting their
 hooks and without (mitmproxy's trip through the layers), counting the `HookCompleted`
 events that travel back down the layers."""
@@ -18,7 +18,7 @@ from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
 from sandbox_egress.addons import limits, linger, pushgate
-from sandbox_egress.runtime import engine, streamhooks
+from sandbox_egress.runtime.engine import lean, patches, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
 from testbed.hookaddon import PerRequestHooks as Hooks
@@ -205,8 +205,10 @@ def test_the_internals_it_relies_on() -> None:
     assert list(inspect.signature(streamhooks.ORIGINAL_INIT).parameters) == [
         "self", "context", "stream_id"
     ]  # fmt: skip
-    register = inspect.getsource(engine.CoalescingProxyserver.register_connection)
-    assert register.index("streamhooks.attach(handler)") < register.index("answer_hooks_inline")
+    register = inspect.getsource(lean.CoalescingProxyserver.register_connection)
+    assert "patches.attach(handler)" in register
+    attached = [row.name for row in patches.rows(patches.Stage.CONNECTION)]
+    assert attached.index("streamhooks.attach") < attached.index("inlinehooks")
 
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"

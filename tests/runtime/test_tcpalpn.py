@@ -6,7 +6,7 @@ import pytest
 from mitmproxy.addons import tlsconfig
 from OpenSSL import SSL
 
-from sandbox_egress.runtime import tcpalpn
+from sandbox_egress.runtime.engine import tcpalpn
 
 
 def chosen(options: list[bytes], server_alpn: bytes | None = None) -> object:

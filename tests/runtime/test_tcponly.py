@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.runtime import tcponly
+from sandbox_egress.runtime.engine import tcponly
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,8 +28,9 @@ def _child(code: str, timeout: float = 120) -> list[object]:
 RUN_IMPORTS = """
 import asyncio, json, sys
 import sandbox_egress.runtime.cli
-from sandbox_egress.runtime import launcher, tcponly
-from sandbox_egress.runtime.addonimports import import_addons_one_by_one
+from sandbox_egress.runtime import launcher
+from sandbox_egress.runtime.engine import tcponly
+from sandbox_egress.runtime.engine.addonimports import import_addons_one_by_one
 import_addons_one_by_one()
 installed = tcponly.install()
 from mitmproxy.addons.termlog import TermLog
@@ -105,11 +106,11 @@ def test_reaching_a_quic_name_raises_quic_unavailable() -> None:
 H3_OVER_TCP = """
 import asyncio, json, logging, ssl, sys, tempfile
 from pathlib import Path
-from sandbox_egress.runtime import tcponly
-from sandbox_egress.runtime.addonimports import import_addons_one_by_one
+from sandbox_egress.runtime.engine import tcponly
+from sandbox_egress.runtime.engine.addonimports import import_addons_one_by_one
 import_addons_one_by_one()
 tcponly.install()
-from sandbox_egress.runtime.engine import LeanMaster, LeanOptions
+from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 from testbed.fixed_upstream import FixedResponse, server_context
 
 crashes = []
@@ -178,7 +179,7 @@ def test_install_leaves_a_process_that_has_quic_alone() -> None:
     code = (
         "import json, sys\n"
         "import mitmproxy.proxy.layers\n"
-        "from sandbox_egress.runtime import tcponly\n"
+        "from sandbox_egress.runtime.engine import tcponly\n"
         "print(json.dumps([tcponly.install(), tcponly.is_stand_in(sys.modules['aioquic']),\n"
         "    any(isinstance(f, tcponly.StandInFinder) for f in sys.meta_path)]))\n"
     )

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import SandboxesSection
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import SandboxesSection
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 from sandbox_egress.runtime.cli import main
+from sandbox_egress.runtime.fleet.tenants import Tenants
 from sandbox_egress.runtime.lifecycle import Settling
-from sandbox_egress.runtime.tenants import Tenants
 
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
 OTHER_NODE = Policy(parse({"network": {"allowlist": [{"domain": "*.example.com"}]}}, "n", {}))
@@ -136,7 +136,7 @@ def test_a_snapshot_that_cannot_be_built_keeps_the_running_one(
     to reach here, so the failure is injected). The running snapshot stays, nothing
     raises out of the scan (at start that stopped the node), and the sandboxes it would
     have changed are rebuilt at the next swap."""
-    from sandbox_egress.proxy import tenancy as tenancy_module
+    from sandbox_egress.proxy.tenancy import tenants as tenancy_module
 
     (tmp_path / "alpha.yaml").write_text(ALPHA)
     installed: list[Tenancy] = []

@@ -1,4 +1,4 @@
-"""runtime/tickets.py and the engine's NoSessionTickets (D301): a real TLS client through
+"""runtime/engine/tickets.py and the engine's NoSessionTickets (D301): a real TLS client through
 the lean engine sees no NewSessionTicket; OpenSSL's own option would not have stopped them.
 
 Real TLS on loopback: Python's `ssl` as the client (its message callback counts the
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from OpenSSL import SSL
 
-from sandbox_egress.runtime import tickets
-from sandbox_egress.runtime.engine import NoSessionTickets
+from sandbox_egress.runtime.engine import tickets
+from sandbox_egress.runtime.engine.lean import NoSessionTickets
 from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
 
 BODY = b"tickets"

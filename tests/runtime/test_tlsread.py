@@ -1,4 +1,4 @@
-"""runtime/tlsread.py: a TLS leg hands on the same plaintext, close and errors as mitmproxy's
+"""runtime/engine/tlsread.py: a TLS leg hands on the same plaintext, close and errors as mitmproxy's
 `TLSLayer.receive_data`, over real TLS records (pyOpenSSL in memory, no network), however
 the ciphertext is split."""
 
@@ -19,7 +19,7 @@ from mitmproxy.proxy.layers import tls
 from mitmproxy.test import tflow
 from OpenSSL import SSL
 
-from sandbox_egress.runtime import tlsread
+from sandbox_egress.runtime.engine import tlsread
 from testbed.fixed_upstream import server_context
 
 

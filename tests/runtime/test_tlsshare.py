@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from OpenSSL import SSL, crypto
 from OpenSSL._util import ffi, lib
 
-from sandbox_egress.runtime import tlsshare
+from sandbox_egress.runtime.engine import tlsshare
 from testbed.testca import self_signed
 
 

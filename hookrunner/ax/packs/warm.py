@@ -30,7 +30,7 @@ import threading
 import time
 from types import FrameType
 
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, ProcessResult
+from sandbox_egress.common.process import OUTPUT_CAP, ProcessResult
 
 IN_PROCESS = frozenset(
     {"block-force-push", "protect-env-files", "log-bash-commands", "require-tests-on-stop"}

@@ -71,7 +71,7 @@ def test_curl_download_arrives_intact(clients: Clients) -> None:
 
 def test_curl_http2_download_arrives_intact_over_http2_on_both_legs(clients: Clients) -> None:
     """A 32 MiB body over HTTP/2 on both legs (curl offers `h2`, nginx picks it), the path
-    whose DATA frames the proxy merges per upstream read (runtime/h2data.py, D289)."""
+    whose DATA frames the proxy merges per upstream read (runtime/engine/h2data.py, D289)."""
     mark = clients.nginx.mark()
     output = clients.home / "curl-h2-big.bin"
     result = clients.run(

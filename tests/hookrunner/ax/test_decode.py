@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sandbox_egress.common.process import ProcessResult
 from sandbox_egress.hookrunner.ax.aggregate import decide, gather
 from sandbox_egress.hookrunner.ax.decode import ASK_REASON, decode
 from sandbox_egress.hookrunner.ax.matcher import compile_ax_matcher
@@ -18,7 +19,6 @@ from sandbox_egress.hookrunner.ax.model import (
     Protocol,
     Verdict,
 )
-from sandbox_egress.hookrunner.enforce.command import ProcessResult
 from sandbox_egress.hookrunner.outcome import Outcome
 
 PRE = AxEvent.PRE_TOOL_USE

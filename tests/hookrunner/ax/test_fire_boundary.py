@@ -1,4 +1,4 @@
-"""The boundary in ``fire`` (issue 44, SPEC 2.8, D380-D382), end to end.
+"""The boundary in ``fire`` (issue 44, D380-D382), end to end.
 
 The PreToolUse JSON Claude Code sends for a Bash call goes to ``hookrunner fire
 PreToolUse --claude-exit-codes`` (the packs configured); its ``updatedInput.command``

@@ -1,5 +1,5 @@
 """The `credentials:` section, `credential:` bindings and `${credential:NAME}` references
-as the loader reads them (proxy/credentials/section.py, proxy/references.py): named cases
+as the loader reads them (proxy/credentials/section.py, proxy/config/references.py): named cases
 of what is accepted and of each refusal, located like every configuration problem."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox_egress.proxy import config
+from sandbox_egress.proxy.config import loader as config
 from sandbox_egress.proxy.credentials.command import CommandSource
 from sandbox_egress.proxy.credentials.env import EnvSource
 from sandbox_egress.proxy.credentials.file import FileSource

@@ -10,7 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy import config, placeholders
+from sandbox_egress.proxy import placeholders
+from sandbox_egress.proxy.config import loader as config
 from sandbox_egress.proxy.credentials.base import Fetched
 from sandbox_egress.proxy.credentials.writing import needed, write
 from sandbox_egress.proxy.decision import Decision

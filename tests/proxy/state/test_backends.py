@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
-from sandbox_egress.proxy.config import ConfigError, parse
+from sandbox_egress.proxy.config import loader as configuration
+from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.state.backends import open_state

@@ -25,7 +25,7 @@ never relayed.
 from __future__ import annotations
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.proxy.config import Entry, PatternKind
+from sandbox_egress.proxy.config.loader import Entry, PatternKind
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.policy import Policy
 

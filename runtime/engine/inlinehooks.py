@@ -28,7 +28,7 @@ from typing import Any
 from mitmproxy.proxy import commands, events
 from mitmproxy.utils import asyncio_utils
 
-from sandbox_egress.runtime.hooksinplace import DONE
+from sandbox_egress.runtime.engine.hooksinplace import DONE
 
 ServerEvent = Callable[[events.Event], Coroutine[Any, Any, None]]
 

@@ -15,7 +15,7 @@ as mitmproxy does: no more data, a close_notify, or a logged TLS error; what fol
 (`tls_interact`, the `DataReceived` to the child, the close) is mitmproxy's code, unchanged.
 
 On the way out, mitmproxy's `tls_interact` reads what OpenSSL wrote 65,535 bytes at a time,
-one `SendData` each, which `runtime.coalesce` then joins into one write (another copy). On
+one `SendData` each, which `runtime.engine.coalesce` then joins into one write (another copy). On
 a TCP leg the replacement reads all of it at once (`BIO_get_mem_data` says how much), one
 `SendData`; a datagram leg keeps mitmproxy's reads. tests/runtime/test_tlsread.py pins the
 methods this replaces and checks bytes and events against them over real TLS records.
@@ -93,7 +93,7 @@ def _receive_data(self: Any, data: bytes) -> Generator[commands.Command, Any, No
 
 def _tls_interact(self: Any) -> Generator[commands.Command, Any, None]:
     # mitmproxy reads OpenSSL's output 65,535 bytes at a time, one `SendData` each, which
-    # `runtime.coalesce` then joins (another copy): a TCP leg reads all of it at once.
+    # `runtime.engine.coalesce` then joins (another copy): a TCP leg reads all of it at once.
     # A datagram leg keeps mitmproxy's reads.
     out = self.tls._from_ssl
     if self.conn.transport_protocol != "tcp" or out is None:

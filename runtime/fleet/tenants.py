@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from sandbox_egress.proxy.metrics import SandboxMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import SandboxDirectory, SandboxesSection, Scan
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import SandboxDirectory, SandboxesSection, Scan
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 from sandbox_egress.runtime.lifecycle import Settling
 
 log = logging.getLogger("egress")

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import (
+from sandbox_egress.proxy.config.loader import (
     ConfigError,
     NetworkConfig,
     load,
@@ -48,8 +48,8 @@ from sandbox_egress.proxy.config import (
     read_document,
     read_placed,
 )
+from sandbox_egress.proxy.config.references import check_confined, resolve
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.references import check_confined, resolve
 from sandbox_egress.proxy.sandboxsecrets import (
     Confined,
     Unreadable,

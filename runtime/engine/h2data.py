@@ -22,9 +22,10 @@ Two changes, installed once by the lean engine (`install`):
   body to show its first 10 bytes: 11 % of the proxy's time in the profile. The
   replacement gives the same text from the first 10 bytes only.
 
-tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe. `install`
-also installs runtime/h2frames.py: an upstream's DATA frames joined before h2 parses them
-(D318), and a large chunk framed for an HTTP/2 client in one pass (D319).
+tests/runtime/test_h2data.py pins both against the installed h2 and hyperframe. Its row in
+runtime/engine/patches.py is followed by h2frames's (runtime/engine/h2frames.py): an
+upstream's DATA frames joined before h2 parses them (D318), and a large chunk framed for
+an HTTP/2 client in one pass (D319).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import h2.events
 from hyperframe.frame import DataFrame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
-from sandbox_egress.runtime import h2frames
+from sandbox_egress.runtime.engine import h2frames
 
 _SHOWN = 10  # bytes of the body hyperframe's repr shows (20 hex digits, then "...")
 _original_receive_data = BufferedH2Connection.receive_data
@@ -45,7 +46,6 @@ _original_receive_data = BufferedH2Connection.receive_data
 def install() -> None:
     """mitmproxy's HTTP/2 connections merge DATA events; DATA frames repr cheaply."""
     BufferedH2Connection.receive_data = _merging_receive_data  # type: ignore[method-assign]
-    h2frames.install()  # a large body chunk framed for an HTTP/2 client in one pass (D319)
     # Typed for `Frame` in hyperframe; this one is DataFrame's own (it reads its padding).
     DataFrame._body_repr = short_body_repr  # type: ignore[method-assign, assignment]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from sandbox_egress.common.jsonlines import json_line
 from sandbox_egress.common.serve import version
-from sandbox_egress.proxy.audit import AuditLog, AuditRecord
+from sandbox_egress.proxy.audit.log import AuditLog, AuditRecord
 
 OCSF_VERSION = "1.5.0"
 PROFILES = ["security_control"]

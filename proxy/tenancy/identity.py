@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.sandboxes import Identify
-from sandbox_egress.proxy.tenancy import Tenancy
+from sandbox_egress.proxy.tenancy.sandboxes import Identify
+from sandbox_egress.proxy.tenancy.tenants import Tenancy
 
 REALM = "egress-proxy"
 PROXY_AUTHENTICATE = f'Basic realm="{REALM}"'

@@ -5,7 +5,7 @@ or that it threw away (issue 36, D315).
   `hook.args()`, which reads the hook class's dataclass fields anew every time (nineteen
   hooks per new intercepted connection), inside `TimeoutWatchdog.disarm()`, a context
   manager made from a generator per hook. `handle_hook` here is mitmproxy's method with
-  the engine's `hook_args`, which keeps the field names per class (D151's cache), and
+  `hook_args` (runtime/engine/hookargs.py: the field names kept per class, D151), and
   `disarm`'s body written out around it.
 * mitmproxy's `TlsConfig.get_cert` turns the client's SNI and the upstream's address into
   `x509.GeneralName`s for each client handshake (`_ip_or_dns_name`: an `ip_address` parse
@@ -32,6 +32,8 @@ from typing import Any
 from mitmproxy import flow
 from mitmproxy.addons import tlsconfig
 from mitmproxy.proxy import commands, context, mode_servers
+
+from sandbox_egress.runtime.engine.hookargs import hook_args
 
 NAMES = 1024  # names whose GeneralName is kept
 ORIGINAL_HANDLE_HOOK = mode_servers.ProxyConnectionHandler.handle_hook
@@ -75,8 +77,6 @@ def install() -> None:
     """Hook arguments read per class, names turned into certificate names once, contexts
     forked without a spare `Server` (idempotent)."""
     global _hook_args
-    from sandbox_egress.runtime.engine import hook_args  # (engine imports this module)
-
     _hook_args = hook_args
     mode_servers.ProxyConnectionHandler.handle_hook = handle_hook  # type: ignore[method-assign]
     tlsconfig._ip_or_dns_name = general_name

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sandbox_egress.common.serve import version
-from sandbox_egress.proxy.audit import AuditRecord
+from sandbox_egress.proxy.audit.log import AuditRecord
 
 SCOPE = "sandbox_egress.audit"
 _VERSION = version()

@@ -57,7 +57,7 @@ Commands = Generator[commands.Command, Any, None]
 def attach(handler: Any) -> None:
     """Let the streams of `handler` (a mitmproxy `ConnectionHandler`, before
     `handle_client`) start their hooks themselves. Call it before anything wraps
-    `handler.handle_hook` (runtime/inlinehooks.py reads it once)."""
+    `handler.handle_hook` (runtime/engine/inlinehooks.py reads it once)."""
     handle_hook = handler.handle_hook
 
     def start(hook: commands.StartHook) -> asyncio.Task[None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sandbox_egress.proxy.patterns import Pattern, PatternKind
+from sandbox_egress.proxy.config.patterns import Pattern, PatternKind
 
 
 def combinations(raw: dict[str, Any], base: Pattern, failed: set[str]) -> Iterator[tuple[str, str]]:

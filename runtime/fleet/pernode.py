@@ -1,7 +1,7 @@
 """Per-node manifests: each node's proxy mounts only its own sandboxes' files and its own
 intermediate CA (issue 35, D257).
 
-`python -m sandbox_egress.runtime.pernode --manifests BUILT.yaml --assignment NODES.yaml
+`python -m sandbox_egress.runtime.fleet.pernode --manifests BUILT.yaml --assignment NODES.yaml
 --sandboxes DIR --node-cas DIR --out OUT` takes what `kubectl kustomize` builds from
 deploy/ with the per-sandbox component, and an assignment of sandboxes to nodes:
 
@@ -21,7 +21,7 @@ the proxy mounts the sandboxes' Secret at (its token, its credentials); a file t
 name goes to the nodes of both. References elsewhere (the node's own Secrets) are left alone.
 
 Invariants: no root CA key is ever rendered (each node CA is checked to be an intermediate,
-`runtime.nodeca.read_intermediate`); a sandbox assigned to a node must have its file and
+`runtime.fleet.nodeca.read_intermediate`); a sandbox assigned to a node must have its file and
 every file it names, or nothing is written; OUT and its files are private (0700/0600):
 they hold secrets, never commit them. Problems raise RenderError, one line each, naming
 the file or the node, never a secret's bytes.
@@ -43,9 +43,9 @@ from typing import Any
 import yaml
 from cryptography.hazmat.primitives import hashes
 
-from sandbox_egress.proxy.references import REFERENCE
+from sandbox_egress.proxy.config.references import REFERENCE
 from sandbox_egress.runtime.ca import CA_CERT, CA_KEY_AND_CERT, CAError
-from sandbox_egress.runtime.nodeca import read_intermediate
+from sandbox_egress.runtime.fleet.nodeca import read_intermediate
 
 DAEMONSET = "egress-proxy"
 SANDBOXES_SECRET = "egress-sandboxes"
@@ -253,7 +253,7 @@ def _why(exc: Exception) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sandbox_egress.runtime.pernode",
+        prog="python -m sandbox_egress.runtime.fleet.pernode",
         description="per-node DaemonSets and Secrets: each node gets only its sandboxes' "
         "files and its own intermediate CA (docs/operations.md#node-intermediates)",
     )

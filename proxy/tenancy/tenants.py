@@ -24,7 +24,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sandbox_egress.proxy.config import Entry, NetworkConfig
+from sandbox_egress.proxy.config.loader import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
 from sandbox_egress.proxy.placeholders import (
@@ -35,8 +35,8 @@ from sandbox_egress.proxy.placeholders import (
     merged,
 )
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
 from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.tenancy.sandboxes import Sandbox, SandboxesSection
 
 
 class SandboxPolicy(Policy):

@@ -38,8 +38,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sandbox_egress.common.contain import Credentials, Jail, new_jail
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.hookrunner.enforce.contain import Credentials, Jail, new_jail
 
 OUTPUT_CAP = 1024 * 1024
 TERM_GRACE = 0.25  # SIGTERM -> SIGKILL

@@ -24,7 +24,7 @@ from typing import Any
 from mitmproxy.connection import Connection, ConnectionState
 from mitmproxy.proxy import events
 
-from sandbox_egress.runtime import idlewaiters
+from sandbox_egress.runtime.engine import idlewaiters
 
 READ_SIZE = 256 * 1024
 # An HTTP/1 upstream leg keeps mitmproxy's read size: with 256 KiB reads there, scenario 3's
@@ -68,7 +68,8 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
     widen_writer(io.writer)
     idlewaiters.lighten_writer(io.writer)  # its drain waiters a list, not a deque (D307)
     reader = io.reader
-    assert reader
+    if reader is None:  # mitmproxy's `assert reader` (stripped by -O): every TCP leg has one
+        raise RuntimeError("a connection without a stream reader")
     client = connection is handler.client
     cancelled: asyncio.CancelledError | None = None
     while True:
@@ -104,8 +105,8 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
 
     try:
         writer = handler.transports[connection].writer
-        assert writer
-        writer.close()
+        if writer is not None:  # mitmproxy's `assert writer` (stripped by -O)
+            writer.close()
     except OSError:
         pass
     handler.transports.pop(connection)

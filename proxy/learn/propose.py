@@ -5,7 +5,7 @@ Pure: audit lines (parsed JSON objects) in, `Proposal`s out, then YAML text. Onl
 refusals an allowlist entry could lift are read: `not_allowlisted` (a new entry) and
 `port_not_allowed` (a port for the entry that refused it), refused or reported
 (`would_deny`), and `rule_mismatch` (rules for the entry that refused it,
-`proxy.proposerules`). Every other refusal (loopback, internal addresses, fronting, placeholders
+`proxy.learn.rules`). Every other refusal (loopback, internal addresses, fronting, placeholders
 sent elsewhere, ...) is a finding, never a proposal; it is only counted.
 
 Invariants:
@@ -34,7 +34,7 @@ from publicsuffixlist import PublicSuffixList
 
 from sandbox_egress.proxy.addresses import AddressClass, classify
 from sandbox_egress.proxy.hosts import HostError, canonical_host
-from sandbox_egress.proxy.proposerules import (
+from sandbox_egress.proxy.learn.rules import (
     RuleFindings,
     render_rules,
     rule_proposals,

@@ -20,7 +20,7 @@ import yaml
 
 from sandbox_egress.common.problems import Problem
 from sandbox_egress.common.tokens import token_format
-from sandbox_egress.proxy.positions import compose
+from sandbox_egress.proxy.config.positions import compose
 
 _REFERENCE = re.compile(r"\$\{[^}]*\}")
 

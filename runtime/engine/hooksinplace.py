@@ -3,7 +3,7 @@
 A mitmproxy layer that yields a hook pauses: it stores its generator, returns, and waits
 for `HookCompleted`, which the connection handler sends later as an event of its own,
 from the top of the connection's layer stack down to the paused layer (seven layers on an
-intercepted CONNECT). runtime/inlinehooks.py already hands that completion on right after
+intercepted CONNECT). runtime/engine/inlinehooks.py already hands that completion on right after
 the event that started the hook when the addons finished without waiting (D294); it is
 still a second trip through the whole stack, fourteen per new intercepted connection.
 
@@ -30,7 +30,7 @@ from typing import Any
 from mitmproxy.proxy import commands, events, layer
 
 # The attribute a hook finished at once carries: the handler's list of completions to hand
-# on, from which the layer takes it back (runtime/inlinehooks.py sets it).
+# on, from which the layer takes it back (runtime/engine/inlinehooks.py sets it).
 DONE = "_egress_done_inline"
 
 ORIGINAL_HANDLE_EVENT = layer.Layer.handle_event
@@ -62,8 +62,7 @@ def handle_event(self: layer.Layer, event: events.Event) -> layer.CommandGenerat
         )
         if self.debug is not None:
             yield self._Layer__debug(f"{'>>' if pause_finished else '>!'} {event}")  # type: ignore[attr-defined]
-        if pause_finished:
-            assert isinstance(event, events.CommandCompleted)
+        if pause_finished:  # mitmproxy's `assert isinstance(event, CommandCompleted)`: -O strips it
             yield from self._Layer__continue(event)  # type: ignore[attr-defined]
         else:
             self._paused_event_queue.append(event)

@@ -36,9 +36,9 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 from sandbox_egress.common.serve import MetricsServer
-from sandbox_egress.proxy import config as configuration
-from sandbox_egress.proxy import sandboxes
+from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
+from sandbox_egress.proxy.tenancy import sandboxes
 from sandbox_egress.runtime.status import INTERVAL_S, ProbedState, StatusBoard
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -6,9 +6,9 @@ values or refuses the whole file with every problem it found, each naming the
 file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
 The structure is the JSON Schema `common/schemas/egress-config.schema.json`
 (checked by `common.problems`); what no schema can say is checked by named validators:
-`proxy.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
-`proxy.references` (`${NAME}`/`${file:}` references), `proxy.combinations` (fields refused
-together) and the duplicate check in `parse`.
+`proxy.config.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
+`proxy.config.references` (`${NAME}`/`${file:}` references),
+`proxy.config.combinations` (fields refused together) and the duplicate check in `parse`.
 
 Invariants:
 * A resolved secret (a transform value) lives only inside a `Secret`, whose repr
@@ -40,7 +40,13 @@ from sandbox_egress.common.problems import (
 )
 from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.budget import Budget, parse_budget
-from sandbox_egress.proxy.combinations import combinations
+from sandbox_egress.proxy.config.combinations import combinations
+from sandbox_egress.proxy.config.patterns import IPNetwork, parse_pattern
+from sandbox_egress.proxy.config.patterns import (
+    PatternKind as PatternKind,  # an Entry's field type, re-exported
+)
+from sandbox_egress.proxy.config.positions import Positions, compose
+from sandbox_egress.proxy.config.references import referenced_files, secret_value
 from sandbox_egress.proxy.credentials.section import (
     NO_CREDENTIALS,
     Binding,
@@ -50,13 +56,9 @@ from sandbox_egress.proxy.credentials.section import (
     used_names,
 )
 from sandbox_egress.proxy.credentials.section import referenced_files as credential_files
-from sandbox_egress.proxy.formats import missing_network
 from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
+from sandbox_egress.proxy.learn.formats import missing_network
 from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
-from sandbox_egress.proxy.patterns import IPNetwork, parse_pattern
-from sandbox_egress.proxy.patterns import (
-    PatternKind as PatternKind,  # an Entry's field type, re-exported
-)
 from sandbox_egress.proxy.placeholders import (
     NO_PLACEHOLDERS,
     Placeholder,
@@ -65,9 +67,7 @@ from sandbox_egress.proxy.placeholders import (
     parse_secrets,
 )
 from sandbox_egress.proxy.placeholders import index as placeholder_index
-from sandbox_egress.proxy.positions import Positions, compose
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
-from sandbox_egress.proxy.references import referenced_files, secret_value
 from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
 from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
 from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state

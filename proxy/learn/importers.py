@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_egress.proxy.patterns import parse_pattern
+from sandbox_egress.proxy.config.patterns import parse_pattern
 
 FORMATS = ("sandbox-runtime", "codex")
 _LOOPBACK = " (a service the sandbox needs on loopback runs inside the sandbox)"

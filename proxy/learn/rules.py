@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_egress.proxy.audit import MASK
+from sandbox_egress.proxy.audit.log import MASK
 from sandbox_egress.proxy.rules import method_problem, path_pattern_problem
 
 MAX_PATHS = 20

@@ -9,14 +9,14 @@ name, the list of handlers that exist, so a hook costs one call per addon implem
 
 Six changes below mitmproxy's hooks, none visible to clients (issue 26): what a layer
 sends within one event goes out as one write per connection, one TLS record per message
-to the client (runtime/coalesce.py, D142) and per request upstream (D166); an idle TLS
+to the client (runtime/engine/coalesce.py, D142) and per request upstream (D166); an idle TLS
 connection frees OpenSSL's buffers (D144); what is loaded at start is frozen out of the
 garbage collector (D143); the connections presenting one certificate share one OpenSSL
 copy of it and its key (D161); a layer makes its queue of paused events only when one
 arrives (D163). Issue 36 adds: an HTTP/2 body goes through the layers once per read, not
-once per DATA frame (runtime/h2data.py, D289); a layer whose hook finished at once
-resumes in place (runtime/hooksinplace.py, D314); what a new connection did per hook class
-or per host, or made only to drop, is done once or not at all (runtime/connsetup.py, D315).
+once per DATA frame (runtime/engine/h2data.py, D289); a layer whose hook finished at once
+resumes in place (runtime/engine/hooksinplace.py, D314); what a new connection did per hook class
+or per host, or made only to drop, is done once or not at all (runtime/engine/connsetup.py, D315).
 
 It is mitmproxy underneath: the same proxy server, layers, TLS, options and hook
 semantics. What `LeanAddonManager` keeps of `mitmproxy.addonmanager.AddonManager`:
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import gc
 import inspect
 import types
@@ -56,29 +55,15 @@ from mitmproxy.tls import TlsData
 from OpenSSL import SSL
 from OpenSSL._util import lib as _ssl_lib
 
-from sandbox_egress.runtime import (
-    bodyread,
-    connsetup,
-    h2data,
-    headerlookup,
-    hooksinplace,
-    idlebios,
-    layerqueues,
-    streamhooks,
-    tickets,
-    tlsread,
-)
-from sandbox_egress.runtime.bulkio import widen
-from sandbox_egress.runtime.coalesce import (
+from sandbox_egress.runtime.engine import idlebios, patches, tickets
+from sandbox_egress.runtime.engine.coalesce import (
     coalesce_decided,
     coalesce_request,
-    coalesce_root,
     coalesce_tunnel,
 )
-from sandbox_egress.runtime.emptylines import skip_empty_lines
-from sandbox_egress.runtime.idlewaiters import lighten_watchdog
-from sandbox_egress.runtime.inlinehooks import answer_hooks_inline
-from sandbox_egress.runtime.tlsshare import share_certificates
+from sandbox_egress.runtime.engine.emptylines import skip_empty_lines
+from sandbox_egress.runtime.engine.hookargs import hook_args
+from sandbox_egress.runtime.engine.patches import Stage
 
 # Immutable option values are handed out as they are; anything else is copied as before.
 _IMMUTABLE = (str, int, float, bool, bytes, type(None), tuple, frozenset)
@@ -120,7 +105,7 @@ class ReleaseIdleTlsBuffers:
     which made the connection; pyOpenSSL offers the mode only on a context not yet used,
     so it is set on the connection itself (pinned by tests/proxy/test_engine.py). Its
     memory BIOs' buffers are given back by a sweep once a second while it is running
-    (runtime/idlebios.py, D299)."""
+    (runtime/engine/idlebios.py, D299)."""
 
     def __init__(self) -> None:
         self.sweeper = idlebios.Sweeper()
@@ -161,7 +146,7 @@ class OneRecordPerRequest:
 class NoSessionTickets:
     """No TLS 1.3 session tickets to a client (D301): OpenSSL's two per handshake cost
     their sealing and a `send` of their own, and most clients never resume. Runs after
-    TlsConfig; where `runtime.tickets` cannot find OpenSSL's setter, tickets are sent."""
+    TlsConfig; where `runtime.engine.tickets` cannot find OpenSSL's setter, tickets are sent."""
 
     def __init__(self) -> None:
         self._tickets = tickets.resolve()
@@ -192,17 +177,13 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
         # Called by the server instance after the top layer is set, right before it enters
         # the context and runs handle_client. mitmproxy's context manager is handed back as
         # it is, not wrapped in a second one suspended for the connection's life (D308).
-        coalesce_root(handler)
-        widen(handler)
-        streamhooks.attach(handler)  # a request's hooks start in its stream (D311)
-        answer_hooks_inline(handler)  # a hook that finished at once is handed on at once
-        lighten_watchdog(handler)  # its timeout watchdog waiters in a list (D307)
+        patches.attach(handler)  # the CONNECTION rows of runtime/engine/patches.py
         return super().register_connection(connection_id, handler)
 
 
 class CoalescingNextLayer(next_layer.NextLayer):
     """mitmproxy's `NextLayer`; a client TLS layer gets one record per message; empty
-    lines before a request line are skipped first (runtime/emptylines.py, D336)."""
+    lines before a request line are skipped first (runtime/engine/emptylines.py, D336)."""
 
     name = "nextlayer"
 
@@ -295,18 +276,6 @@ class LeanAddonManager(AddonManager):
                     raise
 
 
-_ARG_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def hook_args(event: hooks.Hook) -> list[Any]:
-    """`event.args()` (its dataclass fields' values, in order) without reading the fields
-    of the class on every hook: four hooks per request called it three times each."""
-    names = _ARG_NAMES.get(type(event))
-    if names is None:
-        names = _ARG_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))  # type: ignore[arg-type]
-    return [getattr(event, name) for name in names]
-
-
 def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:
     """What `AddonManager._iter_hooks` yields, as a list of callables."""
     found = []
@@ -331,12 +300,4 @@ class LeanMaster(master.Master):
         self.options.changed.disconnect(self.addons._configure_all)
         self.addons = LeanAddonManager(self)
         self.addons.add(*lean_addons())
-        share_certificates()  # one OpenSSL copy of each certificate and key (D161)
-        layerqueues.install()  # a layer's paused-event queue made when first needed (D163)
-        h2data.install()  # an HTTP/2 body per upstream read, not per DATA frame (D289)
-        bodyread.install()  # a request body of known length handed on uncopied (D303)
-        tlsread.install()  # what a TLS leg decrypts copied once, not three times (D304)
-        hooksinplace.install()  # a hook finished at once resumes its layer in place (D314)
-        connsetup.install()  # per hook class, per host, no Server made to be dropped (D315)
-        headerlookup.install()  # a header looked up in one loop over the fields (D310)
-        streamhooks.install()  # a request's hook that finishes at once, answered in place (D311)
+        patches.install(Stage.ENGINE)  # the class-level rows of runtime/engine/patches.py
