@@ -1,0 +1,171 @@
+"""The spellings of a secret the proxy knows (docs/configuration.md#echo-redaction,
+docs/decisions.md D360): one table, read by echo redaction (`proxy.redact`) and by the
+`secret_elsewhere` search (`proxy.placeholders`, the credential cache) and the audit's
+masking (`proxy.audit`).
+
+A spelling is a *form* of the secret's bytes written with an *escape*:
+
+* forms (`FORMS`): the bytes themselves (`raw`); their `base64` (standard and URL-safe)
+  as the run of characters whose bits all come from the secret, at each of the three
+  alignments inside a longer base64 text, so padded, unpadded, embedded and `Basic`
+  (`base64(user:secret)`) encodings all hold one of them;
+* escapes (`ESCAPES`): none (`plain`); `percent` as URL encoders write it (every byte
+  outside a safe set as `%XX`, upper or lower hex, a space as `%20` or `+`; the safe sets
+  of RFC 3986's unreserved, `encodeURIComponent`, `quote`, `encodeURI`, Java's
+  `URLEncoder`, and none); `json` as JSON encoders write a string (the characters JSON
+  escapes as their short escape or as `\\u00XX` in either hex case; `/` as it is, `\\/`
+  or `\\u002f`; HTML-safe `<>&'` as `\\u003c`...; non-ASCII as UTF-8 or `\\uXXXX`).
+
+`spellings(secret)` is every form under every escape, as literal bytes: matched by
+literal search, never by a per-byte expression, so a body's matcher is a handful of
+`bytes.find` calls (D360). What is not here (a mix of escapes inside one value, percent
+of any subset of bytes, double encoding) is matched in headers by decoding first
+(`proxy.redact`) and in a request-target by percent-decoding it (`proxy.swap`).
+
+Invariants: pure (no mitmproxy import), deterministic, nothing here logs or raises with
+a secret in its message; a literal is never empty and never shorter than the
+`MIN_BASE64_CORE` characters a base64 form needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+from collections.abc import Callable, Iterable
+from itertools import product
+
+# A base64 run shorter than this is not a spelling on its own: the core of a short
+# secret's encoding at an odd alignment could match unrelated base64 (1 in 64**8).
+MIN_BASE64_CORE = 8
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _raw(secret: bytes) -> Iterable[bytes]:
+    return (secret,)
+
+
+def base64_cores(secret: bytes) -> set[bytes]:
+    """The base64 characters fully determined by `secret`, at each of the 3 alignments
+    (standard alphabet): a secret inside a longer encoded text starts 0, 1 or 2 bytes
+    into a 3-byte group; the characters that also carry bits of its neighbours (and any
+    padding) are left out, so one core matches padded, unpadded and embedded alike."""
+    cores: set[bytes] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + secret + b"\0\0")
+        first = -(-8 * offset // 6)  # the first character whose 6 bits are all the secret's
+        last = (8 * (offset + len(secret)) - 6) // 6
+        core = encoded[first : last + 1]
+        if len(core) >= MIN_BASE64_CORE:
+            cores.add(core)
+    return cores
+
+
+def _base64(secret: bytes) -> Iterable[bytes]:
+    cores = base64_cores(secret)
+    return cores | {c.translate(_URLSAFE) for c in cores}
+
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# The bytes each common URL encoder leaves as they are (besides a space, below).
+_PERCENT_SAFE = (
+    frozenset(),  # every byte encoded
+    _UNRESERVED,  # RFC 3986, Python quote(safe=""), Go QueryEscape/PathEscape, Rust
+    _UNRESERVED | frozenset(b"!'()*"),  # JavaScript encodeURIComponent
+    _UNRESERVED | frozenset(b"/"),  # Python quote()
+    _UNRESERVED | frozenset(b"!'()*;,/?:@&=+$#"),  # JavaScript encodeURI
+    (_UNRESERVED - frozenset(b"~")) | frozenset(b"*"),  # Java URLEncoder
+)
+
+
+def _percent(secret: bytes) -> Iterable[bytes]:
+    found: set[bytes] = set()
+    for safe, plus, hexes in product(_PERCENT_SAFE, (False, True), ("%%%02X", "%%%02x")):
+        out = bytearray()
+        for byte in secret:
+            if byte == 0x20 and plus:
+                out += b"+"
+            elif byte in safe:
+                out.append(byte)
+            else:
+                out += (hexes % byte).encode()
+        found.add(bytes(out))
+    return found
+
+
+_JSON_SHORT = {0x22: b'\\"', 0x5C: b"\\\\", 0x08: b"\\b", 0x0C: b"\\f", 0x0A: b"\\n"}
+_JSON_SHORT |= {0x0D: b"\\r", 0x09: b"\\t"}
+_HTML = frozenset(b"<>&'")
+
+
+def _json_one(text: str, utf8: bool, escapes: tuple[bool, str, bytes, bool, bool]) -> bytes:
+    """`text` as one JSON encoder writes it inside a string: `escapes` are (short escapes,
+    the `\\u` format, how `/` is written, HTML-safe, non-ASCII escaped). A secret that is
+    not UTF-8 (`utf8` False, `text` its bytes as code points) keeps its high bytes."""
+    short, hexes, slash, html, ascii = escapes
+    out = bytearray()
+    for char in text:
+        code = ord(char)
+        if code == 0x2F:
+            out += slash
+        elif code in _JSON_SHORT or code < 0x20 or (html and code in _HTML):
+            out += _JSON_SHORT[code] if short and code in _JSON_SHORT else (hexes % code).encode()
+        elif code < 0x80 or not (ascii and utf8):
+            out += char.encode("utf-8" if utf8 else "latin-1")
+        elif code > 0xFFFF:  # a UTF-16 surrogate pair
+            code -= 0x10000
+            out += (hexes % (0xD800 + (code >> 10)) + hexes % (0xDC00 + (code & 0x3FF))).encode()
+        else:
+            out += (hexes % code).encode()
+    return bytes(out)
+
+
+def _json(secret: bytes) -> Iterable[bytes]:
+    try:
+        text, utf8 = secret.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, utf8 = secret.decode("latin-1"), False
+    found: set[bytes] = set()
+    for hexes in ("\\u%04x", "\\u%04X"):
+        slashes = (b"/", b"\\/", (hexes % 0x2F).encode())
+        for short, slash, html, ascii in product((True, False), slashes, (False, True), (False, True)):
+            found.add(_json_one(text, utf8, (short, hexes, slash, html, ascii)))
+    return found
+
+
+# What a secret becomes before it is escaped: (name, the forms of one secret).
+FORMS: tuple[tuple[str, Callable[[bytes], Iterable[bytes]]], ...] = (
+    ("raw", _raw),
+    ("base64", _base64),
+)
+# How an encoder writes those bytes into a text: (name, the escapings of one form).
+ESCAPES: tuple[tuple[str, Callable[[bytes], Iterable[bytes]]], ...] = (
+    ("plain", _raw),
+    ("percent", _percent),
+    ("json", _json),
+)
+
+
+@functools.lru_cache(maxsize=8192)
+def spellings(secret: bytes) -> frozenset[bytes]:
+    """Every literal spelling of `secret`: each form under each escape (the secret
+    itself included, whatever its length)."""
+    found: set[bytes] = set()
+    for _, form in FORMS:
+        for written in form(secret):
+            for _, escape in ESCAPES:
+                found.update(escape(written))
+    return frozenset(s for s in found if s)
+
+
+def literals(secrets: Iterable[bytes]) -> tuple[bytes, ...]:
+    """The spellings of every secret, longest first (a tie: the smaller bytes first), so
+    an alternation of them matches the longest at a position."""
+    found = {s for secret in secrets for s in spellings(secret)}
+    return tuple(sorted(found, key=lambda s: (-len(s), s)))
+
+
+def alternation(secrets: Iterable[bytes]) -> bytes:
+    """A regular expression (`re` and RE2 syntax) of every spelling of every secret; empty
+    when there are none."""
+    return b"|".join(re.escape(s) for s in literals(secrets))
