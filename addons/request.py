@@ -51,7 +51,8 @@ class Requests:
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         shared, request = self.shared, flow.request
         state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
-        state.path = audit_path(request.path)  # as sent: before a swap writes a secret in it
+        # As sent (before a swap writes a secret in it), a value the sandbox sent masked.
+        state.path = audit_path(request.path, shared.held_values())
         flow.metadata[FLOW_KEY] = state
         admission = Admission(True)
         with shared.failclosed(Stage.REQUEST):

@@ -126,7 +126,7 @@ class SandboxIdentity:
             flow.response = response
         method = "CONNECT" if stage is Stage.CONNECT else request.method
         scheme = "" if stage is Stage.CONNECT else request.scheme
-        path = None if stage is Stage.CONNECT else audit_path(request.path)
+        path = None if stage is Stage.CONNECT else audit_path(request.path, shared.held_values())
         where = Where(
             flow.client_conn, method, scheme, request.host[:255], request.port, None, path
         )

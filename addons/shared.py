@@ -17,7 +17,7 @@ from mitmproxy import connection
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
-from sandbox_egress.proxy.audit import AuditSink
+from sandbox_egress.proxy.audit import AuditSink, Searcher, masked_record
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
@@ -141,9 +141,15 @@ class Shared:
         sandbox = self.facts(where.client).sandbox
         mcp = state.mcp.audit_names() if state and state.mcp else None
         named = state.credentials if state else ()
-        self.audit.write(
-            record(where, decision, started, status, sent, received, injected, sandbox, mcp, named)
-        )
+        written = record(where, decision, started, status, sent, received, injected, sandbox, mcp, named)
+        self.audit.write(masked_record(written, self.held_values()))
+
+    def held_values(self) -> tuple[Searcher | None, ...]:
+        """Every spelling of every resolved value this proxy holds: the configuration's
+        (a node's and all its sandboxes'), and the credential cache's. What the sandbox
+        chose (host, SNI, path) is written to the audit with them masked (D363)."""
+        index = self.tenancy.everyone if self.tenancy is not None else self.policy.placeholders()
+        return (index.values, self.credentials.held())
 
 
 def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:

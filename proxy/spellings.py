@@ -5,18 +5,18 @@ masking (`proxy.audit`).
 
 A spelling is a *form* of the secret's bytes written with an *escape*:
 
-* forms (`FORMS`): the bytes themselves (`raw`); their `base64` (standard and URL-safe)
+* forms: the bytes themselves (`raw`); their `base64` (standard and URL-safe)
   as the run of characters whose bits all come from the secret, at each of the three
   alignments inside a longer base64 text, so padded, unpadded, embedded and `Basic`
   (`base64(user:secret)`) encodings all hold one of them;
-* escapes (`ESCAPES`): none (`plain`); `percent` as URL encoders write it (every byte
+* escapes: none (`plain`); `percent` as URL encoders write it (every byte
   outside a safe set as `%XX`, upper or lower hex, a space as `%20` or `+`; the safe sets
   of RFC 3986's unreserved, `encodeURIComponent`, `quote`, `encodeURI`, Java's
   `URLEncoder`, and none); `json` as JSON encoders write a string (the characters JSON
   escapes as their short escape or as `\\u00XX` in either hex case; `/` as it is, `\\/`
   or `\\u002f`; HTML-safe `<>&'` as `\\u003c`...; non-ASCII as UTF-8 or `\\uXXXX`).
 
-`spellings(secret)` is every form under every escape, as literal bytes: matched by
+`SPELLINGS` lists each (form, escape) pair; `spellings(secret)` is all of them, as literal bytes: matched by
 literal search, never by a per-byte expression, so a body's matcher is a handful of
 `bytes.find` calls (D360). What is not here (a mix of escapes inside one value, percent
 of any subset of bytes, double encoding) is matched in headers by decoding first
@@ -133,16 +133,23 @@ def _json(secret: bytes) -> Iterable[bytes]:
     return found
 
 
-# What a secret becomes before it is escaped: (name, the forms of one secret).
-FORMS: tuple[tuple[str, Callable[[bytes], Iterable[bytes]]], ...] = (
-    ("raw", _raw),
-    ("base64", _base64),
-)
-# How an encoder writes those bytes into a text: (name, the escapings of one form).
-ESCAPES: tuple[tuple[str, Callable[[bytes], Iterable[bytes]]], ...] = (
-    ("plain", _raw),
-    ("percent", _percent),
-    ("json", _json),
+def _percent_base64(core: bytes) -> Iterable[bytes]:
+    """A base64 core in a URL: its `+` and `/` encoded (either hex case), or as it is."""
+    return {core, *(core.replace(b"+", p).replace(b"/", s) for p, s in _B64_PERCENT)}
+
+
+_B64_PERCENT = ((b"%2B", b"%2F"), (b"%2b", b"%2f"), (b"%2B", b"/"), (b"%2b", b"/"))
+
+Spell = Callable[[bytes], Iterable[bytes]]
+# Every spelling the proxy knows: (form, what the secret becomes; escape, how an encoder
+# then writes it). Read by `spellings` only; a new spelling is a row here.
+SPELLINGS: tuple[tuple[str, Spell, str, Spell], ...] = (
+    ("raw", _raw, "plain", _raw),
+    ("raw", _raw, "percent", _percent),
+    ("raw", _raw, "json", _json),
+    ("base64", _base64, "plain", _raw),
+    ("base64", _base64, "percent", _percent_base64),
+    ("base64", _base64, "json", _json),
 )
 
 
@@ -151,10 +158,9 @@ def spellings(secret: bytes) -> frozenset[bytes]:
     """Every literal spelling of `secret`: each form under each escape (the secret
     itself included, whatever its length)."""
     found: set[bytes] = set()
-    for _, form in FORMS:
+    for _, form, _, escape in SPELLINGS:
         for written in form(secret):
-            for _, escape in ESCAPES:
-                found.update(escape(written))
+            found.update(escape(written))
     return frozenset(s for s in found if s)
 
 

@@ -154,7 +154,7 @@ def _foreign(
     places = [headers, names, target]
     if b"%" in target:
         places.append(unquote_to_bytes(target))
-    return any(index.owners_in(data) - {own} for data in places)
+    return any(index.foreign_in(data, own) for data in places)
 
 
 def _own_credential(

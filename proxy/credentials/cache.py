@@ -39,6 +39,7 @@ from sandbox_egress.proxy.credentials.base import (
     Fetched,
     Source,
 )
+from sandbox_egress.proxy.spellings import alternation
 
 logger = logging.getLogger("egress")
 
@@ -96,8 +97,9 @@ class Credentials:
         self.replace(sources, keys)
 
     def held(self) -> re.Pattern[bytes] | None:
-        """Every value the cache holds (and its companions, 6 bytes or more): found in a
-        request the sandbox sent, it is `secret_elsewhere` (D208). None when none."""
+        """Every value the cache holds (and its companions, 6 bytes or more), in every
+        spelling: found in a request the sandbox sent, it is `secret_elsewhere` (D208,
+        D360). None when none."""
         return self._held
 
     def _values_changed(self) -> None:
@@ -108,8 +110,8 @@ class Credentials:
             for secret in (slot.value.value, *slot.value.extra.values())
             if len(text := secret.reveal()) >= MIN_HELD_LENGTH
         }
-        ordered = sorted(found, key=lambda v: (-len(v), v))
-        self._held = re.compile(b"|".join(map(re.escape, ordered))) if ordered else None
+        # Every spelling of each (proxy.spellings, D360), as the configuration's values are.
+        self._held = re.compile(alternation(found)) if found else None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._slots)

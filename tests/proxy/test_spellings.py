@@ -64,8 +64,8 @@ def _b64_in(prefix: bytes, secret: bytes, urlsafe: bool, pad: bool) -> str:
 ENCODERS: dict[str, Callable[[str], str]] = {
     "raw": lambda v: v,
     "percent, Python quote(safe='')": lambda v: quote(v, safe=""),
-    "percent, lower-case hex": lambda v: "".join(
-        p if i == 0 else p[:2].lower() + p[2:] for i, p in enumerate(quote(v, safe="").split("%"))
+    "percent, lower-case hex": lambda v: re.sub(
+        "%[0-9A-F]{2}", lambda m: m.group().lower(), quote(v, safe="")
     ),
     "percent, quote()": quote,
     "percent, quote_plus": quote_plus,
