@@ -50,7 +50,7 @@ class Requests:
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         shared, request = self.shared, flow.request
-        state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
+        state = FlowState(Decision.deny(Reason.POLICY_ERROR), shared.masked(request.host[:255]))
         # As sent (before a swap writes a secret in it), a value the sandbox sent masked.
         state.path = audit_path(request.path, shared.held_values())
         flow.metadata[FLOW_KEY] = state
@@ -66,12 +66,11 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
-            if secret_elsewhere(
-                shared.credentials.held(), answer.decision, ask.fields, ask.names.path
-            ):
+            fetched = shared.credentials.held()
+            if secret_elsewhere(fetched, answer.decision, ask.fields, ask.names.path, answer.host):
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
                 answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
-            state.host = answer.host
+            state.host = shared.masked(answer.host)  # logged, audited, named in a refusal
             decided, admission = await budget.admit(
                 shared.state, shared.metrics, answer.decision, announced(flow), facts.sandbox
             )

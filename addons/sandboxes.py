@@ -94,7 +94,9 @@ class SandboxIdentity:
             return
         if found.sandbox is not None:
             decision = Decision.deny(Reason.CONNECTION_LIMIT)
-            response = refusal_response(decision, flow.request.host, flow.request.method)
+            response = refusal_response(
+                decision, shared.masked(flow.request.host), flow.request.method
+            )
             response.headers["Retry-After"] = "1"
         elif found.failure is Failure.AUTH_REQUIRED:
             self._count("auth_required")
@@ -103,7 +105,9 @@ class SandboxIdentity:
         else:
             self._count("unknown_sandbox")
             decision = Decision.deny(Reason.UNKNOWN_SANDBOX)
-            response = refusal_response(decision, flow.request.host, flow.request.method)
+            response = refusal_response(
+                decision, shared.masked(flow.request.host), flow.request.method
+            )
         self._refuse(flow, stage, decision, response, started)
 
     def _refuse(

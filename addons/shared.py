@@ -17,7 +17,7 @@ from mitmproxy import connection
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
-from sandbox_egress.proxy.audit import AuditSink, Searcher, masked_record
+from sandbox_egress.proxy.audit import AuditSink, Searcher, masked, masked_record
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
@@ -141,7 +141,9 @@ class Shared:
         sandbox = self.facts(where.client).sandbox
         mcp = state.mcp.audit_names() if state and state.mcp else None
         named = state.credentials if state else ()
-        written = record(where, decision, started, status, sent, received, injected, sandbox, mcp, named)
+        written = record(
+            where, decision, started, status, sent, received, injected, sandbox, mcp, named
+        )
         self.audit.write(masked_record(written, self.held_values()))
 
     def held_values(self) -> tuple[Searcher | None, ...]:
@@ -150,6 +152,11 @@ class Shared:
         chose (host, SNI, path) is written to the audit with them masked (D363)."""
         index = self.tenancy.everyone if self.tenancy is not None else self.policy.placeholders()
         return (index.values, self.credentials.held())
+
+    def masked(self, text: str) -> str:
+        """`text` (a host or target the sandbox chose) with every spelling of a value this
+        proxy holds as `[secret]`: how it is logged, audited and named in a refusal."""
+        return masked(text, self.held_values())
 
 
 def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:

@@ -71,6 +71,8 @@ class Searcher(Protocol):
 
     def search(self, data: bytes) -> Any: ...
 
+    def sub(self, repl: bytes, data: bytes) -> bytes: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PlaceholderIndex:

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 from sandbox_egress.proxy.spellings import literals
 
-
 REDACTED = b"[redacted]"
 # The escapes an encoder may put in place of one byte. An echo is decoded each way on its
 # own (percent once, percent twice, JSON), never mixed: `\\%41` and `%2541` each have one
@@ -245,7 +244,9 @@ class BodyMatcher:
         return b"".join(parts), resume
 
 
-def _first(searched: tuple[bytes, ...], buf: bytes, pos: int, limit: int) -> tuple[int, bytes | None]:
+def _first(
+    searched: tuple[bytes, ...], buf: bytes, pos: int, limit: int
+) -> tuple[int, bytes | None]:
     best, found = limit, None
     for spelled in searched:  # longest first: a tie keeps the longer
         at = buf.find(spelled, pos, best + len(spelled) - 1)

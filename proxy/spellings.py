@@ -16,11 +16,12 @@ A spelling is a *form* of the secret's bytes written with an *escape*:
   escapes as their short escape or as `\\u00XX` in either hex case; `/` as it is, `\\/`
   or `\\u002f`; HTML-safe `<>&'` as `\\u003c`...; non-ASCII as UTF-8 or `\\uXXXX`).
 
-`SPELLINGS` lists each (form, escape) pair; `spellings(secret)` is all of them, as literal bytes: matched by
-literal search, never by a per-byte expression, so a body's matcher is a handful of
-`bytes.find` calls (D360). What is not here (a mix of escapes inside one value, percent
-of any subset of bytes, double encoding) is matched in headers by decoding first
-(`proxy.redact`) and in a request-target by percent-decoding it (`proxy.swap`).
+`SPELLINGS` lists each (form, escape) pair; `spellings(secret)` is all of them, as
+literal bytes: matched by literal search, never by a per-byte expression, so a body's
+matcher is a handful of `bytes.find` calls (D360). What is not here (a mix of escapes
+inside one value, percent of any subset of bytes, double encoding) is matched in headers
+by decoding first (`proxy.redact`) and in a request-target by percent-decoding it
+(`proxy.swap`).
 
 Invariants: pure (no mitmproxy import), deterministic, nothing here logs or raises with
 a secret in its message; a literal is never empty and never shorter than the
@@ -68,7 +69,7 @@ def _base64(secret: bytes) -> Iterable[bytes]:
 
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # The bytes each common URL encoder leaves as they are (besides a space, below).
-_PERCENT_SAFE = (
+_PERCENT_SAFE: tuple[frozenset[int], ...] = (
     frozenset(),  # every byte encoded
     _UNRESERVED,  # RFC 3986, Python quote(safe=""), Go QueryEscape/PathEscape, Rust
     _UNRESERVED | frozenset(b"!'()*"),  # JavaScript encodeURIComponent
@@ -128,7 +129,9 @@ def _json(secret: bytes) -> Iterable[bytes]:
     found: set[bytes] = set()
     for hexes in ("\\u%04x", "\\u%04X"):
         slashes = (b"/", b"\\/", (hexes % 0x2F).encode())
-        for short, slash, html, ascii in product((True, False), slashes, (False, True), (False, True)):
+        for short, slash, html, ascii in product(
+            (True, False), slashes, (False, True), (False, True)
+        ):
             found.add(_json_one(text, utf8, (short, hexes, slash, html, ascii)))
     return found
 

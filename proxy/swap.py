@@ -70,10 +70,16 @@ _PREEMPTED = REPORTABLE | {
 
 
 def swap(
-    index: PlaceholderIndex, decision: Decision, fields: Fields, path: str, own: Holder | None
+    index: PlaceholderIndex,
+    decision: Decision,
+    fields: Fields,
+    path: str,
+    own: Holder | None,
+    host: str = "",
 ) -> Swap:
-    """The placeholder stage of one request decided `decision`; `path` is its target and
-    `own` the holder of its deciding entry's placeholders (`Policy.holder`)."""
+    """The placeholder stage of one request decided `decision`; `path` is its target,
+    `host` the name it is for and `own` the holder of its deciding entry's placeholders
+    (`Policy.holder`)."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
     if index.pattern is None and index.values is None:
@@ -83,9 +89,11 @@ def swap(
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
-    if index.values is not None and _held(index.values, headers, path):
+    if index.values is not None and _held(index.values, headers, path, host):
         return Swap(Reason.SECRET_ELSEWHERE)
-    if index.pattern is not None and _foreign(index, own, headers, names, path):
+    if index.pattern is not None and _foreign(
+        index, own, headers, names + b"\n" + host.encode(), path
+    ):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
@@ -126,21 +134,22 @@ def swap(
 
 
 def secret_elsewhere(
-    values: Searcher | None, decision: Decision, fields: Fields, path: str
+    values: Searcher | None, decision: Decision, fields: Fields, path: str, host: str = ""
 ) -> bool:
     """Whether a request decided `decision` carries one of `values` (the credentials the
     cache fetched, D208) where `swap` looks for the configuration's own values."""
     if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
         return False
     basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
-    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path)
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path, host)
 
 
-def _held(values: Searcher, headers: bytes, path: str) -> bool:
-    """Whether a resolved value occurs in the header text or the request-target, as sent
-    or percent-decoded (D208): the sandbox holds something it should never hold."""
+def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:
+    """Whether a resolved value, in any spelling of `proxy.spellings` (D360), occurs in the
+    header text, the request-target (as sent or percent-decoded) or the host name (an
+    HTTP/2 `:authority` is no header field): the sandbox holds what it should never hold."""
     target = path.encode("utf-8", "surrogateescape")
-    places = [headers, target]
+    places = [headers, target, host.encode("utf-8", "surrogateescape")]
     places += [unquote_to_bytes(p) for p in (headers, target) if b"%" in p]
     return any(values.search(data) for data in places)
 

@@ -158,19 +158,28 @@ _CONFIG = {
                 },
             },
             {"domain": "other.test"},
+            {"domain": "tr.test", "transform": {"X-Key": "${TOKEN}"}},
+            {"domain": "*.wild.test"},
         ]
     },
 }
-POLICY = Policy(parse(_CONFIG, "env.yaml", {"VALUE": VALUE, "AWS_SECRET": "x" * 40}))
+TOKEN = "tok0dns0label0value0123"
+POLICY = Policy(
+    parse(_CONFIG, "env.yaml", {"VALUE": VALUE, "AWS_SECRET": "x" * 40, "TOKEN": TOKEN})
+)
 
 
 async def _resolve(name: str, port: int) -> list[IPAddress]:
     return [canonical_host("93.184.216.34").ip]  # type: ignore[list-item]
 
 
-def _decide(host: str, path: str = "/", *fields: tuple[bytes, bytes]) -> Reason:
+def _decide(
+    host: str, path: str = "/", *fields: tuple[bytes, bytes], host_field: bool = True
+) -> Reason:
+    """`host_field` False: an HTTP/2 request, whose `:authority` is no header field."""
     names = RequestNames(False, host, 443, host, None, True, None, path=path)
-    ask = RequestAsk(b"GET", ((b"Host", host.encode()), *fields), names, True)
+    sent = ((b"Host", host.encode()),) if host_field else ()
+    ask = RequestAsk(b"GET", (*sent, *fields), names, True)
     answer = asyncio.run(decide_request(POLICY, _resolve, ConnectionFacts(), ask))
     return answer.decision.reason
 
@@ -190,6 +199,11 @@ def test_a_value_in_the_target_in_any_spelling_is_secret_elsewhere(
 ) -> None:
     spelled = quote(encode(VALUE), safe="/%+=~")  # as a client writes it into a target
     assert _decide("other.test", f"/x?q={spelled}") is Reason.SECRET_ELSEWHERE
+
+
+def test_a_value_in_the_host_name_of_an_http2_request_is_secret_elsewhere() -> None:
+    assert _decide(f"{TOKEN}.wild.test", host_field=False) is Reason.SECRET_ELSEWHERE
+    assert _decide("api.wild.test", host_field=False) is Reason.ALLOWLISTED
 
 
 def _aws_auth(akid: str) -> bytes:
@@ -237,6 +251,23 @@ def test_the_audit_masks_a_value_in_the_path_in_any_spelling(
     assert SECRET_MASK in written
     assert not _still_there(VALUE.encode(), spelled.encode(), written.encode())
     assert written.startswith("/a/") or written == SECRET_MASK
+
+
+def test_the_audit_record_masks_host_sni_and_path() -> None:
+    from sandbox_egress.proxy.audit import AuditRecord, masked_record
+
+    record = AuditRecord(
+        "198.18.0.2:1", "GET", "https", f"{TOKEN}.wild.test", 443, "deny",
+        "secret_elsewhere", None, (), 403, 0, 0, 0.1, sni=f"{TOKEN}.wild.test",
+        path=f"/{quote(TOKEN)}/x",
+    )  # fmt: skip
+    written = masked_record(record, (SEARCH,))
+    assert (written.host, written.sni, written.path) == (
+        "[secret].wild.test", "[secret].wild.test", "/[secret]/x",
+    )  # fmt: skip
+    clean = AuditRecord("c", "GET", "https", "h.test", 443, "allow", "allowlisted", None, (),
+                        200, 0, 0, 0.1, path="/x")  # fmt: skip
+    assert masked_record(clean, (SEARCH,)) is clean
 
 
 def test_the_audit_keeps_a_path_without_a_value_as_it_is() -> None:
