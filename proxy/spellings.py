@@ -167,10 +167,24 @@ def spellings(secret: bytes) -> frozenset[bytes]:
     return frozenset(s for s in found if s)
 
 
+# A secret holding another of at least this many bytes is found by the other's spellings
+# (each spelling is per byte, and the shorter one's base64 has 8 characters of its own at
+# every alignment from 7 bytes on): it is not searched for itself (D361).
+MIN_COVERING = 7
+
+
+def searched(secrets: Iterable[bytes]) -> tuple[bytes, ...]:
+    """`secrets` without those that hold another of `MIN_COVERING` bytes or more: a
+    transform `Bearer ${TOKEN}` is found, in every spelling, by its token's."""
+    unique = set(secrets)
+    parts = [s for s in unique if len(s) >= MIN_COVERING]
+    return tuple(s for s in unique if not any(p != s and p in s for p in parts))
+
+
 def literals(secrets: Iterable[bytes]) -> tuple[bytes, ...]:
-    """The spellings of every secret, longest first (a tie: the smaller bytes first), so
-    an alternation of them matches the longest at a position."""
-    found = {s for secret in secrets for s in spellings(secret)}
+    """The spellings of every secret `searched` keeps, longest first (a tie: the smaller
+    bytes first), so an alternation of them matches the longest at a position."""
+    found = {s for secret in searched(secrets) for s in spellings(secret)}
     return tuple(sorted(found, key=lambda s: (-len(s), s)))
 
 
