@@ -49,6 +49,8 @@ def mask(length: int) -> bytes:
 
 Decoded = tuple[bytes, list[int], list[int]]
 Fields = tuple[tuple[bytes, bytes], ...]
+# (every spelling, the spellings one of which each of those holds): `BodyMatcher`'s two.
+Spellings = tuple[tuple[bytes, ...], tuple[bytes, ...]]
 
 
 def _decoded(text: Decoded, escape: re.Pattern[bytes]) -> Decoded:
@@ -82,11 +84,14 @@ def _any_case(secret: bytes) -> bytes:
 # A reload compiles only the entries whose secrets changed (~1 ms each, D30). The cache
 # keeps a rotated secret in memory until evicted: it was in this process already.
 @functools.lru_cache(maxsize=4096)
-def _compiled(ordered: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], tuple[bytes, ...]]:
+def _compiled(ordered: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], Spellings]:
     """The header expression and the body's literals of `ordered` secrets."""
-    spelled = literals(ordered)
+    found = literals(ordered)
     any_case = b"(?i:" + b"|".join(_any_case(s) for s in ordered) + b")"
-    return re.compile(b"|".join([any_case, *map(re.escape, spelled)])), spelled
+    return re.compile(b"|".join([any_case, *map(re.escape, found)])), (
+        literals(ordered, every=True),
+        found,
+    )
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,9 @@ class Redactor:
     # The secrets in any case, then every spelling of the table (case-sensitive): literals
     # only (a per-byte alternation took 3.5 ms to compile); escapes are decoded first.
     _pattern: re.Pattern[bytes] | None = field(default=None, repr=False)
-    # What a body is searched for: every spelling, and those the swap wrote (`spelled`).
-    _spellings: tuple[bytes, ...] = field(default=(), repr=False)
+    # What a body is searched for: every spelling, and those the swap wrote (`spelled`);
+    # and first, the fewer that any of those holds (`proxy.spellings.searched`, D361).
+    _spellings: Spellings = field(default=((), ()), repr=False)
 
     @classmethod
     def build(cls, secrets: tuple[bytes, ...]) -> Redactor:
@@ -153,14 +159,15 @@ class Redactor:
         """This redactor, whose body matcher also masks `spellings`: the exact bytes the
         proxy wrote into one request (a `Basic` credential's base64 of `user:value`, a
         percent-encoded value). Headers already match them (base64 cores, decoding)."""
-        extra = [s for s in spellings if s and s not in self._spellings]
+        every, first = self._spellings
+        extra = {s for s in spellings if s and s not in every}
         if not extra:
             return self
-        ordered = tuple(sorted({*self._spellings, *extra}, key=lambda s: (-len(s), s)))
-        return Redactor(self.secrets, self._pattern, ordered)
+        return Redactor(self.secrets, self._pattern, ((*every, *extra), (*first, *extra)))
 
     def body(self) -> BodyMatcher:
-        return BodyMatcher(self._spellings)
+        every, first = self._spellings
+        return BodyMatcher(every, first)
 
 
 NO_REDACTION = Redactor()
@@ -176,18 +183,14 @@ class BodyMatcher:
     however the body was cut into chunks.
     """
 
-    def __init__(self, spellings: tuple[bytes, ...]) -> None:
+    def __init__(self, spellings: tuple[bytes, ...], first: tuple[bytes, ...] = ()) -> None:
+        """`spellings` to mask; `first`, when given, spellings one of which each of
+        `spellings` holds: a buffer holding none of them is searched no further (D361)."""
         ordered = tuple(sorted(set(spellings), key=lambda s: (-len(s), s)))
         self._keep = max((len(s) for s in ordered), default=1) - 1
-        # Which spellings a buffer can hold: one with `%` (`\\`) only where the buffer
-        # holds one; the usual body holds neither, and is searched for the plain ones.
-        self._by_escapes = {
-            (pct, esc): tuple(
-                s for s in ordered if (pct or b"%" not in s) and (esc or b"\\" not in s)
-            )
-            for pct in (False, True)
-            for esc in (False, True)
-        }
+        self._every = _by_escapes(ordered)
+        self._first = _by_escapes(tuple(sorted(set(first), key=lambda s: (-len(s), s))))
+        self._gated = bool(first)
         starting: dict[int, list[bytes]] = {}
         for spelled in ordered:
             starting.setdefault(spelled[0], []).append(spelled)
@@ -232,7 +235,10 @@ class BodyMatcher:
         """Replace the occurrences starting before `limit`; (output, where to resume)."""
         if limit <= 0:
             return b"", 0
-        searched = self._by_escapes[(b"%" in buf, b"\\" in buf)]
+        escapes = (b"%" in buf, b"\\" in buf)
+        if self._gated and _first(self._first[escapes], buf, 0, limit)[1] is None:
+            return buf[:limit], limit  # the usual buffer: none of the fewer spellings
+        searched = self._every[escapes]
         pos, parts = 0, list[bytes]()
         while True:
             start, spelled = _first(searched, buf, pos, limit)
@@ -243,6 +249,17 @@ class BodyMatcher:
         resume = max(pos, limit)
         parts.append(buf[pos:resume])
         return b"".join(parts), resume
+
+
+def _by_escapes(ordered: tuple[bytes, ...]) -> dict[tuple[bool, bool], tuple[bytes, ...]]:
+    """Which spellings a buffer can hold, by whether it holds `%` and `\\`: one with `%`
+    (`\\`) only where the buffer holds one; the usual body holds neither, and is searched
+    for the plain ones only."""
+    return {
+        (pct, esc): tuple(s for s in ordered if (pct or b"%" not in s) and (esc or b"\\" not in s))
+        for pct in (False, True)
+        for esc in (False, True)
+    }
 
 
 def _first(

@@ -181,10 +181,11 @@ def searched(secrets: Iterable[bytes]) -> tuple[bytes, ...]:
     return tuple(s for s in unique if not any(p != s and p in s for p in parts))
 
 
-def literals(secrets: Iterable[bytes]) -> tuple[bytes, ...]:
-    """The spellings of every secret `searched` keeps, longest first (a tie: the smaller
-    bytes first), so an alternation of them matches the longest at a position."""
-    found = {s for secret in searched(secrets) for s in spellings(secret)}
+def literals(secrets: Iterable[bytes], every: bool = False) -> tuple[bytes, ...]:
+    """The spellings of every secret `searched` keeps (of every secret, `every`), longest
+    first (a tie: the smaller bytes first), so an alternation of them matches the
+    longest at a position."""
+    found = {s for secret in (secrets if every else searched(secrets)) for s in spellings(secret)}
     return tuple(sorted(found, key=lambda s: (-len(s), s)))
 
 
