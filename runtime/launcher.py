@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.common.logs import announce, formatter
+from sandbox_egress.common.logs import MaskedValues, announce, formatter
 from sandbox_egress.proxy import config as configuration
 from sandbox_egress.proxy import limits, sandboxes
 from sandbox_egress.proxy.audit import BackgroundAuditLog
@@ -196,6 +196,10 @@ async def serve(settings: Settings) -> int:
     counted = CountingAudit(audit if otlp is None else TeeAudit(audit, otlp), metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
+    # Every operator line, the engine's too, with a value a sandbox sent masked (D363).
+    masking = MaskedValues(addon.shared.masked)
+    for handler in (termlog.logger, *logging.getLogger("egress").handlers):
+        handler.addFilter(masking)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(

@@ -339,3 +339,16 @@ def test_a_body_without_the_secret_passes_unchanged_however_it_is_cut(
         for piece in matcher(c)
     )
     assert out == body
+
+
+def test_a_log_line_quoting_a_value_is_masked() -> None:
+    """The filter the launcher puts on mitmproxy's and `egress`'s handlers (D363)."""
+    import logging
+
+    from sandbox_egress.common.logs import MaskedValues
+    from sandbox_egress.proxy.audit import masked
+
+    record = logging.LogRecord("egress", logging.WARNING, __file__, 1, "%s: refused", None, None)
+    record.args = (f"{TOKEN}.wild.test",)
+    assert MaskedValues(lambda text: masked(text, (SEARCH,))).filter(record)
+    assert record.getMessage() == "[secret].wild.test: refused"
