@@ -191,6 +191,8 @@ class BodyMatcher:
         self._every = _by_escapes(ordered)
         self._first = _by_escapes(tuple(sorted(set(first), key=lambda s: (-len(s), s))))
         self._gated = bool(first)
+        if not first:
+            self._first = self._every
         starting: dict[int, list[bytes]] = {}
         for spelled in ordered:
             starting.setdefault(spelled[0], []).append(spelled)
@@ -236,14 +238,22 @@ class BodyMatcher:
         if limit <= 0:
             return b"", 0
         escapes = (b"%" in buf, b"\\" in buf)
-        if self._gated and _first(self._first[escapes], buf, 0, limit)[1] is None:
-            return buf[:limit], limit  # the usual buffer: none of the fewer spellings
-        searched = self._every[escapes]
+        fewer, every, longest = self._first[escapes], self._every[escapes], self._keep + 1
         pos, parts = 0, list[bytes]()
+        reach = limit + longest if self._gated else limit
         while True:
-            start, spelled = _first(searched, buf, pos, limit)
+            start, spelled = _first(fewer, buf, pos, reach)
             if spelled is None:
                 break
+            if self._gated:
+                # The leftmost of every spelling holds one of the fewer (one that may start
+                # past `limit`), so it starts at most `longest` bytes before the leftmost of
+                # those, and no later; none there: none starts before `limit`.
+                start, spelled = _first(
+                    every, buf, max(pos, start - longest), min(start + 1, limit)
+                )
+                if spelled is None:
+                    break
             parts += (buf[pos:start], mask(len(spelled)))
             pos = start + len(spelled)
         resume = max(pos, limit)

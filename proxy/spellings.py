@@ -1,4 +1,4 @@
-"""The spellings of a secret the proxy knows (docs/configuration.md#echo-redaction,
+"""The spellings of a secret the proxy knows (docs/configuration.md#spellings-of-a-secret,
 docs/decisions.md D360): one table, read by echo redaction (`proxy.redact`) and by the
 `secret_elsewhere` search (`proxy.placeholders`, the credential cache) and the audit's
 masking (`proxy.audit`).

@@ -352,3 +352,31 @@ def test_a_log_line_quoting_a_value_is_masked() -> None:
     record.args = (f"{TOKEN}.wild.test",)
     assert MaskedValues(lambda text: masked(text, (SEARCH,))).filter(record)
     assert record.getMessage() == "[secret].wild.test: refused"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    token=st.binary(min_size=7, max_size=12),
+    around=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=3),
+    parts=st.lists(st.integers(min_value=0, max_value=6), max_size=12),
+    filler=st.binary(max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=10),
+)
+def test_a_value_holding_another_is_masked_as_if_every_spelling_were_searched(
+    token: bytes, around: list[bytes], parts: list[int], filler: bytes, cuts: list[int]
+) -> None:
+    """D361: the matcher searches the token's spellings first and every spelling only
+    around what it finds; however the body is cut, the answer is that of searching every
+    spelling of every value (`Bearer ${TOKEN}` is masked whole, its token alone too)."""
+    from sandbox_egress.proxy.redact import BodyMatcher
+    from sandbox_egress.proxy.spellings import literals
+
+    values = (token, around[0] + token, token + around[-1])
+    pieces = [*values, *(v.hex().encode() for v in values), filler]
+    body = b"".join(pieces[p % len(pieces)] for p in parts)
+    reference = BodyMatcher(literals(values, every=True))
+    expected = reference.feed(body) + reference.feed(b"")
+    matcher = Redactor.build(values).body()
+    bounds = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
+    out = b"".join(matcher.feed(body[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    assert out + matcher.feed(b"") == expected
