@@ -8,9 +8,9 @@ placeholder is used twice and builds the one matcher every request is searched w
 Invariants:
 * A placeholder is not secret (the sandbox holds it); its value is a `Secret` and no
   problem message is ever built from it.
-* The placeholder access key id of an `as: sigv4` binding is a placeholder too (SPEC
-  1.13, D362): entries binding the same one all hold it (`shared`), and it is foreign to
-  any other.
+* The placeholder access key id of an `as: sigv4` binding is a placeholder too
+  (docs/configuration.md#sigv4-re-signing-as-sigv4, D362): entries binding the same one
+  all hold it (`shared`), and it is foreign to any other.
 * A placeholder is 8 or more URL-unreserved characters (`A-Z a-z 0-9 - . _ ~`): it is
   spelled the same in a header, a query string and a Basic credential, and too long to
   occur by chance. No placeholder contains another (one match names one owner).

@@ -223,8 +223,8 @@ def test_what_cannot_be_resigned_never_reaches_moto(
 def test_the_placeholder_key_sent_to_another_host_is_placeholder_elsewhere(
     moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
 ) -> None:
-    """Issue 43: the placeholder access key id is a placeholder like any other (SPEC
-    1.13): a SigV4 request holding it, or a presigned URL naming it, sent to a host the
+    """Issue 43: the placeholder access key id is a placeholder like any other
+    (docs/decisions.md D362): a SigV4 request holding it, or a presigned URL naming it, sent to a host the
     binding is not on (here a name for moto's own address) is refused and reaches nothing."""
     key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
     key_file.write_text(moto.key_id + "\n")
