@@ -36,7 +36,7 @@ from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
 from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
-from sandbox_egress.proxy.swap import secret_elsewhere
+from sandbox_egress.proxy.swap import held_in, secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size the
 # sandbox gets the readable 403; a larger or unknown-length body closes the connection
@@ -190,7 +190,7 @@ class Requests:
             held, state.sigv4 = state.sigv4, None
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
-                state.decision = sigv4.finish(flow, held, decided)
+                state.decision = self._body_searched(flow, sigv4.finish(flow, held, decided))
                 if not state.decision.allowed:
                     flow.response = refusal_response(
                         state.decision, state.host, flow.request.method
@@ -209,10 +209,24 @@ class Requests:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
+                judged, state.decision = state.decision, self._body_searched(flow, state.decision)
+                if judged.allowed and not state.decision.allowed:
+                    flow.response = refusal_response(
+                        state.decision, state.host, flow.request.method
+                    )
             self._judged(flow, state)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+    def _body_searched(self, flow: http.HTTPFlow, decision: Decision) -> Decision:
+        """An allowed request whose body the proxy read (held to sign, or judged as MCP)
+        is refused `secret_elsewhere` when the body holds a resolved value in any
+        spelling (D364), as its headers and target would be."""
+        body = flow.request.raw_content
+        if decision.allowed and body and held_in(self.shared.held_values(), body):
+            return Decision.deny(Reason.SECRET_ELSEWHERE, decision.entry)
+        return decision
 
     def _judged(self, flow: http.HTTPFlow, state: FlowState) -> None:
         """A held request decided on its body: counted; refused, nothing of it goes on."""

@@ -18,8 +18,10 @@ Invariants:
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
 * A resolved value of any entry (a transform's, a secret's, their referenced parts) found
-  the same way, or percent-decoded in a header, refuses the request `secret_elsewhere`
-  (D208): checked before the placeholders, with the same exceptions.
+  the same way in any spelling (`proxy.spellings`, D360), or in the host name, or
+  percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
+  before the placeholders, with the same exceptions. So does one in a body the proxy
+  reads (`held_in`, D364).
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
+from sandbox_egress.proxy.audit import Searcher as Spelled
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
 from sandbox_egress.proxy.placeholders import (
     Holder,
@@ -142,6 +145,12 @@ def secret_elsewhere(
         return False
     basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
     return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path, host)
+
+
+def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:
+    """Whether a request body the proxy read holds a value of `values` (every spelling,
+    D360): such a request is `secret_elsewhere` too (D364)."""
+    return any(v is not None and v.search(body) is not None for v in values)
 
 
 def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:

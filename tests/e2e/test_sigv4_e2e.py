@@ -240,6 +240,35 @@ def test_the_placeholder_key_sent_to_another_host_is_placeholder_elsewhere(
     assert moto.requests() == before
 
 
+def test_a_held_body_holding_the_fetched_secret_is_secret_elsewhere(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    """Issue 43: a body the proxy reads (here a SigV4 body it holds to hash) is searched
+    like the headers: the real secret in it, in any spelling, is refused and reaches
+    nothing."""
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-body", _config(key_file, secret_file)).view
+    authority, empty = f"{UPSTREAM_IP}:{MOTO_PORT}", hashlib.sha256(b"").hexdigest()
+    made = proxy.https(authority, "/body-bucket", _signed_by_the_sandbox(empty), method="PUT")
+    assert made.status == 200, made.describe()  # the keys are fetched: the secret is known
+    before = moto.requests()
+    for body in (
+        f"note={moto.secret}".encode(),
+        json.dumps({"k": base64.b64encode(moto.secret.encode()).decode()}).encode(),
+    ):
+        put = proxy.https(
+            authority,
+            "/body-bucket/k",
+            _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+            method="PUT",
+            body=body,
+        )
+        assert_refused(put, "secret_elsewhere", host=UPSTREAM_IP)
+    assert moto.requests() == before
+
+
 def test_a_declared_hash_matching_the_held_body_is_signed(
     moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
 ) -> None:
