@@ -16,7 +16,9 @@ configuration (`Redactor.build`, called by the loader for each entry with a
   (exact bytes) with a mask of the same length (so Content-Length framing stays true),
   carrying between chunks the chunk's tail that begins a spelling (at most the longest
   spelling minus one byte) so a value split across chunks or server-sent events is
-  still caught. It holds no more than that carry beyond the chunk in hand. A spelling
+  still caught. It holds no more than that carry beyond the chunk in hand. A buffer is
+  searched first for the spellings of the values that hold no other (`Bearer ${TOKEN}`
+  holds its token), and for every spelling only around what that finds; a spelling
   with `%` or `\\` is searched for only in a buffer that holds one (D361).
 
 Invariants: nothing here logs or raises with a secret in the message; a matcher
@@ -196,9 +198,10 @@ class BodyMatcher:
         starting: dict[int, list[bytes]] = {}
         for spelled in ordered:
             starting.setdefault(spelled[0], []).append(spelled)
-        self._starting = {first: tuple(found) for first, found in starting.items()}
+        self._starting = {byte: tuple(found) for byte, found in starting.items()}
         # Where in a tail a spelling can begin: one search in C, not a loop per byte.
-        self._firsts = re.compile(b"[" + b"".join(re.escape(bytes([f])) for f in starting) + b"]")
+        begins = b"".join(re.escape(bytes([byte])) for byte in starting)
+        self._firsts = re.compile(b"[" + begins + b"]" if begins else b"(?!)")
         self._carry = b""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
@@ -226,8 +229,8 @@ class BodyMatcher:
         (issue 36: an SSE event was held until the next one). No spelling starts before
         that position without ending inside `buf`, so deciding up to it is final."""
         end, starting = len(buf), self._starting
-        for first in self._firsts.finditer(buf, max(end - self._keep, 0)):
-            at = first.start()
+        for begun in self._firsts.finditer(buf, max(end - self._keep, 0)):
+            at = begun.start()
             tail = buf[at:]
             if any(len(s) > len(tail) and s.startswith(tail) for s in starting[buf[at]]):
                 return at

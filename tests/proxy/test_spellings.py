@@ -380,3 +380,10 @@ def test_a_value_holding_another_is_masked_as_if_every_spelling_were_searched(
     bounds = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
     out = b"".join(matcher.feed(body[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
     assert out + matcher.feed(b"") == expected
+
+
+def test_a_matcher_of_no_spelling_passes_every_byte() -> None:
+    from sandbox_egress.proxy.redact import NO_REDACTION
+
+    matcher = NO_REDACTION.body()
+    assert matcher.feed(b"any body") + matcher.feed(b"") == b"any body"
