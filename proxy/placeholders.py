@@ -28,7 +28,7 @@ import re2
 
 from sandbox_egress.proxy.redact import Redactor
 from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.spellings import alternation
+from sandbox_egress.proxy.spellings import compiled
 
 Report = Callable[[str, str], None]  # (location, message)
 # (value with references, location) -> the resolved Secret, or None (reported)
@@ -202,8 +202,10 @@ def index(entries: Sequence[Owner], report: Report, source: str = "") -> Placeho
         for shorter in ordered:
             if shorter != longer and shorter in longer:
                 report(where[longer], f"placeholder contains the one at {where[shorter]}")
-    secrets = sorted({v for e in entries for v in e.redactions.secrets}, key=lambda v: (-len(v), v))
-    values = re.compile(alternation(secrets)) if secrets else None  # every spelling (D360)
+    # Every spelling (D360) of every value: each entry's own (its values that hold none of
+    # its others, `Redactor.literals`), in one RE2 expression.
+    found = sorted({s for e in entries for s in e.redactions.literals}, key=lambda s: (-len(s), s))
+    values = compiled(b"|".join(map(re.escape, found))) if found else None
     if not owners and values is None:
         return NO_PLACEHOLDERS
     pattern = re.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
@@ -222,7 +224,7 @@ def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
             owners[key] = owners.get(key, frozenset()) | holders
     shared = frozenset(k for one in indexes for k in one.shared)
     sources = [one.values.pattern for one in indexes if one.values is not None]
-    values = re2.compile(b"|".join(sources)) if sources else None
+    values = compiled(b"|".join(sources)) if sources else None
     if not owners and values is None:
         return NO_PLACEHOLDERS
     ordered = sorted(owners, key=lambda p: (-len(p), p))

@@ -89,8 +89,11 @@ def _any_case(secret: bytes) -> bytes:
 def _compiled(ordered: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], Spellings]:
     """The header expression and the body's literals of `ordered` secrets."""
     found = literals(ordered)
+    # A header is decoded before it is searched (percent, JSON): the escaped spellings are
+    # found as their unescaped ones, and the expression holds only those.
+    plain = [s for s in found if b"%" not in s and b"\\" not in s]
     any_case = b"(?i:" + b"|".join(_any_case(s) for s in ordered) + b")"
-    return re.compile(b"|".join([any_case, *map(re.escape, found)])), (
+    return re.compile(b"|".join([any_case, *map(re.escape, plain)])), (
         literals(ordered, every=True),
         found,
     )
@@ -166,6 +169,12 @@ class Redactor:
         if not extra:
             return self
         return Redactor(self.secrets, self._pattern, ((*every, *extra), (*first, *extra)))
+
+    @property
+    def literals(self) -> tuple[bytes, ...]:
+        """Every spelling of the values that hold none of the others (what a request is
+        searched for: `secret_elsewhere`, D360), without the ones a swap wrote."""
+        return literals(self.secrets)
 
     def body(self) -> BodyMatcher:
         every, first = self._spellings

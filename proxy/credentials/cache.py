@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from sandbox_egress.proxy.credentials.base import (
     Fetched,
     Source,
 )
-from sandbox_egress.proxy.spellings import alternation
+from sandbox_egress.proxy.spellings import alternation, compiled
 
 logger = logging.getLogger("egress")
 
@@ -93,10 +92,10 @@ class Credentials:
         self._on_fetch = on_fetch
         self._run = run
         self._slots: dict[str, _Slot] = {}
-        self._held: re.Pattern[bytes] | None = None
+        self._held: Any = None  # an RE2 expression (`proxy.spellings.compiled`)
         self.replace(sources, keys)
 
-    def held(self) -> re.Pattern[bytes] | None:
+    def held(self) -> Any:
         """Every value the cache holds (and its companions, 6 bytes or more), in every
         spelling: found in a request the sandbox sent, it is `secret_elsewhere` (D208,
         D360). None when none."""
@@ -111,7 +110,7 @@ class Credentials:
             if len(text := secret.reveal()) >= MIN_HELD_LENGTH
         }
         # Every spelling of each (proxy.spellings, D360), as the configuration's values are.
-        self._held = re.compile(alternation(found)) if found else None
+        self._held = compiled(alternation(found)) if found else None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._slots)
