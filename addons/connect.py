@@ -46,9 +46,10 @@ class Connect:
             answer = decided  # only once applied: an exception leaves the refusal
         decision = answer.decision
         shared.count(Stage.CONNECT, decision)
+        host = shared.masked(answer.host)  # what the sandbox chose: no value in it (D363)
         if not decision.allowed:
-            flow.response = refusal_response(decision, answer.host)
+            flow.response = refusal_response(decision, host)
         status = flow.response.status_code if flow.response else 200
         upstream = address_text(answer.pin.address) if answer.pin is not None else None
-        where = Where(client, "CONNECT", "", answer.host, answer.port, upstream)
+        where = Where(client, "CONNECT", "", host, answer.port, upstream)
         shared.write_audit(where, decision, started, status)

@@ -34,7 +34,7 @@ from sandbox_egress.proxy.outbound import outbound_fields
 from sandbox_egress.proxy.redact import NO_REDACTION
 from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
-from sandbox_egress.proxy.swap import secret_elsewhere
+from sandbox_egress.proxy.swap import held_in, secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size it does
 # (the connection is kept alive); a larger or unknown-length body is answered at once and
@@ -48,8 +48,9 @@ class Requests:
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         shared, request = self.shared, flow.request
-        state = FlowState(Decision.deny(Reason.POLICY_ERROR), request.host[:255])
-        state.path = audit_path(request.path)  # as sent: before a swap writes a secret in it
+        state = FlowState(Decision.deny(Reason.POLICY_ERROR), shared.masked(request.host[:255]))
+        # As sent (before a swap writes a secret in it), a value the sandbox sent masked.
+        state.path = audit_path(request.path, shared.held_values())
         flow.metadata[FLOW_KEY] = state
         admission = Admission(True)
         with shared.failclosed(Stage.REQUEST):
@@ -63,12 +64,11 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
-            if secret_elsewhere(
-                shared.credentials.held(), answer.decision, ask.fields, ask.names.path
-            ):
+            fetched = shared.credentials.held()
+            if secret_elsewhere(fetched, answer.decision, ask.fields, ask.names.path, answer.host):
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
                 answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
-            state.host = answer.host
+            state.host = shared.masked(answer.host)  # logged, audited, named in a refusal
             decided, admission = await budget.admit(
                 shared.state, shared.metrics, answer.decision, announced(flow), facts.sandbox
             )
@@ -187,7 +187,7 @@ class Requests:
             held, state.sigv4 = state.sigv4, None
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
-                state.decision = sigv4.finish(flow, held, decided)
+                state.decision = self._body_searched(flow, sigv4.finish(flow, held, decided))
                 if not state.decision.allowed:
                     flow.response = refusal_response(
                         state.decision, state.host, flow.request.method
@@ -208,10 +208,24 @@ class Requests:
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
+                judged, state.decision = state.decision, self._body_searched(flow, state.decision)
+                if judged.allowed and not state.decision.allowed:
+                    flow.response = refusal_response(
+                        state.decision, state.host, flow.request.method
+                    )
             self._judged(flow, state)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
+
+    def _body_searched(self, flow: http.HTTPFlow, decision: Decision) -> Decision:
+        """An allowed request whose body the proxy read (held to sign, or judged as MCP)
+        is refused `secret_elsewhere` when the body holds a resolved value in any
+        spelling (D364), as its headers and target would be."""
+        body = flow.request.raw_content
+        if decision.allowed and body and held_in(self.shared.held_values(), body):
+            return Decision.deny(Reason.SECRET_ELSEWHERE, decision.entry)
+        return decision
 
     def _judged(self, flow: http.HTTPFlow, state: FlowState) -> None:
         """A held request decided on its body: counted; refused, nothing of it goes on."""

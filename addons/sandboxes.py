@@ -91,7 +91,9 @@ class SandboxIdentity:
             return
         if found.sandbox is not None:
             decision = Decision.deny(Reason.CONNECTION_LIMIT)
-            response = refusal_response(decision, flow.request.host, flow.request.method)
+            response = refusal_response(
+                decision, shared.masked(flow.request.host), flow.request.method
+            )
             response.headers["Retry-After"] = "1"
         elif found.failure is Failure.AUTH_REQUIRED:
             self._count("auth_required")
@@ -100,7 +102,9 @@ class SandboxIdentity:
         else:
             self._count("unknown_sandbox")
             decision = Decision.deny(Reason.UNKNOWN_SANDBOX)
-            response = refusal_response(decision, flow.request.host, flow.request.method)
+            response = refusal_response(
+                decision, shared.masked(flow.request.host), flow.request.method
+            )
         self._refuse(flow, stage, decision, response, started)
 
     def _refuse(
@@ -121,7 +125,7 @@ class SandboxIdentity:
             flow.response = response
         method = "CONNECT" if stage is Stage.CONNECT else request.method
         scheme = "" if stage is Stage.CONNECT else request.scheme
-        path = None if stage is Stage.CONNECT else audit_path(request.path)
+        path = None if stage is Stage.CONNECT else audit_path(request.path, shared.held_values())
         where = Where(
             flow.client_conn, method, scheme, request.host[:255], request.port, None, path
         )

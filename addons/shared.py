@@ -17,7 +17,7 @@ from mitmproxy import connection
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
-from sandbox_egress.proxy.audit.log import AuditSink
+from sandbox_egress.proxy.audit.log import AuditSink, Searcher, masked, masked_record
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
@@ -141,9 +141,22 @@ class Shared:
         sandbox = self.facts(where.client).sandbox
         mcp = state.mcp.audit_names() if state and state.mcp else None
         named = state.credentials if state else ()
-        self.audit.write(
-            record(where, decision, started, status, sent, received, injected, sandbox, mcp, named)
+        written = record(
+            where, decision, started, status, sent, received, injected, sandbox, mcp, named
         )
+        self.audit.write(masked_record(written, self.held_values()))
+
+    def held_values(self) -> tuple[Searcher | None, ...]:
+        """Every spelling of every resolved value this proxy holds: the configuration's
+        (a node's and all its sandboxes'), and the credential cache's. What the sandbox
+        chose (host, SNI, path) is written to the audit with them masked (D363)."""
+        index = self.tenancy.everyone if self.tenancy is not None else self.policy.placeholders()
+        return (index.values, self.credentials.held())
+
+    def masked(self, text: str) -> str:
+        """`text` (a host or target the sandbox chose) with every spelling of a value this
+        proxy holds as `[secret]`: how it is logged, audited and named in a refusal."""
+        return masked(text, self.held_values())
 
 
 def counter(state: FlowState, attribute: str) -> Callable[[bytes], bytes]:

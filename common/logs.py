@@ -9,12 +9,16 @@ a stream; the CLI calls `log_handler` once with `--log-format`:
   `"exception"` with the traceback text when there is one), times as `common.clock`.
 
 A message is written as given: whoever logs is responsible for keeping secrets out of it.
+The proxy also puts a `MaskedValues` filter on its handlers (mitmproxy's and `egress`'s),
+so that a message quoting what a sandbox sent (a host, an SNI, a target) has every
+spelling of a value the proxy holds written `[secret]` (D363).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import IO
 
@@ -22,6 +26,23 @@ from sandbox_egress.common.clock import utc_timestamp
 from sandbox_egress.common.jsonlines import json_line
 
 LOG_FORMATS = ("text", "json")
+
+
+class MaskedValues(logging.Filter):
+    """A handler's filter that rewrites each record's message through `mask` (the proxy's
+    masking of every spelling of a value it holds); a record is never dropped. The
+    traceback of a record is formatted by the handler, from its exception: not masked."""
+
+    def __init__(self, mask: Callable[[str], str]) -> None:
+        super().__init__()
+        self._mask = mask
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = self._mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -8,6 +8,9 @@ placeholder is used twice and builds the one matcher every request is searched w
 Invariants:
 * A placeholder is not secret (the sandbox holds it); its value is a `Secret` and no
   problem message is ever built from it.
+* The placeholder access key id of an `as: sigv4` binding is a placeholder too
+  (docs/configuration.md#sigv4-re-signing-as-sigv4, D362): entries binding the same one
+  all hold it (`shared`), and it is foreign to any other.
 * A placeholder is 8 or more URL-unreserved characters (`A-Z a-z 0-9 - . _ ~`): it is
   spelled the same in a header, a query string and a Basic credential, and too long to
   occur by chance. No placeholder contains another (one match names one owner).
@@ -25,6 +28,7 @@ import re2
 
 from sandbox_egress.proxy.redact import Redactor
 from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.spellings import compiled
 
 Report = Callable[[str, str], None]  # (location, message)
 # (value with references, location) -> the resolved Secret, or None (reported)
@@ -67,6 +71,8 @@ class Searcher(Protocol):
 
     def search(self, data: bytes) -> Any: ...
 
+    def sub(self, repl: bytes, data: bytes) -> bytes: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PlaceholderIndex:
@@ -78,6 +84,9 @@ class PlaceholderIndex:
     owners: dict[bytes, frozenset[Holder]] = field(default_factory=dict)
     # Every placeholder, longest first; None when the configuration has none.
     pattern: Matcher | None = None
+    # Placeholders every owner holds alike (a sigv4 binding's access key id, D362): foreign
+    # only to an entry that is not one of them. Any other held by two is everyone's (D179).
+    shared: frozenset[bytes] = frozenset()
 
     # Every resolved value (transform and secret values, their referenced parts): found in
     # a request, it is `secret_elsewhere` (D208). None when the configuration has none.
@@ -98,6 +107,19 @@ class PlaceholderIndex:
         """This index (its matchers shared) as the sandbox whose view is `view` sees it: a
         placeholder its view holds names those holders; any other, everyone's."""
         return replace(self, view=view)
+
+    def foreign_in(self, data: bytes, own: Holder | None) -> bool:
+        """Whether `data` holds a placeholder that is not `own`'s alone to hold: one of
+        another entry, or one two files repeat (D179), or a shared one `own` is not
+        among the holders of (D362)."""
+        if self.pattern is None:
+            return False
+        for match in self.pattern.finditer(data):
+            key = match.group()
+            holders = self.owners[key]
+            if own not in holders if key in self.shared else bool(holders - {own}):
+                return True
+        return False
 
 
 NO_PLACEHOLDERS = PlaceholderIndex()
@@ -150,6 +172,16 @@ class Owner(Protocol):
     @property
     def redactions(self) -> Redactor: ...
 
+    @property
+    def sigv4(self) -> Signing | None: ...
+
+
+class Signing(Protocol):
+    """What `index` reads of an `as: sigv4` binding (`proxy.sigv4binding.SigV4Binding`)."""
+
+    @property
+    def placeholder_access_key_id(self) -> str: ...
+
 
 def index(entries: Sequence[Owner], report: Report, source: str = "") -> PlaceholderIndex:
     """One matcher for every placeholder of the file `source`; reports one used twice, or
@@ -164,17 +196,31 @@ def index(entries: Sequence[Owner], report: Report, source: str = "") -> Placeho
                 report(here, f"placeholder already used at {where[key]}")
                 continue
             owners[key], where[key] = frozenset({(source, entry.index)}), here
+    shared: set[bytes] = set()
+    for entry in entries:  # D362: entries binding one access key id all hold it
+        if entry.sigv4 is None:
+            continue
+        key = entry.sigv4.placeholder_access_key_id.encode()
+        here = f"network.allowlist[{entry.index}].credential.placeholder_access_key_id"
+        if key in owners and key not in shared:
+            report(here, f"placeholder already used at {where[key]}")
+            continue
+        owners[key] = owners.get(key, frozenset()) | {(source, entry.index)}
+        where.setdefault(key, here)
+        shared.add(key)
     ordered = sorted(owners, key=lambda p: (-len(p), p))
     for longer in ordered:
         for shorter in ordered:
             if shorter != longer and shorter in longer:
                 report(where[longer], f"placeholder contains the one at {where[shorter]}")
-    secrets = sorted({v for e in entries for v in e.redactions.secrets}, key=lambda v: (-len(v), v))
-    values = re.compile(b"|".join(map(re.escape, secrets))) if secrets else None
+    # Every spelling (D360) of every value: each entry's own (its values that hold none of
+    # its others, `Redactor.literals`), in one RE2 expression.
+    found = sorted({s for e in entries for s in e.redactions.literals}, key=lambda s: (-len(s), s))
+    values = compiled(b"|".join(map(re.escape, found))) if found else None
     if not owners and values is None:
         return NO_PLACEHOLDERS
     pattern = re.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
-    return PlaceholderIndex(owners, pattern, values)
+    return PlaceholderIndex(owners, pattern, frozenset(shared), values)
 
 
 def holders(indexes: Iterable[PlaceholderIndex]) -> dict[bytes, frozenset[Holder]]:
@@ -193,10 +239,11 @@ def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
     whatever they hold."""
     indexes = list(indexes)
     owners = holders(indexes)
+    shared = frozenset(k for one in indexes for k in one.shared)
     sources = [one.values.pattern for one in indexes if one.values is not None]
-    values = re2.compile(b"|".join(sources)) if sources else None
+    values = compiled(b"|".join(sources)) if sources else None
     if not owners and values is None:
         return NO_PLACEHOLDERS
     ordered = sorted(owners, key=lambda p: (-len(p), p))
     pattern = re2.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
-    return PlaceholderIndex(owners, pattern, values)
+    return PlaceholderIndex(owners, pattern, shared, values)

@@ -1,22 +1,25 @@
 """Redaction of injected secrets that an upstream echoes back (docs/configuration.md#transform,
 docs/decisions.md D30).
 
-Two places, two matchers, both built once per configuration (`Redactor.build`, called
-by the loader for each entry with a `transform`), never per request:
+Every spelling comes from one table (`proxy.spellings`, D360), which the
+`secret_elsewhere` search reads too. Two places, two matchers, both built once per
+configuration (`Redactor.build`, called by the loader for each entry with a
+`transform`), never per request:
 
-* headers and trailers: `Redactor.header` replaces every *spelling* of a secret an
-  echo plausibly takes: the exact bytes, any letter case, percent-encoding of any
-  subset of its bytes (upper or lower hex, once or twice encoded, `+` for a space),
-  JSON `\\uXXXX` / `\\/` escapes, and base64 (standard and urlsafe, padded or not,
-  at any alignment inside a longer base64 text) with `[redacted]`. One expression
-  of literals per entry (the secrets in any case, their base64), compiled at build;
-  escapes in a value are decoded before it is searched;
+* headers and trailers: `Redactor.header` replaces every spelling of the table, the
+  secrets also in any letter case with a space as `+`, with `[redacted]`; escapes in a
+  value (percent once or twice, JSON) are decoded first, each on its own, so a mix of
+  escaped and plain bytes (any subset percent-encoded) is caught too (D30). One
+  expression of literals per entry, compiled at build;
 * identity-encoded bodies: `Redactor.body()` returns a streaming matcher (a
-  mitmproxy `flow.response.stream` callable) that replaces the exact secret with a
-  mask of the same length (so Content-Length framing stays true), carrying
-  between chunks the chunk's tail that begins a secret (at most
-  `max(len(secret)) - 1` bytes) so a secret split across chunks is still caught.
-  It holds no more than that carry beyond the chunk in hand.
+  mitmproxy `flow.response.stream` callable) that replaces every spelling of the table
+  (exact bytes) with a mask of the same length (so Content-Length framing stays true),
+  carrying between chunks the chunk's tail that begins a spelling (at most the longest
+  spelling minus one byte) so a value split across chunks or server-sent events is
+  still caught. It holds no more than that carry beyond the chunk in hand. A buffer is
+  searched first for the spellings of the values that hold no other (`Bearer ${TOKEN}`
+  holds its token), and for every spelling only around what that finds; a spelling
+  with `%` or `\\` is searched for only in a buffer that holds one (D361).
 
 Invariants: nothing here logs or raises with a secret in the message; a matcher
 never shortens a body; `Redactor.header` is a no-op when no secret was injected.
@@ -25,15 +28,13 @@ Pure: no mitmproxy import.
 
 from __future__ import annotations
 
-import base64
 import functools
 import re
 from dataclasses import dataclass, field
 
+from sandbox_egress.proxy.spellings import literals
+
 REDACTED = b"[redacted]"
-# A base64 text shorter than this is not redacted on its own: the core of a short secret's
-# encoding at an odd alignment could match unrelated base64 (1 in 64**8 per position).
-MIN_BASE64_CORE = 8
 # The escapes an encoder may put in place of one byte. An echo is decoded each way on its
 # own (percent once, percent twice, JSON), never mixed: `\\%41` and `%2541` each have one
 # meaning per encoder, and a secret may hold `%` or `\\` itself.
@@ -50,6 +51,8 @@ def mask(length: int) -> bytes:
 
 Decoded = tuple[bytes, list[int], list[int]]
 Fields = tuple[tuple[bytes, bytes], ...]
+# (every spelling, the spellings one of which each of those holds): `BodyMatcher`'s two.
+Spellings = tuple[tuple[bytes, ...], tuple[bytes, ...]]
 
 
 def _decoded(text: Decoded, escape: re.Pattern[bytes]) -> Decoded:
@@ -80,32 +83,20 @@ def _any_case(secret: bytes) -> bytes:
     return re.escape(secret).replace(rb"\ ", rb"[+ ]")
 
 
-def _base64_cores(secret: bytes) -> set[bytes]:
-    """The base64 characters fully determined by `secret`, at each of the 3 alignments.
-
-    A secret inside a longer encoded text starts 0, 1 or 2 bytes into a 3-byte group; the
-    characters that also carry bits of its neighbours (and any padding) are left out, so
-    one core matches padded, unpadded and embedded encodings alike.
-    """
-    cores: set[bytes] = set()
-    for offset in range(3):
-        encoded = base64.b64encode(b"\0" * offset + secret + b"\0\0")
-        first = -(-8 * offset // 6)  # the first character whose 6 bits are all the secret's
-        last = (8 * (offset + len(secret)) - 6) // 6
-        core = encoded[first : last + 1]
-        if len(core) >= MIN_BASE64_CORE:
-            cores.add(core)
-            cores.add(core.translate(bytes.maketrans(b"+/", b"-_")))
-    return cores
-
-
 # A reload compiles only the entries whose secrets changed (~1 ms each, D30). The cache
 # keeps a rotated secret in memory until evicted: it was in this process already.
 @functools.lru_cache(maxsize=4096)
-def _compiled(ordered: tuple[bytes, ...]) -> re.Pattern[bytes]:
-    cores = sorted({c for s in ordered for c in _base64_cores(s)}, key=len, reverse=True)
+def _compiled(ordered: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], Spellings]:
+    """The header expression and the body's literals of `ordered` secrets."""
+    found = literals(ordered)
+    # A header is decoded before it is searched (percent, JSON): the escaped spellings are
+    # found as their unescaped ones, and the expression holds only those.
+    plain = [s for s in found if b"%" not in s and b"\\" not in s]
     any_case = b"(?i:" + b"|".join(_any_case(s) for s in ordered) + b")"
-    return re.compile(b"|".join([any_case, *map(re.escape, cores)]))
+    return re.compile(b"|".join([any_case, *map(re.escape, plain)])), (
+        literals(ordered, every=True),
+        found,
+    )
 
 
 @dataclass(frozen=True)
@@ -113,16 +104,20 @@ class Redactor:
     """The secrets one entry injects, and their matchers. Never log it."""
 
     secrets: tuple[bytes, ...] = field(default=(), repr=False)  # exact, longest first
-    # The secrets in any case, then their base64 cores (case-sensitive): literals only
-    # (about 1 ms to compile, a per-byte alternation took 3.5); escapes are decoded first.
+    # The secrets in any case, then every spelling of the table (case-sensitive): literals
+    # only (a per-byte alternation took 3.5 ms to compile); escapes are decoded first.
     _pattern: re.Pattern[bytes] | None = field(default=None, repr=False)
+    # What a body is searched for: every spelling, and those the swap wrote (`spelled`);
+    # and first, the fewer that any of those holds (`proxy.spellings.searched`, D361).
+    _spellings: Spellings = field(default=((), ()), repr=False)
 
     @classmethod
     def build(cls, secrets: tuple[bytes, ...]) -> Redactor:
         ordered = tuple(sorted(set(secrets), key=lambda s: (-len(s), s)))
         if not ordered:
             return NO_REDACTION
-        return cls(ordered, _compiled(ordered))
+        pattern, spelled = _compiled(ordered)
+        return cls(ordered, pattern, spelled)
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
@@ -169,33 +164,53 @@ class Redactor:
         """This redactor, whose body matcher also masks `spellings`: the exact bytes the
         proxy wrote into one request (a `Basic` credential's base64 of `user:value`, a
         percent-encoded value). Headers already match them (base64 cores, decoding)."""
-        extra = [s for s in spellings if s and s not in self.secrets]
+        every, first = self._spellings
+        extra = {s for s in spellings if s and s not in every}
         if not extra:
             return self
-        ordered = tuple(sorted({*self.secrets, *extra}, key=lambda s: (-len(s), s)))
-        return Redactor(ordered, self._pattern)
+        return Redactor(self.secrets, self._pattern, ((*every, *extra), (*first, *extra)))
+
+    @property
+    def literals(self) -> tuple[bytes, ...]:
+        """Every spelling of the values that hold none of the others (what a request is
+        searched for: `secret_elsewhere`, D360), without the ones a swap wrote."""
+        return literals(self.secrets)
 
     def body(self) -> BodyMatcher:
-        return BodyMatcher(self.secrets)
+        every, first = self._spellings
+        return BodyMatcher(every, first)
 
 
 NO_REDACTION = Redactor()
 
 
 class BodyMatcher:
-    """A streaming replacer of exact secrets; one per response body.
+    """A streaming replacer of exact spellings; one per response body.
 
     Call it with each chunk; it returns what can be sent now. Call it with `b""` at the
     end of the body (mitmproxy does) to flush the carry; `feed` is the same, as bytes.
     The output, joined, equals the whole body with each leftmost non-overlapping
-    occurrence (longest secret first on a tie) replaced by `mask(len(secret))`, however
-    the body was cut into chunks.
+    occurrence (longest spelling first on a tie) replaced by `mask(len(spelling))`,
+    however the body was cut into chunks.
     """
 
-    def __init__(self, secrets: tuple[bytes, ...]) -> None:
-        self._secrets = secrets  # longest first
-        self._keep = max((len(s) for s in secrets), default=1) - 1
-        self._firsts = frozenset(s[0] for s in secrets if s)
+    def __init__(self, spellings: tuple[bytes, ...], first: tuple[bytes, ...] = ()) -> None:
+        """`spellings` to mask; `first`, when given, spellings one of which each of
+        `spellings` holds: a buffer holding none of them is searched no further (D361)."""
+        ordered = tuple(sorted(set(spellings), key=lambda s: (-len(s), s)))
+        self._keep = max((len(s) for s in ordered), default=1) - 1
+        self._every = _by_escapes(ordered)
+        self._first = _by_escapes(tuple(sorted(set(first), key=lambda s: (-len(s), s))))
+        self._gated = bool(first)
+        if not first:
+            self._first = self._every
+        starting: dict[int, list[bytes]] = {}
+        for spelled in ordered:
+            starting.setdefault(spelled[0], []).append(spelled)
+        self._starting = {byte: tuple(found) for byte, found in starting.items()}
+        # Where in a tail a spelling can begin: one search in C, not a loop per byte.
+        begins = b"".join(re.escape(bytes([byte])) for byte in starting)
+        self._firsts = re.compile(b"[" + begins + b"]" if begins else b"(?!)")
         self._carry = b""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
@@ -205,12 +220,12 @@ class BodyMatcher:
         return [out] if out else []
 
     def feed(self, chunk: bytes) -> bytes:
-        if not chunk:  # end of the body: nothing more can complete a secret
+        if not chunk:  # end of the body: nothing more can complete a spelling
             rest, self._carry = self._carry, b""
             out, _ = self._replace(rest, len(rest))
             return out
         buf = self._carry + chunk if self._carry else chunk
-        # A secret starting before `limit` lies wholly inside `buf`: decided now.
+        # A spelling starting before `limit` lies wholly inside `buf`: decided now.
         limit = self._held_from(buf)
         out, resume = self._replace(buf, limit)
         self._carry = buf[resume:]
@@ -218,13 +233,15 @@ class BodyMatcher:
 
     def _held_from(self, buf: bytes) -> int:
         """Where the carry starts: the first of the last `_keep` positions from which the
-        rest of `buf` begins a secret (only there can the next chunk complete one), else
+        rest of `buf` begins a spelling (only there can the next chunk complete one), else
         the end. A streamed event that ends in anything else goes out whole, at once
-        (issue 36: an SSE event was held until the next one). No secret starts before
+        (issue 36: an SSE event was held until the next one). No spelling starts before
         that position without ending inside `buf`, so deciding up to it is final."""
-        end = len(buf)
-        for at in range(max(end - self._keep, 0), end):
-            if buf[at] in self._firsts and any(s.startswith(buf[at:]) for s in self._secrets):
+        end, starting = len(buf), self._starting
+        for begun in self._firsts.finditer(buf, max(end - self._keep, 0)):
+            at = begun.start()
+            tail = buf[at:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in starting[buf[at]]):
                 return at
         return end
 
@@ -232,21 +249,47 @@ class BodyMatcher:
         """Replace the occurrences starting before `limit`; (output, where to resume)."""
         if limit <= 0:
             return b"", 0
+        escapes = (b"%" in buf, b"\\" in buf)
+        fewer, every, longest = self._first[escapes], self._every[escapes], self._keep + 1
         pos, parts = 0, list[bytes]()
+        reach = limit + longest if self._gated else limit
         while True:
-            start, secret = self._first(buf, pos, limit)
-            if secret is None:
+            start, spelled = _first(fewer, buf, pos, reach)
+            if spelled is None:
                 break
-            parts += (buf[pos:start], mask(len(secret)))
-            pos = start + len(secret)
+            if self._gated:
+                # The leftmost of every spelling holds one of the fewer (one that may start
+                # past `limit`), so it starts at most `longest` bytes before the leftmost of
+                # those, and no later; none there: none starts before `limit`.
+                start, spelled = _first(
+                    every, buf, max(pos, start - longest), min(start + 1, limit)
+                )
+                if spelled is None:
+                    break
+            parts += (buf[pos:start], mask(len(spelled)))
+            pos = start + len(spelled)
         resume = max(pos, limit)
         parts.append(buf[pos:resume])
         return b"".join(parts), resume
 
-    def _first(self, buf: bytes, pos: int, limit: int) -> tuple[int, bytes | None]:
-        best, found = limit, None
-        for secret in self._secrets:  # longest first: a tie keeps the longer
-            at = buf.find(secret, pos, best + len(secret) - 1)
-            if at != -1 and at < best:
-                best, found = at, secret
-        return best, found
+
+def _by_escapes(ordered: tuple[bytes, ...]) -> dict[tuple[bool, bool], tuple[bytes, ...]]:
+    """Which spellings a buffer can hold, by whether it holds `%` and `\\`: one with `%`
+    (`\\`) only where the buffer holds one; the usual body holds neither, and is searched
+    for the plain ones only."""
+    return {
+        (pct, esc): tuple(s for s in ordered if (pct or b"%" not in s) and (esc or b"\\" not in s))
+        for pct in (False, True)
+        for esc in (False, True)
+    }
+
+
+def _first(
+    searched: tuple[bytes, ...], buf: bytes, pos: int, limit: int
+) -> tuple[int, bytes | None]:
+    best, found = limit, None
+    for spelled in searched:  # longest first: a tie keeps the longer
+        at = buf.find(spelled, pos, best + len(spelled) - 1)
+        if at != -1 and at < best:
+            best, found = at, spelled
+    return best, found

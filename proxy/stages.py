@@ -324,7 +324,7 @@ async def decide_request(
         policy, decision, located, ask.names.method, ask.fields, ask.https
     )
     own = policy.holder(decision.entry)
-    swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own)
+    swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own, host)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
         return RequestAnswer(Decision.deny(swapped.reason, decision.entry), host)
     entry = decision.entry

@@ -18,8 +18,10 @@ Invariants:
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
 * A resolved value of any entry (a transform's, a secret's, their referenced parts) found
-  the same way, or percent-decoded in a header, refuses the request `secret_elsewhere`
-  (D208): checked before the placeholders, with the same exceptions.
+  the same way in any spelling (`proxy.spellings`, D360), or in the host name, or
+  percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
+  before the placeholders, with the same exceptions. So does one in a body the proxy
+  reads (`held_in`, D364).
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
+from sandbox_egress.proxy.audit.log import Searcher as Spelled
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
 from sandbox_egress.proxy.placeholders import (
     Holder,
@@ -70,10 +73,16 @@ _PREEMPTED = REPORTABLE | {
 
 
 def swap(
-    index: PlaceholderIndex, decision: Decision, fields: Fields, path: str, own: Holder | None
+    index: PlaceholderIndex,
+    decision: Decision,
+    fields: Fields,
+    path: str,
+    own: Holder | None,
+    host: str = "",
 ) -> Swap:
-    """The placeholder stage of one request decided `decision`; `path` is its target and
-    `own` the holder of its deciding entry's placeholders (`Policy.holder`)."""
+    """The placeholder stage of one request decided `decision`; `path` is its target,
+    `host` the name it is for and `own` the holder of its deciding entry's placeholders
+    (`Policy.holder`)."""
     if not (decision.allowed or decision.reason in REPORTABLE):
         return UNCHANGED  # refused for a reason the placeholder does not change
     if index.pattern is None and index.values is None:
@@ -83,9 +92,11 @@ def swap(
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
-    if index.values is not None and _held(index.values, headers, path):
+    if index.values is not None and _held(index.values, headers, path, host):
         return Swap(Reason.SECRET_ELSEWHERE)
-    if index.pattern is not None and _foreign(index, own, headers, names, path):
+    if index.pattern is not None and _foreign(
+        index, own, headers, names + b"\n" + host.encode(), path
+    ):
         return Swap(Reason.PLACEHOLDER_ELSEWHERE)
     entry = decision.entry
     if not decision.injects or entry is None or not entry.secrets:
@@ -126,21 +137,28 @@ def swap(
 
 
 def secret_elsewhere(
-    values: Searcher | None, decision: Decision, fields: Fields, path: str
+    values: Searcher | None, decision: Decision, fields: Fields, path: str, host: str = ""
 ) -> bool:
     """Whether a request decided `decision` carries one of `values` (the credentials the
     cache fetched, D208) where `swap` looks for the configuration's own values."""
     if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
         return False
     basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
-    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path)
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path, host)
 
 
-def _held(values: Searcher, headers: bytes, path: str) -> bool:
-    """Whether a resolved value occurs in the header text or the request-target, as sent
-    or percent-decoded (D208): the sandbox holds something it should never hold."""
+def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:
+    """Whether a request body the proxy read holds a value of `values` (every spelling,
+    D360): such a request is `secret_elsewhere` too (D364)."""
+    return any(v is not None and v.search(body) is not None for v in values)
+
+
+def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:
+    """Whether a resolved value, in any spelling of `proxy.spellings` (D360), occurs in the
+    header text, the request-target (as sent or percent-decoded) or the host name (an
+    HTTP/2 `:authority` is no header field): the sandbox holds what it should never hold."""
     target = path.encode("utf-8", "surrogateescape")
-    places = [headers, target]
+    places = [headers, target, host.encode("utf-8", "surrogateescape")]
     places += [unquote_to_bytes(p) for p in (headers, target) if b"%" in p]
     return any(values.search(data) for data in places)
 
@@ -154,7 +172,7 @@ def _foreign(
     places = [headers, names, target]
     if b"%" in target:
         places.append(unquote_to_bytes(target))
-    return any(index.owners_in(data) - {own} for data in places)
+    return any(index.foreign_in(data, own) for data in places)
 
 
 def _own_credential(

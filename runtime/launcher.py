@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox_egress.common.invariant import InvariantError
-from sandbox_egress.common.logs import announce, formatter
+from sandbox_egress.common.logs import MaskedValues, announce, formatter
 from sandbox_egress.proxy import limits
 from sandbox_egress.proxy.audit.log import BackgroundAuditLog
 from sandbox_egress.proxy.audit.ocsf import AUDIT_FORMATS
@@ -194,6 +194,10 @@ async def serve(settings: Settings) -> int:
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     kept = isinstance(addon.shared.state, MemoryState)  # the gauge shows what is held (D400)
     metrics.budgets_configured(budget_series(network), kept)
+    # Every operator line, the engine's too, with a value a sandbox sent masked (D363).
+    masking = MaskedValues(addon.shared.masked)
+    for handler in (termlog.logger, *logging.getLogger("egress").handlers):
+        handler.addFilter(masking)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     master.addons.add(  # UpstreamFailures before the policy addon, whose `error` hook audits
         Connections(metrics, connections),

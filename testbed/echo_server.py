@@ -20,11 +20,13 @@ An echo answers 200 with the request record as its JSON body. Special paths:
 * `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
   (the proxy must strip it);
 * `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
-  as E (`pct`, `pct-lower`, `form`, `upper`, `lower`, `b64`), as a redirecting upstream
+  as E (`pct`, `pct-lower`, `pct-lowhex`, `form`, `upper`, `lower`, `b64`, `b64url`,
+  `json-slash`, `json-u`, `raw`), as a redirecting upstream
   would reflect it;
-* `/echo-body?name=H&chunk=N&frame=F`: a 200 whose body carries the value of H, sent in
-  N-byte pieces: HTTP chunks when F is `chunked` (the default), or writes under a
-  Content-Length when F is `length`.
+* `/echo-body?name=H&chunk=N&frame=F&enc=E&sse=1`: a 200 whose body carries the value of
+  H (encoded as E, as for `/echo-location`, default `raw`), sent in N-byte pieces: HTTP
+  chunks when F is `chunked` (the default), or writes under a Content-Length when F is
+  `length`; with `sse=1` a `text/event-stream` whose first event's data is that body.
 
 When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
 Uses the standard library only.
@@ -37,6 +39,7 @@ import base64
 import contextlib
 import gzip
 import json
+import re
 import socket
 import ssl
 from typing import Any
@@ -105,6 +108,11 @@ ECHO_ENCODINGS: dict[str, Any] = {
     "upper": str.upper,
     "lower": str.lower,
     "b64": lambda v: base64.b64encode(v.encode()).decode(),
+    "b64url": lambda v: base64.urlsafe_b64encode(v.encode()).decode().rstrip("="),
+    "json-slash": lambda v: json.dumps(v)[1:-1].replace("/", "\\/"),  # PHP's json_encode
+    "json-u": lambda v: "".join(f"\\u{ord(c):04X}" if c in '"\\/' else c for c in v),
+    "pct-lowhex": lambda v: re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(v, safe="")),
+    "raw": lambda v: v,
 }
 
 
@@ -123,11 +131,15 @@ def echo_location(record: dict[str, Any], query: dict[str, list[str]]) -> bytes:
 
 def echo_body(record: dict[str, Any], query: dict[str, list[str]]) -> list[bytes]:
     """The head, then the body's pieces as they are to be written one by one."""
-    body = b'{"pad": "' + b"p" * 61 + b'", "echoed": "' + header_value(record, query).encode()
+    echoed = ECHO_ENCODINGS[query.get("enc", ["raw"])[0]](header_value(record, query))
+    body = b'{"pad": "' + b"p" * 61 + b'", "echoed": "' + echoed.encode()
     body += b'", "tail": "' + b"t" * 70 + b'"}'
+    kind = "application/json"
+    if query.get("sse", ["0"])[0] == "1":
+        body, kind = b"data: " + body + b"\n\ndata: [DONE]\n\n", "text/event-stream"
     size = int(query.get("chunk", ["7"])[0])
     pieces = [body[i : i + size] for i in range(0, len(body), size)]
-    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\n"
     if query.get("frame", ["chunked"])[0] == "length":
         return [f"{head}Content-Length: {len(body)}\r\n\r\n".encode(), *pieces]
     chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]

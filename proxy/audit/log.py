@@ -13,6 +13,10 @@ without limit.
 Invariants:
 * A record holds header *names* only. Values of injected headers are never passed in,
   so they cannot be written. A request's path is written with its query values masked.
+* No record holds a resolved value in any spelling the proxy knows (`proxy.spellings`):
+  the host, SNI and path a sandbox chose are written with each spelling of a value
+  replaced by `[secret]`, or, when only a decoding shows one, as `[secret]` whole
+  (`masked`, applied by the addon to every record before it is written, D363).
 * Lines keep the order in which decisions were made; each carries the time of its
   decision, not of its writing.
 * `close()` wakes the writer, which writes every queued line before it returns (bounded
@@ -24,10 +28,11 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
+from urllib.parse import unquote_to_bytes
 
 from sandbox_egress.common.clock import utc_timestamp
 from sandbox_egress.common.jsonlines import json_line
@@ -73,15 +78,53 @@ class AuditRecord:
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
 
+SECRET_MASK = "[secret]"
+
+
+class Searcher(Protocol):
+    """A compiled alternation of every spelling of the resolved values (`re` or RE2)."""
+
+    def search(self, data: bytes) -> Any: ...
+
+    def sub(self, repl: bytes, data: bytes) -> bytes: ...
+
+
+def masked(text: str, searchers: Sequence[Searcher | None]) -> str:
+    """`text` (a host, an SNI, a request-target) with every spelling of a resolved value
+    replaced by `[secret]`; `[secret]` whole when one still shows once percent-decoded."""
+    found = [s for s in searchers if s is not None]
+    if not found:
+        return text
+    data = text.encode("utf-8", "surrogateescape")
+    for searcher in found:
+        if searcher.search(data) is not None:
+            data = searcher.sub(SECRET_MASK.encode(), data)
+    if b"%" in data and any(s.search(unquote_to_bytes(data)) is not None for s in found):
+        return SECRET_MASK
+    return data.decode("utf-8", "surrogateescape")
+
+
+def masked_record(record: AuditRecord, searchers: Sequence[Searcher | None]) -> AuditRecord:
+    """`record` with `masked` applied to what the sandbox chose: host, SNI and path."""
+    if not any(s is not None for s in searchers):
+        return record
+    host, sni = masked(record.host, searchers), masked(record.sni or "", searchers)
+    path = None if record.path is None else masked(record.path, searchers)
+    if (host, sni or None, path) == (record.host, record.sni, record.path):
+        return record
+    return replace(record, host=host, sni=sni or None, path=path)
+
+
 AUDIT_PATH_CHARS = 512
 MASK = "…"
 
 
-def audit_path(target: str) -> str:
-    """A request-target for the audit line: the path as sent, every query value masked
-    (a query is where credentials and placeholders travel; a part without `=` is a value),
-    at most `AUDIT_PATH_CHARS` characters, a cut one ending in `…`."""
-    path, question, query = target.partition("?")
+def audit_path(target: str, searchers: Sequence[Searcher | None] = ()) -> str:
+    """A request-target for the audit line: the path as sent, every spelling of a resolved
+    value `[secret]` (`masked`, before anything is cut), every query value masked (a query
+    is where credentials and placeholders travel; a part without `=` is a value), at most
+    `AUDIT_PATH_CHARS` characters, a cut one ending in `…`."""
+    path, question, query = masked(target, searchers).partition("?")
     if question:
         parts = (p.partition("=") for p in query.split("&") if p)
         path += "?" + "&".join(f"{name}={MASK}" if eq else MASK for name, eq, _ in parts)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from sandbox_egress.proxy.credentials.base import (
     Fetched,
     Source,
 )
+from sandbox_egress.proxy.spellings import alternation, compiled
 
 logger = logging.getLogger("egress")
 
@@ -98,12 +98,13 @@ class Credentials:
         self._on_stale = on_stale
         self._run = run
         self._slots: dict[str, _Slot] = {}
-        self._held: re.Pattern[bytes] | None = None
+        self._held: Any = None  # an RE2 expression (`proxy.spellings.compiled`)
         self.replace(sources, keys)
 
-    def held(self) -> re.Pattern[bytes] | None:
-        """Every value the cache holds (and its companions, 6 bytes or more): found in a
-        request the sandbox sent, it is `secret_elsewhere` (D208). None when none."""
+    def held(self) -> Any:
+        """Every value the cache holds (and its companions, 6 bytes or more), in every
+        spelling: found in a request the sandbox sent, it is `secret_elsewhere` (D208,
+        D360). None when none."""
         return self._held
 
     def _values_changed(self) -> None:
@@ -114,8 +115,8 @@ class Credentials:
             for secret in (slot.value.value, *slot.value.extra.values())
             if len(text := secret.reveal()) >= MIN_HELD_LENGTH
         }
-        ordered = sorted(found, key=lambda v: (-len(v), v))
-        self._held = re.compile(b"|".join(map(re.escape, ordered))) if ordered else None
+        # Every spelling of each (proxy.spellings, D360), as the configuration's values are.
+        self._held = compiled(alternation(found)) if found else None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._slots)

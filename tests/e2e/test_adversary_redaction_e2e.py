@@ -9,10 +9,14 @@ case tests use a proxy of their own whose secret holds the bytes encoders change
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -145,6 +149,36 @@ def test_body_echo_split_across_chunks_is_masked(
     assert response.status == 200, response.describe()
     # Same length as the echo, so a Content-Length stays true.
     assert response.body == body_echo(masked(len(injected[0])))
+
+
+BODY_SPELLINGS = {
+    "json-slash": json.dumps(ODD_SECRET)[1:-1].replace("/", "\\/"),
+    "json-u": "".join(f"\\u{ord(c):04X}" if c in '"\\/' else c for c in ODD_SECRET),
+    "pct-lowhex": re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(ODD_SECRET, safe="")),
+    "form": quote_plus(ODD_SECRET),
+    "b64": base64.b64encode(ODD_SECRET.encode()).decode(),
+    "b64url": base64.urlsafe_b64encode(ODD_SECRET.encode()).decode().rstrip("="),
+}
+
+
+@pytest.mark.parametrize("sse", ["0", "1"], ids=["json", "server-sent events"])
+@pytest.mark.parametrize("enc", BODY_SPELLINGS.keys())
+def test_body_echo_in_another_spelling_is_masked(
+    odd_proxy: PrivateProxy, obs: Observed, enc: str, sse: str
+):
+    """Issue 43: a body echo JSON-escaped (`\\/`) reached the sandbox; so did every
+    spelling but the raw bytes. Sent in 7-byte writes, so the value spans several."""
+    response = odd_proxy.view.https(
+        "api.allowed.test:443", f"/echo-body?name=X-Api-Key&chunk=7&enc={enc}&sse={sse}"
+    )
+
+    assert header_values(obs.only_request(), "X-Api-Key") == [ODD_SECRET]
+    assert response.status == 200, response.describe()
+    spelled = BODY_SPELLINGS[enc].encode()
+    expected = body_echo(masked(len(spelled)))
+    if sse == "1":
+        expected = b"data: " + expected + b"\n\ndata: [DONE]\n\n"
+    assert response.body == expected
 
 
 def test_body_echo_to_a_host_without_transform_is_untouched(harness: Harness):

