@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_egress.hookrunner.enforce import gitguard
+from sandbox_egress.hookrunner.enforce import gitguard, gitpush, gitrun
 from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.enforce.contain import _has_capability as has_capability
 
@@ -221,9 +221,11 @@ def _make_guard(path_variable: str) -> Guard | None:
     directory = Path(tempfile.mkdtemp(prefix="hookrunner-git-"))
     atexit.register(shutil.rmtree, directory, True)
     directory.chmod(0o755)
+    for module in (gitguard, gitpush, gitrun):  # the guard and what it imports (D370)
+        copy = directory / os.path.basename(str(module.__file__))
+        shutil.copyfile(str(module.__file__), copy)
+        copy.chmod(0o644)
     source = directory / "gitguard.py"
-    shutil.copyfile(gitguard.__file__, source)
-    source.chmod(0o644)
     real_mount = directory / "real-git"
     real_mount.touch(0o755)
     wrapper = directory / "git"
