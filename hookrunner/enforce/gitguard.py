@@ -163,9 +163,9 @@ def judge_send_pack(args: list[str]) -> list[str]:
     read from stdin are read here and given as arguments instead."""
     options = [a for a in args if a.startswith("-")]
     positional = [a for a in args if not a.startswith("-")]
-    unknown = [o for o in options if o not in SEND_PACK_OPTIONS and not o.startswith(
-        "--push-option="
-    )]
+    unknown = [
+        o for o in options if o not in SEND_PACK_OPTIONS and not o.startswith("--push-option=")
+    ]
     if "--stateless-rpc" not in options or unknown or not positional:
         raise Refusal("git send-pack cannot be judged; use git push")
     specs = [*positional[1:], *(stdin_refspecs() if "--stdin" in options else [])]

@@ -218,7 +218,10 @@ def default_repository(git: Git) -> str:
 def pin(git: Git, updates: list[Update]) -> dict[str, str]:
     """Each source resolved to an object id, once (refs from one listing, the rest one by one)."""
     listed = git.run("for-each-ref", "--format=%(objectname) %(refname)").stdout
-    refs = dict(reversed(line.split(" ", 1)) for line in listed.splitlines() if " " in line)
+    refs: dict[str, str] = {}
+    for line in listed.splitlines():
+        oid, _, name = line.partition(" ")
+        refs[name] = oid
     pinned = {}
     for source in dict.fromkeys(u.source for u in updates):
         if source in refs:

@@ -118,6 +118,8 @@ class Git:
 
     def receive_packs(self) -> list[str]:
         """Every ``remote.*.receivepack`` set: a program the agent may have written (D372)."""
-        return [key for key in self.config() if key.startswith("remote.") and key.endswith(
-            ".receivepack"
-        )]
+        return [
+            key
+            for key in self.config()
+            if key.startswith("remote.") and key.endswith(".receivepack")
+        ]

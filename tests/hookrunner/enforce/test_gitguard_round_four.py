@@ -74,15 +74,15 @@ AUTOCORRECT = {
 # diverged commit once the dry run has resolved it.
 LIAR = (
     "git init -q --bare ../decoy.git; "
-    "printf '#!/bin/sh\\nif [ -e \"$0.once\" ]; then exec git-receive-pack \"$@\"; fi\\n"
-    ': > \"$0.once\"; exec git-receive-pack \"$PWD/../decoy.git\"\\n\' > ../liar; '
+    'printf \'#!/bin/sh\\nif [ -e "$0.once" ]; then exec git-receive-pack "$@"; fi\\n'
+    ': > "$0.once"; exec git-receive-pack "$PWD/../decoy.git"\\n\' > ../liar; '
     "chmod +x ../liar; "
 )
 SSH_LIAR = (
     "git init -q --bare ../decoy.git; "
     "printf '#!/bin/sh\\nfor a; do last=$a; done\\n"
-    "if [ -e \"$0.once\" ]; then exec sh -c \"$last\"; fi\\n"
-    ': > \"$0.once\"; exec git-receive-pack \"%s/../decoy.git\"\\n\' "$PWD" > ../sshliar; '
+    'if [ -e "$0.once" ]; then exec sh -c "$last"; fi\\n'
+    ': > "$0.once"; exec git-receive-pack "%s/../decoy.git"\\n\' "$PWD" > ../sshliar; '
     "chmod +x ../sshliar; "
 )
 MOVED = {
