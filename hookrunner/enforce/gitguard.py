@@ -13,19 +13,21 @@ piped into ``sh``, ``setarch``, ``sg -c``): the guard sees the final argv.
 It parses git's global options (``-C``, ``-c``, ``--config-env``,
 ``--git-dir``, ...), resolves a non-builtin command through ``alias.*`` as git
 does (asking the real git, with the same options and environment, so ``-c``,
-``--config-env`` and ``GIT_CONFIG_*`` count), and for a ``push`` refuses:
+``--config-env`` and ``GIT_CONFIG_*`` count), and then:
 
-* a mirror push: ``--mirror`` or any abbreviation git accepts (``--m``), or any
-  ``remote.*.mirror`` set true;
-* a push that ``git push --dry-run --porcelain`` (same options, same
-  configuration) reports as forced (``+``) or deleting (``-``);
-* what it cannot judge: a ``--`` or ``--end-of-options`` among the push's
-  arguments, a dry run that fails, an alias that starts with an option or
-  loops, a global option it does not know, ``send-pack`` and ``http-push``.
+* ``push`` is planned by ``gitpush``: what it pushes is judged on object ids,
+  and the push exec'd is exactly those ids, never forced (D370-D372);
+* ``send-pack`` passes only as git's smart-HTTP helper runs it
+  (``--stateless-rpc``: it connects nowhere), its refspecs judged (D373);
+* ``http-push``, an unknown global option, an alias that starts with an option
+  or loops are refused: it cannot judge them.
 
+Every git it runs or execs has ``help.autocorrect=0`` after the agent's
+options (``gitrun``, D371): git never runs a command other than the one judged.
 Anything else is exec'd as the real git with the argv that was judged (an
 alias's expansion, never a re-reading of it). A refusal is one line on stderr
-and exit status 1. Standard library only: it runs outside the package.
+and exit status 1. Standard library only (with ``gitrun`` and ``gitpush``,
+copied beside it): it runs outside the package.
 """
 
 from __future__ import annotations
