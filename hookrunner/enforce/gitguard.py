@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:
     from sandbox_egress.hookrunner.enforce import gitpush
-    from sandbox_egress.hookrunner.enforce.gitrun import Git, Refusal
+    from sandbox_egress.hookrunner.enforce.gitrun import Git, Real, Refusal, spawn, wait
 else:  # copied with gitrun.py and gitpush.py into the runner-owned directory, run with -I -S
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gitpush
-    from gitrun import Git, Refusal
+    from gitrun import Git, Real, Refusal, spawn, wait
 
 REFUSED = 1
 # Global options that take a value: attached with "=" or as the next argument.
@@ -180,7 +180,7 @@ def judge_send_pack(args: list[str]) -> list[str]:
     return [*kept, positional[0], *specs]
 
 
-def verdict(real: str, argv0: str, args: list[str]) -> gitpush.Plan:
+def verdict(real: Real, argv0: str, args: list[str]) -> gitpush.Plan:
     """What to exec as the real git (argv[0] first), or ``Refusal``."""
     env = dict(os.environ)
     base = os.path.basename(argv0)
@@ -207,10 +207,9 @@ def verdict(real: str, argv0: str, args: list[str]) -> gitpush.Plan:
     return gitpush.Plan(git.argv(*command), env, [])
 
 
-def upstream(real: str, plan: gitpush.Plan) -> int:
+def upstream(real: Real, plan: gitpush.Plan) -> int:
     """Run the push, then record each pushed branch's upstream as ``-u`` would have."""
-    pid = os.posix_spawn(real, plan.argv, plan.env)
-    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    status = wait(spawn(real, plan.argv, plan.env))
     if status != 0:
         return status
     git = Git(real, [])
@@ -219,19 +218,38 @@ def upstream(real: str, plan: gitpush.Plan) -> int:
         git.run("config", f"branch.{branch}.merge", destination)
         name = destination.removeprefix("refs/heads/")
         if not plan.quiet:
-            print(f"branch '{branch}' set up to track '{repository}/{name}'.")
+            print(f"branch '{branch}' set up to track '{repository}/{name}'.", flush=True)
     return 0
 
 
+def judged(real: Real, argv0: str, args: list[str]) -> gitpush.Plan | None:
+    try:
+        return verdict(real, argv0, args)
+    except Refusal as refusal:
+        sys.stderr.write(f"git guard (hookrunner): {refusal}\n")
+        sys.stderr.flush()
+        return None
+
+
+def guarded(real: Real, argv0: str, args: list[str]) -> int:
+    """The broker's worker (D375): judge, run the real git, its exit status."""
+    plan = judged(real, argv0, args)
+    if plan is None:
+        return REFUSED
+    if plan.upstream:
+        return upstream(real, plan)
+    return wait(spawn(real, plan.argv, plan.env))
+
+
 def main(argv: list[str]) -> int:
+    """``gitguard.py REAL_GIT ARGV0 ARGS...``: the guard run directly (no broker), for tests
+    and tools; it execs the real git by path."""
     if len(argv) < 3:
         sys.stderr.write("usage: gitguard.py REAL_GIT ARGV0 [ARGS...]\n")
         return 2
     real, argv0, args = argv[1], argv[2], argv[3:]
-    try:
-        plan = verdict(real, argv0, args)
-    except Refusal as refusal:
-        sys.stderr.write(f"git guard (hookrunner): {refusal}\n")
+    plan = judged(real, argv0, args)
+    if plan is None:
         return REFUSED
     if plan.upstream:
         return upstream(real, plan)

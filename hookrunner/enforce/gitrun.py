@@ -37,17 +37,35 @@ class Ran(NamedTuple):
     stderr: str
 
 
-def run(argv: list[str], env: dict[str, str]) -> Ran:
+Real = int | str  # the real git: a path, or the broker's descriptor of it (D375)
+
+
+def spawn(real: Real, argv: list[str], env: dict[str, str], stdio: tuple[int, ...] = ()) -> int:
+    """Start the real git (``stdio``: descriptors for 0, 1, 2; none: inherited); its pid."""
+    if isinstance(real, str):
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
+        return os.posix_spawn(real, argv, env, file_actions=actions)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for target, fd in enumerate(stdio):
+                os.dup2(fd, target)
+            os.execve(real, argv, env)  # fexecve: the descriptor is close-on-exec
+        finally:
+            os._exit(127)
+    return pid
+
+
+def wait(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def run(real: Real, argv: list[str], env: dict[str, str]) -> Ran:
     """Run ``argv`` with stdin closed, its output in memory files."""
     out, err = os.memfd_create("gitguard-out"), os.memfd_create("gitguard-err")
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_DUP2, out, 1),
-        (os.POSIX_SPAWN_DUP2, err, 2),
-    ]
+    devnull = os.open(os.devnull, os.O_RDONLY)
     try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        status = wait(spawn(real, argv, env, (devnull, out, err)))
         texts = []
         for fd in (out, err):
             os.lseek(fd, 0, os.SEEK_SET)
@@ -57,8 +75,8 @@ def run(argv: list[str], env: dict[str, str]) -> Ran:
             texts.append(b"".join(chunks).decode("utf-8", "replace"))
         return Ran(status, texts[0], texts[1])
     finally:
-        os.close(out)
-        os.close(err)
+        for fd in (out, err, devnull):
+            os.close(fd)
 
 
 def settings(pairs: tuple[str, ...]) -> list[str]:
@@ -78,7 +96,7 @@ def push_environment(environ: dict[str, str]) -> dict[str, str]:
 class Git:
     """The real git, run with the caller's global options and environment, then the guard's."""
 
-    def __init__(self, real: str, options: list[str]) -> None:
+    def __init__(self, real: Real, options: list[str]) -> None:
         self.real = real
         self.options = options
         self._config: dict[str, str] | None = None
@@ -90,10 +108,10 @@ class Git:
     def run(self, *args: str, pushing: bool = False) -> Ran:
         env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
         argv = self.argv(*args, pushing=pushing)
-        return run([self.real, *argv[1:]], push_environment(env) if pushing else env)
+        return run(self.real, argv, push_environment(env) if pushing else env)
 
     def builtins(self) -> frozenset[str]:
-        listed = run([self.real, "--list-cmds=builtins"], dict(os.environ))
+        listed = run(self.real, ["git", "--list-cmds=builtins"], dict(os.environ))
         return frozenset(listed.stdout.split())
 
     def config(self) -> dict[str, str]:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_egress.hookrunner.enforce import gitguard, gitpush, gitrun
+from sandbox_egress.hookrunner.enforce import gitbroker, gitclient, gitguard, gitpush, gitrun
 from sandbox_egress.hookrunner.enforce.contain import Credentials
 from sandbox_egress.hookrunner.enforce.contain import _has_capability as has_capability
 
@@ -49,11 +49,21 @@ _CAP_SYS_ADMIN = 21
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many paths to make
-# read-only; the paths; then the program.
+# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many fresh tmpfs
+# directories (the broker's socket); them; the broker (python, gitbroker.py, socket, real
+# git, credentials) or "-"; how many directories to cover with an empty tmpfs (the real
+# git's, once the broker holds it); them; how many paths to make read-only; the paths; then
+# the program.
 SCRIPT = (
     'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    '"$mount" -t tmpfs -o mode=0755,size=64k hookrunner "$1" || exit 125; shift; '
+    "n=$((n - 1)); done; "
+    'if [ "$1" = - ]; then shift; else "$1" -I -S "$2" "$3" "$4" "$5" || exit 125; shift 5; fi; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    '"$mount" -t tmpfs -o mode=0,size=4k hookrunner "$1" || exit 125; shift; '
+    "n=$((n - 1)); done; "
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
@@ -61,22 +71,40 @@ SCRIPT = (
 
 @dataclass(frozen=True)
 class Guard:
-    """The git guard of this runner process: where its wrapper is and what it covers."""
+    """The git guard of this runner process: where its wrapper is and what it covers.
 
-    directory: str  # runner-owned: the wrapper, ``gitguard.py`` and the real binary's mount point
-    wrapper: str  # runs ``gitguard.py`` with the real git's runner-owned path
-    real: str  # the git binary the guard execs
-    real_mount: str  # the runner-owned file the real binary is mounted on, in the namespace
+    In the namespace the real git is reachable only through the broker's descriptor
+    (D375): its execute-only copy is in ``hidden``, covered by an empty tmpfs once the
+    broker has opened it; ``run`` is a fresh tmpfs per namespace for the broker's socket."""
+
+    directory: str  # runner-owned: the wrapper, the guard's modules, ``run``, ``hidden``
+    wrapper: str  # runs ``gitclient.py`` with the broker's socket
+    real: str  # the git binary (its copy is what the broker runs)
+    python: str  # the interpreter of the broker and the client
     covered: tuple[str, ...]  # every path of the git binary, the wrapper mounted over each
+
+    @property
+    def run(self) -> str:
+        return os.path.join(self.directory, "run")
+
+    @property
+    def hidden(self) -> str:
+        return os.path.join(self.directory, "hidden")
 
     def binds(self) -> list[tuple[str, str]]:
         wrappers = [(self.wrapper, path) for path in self.covered]
-        return [(self.directory, self.directory), (self.real, self.real_mount), *wrappers]
+        return [(self.directory, self.directory), *wrappers]
 
     def read_only(self) -> list[str]:
         """Made read-only in the namespace: a runner that is not root runs the tool as its
         own user, who owns the directory and could otherwise rewrite the guard."""
-        return [self.directory, *self.covered]
+        return [self.directory, self.run, *self.covered]
+
+    def broker(self, credentials: str) -> list[str]:
+        """The broker's words in ``SCRIPT`` (``UID:GID`` or ``-``: drop every capability)."""
+        script = os.path.join(self.directory, "gitbroker.py")
+        socket = os.path.join(self.run, "broker.sock")
+        return [self.python, script, socket, os.path.join(self.hidden, "git"), credentials]
 
 
 @dataclass(frozen=True)
@@ -124,22 +152,33 @@ def namespace_argv(
     read_only: Sequence[str],
     user: Credentials | None,
     tools: Programs,
+    guard: Guard | None = None,
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
-    so), as ``user`` (root's namespace) or without any capability (a user namespace)."""
+    so), as ``user`` (root's namespace) or without any capability (a user namespace, with
+    its own ``/proc``); with ``guard``, its broker started and the real git hidden first."""
     program = list(argv)
     if tools.unprivileged:  # root of the user namespace until here; no capability after
         caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
         program = [tools.setpriv, *caps, *program]
         unshare = [tools.unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
+        unshare.append("--mount-proc")  # no /proc/<pid>/root of a process outside (D375)
+        credentials = "-"
     else:
         unshare = [tools.unshare]
+        credentials = "0:0"
         if user is not None:
             ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
             program = [tools.setpriv, *ids, *program]
+            credentials = f"{user.uid}:{user.gid}"
     pairs = [path for pair in binds for path in pair]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
+    counts = [str(len(binds)), *pairs]
+    if guard is None:
+        counts += ["0", "-", "0"]
+    else:
+        counts += ["1", guard.run, *guard.broker(credentials), "1", guard.hidden]
+    counts += [str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
@@ -210,6 +249,12 @@ def git_guard(path_variable: str) -> Guard | None:
     return guard
 
 
+def remove_guard(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        (directory / "hidden").chmod(0o700)  # 0000 (D375): a runner that is not root opens it
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _make_guard(path_variable: str) -> Guard | None:
     paths = git_paths(path_variable)
     python = guard_python()
@@ -219,20 +264,24 @@ def _make_guard(path_variable: str) -> Guard | None:
         return None
     real, covered = paths
     directory = Path(tempfile.mkdtemp(prefix="hookrunner-git-"))
-    atexit.register(shutil.rmtree, directory, True)
+    atexit.register(remove_guard, directory)
     directory.chmod(0o755)
-    for module in (gitguard, gitpush, gitrun):  # the guard and what it imports (D370)
+    for module in (gitguard, gitpush, gitrun, gitbroker, gitclient):  # D370, D375
         copy = directory / os.path.basename(str(module.__file__))
         shutil.copyfile(str(module.__file__), copy)
         copy.chmod(0o644)
-    source = directory / "gitguard.py"
-    real_mount = directory / "real-git"
-    real_mount.touch(0o755)
+    (directory / "run").mkdir(mode=0o755)
+    hidden = directory / "hidden"
+    hidden.mkdir(mode=0o700)
+    shutil.copyfile(real, hidden / "git")
+    (hidden / "git").chmod(0o111)  # execute-only: a git run from it is not dumpable
+    hidden.chmod(0o000)  # the broker opens it with its capabilities; nobody else traverses it
     wrapper = directory / "git"
-    command = shlex.join([python, "-I", "-S", str(source), str(real_mount)])
+    socket = directory / "run" / "broker.sock"
+    command = shlex.join([python, "-I", "-S", str(directory / "gitclient.py"), str(socket)])
     wrapper.write_text(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
     wrapper.chmod(0o755)
-    return Guard(str(directory), str(wrapper), real, str(real_mount), tuple(covered))
+    return Guard(str(directory), str(wrapper), real, python, tuple(covered))
 
 
 def tool_namespace(
@@ -251,7 +300,7 @@ def tool_namespace(
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
     read_only = guard.read_only() if guard is not None else []
-    return namespace_argv(argv, every, read_only, user, tools), None, True
+    return namespace_argv(argv, every, read_only, user, tools, guard), None, True
 
 
 def boundary(env: Mapping[str, str]) -> str:

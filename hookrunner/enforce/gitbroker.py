@@ -1,0 +1,164 @@
+"""The git guard's broker: the only holder of the real git inside a tool's namespace (D375).
+
+The tool user must not be able to run the real git by any path (mount points
+named in ``/proc/self/mountinfo``, ``/proc/<pid>/exe``, ``/proc/<pid>/fd``).
+A guard that runs as the tool user cannot have what the tool user lacks, so
+the judgement runs here instead. ``toolns``'s namespace script starts this
+program as root (or as the root of an unprivileged user namespace) before the
+tool's program:
+
+    gitbroker.py SOCKET REAL_GIT CREDENTIALS
+
+It opens ``REAL_GIT`` (an execute-only copy in a directory that is then
+covered by an empty mount) as an ``O_PATH`` descriptor, listens on ``SOCKET``
+and returns once it listens (its daemon child serves). Each ``git`` the tool
+runs is ``gitclient.py``, which sends its argv, environment, umask, stdio and
+working directory (descriptors, ``SCM_RIGHTS``); a worker forked per
+connection drops to the tool's credentials (``UID:GID``, or ``-``: every
+capability of the user namespace), makes itself non-dumpable, takes the
+client's descriptors and environment, runs the guard (``gitguard.guarded``)
+and sends back the exit status.
+
+Invariants: the real git's descriptor is close-on-exec (no git child inherits
+it) and exists only in the broker and its non-dumpable workers; the real git
+processes are non-dumpable too (an execute-only file), so no ``/proc`` link of
+theirs opens it; nothing the client sends is run before the worker has dropped
+its privileges. Standard library only, like the guard.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:
+    from sandbox_egress.hookrunner.enforce import gitguard
+else:  # copied beside gitguard.py into the runner-owned directory, run with -I -S
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gitguard
+
+HEADER = struct.Struct("!I")
+STATUS = struct.Struct("!i")
+MAX_REQUEST = 8 << 20
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def undumpable() -> None:
+    if _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+
+
+def drop_capabilities() -> None:
+    """Every capability gone, the bounding set emptied (a later exec as uid 0 gains none)."""
+    libc = _libc()
+    for capability in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            break  # past the last capability this kernel knows
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice, all zero
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def become(credentials: str) -> None:
+    if credentials == "-":
+        drop_capabilities()
+    else:
+        uid, gid = (int(part) for part in credentials.split(":"))
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    undumpable()
+
+
+def receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+    if len(data) < HEADER.size or len(fds) != 4:
+        raise ValueError("a request without its header or descriptors")
+    (length,) = HEADER.unpack_from(data)
+    if length > MAX_REQUEST:
+        raise ValueError("a request too large")
+    body = bytearray(data[HEADER.size :])
+    while len(body) < length:
+        chunk = conn.recv(min(1 << 16, length - len(body)))
+        if not chunk:
+            raise ValueError("a request cut short")
+        body += chunk
+    return json.loads(bytes(body)), fds
+
+
+def serve_one(conn: socket.socket, real: int, credentials: str) -> int:
+    request, fds = receive(conn)
+    become(credentials)  # before anything of the request is used
+    stdin, stdout, stderr, cwd = fds
+    os.fchdir(cwd)
+    for source, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(source, target)
+    for fd in fds:
+        os.close(fd)
+    os.umask(int(str(request["umask"])) & 0o777)
+    env = request["env"]
+    args = request["args"]
+    if not isinstance(env, dict) or not isinstance(args, list):
+        raise ValueError("a malformed request")
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    return gitguard.guarded(real, str(request["argv0"]), [str(a) for a in args])
+
+
+def serve(server: socket.socket, real: int, credentials: str) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            status = 125
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                server.close()
+                status = serve_one(conn, real, credentials)
+            except Exception as exc:  # the client reports 125; the reason goes to its stderr
+                with_reason = f"git guard (hookrunner): the broker failed: {type(exc).__name__}\n"
+                os.write(2, with_reason.encode())
+            finally:
+                try:
+                    conn.sendall(STATUS.pack(status))
+                finally:
+                    os._exit(0)
+        conn.close()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        sys.stderr.write("usage: gitbroker.py SOCKET REAL_GIT UID:GID|-\n")
+        return 2
+    path, real_path, credentials = argv[1:]
+    undumpable()
+    real = os.open(real_path, os.O_PATH | os.O_CLOEXEC)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o666)
+    server.listen(64)
+    if os.fork() != 0:
+        return 0  # listening: the namespace script goes on
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)  # hold none of the tool's pipes
+    os.close(devnull)
+    serve(server, real, credentials)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
