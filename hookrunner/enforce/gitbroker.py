@@ -28,39 +28,56 @@ its privileges. Standard library only, like the guard.
 
 from __future__ import annotations
 
-import ctypes
-import json
+import _socket  # not socket: its imports (selectors, enum, re) would delay every tool call
 import os
-import signal
-import socket
 import struct
 import sys
-from typing import TYPE_CHECKING
+from types import ModuleType
 
-if TYPE_CHECKING or __package__:
-    from sandbox_egress.hookrunner.enforce import gitguard
-else:  # copied beside gitguard.py into the runner-owned directory, run with -I -S
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import gitguard
+TYPE_CHECKING = False  # not typing's: its import costs as much
+if TYPE_CHECKING:
+    import ctypes
 
 HEADER = struct.Struct("!I")
 STATUS = struct.Struct("!i")
+FD = struct.Struct("i")
 MAX_REQUEST = 8 << 20
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
+# Imported by the serving child, after the namespace script has gone on: the tool's start
+# waits only for the parent to listen.
+
+
+def guard_module() -> ModuleType:
+    import importlib
+
+    if __package__:
+        return importlib.import_module("sandbox_egress.hookrunner.enforce.gitguard")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # copied beside gitguard.py
+    return importlib.import_module("gitguard")
 
 
 def _libc() -> ctypes.CDLL:
+    import ctypes
+
     return ctypes.CDLL(None, use_errno=True)
+
+
+def _failed(call: str) -> OSError:
+    import ctypes
+
+    return OSError(ctypes.get_errno(), call)
 
 
 def undumpable() -> None:
     if _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+        raise _failed("prctl(PR_SET_DUMPABLE)")
 
 
 def drop_capabilities() -> None:
     """Every capability gone, the bounding set emptied (a later exec as uid 0 gains none)."""
+    import ctypes
+
     libc = _libc()
     for capability in range(64):
         if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
@@ -69,7 +86,7 @@ def drop_capabilities() -> None:
     header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice, all zero
     if libc.capset(header, data) != 0:
-        raise OSError(ctypes.get_errno(), "capset")
+        raise _failed("capset")
 
 
 def become(credentials: str) -> None:
@@ -83,8 +100,14 @@ def become(credentials: str) -> None:
     undumpable()
 
 
-def receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+def receive(conn: _socket.socket) -> tuple[list[bytes], list[int]]:
+    """One request: its NUL-separated fields (``gitclient.encode``) and four descriptors."""
+    data, ancillary, _, _ = conn.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * FD.size))
+    fds: list[int] = []
+    for level, kind, item in ancillary:
+        if (level, kind) == (_socket.SOL_SOCKET, _socket.SCM_RIGHTS):
+            whole = len(item) - len(item) % FD.size
+            fds += [FD.unpack_from(item, at)[0] for at in range(0, whole, FD.size)]
     if len(data) < HEADER.size or len(fds) != 4:
         raise ValueError("a request without its header or descriptors")
     (length,) = HEADER.unpack_from(data)
@@ -96,11 +119,11 @@ def receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
         if not chunk:
             raise ValueError("a request cut short")
         body += chunk
-    return json.loads(bytes(body)), fds
+    return bytes(body).split(b"\0"), fds
 
 
-def serve_one(conn: socket.socket, real: int, credentials: str) -> int:
-    request, fds = receive(conn)
+def serve_one(conn: _socket.socket, real: int, credentials: str) -> int:
+    fields, fds = receive(conn)
     become(credentials)  # before anything of the request is used
     stdin, stdout, stderr, cwd = fds
     os.fchdir(cwd)
@@ -108,20 +131,26 @@ def serve_one(conn: socket.socket, real: int, credentials: str) -> int:
         os.dup2(source, target)
     for fd in fds:
         os.close(fd)
-    os.umask(int(str(request["umask"])) & 0o777)
-    env = request["env"]
-    args = request["args"]
-    if not isinstance(env, dict) or not isinstance(args, list):
-        raise ValueError("a malformed request")
+    argv0, umask, count = os.fsdecode(fields[0]), int(fields[1]), int(fields[2])
+    args = [os.fsdecode(arg) for arg in fields[3 : 3 + count]]
+    os.umask(umask & 0o777)
     os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in env.items()})
-    return gitguard.guarded(real, str(request["argv0"]), [str(a) for a in args])
+    for entry in fields[3 + count :]:
+        name, equals, value = entry.partition(b"=")
+        if name and equals:
+            os.environb[name] = value
+    return int(guard_module().guarded(real, argv0, args))
 
 
-def serve(server: socket.socket, real: int, credentials: str) -> None:
+def serve(server: _socket.socket, real: int, credentials: str) -> None:
+    import signal
+
+    guard_module()  # once, before the first worker is forked
+    undumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     while True:
-        conn, _ = server.accept()
+        fd, _ = server._accept()  # type: ignore[attr-defined]  # _socket has no accept()
+        conn = _socket.socket(fileno=fd)
         if os.fork() == 0:
             status = 125
             try:
@@ -144,9 +173,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: gitbroker.py SOCKET REAL_GIT UID:GID|-\n")
         return 2
     path, real_path, credentials = argv[1:]
-    undumpable()
     real = os.open(real_path, os.O_PATH | os.O_CLOEXEC)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     server.bind(path)
     os.chmod(path, 0o666)
     server.listen(64)

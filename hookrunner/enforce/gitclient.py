@@ -13,14 +13,14 @@ status 125 and one line on stderr; never a git run some other way.
 
 from __future__ import annotations
 
-import json
+import _socket  # not socket: its imports (selectors, enum, re) cost every git command
 import os
-import socket
 import struct
 import sys
 
 HEADER = struct.Struct("!I")
 STATUS = struct.Struct("!i")
+FDS = struct.Struct("4i")
 FAILED = 125
 
 
@@ -32,26 +32,36 @@ def valid(fd: int) -> bool:
     return True
 
 
-def request(path: str, argv0: str, args: list[str]) -> int:
+def encode(argv0: str, args: list[str]) -> bytes:
+    """argv0, umask, the number of arguments, the arguments, then NAME=VALUE of the
+    environment: NUL-separated (none of them can hold a NUL)."""
     umask = os.umask(0o022)
     os.umask(umask)
-    body = json.dumps(
-        {"argv0": argv0, "args": args, "env": dict(os.environ), "umask": umask}
-    ).encode()
+    head = [os.fsencode(argv0), str(umask).encode(), str(len(args)).encode()]
+    env = [name + b"=" + value for name, value in os.environb.items()]
+    return b"\0".join([*head, *(os.fsencode(arg) for arg in args), *env])
+
+
+def request(path: str, argv0: str, args: list[str]) -> int:
+    body = encode(argv0, args)
     stdio = [fd if valid(fd) else os.open(os.devnull, os.O_RDWR) for fd in (0, 1, 2)]
     cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         conn.connect(path)
         message = HEADER.pack(len(body)) + body
-        sent = socket.send_fds(conn, [message[: 1 << 15]], [*stdio, cwd])
-        conn.sendall(message[sent:])
+        rights = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, FDS.pack(*stdio, cwd))]
+        sent = conn.sendmsg([message[: 1 << 15]], rights)
         os.close(cwd)
+        conn.sendall(message[sent:])
         answer = b""
         while len(answer) < STATUS.size:
             chunk = conn.recv(STATUS.size - len(answer))
             if not chunk:
                 raise ConnectionError("the broker closed the connection")
             answer += chunk
+    finally:
+        conn.close()
     (status,) = STATUS.unpack(answer)
     return 128 - status if status < 0 else int(status)  # killed by a signal: as a shell says
 
