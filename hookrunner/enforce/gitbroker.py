@@ -7,7 +7,7 @@ the judgement runs here instead. ``toolns``'s namespace script starts this
 program as root (or as the root of an unprivileged user namespace) before the
 tool's program:
 
-    gitbroker.py SOCKET REAL_GIT CREDENTIALS
+    python3 -I -S -B gitbroker.py SOCKET REAL_GIT CREDENTIALS
 
 It opens ``REAL_GIT`` (an execute-only copy in a directory that is then
 covered by an empty mount) as an ``O_PATH`` descriptor, listens on ``SOCKET``
@@ -18,6 +18,9 @@ connection drops to the tool's credentials (``UID:GID``, or ``-``: every
 capability of the user namespace), makes itself non-dumpable, takes the
 client's descriptors and environment, runs the guard (``gitguard.guarded``)
 and sends back the exit status.
+
+``-B``: it writes no bytecode into the guard's directory (a file open for writing there
+makes its read-only remount fail with EBUSY).
 
 Invariants: the real git's descriptor is close-on-exec (no git child inherits
 it) and exists only in the broker and its non-dumpable workers; the real git

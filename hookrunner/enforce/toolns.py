@@ -60,7 +60,7 @@ SCRIPT = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -t tmpfs -o mode=0755,size=64k hookrunner "$1" || exit 125; shift; '
     "n=$((n - 1)); done; "
-    'if [ "$1" = - ]; then shift; else "$1" -I -S "$2" "$3" "$4" "$5" || exit 125; shift 5; fi; '
+    'if [ "$1" = - ]; then shift; else "$1" -I -S -B "$2" "$3" "$4" "$5" || exit 125; shift 5; fi; '
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -t tmpfs -o mode=0,size=4k hookrunner "$1" || exit 125; shift; '
     "n=$((n - 1)); done; "
