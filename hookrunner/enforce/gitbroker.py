@@ -9,8 +9,8 @@ tool's program:
 
     python3 -I -S -B gitbroker.py SOCKET REAL_GIT CREDENTIALS
 
-It opens ``REAL_GIT`` (an execute-only copy in a directory that is then
-covered by an empty mount) as an ``O_PATH`` descriptor, listens on ``SOCKET``
+It opens ``REAL_GIT`` (an execute-only copy in a ``0000`` directory of the
+guard's, which is read-only in the namespace) as an ``O_PATH`` descriptor, listens on ``SOCKET``
 and returns once it listens (its daemon child serves). Each ``git`` the tool
 runs is ``gitclient.py``, which sends its argv, environment, umask, stdio and
 working directory (descriptors, ``SCM_RIGHTS``); a worker forked per
@@ -47,8 +47,8 @@ FD = struct.Struct("i")
 MAX_REQUEST = 8 << 20
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
-# Imported by the serving child, after the namespace script has gone on: the tool's start
-# waits only for the parent to listen.
+# The guard is imported by the serving child at the first request: the tool's start waits
+# only for the parent to listen, and a tool call that runs no git never pays for it.
 
 
 def guard_module() -> ModuleType:
@@ -148,12 +148,12 @@ def serve_one(conn: _socket.socket, real: int, credentials: str) -> int:
 def serve(server: _socket.socket, real: int, credentials: str) -> None:
     import signal
 
-    guard_module()  # once, before the first worker is forked
-    undumpable()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     while True:
         fd, _ = server._accept()  # type: ignore[attr-defined]  # _socket has no accept()
         conn = _socket.socket(fileno=fd)
+        guard_module()  # at the first git, once: most tool calls run none
+        undumpable()  # (its capabilities already keep the capless tool from tracing it)
         if os.fork() == 0:
             status = 125
             try:

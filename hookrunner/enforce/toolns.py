@@ -51,9 +51,7 @@ GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/li
 PYTHONS = ("/usr/bin/python3",)
 # $1: mount; $2: how many (source, target) pairs follow; the pairs; how many fresh tmpfs
 # directories (the broker's socket); them; the broker (python, gitbroker.py, socket, real
-# git, credentials) or "-"; how many directories to cover with an empty tmpfs (the real
-# git's, once the broker holds it); them; how many paths to make read-only; the paths; then
-# the program.
+# git, credentials) or "-"; how many paths to make read-only; the paths; then the program.
 SCRIPT = (
     'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
@@ -61,9 +59,6 @@ SCRIPT = (
     '"$mount" -t tmpfs -o mode=0755,size=64k hookrunner "$1" || exit 125; shift; '
     "n=$((n - 1)); done; "
     'if [ "$1" = - ]; then shift; else "$1" -I -S -B "$2" "$3" "$4" "$5" || exit 125; shift 5; fi; '
-    'n=$1; shift; while [ "$n" -gt 0 ]; do '
-    '"$mount" -t tmpfs -o mode=0,size=4k hookrunner "$1" || exit 125; shift; '
-    "n=$((n - 1)); done; "
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
@@ -74,8 +69,9 @@ class Guard:
     """The git guard of this runner process: where its wrapper is and what it covers.
 
     In the namespace the real git is reachable only through the broker's descriptor
-    (D375): its execute-only copy is in ``hidden``, covered by an empty tmpfs once the
-    broker has opened it; ``run`` is a fresh tmpfs per namespace for the broker's socket."""
+    (D375): its execute-only copy is in ``hidden`` (mode 0000, in the read-only
+    directory: the tool user can neither traverse nor chmod it); ``run`` is a fresh
+    tmpfs per namespace for the broker's socket."""
 
     directory: str  # runner-owned: the wrapper, the guard's modules, ``run``, ``hidden``
     wrapper: str  # runs ``gitclient.py`` with the broker's socket
@@ -156,7 +152,7 @@ def namespace_argv(
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
     so), as ``user`` (root's namespace) or without any capability (a user namespace, with
-    its own ``/proc``); with ``guard``, its broker started and the real git hidden first."""
+    its own ``/proc``); with ``guard``, its broker started first."""
     program = list(argv)
     if tools.unprivileged:  # root of the user namespace until here; no capability after
         caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
@@ -175,9 +171,9 @@ def namespace_argv(
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
     counts = [str(len(binds)), *pairs]
     if guard is None:
-        counts += ["0", "-", "0"]
+        counts += ["0", "-"]
     else:
-        counts += ["1", guard.run, *guard.broker(credentials), "1", guard.hidden]
+        counts += ["1", guard.run, *guard.broker(credentials)]
     counts += [str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 

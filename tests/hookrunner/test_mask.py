@@ -104,9 +104,8 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         str(tmp_path / ".env"),
         "/g",
         "/usr/bin/git",
-        "0",  # no fresh tmpfs, no broker, nothing to hide: no guard given
+        "0",  # no fresh tmpfs, no broker: no guard given
         "-",
-        "0",
         "1",
         "/usr/bin/git",
         "/sbin/setpriv",
@@ -145,7 +144,6 @@ def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -
         "/w/.env",
         "0",
         "-",
-        "0",
         "0",
         "/s",
         "--bounding-set=-all",
