@@ -255,7 +255,8 @@ def plan_push(git: Git, args: list[str]) -> Plan | None:
     mapped, _ = dry_run(git, push, [repository, *specs] if repository else [])
     judge(mapped, push.forced)
     pinned = pin(git, mapped)
-    refspecs = [f"{pinned[u.source]}:{u.destination}" for u in mapped]
+    # once each: a remote with several push URLs lists every update once per URL
+    refspecs = list(dict.fromkeys(f"{pinned[u.source]}:{u.destination}" for u in mapped))
     repository = repository or default_repository(git)
     if push.forced and mapped:
         judge(dry_run(git, push._replace(options=[]), [repository, *refspecs])[0], True)

@@ -224,3 +224,26 @@ def test_fast_forwards_always_land(
             assert after.get(destination(spec)) == expected, (argv, spec, done.stderr)
     finally:
         shutil.rmtree(top)
+
+
+def test_every_push_url_gets_the_pinned_push_and_a_force_reaches_none(prepared: Path) -> None:
+    """A remote with two ``pushurl``s: the dry run lists each update once per URL."""
+    top = Path(tempfile.mkdtemp(prefix="hr-gitguard-ex-"))
+    try:
+        shutil.copytree(prepared, top, dirs_exist_ok=True, symlinks=True)
+        git(top, "clone", "-q", "--bare", "remote.git", "second.git")
+        work = top / "ws"
+        for url in ("../remote.git", "../second.git"):
+            git(work, "config", "--add", "remote.origin.pushurl", url)
+        before = {name: heads(top / name) for name in ("remote.git", "second.git")}
+        forced = guarded(work, ["push", "-q", "-f", "origin", "main"])
+        assert forced.returncode == 1, forced.stderr
+        assert "git guard (hookrunner): a forced push" in forced.stderr
+        assert {name: heads(top / name) for name in before} == before
+        done = guarded(work, ["push", "-q", "origin", "ahead:keep"])
+        assert done.returncode == 0, done.stderr
+        ahead = git(work, "rev-parse", "ahead")
+        for name in ("remote.git", "second.git"):
+            assert heads(top / name)["refs/heads/keep"] == ahead
+    finally:
+        shutil.rmtree(top)
