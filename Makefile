@@ -11,15 +11,19 @@ PYTEST_ARGS ?=
 # The repository's folders that make up the import package sandbox_egress (D140).
 PACKAGES    := proxy addons runtime hookrunner common
 
-.PHONY: install run test test-unit lint clean demo
+.PHONY: install run test test-unit lint clean demo try
 
 install: $(STAMP) $(VENV)/.optimized
 
 # `egress-proxy run` runs under python -O (D75): its .opt-1.pyc are compiled once here, since
 # a start under PYTHONDONTWRITEBYTECODE would otherwise recompile mitmproxy (~1.7 s) each time.
+# Each long step says what it does, how long it takes, and how long it took (issue 48).
 $(VENV)/.optimized: $(STAMP)
+	@echo "make install: compiling the packages' bytecode for python -O (once; 30 s on an idle machine, minutes on a busy one) ..."
+	@start=$$(date +%s); \
 	$(BIN)/python -m compileall -q -j 0 -o 1 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null \
-		|| echo "compileall: some files did not compile; they run without cached bytecode"
+		|| echo "compileall: some files did not compile; they run without cached bytecode"; \
+	echo "make install: bytecode compiled in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 # Re-installs only when the project's metadata changes; a broken venv is rebuilt.
@@ -28,8 +32,11 @@ $(STAMP): pyproject.toml
 	if [ ! -x $(BIN)/python ] || ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
 		rm -rf $(VENV); echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; \
 	fi
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	@echo "make install: installing the project and its dependencies into $(VENV) (the first time one to two minutes; pip names each package) ..."
+	@start=$$(date +%s); \
+	$(BIN)/python -m pip install --quiet --upgrade pip && \
+	$(BIN)/python -m pip install --progress-bar off --disable-pip-version-check -e '.[test,lint]' && \
+	echo "make install: installed in $$(( $$(date +%s) - start )) s"
 	@touch $(STAMP)
 
 run: install
@@ -68,9 +75,19 @@ lint: install
 	$(BIN)/mypy -p sandbox_egress
 	$(BIN)/mypy testbed bench demo
 
-# The three scenarios of the source pages, narrated (needs root: network namespaces).
+# The three scenarios of the source pages and an MCP budget, narrated (needs root:
+# network namespaces). Offline: the upstreams are test servers in those namespaces.
 demo: install
 	$(BIN)/python -m demo
+
+# Your environment file against a local test upstream in network namespaces it builds
+# and removes: an allowed request, a refusal and the audit, offline (needs root;
+# demo/tryout.py, D408). `make try CONFIG=my.yaml URL=https://api.example.com/v1/models`;
+# the file's ${NAME} references come from $(ENV_FILE) and your environment, as for `make run`.
+URL ?=
+try: install
+	@set -a; . ./$(ENV_FILE); set +a; \
+	exec $(BIN)/python -m demo.tryout $(CONFIG) $(URL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

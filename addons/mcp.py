@@ -19,18 +19,23 @@ from collections.abc import Callable, Iterable
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 from sandbox_egress.proxy.mcp import McpPolicy, McpState
 from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
+from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route
 from sandbox_egress.proxy.mcp.sse import EventStream
 from sandbox_egress.proxy.mcp.tools_list import (
     Unreadable,
     json_transform,
+    streams_filter,
     tools_filter,
     unreadable_answer,
 )
+from sandbox_egress.proxy.mcp.websocket import filter_received, judge_sent
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 Stream = Callable[[bytes], Iterable[bytes] | bytes]
@@ -39,25 +44,55 @@ HELD_BODY_LIMIT = 1024 * 1024
 if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes
     raise ImportError("addons.mcp: HELD_BODY_LIMIT must follow STREAM_BODIES_OVER")
 MIRRORED = ("mcp-method", "mcp-name")
+WEBSOCKET_KEY = "egress-mcp"  # flow.metadata: the request's McpState, for its WebSocket messages
 
 
-def hold(
-    request: http.Request, state: FlowState, policies: tuple[McpPolicy, ...]
-) -> Decision | None:
-    """Buffer the POST's body for `judge`, or the refusal when it cannot be buffered."""
+def start(
+    flow: http.HTTPFlow, state: FlowState, policies: tuple[McpPolicy, ...]
+) -> tuple[Decision | None, bool]:
+    """(the refusal or None, whether the body is held for `judge`) of a request on an
+    MCP entry, sorted by `proxy.mcp.route.mcp_route`."""
+    request = flow.request
     refused = Decision.deny(Reason.MCP_BAD_REQUEST, state.decision.entry, state.decision.clause)
-    limit = min(HELD_BODY_LIMIT, *(p.max_body for p in policies))
+    upgrade = request.headers.get("upgrade", "").lower()
+    websocket = "websocket" in upgrade or "sec-websocket-key" in request.headers
+    path = request.path.partition("?")[0]
+    route = mcp_route(policies, path, body=body_follows(flow), websocket=websocket)
+    if route is Route.REFUSED:
+        return refused, False  # an upgrade without mcp.websocket: true (D332)
+    held = McpState(policies, route, held=False, streams=streams_filter(policies))
+    state.mcp = held
+    flow.metadata[WEBSOCKET_KEY] = held  # the request's state is gone once the 101 is audited
+    if held.streams is not None:
+        request.headers["accept-encoding"] = "identity"  # event streams the filter can read
+    if route not in (Route.POST, Route.SNIFF):
+        return None, False
+    if not _holdable(request, min(HELD_BODY_LIMIT, *(p.max_body for p in policies))):
+        if route is Route.POST or _may_be_json(request):
+            return refused, False  # a body that can be neither read nor let through (D331)
+        return None, False  # a body no MCP server reads as JSON-RPC: the entry's rules
+    request.stream = False
+    held.held = True
+    return None, True
+
+
+def _holdable(request: http.Request, limit: int) -> bool:
+    """A body read whole before it goes on: announced, at most `limit`, not compressed
+    (at most mitmproxy's buffering bound, so it never switches to streaming, D212)."""
     if "content-encoding" in request.headers or "content-length" not in request.headers:
-        return refused  # a compressed or unannounced body is never read here
+        return False
     try:
         size = expected_http_body_size(request)
     except ValueError:
-        return refused
-    if size is None or size > limit:
-        return refused
-    request.stream = False
-    state.mcp = McpState(policies)
-    return None
+        return False
+    return size is not None and size <= limit
+
+
+def _may_be_json(request: http.Request) -> bool:
+    """A body that cannot be held on another path is refused when its media type could
+    be read as JSON by a server: none, several, or one that names json (D331)."""
+    types = request.headers.get_all("content-type")
+    return len(types) != 1 or "json" in types[0].lower()
 
 
 def judge(
@@ -65,10 +100,13 @@ def judge(
 ) -> Decision:
     """The held POST: allowed as `decision` says, or refused with a JSON-RPC error."""
     held = state.mcp
-    if held is None:
+    if held is None or not held.held:
         raise ValueError("judge without a held MCP body")
     request = flow.request
     body = request.raw_content or b""
+    if held.route is Route.SNIFF and not maybe_jsonrpc(body):
+        state.bytes_sent = len(body)
+        return decision  # not JSON-RPC: the entry's rules alone (D331)
     content_type = request.headers.get_all("content-type")
     mirrored = {name: request.headers.get_all(name) for name in MIRRORED}
     verdict = None
@@ -83,8 +121,6 @@ def judge(
     if verdict.reason is None and verdict.body is not None:
         state.bytes_sent = len(body)
         held.tools = tools_filter(held.policies, verdict.body)
-        if held.tools is not None:
-            request.headers["accept-encoding"] = "identity"  # an answer the filter can read
         return decision
     reason = verdict.reason or Reason.MCP_BAD_REQUEST
     flow.response = http.Response.make(
@@ -109,11 +145,13 @@ def answer_stream(flow: http.HTTPFlow, state: FlowState, inner: Stream) -> Strea
     """The response's stream function with the tools/list filter after `inner` (counting,
     redaction); unchanged when the answer needs no filter."""
     held, response = state.mcp, flow.response
-    tools = held.tools if held is not None else None
-    if tools is None or response is None:
+    if held is None or response is None:
         return inner
     sse = response.headers.get("content-type", "").split(";")[0].strip().lower()
     sse_stream = sse == "text/event-stream"
+    tools = held.streams if sse_stream else held.tools  # a stream: by shape (D334)
+    if tools is None:
+        return inner
     limit = min(p.max_body for p in tools.policies)
     transform = (
         EventStream(tools.rewrite, limit).feed if sse_stream else json_transform(tools, limit)
@@ -145,3 +183,36 @@ def answer_stream(flow: http.HTTPFlow, state: FlowState, inner: Stream) -> Strea
 
 def _refuse(data: bytes) -> bytes:
     raise Unreadable("a compressed answer")
+
+
+def websocket_message(flow: http.HTTPFlow, metrics: ProxyMetrics) -> None:
+    """The last WebSocket message of a flow on an MCP entry, judged (`proxy.mcp.websocket`):
+    a refused one from the sandbox is dropped and answered with the JSON-RPC error; one
+    from the server the filter cannot read ends the connection. A WebSocket the request
+    stage did not admit as one (the server upgraded what was not asked as an upgrade)
+    ends at its first message."""
+    held, socket = flow.metadata.get(WEBSOCKET_KEY), flow.websocket
+    if not isinstance(held, McpState) or socket is None or not socket.messages:
+        return
+    message = socket.messages[-1]
+    if held.route is not Route.WEBSOCKET:
+        message.drop()  # type: ignore[no-untyped-call]
+        mitm.kill(flow)
+        return
+    if message.from_client:
+        verdict = judge_sent(held.policies, message.content)
+        held.verdict = verdict
+        count(metrics, held, verdict.reason)
+        if verdict.allowed:
+            return
+        message.drop()  # type: ignore[no-untyped-call]
+        reason = verdict.reason or Reason.MCP_BAD_REQUEST
+        answer = refusal_body(reason, verdict.detail, verdict.body)
+        mitm.inject_websocket(flow, answer)
+        return
+    received = filter_received(held.policies, held.streams, message.content)
+    if received.content is None:
+        message.drop()  # type: ignore[no-untyped-call]
+        mitm.kill(flow)
+    elif received.content != message.content:
+        message.content = received.content

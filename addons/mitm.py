@@ -24,6 +24,12 @@ def kill(killed: flow.Flow) -> None:
     kill_flow()
 
 
+def inject_websocket(into: http.HTTPFlow, text: bytes) -> None:
+    """mitmproxy's `inject.websocket` command: a text message sent to the client."""
+    inject: Callable[..., Any] = ctx.master.commands.call
+    inject("inject.websocket", into, True, text, True)
+
+
 def addon(name: str) -> Any:
     """The running master's addon called `name` (mitmproxy's own too), or None."""
     lookup: Callable[[str], Any] = ctx.master.addons.get

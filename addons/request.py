@@ -100,9 +100,9 @@ class Requests:
                 if held is None:
                     return  # decided and counted once its command list is read
             if answer.mcp and state.decision.allowed:
-                held = mcp.hold(request, state, answer.mcp)
-                state.decision = held or state.decision
-                if held is None:
+                refused, holding = mcp.start(flow, state, answer.mcp)
+                state.decision = refused or state.decision
+                if holding:
                     return  # decided and counted once its body is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
@@ -205,7 +205,9 @@ class Requests:
             state.refused_here = True
             if flow.error is None:
                 mitm.kill(flow)
-        elif isinstance(state, FlowState) and state.mcp and not state.mcp.verdict:
+        elif (
+            isinstance(state, FlowState) and state.mcp and state.mcp.held and not state.mcp.verdict
+        ):
             decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
             with self.shared.failclosed(Stage.REQUEST):
                 state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
@@ -224,9 +226,11 @@ class Requests:
                 mitm.kill(flow)
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        """A message the sandbox sends on a WebSocket counts toward the upload budget."""
+        """A message on a WebSocket of an MCP entry is judged (`addons.mcp`); one the
+        sandbox sends counts toward the upload budget."""
         judged = False
         with self.shared.failclosed(Stage.REQUEST):
+            mcp.websocket_message(flow, self.shared.metrics)  # each judged (D332)
             budget.websocket_message(flow)
             judged = True
         if not judged and flow.websocket is not None and flow.websocket.messages:

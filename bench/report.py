@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import rules, sandboxes, session, targets
+from bench import claude_hook, rules, sandboxes, session, targets
 from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
@@ -353,6 +353,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("sandboxes", sandboxes.lines),
         ("fairness", fairness_lines),
         ("session", session.lines),
+        ("claudehook", claude_hook.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

@@ -34,6 +34,7 @@ from typing import Any
 from bench import (
     allowlist,
     budget_state,
+    claude_hook,
     contenders,
     decide,
     fairness,
@@ -67,8 +68,11 @@ SCENARIOS = (
     "sandboxes",
     "fairness",
     "session",
+    "claudehook",
 )
-PURE = frozenset({"decide", "redact", "sandboxes"})  # no network (but loopback), no root
+PURE = frozenset(
+    {"decide", "redact", "sandboxes", "claudehook"}
+)  # no network (but loopback), no root
 OWN_NETWORK = frozenset({"fairness"})  # namespaces of its own: root and `ip` only
 REQUIRED = ("ip", "hey", "h2load", "socat", "nginx", "squid", str(contenders.CERTGEN))
 _ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=")
@@ -266,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     if "sandboxes" in wanted:
         _say("scenario 8: a node proxy serving 1,000 sandbox files")
         results["sandboxes"] = sandboxes.measure()
+    if "claudehook" in wanted:
+        _say("scenario 11: a Claude Code hook call through `hookrunner claude install`")
+        results["claudehook"] = claude_hook.measure()
     if "fairness" in wanted:
         _say("scenario 9: another client's latency while one client misbehaves")
         results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)

@@ -97,7 +97,7 @@ def node_policy() -> Policy:
 
 
 def loaded(directory: Path, node: Policy) -> tuple[SandboxDirectory, Tenancy]:
-    scanner = SandboxDirectory(directory, {})
+    scanner = SandboxDirectory(directory)
     found = scanner.scan()
     tenancy = Tenancy(SandboxesSection(directory), node).rebuilt(
         scanner.sandboxes, node, found.changed

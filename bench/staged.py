@@ -16,16 +16,20 @@ Written beside each other in the work directory:
 * the sandboxes directory: `bench.yaml` claims the bench client's address (127.0.0.1 in
   the client namespace) with its own allowlist (the hosts the scenarios use, the same
   transform, rules, MCP endpoint and budget, a secret with its own placeholder whose value
-  is the variable itself: a sandbox file has no `credentials:`), so every
-  request is decided by the sandbox's policy inside the node's ceiling; `OTHERS` more
-  files claim other addresses, as on a node.
+  is the variable's value in a file: a sandbox file has no `credentials:` and reads no
+  variable, D340), so every request is decided by the sandbox's policy inside the node's
+  ceiling; `OTHERS` more files claim other addresses, as on a node;
+* the sandboxes' secrets (`sandbox-secrets/<id>/<VARIABLE>`, the node's
+  `sandboxes.secrets`): each sandbox file's `${file:}` references, one file per variable
+  its entries name.
 
-A placeholder is unique across the node file and every sandbox file (D179): each file's
-is its own (`placeholder`), or the proxy refuses to start (D264).
+Each file's placeholder is its own (`placeholder`, D264): a sandbox file repeating the
+node's is refused (D342).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,8 @@ CREDENTIAL = "bench-credential"
 CLIENT_ADDRESS = "127.0.0.1"
 # Far above what any scenario sends: the stage runs, never refuses.
 BUDGET = {"requests": "100000000/second", "upload": "1000GiB/second"}
+SECRETS = "sandbox-secrets"  # beside the node file: its `sandboxes.secrets`
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def placeholder(owner: str) -> str:
@@ -60,6 +66,22 @@ def _staged_target(entry: dict[str, Any], owner: str) -> dict[str, Any]:
         "budget": BUDGET,
         "secrets": [{"placeholder": placeholder(owner), "value": value}],
     }
+
+
+def _from_files(entry: dict[str, Any], own: Path, used: set[str]) -> dict[str, Any]:
+    """`entry` with each `${NAME}` of its transform and secrets read from `own/NAME` (a
+    sandbox file reads no variable, D340); the names go into `used`."""
+
+    def read(value: str) -> str:
+        used.update(_VARIABLE.findall(value))
+        return _VARIABLE.sub(lambda m: f"${{file:{own / m.group(1)}}}", value)
+
+    found = dict(entry)
+    if "transform" in found:
+        found["transform"] = {k: read(v) for k, v in found["transform"].items()}
+    if "secrets" in found:
+        found["secrets"] = [{**s, "value": read(s["value"])} for s in found["secrets"]]
+    return found
 
 
 def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
@@ -87,6 +109,7 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
         # Scenario 6 opens 1,000 tunnels from the one bench sandbox (default bound: 512).
         "sandboxes": {
             "directory": directory,
+            "secrets": SECRETS,
             "identify": ["source_address"],
             "max_connections": 4096,
         },
@@ -94,19 +117,23 @@ def node_document(allowlist: Allowlist, directory: str) -> dict[str, Any]:
 
 
 def sandbox_document(
-    allowlist: Allowlist, address: str, hosts: tuple[str, ...], owner: str
-) -> dict[str, Any]:
+    allowlist: Allowlist, address: str, hosts: tuple[str, ...], owner: str, secrets: Path
+) -> tuple[dict[str, Any], dict[str, str]]:
     """A sandbox file (`owner`.yaml): `hosts` (and the upstream's range) from the node's
-    entries."""
+    entries; and the files its references read below `secrets/owner/` (name: value)."""
     entries = [{"domain": UPSTREAM_CIDR}]
+    used: set[str] = set()
     for entry in allowlist.document()["network"]["allowlist"]:
         if entry["domain"] in hosts:
-            entries.append(_staged_target(entry, owner) if entry["domain"] == TARGET else entry)
-    return {
+            staged = _staged_target(entry, owner) if entry["domain"] == TARGET else entry
+            entries.append(_from_files(staged, secrets / owner, used))
+    values = {**allowlist.environ, **environ()}
+    document = {
         "class": "bench",
         "addresses": [address],
         "network": {"allowlist": entries},
     }
+    return document, {name: values[name] for name in sorted(used)}
 
 
 def environ() -> dict[str, str]:
@@ -118,12 +145,17 @@ def write(allowlist: Allowlist, work: Path) -> Path:
     """The node file (`work/egress.yaml`, returned) and its sandboxes directory."""
     directory = work / "sandboxes"
     directory.mkdir(exist_ok=True)
+    secrets = (work / SECRETS).resolve()
     hosts = (TARGET, HOOK_HOST, BULK_HOST)
-    bench = sandbox_document(allowlist, CLIENT_ADDRESS, hosts, "bench")
-    (directory / "bench.yaml").write_text(yaml.safe_dump(bench, sort_keys=False))
-    for n in range(OTHERS):
-        other = sandbox_document(allowlist, f"198.19.250.{n + 1}", hosts, f"other-{n}")
-        (directory / f"other-{n}.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    owners = {"bench": CLIENT_ADDRESS} | {
+        f"other-{n}": f"198.19.250.{n + 1}" for n in range(OTHERS)
+    }
+    for owner, address in owners.items():
+        document, files = sandbox_document(allowlist, address, hosts, owner, secrets)
+        (directory / f"{owner}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        (secrets / owner).mkdir(parents=True, exist_ok=True)
+        for name, value in files.items():
+            (secrets / owner / name).write_text(value)
     node = work / "egress.yaml"
     document = node_document(allowlist, directory.name)
     node.write_text(yaml.safe_dump(document, sort_keys=False))

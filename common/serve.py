@@ -9,7 +9,9 @@ with the cause as the body. Scrapes are not logged.
 The server is bounded (issue 21): at most `max_connections` connections are served at
 once (one thread each; more are closed at once and reported to `on_refused`), and a
 connection that has not sent its request within `request_timeout` seconds, or stalls
-reading the answer that long, is closed.
+reading the answer that long, is closed. A peer that hangs up early (a probe giving up
+mid-request, a reset) is not news: nothing is printed (issue 43); any other failure of a
+handler is still reported, as `socketserver` does.
 
 `add_build_info` registers `<area>_build_info{version}` (always 1) and, on a registry
 of the process's own, the `process_*` series (CPU, memory, open files, start time);
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -183,6 +186,13 @@ class MetricsServer(ThreadingHTTPServer):
         except BaseException:
             self._slots.release()
             raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that hung up (reset, broken pipe, timed out) is silent; anything else is
+        printed with its traceback, as `socketserver` does."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

@@ -1,4 +1,5 @@
-"""`make demo`: the three scenarios of the source pages, run for real and narrated.
+"""`make demo`: the three scenarios of the source pages and an MCP budget (issue 48), run
+for real and narrated.
 
 Builds network namespaces (a sandbox, a gateway running the transparent egress
 proxy, a telemetry upstream), so it needs root; it removes everything it built.

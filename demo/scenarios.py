@@ -8,6 +8,10 @@
    telemetry upstream through the transparent proxy, which writes Authorization
    from its own environment; hooks aimed at a name the proxy resolves to loopback
    and at a host not allowlisted are refused by the proxy, and the tool still runs.
+4. An MCP server's budget (issue 48): the agent's MCP tool calls to mcp.example.test are
+   judged one by one (a tool the entry does not name is refused with a JSON-RPC error,
+   nothing upstream) and the entry's budget of 3 calls an hour is spent, then refused
+   (429 `budget_exceeded`), all in the audit.
 
 Each scenario narrates what happens through `say` (the demo prints it, the tests
 collect it) and returns what it observed, for the tests to assert on. The secret
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.stage import LOOPBACK_HOOK, NOT_ALLOWED, TELEMETRY, Stage
+from testbed.stage import LOOPBACK_HOOK, MCP_HOST, NOT_ALLOWED, TELEMETRY, Stage
 
 Say = Callable[[str], None]
 
@@ -71,6 +75,7 @@ class Observed:
     upstream: list[dict[str, Any]] = field(default_factory=list)
     audit: list[dict[str, Any]] = field(default_factory=list)
     traps: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[list[Any]] = field(default_factory=list)  # scenario 4: the MCP calls
 
 
 def _prepare(
@@ -222,4 +227,58 @@ def audit_logging(stage: Stage, say: Say) -> Observed:
     return observed
 
 
-SCENARIOS = (security_gate, privacy_gate, audit_logging)
+# The agent's MCP calls, from inside the sandbox: one JSON-RPC POST each, through the
+# transparent proxy; prints [HTTP status, X-Egress-Denied, the JSON-RPC error's message].
+MCP_CALLS = """
+import json, urllib.error, urllib.request
+out = []
+for n, tool in enumerate(TOOLS):
+    body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": tool, "arguments": {"query": "egress"}}}
+    request = urllib.request.Request(URL, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            out.append([answer.status, None, None])
+    except urllib.error.HTTPError as e:
+        text = e.read().decode("utf-8", "replace")
+        try:
+            error = json.loads(text).get("error")
+        except ValueError:
+            error = text[:120]
+        # A JSON-RPC error (an MCP refusal) carries a message; the proxy's JSON a code.
+        message = error.get("message") if isinstance(error, dict) else error
+        out.append([e.code, e.headers.get("X-Egress-Denied"), message])
+print(json.dumps(out))
+"""
+MCP_TOOLS = ["search_repositories", "delete_repository", "search_repositories",
+             "search_repositories", "search_repositories"]  # fmt: skip
+
+
+def mcp_budget(stage: Stage, say: Say) -> Observed:
+    say("== Scenario 4: MCP tool calls judged one by one, and a budget spent ==")
+    say(f"   the entry for {MCP_HOST} names one tool (search_repositories) and a budget")
+    say("   of 3 requests an hour; the proxy writes the server's token, not the agent.")
+    marks = stage.upstream_log.mark(), stage.audit_log.mark()
+    script = MCP_CALLS.replace("TOOLS", repr(MCP_TOOLS)).replace(
+        "URL", repr(f"https://{MCP_HOST}/mcp")
+    )
+    answers = json.loads(stage.in_sandbox(script))
+    for tool, (status, denied, message) in zip(MCP_TOOLS, answers, strict=True):
+        verdict = "reached the server" if denied is None else f"refused: {denied} ({message})"
+        say(f"agent ▶ MCP tools/call {tool} -> {status} {verdict}")
+    observed = Observed(
+        Path(stage.base),
+        [],
+        upstream=[r for r in stage.upstream_log.since(marks[0]) if r.get("event") == "request"],
+        audit=stage.audit_log.wait_count(marks[1], len(MCP_TOOLS) * 2),
+    )
+    observed.answers = answers
+    for line in observed.audit:
+        if line["method"] == "POST":
+            say(f"   proxy audit POST {line['host']} {line['decision']} {line['reason']}")
+    say(f"   the MCP server received {len(observed.upstream)} of {len(MCP_TOOLS)} calls")
+    return observed
+
+
+SCENARIOS = (security_gate, privacy_gate, audit_logging, mcp_budget)

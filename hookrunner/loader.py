@@ -51,18 +51,27 @@ def load_config(workspace: Path, system_config: Path | None = None) -> HookConfi
     return HookConfig(tuple(groups), tuple(problems), tuple(files))
 
 
+class UntrustedFile(Exception):
+    """``vouch`` refused the opened file; the message says why (the caller says so)."""
+
+
+Vouch = Callable[[int], "str | None"]  # why the file open on this descriptor is not trusted
+
+
 def load_file[T](
     path: Path,
     explicit: bool,
     seen: set[tuple[int, int]],
     validate: Callable[[Any, str], tuple[list[T], list[Problem]]],
+    vouch: Vouch | None = None,
 ) -> tuple[list[T], list[Problem], bool]:
     """One file of any dialect: read once, parsed, validated; whether it was loaded.
 
     A file already in ``seen`` (the same device and inode reached another way) is
     skipped; a file that is read but not valid JSON counts as loaded, with its problem.
+    ``vouch`` judges the opened descriptor before it is read (``UntrustedFile``).
     """
-    text, identity, problem = read_config_file(path, explicit)
+    text, identity, problem = read_config_file(path, explicit, vouch)
     problems = [problem] if problem is not None else []
     if text is None or identity is None or identity in seen:
         return [], problems, False
@@ -75,9 +84,12 @@ def load_file[T](
 
 
 def read_config_file(
-    path: Path, explicit: bool
+    path: Path, explicit: bool, vouch: Vouch | None = None
 ) -> tuple[str | None, tuple[int, int] | None, Problem | None]:
-    """The text of one configuration file and its (device, inode), or the problem reading it."""
+    """The text of one configuration file and its (device, inode), or the problem reading it.
+
+    The file is opened once; ``vouch`` judges that descriptor, which is then read (no
+    second lookup of the name in between): ``UntrustedFile`` when it refuses."""
     name = str(path)
     try:
         # O_NONBLOCK: a FIFO put where the file should be must not hang the session start.
@@ -86,6 +98,8 @@ def read_config_file(
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 return None, None, Problem(name, "$", "not a regular file")
+            if vouch is not None and (why := vouch(fd)) is not None:
+                raise UntrustedFile(why)
             os.set_blocking(fd, True)
             data = handle.read(MAX_FILE_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError):

@@ -11,7 +11,7 @@ for a sandbox's (`proxy.tenancy.SandboxPolicy`) the node's decision of the same 
   a sandbox, the node's deciding entry is pass-through as well. Anything else is
   intercepted, and each request inside is judged by both entries.
 * `raw_tcp`: a raw TCP stream reaches a destination only through an address entry that
-  judges nothing per request (`judged_by`: no rules, git or required placeholder), the
+  judges nothing per request (`judged_by`: no rules, git, `mcp:` or required placeholder), the
   sandbox's and the node's.
 * `node_requires`: the node's entry's `require` holds for a sandbox's request: the
   proxy must write a credential into it (the sandbox's own secret swapped, or its
@@ -32,9 +32,12 @@ from sandbox_egress.proxy.policy import Policy
 
 def judged_by(entry: Entry) -> Reason | None:
     """What an entry judges in every request, which a relayed stream would bypass: its
-    rules or git items (`rule_mismatch`), a required placeholder (`credential_required`)."""
+    rules or git items (`rule_mismatch`), a required placeholder (`credential_required`),
+    its MCP messages (`mcp_bad_request`, D335)."""
     if entry.rules.active or entry.git is not None:
         return Reason.RULE_MISMATCH
+    if entry.mcp is not None:
+        return Reason.MCP_BAD_REQUEST
     if any(secret.require for secret in entry.secrets):
         return Reason.CREDENTIAL_REQUIRED
     return None

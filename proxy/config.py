@@ -153,6 +153,14 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     return _read(path)[0]
 
 
+def read_placed(source: str, text: str) -> tuple[Any, Callable[[ConfigError], ConfigError]]:
+    """The document `text` (the file `source`'s, already read: a sandbox file's,
+    `proxy.sandboxes.load_sandbox`), and what places a ConfigError's problems at their
+    `line:column` of it."""
+    document, positions = _composed(source, text)
+    return document, lambda error: _placed(error, positions)
+
+
 def _read(path: str | os.PathLike[str]) -> tuple[Any, Positions]:
     source = str(path)
     try:
@@ -161,6 +169,10 @@ def _read(path: str | os.PathLike[str]) -> tuple[Any, Positions]:
         raise ConfigError([Problem(source, "", f"cannot read file: {exc.strerror}")]) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem(source, "", "cannot read file: not UTF-8 text")]) from exc
+    return _composed(source, text)
+
+
+def _composed(source: str, text: str) -> tuple[Any, Positions]:
     try:
         return compose(text)
     except yaml.YAMLError as exc:
@@ -225,7 +237,7 @@ def parse(
         seen[entry.pattern] = index
         entries.append(entry)
     placeholders = placeholder_index(entries, report, source)
-    state = parse_state(document, report)
+    state = parse_state(document, report, lookup)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True

@@ -25,6 +25,7 @@ class Reason(StrEnum):
     ALLOWLISTED = "allowlisted"
     NOT_ALLOWLISTED = "not_allowlisted"
     LOOPBACK = "loopback"
+    PROXY_HOST = "proxy_host"  # issue 48: the proxy's endpoints, its host's own addresses
     INTERNAL_ADDRESS = "internal_address"
     PORT_NOT_ALLOWED = "port_not_allowed"
     PLAINTEXT_CREDENTIALS = "plaintext_credentials"
@@ -82,6 +83,11 @@ MESSAGES: dict[Reason, str] = {
     Reason.ALLOWLISTED: "The destination is allowlisted.",
     Reason.NOT_ALLOWLISTED: "The destination host is not in network.allowlist.",
     Reason.LOOPBACK: "Loopback and unspecified addresses can never be reached through the proxy.",
+    Reason.PROXY_HOST: (
+        "The destination is the proxy itself or another address of the host it runs on, "
+        "which can never be reached through the proxy (a single-address entry opens "
+        "another port of the host)."
+    ),
     Reason.INTERNAL_ADDRESS: (
         "The destination is an internal, link-local, metadata or reserved address "
         "and no IP/CIDR entry of network.allowlist opens it."

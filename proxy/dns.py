@@ -304,7 +304,7 @@ async def run(
     section = sandboxes.node_section(config_path)
     directory = None
     if section is not None:
-        directory = sandboxes.SandboxDirectory(section.directory, secrets=False)
+        directory = sandboxes.SandboxDirectory(section.directory, section.secrets, secrets=False)
         responder.tenancy = Tenancy(section, responder.policy)
         _rescan(responder, directory)
     server = MetricsServer(metrics_at, metrics.registry)

@@ -1,4 +1,5 @@
-"""Files people bring instead of an environment file: what they are, said in one line.
+"""Files people bring instead of an environment file: what they are, said in one line;
+and what to do about a variable the file names that is not set (`unset_variables`).
 
 A file without a `network` section is refused (a deny-all by mistake is the quietest
 failure there is); the message names the section, a close misspelling of it, and the
@@ -11,6 +12,8 @@ credential is not named either.
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from sandbox_egress.common.problems import Problem, did_you_mean
@@ -19,6 +22,7 @@ from sandbox_egress.common.problems import Problem, did_you_mean
 CLAUDE_CODE_KEYS = frozenset(
     {"permissions", "hooks", "env", "model", "apiKeyHelper", "sandbox", "enabledPlugins"}
 )
+UNSET = re.compile(r"environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set")
 NO_SECTION = "no 'network' section (write `network: {allowlist: []}` to refuse everything)"
 
 
@@ -36,6 +40,12 @@ def missing_network(document: Any) -> str:
             "runner reads (`hookrunner fire`), not the proxy"
         )
     return NO_SECTION
+
+
+def unset_variables(problems: Iterable[Problem]) -> list[str]:
+    """The environment variables the problems say are not set, each once, in order."""
+    found = (UNSET.search(p.message) for p in problems)
+    return list(dict.fromkeys(m.group(1) for m in found if m is not None))
 
 
 def hinted(problem: Problem) -> Problem:

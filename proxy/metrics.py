@@ -166,6 +166,13 @@ class ProxyMetrics:
             ["credential", "outcome"],
             registry=r,
         )
+        self.credential_stale = Counter(
+            "egress_credential_stale_served_total",
+            "Requests given a credential's last value past its freshness, because its "
+            "refresh failed (within max_stale), by credential.",
+            ["credential"],
+            registry=r,
+        )
         verdicts = [("allow" if r is Reason.ALLOWLISTED else "deny", r) for r in Reason]
         verdicts += [("would_deny", r) for r in REPORTABLE]
         for decision, reason in verdicts:
@@ -198,12 +205,16 @@ class ProxyMetrics:
     def state_unavailable_inc(self, backend: str, outcome: str) -> None:
         self.state_unavailable.labels(backend, outcome).inc()
 
-    def budgets_configured(self, budgets: Iterable[tuple[str, str, int]]) -> None:
+    def budgets_configured(self, budgets: Iterable[tuple[str, str, int]], kept: bool) -> None:
         """(entry pattern, "requests"/"upload", amount) of every budget in the running
-        configuration: their series exist from the start, full until the next request."""
+        configuration: their series exist from the start, full until the next request.
+        `kept`: this process holds the budgets (the memory backend). Budgets kept in a
+        store (Redis, the node of `--workers N`) have no `egress_budget_remaining`: a
+        replica's own figure would read full while the fleet's budget is spent (D400)."""
         for rule, kind, amount in budgets:
             self.budget_exceeded.labels(rule, kind)
-            self.budget_remaining.labels(rule, kind).set(amount)
+            if kept:
+                self.budget_remaining.labels(rule, kind).set(amount)
 
     def count_decision(self, stage: Stage, verdict: str, reason: Reason) -> None:
         """One decision, in `egress_decisions_total` by stage and in `egress_requests_total`

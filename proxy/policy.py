@@ -186,8 +186,10 @@ class Policy:
 
     def _decide_address(self, ip: IPAddress, port: int, tls: bool | None) -> Decision:
         kind = classify(ip)
-        if kind in NEVER_ALLOWED or self._is_self(ip, port):
+        if kind in NEVER_ALLOWED:
             return Decision.deny(Reason.LOOPBACK)
+        if self._is_self(ip, port):
+            return Decision.deny(Reason.PROXY_HOST)  # the host's own address: no loopback
         entry = self.entry_for_address(ip)
         if entry is None and kind is AddressClass.PUBLIC:
             entry = self._any
@@ -222,18 +224,23 @@ class Policy:
             return decision, None
         if not addresses:
             return Decision.deny(Reason.DNS_FAILURE, decision.entry), None
-        saw_loopback = False
+        saw_loopback = saw_self = False
         for ip in addresses:
             kind = classify(ip)
-            if kind in NEVER_ALLOWED or self._is_self(ip, port):
+            if kind in NEVER_ALLOWED:
                 saw_loopback = True
+                continue
+            if self._is_self(ip, port):
+                saw_self = True
                 continue
             if kind is AddressClass.PUBLIC:
                 return decision, ip
             opener = self.entry_for_address(ip)
             if opener is not None and opener.allows_port(port):
                 return decision, ip
-        reason = Reason.LOOPBACK if saw_loopback else Reason.INTERNAL_ADDRESS
+        reason = Reason.INTERNAL_ADDRESS
+        if saw_loopback or saw_self:
+            reason = Reason.LOOPBACK if saw_loopback else Reason.PROXY_HOST
         return Decision.deny(reason, decision.entry), None
 
     def _is_self(self, ip: IPAddress, port: int) -> bool:

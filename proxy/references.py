@@ -6,6 +6,8 @@ Invariants:
 * With no environment (`environ` None, a configuration loaded with `secrets=False`,
   docs/decisions.md D83) no variable is read and no file opened: references are checked
   for syntax only and the value is `Unresolved`.
+* A sandbox file's references are resolved by a `Confined` lookup (D340): `${NAME}` is
+  refused there, and `${file:}` reads only the sandbox's own files of `sandboxes.secrets`.
 * A resolved value is never empty and holds no CR, LF or NUL (it becomes a header value).
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from sandbox_egress.proxy.sandboxsecrets import Confined
 from sandbox_egress.proxy.secret import Secret, Template, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -137,11 +140,18 @@ def resolve(
     def substitute(match: re.Match[str]) -> str:
         nonlocal failed
         ref = match.group(1)
-        content, problem = (
-            _file_reference(ref[5:])
-            if ref.startswith("file:")
-            else (_variable_reference(ref, environ))
-        )
+        if isinstance(environ, Confined):  # a sandbox file's (D340)
+            content, problem = (
+                environ.read(ref[5:])
+                if ref.startswith("file:")
+                else ("", _confined_variable(ref, environ))
+            )
+        else:
+            content, problem = (
+                _file_reference(ref[5:])
+                if ref.startswith("file:")
+                else (_variable_reference(ref, environ))
+            )
         if problem is not None:
             report(where, problem)
             failed = True
@@ -172,6 +182,26 @@ def _file_reference(path: str) -> tuple[str, str | None]:
         return "", f"cannot read ${{file:{path}}}: not UTF-8 text"
     content = content[:-1] if content.endswith("\n") else content
     return content, None if content else f"${{file:{path}}} is empty"
+
+
+def check_confined(value: str, where: str, confined: Confined, report: Report) -> bool:
+    """A sandbox file's references checked without opening a file (`secrets=False`)."""
+    ok = True
+    for match in REFERENCE.finditer(value):
+        ref = match.group(1)
+        problem = (
+            confined.check_path(ref[5:])
+            if ref.startswith("file:")
+            else _confined_variable(ref, confined)
+        )
+        if problem is not None and not CREDENTIAL.fullmatch(match.group(0)):
+            report(where, problem)
+            ok = False
+    return ok
+
+
+def _confined_variable(name: str, confined: Confined) -> str:
+    return confined.variable_problem(name) if _VAR_NAME.match(name) else _invalid_reference(name)
 
 
 def _invalid_reference(ref: str) -> str:

@@ -18,8 +18,14 @@ Invariants:
   `:`, which would split a Basic credential). Hidden files (Kubernetes' `..data`) are not
   sandboxes.
 * An address identifies at most one sandbox: a file claiming an address another sandbox
-  holds is refused (the holder keeps it). Likewise a placeholder belongs to one file: a
-  sandbox file repeating the node's or another sandbox's is refused (D179).
+  holds is refused (the holder keeps it). Within what one sandbox sees, a placeholder names
+  one secret: a sandbox file repeating the node's is refused; two sandbox files may bind
+  the same placeholder, each to its own secret (D342, superseding D179's uniqueness).
+* A sandbox file is read with a `Confined` lookup (D340): no `${NAME}`, and `${file:}`
+  only its own files of `sandboxes.secrets` (`<id>/...` or `<id>.<name>`). The file itself
+  is read only as a plain file of the directory (`read_sandbox_file`). Every refused file
+  is kept with its problems (`refused`) for /status; no file, whatever a parser makes of
+  it, stops the scan or the node (D341).
 """
 
 from __future__ import annotations
@@ -34,9 +40,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_egress.common.problems import Problem, schema_errors, schema_validator
-from sandbox_egress.proxy.config import ConfigError, NetworkConfig, load, parse, read_document
+from sandbox_egress.proxy.config import (
+    ConfigError,
+    NetworkConfig,
+    load,
+    parse,
+    read_document,
+    read_placed,
+)
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.references import check_unresolved, resolve
+from sandbox_egress.proxy.references import check_confined, resolve
+from sandbox_egress.proxy.sandboxsecrets import (
+    Confined,
+    Unreadable,
+    read_sandbox_file,
+    references,
+)
 from sandbox_egress.proxy.secret import Secret
 
 SUFFIX = ".yaml"
@@ -60,6 +79,9 @@ class SandboxesSection:
     directory: Path
     identify: tuple[Identify, ...] = (Identify.PROXY_AUTH, Identify.SOURCE_ADDRESS)
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # open client connections per sandbox
+    # Where sandbox files' `${file:}` may read, each only its own `<id>/...` or `<id>.<name>`
+    # (None: nowhere, D340).
+    secrets: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +105,16 @@ def parse_section(document: Any, source: str) -> SandboxesSection | None:
     found = schema_errors(schema_validator("egress-sandbox", "sandboxes"), raw)
     if found:
         raise ConfigError([Problem(source, _where("sandboxes", f.path), f.message) for f in found])
-    directory = Path(raw["directory"])
-    if not directory.is_absolute():  # relative to the node file, like a mounted volume
-        directory = Path(source).resolve().parent / directory
+    directory = _beside(Path(raw["directory"]), source)
+    secrets = _beside(Path(raw["secrets"]), source) if raw.get("secrets") else None
     identify = tuple(Identify(i) for i in raw.get("identify", [i.value for i in Identify]))
     bound = raw.get("max_connections", DEFAULT_MAX_CONNECTIONS)
-    return SandboxesSection(directory, identify, bound)
+    return SandboxesSection(directory, identify, bound, secrets)
+
+
+def _beside(path: Path, source: str) -> Path:
+    """A directory of the section: relative to the node file, like a mounted volume."""
+    return path if path.is_absolute() else Path(source).resolve().parent / path
 
 
 def sandbox_id(path: Path) -> str | None:
@@ -99,26 +125,44 @@ def sandbox_id(path: Path) -> str | None:
 
 
 def load_sandbox(
-    path: Path, environ: Mapping[str, str] | None = None, *, secrets: bool = True
+    path: Path,
+    files: Path | None = None,
+    *,
+    secrets: bool = True,
+    node: frozenset[bytes] = frozenset(),
 ) -> Sandbox:
-    """The sandbox file at `path`, or ConfigError with every problem found; `secrets=False`
-    checks references without looking them up (the DNS responder's, D83)."""
+    """The sandbox file at `path`, or ConfigError with every problem found; `files` is the
+    node's `sandboxes.secrets`; `secrets=False` checks references without looking them up
+    (the DNS responder's, D83)."""
     found = sandbox_id(path)
     if found is None:
         message = "a sandbox file is named <id>.yaml, id of letters, digits, '.', '_', '-'"
         raise ConfigError([Problem(str(path), "", message)])
-    return parse_sandbox(read_document(path), str(path), found, environ, secrets=secrets)
+    try:
+        text = read_sandbox_file(path)
+    except Unreadable as exc:
+        raise ConfigError([Problem(str(path), "", f"cannot read file: {exc}")]) from None
+    document, placed = read_placed(str(path), text)
+    try:
+        return parse_sandbox(document, str(path), found, files, secrets=secrets, node=node)
+    except ConfigError as exc:
+        raise placed(exc) from None
 
 
 def parse_sandbox(
     document: Any,
     source: str,
     sandbox: str,
-    environ: Mapping[str, str] | None = None,
+    files: Path | None = None,
     *,
     secrets: bool = True,
+    node: frozenset[bytes] = frozenset(),
 ) -> Sandbox:
-    environ = (os.environ if environ is None else environ) if secrets else {}
+    """One sandbox file's document; its references resolved by a `Confined` lookup (no
+    variable, only its own files of `files`, D340); a placeholder of `node` (the node
+    file's) repeated is refused (D342)."""
+    confined = Confined(sandbox, files)
+    environ: Mapping[str, str] = confined if secrets else {}
     problems = [
         Problem(source, _where("", f.path), f.message)
         for f in schema_errors(schema_validator("egress-sandbox"), document)
@@ -137,9 +181,12 @@ def parse_sandbox(
         problems.append(Problem(source, location, message))
 
     token = _token(document.get("token"), environ, report) if secrets else None
-    if not secrets and isinstance(document.get("token"), str) and document["token"]:
-        check_unresolved(document["token"], "token", report)
+    if not secrets:  # what resolving would refuse, said without opening a file
+        for where, value in references(document):
+            check_confined(value, where, confined, report)
     addresses = _addresses(document.get("addresses"), report)
+    if network is not None:
+        problems.extend(_repeats(network, source, node))
     if problems or network is None:
         raise ConfigError(problems)
     sandbox_class = document.get("class", DEFAULT_CLASS)
@@ -215,13 +262,14 @@ class SandboxDirectory:
     """The sandboxes of one directory, each its last good file; `scan()` brings it up to date."""
 
     directory: Path
-    environ: Mapping[str, str] | None = None
+    files: Path | None = None  # the node's `sandboxes.secrets` (D340)
     secrets: bool = True  # False: tokens and transform values are checked, never looked up
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     _seen: dict[str, Fingerprint | None] = field(default_factory=dict)
-    _invalid: set[str] = field(default_factory=set)  # ids whose current file is refused
+    # ids whose current file is refused, with why (for /status, D341)
+    _refused: dict[str, tuple[Problem, ...]] = field(default_factory=dict)
     _pending: set[str] = field(default_factory=set)  # ids whose file is still changing
-    # The node file's placeholders: no sandbox file may repeat one (D179; `Tenants` sets it).
+    # The node file's placeholders: no sandbox file may repeat one (D342; `Tenants` sets it).
     node_placeholders: frozenset[bytes] = frozenset()
 
     def scan(self, steady: Steadiness | None = None) -> Scan:
@@ -245,13 +293,11 @@ class SandboxDirectory:
                 steady.forget(gone)
         for gone in removed:
             self._seen.pop(gone, None)
-            self._invalid.discard(gone)
+            self._refused.pop(gone, None)
             self.sandboxes.pop(gone, None)
         changed: set[str] = set()
         problems: list[Problem] = []
         holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
-        users = dict.fromkeys(self.node_placeholders, "")  # placeholder -> sandbox ("": node)
-        users.update({p: s.id for s in self.sandboxes.values() for p in _placeholders(s)})
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
@@ -262,31 +308,48 @@ class SandboxDirectory:
             self._pending.discard(sandbox)
             self._seen[sandbox] = identity
             try:
-                fresh = load_sandbox(path, self.environ, secrets=self.secrets)
+                fresh = load_sandbox(
+                    path, self.files, secrets=self.secrets, node=self.node_placeholders
+                )
             except ConfigError as exc:
                 problems.extend(exc.problems)
-                self._invalid.add(sandbox)
+                self._refused[sandbox] = tuple(exc.problems)
                 continue
-            claimed = _claims(fresh, path, holders) + _repeats(fresh, path, users)
+            except Exception as exc:  # no file may stop the scan, nor the node (D341)
+                unread = Problem(str(path), "", _unreadable(exc))
+                problems.append(unread)
+                self._refused[sandbox] = (unread,)
+                continue
+            claimed = _claims(fresh, path, holders)
             if claimed:
                 problems.extend(claimed)
-                self._invalid.add(sandbox)
+                self._refused[sandbox] = tuple(claimed)
                 continue
-            self._invalid.discard(sandbox)
+            self._refused.pop(sandbox, None)
             old = self.sandboxes.get(sandbox)
             for address in old.addresses if old is not None else ():
                 holders.pop(address, None)
             holders.update(dict.fromkeys(fresh.addresses, sandbox))
-            for placeholder in _placeholders(old) if old is not None else ():
-                users.pop(placeholder, None)
-            users.update(dict.fromkeys(_placeholders(fresh), sandbox))
             self.sandboxes[sandbox] = fresh
             changed.add(sandbox)
         return Scan(frozenset(changed), removed, tuple(problems))
 
     @property
     def invalid(self) -> frozenset[str]:
-        return frozenset(self._invalid)
+        return frozenset(self._refused)
+
+    def refused(self) -> dict[str, tuple[Problem, ...]]:
+        """Each sandbox whose current file is refused, with the problems found (never a
+        secret value: problems name keys, variables and paths only)."""
+        return dict(self._refused)
+
+
+def _unreadable(exc: Exception) -> str:
+    """What a parser failure other than a refusal says (its type only, never its text,
+    which could quote the file)."""
+    if isinstance(exc, RecursionError):
+        return "cannot be read: nested too deeply"
+    return f"cannot be read: {type(exc).__name__}"
 
 
 def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:
@@ -300,22 +363,17 @@ def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> lis
     return problems
 
 
-def _placeholders(sandbox: Sandbox) -> list[bytes]:
-    return list(sandbox.network.placeholders.owners)
-
-
-def _repeats(fresh: Sandbox, path: Path, users: Mapping[bytes, str]) -> list[Problem]:
-    """A placeholder is unique across the node file and every sandbox file (D179): one
-    that another file uses would not tell whose key a request carries."""
+def _repeats(network: NetworkConfig, source: str, node: frozenset[bytes]) -> list[Problem]:
+    """Within what one sandbox sees (the node file and its own), a placeholder names one
+    secret (D342): a sandbox file repeating the node's would not tell whose key a request
+    carries. Another sandbox's file may use the same one (each swapped from its own)."""
     problems = []
-    for entry in fresh.network.allowlist:
+    for entry in network.allowlist:
         for number, secret in enumerate(entry.secrets):
-            user = users.get(secret.placeholder.encode())
-            if user is None or user == fresh.id:
-                continue
-            where = f"network.allowlist[{entry.index}].secrets[{number}].placeholder"
-            owner = f"sandbox {user}" if user else "the node file"
-            problems.append(Problem(str(path), where, f"placeholder already used by {owner}"))
+            if secret.placeholder.encode() in node:
+                where = f"network.allowlist[{entry.index}].secrets[{number}].placeholder"
+                message = "placeholder already used by the node file"
+                problems.append(Problem(source, where, message))
     return problems
 
 
@@ -329,7 +387,7 @@ def check_node(
     if section is None:
         return None
     node = load(path, secrets=secrets) if node is None else node
-    directory = SandboxDirectory(section.directory, secrets=secrets)
+    directory = SandboxDirectory(section.directory, section.secrets, secrets=secrets)
     directory.node_placeholders = frozenset(node.placeholders.owners)
     found = directory.scan()
     if found.problems:

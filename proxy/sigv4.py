@@ -9,7 +9,8 @@ Two pure steps, no mitmproxy:
   `credential_required` (no signature, another scheme, a garbled one, another access key
   id, a second `Authorization`), `sigv4_unsupported` (SigV4A, chunk-signed streaming
   payloads, presigned URLs, a payload hash it cannot read), `sigv4_scope_denied` (a
-  service or region the binding does not name).
+  service or region the binding does not name, or an S3 bucket outside its `buckets:`,
+  D343).
 * `sign` (last, once the keys are fetched and, for a payload without a declared hash,
   the body held): the header fields to send, with `Authorization`, `X-Amz-Date` and
   `X-Amz-Security-Token` written. The algorithm is AWS's, computed the way botocore's
@@ -32,6 +33,7 @@ from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.s3bucket import named, s3_bucket
 from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
@@ -96,16 +98,19 @@ class Held:
     keys: AwsKeys
 
 
-def judge_request(decision: Decision, fields: Fields, target: str) -> Signing | Reason | None:
+def judge_request(
+    decision: Decision, fields: Fields, target: str, host: str
+) -> Signing | Reason | None:
     """The SigV4 stage of a request the policy decided: None when its entry signs nothing
     (or nothing is injected: a refusal, a `would_deny`)."""
     entry = decision.entry
     binding = entry.sigv4 if entry is not None and decision.injects else None
-    return None if binding is None else judge(binding, fields, target)
+    return None if binding is None else judge(binding, fields, target, host)
 
 
-def judge(binding: SigV4Binding, fields: Fields, target: str) -> Signing | Reason:
-    """Whether the proxy re-signs this request, and in which scope; else the refusal."""
+def judge(binding: SigV4Binding, fields: Fields, target: str, host: str = "") -> Signing | Reason:
+    """Whether the proxy re-signs this request to `host` (the decided one), and in which
+    scope; else the refusal."""
     query = target.partition("?")[2]
     if query and _PRESIGNED.search(query):
         return Reason.SIGV4_UNSUPPORTED  # a presigned URL: the signature is in the target
@@ -126,6 +131,9 @@ def judge(binding: SigV4Binding, fields: Fields, target: str) -> Signing | Reaso
         return Reason.SIGV4_UNSUPPORTED  # chunk-signed streaming, or unreadable
     if service not in binding.services or region not in binding.regions:
         return Reason.SIGV4_SCOPE_DENIED
+    buckets = binding.buckets if service == "s3" else None
+    if buckets is not None and not named(s3_bucket(host, target), buckets):
+        return Reason.SIGV4_SCOPE_DENIED  # a bucket the binding does not name (D343)
     return Signing(region, service, payload)
 
 

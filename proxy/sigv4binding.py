@@ -3,7 +3,8 @@
 re-signs (`proxy.sigv4`). The loader (`proxy.config`) calls `sigv4_binding` in one line.
 
 Invariant: a binding names an `aws` credential (keys to sign with), a placeholder access
-key id that looks like one, and non-empty lists of services and regions.
+key id that looks like one, and non-empty lists of services and regions; `buckets`, when
+given, is a non-empty list of bucket globs and needs `s3` among the services (D343).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from sandbox_egress.proxy.credentials.aws import AwsKeysSource
 from sandbox_egress.proxy.credentials.section import As, Binding, Definitions
+from sandbox_egress.proxy.s3bucket import BUCKET_GLOB
 
 Report = Callable[[str, str], None]  # (location, message)
 
@@ -28,6 +30,8 @@ class SigV4Binding:
     placeholder_access_key_id: str
     services: frozenset[str]
     regions: frozenset[str]
+    # The S3 buckets (globs) it re-signs for; None: any bucket (D343).
+    buckets: frozenset[str] | None = None
 
 
 def sigv4_binding(
@@ -41,7 +45,7 @@ def sigv4_binding(
 
 
 _ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{16,128}")
-_KEYS = ("placeholder_access_key_id", "services", "regions")
+_KEYS = ("placeholder_access_key_id", "services", "regions", "buckets")
 
 
 def parse_binding(
@@ -68,13 +72,26 @@ def parse_binding(
             ok = False
             continue
         lists[key] = frozenset(value)
+    buckets = raw.get("buckets")
+    if "buckets" in raw and not (
+        isinstance(buckets, list)
+        and buckets
+        and all(isinstance(b, str) and BUCKET_GLOB.fullmatch(b) for b in buckets)
+    ):
+        message = "a non-empty list of bucket names or globs (a-z 0-9 . - * ?)"
+        report(f"{where}.buckets", message)
+        ok = False
+    elif "buckets" in raw and "s3" not in lists.get("services", {"s3"}):
+        report(f"{where}.buckets", "buckets: needs s3 among the services")
+        ok = False
     for key in raw:
         if key not in _KEYS:
             report(f"{where}.{key}", f"unknown key (expected with as: sigv4: {', '.join(_KEYS)})")
             ok = False
     if not ok:
         return None
-    return SigV4Binding(str(placeholder), lists["services"], lists["regions"])
+    named = frozenset(buckets) if isinstance(buckets, list) else None
+    return SigV4Binding(str(placeholder), lists["services"], lists["regions"], named)
 
 
 def _is_name(value: object) -> bool:

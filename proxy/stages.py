@@ -33,7 +33,7 @@ from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.fields import head_problem
 from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
-from sandbox_egress.proxy.mcp import McpPolicy, endpoint_policies
+from sandbox_egress.proxy.mcp import McpPolicy, entry_policies
 from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
@@ -300,7 +300,7 @@ class RequestAnswer:
     swapped: tuple[str, ...] = ()
     # A push allowed by repository: its command list must match these items' refs first.
     push: tuple[PushItem, ...] = ()
-    mcp: tuple[McpPolicy, ...] = ()  # a POST to an MCP endpoint: held, judged (addons/mcp.py)
+    mcp: tuple[McpPolicy, ...] = ()  # an MCP entry's policies: judged in addons/mcp.py
     sigv4: Signing | None = None  # re-signed last, with the entry's aws keys (addons/sigv4.py)
     credentials: tuple[str, ...] = ()  # fetched and written last (proxy/credentials/writing.py)
 
@@ -330,7 +330,7 @@ async def decide_request(
     entry = decision.entry
     written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
-    signing = judge_request(decision, ask.fields, located.path)  # SigV4: before budgets
+    signing = judge_request(decision, ask.fields, located.path, host)  # SigV4: before budgets
     if isinstance(signing, Reason):
         return RequestAnswer(Decision.deny(signing, decision.entry), host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
@@ -341,7 +341,7 @@ async def decide_request(
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
     transforms = entry.transform if decision.injects and entry is not None else ()
-    mcp = endpoint_policies(decision, ask.names.method, located.path)
+    mcp = entry_policies(decision)
     credentials = needed(entry) if decision.injects and entry is not None else ()
     if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
         return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp, sigv4=signing)

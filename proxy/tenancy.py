@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from sandbox_egress.proxy.config import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
-from sandbox_egress.proxy.placeholders import NO_PLACEHOLDERS, Holder, PlaceholderIndex, merged
+from sandbox_egress.proxy.placeholders import (
+    NO_PLACEHOLDERS,
+    Holder,
+    PlaceholderIndex,
+    holders,
+    merged,
+)
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
 from sandbox_egress.proxy.secret import Secret
@@ -44,9 +50,13 @@ class SandboxPolicy(Policy):
         self.node = node
         # The node's and every sandbox's placeholders (`Tenancy.rebuilt`), or this file's
         # and the node's when built alone: a request is searched for all of them (D179).
+        # One it sees (the node's, its own file's) names only those holders, so another
+        # sandbox binding the same placeholder is no concern of this one's (D342).
+        own = (node.config.placeholders, sandbox.network.placeholders)
+        self._view = holders(own)
         if everyone is None:
-            everyone = merged((node.config.placeholders, sandbox.network.placeholders))
-        self.everyone = everyone
+            everyone = merged(own)
+        self.everyone = everyone.seen_by(self._view)
 
     def placeholders(self) -> PlaceholderIndex:
         return self.everyone
@@ -64,7 +74,7 @@ class SandboxPolicy(Policy):
         shared (a sandbox whose file did not change is not indexed again), and its
         remembered decisions too (the same files decide them)."""
         found = copy.copy(self)
-        found.everyone = everyone
+        found.everyone = everyone.seen_by(self._view)
         return found
 
     def _decision(self, host: Host, port: int, tls: bool | None) -> Decision:

@@ -27,6 +27,7 @@ from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.launcher import serve
 from sandbox_egress.runtime.nodeca import DEFAULT_DAYS, issue_intermediate
+from sandbox_egress.runtime.otlp import resolve_headers
 from sandbox_egress.runtime.startup import LaunchError, Settings, refuse_a_taken_port
 from sandbox_egress.runtime.workers import run_workers
 
@@ -125,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         print("egress-proxy: --workers must be at least 1", file=sys.stderr)
         return 2
+    try:  # the references of --otlp-header resolve now, or nothing starts (D402)
+        resolve_headers(args.otlp_header)
+    except ValueError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
     if args.workers > 1 and args.worker is None:
         run_argv = list(sys.argv[1:] if argv is None else argv)
         try:
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         http2=args.http2,
         audit_format=args.audit_format,
         otlp_endpoint=args.otlp_endpoint,
+        otlp_headers=tuple(args.otlp_header),
     )
     try:
         return asyncio.run(serve(settings))
@@ -176,6 +183,17 @@ def _print_problems(error: configuration.ConfigError) -> None:
     """The one wording of a refused configuration, for `check`, `run` and `dns` alike."""
     for problem in error.problems:
         print(f"error: {formats.hinted(problem)}", file=sys.stderr)
+    unset = formats.unset_variables(error.problems)
+    if unset:  # issue 48: what to do about it
+        exports = " ".join(f"{name}=..." for name in unset)
+        print(
+            f"hint: give the proxy's environment the variable named above, e.g. "
+            f"`export {exports}` before `egress-proxy run` (`make run` takes config/default.env; "
+            f"a container: `-e {unset[0]}=...`), or put the value in a file and write "
+            "${file:/path} instead; `egress-proxy check --no-secrets` checks the file without "
+            "its secrets",
+            file=sys.stderr,
+        )
 
 
 def _import(kind: str, path: str) -> int:

@@ -91,6 +91,15 @@ def parser() -> argparse.ArgumentParser:
         "(http(s)://HOST:PORT, /v1/logs by default); batched, never delaying a request",
     )
     run.add_argument(
+        "--otlp-header",
+        type=_otlp_header,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a header on every OTLP export (repeatable), e.g. the collector's Authorization; "
+        "VALUE may hold ${NAME} and ${file:/path} references, read for every batch",
+    )
+    run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
     )
     run.add_argument(
@@ -289,6 +298,16 @@ def _otlp_url(text: str) -> str:
     if not ok:
         raise argparse.ArgumentTypeError("expected http(s)://HOST:PORT[/PATH]")
     return text
+
+
+def _otlp_header(text: str) -> tuple[str, str]:
+    """`--otlp-header NAME=VALUE` (runtime.otlp.header_option), argparse's way."""
+    from sandbox_egress.runtime.otlp import header_option
+
+    try:
+        return header_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _fair_options(parser: argparse.ArgumentParser, *, connections: bool) -> None:

@@ -75,6 +75,7 @@ from sandbox_egress.runtime.coalesce import (
     coalesce_root,
     coalesce_tunnel,
 )
+from sandbox_egress.runtime.emptylines import skip_empty_lines
 from sandbox_egress.runtime.idlewaiters import lighten_watchdog
 from sandbox_egress.runtime.inlinehooks import answer_hooks_inline
 from sandbox_egress.runtime.tlsshare import share_certificates
@@ -200,11 +201,14 @@ class CoalescingProxyserver(proxyserver.Proxyserver):
 
 
 class CoalescingNextLayer(next_layer.NextLayer):
-    """mitmproxy's `NextLayer`; a client TLS layer gets one record per message."""
+    """mitmproxy's `NextLayer`; a client TLS layer gets one record per message; empty
+    lines before a request line are skipped first (runtime/emptylines.py, D336)."""
 
     name = "nextlayer"
 
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        if nextlayer.layer is None and not skip_empty_lines(nextlayer):
+            return  # empty lines only, so far: decided on the request line (D336)
         super().next_layer(nextlayer)
         coalesce_decided(nextlayer)
         # The decided layer may be a stack (server TLS over client TLS): walk it down.

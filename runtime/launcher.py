@@ -140,7 +140,6 @@ async def serve(settings: Settings) -> int:
     trust = upstream_trust(settings.certs, settings.upstream_ca) if settings.upstream_ca else None
     metrics = ProxyMetrics()
     metrics.allowlist_entries.set(len(network.allowlist))
-    metrics.budgets_configured(budget_series(network))
     # A worker's metrics reach the parent of `--workers N` through files; it serves none.
     metrics_server = None if settings.worker is not None else listen_for_metrics(settings, metrics)
     ready = metrics_server.ready if metrics_server else threading.Event()
@@ -192,10 +191,14 @@ async def serve(settings: Settings) -> int:
     otlp = None  # --otlp-endpoint: every record also to a collector, batched (issue 34)
     if settings.otlp_endpoint:
         dropped = metrics.audit_sink_dropped.labels("otlp").inc
-        otlp = OtlpExporter(settings.otlp_endpoint, dropped, settings.worker)
+        otlp = OtlpExporter(
+            settings.otlp_endpoint, dropped, settings.worker, headers=settings.otlp_headers
+        )
     counted = CountingAudit(audit if otlp is None else TeeAudit(audit, otlp), metrics)
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
+    kept = isinstance(addon.shared.state, MemoryState)  # the gauge shows what is held (D400)
+    metrics.budgets_configured(budget_series(network), kept)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
     master.addons.add(
@@ -216,11 +219,28 @@ async def serve(settings: Settings) -> int:
     fleet = None  # a shared state: one replica at a time refreshes a rotating token (D232)
     if not isinstance(addon.shared.state, MemoryState):
         fleet = Fleet(addon.shared.state, asyncio.get_running_loop())
+
+    def on_stale(name: str, first: bool) -> None:  # D403: while max_stale serves it
+        metrics.credential_stale.labels(name).inc()
+        if first:
+            log.warning(
+                "credential %s: serving its last value stale (max_stale): the refresh failed: %s",
+                name,
+                credentials.problem(name),
+            )
+
     credentials = Credentials(
-        *credential_sources(network.credentials, https, fleet), on_fetch=on_fetch
+        *credential_sources(network.credentials, https, fleet),
+        on_fetch=on_fetch,
+        on_stale=on_stale,
     )
     addon.shared.credentials = credentials
-    board = StatusBoard(settings.config_path, addon.shared.state, _loaded(tenants))  # /status
+    board = StatusBoard(  # /status
+        settings.config_path,
+        addon.shared.state,
+        _loaded(tenants),
+        refused=None if tenants is None else tenants.directory.refused,
+    )
 
     def apply(fresh: configuration.NetworkConfig) -> None:
         _require_secrets(fresh)
@@ -231,7 +251,7 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
-        metrics.budgets_configured(budget_series(fresh))
+        metrics.budgets_configured(budget_series(fresh), kept)
         board.reloaded()
         gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 

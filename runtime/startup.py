@@ -65,6 +65,7 @@ class Settings:
     http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
     audit_format: str = "jsonl"  # or "ocsf": OCSF 1.x events (proxy.ocsf, issue 34)
     otlp_endpoint: str | None = None  # OTLP/HTTP log export of the audit (runtime.otlp)
+    otlp_headers: tuple[tuple[str, str], ...] = ()  # --otlp-header, unresolved (D402)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:

@@ -1,10 +1,13 @@
 """`GET /status` on the metrics address (issue 34): what a rollout checks of a replica —
 the version, the SHA-256 of the configuration file it runs, the sandboxes it has
-loaded, and the state backend with its health (docs/operations.md#from-one-node-to-a-fleet).
+loaded and the sandbox files it refused (each with its located problems, D341), and the
+state backend with its health (docs/operations.md#from-one-node-to-a-fleet).
 
 The metrics server's thread reads `document()`: plain fields, replaced whole. The event
 loop refreshes the backend's health every `INTERVAL_S` (`watch`) — a probe of a remote
-store never runs on the metrics thread — and the hash on every successful reload. No
+store never runs on the metrics thread — and the hash on every successful reload. A
+backend that decides (`proxy.state.fallback`) also says what its last real operation
+showed (`observed`): the newer of that and the probe is the health shown (D401). No
 secret is ever part of it: the Redis URL is not shown, only the backend's name.
 """
 
@@ -13,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sandbox_egress.common.problems import Problem
 from sandbox_egress.common.serve import version
 from sandbox_egress.proxy.state.settings import StateConfig
 
@@ -63,10 +67,12 @@ class StatusBoard:
         state: Probed,
         sandboxes: Callable[[], list[str]] | None = None,
         workers: int | None = None,
+        refused: Callable[[], Mapping[str, Sequence[Problem]]] | None = None,
     ) -> None:
         self._path = config_path
         self._state = state
         self._sandboxes = sandboxes
+        self._refused = refused
         self._workers = workers
         self.config = config_hash(config_path)
         self.health = "unknown"
@@ -84,18 +90,46 @@ class StatusBoard:
             await self.refresh()
             await asyncio.sleep(interval)
 
+    def _health(self) -> tuple[str, float]:
+        """The newer of the last probe and the backend's last real operation."""
+        observed: tuple[str, float] | None = getattr(self._state, "observed", None)
+        if observed is not None and observed[1] > self.checked:
+            return observed
+        return self.health, self.checked
+
     def document(self) -> dict[str, Any]:
+        health, checked = self._health()
         sandboxes = None if self._sandboxes is None else sorted(self._sandboxes())
         document: dict[str, Any] = {
             "version": version(),
             "config": {"path": str(self._path), "sha256": self.config.removeprefix("sha256:")},
-            "sandboxes": None if sandboxes is None else {"count": len(sandboxes), "ids": sandboxes},
+            "sandboxes": None
+            if sandboxes is None
+            else {"count": len(sandboxes), "ids": sandboxes, "refused": self._refused_files()},
             "state": {
                 "backend": self._state.name,
-                "health": self.health,
-                "checked": round(self.checked, 3) or None,
+                "health": health,
+                "checked": round(checked, 3) or None,
             },
         }
         if self._workers is not None:
             document["workers"] = self._workers
         return document
+
+    def _refused_files(self) -> list[dict[str, Any]]:
+        """Each refused sandbox file: its name and its problems, located (`where: what`)."""
+        found = {} if self._refused is None else self._refused()
+        return [
+            {
+                "file": Path(problems[0].file).name if problems else f"{sandbox}.yaml",
+                "sandbox": sandbox,
+                "problems": [_located(p) for p in problems],
+            }
+            for sandbox, problems in sorted(found.items())
+        ]
+
+
+def _located(problem: Problem) -> str:
+    """A problem without the file's path: `[line:column: ]location: message`."""
+    at = [f"{problem.line}:{problem.column}"] if problem.line is not None else []
+    return ": ".join([*at, *([problem.location] if problem.location else []), problem.message])

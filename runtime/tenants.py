@@ -4,9 +4,10 @@
 SIGHUP, and every watch interval in a worker thread, one at a time) reads the files that
 changed (the watch's, once they stopped changing: `lifecycle.Settling`, D102); back on
 the event loop, when a sandbox was added, changed or removed, hands a new snapshot to
-`install` in one assignment; an invalid
-file is logged (never its secret values) and counted, and its sandbox keeps its last good
-policy. `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
+`install` in one assignment; an invalid file is logged as a warning (never its secret
+values; never an error, which would stop mitmproxy at start, D341), counted and kept for
+/status (`refused`), and its sandbox keeps its last good policy (a new one stays unknown:
+no egress). `node_changed()` rebuilds every sandbox's policy over the node's new one (a node
 reload). The watch task is owned by `serve` (runtime/launcher.py), which cancels it.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from sandbox_egress.proxy.metrics import SandboxMetrics
 from sandbox_egress.proxy.policy import Policy
@@ -33,10 +34,9 @@ class Tenants:
         node: Policy,
         install: Callable[[Tenancy], None],
         metrics: SandboxMetrics,
-        environ: Mapping[str, str] | None = None,
         settling: Settling | None = None,
     ) -> None:
-        self.directory = SandboxDirectory(section.directory, environ)
+        self.directory = SandboxDirectory(section.directory, section.secrets)
         self.directory.node_placeholders = frozenset(node.config.placeholders.owners)
         # The watch reads a changed file once it has stopped changing (D102).
         self.settling = Settling() if settling is None else settling
@@ -44,6 +44,7 @@ class Tenants:
         self._install = install
         self._metrics = metrics
         self._scanning = threading.Lock()
+        self._unswapped: frozenset[str] = frozenset()  # changed, not yet in a snapshot
 
     def scan(self, cause: str = "file change", *, watched: bool = False) -> None:
         """Scan now: at start and on SIGHUP every changed file is read at once; `watched`
@@ -66,8 +67,8 @@ class Tenants:
 
     def _apply(self, result: Scan, cause: str) -> None:
         for problem in result.problems:
-            log.error("sandbox file refused (%s), keeping its last good policy: %s",
-                      cause, problem)  # fmt: skip
+            log.warning("sandbox file refused (%s), keeping its last good policy: %s",
+                        cause, problem)  # fmt: skip
         failed = {p.file for p in result.problems}
         self._metrics.loads.labels("failed").inc(len(failed))
         self._metrics.loads.labels("ok").inc(len(result.changed))
@@ -81,7 +82,8 @@ class Tenants:
 
     def node_changed(self, node: Policy) -> None:
         """A node reload: every sandbox's policy over the node's new one. A placeholder the
-        new node file shares with a sandbox file is refused wherever it is sent (D179)."""
+        new node file shares with a sandbox file is refused wherever that sandbox sends it
+        (D179, D342)."""
         placeholders = frozenset(node.config.placeholders.owners)
         with self._scanning:
             self.directory.node_placeholders = placeholders
@@ -95,7 +97,21 @@ class Tenants:
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:
-        with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
-            self.tenancy = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        """Install the snapshot of every sandbox over `node`. Building it can fail for all
+        files together (everyone's placeholders and values make one RE2 matcher, which
+        has a size limit): then the running snapshot stays, the failure is logged and
+        counted, and the sandboxes it would have changed are rebuilt at the next swap."""
+        changed = changed | self._unswapped
+        try:
+            with self._scanning:  # a scan in the worker thread changes `directory.sandboxes`
+                fresh = self.tenancy.rebuilt(self.directory.sandboxes, node, changed)
+        except Exception as exc:  # no sandbox file may stop the node (D341)
+            self._unswapped = changed
+            self._metrics.loads.labels("failed").inc()
+            log.warning("sandboxes: the new snapshot cannot be built (%s); the running one "
+                        "stays", type(exc).__name__)  # fmt: skip
+            return
+        self._unswapped = frozenset()
+        self.tenancy = fresh
         self._metrics.loaded.set(len(self.tenancy.policies))
         self._install(self.tenancy)

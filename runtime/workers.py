@@ -138,8 +138,11 @@ def _status(
     state = ProbedState(network.state)
     if section is None:
         return StatusBoard(config_path, state, None, workers=count), lambda: None
-    directory = sandboxes.SandboxDirectory(section.directory, secrets=False)
-    board = StatusBoard(config_path, state, lambda: list(directory.sandboxes), workers=count)
+    directory = sandboxes.SandboxDirectory(section.directory, section.secrets, secrets=False)
+    board = StatusBoard(
+        config_path, state, lambda: list(directory.sandboxes), workers=count,
+        refused=directory.refused,
+    )  # fmt: skip
     return board, directory.scan
 
 

@@ -187,6 +187,8 @@ class ClaudeHome:
         """The fake model, then `claude -p` against it, both inside the namespace."""
         (self.root / "script.json").write_text(json.dumps(script))
         files = {name: self.root / name for name in ("model.log", "ready", "port")}
+        for path in files.values():  # a second run in this home waits for its own model
+            path.unlink(missing_ok=True)
         model = procs.start(
             "fake-model",
             ["ip", "netns", "exec", self.netns, sys.executable, "-m", "testbed.fake_model",

@@ -27,6 +27,7 @@ REASONS = frozenset(
         "allowlisted",
         "not_allowlisted",
         "loopback",
+        "proxy_host",
         "internal_address",
         "port_not_allowed",
         "plaintext_credentials",

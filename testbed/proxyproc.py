@@ -50,6 +50,13 @@ class ProxyProcess:
     def healthz(self) -> int:
         return self._get("/healthz")[0]
 
+    def status(self) -> dict[str, Any]:
+        """`GET /status`, parsed (runtime/status.py)."""
+        status, body = self._get("/status")
+        assert status == 200, f"/status answered {status}"
+        found: dict[str, Any] = json.loads(body)
+        return found
+
     def metrics_text(self) -> str:
         status, body = self._get("/metrics")
         assert status == 200, f"/metrics answered {status}"

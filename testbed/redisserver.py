@@ -33,11 +33,12 @@ def redis_server() -> str:
     return found
 
 
-def start_redis(directory: Path, name: str = "redis") -> RedisServer:
+def start_redis(directory: Path, name: str = "redis", *extra: str) -> RedisServer:
+    """`extra`: more of redis-server's options (e.g. `--requirepass PASSWORD`)."""
     path = directory / f"{name}.sock"
     argv = [
         redis_server(), "--port", "0", "--unixsocket", str(path), "--unixsocketperm", "700",
-        "--save", "", "--appendonly", "no", "--dir", str(directory),
+        "--save", "", "--appendonly", "no", "--dir", str(directory), *extra,
     ]  # fmt: skip
     child = procs.start(name, argv, directory)
 
@@ -47,7 +48,8 @@ def start_redis(directory: Path, name: str = "redis") -> RedisServer:
                 probe.settimeout(1)
                 probe.connect(str(path))
                 probe.sendall(b"PING\r\n")
-                return probe.recv(16).startswith(b"+PONG")
+                answer = probe.recv(64)  # a password-protected server answers NOAUTH: up
+                return answer.startswith(b"+PONG") or answer.startswith(b"-NOAUTH")
         except OSError:
             return False
 

@@ -37,10 +37,17 @@ ECHO_SERVER = ["-m", "testbed.echo_server"]
 TELEMETRY = "telemetry.example.test"
 LOOPBACK_HOOK = "loopback-hook.example.test"  # the proxy resolves it to 127.0.0.1
 NOT_ALLOWED = "not-allowed.example.org"
+MCP_HOST = "mcp.example.test"  # the MCP entry (issue 48): one tool, a budget of 3 calls
+MCP_BUDGET = 3
 TOKEN_ENV = "TELEMETRY_TOKEN"
 
 # What the proxy's gateway resolves (its hosts file): the truth.
-GATEWAY_HOSTS = {TELEMETRY: [REAL_IP], LOOPBACK_HOOK: ["127.0.0.1"], NOT_ALLOWED: [REAL_IP]}
+GATEWAY_HOSTS = {
+    TELEMETRY: [REAL_IP],
+    LOOPBACK_HOOK: ["127.0.0.1"],
+    NOT_ALLOWED: [REAL_IP],
+    MCP_HOST: [REAL_IP],
+}
 # What the sandbox's resolver answers: every name leads out through the gateway.
 SANDBOX_ZONE = {name: [[REAL_IP]] for name in GATEWAY_HOSTS}
 
@@ -50,6 +57,14 @@ network:
     - domain: {TELEMETRY}
       transform:
         Authorization: "Bearer ${{{TOKEN_ENV}}}"
+    - domain: {MCP_HOST}
+      transform:
+        Authorization: "Bearer ${{{TOKEN_ENV}}}"
+      mcp:
+        endpoint: ["/mcp"]
+        tools: [search_repositories]
+      budget:
+        requests: "{MCP_BUDGET}/hour"
     - domain: "*.example.test"
     - domain: 198.18.11.0/30   # the upstream network (198.18/15 is reserved)
 """
@@ -65,6 +80,21 @@ class Stage:
     trap_log: JsonLines
     audit_log: JsonLines
     base: Path
+
+    def in_sandbox(self, script: str) -> str:
+        """Run a Python `script` inside the sandbox namespace (trusting the proxy CA only);
+        its stdout."""
+        env = {"PATH": "/usr/bin:/bin", "SSL_CERT_FILE": str(self.proxy_ca)}
+        done = subprocess.run(
+            [*self.topology.exec_prefix(self.topology.ns_sandbox), sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"sandbox script failed: {done.stderr}")
+        return done.stdout
 
     def hookrunner(
         self, args: list[str], payload: dict[str, object], workspace: Path
@@ -92,7 +122,7 @@ def system_stage(base: Path) -> Iterator[Stage]:
     token = f"tok-{secrets.token_hex(12)}"
     pki_dir = base / "pki"
     pki_dir.mkdir(exist_ok=True)
-    pki = make_test_pki(pki_dir, [TELEMETRY, NOT_ALLOWED, LOOPBACK_HOOK], [REAL_IP])
+    pki = make_test_pki(pki_dir, [TELEMETRY, NOT_ALLOWED, LOOPBACK_HOOK, MCP_HOST], [REAL_IP])
     logs = {name: base / f"{name}.jsonl" for name in ("upstream", "trap", "dns")}
     for path in logs.values():
         path.touch()

@@ -15,8 +15,9 @@ Mechanisms: ``dispatch`` (one hook as a child process through the kernel),
 ``observe`` (the owned worker for observation-only events). Wiring:
 ``metrics`` (this dialect's series: ``hookrunner.cli`` registers them with
 the kernel's ``metrics.register_dialect``, and every ``AxSession`` adds them
-to its ``HookMetrics``), ``session`` (the Python API) and ``cli``
-(``hookrunner fire``). ``packs`` holds the five built-in packs; they run as
+to its ``HookMetrics``), ``session`` (the Python API), ``cli``
+(``hookrunner fire``) and ``firebound`` (the runner's boundary for Claude Code's
+Bash, through ``updatedInput``). ``packs`` holds the five built-in packs; they run as
 child processes with ``python -I -S``, so this ``__init__`` imports nothing.
 See docs/hooks.md, "The AX Code / Claude Code dialect".
 """

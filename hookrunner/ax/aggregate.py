@@ -15,13 +15,18 @@ Blocking events (``PreToolUse``, ``UserPromptSubmit``):
 Other events run every matching entry; they always allow. ``PostToolUse``
 contributions become one feedback block; ``Stop``-like notices are kept.
 
+What the hooks that ran asked of Claude Code beyond the decision (``HookRun.carried``)
+is merged into ``FireResult.carried`` (``merge_carried``, D392): messages and
+context joined in entry order, ``updatedInput`` the last one given.
+
 The entries run through the ``run`` callable given in, so nothing here starts
 a process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from sandbox_egress.hookrunner.ax.eventtable import spec_of
 from sandbox_egress.hookrunner.ax.feedback import (
@@ -50,6 +55,23 @@ def headless_reason(tool: str, reason: str) -> str:
     )
 
 
+_JOINED = {"systemMessage": "\n", "additionalContext": "\n\n"}
+
+
+def merge_carried(runs: Sequence[HookRun]) -> dict[str, Any]:
+    """One answer's carried fields from every run's, in entry order."""
+    merged: dict[str, Any] = {}
+    for run in runs:
+        for key, value in (run.carried or {}).items():
+            if key in _JOINED and key in merged:
+                merged[key] = f"{merged[key]}{_JOINED[key]}{value}"
+            elif key == "suppressOutput":
+                merged[key] = bool(merged.get(key)) or value
+            else:
+                merged[key] = value  # updatedInput, continue...: the last hook's (D392)
+    return merged
+
+
 def decide(
     event: AxEvent,
     entries: Iterable[AxEntry],
@@ -66,7 +88,13 @@ def decide(
         if result.effect is Effect.BLOCK:
             cause = result.cause or Cause.BLOCK_ON_FAILURE
             return FireResult(
-                event, Verdict.DENY, cause, result.reason, entry.source, runs=tuple(runs)
+                event,
+                Verdict.DENY,
+                cause,
+                result.reason,
+                entry.source,
+                runs=tuple(runs),
+                carried=merge_carried(runs),
             )
         if result.effect is Effect.ASK and ask is None:
             ask = result
@@ -86,11 +114,17 @@ def decide(
                 source,
                 runs=tuple(runs),
             )
-        return FireResult(event, Verdict.ASK, Cause.ASK, reason, source, runs=tuple(runs))
+        carried = merge_carried(runs)
+        return FireResult(
+            event, Verdict.ASK, Cause.ASK, reason, source, runs=tuple(runs), carried=carried
+        )
     cause = Cause.ALLOWED if runs else Cause.NO_HOOKS
     pieces = [r.context for r in runs if r.context]
     context = bound("\n\n".join(pieces), PER_CALL_CHARS, what="context") if pieces else None
-    return FireResult(event, Verdict.ALLOW, cause, runs=tuple(runs), context=context)
+    carried = merge_carried(runs)
+    return FireResult(
+        event, Verdict.ALLOW, cause, runs=tuple(runs), context=context, carried=carried
+    )
 
 
 def gather(event: AxEvent, entries: Iterable[AxEntry], run: RunEntry) -> FireResult:
@@ -98,4 +132,15 @@ def gather(event: AxEvent, entries: Iterable[AxEntry], run: RunEntry) -> FireRes
     block = feedback_block(r.feedback for r in runs if r.feedback)
     notices = tuple(bound(r.notice, NOTICE_CHARS, what="notice") for r in runs if r.notice)
     cause = Cause.NON_BLOCKING if runs else Cause.NO_HOOKS
-    return FireResult(event, Verdict.ALLOW, cause, feedback=block, notices=notices, runs=runs)
+    pieces = [r.context for r in runs if r.context]  # SessionStart's (--claude-json, D391)
+    context = bound("\n\n".join(pieces), PER_CALL_CHARS, what="context") if pieces else None
+    return FireResult(
+        event,
+        Verdict.ALLOW,
+        cause,
+        feedback=block,
+        notices=notices,
+        runs=runs,
+        context=context,
+        carried=merge_carried(runs),
+    )

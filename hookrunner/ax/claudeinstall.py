@@ -12,9 +12,16 @@ every hook by hand. ``install`` instead:
   never in the workspace, which the agent can write and which the runner refuses to read
   hooks from (D191, D240);
 * writes, for each of those events, one entry whose command is the runner
-  (``fire EVENT --claude-exit-codes --claude-hooks FILE``, plus ``--ax-config`` when given);
+  (``fire EVENT --claude-json --claude-hooks FILE``, plus ``--ax-config`` when given),
+  reached through the quick client (``quickbuild``: compiled C, else Python); on an
+  event that can block, the command fails closed: any exit but 0 and 2 (the runner or
+  its installation gone: 127) becomes 2 with a reason (D395);
+* names, before it changes anything, each hook it cannot carry with Claude Code's
+  semantics (``claudecarry``, D393) and exits 1; with ``force`` those stay in the
+  settings file, where Claude Code keeps running them;
 * leaves everything else as it was: other keys, and the hooks of events the runner does
-  not fire (``Notification``...), which Claude Code keeps running itself.
+  not fire (``Notification``, ``PermissionRequest``...), which Claude Code keeps running
+  itself.
 
 Invariants: installing twice changes nothing; the first install keeps a copy of the
 original file (``settings.json.hookrunner-backup``); ``uninstall`` puts the moved hooks
@@ -31,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sandbox_egress.hookrunner.ax.claudecarry import split_group
 from sandbox_egress.hookrunner.errors import UsageError
 
 # Claude Code's hook events that the runner fires (``AxEvent``), in Claude Code's names.
@@ -48,6 +56,15 @@ CLAUDE_EVENTS = (
 MOVED_NAME = "hookrunner-hooks.json"
 PROJECTS_DIR = "hookrunner-projects"
 BACKUP_SUFFIX = ".hookrunner-backup"
+BLOCKING = ("PreToolUse", "UserPromptSubmit")  # an exit 2 of these blocks in Claude Code
+
+
+class NotCarried(UsageError):
+    """Hooks ``install`` cannot carry with Claude Code's semantics; nothing was changed."""
+
+    def __init__(self, settings: Path, found: list[str]) -> None:
+        self.lines = [f"{settings} {line}" for line in found]
+        super().__init__(f"{len(found)} hook(s) cannot be carried over")
 
 
 def settings_path(scope: str, home: Path | None, workspace: Path) -> Path:
@@ -74,11 +91,16 @@ def moved_path(scope: str, home: Path | None, workspace: Path) -> Path:
 
 def runner_command(client: list[str], event: str, moved: Path, ax_config: Path | None) -> str:
     """The shell command Claude Code runs (``/bin/sh -c``) for ``event``: ``client`` is the
-    runner, or the quick client of a warm one followed by the runner (``ax.quickclient``)."""
-    words = [*client, "fire", event, "--claude-exit-codes", "--claude-hooks", str(moved)]
+    runner, or the quick client of a warm one followed by the runner (``ax.quickclient``).
+    On an event that can block, any status but 0 and 2 becomes a block (D395)."""
+    words = [*client, "fire", event, "--claude-json", "--claude-hooks", str(moved)]
     if ax_config is not None:
         words += ["--ax-config", str(ax_config)]
-    return shlex.join(words)
+    command = shlex.join(words)
+    if event not in BLOCKING:
+        return command
+    said = "hookrunner: the hook command failed (exit $s), so this call is blocked"
+    return f'{command} || {{ s=$?; [ "$s" -eq 2 ] || echo "{said}" >&2; exit 2; }}'
 
 
 def _is_runner(group: Any, runner: str) -> bool:
@@ -101,26 +123,46 @@ def _runs(command: str, runner: str) -> bool:
 
 def installed(
     document: dict[str, Any], moved: dict[str, Any], runner: str, commands: dict[str, str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the settings document, the moved document) once installed. Pure."""
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(the settings document, the moved document, what cannot be carried: one
+    "$.hooks.EVENT[i]...: why" each) once installed; what cannot be carried stays in
+    the settings document, after the runner's entry. Pure."""
     hooks = document.get("hooks", {})
     if not isinstance(hooks, dict):
         raise UsageError("the settings file's `hooks` is not an object: fix it first")
     kept = dict(moved.get("hooks", {}))
     result: dict[str, Any] = {}
+    staying: dict[str, list[Any]] = {}
+    found: list[str] = []
     for event, groups in hooks.items():
         if event not in CLAUDE_EVENTS:
             result[event] = groups  # Claude Code still runs these itself
             continue
-        own = [g for g in groups if not _is_runner(g, runner)] if isinstance(groups, list) else []
-        if own:
-            kept[event] = [*kept.get(event, []), *own]
+        for index, group in enumerate(groups if isinstance(groups, list) else []):
+            if _is_runner(group, runner):
+                continue
+            moving, stays, problems = split_group(event, group)
+            found += [f"$.hooks.{event}[{index}]{where}: {why}" for where, why in problems]
+            if moving is not None:
+                kept[event] = [*kept.get(event, []), moving]
+            if stays is not None:
+                staying.setdefault(event, []).append(stays)
     for event in CLAUDE_EVENTS:
-        command = {"type": "command", "command": commands[event]}
-        result[event] = [{"matcher": "", "hooks": [command]}] if event in commands else []
+        result[event] = [
+            {"matcher": "", "hooks": [{"type": "command", "command": commands[event]}]}
+            for _ in (event,)
+            if event in commands
+        ]
+        result[event] += staying.get(event, [])
         if not result[event]:
             del result[event]
-    return {**document, "hooks": result}, {"hooks": kept}
+    return {**document, "hooks": result}, {"hooks": kept}, found
+
+
+def left_to_claude_code(document: dict[str, Any]) -> list[str]:
+    """The events with hooks that Claude Code keeps running itself (not fired here)."""
+    hooks = document.get("hooks", {})
+    return [e for e in hooks if e not in CLAUDE_EVENTS] if isinstance(hooks, dict) else []
 
 
 def uninstalled(document: dict[str, Any], moved: dict[str, Any], runner: str) -> dict[str, Any]:
@@ -176,10 +218,13 @@ def install(
     ax_config: Path | None,
     client: list[str] | None = None,
     moved_to: Path | None = None,
+    *,
+    force: bool = False,
 ) -> Path:
     """Install into ``settings``; the moved hooks' file is returned. ``client``: what
     Claude Code runs, ending with ``runner`` (default: the runner alone); ``moved_to``:
-    where the hooks move (default: beside ``settings``, the user scope's place)."""
+    where the hooks move (default: beside ``settings``, the user scope's place).
+    ``NotCarried`` (nothing changed) when a hook cannot be carried and not ``force``."""
     moved_path = moved_to or settings.parent / MOVED_NAME
     if (legacy := _legacy(settings, moved_path)) is not None:
         raise UsageError(
@@ -187,12 +232,14 @@ def install(
             "does not read them; run `hookrunner claude uninstall` first, then install"
         )
     document, moved = read_json(settings), read_json(moved_path)
+    words = client or [runner]
+    commands = {e: runner_command(words, e, moved_path, ax_config) for e in CLAUDE_EVENTS}
+    new_document, new_moved, found = installed(document, moved, runner, commands)
+    if found and not force:
+        raise NotCarried(settings, found)
     backup = settings.with_name(settings.name + BACKUP_SUFFIX)
     if settings.exists() and not backup.exists():
         write_json(backup, document)
-    words = client or [runner]
-    commands = {e: runner_command(words, e, moved_path, ax_config) for e in CLAUDE_EVENTS}
-    new_document, new_moved = installed(document, moved, runner, commands)
     write_json(moved_path, new_moved)  # first: the hooks are never in neither file
     write_json(settings, new_document)
     return moved_path

@@ -12,7 +12,11 @@ document of Claude Code's hook-output schema (``ax.claudeout``), never the runne
 own JSON, which Claude Code would report as invalid. An error is a block (2) on an
 event that can block, else 1 (Claude Code's non-blocking error); Claude Code's
 settings files are not read in this mode, since Claude Code runs their hooks
-itself (the recursion guard).
+itself (the recursion guard). ``--claude-json`` (what ``hookrunner claude install``
+wires, D390) is that mode, answering every result as Claude Code's JSON at exit 0
+(``ax.claudeout.claude_json``): a deny with the hook's own reason, an ask as an ask
+(Claude Code is the one to ask), ``continue: false``, ``updatedInput``... passed on;
+errors still exit 2 on an event that can block.
 
 For observation-only events the answer is printed and stdout is closed at
 once, before any hook runs; the process then runs the hooks (each with its
@@ -28,14 +32,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.hookrunner.ax import claudeinstall, quickclient, quickfire
-from sandbox_egress.hookrunner.ax.claudeout import claude_answer
-from sandbox_egress.hookrunner.ax.events import parse_event
+from sandbox_egress.hookrunner.ax import claudeinstall, firebound, quickbuild, quickfire
+from sandbox_egress.hookrunner.ax.claudeout import claude_answer, claude_json
+from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
     OBSERVATION_EVENTS,
     AxEvent,
     FireResult,
+    Verdict,
 )
 from sandbox_egress.hookrunner.ax.session import AxSession
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
@@ -93,6 +98,12 @@ def add_fire_parser(commands: Any) -> None:
         "Claude Code settings files are not read (Claude Code runs them itself)",
     )
     fire.add_argument(
+        "--claude-json",
+        action="store_true",
+        help="--claude-exit-codes, answering every result as Claude Code's JSON at exit 0 "
+        "(deny, ask, continue: false, updatedInput... as the user's hooks said them)",
+    )
+    fire.add_argument(
         "--claude-hooks",
         default=None,
         metavar="PATH",
@@ -133,6 +144,12 @@ def add_claude_parser(commands: Any) -> None:
         "--ax-config", default=None, help="install: an operator AX hooks file every call runs too"
     )
     claude.add_argument(
+        "--force",
+        action="store_true",
+        help="install: even when some hooks cannot be carried over (they are listed, and "
+        "stay in the settings file, where Claude Code keeps running them)",
+    )
+    claude.add_argument(
         "--idle",
         type=float,
         default=quickfire.DEFAULT_IDLE_S,
@@ -146,10 +163,16 @@ def run_claude(args: argparse.Namespace) -> int:
     workspace = Path(os.path.realpath(args.workspace))
     settings = claudeinstall.settings_path(args.scope, home, workspace)
     if args.action == "serve":
+        from sandbox_egress.hookrunner.ax.packs import warm
         from sandbox_egress.hookrunner.cli import main, prepare  # imported once, for every call
 
         prepare()
         prepare_metrics()
+        warm.enable()  # the packs run inside the warm runner's call (D396)
+        try:
+            _warm_up()
+        except Exception:  # noqa: BLE001 - only slower calls: serving matters more
+            say("warning: the warm runner's warm-up failed; serving without it")
         return quickfire.serve(main, args.idle)
     runner = args.runner or _this_runner()
     moved_to = claudeinstall.moved_path(args.scope, home, workspace)
@@ -158,11 +181,62 @@ def run_claude(args: argparse.Namespace) -> int:
         say(f"{settings}: the runner's entries removed, the moved hooks put back")
         return 0
     ax_config = Path(os.path.realpath(args.ax_config)) if args.ax_config else None
-    client = [sys.executable, "-I", "-S", os.path.realpath(quickclient.__file__), runner]
-    moved = claudeinstall.install(settings, runner, ax_config, client, moved_to)
+    document = claudeinstall.read_json(settings)
+    problems = claudeinstall.installed(document, {}, runner, {})[2]
+    if problems and not args.force:
+        for line in problems:
+            say(f"{settings} {line}")
+        say(
+            f"{len(problems)} hook(s) above cannot be carried over with Claude Code's "
+            "semantics; nothing was changed. Run again with --force to install anyway: "
+            "they then stay in the settings file, where Claude Code keeps running them"
+        )
+        return 1
+    if (problem := firebound.notice()) is not None:
+        say(f"warning: {problem}")  # before anything changes (D382)
+    client, notice = quickbuild.client(runner, home)
+    if notice is not None:
+        say(notice)
+    moved = claudeinstall.install(settings, runner, ax_config, client, moved_to, force=True)
     say(f"{settings}: the runner is Claude Code's hook for every event it fires")
     say(f"{moved}: your hooks, run by the runner with their Claude Code semantics")
+    for line in problems:
+        say(f"{settings} {line}: left with Claude Code, which runs it itself")
+    for event in claudeinstall.left_to_claude_code(document):
+        say(f"{settings} $.hooks.{event}: not fired by the runner; Claude Code runs it as before")
     return 0
+
+
+def _warm_up() -> None:
+    """Open and close one session on files of its own, before the warm runner forks: what
+    every call then builds the same way from its own inputs (the schemas' validators, the
+    environment checks' compiled patterns) is built once and shared (D397). Nothing of it
+    is kept for a call: each still reads its files and environment afresh."""
+    import io
+    import json
+    import tempfile
+
+    from sandbox_egress.hookrunner.ax.packs.catalogue import PACKS
+
+    with tempfile.TemporaryDirectory(prefix="hookrunner-warm-") as directory:
+        root = Path(directory)
+        (root / "ws").mkdir()
+        operator = root / "ax.json"
+        operator.write_text(json.dumps({"packs": sorted(PACKS)}))
+        moved = root / "moved.json"
+        hook = {"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}
+        moved.write_text(json.dumps({"hooks": {"PreToolUse": [hook]}}))
+        session = AxSession(
+            root / "ws",
+            operator_config=operator,
+            claude_settings=False,
+            moved_settings=moved,
+            claude_answers=True,
+            metrics=HookMetrics(),
+            stream=io.StringIO(),
+            log_decisions=False,
+        )
+        session.close()
 
 
 def _this_runner() -> str:
@@ -186,6 +260,7 @@ def _close_stdout() -> None:
 
 
 def run_fire(args: argparse.Namespace) -> int:
+    args.claude_exit_codes = args.claude_exit_codes or args.claude_json
     if not args.claude_exit_codes:
         return _fire(args)
     blocks = AxEvent(args.event) in BLOCKING_EVENTS
@@ -206,8 +281,12 @@ def _fire(args: argparse.Namespace) -> int:
         payload, refusal = read_stdin_json(empty_is_object=True), None
     except PayloadRefused as exc:  # beyond the bound: refused, not malformed
         payload, refusal = None, str(exc)
+    # The boundary comes along for Claude Code's Bash (D380): told to the packs, applied
+    # by the answer's updatedInput. Only as Claude Code's hook, which reads that answer.
+    boundary = firebound.boundary_here(os.environ) if args.claude_exit_codes else ""
     session = AxSession(
         args.workspace,
+        boundary=boundary,
         session_id=args.session_id,
         trust_project=True if args.trust_project_hooks else None,
         full_env=True if args.full_env else None,
@@ -216,21 +295,25 @@ def _fire(args: argparse.Namespace) -> int:
         managed_settings=args.managed_settings,
         moved_settings=args.claude_hooks,
         interactive=args.interactive,
+        claude_answers=args.claude_json,
         metrics=_metrics(),
         log_decisions=not args.claude_exit_codes,  # stderr is the reason Claude reads
     )
     try:
-        result, output = _judge(session, args.event, payload, refusal)
+        result, output, inp = _judge(session, args.event, payload, refusal)
+        answered = None
         if not args.claude_exit_codes:
             emit(result.to_json(output))
-        elif (answer := claude_answer(result)) is not None:
-            emit(answer)
+        elif (
+            answered := _claude_answer(result, inp, boundary, session, args.claude_json)
+        ) is not None:
+            emit(answered)
         if AxEvent(args.event) in OBSERVATION_EVENTS:
             _close_stdout()
     finally:
         session.close(timeout=None)  # each queued hook still has its own deadline
     if args.claude_exit_codes:
-        if result.allowed:
+        if result.allowed or answered is not None:
             return 0
         sys.stderr.write(f"{result.reason or f'Blocked by a {args.event} hook.'}\n")
         sys.stderr.flush()
@@ -238,16 +321,44 @@ def _fire(args: argparse.Namespace) -> int:
     return 0 if result.allowed else 1
 
 
+def _claude_answer(
+    result: FireResult,
+    inp: EventInput | None,
+    boundary: str,
+    session: AxSession,
+    as_json: bool = False,
+) -> dict[str, Any] | None:
+    """Claude Code's stdout document (``claude_json`` with ``--claude-json``, else
+    ``claude_answer``), and for a Bash call it may run (allowed, or `ask`: the user's yes
+    runs it) the command under the boundary (``updatedInput``), or the first call's word
+    that there is none (D380, D382)."""
+    answer = (claude_json if as_json else claude_answer)(result)
+    runs = result.allowed or result.decision is Verdict.ASK
+    if not runs or inp is None or not firebound.wraps(inp):
+        return answer
+    if boundary:
+        root = firebound.mask_root(session.workspace, os.environ)
+        return firebound.bounded_answer(answer, inp.claude_input, root)
+    said = firebound.first_notice(inp.session_id)
+    if said is None:
+        return answer
+    sys.stderr.write(said + "\n")
+    answer = dict(answer or {})
+    answer["systemMessage"] = "\n".join(filter(None, [answer.get("systemMessage"), said]))
+    return answer
+
+
 def _judge(
     session: AxSession, event: str, payload: Any, refusal: str | None
-) -> tuple[FireResult, str | None]:
-    """The event's result and the tool output its feedback follows; a payload beyond
-    ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused without a hook."""
+) -> tuple[FireResult, str | None, EventInput | None]:
+    """The event's result, the tool output its feedback follows and the parsed input; a
+    payload beyond ``bounds`` (stdin, or what ``parse_event`` makes of it) is refused
+    without a hook."""
     if refusal is None:
         try:
-            inp = parse_event(event, payload, session_id=session.session_id)
+            inp = firebound.unwrapped(parse_event(event, payload, session_id=session.session_id))
         except PayloadRefused as exc:
             refusal = str(exc)
         else:
-            return session.fire_input(inp), inp.output
-    return session.refused(AxEvent(event), refusal), None
+            return session.fire_input(inp), inp.output, inp
+    return session.refused(AxEvent(event), refusal), None, None

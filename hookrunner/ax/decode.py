@@ -38,7 +38,14 @@ Legacy entries (no ``protocol``):
 * any other failure (another exit status, a timeout, a crash, a missing
   program) blocks a blocking event only with ``blockOnFailure`` (the entry
   fails closed, the failure the reason); otherwise it does not block (a
-  warning says why).
+  warning says why);
+* what an exit-0 answer asks of Claude Code beyond the decision is kept in
+  ``carried`` (``CARRIED``: ``updatedInput``, ``systemMessage``,
+  ``suppressOutput``, a PreToolUse ``additionalContext``, an explicit
+  ``permissionDecision: allow``) for ``fire --claude-json`` to pass on (D390);
+* ``SessionStart`` (observation-only in the AX dialect, ``carried`` in its row):
+  a claude-code hook's plain stdout or ``additionalContext`` is context,
+  ``continue: false`` stops, as Claude Code reads them (D391).
 """
 
 from __future__ import annotations
@@ -47,18 +54,17 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sandbox_egress.hookrunner.ax.answer import CARRIED, carried_fields, parse_answer, plain_text
 from sandbox_egress.hookrunner.ax.eventtable import AxEvent, Output, spec_of
 from sandbox_egress.hookrunner.ax.feedback import bound
 from sandbox_egress.hookrunner.ax.model import AxEntry, Cause, Effect, Protocol
 from sandbox_egress.hookrunner.decision import MAX_REASON_CHARS
-from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, ProcessResult
+from sandbox_egress.hookrunner.enforce.command import ProcessResult
 from sandbox_egress.hookrunner.outcome import Outcome, classify_process
-from sandbox_egress.hookrunner.schema import loads_strict
 
 ASK_REASON = "hook requested user confirmation"
 PERMISSIONS = ("allow", "deny", "ask")
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
-_JSON_WHITESPACE = " \t\n\r"
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class Decoded:
     # A Stop-like hook asked to block (exit 2, {"decision": "block"}, {"continue": false}):
     # ignored here, honoured by Claude Code's own convention (`ax.claudeout`, D228).
     asked_block: bool = False
+    carried: dict[str, Any] | None = None  # CARRIED fields of the answer (D390)
 
 
 def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
@@ -83,6 +90,8 @@ def decode(event: AxEvent, entry: AxEntry, result: ProcessResult) -> Decoded:
         return Decoded(Outcome.CANCELLED, Effect.CONTINUE, detail, failed=True)
     classified = classify_process(result, entry.timeout)
     base = Decoded(classified.outcome, Effect.CONTINUE, classified.detail)
+    if spec_of(event).carried and entry.protocol is Protocol.CLAUDE_CODE:
+        return _carried_observation(result, base)
     if spec_of(event).output is Output.IGNORED:
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=base.outcome.failed)
     if entry.protocol is Protocol.CLAUDE_CODE:
@@ -166,9 +175,12 @@ def _claude_code(event: AxEvent, entry: AxEntry, result: ProcessResult, base: De
         return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
     if output is Output.DECISION:
         return _decision(event, result)
-    if output is Output.FEEDBACK:
-        return _post_feedback(result)
-    return _ignored_block(event, result, base)
+    decoded = (
+        _post_feedback(result) if output is Output.FEEDBACK else _ignored_block(event, result, base)
+    )
+    answer, _ = parse_answer(result.stdout, result.stdout_truncated)
+    carried = carried_fields(event, answer or {})
+    return replace(decoded, carried=carried) if carried else decoded
 
 
 def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Decoded:
@@ -189,51 +201,50 @@ def _ignored_block(event: AxEvent, result: ProcessResult, base: Decoded) -> Deco
     )
 
 
-def _plain_text(data: bytes, truncated: bool) -> str | None:
-    """Exit-0 stdout that is plain text (not JSON-looking), or None."""
-    if truncated:
-        return None
-    try:
-        text = data.decode("utf-8").strip(_JSON_WHITESPACE)
-    except UnicodeDecodeError:
-        return None
-    return text if text and not text.startswith("{") else None  # "[INFO] ..." is text
-
-
-def parse_answer(data: bytes, truncated: bool = False) -> tuple[dict[str, Any] | None, str | None]:
-    """Exit-0 stdout as a JSON object ({} when empty), or why it is malformed."""
-    if truncated:
-        return None, f"stdout exceeded the {OUTPUT_CAP // (1024 * 1024)} MiB cap"
-    try:
-        text = data.decode("utf-8").strip(_JSON_WHITESPACE)
-    except UnicodeDecodeError as exc:
-        return None, f"stdout is not UTF-8 (byte offset {exc.start})"
-    if not text:
-        return {}, None
-    try:
-        value = loads_strict(text)
-    except RecursionError:
-        return None, "stdout is not JSON: nested too deeply"
-    except ValueError as exc:
-        message = getattr(exc, "msg", None) or str(exc)
-        return None, f"stdout is not one JSON object: {message}"
-    if not isinstance(value, dict):
-        return None, f"stdout is JSON {type(value).__name__}, not an object"
-    for container in (value, value.get("hookSpecificOutput")):
-        duplicates = getattr(container, "duplicates", ())
-        if duplicates:
-            return None, f"stdout repeats the key {duplicates[0]!r}"
-    return value, None
-
-
 def _show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)[:40]
 
 
 def _decision(event: AxEvent, result: ProcessResult) -> Decoded:
+    decoded = _decision_of(event, result)
+    if decoded.outcome is Outcome.MALFORMED:
+        return decoded
+    answer, _ = parse_answer(result.stdout, result.stdout_truncated)  # None: plain context
+    carried = carried_fields(event, answer or {})
+    return replace(decoded, carried=carried) if carried else decoded
+
+
+def _carried_observation(result: ProcessResult, base: Decoded) -> Decoded:
+    """A claude-code hook of SessionStart, read as Claude Code reads it: exit 0 plain
+    text or ``additionalContext`` is context; ``continue: false`` stops (kept in
+    ``carried``); a failure never blocks (a warning says why)."""
+    if base.outcome is not Outcome.OK:
+        return Decoded(base.outcome, Effect.CONTINUE, base.detail, failed=True)
+    text = plain_text(result.stdout, result.stdout_truncated)
+    if text is not None:
+        return Decoded(Outcome.OK, Effect.CONTINUE, "printed context", context=text)
+    answer, problem = parse_answer(result.stdout, result.stdout_truncated)
+    if answer is None:
+        return Decoded(Outcome.MALFORMED, Effect.CONTINUE, f"{problem}; ignored", failed=True)
+    nested = answer.get("hookSpecificOutput")
+    added = nested.get("additionalContext") if isinstance(nested, dict) else None
+    context = added.strip() or None if isinstance(added, str) else None
+    carried: dict[str, Any] = {
+        k: answer[k] for k in CARRIED if isinstance(answer.get(k), str | bool)
+    }
+    if answer.get("continue") is False:
+        carried["continue"] = False
+        if isinstance(answer.get("stopReason"), str):
+            carried["stopReason"] = answer["stopReason"]
+    return Decoded(
+        Outcome.OK, Effect.CONTINUE, base.detail, context=context, carried=carried or None
+    )
+
+
+def _decision_of(event: AxEvent, result: ProcessResult) -> Decoded:
     takes_context = spec_of(event).context
     if takes_context:
-        text = _plain_text(result.stdout, result.stdout_truncated)
+        text = plain_text(result.stdout, result.stdout_truncated)
         if text is not None:
             return Decoded(Outcome.OK, Effect.CONTINUE, "printed context", context=text)
     answer, problem = parse_answer(result.stdout, result.stdout_truncated)
@@ -297,6 +308,9 @@ def _check(answer: dict[str, Any]) -> str | None:
     if "decision" in answer and answer["decision"] not in ("approve", "block"):
         return f'decision must be "approve" or "block", got {_show(answer["decision"])}'
     added = nested.get("additionalContext")
+    updated = nested.get("updatedInput")
+    if updated is not None and not isinstance(updated, dict):
+        return f"hookSpecificOutput.updatedInput must be an object, got {_show(updated)}"
     if added is not None and not isinstance(added, str):
         return f"hookSpecificOutput.additionalContext must be a string, got {_show(added)}"
     if "continue" in answer and not isinstance(answer["continue"], bool):

@@ -7,7 +7,9 @@ the hooks.json dialect), with this dialect's ``HOOK_*`` variables:
 ``HOOK_ARGS_JSON`` (empty above 32 KiB of UTF-8), ``HOOK_ARGS_STDIN=1``,
 ``HOOK_PACK`` (``""`` for custom entries), plus ``PWD`` and, for claude-code
 entries, ``CLAUDE_PROJECT_DIR`` (the workspace) that Claude Code hooks use to
-find their scripts. The full arguments are always on stdin.
+find their scripts. The full arguments are always on stdin. Inside the warm runner a
+pack entry runs as a call of the pack's function instead of a process (``packs.warm``,
+D396): the same input, the same kind of result.
 
 An ``http`` entry (a Claude Code settings file's http handler) is POSTed
 instead, by the client of the hooks.json dialect (``httpclient``: through the
@@ -27,6 +29,7 @@ from sandbox_egress.hookrunner.ax.decode import Decoded, decode
 from sandbox_egress.hookrunner.ax.envelope import args_document, claude_code_document
 from sandbox_egress.hookrunner.ax.events import EventInput
 from sandbox_egress.hookrunner.ax.feedback import NOTICE_CHARS, PER_HOOK_CHARS, bound, hook_feedback
+from sandbox_egress.hookrunner.ax.firebound import wraps
 from sandbox_egress.hookrunner.ax.metrics import observe_decision
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -38,6 +41,7 @@ from sandbox_egress.hookrunner.ax.model import (
     HttpTarget,
     Protocol,
 )
+from sandbox_egress.hookrunner.ax.packs import warm
 from sandbox_egress.hookrunner.enforce.command import CancelToken, ProcessResult
 from sandbox_egress.hookrunner.enforce.envsan import args_json, hook_variables
 from sandbox_egress.hookrunner.httpclient import HttpClient
@@ -47,10 +51,18 @@ from sandbox_egress.hookrunner.outcome import HandlerType, Outcome, classify_htt
 from sandbox_egress.hookrunner.report import WarningKind
 
 
-def entry_variables(workspace: str, entry: AxEntry, inp: EventInput) -> dict[str, str]:
-    """The variables this dialect adds to the kernel's hook environment."""
+def entry_variables(
+    workspace: str, entry: AxEntry, inp: EventInput, boundary: str = ""
+) -> dict[str, str]:
+    """The variables this dialect adds to the kernel's hook environment; ``boundary``:
+    ``HOOK_BOUNDARY`` for a Bash call the runner wraps in its boundary (``firebound``)."""
     env = hook_variables(
-        inp.event.value, inp.tool, args_document(inp), session_id=inp.session_id, pack=entry.pack
+        inp.event.value,
+        inp.tool,
+        args_document(inp),
+        session_id=inp.session_id,
+        pack=entry.pack,
+        boundary=boundary if boundary and wraps(inp) else None,
     )
     if entry.protocol is Protocol.CLAUDE_CODE:
         env["CLAUDE_PROJECT_DIR"] = workspace
@@ -80,8 +92,9 @@ def hook_stdin(workspace: str, entry: AxEntry, inp: EventInput) -> bytes:
 
 
 class LifecycleExecutor:
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, boundary: str = "") -> None:
         self.kernel = kernel
+        self.boundary = boundary  # what stands below a Bash call the runner wraps (D380)
         self.workspace = str(kernel.workspace)
         self.reporter = kernel.reporter
         self.metrics = kernel.metrics
@@ -90,11 +103,21 @@ class LifecycleExecutor:
     def run(self, entry: AxEntry, inp: EventInput, cancel: CancelToken | None = None) -> HookRun:
         if entry.http is not None:
             decoded, result = self._post(entry, entry.http, inp)
+        elif warm.applies(entry.pack, entry.command):  # inside the warm runner (D396)
+            variables = entry_variables(self.workspace, entry, inp)
+            result = warm.run(
+                entry.pack,
+                stdin=hook_stdin(self.workspace, entry, inp),
+                cwd=self.workspace,
+                env={**self.kernel.hook_env, "PWD": self.workspace, **variables},
+                timeout=entry.timeout,
+            )
+            decoded = decode(inp.event, entry, result)
         else:
             result = self.kernel.spawn(
                 entry.command,
                 stdin=hook_stdin(self.workspace, entry, inp),
-                variables=entry_variables(self.workspace, entry, inp),
+                variables=entry_variables(self.workspace, entry, inp, self.boundary),
                 timeout=entry.timeout,
                 cancel=cancel,
             )
@@ -111,6 +134,7 @@ class LifecycleExecutor:
             notice=bound(decoded.notice, NOTICE_CHARS, what="notice") if decoded.notice else None,
             failed=decoded.failed,
             asked_block=decoded.asked_block,
+            carried=decoded.carried,
             context=bound(decoded.context, PER_HOOK_CHARS, what="context")
             if decoded.context
             else None,

@@ -91,6 +91,16 @@ class EventInput:
     def spec(self) -> EventSpec:
         return spec_of(self.event)
 
+    @property
+    def subject(self) -> str:
+        """What a matcher is matched against: the tool, else the row's ``subject`` field
+        (``SessionStart``'s ``source``), as Claude Code matches it; "" when there is none."""
+        if self.spec.tool:
+            return self.tool
+        name = self.spec.subject
+        value = self.fields.get(name, self.values.get(name)) if name else None
+        return value if isinstance(value, str) else ""
+
 
 def parse_event(
     event_name: str,

@@ -15,7 +15,13 @@ nothing else in ``hookrunner.ax`` branches on an event's name:
 * ``legacy_args``: the fields a legacy hook reads on stdin instead of the
   payload's ``args``; ``context``: exit-0 text is context for the model;
   ``ask``: what a hook's ask becomes; ``skip``: the field that makes the
-  event not fire; ``feedback``: where its hooks' text goes (for the docs).
+  event not fire; ``feedback``: where its hooks' text goes (for the docs);
+* ``subject``: for an event without a tool, the payload field its matcher is
+  matched against, as Claude Code does (``SessionStart``'s ``source``:
+  ``startup|resume|clear|compact``; ``PreCompact``'s ``trigger``); ``carried``:
+  an observation-only event whose claude-code hooks' answer Claude Code reads
+  (``SessionStart``'s context): as Claude Code's installed hook (``fire
+  --claude-json``) the runner runs them before it answers and carries the answer.
 
 Adding an event is one ``AxEvent`` member and one row here (plus the schema's
 ``event`` enum and docs/hooks.md); ``tests/hookrunner/ax/test_eventtable.py``
@@ -94,6 +100,8 @@ class EventSpec:
     context: bool = False  # exit-0 plain stdout / additionalContext is context for the model
     ask: str = ""  # "ask": the verdict (or a headless deny); "block": always a block
     skip: tuple[str, str] | None = None  # (field, reason): a true value means "does not fire"
+    subject: str = ""  # no tool: the payload field a matcher is matched against ("" none)
+    carried: bool = False  # observation-only, but Claude Code reads its hooks' answer (D391)
 
     def __post_init__(self) -> None:
         if self.blocks != (self.output is Output.DECISION):
@@ -102,6 +110,10 @@ class EventSpec:
             raise ValueError(f"{self.event}: an event that blocks says what an ask becomes")
         if self.output is Output.IGNORED and self.fields:
             raise ValueError(f"{self.event}: observation-only events keep ids only")
+        if self.subject and self.tool:
+            raise ValueError(f"{self.event}: an event with a tool is matched by its tool")
+        if self.carried and self.output is not Output.IGNORED:
+            raise ValueError(f"{self.event}: only an observation-only event is carried apart")
         if not self.feedback.strip() or not self.claude_code.strip():
             raise ValueError(f"{self.event}: the row needs its feedback and Claude Code notes")
 
@@ -117,10 +129,27 @@ _OBSERVED = "none: observation-only, fire and forget (exit status and output ign
 
 
 def _observed(
-    event: AxEvent, claude_code: str, *, tool: bool = False, skip: tuple[str, str] | None = None
+    event: AxEvent,
+    claude_code: str,
+    *,
+    tool: bool = False,
+    skip: tuple[str, str] | None = None,
+    subject: str = "",
+    carried: bool = False,
 ) -> EventSpec:
     """The row of an observation-only event: it never blocks and keeps ids only."""
-    return EventSpec(event, False, Output.IGNORED, tool, (), _OBSERVED, claude_code, skip=skip)
+    return EventSpec(
+        event,
+        False,
+        Output.IGNORED,
+        tool,
+        (),
+        _OBSERVED,
+        claude_code,
+        skip=skip,
+        subject=subject,
+        carried=carried,
+    )
 
 
 EVENTS: Mapping[AxEvent, EventSpec] = {
@@ -193,6 +222,7 @@ EVENTS: Mapping[AxEvent, EventSpec] = {
             ),
             feedback="notices for the user",
             claude_code="PreCompact: trigger (manual/auto), custom_instructions",
+            subject="trigger",
         ),
         _observed(
             AxEvent.POST_TOOL_USE_FAILURE,
@@ -207,8 +237,10 @@ EVENTS: Mapping[AxEvent, EventSpec] = {
                 "parent_session_id",
                 "subagent sessions do not fire SessionStart (they surface through SubagentStop)",
             ),
+            subject="source",
+            carried=True,
         ),
-        _observed(AxEvent.SESSION_END, "SessionEnd: reason"),
+        _observed(AxEvent.SESSION_END, "SessionEnd: reason", subject="reason"),
         _observed(AxEvent.POST_COMPACT, "PostCompact: trigger (summary dropped here)"),
         _observed(AxEvent.INTERRUPT, "not a Claude Code event (AX Code's)"),
     )

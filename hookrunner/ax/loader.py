@@ -35,9 +35,9 @@ from sandbox_egress.hookrunner import kernel
 from sandbox_egress.hookrunner.ax.model import AxConfig, AxEntry
 from sandbox_egress.hookrunner.ax.schema import validate_ax_document
 from sandbox_egress.hookrunner.ax.settings import Level, SettingsFile, read_settings, url_allowed
-from sandbox_egress.hookrunner.enforce.isolation import untrusted_file
+from sandbox_egress.hookrunner.enforce.isolation import untrusted_descriptor
 from sandbox_egress.hookrunner.kernel import Switch, env_switch
-from sandbox_egress.hookrunner.loader import load_file
+from sandbox_egress.hookrunner.loader import UntrustedFile, load_file
 from sandbox_egress.hookrunner.model import Problem
 
 PROJECT_FILE = Path(".ax-code") / "hooks.json"
@@ -115,12 +115,24 @@ class _Loading:
             self.files.append(str(path))
         return found
 
-    def settings(self, path: Path, level: Level, explicit: bool = False) -> SettingsFile | None:
+    def settings(
+        self, path: Path, level: Level, explicit: bool = False, vouched: Path | None = None
+    ) -> SettingsFile | None:
+        """``vouched``: the workspace; the file is read only when the runner's user or root
+        alone could have written it, judged on the descriptor read (D191, D386)."""
+
         def validate(doc: Any, file: str) -> tuple[list[SettingsFile], list[Problem]]:
             settings, problems = read_settings(doc, file, level)
             return [settings], problems
 
-        found, problems, loaded = load_file(path, explicit, self.seen, validate)
+        def vouch(fd: int) -> str | None:
+            return None if vouched is None else untrusted_descriptor(fd, path, vouched)
+
+        try:
+            found, problems, loaded = load_file(path, explicit, self.seen, validate, vouch)
+        except UntrustedFile as exc:  # its hooks would run as the runner
+            self.notices.append(f"{path}: ignored: it {exc}")
+            return None
         self.problems += problems
         if loaded:
             self.files.append(str(path))
@@ -144,12 +156,8 @@ def load_ax_config(
     operator = loading.ax(operator_config, True) if operator_config is not None else []
     read = [] if settings is None else _outside(loading, settings, workspace, trusted)
     if moved is not None:  # the user's hooks `hookrunner claude install` moved (D229)
-        why = untrusted_file(moved, workspace) if moved.exists() else None
-        if why is not None:  # as ~/.claude/settings.json: its hooks would run as the runner
-            loading.notices.append(f"{moved}: ignored: it {why}")
-        else:
-            found = loading.settings(moved, Level.USER, explicit=True)
-            read += [found] if found is not None else []
+        found = loading.settings(moved, Level.USER, explicit=True, vouched=workspace)
+        read += [found] if found is not None else []
     project: list[AxEntry] = []
     if trusted:
         project = loading.ax(workspace / PROJECT_FILE, False)
@@ -208,10 +216,9 @@ def _outside(
     if places.home is not None:
         user = places.home / USER_SETTINGS
         inside = Path(os.path.realpath(user)).is_relative_to(workspace)
-        why = None if inside or not user.exists() else untrusted_file(user, workspace)
-        if why is not None:  # its hooks would run as the runner (D191)
-            loading.notices.append(f"{user}: ignored: it {why}")
-        elif trusted or not inside:
+        if not inside:  # its hooks would run as the runner: vouched for (D191, D386)
+            found.append(loading.settings(user, Level.USER, vouched=workspace))
+        elif trusted:
             found.append(loading.settings(user, Level.USER))
         elif user.exists():
             loading.notices.append(

@@ -9,8 +9,8 @@ documented in docs/hooks.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -127,6 +127,9 @@ class HookRun:
     failed: bool = False  # worth a warning line
     context: str | None = None  # UserPromptSubmit: text added to the model's context
     asked_block: bool = False  # a Stop-like hook asked to block (ignored; Claude Code honours it)
+    # What a claude-code hook's answer asks of Claude Code beyond the decision, passed on as
+    # it is by ``fire --claude-json`` (``ax.claudeout``, D390): updatedInput, systemMessage...
+    carried: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class FireResult:
     notices: tuple[str, ...] = ()
     runs: tuple[HookRun, ...] = ()
     context: str | None = None  # UserPromptSubmit: what the hooks add to the model's context
+    carried: Mapping[str, Any] = field(default_factory=dict)  # the hooks' ``HookRun.carried``
 
     @property
     def allowed(self) -> bool:

@@ -89,7 +89,8 @@ def ask(path: str, argv: list[str]) -> tuple[str, int]:
         conn.connect(path)
         message = request(argv)
         conn.sendmsg([message[:4096]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _fds())])
-        conn.sendall(message[4096:])
+        if len(message) > 4096:  # nothing more to send is no send: a server that answered
+            conn.sendall(message[4096:])  # and left already would make it EPIPE (D394)
         if conn.recv(1) != ACCEPTED:  # another build (it is leaving), or gone
             return "unreached", 0
     except OSError:

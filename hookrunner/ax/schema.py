@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandbox_egress.common.problems import Found, Unknown, schema_errors, schema_validator
+from sandbox_egress.hookrunner.ax.eventtable import spec_of
 from sandbox_egress.hookrunner.ax.matcher import AxMatcher, compile_ax_matcher
 from sandbox_egress.hookrunner.ax.model import (
     BLOCKING_EVENTS,
@@ -204,7 +205,7 @@ def entry_notes(
     notes = []
     if matcher.problem:
         notes.append(("matcher", matcher.problem))
-    if not matcher.matches_all and event not in TOOL_EVENTS:
+    if not matcher.matches_all and event not in TOOL_EVENTS and not spec_of(event).subject:
         notes.append(
             (
                 "matcher",

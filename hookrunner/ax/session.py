@@ -71,15 +71,22 @@ class AxSession:
         managed_settings: str | Path | None = None,
         moved_settings: str | Path | None = None,
         interactive: bool = False,
+        claude_answers: bool = False,
         metrics: HookMetrics | None = None,
         stream: TextIO | None = None,
         observation_capacity: int = DEFAULT_CAPACITY,
         log_decisions: bool = True,
+        boundary: str = "",
     ) -> None:
+        """``boundary``: ``HOOK_BOUNDARY`` for the hooks of a Bash call whose command the
+        caller runs under the runner's boundary (``firebound``, D380); empty: none."""
         self.kernel = Kernel(workspace, environ=environ, metrics=metrics, stream=stream)
         self.workspace = root = self.kernel.workspace
         self.session_id = session_id
-        self.interactive = interactive
+        # Claude Code's installed hook (D390): Claude Code is the one to show an ask, and an
+        # event it reads an answer of (``carried``: SessionStart) runs before the answer.
+        self.interactive = interactive or claude_answers
+        self.claude_answers = claude_answers
         self.log_decisions = log_decisions
         trust = trust_switch(self.kernel.environ, trust_project)
         full = full_env_switch(self.kernel.environ, full_env)
@@ -96,7 +103,7 @@ class AxSession:
             self.config.problems, (trust.notice, full.notice, nested, *self.config.notices)
         )
         self.kernel.start_hooks(full.on)
-        self._executor = LifecycleExecutor(self.kernel)
+        self._executor = LifecycleExecutor(self.kernel, boundary)
         self._worker = ObservationWorker(self._observe, self._dropped, observation_capacity)
         self._finalizer = weakref.finalize(self, self._worker.close, CLOSE_TIMEOUT)
 
@@ -145,8 +152,9 @@ class AxSession:
         if inp.skip is not None:
             result = FireResult(inp.event, Verdict.ALLOW, Cause.SKIPPED, reason=inp.skip)
         else:
-            entries = tuple(self.config.entries_for(inp.event, inp.tool))
-            if inp.event in OBSERVATION_EVENTS:
+            entries = tuple(self.config.entries_for(inp.event, inp.subject))
+            carried = self.claude_answers and inp.spec.carried
+            if inp.event in OBSERVATION_EVENTS and not carried:
                 if not entries:
                     return FireResult(inp.event, Verdict.ALLOW, Cause.NO_HOOKS)
                 queued = self._worker.submit(inp)
@@ -175,7 +183,7 @@ class AxSession:
         return self.fire(AxEvent.USER_PROMPT_SUBMIT, {"prompt": prompt})
 
     def _observe(self, inp: EventInput, cancel: CancelToken) -> None:
-        for entry in self.config.entries_for(inp.event, inp.tool):
+        for entry in self.config.entries_for(inp.event, inp.subject):
             self._executor.run(entry, inp, cancel)
 
     def _dropped(self, inp: EventInput, cause: str) -> None:

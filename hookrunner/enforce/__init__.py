@@ -13,6 +13,8 @@ pinned object ids), ``gitrun`` (running the real git), ``gitbroker`` (the only h
 of the real git, which runs the guard as the tool user) and ``gitclient`` (what ``git``
 is for the tool: a client of the broker), ``beneath``
 (opening below a directory without following symlinks), ``bounds`` (the one
-bound on every payload) and ``tools`` (the built-in tools of ``hookrunner
-exec``). Nothing here knows a dialect. See docs/hooks.md.
+bound on every payload), ``tools`` (the built-in tools of ``hookrunner
+exec``) and ``bound`` (the same boundary around a shell command another
+program runs: Claude Code's Bash, through ``fire``). Nothing here knows a
+dialect. See docs/hooks.md.
 """

@@ -22,6 +22,10 @@ and sends back the exit status.
 ``-B``: it writes no bytecode into the guard's directory (a file open for writing there
 makes its read-only remount fail with EBUSY).
 
+It exits once no other process shares its mount namespace (checked every
+``IDLE`` seconds without a request): with ``exec`` the PID namespace or the
+cgroup ends it with the tool, but ``fire``'s lasting namespace has neither.
+
 Invariants: the real git's descriptor is close-on-exec (no git child inherits
 it) and exists only in the broker and its non-dumpable workers; the real git
 processes are non-dumpable too (an execute-only file), so no ``/proc`` link of
@@ -45,6 +49,7 @@ HEADER = struct.Struct("!I")
 STATUS = struct.Struct("!i")
 FD = struct.Struct("i")
 MAX_REQUEST = 8 << 20
+IDLE = 2.0  # seconds between two looks at whether anything is left to serve
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
 # The guard is imported by the serving child at the first request: the tool's start waits
@@ -145,13 +150,35 @@ def serve_one(conn: _socket.socket, real: int, credentials: str) -> int:
     return int(guard_module().guarded(real, argv0, args))
 
 
+def alone() -> bool:
+    """Whether no other process shares this mount namespace (a ``lasting`` namespace of
+    ``fire`` has no PID namespace to end the broker with its program)."""
+    own, me = os.readlink("/proc/self/ns/mnt"), os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/mnt") == own:
+                return False
+        except OSError:
+            continue
+    return True
+
+
 def serve(server: _socket.socket, real: int, credentials: str) -> None:
     import signal
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    server.settimeout(IDLE)
     while True:
-        fd, _ = server._accept()  # type: ignore[attr-defined]  # _socket has no accept()
+        try:
+            fd, _ = server._accept()  # type: ignore[attr-defined]  # _socket has no accept()
+        except TimeoutError:
+            if alone():
+                return  # nothing left in the namespace that could run git
+            continue
         conn = _socket.socket(fileno=fd)
+        conn.settimeout(None)
         guard_module()  # at the first git, once: most tool calls run none
         undumpable()  # (its capabilities already keep the capless tool from tracing it)
         if os.fork() == 0:

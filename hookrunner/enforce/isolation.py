@@ -104,15 +104,15 @@ def runner_owned(directory: str, workspace: Path) -> bool:
     return True
 
 
-def untrusted_file(path: Path, workspace: Path) -> str | None:
-    """Why a file the runner would act on (a user-level settings file) could have been
-    written by someone else, or None: it and its directory must be owned by the runner's
-    user or root and not writable by group or others (D191)."""
-    real = Path(os.path.realpath(path))
-    try:
-        info = os.stat(real)
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
+def untrusted_descriptor(fd: int, name: Path, workspace: Path) -> str | None:
+    """Why the file open on ``fd`` (reached by ``name``, a user-level settings file) could
+    have been written by someone else, or None (D191, D386).
+
+    Judged on what was opened, not on a second lookup of the name: the descriptor's file
+    (``fstat``) must be a regular file owned by the runner's user or root and not writable
+    by group or others; the directory the kernel says it is in, and the directory holding
+    ``name`` (where a link to it could be swapped), must be ``runner_owned``."""
+    info = os.fstat(fd)
     owners = {0, os.geteuid()}
     if not stat.S_ISREG(info.st_mode):
         return "is not a regular file"
@@ -120,8 +120,16 @@ def untrusted_file(path: Path, workspace: Path) -> str | None:
         return f"is owned by uid {info.st_uid}, not by the runner's user or root"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
-    if not runner_owned(str(real.parent), workspace):
-        return f"is in {real.parent}, which someone other than the runner's user or root can change"
+    try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        opened = Path(os.path.realpath(name))  # no /proc: the name resolved once more
+    holder = Path(os.path.realpath(name.parent))
+    for directory in dict.fromkeys((holder, opened.parent)):
+        if not runner_owned(str(directory), workspace):
+            return (
+                f"is in {directory}, which someone other than the runner's user or root can change"
+            )
     return None
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import logging
 import os
 import shlex
@@ -94,7 +93,7 @@ class Guard:
     def read_only(self) -> list[str]:
         """Made read-only in the namespace: a runner that is not root runs the tool as its
         own user, who owns the directory and could otherwise rewrite the guard."""
-        return [self.directory, self.run, *self.covered]
+        return [self.directory, *self.covered]
 
     def broker(self, credentials: str) -> list[str]:
         """The broker's words in ``SCRIPT`` (``UID:GID`` or ``-``: drop every capability)."""
@@ -142,6 +141,9 @@ def probe_argv(tools: Programs) -> list[str]:
     return namespace_argv(["/bin/true"], [("/dev/null", "/dev/null")], ["/dev/null"], None, tools)
 
 
+_NO_CAPABILITIES = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
+
+
 def namespace_argv(
     argv: Sequence[str],
     binds: Sequence[tuple[str, str]],
@@ -149,24 +151,33 @@ def namespace_argv(
     user: Credentials | None,
     tools: Programs,
     guard: Guard | None = None,
+    *,
+    lasting: bool = False,
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
     so), as ``user`` (root's namespace) or without any capability (a user namespace, with
-    its own ``/proc``); with ``guard``, its broker started first."""
+    its own ``/proc`` unless ``lasting``); with ``guard``, its broker started first.
+
+    ``lasting`` (the boundary of ``fire``, D381): what the program leaves running in the
+    background outlives it (no PID namespace), and a root program without a ``user``
+    keeps uid 0 but loses every capability (it cannot unmount a mask)."""
     program = list(argv)
+    credentials = "-"  # the broker's workers: as the program runs (D375)
     if tools.unprivileged:  # root of the user namespace until here; no capability after
-        caps = ["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
-        program = [tools.setpriv, *caps, *program]
-        unshare = [tools.unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
-        unshare.append("--mount-proc")  # no /proc/<pid>/root of a process outside (D375)
-        credentials = "-"
+        program = [tools.setpriv, *_NO_CAPABILITIES, *program]
+        unshare = [tools.unshare, "--user", "--map-root-user"]
+        # its own /proc: no /proc/<pid>/root of a process outside leads to the host's git
+        unshare += [] if lasting else ["--pid", "--fork", "--kill-child", "--mount-proc"]
     else:
         unshare = [tools.unshare]
-        credentials = "0:0"
         if user is not None:
             ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
             program = [tools.setpriv, *ids, *program]
             credentials = f"{user.uid}:{user.gid}"
+        elif lasting:
+            program = [tools.setpriv, *_NO_CAPABILITIES, *program]
+        else:
+            credentials = "0:0"  # the program itself runs as root with its capabilities
     pairs = [path for pair in binds for path in pair]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
     counts = [str(len(binds)), *pairs]
@@ -174,13 +185,14 @@ def namespace_argv(
         counts += ["0", "-"]
     else:
         counts += ["1", guard.run, *guard.broker(credentials)]
+        read_only = [*read_only, guard.run]  # its socket in place, nobody replaces it
     counts += [str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
-def _digest(path: str) -> str:
+def _read(path: str, limit: int) -> bytes:
     with open(path, "rb") as binary:
-        return hashlib.file_digest(binary, "sha256").hexdigest()
+        return binary.read(limit + 1)
 
 
 def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
@@ -190,8 +202,11 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
         return None
     real = os.path.realpath(first)
     wanted = os.stat(real)
-    digest = _digest(real)
+    # Compared byte for byte, each file once: a git-core holds ~140 copies of git, and
+    # hashing each cost ~1 s per call, paid per Bash command by `enforce.bound` (D387).
+    content = _read(real, wanted.st_size)
     found: set[str] = {real}
+    checked: set[str] = {real}
     directories = [*path_variable.split(os.pathsep), *GIT_HOMES]
     for directory in dict.fromkeys(d for d in directories if d):
         with contextlib.suppress(OSError):
@@ -199,12 +214,15 @@ def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
                 if not entry.name.startswith("git"):
                     continue
                 target = os.path.realpath(entry.path)
+                if target in checked:
+                    continue
+                checked.add(target)
                 with contextlib.suppress(OSError):
                     info = os.stat(target)
                     if not stat.S_ISREG(info.st_mode) or info.st_size != wanted.st_size:
                         continue
                     same = (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino)
-                    if same or _digest(target) == digest:
+                    if same or _read(target, wanted.st_size) == content:
                         found.add(target)
     return real, sorted(found)
 
@@ -285,18 +303,21 @@ def tool_namespace(
     binds: Sequence[tuple[str, str]],
     user: Credentials | None,
     env: Mapping[str, str],
+    *,
+    lasting: bool = False,
 ) -> tuple[list[str], Credentials | None, bool]:
     """(argv, who ``run_process`` switches to, whether the namespace is made).
 
     ``binds`` are the masks; the git guard's are added. None for the user: the
-    prefix drops to ``user`` itself."""
+    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``."""
     tools = programs()
     if tools is None:
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
     read_only = guard.read_only() if guard is not None else []
-    return namespace_argv(argv, every, read_only, user, tools, guard), None, True
+    made = namespace_argv(argv, every, read_only, user, tools, guard, lasting=lasting)
+    return made, None, True
 
 
 def boundary(env: Mapping[str, str]) -> str:

@@ -9,6 +9,9 @@ Invariants (docs/hooks.md#command-line):
   process fails the operation, it never leads outside; reads, writes, listing
   and deletion work on descriptors (``fstat``, ``unlinkat``, ``mkdirat``);
 * only regular files are read or written; opens never block (a FIFO fails);
+* ``read_file`` and ``write_file`` refuse a file the mask covers (``mask``: checked
+  on the opened descriptor, so a link or a hard link to it is refused too), and a
+  walk for the masks that cannot finish refuses them (D384);
 * ``write_file`` and ``delete_file`` refuse anything under ``.agents/``,
   ``.ax-code/`` and ``.claude/`` (compared ignoring case, after resolving),
   where the repository's hook and settings files live;
@@ -37,7 +40,7 @@ from typing import Any
 from sandbox_egress.hookrunner.enforce.beneath import RaceError, open_beneath, open_directory
 from sandbox_egress.hookrunner.enforce.command import OUTPUT_CAP, run_process
 from sandbox_egress.hookrunner.enforce.contain import Credentials
-from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
+from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, masked_inodes, protected_files
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
 TOOLS = ("code_execution", "read_file", "write_file", "list_files", "delete_file")
@@ -185,6 +188,19 @@ def _regular(fd: int) -> os.stat_result:
     return info
 
 
+def _refuse_masked(workspace: Workspace, info: os.stat_result) -> None:
+    """The runner's own file tools honour the mask ``code_execution`` gets (D384)."""
+    try:
+        masked = masked_inodes(workspace.root)
+    except MaskIncomplete as exc:
+        raise ToolFailure(f"refused: the .env files cannot all be masked ({exc})") from None
+    if (info.st_dev, info.st_ino) in masked:
+        raise ToolFailure(
+            "is masked: .env files hold secrets and are off limits to tools; "
+            "ask the user for the values you need"
+        )
+
+
 def _race(exc: RaceError) -> ToolFailure:
     return ToolFailure("a path component changed while it was opened (a symlink appeared); refused")
 
@@ -199,7 +215,7 @@ def read_file(args: Mapping[str, Any], workspace: Workspace, *_: Any) -> ToolRes
     finally:
         os.close(root)
     with os.fdopen(fd, "rb") as handle:
-        _regular(fd)
+        _refuse_masked(workspace, _regular(fd))
         os.set_blocking(fd, True)
         data = handle.read(MAX_READ_BYTES + 1)
     if len(data) > MAX_READ_BYTES:
@@ -235,7 +251,9 @@ def write_file(
     finally:
         os.close(root)
     with os.fdopen(fd, "wb") as handle:
-        if _regular(fd).st_nlink > 1:
+        info = _regular(fd)
+        _refuse_masked(workspace, info)
+        if info.st_nlink > 1:
             raise ToolFailure("file has other hard links; not written")
         os.set_blocking(fd, True)
         os.ftruncate(fd, 0)

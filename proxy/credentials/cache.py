@@ -10,7 +10,9 @@ it must be renewed (docs/configuration.md#credentials).
   expiry, until `expires_at - refresh_before` (a token living less than `refresh_before`
   is used for half of what is left of it, D201). Failure: the last value is served until
   `stale_until` (`max_stale` past its freshness, never past its expiry), after which the
-  credential fails closed; no new fetch starts for `failure_ttl`.
+  credential fails closed; no new fetch starts for `failure_ttl`. Each value served
+  stale is reported (`on_stale(name, first)`, `first` once per stale spell: the metric
+  counts each, the log says it once, D403).
 
 Invariants:
 * A value holding CR, LF or NUL, or an empty one, is a failed fetch: it would become a
@@ -57,6 +59,7 @@ class Outcome(StrEnum):
 
 Clock = Callable[[], float]
 OnFetch = Callable[[str, Outcome], None]  # (credential name, outcome)
+OnStale = Callable[[str, bool], None]  # (credential name, first of this stale spell)
 Run = Callable[[Callable[[], Fetched]], Awaitable[Fetched]]
 
 
@@ -69,6 +72,7 @@ class _Slot:
     stale_until: float = 0.0
     retry_at: float = 0.0  # no new fetch before this, after a failure
     problem: str = "not fetched yet"  # why the last fetch failed: names no value
+    stale: bool = False  # the value has been served stale since its last fetch
     inflight: asyncio.Task[None] | None = None
 
 
@@ -87,9 +91,11 @@ class Credentials:
         clock: Clock = time.time,
         on_fetch: OnFetch | None = None,
         run: Run = _thread,
+        on_stale: OnStale | None = None,
     ) -> None:
         self._clock = clock
         self._on_fetch = on_fetch
+        self._on_stale = on_stale
         self._run = run
         self._slots: dict[str, _Slot] = {}
         self._held: re.Pattern[bytes] | None = None
@@ -150,6 +156,10 @@ class Credentials:
     def _served(self, name: str, slot: _Slot) -> Fetched:
         now = self._clock()
         if slot.value is not None and now < max(slot.fresh_until, slot.stale_until):
+            if now >= slot.fresh_until:  # past its freshness: the last value, stale
+                first, slot.stale = not slot.stale, True
+                if self._on_stale is not None:
+                    self._on_stale(name, first)
             return slot.value
         raise CredentialUnavailable(f"credential {name!r} is unavailable: {slot.problem}")
 
@@ -164,7 +174,7 @@ class Credentials:
                 slot.value = fetched
                 self._values_changed()
                 slot.fresh_until, slot.stale_until = _lifetime(slot.source, fetched, now)
-                slot.retry_at = 0.0
+                slot.retry_at, slot.stale = 0.0, False
             if self._on_fetch is not None:
                 self._on_fetch(name, outcome)
         finally:

@@ -8,7 +8,11 @@ the `oauth2` minter refreshes through `Fleet.refresh`:
 1. take `lock(key, lease)` on `credential:<name>` (the credential's configured name,
    never its value); a replica that cannot take it waits (bounded, `wait_s`) and re-reads;
 2. re-read the shared tokens: another replica may have refreshed already, and an access
-   token still valid for `refresh_before` is used as it is, with no refresh;
+   token still fresh is used as it is, with no refresh. Fresh is what the cache says
+   (D201): until `refresh_before` before its expiry, or, for a token that lives less
+   than `refresh_before`, for half of its life from when it was minted (`minted_at`,
+   kept with it; D409). Without that, every replica refreshed a short-lived token in
+   turn, each voiding the one the other had just minted;
 3. refresh at the provider with the current (shared) refresh token;
 4. write the new tokens to the store (`put`, kept `KEEP_S`);
 5. unlock. A holder that dies lets the lock lapse after `lease_s`.
@@ -45,17 +49,20 @@ POLL_S = 0.05
 
 @dataclass(frozen=True, slots=True)
 class Tokens:
-    """What a refresh gave: the access token, its expiry (wall clock), the refresh token."""
+    """What a refresh gave: the access token, its expiry (wall clock), the refresh token,
+    and when it was minted (wall clock; None: not known)."""
 
     access: Secret
     expires_at: float | None
     refresh: Secret | None
+    minted_at: float | None = None
 
     def dump(self) -> str:
         refresh = self.refresh.reveal() if self.refresh is not None else None
         return json.dumps(
-            {"access": self.access.reveal(), "expires_at": self.expires_at, "refresh": refresh}
-        )
+            {"access": self.access.reveal(), "expires_at": self.expires_at, "refresh": refresh,
+             "minted_at": self.minted_at}
+        )  # fmt: skip
 
     @staticmethod
     def load(raw: str | None) -> Tokens | None:
@@ -64,10 +71,12 @@ class Tokens:
             if not isinstance(kept, dict) or not isinstance(kept.get("access"), str):
                 return None
             expires, refresh = kept.get("expires_at"), kept.get("refresh")
+            minted = kept.get("minted_at")
             return Tokens(
                 Secret(kept["access"]),
                 float(expires) if isinstance(expires, int | float) else None,
                 Secret(refresh) if isinstance(refresh, str) and refresh else None,
+                float(minted) if isinstance(minted, int | float) else None,
             )
         except ValueError:
             return None
@@ -127,8 +136,10 @@ class Fleet:
             if valid is not None:
                 return _fetched(valid)
             fresh = mint(current.refresh if current is not None else None)
-            if fresh.refresh is None and current is not None:  # not rotated: keep the last
-                fresh = Tokens(fresh.access, fresh.expires_at, current.refresh)
+            kept = fresh.refresh
+            if kept is None and current is not None:  # not rotated: keep the last
+                kept = current.refresh
+            fresh = Tokens(fresh.access, fresh.expires_at, kept, self._clock())
             self._on_loop(self.state.put(key, fresh.dump(), KEEP_S))
             return _fetched(fresh)
         finally:
@@ -138,11 +149,15 @@ class Fleet:
                 log.warning("%s: the lock could not be released; it lapses on its own", key)
 
     def _valid(self, tokens: Tokens | None, refresh_before: float) -> Tokens | None:
-        """`tokens` while their access token is valid for `refresh_before`; None when
+        """`tokens` while their access token is fresh (the cache's rule, D201); None when
         absent or without a known expiry (refresh)."""
         if tokens is None or tokens.expires_at is None:
             return None
-        return tokens if tokens.expires_at - refresh_before > self._clock() else None
+        fresh_until = tokens.expires_at - refresh_before
+        if tokens.minted_at is not None:  # a short-lived token: half of its life
+            half = tokens.minted_at + (tokens.expires_at - tokens.minted_at) / 2
+            fresh_until = max(fresh_until, half)
+        return tokens if self._clock() < min(fresh_until, tokens.expires_at) else None
 
 
 def _fetched(tokens: Tokens) -> Fetched:

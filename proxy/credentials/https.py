@@ -10,7 +10,9 @@ Invariants:
   redirect is never followed (a token would follow it) and is a failure; an answer
   larger than `MAX_ANSWER` is a failure.
 * A `CredentialError` names the URL's host and path and the status, never a request
-  field, a header or an answer's body (a token endpoint may echo what it was sent).
+  field, a header or an answer's body (a token endpoint may echo what it was sent). A
+  certificate that does not verify says so, with OpenSSL's reason, and names the option
+  that adds a CA (`--upstream-ca`, issue 48).
 """
 
 from __future__ import annotations
@@ -84,10 +86,21 @@ class Https:
             raise CredentialError(f"{named} answered {exc.code}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise CredentialError(f"{named}: {type(reason).__name__}") from None
+            raise CredentialError(f"{named}: {_cause(reason)}") from None
         if len(raw) > MAX_ANSWER:
             raise CredentialError(f"{named}: the answer is larger than {MAX_ANSWER} bytes")
         try:
             return json.loads(raw)
         except ValueError:
             raise CredentialError(f"{named}: the answer is not JSON") from None
+
+
+def _cause(reason: object) -> str:
+    """A failed exchange's cause, in words an operator can act on (never a value)."""
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (
+            "the server's certificate does not verify (SSLCertVerificationError: "
+            f"{reason.verify_message}); for a server of an internal CA, give its CA "
+            "certificate: --upstream-ca FILE"
+        )
+    return type(reason).__name__

@@ -36,7 +36,7 @@ DEFAULT_METHODS = (
 )
 DEFAULT_MAX_BODY = 1024 * 1024
 MAX_BODY_CEILING = 64 * 1024 * 1024  # a held body is in memory: bounded (D212)
-_KEYS = ("endpoint", "methods", "tools", "filter_tools_list", "max_body")
+_KEYS = ("endpoint", "methods", "tools", "filter_tools_list", "max_body", "websocket")
 _TOOL_KEYS = ("name", "arguments")
 _CLAUSE_KEYS = ("equals", "in", "matches")
 _SIZE = re.compile(r"^([0-9]{1,12})\s*(B|KiB|MiB|GiB)?$")
@@ -89,6 +89,7 @@ class McpPolicy:
     tools: dict[str, Tool] | None = None  # None: every tool
     filter_tools_list: bool = False
     max_body: int = DEFAULT_MAX_BODY
+    websocket: bool = False  # a WebSocket upgrade is refused unless true (D332)
 
     def __hash__(self) -> int:  # `tools` is a dict; a policy is compared by identity
         return id(self)
@@ -102,7 +103,7 @@ def parse_mcp(raw: Any, where: str, report: Report) -> tuple[bool, McpPolicy | N
     if raw is None:
         return True, None
     if not isinstance(raw, dict):
-        report(where, "must be a mapping of endpoint, methods, tools, filter_tools_list, max_body")
+        report(where, f"must be a mapping of {', '.join(_KEYS)}")
         return False, None
     problems: list[tuple[str, str]] = []
     for key in raw:
@@ -114,6 +115,9 @@ def parse_mcp(raw: Any, where: str, report: Report) -> tuple[bool, McpPolicy | N
     filtering = raw.get("filter_tools_list", False)
     if not isinstance(filtering, bool):
         problems.append((f"{where}.filter_tools_list", "must be true or false"))
+    websocket = raw.get("websocket", False)
+    if not isinstance(websocket, bool):
+        problems.append((f"{where}.websocket", "must be true or false"))
     size = parse_size(raw.get("max_body", DEFAULT_MAX_BODY))
     if isinstance(size, str):
         problems.append((f"{where}.max_body", size))
@@ -121,7 +125,9 @@ def parse_mcp(raw: Any, where: str, report: Report) -> tuple[bool, McpPolicy | N
         report(location, message)
     if problems or isinstance(size, str):
         return False, None
-    return True, McpPolicy(endpoints, frozenset(methods), tools, filtering is True, size)
+    return True, McpPolicy(
+        endpoints, frozenset(methods), tools, filtering is True, size, websocket is True
+    )
 
 
 def parse_size(raw: Any) -> int | str:

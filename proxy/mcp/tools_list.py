@@ -29,10 +29,17 @@ class Unreadable(ValueError):
 @dataclass(frozen=True, slots=True)
 class ToolsFilter:
     policies: tuple[McpPolicy, ...]  # those filtering (a sandbox's and its node's)
-    ids: frozenset[str | int]  # the ids of the tools/list requests of the POST
+    # The ids of the tools/list requests of the POST; None: every response whose
+    # `result.tools` is a list, whatever its id (a stream, D334).
+    ids: frozenset[str | int] | None
 
     def rewrite(self, text: str) -> str | None:
-        """`text` (one JSON document) with the tools lists filtered; None: unchanged."""
+        """`text` (one JSON document) with the tools lists filtered; None: unchanged.
+        On a stream, text that spells no `tools` key (neither the word nor a `\\u`
+        escape) holds no tools list and is not parsed (an empty priming event, a
+        notification)."""
+        if self.ids is None and "tools" not in text and "\\u" not in text:
+            return None
         try:
             document = json.loads(text)
         except (ValueError, RecursionError) as exc:
@@ -44,7 +51,9 @@ class ToolsFilter:
         return json.dumps(document, ensure_ascii=False) if changed else None
 
     def _filter(self, message: Any) -> bool:
-        if not isinstance(message, dict) or not _listed(message.get("id"), self.ids):
+        if not isinstance(message, dict):
+            return False
+        if self.ids is not None and not _listed(message.get("id"), self.ids):
             return False
         result = message.get("result")
         tools = result.get("tools") if isinstance(result, dict) else None
@@ -70,6 +79,13 @@ def tools_filter(policies: tuple[McpPolicy, ...], body: Body) -> ToolsFilter | N
     filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
     ids = frozenset(m.id for m in body.messages if m.method == "tools/list" and m.id is not None)
     return ToolsFilter(filtering, ids) if filtering and ids else None
+
+
+def streams_filter(policies: tuple[McpPolicy, ...]) -> ToolsFilter | None:
+    """The filter for every event stream an MCP entry answers (a POST's, the GET stream,
+    a replay after `Last-Event-ID`): each response listing tools, whatever its id."""
+    filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
+    return ToolsFilter(filtering, None) if filtering else None
 
 
 def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:
@@ -98,7 +114,7 @@ def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:
 def unreadable_answer(tools: ToolsFilter, sse: bool) -> bytes:
     """What replaces an answer the filter could not read: a JSON-RPC error for the
     tools/list request (an SSE event on a stream), after which nothing more is forwarded."""
-    ident = min(tools.ids, key=str) if tools.ids else None
+    ident = min(tools.ids, key=str) if tools.ids else None  # a stream's: null
     message = "egress_denied: mcp_bad_request: the tools/list answer could not be filtered"
     error = {"code": -31403, "message": message, "data": {"reason": "mcp_bad_request"}}
     text = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error})

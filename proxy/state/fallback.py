@@ -2,11 +2,16 @@
 time, `local` decides in this process's memory and `deny` refuses (503
 `budget_unavailable`; a streaming upload is cut). Each unanswered decision is counted
 (`unavailable(outcome)`); the log says so once per transition, not once per request.
+
+`observed` is the health the last real operation showed ("ok", or "unreachable (Cause)")
+with its wall time: `GET /status` reports it when it is newer than the last probe, so a
+probe that timed out at start does not outlive the decisions that succeed after it (D401).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
@@ -29,15 +34,18 @@ class Fallback:
         self.local = MemoryState()
         self.on_error = on_error
         self.reachable = True
+        self.observed: tuple[str, float] | None = None
         self._unavailable = unavailable
 
     def _up(self) -> None:
+        self.observed = ("ok", time.time())
         if not self.reachable:
             self.reachable = True
             log.warning("budget state %s: reachable again; budgets are shared", self.name)
 
     def _down(self, why: StateUnavailable) -> str:
         outcome = self.on_error.value
+        self.observed = (f"unreachable ({why})", time.time())
         if self.reachable:
             self.reachable = False
             then = "deciding budgets locally" if outcome == "local" else "refusing budgeted"
@@ -73,19 +81,23 @@ class Fallback:
 
     async def lock(self, key: str, ttl_s: float) -> bool:
         try:
-            return await self.remote.lock(key, ttl_s)
+            taken = await self.remote.lock(key, ttl_s)
         except StateUnavailable as exc:
             return self._down(exc) == "local" and self.local.lock_now(key, ttl_s)
+        self._up()
+        return taken
 
     # The shared values of `proxy.credentials.fleet`: `local` keeps them in this process
     # (its minter refreshes alone), `deny` lets StateUnavailable through (it fails closed).
     async def unlock(self, key: str) -> bool:
         try:
-            return await self.remote.unlock(key)
+            released = await self.remote.unlock(key)
         except StateUnavailable as exc:
             if self._down(exc) == "deny":
                 raise
             return self.local.unlock_now(key)
+        self._up()
+        return released
 
     async def get(self, key: str) -> str | None:
         try:

@@ -41,6 +41,7 @@ class RedisState:
 
             client = redis.asyncio.Redis.from_url(
                 config.url,
+                password=config.password or None,  # state.password; a URL's own wins
                 socket_timeout=config.timeout_s,
                 socket_connect_timeout=config.timeout_s,
                 retry_on_timeout=False,

@@ -4,23 +4,30 @@ budgets are kept — this node's memory (the default) or a Redis every replica s
 Parsed here and called from the loader (`proxy.config.parse`) in one line; problems are
 reported at `state.<key>` like every other problem of the file. A URL's password is never
 part of a message (only the key names are).
+
+`password` (issue 48, D405) is the store's password kept out of the file: `${file:/path}`
+(a Kubernetes Secret's file) or `${NAME}`, resolved like a transform value
+(`proxy.references`) and never shown (not in a repr, a message or `/status`). With
+`environ` None (`check --no-secrets`) only its syntax is checked.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
+
+from sandbox_egress.proxy.secret import Unresolved
 
 Report = Callable[[str, str], None]
 
 DEFAULT_TIMEOUT_S = 0.05
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 _KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_KEYS = ("backend", "url", "key_prefix", "timeout", "on_error")
+_KEYS = ("backend", "url", "password", "key_prefix", "timeout", "on_error")
 
 
 class OnError(StrEnum):
@@ -35,13 +42,17 @@ class StateConfig:
     key_prefix: str = "egress"
     timeout_s: float = DEFAULT_TIMEOUT_S
     on_error: OnError = OnError.LOCAL
+    password: str = field(default="", repr=False)  # resolved; "" none (or not resolved)
 
 
 MEMORY = StateConfig()
 
 
-def parse_state(document: Any, report: Report) -> StateConfig:
-    """The `state:` section of `document` (the default without one)."""
+def parse_state(
+    document: Any, report: Report, environ: Mapping[str, str] | None = None
+) -> StateConfig:
+    """The `state:` section of `document` (the default without one); `environ` resolves
+    the references of `password` (None: their syntax is checked only)."""
     raw = document.get("state") if isinstance(document, dict) else None
     if raw is None:
         return MEMORY
@@ -69,9 +80,22 @@ def parse_state(document: Any, report: Report) -> StateConfig:
     if on_error not in ("local", "deny"):
         report("state.on_error", "expected local or deny")
         on_error = "local"
+    password = _password(raw.get("password"), environ, report)
     return StateConfig(
-        backend, str(url or ""), prefix, timeout or DEFAULT_TIMEOUT_S, OnError(on_error)
+        backend, str(url or ""), prefix, timeout or DEFAULT_TIMEOUT_S, OnError(on_error), password
     )
+
+
+def _password(value: Any, environ: Mapping[str, str] | None, report: Report) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not value:
+        report("state.password", "expected a string, e.g. ${file:/run/secrets/redis/password}")
+        return ""
+    from sandbox_egress.proxy.references import secret_value
+
+    secret = secret_value(value, "state.password", environ, report)
+    return "" if secret is None or isinstance(secret, Unresolved) else secret.reveal()
 
 
 def _redis_url(url: Any) -> bool:

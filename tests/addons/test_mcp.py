@@ -51,21 +51,21 @@ def post(body: bytes, **headers: str) -> tuple[http.HTTPFlow, FlowState]:
 )
 def test_what_cannot_be_held_is_refused_before_reading(headers: dict[str, str]) -> None:
     flow, state = post(LIST, **headers)
-    refused = mcp.hold(flow.request, state, POLICIES)
+    refused = mcp.start(flow, state, POLICIES)[0]
     assert refused is not None and refused.reason is Reason.MCP_BAD_REQUEST
 
 
 def test_an_unannounced_body_is_refused() -> None:
     flow, state = post(LIST)
     del flow.request.headers["Content-Length"]
-    refused = mcp.hold(flow.request, state, POLICIES)
+    refused = mcp.start(flow, state, POLICIES)[0]
     assert refused is not None and refused.reason is Reason.MCP_BAD_REQUEST
 
 
 def test_an_allowed_post_is_held_then_sent_asking_for_identity() -> None:
     flow, state = post(LIST, Accept_Encoding="gzip")
     metrics = ProxyMetrics()
-    assert mcp.hold(flow.request, state, POLICIES) is None
+    assert mcp.start(flow, state, POLICIES)[0] is None
     assert flow.request.stream is False and state.mcp is not None
     assert mcp.judge(flow, state, ALLOWED, metrics) is ALLOWED
     assert flow.response is None and state.bytes_sent == len(LIST)
@@ -79,7 +79,7 @@ def test_a_refused_call_is_answered_with_a_jsonrpc_error() -> None:
     body = b'{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"drop"}}'
     flow, state = post(body)
     metrics = ProxyMetrics()
-    assert mcp.hold(flow.request, state, POLICIES) is None
+    assert mcp.start(flow, state, POLICIES)[0] is None
     decision = mcp.judge(flow, state, ALLOWED, metrics)
     assert (decision.allowed, decision.reason) == (False, Reason.MCP_TOOL_DENIED)
     assert flow.response is not None and flow.response.status_code == 403
@@ -90,7 +90,7 @@ def test_a_refused_call_is_answered_with_a_jsonrpc_error() -> None:
 
 def answered(content_type: str, encoding: str | None = None) -> tuple[http.HTTPFlow, FlowState]:
     flow, state = post(LIST)
-    assert mcp.hold(flow.request, state, POLICIES) is None
+    assert mcp.start(flow, state, POLICIES)[0] is None
     mcp.judge(flow, state, ALLOWED, ProxyMetrics())
     flow.response = tflow.tresp()
     flow.response.headers["Content-Type"] = content_type
@@ -135,7 +135,7 @@ def test_a_compressed_answer_is_replaced_by_an_error() -> None:
 
 def test_an_answer_without_a_filter_is_left_alone() -> None:
     flow, state = post(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
-    assert mcp.hold(flow.request, state, POLICIES) is None
+    assert mcp.start(flow, state, POLICIES)[0] is None
     mcp.judge(flow, state, ALLOWED, ProxyMetrics())
 
     def inner(chunk: bytes) -> bytes:

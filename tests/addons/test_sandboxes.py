@@ -40,7 +40,6 @@ def make(*identify: Identify, bound: int = 8) -> tuple[EgressPolicy, ProxyMetric
         },
         "alpha.yaml",
         "alpha",
-        {},
     )
     section = SandboxesSection(Path("/d"), identify or tuple(Identify), bound)
     audit = io.StringIO()

@@ -43,9 +43,9 @@ def test_the_staged_configuration_loads_and_keeps_squids_injected_header(tmp_pat
     files = sorted((tmp_path / "sandboxes").glob("*.yaml"))
     assert len(files) == staged.OTHERS + 1
     # What the proxy checks at start: every file accepted (a placeholder shared with the
-    # node file is refused, D179, and the bench's proxy then did not start).
+    # node file is refused, D342; a variable is refused, D340: the bench reads files).
     assert check_node(node_file, secrets=False) == staged.OTHERS + 1
-    bench = load_sandbox(tmp_path / "sandboxes" / "bench.yaml", environ)
+    bench = load_sandbox(tmp_path / "sandboxes" / "bench.yaml", section.secrets)
     assert [str(a) for a in bench.addresses] == [staged.CLIENT_ADDRESS]
     sandbox = SandboxPolicy(bench, node)
 

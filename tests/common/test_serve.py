@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from sandbox_egress.common.endpoint import format_endpoint
 from sandbox_egress.common.serve import MetricsServer, add_build_info, version
 
 
@@ -64,3 +68,38 @@ def test_idle_connections_are_bounded_in_number_and_time() -> None:
             assert response.status == 200
     finally:
         server.stop()
+
+
+PARTIAL_PROBES = [
+    ("nothing", b""),
+    ("half-a-request-line", b"GET /hea"),
+    ("headers-unfinished", b"GET /healthz HTTP/1.1\r\nHost: x"),
+    ("whole-request", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+]
+
+
+@pytest.mark.parametrize(
+    "payload", [p[1] for p in PARTIAL_PROBES], ids=[p[0] for p in PARTIAL_PROBES]
+)
+def test_a_probe_that_hangs_up_early_prints_no_traceback(
+    payload: bytes, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43: a load balancer's or kubelet's probe that sends part of a request and
+    resets the connection made the server print `Exception occurred during processing of
+    request` and a traceback to stderr. A peer hanging up is not news."""
+    server = MetricsServer(("127.0.0.1", 0), CollectorRegistry(), request_timeout=2)
+    server.daemon_threads = False  # so that stop() waits for the handler's thread
+    server.ready.set()
+    server.start()
+    try:
+        for _ in range(3):
+            probe = socket.create_connection(server.address, timeout=5)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            probe.sendall(payload)
+            probe.close()  # linger 0: a reset, as a probe that gives up sends
+        with urllib.request.urlopen(f"http://{format_endpoint(*server.address)}/healthz") as r:
+            assert r.status == 200  # still serving
+    finally:
+        server.stop()  # joins every handler thread: whatever they printed is printed
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err

@@ -365,7 +365,7 @@ def resolved_environment_file(tmp_path: Path, token: str) -> Path:
     """
     text = (ROOT / "deploy/compose/env.yaml").read_text(encoding="utf-8")
     references = re.findall(r"\$\{file:([^}]+)\}", text)
-    mounted = dict(secret_path(e) for e in SERVICES["proxy"]["secrets"])
+    mounted = dict(secret_path(e) for e in SERVICES["proxy-transparent"]["secrets"])
     assert references == [mounted["telemetry_token"]] == ["/run/secrets/telemetry_token"]
     secret = tmp_path / "telemetry_token"
     secret.write_text(token + "\n", encoding="utf-8")
@@ -395,14 +395,20 @@ def test_the_node_file_and_both_sandbox_files_pass_real_validation(tmp_path: Pat
 
     section = node_section(ROOT / "deploy/compose/node.yaml")
     assert section is not None and str(section.directory) == "/etc/egress/sandboxes"
-    secret = tmp_path / "telemetry_token"
-    secret.write_text(TEST_TOKEN + "\n", encoding="utf-8")
+    # The sandbox's token is its own file of the node's sandboxes.secrets (D340), where
+    # compose mounts the secret in the proxy.
+    own = "/run/egress/sandbox-secrets/sandbox.telemetry_token"
+    assert str(section.secrets) == "/run/egress/sandbox-secrets"
+    assert own in dict(secret_path(e)[::-1] for e in SERVICES["proxy"]["secrets"])
+    secrets = tmp_path / "sandbox-secrets"
+    secrets.mkdir()
+    (secrets / "sandbox.telemetry_token").write_text(TEST_TOKEN + "\n", encoding="utf-8")
     found = {}
     for name in ("sandbox", "sandbox-b"):
         text = (ROOT / f"deploy/compose/sandboxes/{name}.yaml").read_text(encoding="utf-8")
         copy = tmp_path / f"{name}.yaml"
-        copy.write_text(text.replace("/run/secrets/telemetry_token", str(secret)))
-        found[name] = load_sandbox(copy, environ={})
+        copy.write_text(text.replace(own, str(secrets / "sandbox.telemetry_token")))
+        found[name] = load_sandbox(copy, secrets)
         assert [str(a) for a in found[name].addresses] == [address_on(name, "sandbox")]
     own = {n: [e.pattern for e in s.network.allowlist] for n, s in found.items()}
     assert own["sandbox-b"] == [TELEMETRY_NAME, "172.30.2.0/24"]

@@ -149,6 +149,31 @@ def test_twenty_requests_alternating_between_the_replicas_spend_one_budget(
     assert fleet.token not in fleet.logs()
 
 
+# GET /metrics on a replica's metrics address, from inside that replica: the budget series.
+METRICS_PROBE = """
+import json, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+text = opener.open(f"http://{ADDRESS}:9464/metrics", timeout=10).read().decode()
+print(json.dumps([l for l in text.splitlines() if l.startswith("egress_budget_")]))
+"""
+
+
+def test_no_replica_shows_a_remaining_budget_of_its_own(fleet: Stack) -> None:
+    """Issue 48 (D400): after the fleet spent its budget, `egress_budget_remaining` read 10
+    on both replicas; a budget kept in Redis has no such gauge on a replica now, and the
+    refusals are counted where they happened."""
+    exceeded = 0.0
+    for service in REPLICAS:
+        lines = probe(fleet, service, METRICS_PROBE, ADDRESS=STATUS[service])
+        assert [line for line in lines if line.startswith("egress_budget_remaining")] == []
+        exceeded += sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in lines
+            if line.startswith('egress_budget_exceeded_total{budget="requests"')
+        )
+    assert exceeded == 20 - BUDGET
+
+
 def test_only_the_proxies_reach_redis(fleet: Stack) -> None:
     # The client is on `fleet` only: Redis's network is dropped (no answer at all).
     assert probe(fleet, "sandbox-fleet", CONNECT_PROBE, TARGETS=[REDIS]) == ["timeout"]

@@ -37,7 +37,12 @@ from tests.deploy.netrules import check_transparent_rules, parse_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy/kubernetes"
-FILES = sorted(K8S.glob("*.yaml"))
+# The base's manifests and the demo component's sandboxes (deploy/kubernetes/demo/,
+# opt-in since issue 48), read together: the sandboxes must agree with the DaemonSet.
+FILES = sorted(K8S.glob("*.yaml")) + sorted(
+    p for p in (K8S / "demo").glob("*.yaml") if p.name != "kustomization.yaml"
+)
+DEMO = K8S / "demo"
 DOCUMENTS: list[dict[str, Any]] = [
     doc for path in FILES for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc
 ]
@@ -225,11 +230,11 @@ def test_a_proxy_rollout_never_leaves_a_node_without_a_ready_proxy() -> None:
 
 
 def test_every_document_is_a_named_object_in_a_declared_namespace() -> None:
-    assert [p.name for p in FILES] == [
+    assert [str(p.relative_to(K8S)) for p in FILES] == [
         "daemonset.yaml",
         "namespaces.yaml",
-        "sandbox-regular.yaml",
-        "sidecar.yaml",
+        "demo/sandbox-regular.yaml",
+        "demo/sidecar.yaml",
     ]
     namespaces = {name for (_, name) in objects("Namespace")}
     assert namespaces == {"egress-system", "sandboxes", "sandboxes-sidecar"}
@@ -510,6 +515,7 @@ def test_out_of_band_objects_are_what_the_manifests_expect() -> None:
         ("ConfigMap", "sandboxes", "egress-proxy-ca-public"): {CA_CERT},
         ("Secret", "egress-system", "egress-proxy-telemetry-token"): {"token"},
         ("Secret", "sandboxes-sidecar", "egress-proxy-telemetry-token"): {"token"},
+        ("Secret", "egress-system", "egress-redis-auth"): {"password"},  # the fleet's Redis
     }
     for kind, namespace, name in out_of_band():
         assert (namespace, name) not in objects(kind), "defined twice"
@@ -872,9 +878,12 @@ def version() -> str:
 
 
 def test_the_kustomization_lists_every_manifest_and_names_every_image() -> None:
-    assert KUSTOMIZATION["resources"] == [f"kubernetes/{p.name}" for p in FILES_IN_APPLY_ORDER]
+    assert KUSTOMIZATION["resources"] == [f"kubernetes/{p.name}" for p in BASE_FILES]
     for resource in KUSTOMIZATION["resources"]:
         assert (DEPLOY / resource).is_file(), resource
+    demo = yaml.safe_load((DEMO / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert demo["resources"] == [p.name for p in DEMO_FILES]
+    assert demo["images"] == KUSTOMIZATION["images"]
     used = {c["image"].partition(":")[0] for w in workloads() for c in w.containers}
     assert KUSTOMIZATION["images"] == [
         {"name": name, "newName": f"{REGISTRY}/{name}", "newTag": version()}
@@ -884,17 +893,22 @@ def test_the_kustomization_lists_every_manifest_and_names_every_image() -> None:
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
     built = {s["image"] for s in compose["services"].values() if "image" in s}
     assert {c["image"] for w in workloads() for c in w.containers} <= built
-    generators = {
-        ("ConfigMap", g["namespace"], g["name"]): g["files"]
-        for g in KUSTOMIZATION["configMapGenerator"]
-    }
+    # The monitoring ConfigMaps are components of their own (opt-in, issue 48).
+    generators = {}
+    for component in MONITORING:
+        kustomization = yaml.safe_load((component / "kustomization.yaml").read_text())
+        assert kustomization["kind"] == "Component"
+        assert kustomization["generatorOptions"]["disableNameSuffixHash"] is True
+        for g in kustomization["configMapGenerator"]:
+            files = [f"{component.name}/{f}" for f in g["files"]]
+            generators[("ConfigMap", g["namespace"], g["name"])] = files
     assert generators == {key: [source] for key, (_, source) in GENERATED.items()}
-    assert KUSTOMIZATION["generatorOptions"]["disableNameSuffixHash"] is True
+    assert "configMapGenerator" not in KUSTOMIZATION
 
 
-FILES_IN_APPLY_ORDER = [K8S / n for n in ("namespaces.yaml", "daemonset.yaml")] + [
-    K8S / n for n in ("sandbox-regular.yaml", "sidecar.yaml")
-]
+BASE_FILES = [K8S / n for n in ("namespaces.yaml", "daemonset.yaml")]
+DEMO_FILES = [DEMO / n for n in ("sandbox-regular.yaml", "sidecar.yaml")]
+MONITORING = [DEPLOY / "prometheus", DEPLOY / "grafana"]
 
 
 def kubectl() -> str:
@@ -920,18 +934,29 @@ def kustomize(directory: Path) -> str:
 
 
 def kustomize_with(component: Path, overlay: Path) -> str:
-    """What `kubectl kustomize` builds from deploy/ with `component`, through an overlay
-    written into the empty directory `overlay`."""
+    """What `kubectl kustomize` builds from deploy/ with the demo sandboxes (which the
+    per-sandbox component patches) and `component`, through an overlay written into the
+    empty directory `overlay`."""
     base = os.path.relpath(DEPLOY, overlay)
+    components = ", ".join(os.path.relpath(c, overlay) for c in (DEMO, component))
     (overlay / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{base}]\ncomponents: [{os.path.relpath(component, overlay)}]\n"
+        f"resources: [{base}]\ncomponents: [{components}]\n"
     )
     return kustomize(overlay)
 
 
-def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file() -> None:
-    output = kustomize(DEPLOY)
+def test_kustomize_builds_the_manifests_with_the_registry_images_and_the_rule_file(
+    tmp_path: Path,
+) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    components = ", ".join(os.path.relpath(c, overlay) for c in [DEMO, *MONITORING])
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(DEPLOY, overlay)}]\ncomponents: [{components}]\n"
+    )
+    output = kustomize(overlay)
     built = {
         (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
         for d in yaml.safe_load_all(output)

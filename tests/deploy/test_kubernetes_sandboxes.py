@@ -79,18 +79,24 @@ def test_the_example_sandbox_file_is_valid_and_bounded_by_the_node(
     references = re.findall(r"\$\{file:([^}]+)\}", text)
     assert references == [
         "/etc/egress/sandboxes/sandbox.token",
-        "/run/secrets/egress/telemetry-token",
-    ]
+        "/etc/egress/sandboxes/sandbox.telemetry-token",
+    ]  # its own keys of the Secret, where the node file's sandboxes.secrets says (D340)
+    node_text = built[("ConfigMap", "egress-proxy-config")]["data"]["env.yaml"]
+    section = parse_section(yaml.safe_load(node_text), "env.yaml")
+    assert section is not None and str(section.secrets) == "/etc/egress/sandboxes"
+    readme = (COMPONENT / "README.md").read_text().replace("\\\n", " ")
+    assert '--from-literal=sandbox.telemetry-token="$TELEMETRY_TOKEN"' in readme
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
     for reference, value in zip(references, ("t" * 32, "telemetry-t0ken"), strict=True):
-        stand_in = tmp_path / Path(reference).name
+        stand_in = secrets / Path(reference).name
         stand_in.write_text(value)
         text = text.replace(reference, str(stand_in))
     copy = tmp_path / "sandbox.yaml"
     copy.write_text(text)
-    sandbox = load_sandbox(copy, environ={})
+    sandbox = load_sandbox(copy, secrets)
     assert sandbox.id == built[("Pod", "sandbox")]["metadata"]["name"]
     assert sandbox.token is not None and sandbox.token.reveal() == "t" * 32
-    node_text = built[("ConfigMap", "egress-proxy-config")]["data"]["env.yaml"]
     node = Policy(parse(yaml.safe_load(node_text), "env.yaml", {}))
     policy = SandboxPolicy(sandbox, node)
     telemetry = policy.decide(canonical_host("telemetry.example.com"), 443, tls=True)

@@ -2,7 +2,8 @@
 
 Default settings throughout: the endpoint (`AWS_ENDPOINT_URL`), the proxy (`HTTPS_PROXY`),
 the CA (`AWS_CA_BUNDLE`), the region and the placeholder keys come from the environment
-the test builds. Prints one JSON object: what each call returned, or its error code,
+the test builds. A third argument names a bucket the binding must refuse. Prints one
+JSON object: what each call returned, or its error code,
 HTTP status and `X-Egress-Denied`.
 """
 
@@ -48,6 +49,11 @@ def main(argv: list[str]) -> int:
     # Signed for another region: refused before anything reaches the upstream. A GET: a
     # refused upload of unknown length would close the connection instead (D25).
     out["wrong_region"] = _call(lambda **k: bool(west.list_objects_v2(**k)), Bucket=bucket)
+    if len(argv) > 3:  # a bucket the binding does not name (`buckets:`, D343): GETs only
+        other = argv[3]
+        out["other_list"] = _call(lambda **k: bool(s3.list_objects_v2(**k)), Bucket=other)
+        out["other_get"] = _call(lambda **k: bool(s3.get_object(**k)), Bucket=other, Key="k.txt")
+        out["list_buckets"] = _call(lambda: bool(s3.list_buckets()))
     print(json.dumps(out))
     return 0
 

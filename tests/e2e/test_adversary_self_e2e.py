@@ -47,12 +47,12 @@ pytestmark = pytest.mark.netns
         "http://[::ffff:{proxy}]:443/",
     ],
 )
-def test_plain_request_to_the_proxys_own_host_is_loopback(
+def test_plain_request_to_the_proxys_own_host_is_proxy_host(
     harness: Harness, obs: Observed, url: str
 ):
     response = harness.plain(url.format(proxy=harness.proxy_host))
 
-    assert_refused(response, "loopback")
+    assert_refused(response, "proxy_host")  # not loopback: the host's own address (issue 48)
     obs.assert_nothing_reached()
 
 
@@ -64,12 +64,12 @@ def test_plain_request_to_the_proxys_own_host_is_loopback(
         "{proxy}:8443",
     ],
 )
-def test_connect_to_the_proxys_own_host_is_loopback(
+def test_connect_to_the_proxys_own_host_is_proxy_host(
     harness: Harness, obs: Observed, authority: str
 ):
     response = harness.connect(authority.format(proxy=harness.proxy_host))
 
-    assert_refused(response, "loopback")
+    assert_refused(response, "proxy_host")
     obs.assert_nothing_reached()
 
 
@@ -115,8 +115,8 @@ def test_named_listen_and_metrics_addresses_are_refused(
     with Conn(proxy, NAMED_PORT) as conn:
         listen = harness.remember(conn.connect(f"[::ffff:{proxy}]:{NAMED_PORT}"))
 
-    assert_refused(metrics, "loopback")
-    assert_refused(listen, "loopback")
+    assert_refused(metrics, "proxy_host")
+    assert_refused(listen, "proxy_host")
 
 
 # -- a reload during a request's DNS lookup (D24) -------------------------------------------
@@ -179,7 +179,7 @@ def test_a_reload_during_the_lookup_does_not_decide_the_request(
     assert obs.only_request()["target"] == "/after"
 
 
-def test_a_name_answering_the_mapped_spelling_of_the_proxy_is_loopback(
+def test_a_name_answering_the_mapped_spelling_of_the_proxy_is_proxy_host(
     private_proxy: Callable[..., PrivateProxy],
     held_dns: tuple[JsonLines, Path],
     topology: Topology,
@@ -191,7 +191,7 @@ def test_a_name_answering_the_mapped_spelling_of_the_proxy_is_loopback(
     p = private_proxy("mapped", config, "--dns-cache", "0")
     response = p.view.plain(f"http://{MAPPED}:{p.view.metrics_port}/metrics")
 
-    assert_refused(response, "loopback", host=MAPPED)
+    assert_refused(response, "proxy_host", host=MAPPED)
     obs.assert_nothing_reached()
 
 

@@ -128,6 +128,14 @@ def test_two_proxies_share_one_budget_in_redis(
         found = status(proxy)
         assert found["state"]["backend"] == "redis" and found["state"]["health"] == "ok"
         assert redis.url not in json.dumps(found)
+        # The budget is kept in Redis: no replica shows a figure of its own, which read
+        # "10" on both after the fleet had spent it (issue 48, D400).
+        samples = proxy.process.scrape()
+        assert [key for key in samples if key[0] == "egress_budget_remaining"] == []
+        budget = (("budget", "requests"), ("rule", "api.allowed.test"))
+        assert ("egress_budget_exceeded_total", budget) in samples
+    exceeded = sum(p.process.scrape()[("egress_budget_exceeded_total", budget)] for p in proxies)
+    assert exceeded == 10
 
 
 @pytest.mark.parametrize(("on_error", "after"), [("local", 200), ("deny", 503)])

@@ -62,9 +62,9 @@ PLAIN_REFUSALS = [
     ("http://other.allowed.test/r", "plain.allowed.test", 403, "host_mismatch", None),
     ("http://other.allowed.test/r", "api.allowed.test", 403, "host_mismatch", None),
     ("http://[fe80::1%25eth0]/r", None, 403, "bad_request", None),
-    (f"http://{SELF}:9464/metrics", None, 403, "loopback", None),
-    (f"http://{SELF}:8080/", None, 403, "loopback", None),
-    ("http://self.allowed.test:9464/metrics", None, 403, "loopback", None),
+    (f"http://{SELF}:9464/metrics", None, 403, "proxy_host", None),
+    (f"http://{SELF}:8080/", None, 403, "proxy_host", None),
+    ("http://self.allowed.test:9464/metrics", None, 403, "proxy_host", None),
 ] + [(f"http://{host}/r", None, 403, "loopback", None) for host in LOOPBACK_HOSTS]
 
 # (CONNECT authority, status, reason, host expected in the body or None)
@@ -75,8 +75,8 @@ CONNECT_REFUSALS = [
     ("ports.allowed.test:443", 403, "port_not_allowed", "ports.allowed.test"),
     ("missing.allowed.test:443", 502, "dns_failure", "missing.allowed.test"),
     ("[fe80::1%eth0]:443", 403, "bad_request", None),
-    (f"{SELF}:8080", 403, "loopback", None),
-    (f"{SELF}:9464", 403, "loopback", None),
+    (f"{SELF}:8080", 403, "proxy_host", None),
+    (f"{SELF}:9464", 403, "proxy_host", None),
 ] + [(f"{host}:443", 403, "loopback", None) for host in LOOPBACK_HOSTS]
 
 # Inside an intercepted tunnel: (CONNECT authority, Host header, reason)

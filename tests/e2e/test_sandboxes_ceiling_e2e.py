@@ -155,13 +155,21 @@ def test_one_sandbox_cannot_send_anothers_placeholder(
         assert_refused(send_as(p.view, alpha, host, fields), "placeholder_elsewhere")
     assert len(obs.requests()) == 1  # nothing more reached the upstream
 
-    # A third sandbox file repeating alpha's placeholder is refused: gamma stays unknown.
+    # A third sandbox file binding alpha's placeholder to its own secret is its own business
+    # (D342): gamma's request is swapped from gamma's file, alpha's from alpha's.
     (directory / "gamma.yaml").write_text(holding(GAMMA_TOKEN, ALPHA_PH, "gamma-real-key-000"))
-    wait_loads(p, "failed", 1)
-    assert "gamma.yaml: network.allowlist[0].secrets[0].placeholder: placeholder already " \
-        "used by sandbox alpha" in p.view.proxy_stderr.read_text()  # fmt: skip
-    gamma = send_as(p.view, basic("gamma", GAMMA_TOKEN), "api.allowed.test", [])
-    assert gamma.status == 407, gamma.describe()
+    wait_loads(p, "ok", 3)
+    gamma = send_as(
+        p.view,
+        basic("gamma", GAMMA_TOKEN),
+        "api.allowed.test",
+        [("Authorization", f"Bearer {ALPHA_PH}")],
+    )
+    assert gamma.status == 200, gamma.describe()
+    assert header_values(obs.requests()[-1], "Authorization") == ["Bearer gamma-real-key-000"]
+    again = send_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
+    assert again.status == 200, again.describe()
+    assert header_values(obs.requests()[-1], "Authorization") == [f"Bearer {ALPHA_VALUE}"]
     for secret in (ALPHA_VALUE, BETA_VALUE):
         assert secret not in p.process.audit.read_text()
         assert secret not in p.view.proxy_stderr.read_text()

@@ -203,7 +203,7 @@ def test_the_directory_is_watched_and_an_invalid_file_keeps_the_last_good(
     (directory / "alpha.yaml").write_text(ALPHA + "    - domain: '**'\n")
     wait_loads(p, "failed", 1)
     assert https_as(p.view, alpha, "api.allowed.test", "/last-good").status == 200
-    assert "alpha.yaml: network.allowlist[2].domain" in p.view.proxy_stderr.read_text()
+    assert "alpha.yaml:9:7: network.allowlist[2].domain" in p.view.proxy_stderr.read_text()
     assert p.process.scrape()[("egress_sandbox_files_invalid", ())] == 1
 
     (directory / "beta.yaml").unlink()

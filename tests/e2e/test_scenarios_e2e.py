@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.scenarios import audit_logging, privacy_gate, security_gate
+from demo.scenarios import audit_logging, mcp_budget, privacy_gate, security_gate
 from testbed.expect import header_values
 from testbed.stage import Stage, system_stage
 
@@ -103,3 +103,31 @@ def test_the_sandbox_holds_no_secret(stage: Stage, narration: list[str]):
     ).stdout
     assert stage.token not in environ
     assert stage.token not in "\n".join(narration)  # the demo's narration masks it
+
+
+def test_mcp_calls_are_judged_and_the_budget_is_spent(stage: Stage, narration: list[str]):
+    """Issue 48: `make demo` also shows an MCP call judged and a budget spent."""
+    observed = mcp_budget(stage, narration.append)
+    assert observed.answers == [  # fmt: skip
+        [200, None, None],
+        [
+            403,
+            "mcp_tool_denied",
+            'egress_denied: mcp_tool_denied: the tool "delete_repository" is not in mcp.tools',
+        ],
+        [200, None, None],
+        [429, "budget_exceeded", "egress_denied"],  # the refused call spent one, too
+        [429, "budget_exceeded", "egress_denied"],
+    ]
+    posts = [line for line in observed.audit if line["method"] == "POST"]
+    assert [(line["decision"], line["reason"]) for line in posts] == [
+        ("allow", "allowlisted"),
+        ("deny", "mcp_tool_denied"),
+        ("allow", "allowlisted"),
+        ("deny", "budget_exceeded"),
+        ("deny", "budget_exceeded"),
+    ]
+    assert len(observed.upstream) == 2  # the refused calls never reached the server
+    for record in observed.upstream:
+        assert header_values(record, "Authorization") == [f"Bearer {stage.token}"]
+    assert "   the MCP server received 2 of 5 calls" in narration

@@ -104,7 +104,7 @@ def moto(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Moto]:
         child.stop()
 
 
-def _config(key_file: Path, secret_file: Path) -> str:
+def _config(key_file: Path, secret_file: Path, buckets: str = "") -> str:
     return f"""\
 credentials:
   aws-prod: {{aws: {{access_key_id: "${{file:{key_file}}}",
@@ -114,7 +114,7 @@ network:
     - domain: {UPSTREAM_IP}
       ports: [{MOTO_PORT}]
       credential: {{name: aws-prod, as: sigv4, placeholder_access_key_id: {PLACEHOLDER},
-                   services: [s3, sts], regions: [us-east-1]}}
+                   services: [s3, sts], regions: [us-east-1]{buckets}}}
 """
 
 
@@ -162,6 +162,47 @@ def test_boto3_with_the_placeholder_key_gets_the_real_identity(
         assert moto.secret not in text  # never in what the sandbox reads, nor in any log
     audited = [r for r in proxy.audit_log.all() if r["method"] == "PUT"]
     assert audited and all(r["injected"] == ["Authorization"] for r in audited)
+
+
+def test_a_binding_naming_buckets_resigns_only_for_them(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path
+) -> None:
+    """Issue 43: an s3 binding re-signed for any bucket. With `buckets:` boto3's calls to
+    its own bucket work; to another (path style, as boto3 addresses an IP endpoint) and
+    `ListBuckets` (no bucket) are `sigv4_scope_denied`, and none of them reaches moto."""
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    config = _config(key_file, secret_file, ", buckets: [scoped-*]")
+    proxy = private_proxy("sigv4-buckets", config).view
+    home = e2e_dir / "aws-home"
+    home.mkdir(exist_ok=True)
+    url = f"http://{proxy.proxy_host}:{proxy.proxy_port}"
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
+        "HTTPS_PROXY": url, "https_proxy": url,
+        "AWS_ENDPOINT_URL": ENDPOINT, "AWS_CA_BUNDLE": str(proxy.proxy_ca),
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": PLACEHOLDER, "AWS_SECRET_ACCESS_KEY": "fake-secret-of-the-sandbox",
+    }  # fmt: skip
+    body = "scoped bytes " * 10
+    before = moto.requests()
+    ran = subprocess.run(
+        [sys.executable, str(AWS_CLIENT), "scoped-bucket", body, "someone-elses-bucket"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = json.loads(ran.stdout)
+    assert out["create_bucket"] == {"ok": True}
+    assert out["put_object"] == {"ok": True}
+    assert out["get_object"] == {"ok": body}
+    assert out["identity"] == {"ok": "arn:aws:iam::123456789012:user/agent"}  # sts: unaffected
+    for call in ("other_list", "other_get", "list_buckets"):
+        assert (out[call]["status"], out[call]["denied"]) == (403, "sigv4_scope_denied"), call
+    # create, put, get, identity reached moto; the wrong region and the three others did not
+    assert moto.requests() - before == 4
+    denied = [r for r in proxy.audit_log.all() if r["reason"] == "sigv4_scope_denied"]
+    assert len(denied) == 4
 
 
 def _signed_by_the_sandbox(payload_hash: str, scope: str = "us-east-1/s3") -> list[tuple[str, str]]:

@@ -462,6 +462,19 @@ def test_plain_http_is_decided_and_routed_on_the_host_header(tp: Transparent, se
     assert header_values(record, "Host") == ["plain.t.test"]
 
 
+def test_plain_http_after_empty_lines_is_read_as_http(tp: Transparent, seen: Seen):
+    # mitmproxy took bytes beginning with CRLF for raw TCP (closed here, relayed to an
+    # address entry); nginx and Node read a request (RFC 9112 2.2), and so does the proxy
+    # now: decided on its Host and routed like any other (D336).
+    head = b"\r\n\r\nGET /after-empty-lines HTTP/1.1\r\nHost: plain.t.test\r\n"
+    with tp.plain(DECOY_IP) as conn:
+        conn.send(head + b"Connection: close\r\n\r\n")
+        response = conn.read_response()
+
+    assert response.status == 200, response.describe()
+    assert seen.only_request(listener(REAL_IP, 80))["target"] == "/after-empty-lines"
+
+
 @pytest.mark.parametrize(
     ("aimed_at", "host", "reason"),
     [
@@ -629,7 +642,7 @@ def test_the_proxys_own_ports_are_refused(
     with tp.plain(aimed_at, port) as conn:
         response = tp.request(conn, host, "/metrics")
 
-    assert_refused(response, "loopback")
+    assert_refused(response, "proxy_host")  # issue 48: not loopback
     assert b"egress_requests_total" not in response.body
     seen.assert_nothing_reached()
 

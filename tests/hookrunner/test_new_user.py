@@ -129,7 +129,9 @@ def test_workspace_write_problem_by_owner(
 
 def shipped_gates() -> list[tuple[str, str]]:
     compose = (ROOT / "deploy/compose/agents/hooks-scripts/gate.py").read_text()
-    documents = yaml.safe_load_all((ROOT / "deploy/kubernetes/sandbox-regular.yaml").read_text())
+    documents = yaml.safe_load_all(
+        (ROOT / "deploy/kubernetes/demo/sandbox-regular.yaml").read_text()
+    )
     kubernetes = next(d["data"]["gate.py"] for d in documents if "gate.py" in d.get("data", {}))
     return [("compose", compose), ("kubernetes", kubernetes)]
 

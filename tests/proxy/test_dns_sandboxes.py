@@ -63,7 +63,8 @@ def test_each_client_gets_its_own_sandboxes_names_inside_the_node() -> None:
 def test_the_command_reads_the_sandbox_files_without_their_secrets(tmp_path: Path) -> None:
     directory = tmp_path / "sandboxes"
     directory.mkdir()
-    fifo = tmp_path / "token"
+    (tmp_path / "secrets" / "local").mkdir(parents=True)
+    fifo = tmp_path / "secrets" / "local" / "token"
     os.mkfifo(fifo)  # opening it would block: answering proves it was never read
     sandbox = directory / "local.yaml"
     sandbox.write_text(
@@ -74,7 +75,7 @@ def test_the_command_reads_the_sandbox_files_without_their_secrets(tmp_path: Pat
     config = tmp_path / "node.yaml"
     config.write_text(
         "network:\n  allowlist:\n    - domain: '*.example.com'\n"
-        f"sandboxes:\n  directory: {directory}\n"
+        f"sandboxes:\n  directory: {directory}\n  secrets: {tmp_path / 'secrets'}\n"
     )
     port, metrics = free_port(), free_port()
     child = subprocess.Popen(

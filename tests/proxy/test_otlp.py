@@ -17,8 +17,14 @@ import pytest
 
 from sandbox_egress.proxy.audit import AuditRecord
 from sandbox_egress.proxy.otlp import log_record
-from sandbox_egress.runtime.cmdline import _otlp_url
-from sandbox_egress.runtime.otlp import BATCH, CAPACITY, OtlpExporter
+from sandbox_egress.runtime.cmdline import _otlp_url, parser
+from sandbox_egress.runtime.otlp import (
+    BATCH,
+    CAPACITY,
+    OtlpExporter,
+    header_option,
+    resolve_headers,
+)
 
 AT = datetime(2026, 12, 4, 17, 0, 0, tzinfo=UTC)
 
@@ -40,11 +46,13 @@ class Receiver(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.headers.append(dict(self.headers.items()))
                 receiver.requests.append(
                     (self.path, self.headers["Content-Type"], json.loads(body))
                 )
@@ -139,3 +147,67 @@ def test_the_log_record_of_a_connect_has_no_url_and_a_time_in_nanoseconds() -> N
 def test_a_bad_endpoint_is_refused_on_the_command_line(url: str) -> None:
     with pytest.raises(Exception, match="expected http"):
         _otlp_url(url)
+
+
+def test_otlp_headers_reach_the_collector_with_file_references_read_per_batch(
+    receiver: Receiver, tmp_path: Any
+) -> None:
+    """Issue 48: `--otlp-header NAME=VALUE` (repeatable; `${file:...}` and `${NAME}`),
+    as the collector receives it; a rotated token file is read for the next batch (D402)."""
+    token = tmp_path / "otlp-token"
+    token.write_text("first-otlp-s3cret\n")
+    args = parser().parse_args(
+        ["run", "--otlp-header", f"Authorization=Bearer ${{file:{token}}}",
+         "--otlp-header", "X-Scope-OrgID=${OTLP_TENANT}"]
+    )  # fmt: skip
+    assert args.otlp_header == [
+        ("Authorization", f"Bearer ${{file:{token}}}"),
+        ("X-Scope-OrgID", "${OTLP_TENANT}"),
+    ]
+    exporter = OtlpExporter(
+        f"http://127.0.0.1:{receiver.server_address[1]}", [].append, headers=args.otlp_header
+    )
+
+    async def export() -> None:
+        exporter.write(record(1))
+        await exporter.flush()
+        token.write_text("second-otlp-s3cret\n")
+        exporter.write(record(2))
+        await exporter.flush()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTLP_TENANT", "tenant-7")
+        asyncio.run(export())
+    assert exporter.sent == 2
+    assert [(h["Authorization"], h["X-Scope-OrgID"]) for h in receiver.headers] == [
+        ("Bearer first-otlp-s3cret", "tenant-7"),
+        ("Bearer second-otlp-s3cret", "tenant-7"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("Authorization", "expected NAME=VALUE"),
+        ("Bad Name=x", "expected NAME=VALUE"),
+        ("Content-Length=5", "set by the exporter itself"),
+    ],
+)
+def test_a_bad_otlp_header_is_refused_on_the_command_line(option: str, message: str) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["run", "--otlp-header", option])
+    with pytest.raises(ValueError, match=message):
+        header_option(option)
+
+
+def test_an_unresolvable_otlp_header_stops_the_start_naming_the_reference_only(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbox_egress.runtime import cli
+
+    missing = tmp_path / "absent-token"
+    argv = ["run", "--otlp-endpoint", "http://127.0.0.1:4318", "--otlp-header"]
+    assert cli.main([*argv, f"Authorization=Bearer ${{file:{missing}}}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--otlp-header Authorization: cannot read ${{file:{missing}}}" in err
+    assert resolve_headers([("A", "plain")], {}) == [("A", "plain")]

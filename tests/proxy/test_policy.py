@@ -197,10 +197,13 @@ def test_proxy_own_addresses_are_refused() -> None:
         parse({"network": {"allowlist": [{"domain": "198.18.1.0/24"}, {"domain": "*"}]}}, "e", ENV),
         self_addresses=[(own, 8080)],
     )
-    assert policy.decide(canonical_host("198.18.1.2"), 8080, tls=False).reason is Reason.LOOPBACK
+    # Issue 48: the proxy's own address is not loopback: its reason says what it is.
+    assert policy.decide(canonical_host("198.18.1.2"), 8080, tls=False).reason is Reason.PROXY_HOST
     assert policy.decide(canonical_host("198.18.1.2"), 80, tls=False).allowed
     allowed = policy.decide(canonical_host("name.example"), 8080, tls=True)
-    assert policy.pick_address(allowed, [own], 8080)[0].reason is Reason.LOOPBACK
+    assert policy.pick_address(allowed, [own], 8080)[0].reason is Reason.PROXY_HOST
+    loopback_too = [own, ipaddress.ip_address("127.0.0.1")]  # loopback is said first
+    assert policy.pick_address(allowed, loopback_too, 8080)[0].reason is Reason.LOOPBACK
 
 
 def test_lookup_does_not_scan_the_allowlist() -> None:
@@ -225,7 +228,7 @@ KERNEL_BINDABLE = [
     ("broadcast-literal", "255.255.255.255", Reason.INTERNAL_ADDRESS),
     ("broadcast-mapped", "::ffff:255.255.255.255", Reason.INTERNAL_ADDRESS),
     ("multicast-literal", "224.0.0.1", Reason.INTERNAL_ADDRESS),
-    ("own-host-address", "198.18.1.2", Reason.LOOPBACK),
+    ("own-host-address", "198.18.1.2", Reason.PROXY_HOST),
 ]
 
 

@@ -1,10 +1,12 @@
-"""Placeholders across a node and its sandboxes (issue 30, docs/decisions.md D179).
+"""Placeholders across a node and its sandboxes (issue 30, D179; issue 43, D342).
 
-A placeholder belongs to one file: a sandbox file repeating the node's or another
-sandbox's is refused (its sandbox keeps its last good policy, the others are untouched),
-and a request of one sandbox carrying another's placeholder, or the node's, is refused
-`placeholder_elsewhere`, wherever in the request it is (a header value or name, the
-request-target). The resolver is a table: nothing touches a socket.
+Within what one sandbox sees (the node file and its own) a placeholder names one secret:
+a sandbox file repeating the node's is refused (its sandbox keeps its last good policy,
+the others are untouched). Two sandbox files may bind the same placeholder, each to its
+own secret, and each sandbox's request is swapped from its own file. A request of one
+sandbox carrying a placeholder it does not hold (another sandbox's, or the node's) is
+refused `placeholder_elsewhere`, wherever in the request it is (a header value or name,
+the request-target). The resolver is a table: nothing touches a socket.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from sandbox_egress.proxy.targets import RequestNames
 from sandbox_egress.proxy.tenancy import Tenancy
 
 NODE_PH, ALPHA_PH, BETA_PH = "node-egress-placeholder", "alpha-egress-placeholder", "beta-egress-ph"
+SHARED_PH = "sk-egress-placeholder-openai"  # what every sandbox image holds (D342)
 ENV = {"K": "the-real-value-0123456789"}
 NODE = Policy(
     parse(
@@ -46,12 +49,12 @@ NODE = Policy(
 )  # fmt: skip
 
 
-def sandbox_text(placeholder: str) -> str:
+def sandbox_text(placeholder: str, value: str = "the-real-value-0123456789") -> str:
     return f"""\
 network:
   allowlist:
     - domain: api.openai.test
-      secrets: [{{placeholder: "{placeholder}", value: "${{K}}", require: true}}]
+      secrets: [{{placeholder: "{placeholder}", value: "{value}", require: true}}]
     - domain: other.test
 """
 
@@ -60,7 +63,7 @@ def tenancy(**files: str) -> Tenancy:
     import yaml
 
     sandboxes = {
-        name: parse_sandbox(yaml.safe_load(text), f"/sbx/{name}.yaml", name, ENV)
+        name: parse_sandbox(yaml.safe_load(text), f"/sbx/{name}.yaml", name)
         for name, text in files.items()
     }
     empty = Tenancy(SandboxesSection(Path("/sbx")), NODE)
@@ -68,6 +71,12 @@ def tenancy(**files: str) -> Tenancy:
 
 
 TENANCY = tenancy(alpha=sandbox_text(ALPHA_PH), beta=sandbox_text(BETA_PH))
+ALPHA_SECRET, GAMMA_SECRET = "sk-alpha-real-secret-000111", "sk-gamma-real-secret-222333"
+SHARED = tenancy(
+    alpha=sandbox_text(SHARED_PH, ALPHA_SECRET),
+    gamma=sandbox_text(SHARED_PH, GAMMA_SECRET),
+    beta=sandbox_text(BETA_PH),
+)
 
 
 async def resolve(name: str, port: int) -> list[IPAddress]:
@@ -131,7 +140,7 @@ def test_a_changed_sandbox_file_changes_what_the_others_are_searched_for() -> No
     import yaml
 
     new_beta = "beta-egress-placeholder-2"
-    beta = parse_sandbox(yaml.safe_load(sandbox_text(new_beta)), "/sbx/beta.yaml", "beta", ENV)
+    beta = parse_sandbox(yaml.safe_load(sandbox_text(new_beta)), "/sbx/beta.yaml", "beta")
     alpha = TENANCY.policies["alpha"].sandbox
     changed = TENANCY.rebuilt({"alpha": alpha, "beta": beta}, NODE, frozenset({"beta"}))
     request = ask("other.test", "/", bearer(new_beta))
@@ -145,30 +154,70 @@ def test_a_changed_sandbox_file_changes_what_the_others_are_searched_for() -> No
     assert again.policies["alpha"] is changed.policies["alpha"]  # nothing changed: shared
 
 
-def test_a_sandbox_file_repeating_a_placeholder_is_refused(tmp_path: Path) -> None:
+def test_a_sandbox_file_repeating_the_nodes_placeholder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "alpha.yaml").write_text(sandbox_text(ALPHA_PH))
-    directory = SandboxDirectory(tmp_path, ENV, node_placeholders=frozenset({NODE_PH.encode()}))
+    directory = SandboxDirectory(tmp_path, node_placeholders=frozenset({NODE_PH.encode()}))
     assert directory.scan().changed == {"alpha"}
 
-    (tmp_path / "beta.yaml").write_text(sandbox_text(ALPHA_PH))  # alpha's
+    (tmp_path / "beta.yaml").write_text(sandbox_text(ALPHA_PH))  # alpha's: its own secret
     (tmp_path / "gamma.yaml").write_text(sandbox_text(NODE_PH))  # the node's
     found = directory.scan()
-    assert found.changed == set() and directory.invalid == {"beta", "gamma"}
+    assert found.changed == {"beta"} and directory.invalid == {"gamma"}
     where = "network.allowlist[0].secrets[0].placeholder"
     assert [(Path(p.file).name, p.location, p.message) for p in found.problems] == [
-        ("beta.yaml", where, "placeholder already used by sandbox alpha"),
         ("gamma.yaml", where, "placeholder already used by the node file"),
     ]
-    assert set(directory.sandboxes) == {"alpha"}  # the others untouched, the new ones unknown
+    assert set(directory.sandboxes) == {"alpha", "beta"}  # gamma, new, stays unknown
 
     (tmp_path / "alpha.yaml").write_text(sandbox_text(ALPHA_PH) + "    - domain: a.test\n")
-    assert directory.scan().changed == {"alpha"}  # its own placeholder: not a repeat
+    assert directory.scan().changed == {"alpha"}
+    (tmp_path / "beta.yaml").write_text(sandbox_text(NODE_PH) + "# again\n")
+    assert directory.scan().problems[0].message == "placeholder already used by the node file"
+    assert directory.sandboxes["beta"].network.allowlist[0].secrets[0].placeholder == ALPHA_PH
 
-    (tmp_path / "beta.yaml").write_text(sandbox_text(BETA_PH))
-    assert directory.scan().changed == {"beta"}
-    (tmp_path / "beta.yaml").write_text(sandbox_text(ALPHA_PH) + "# again\n")
-    assert directory.scan().problems[0].message == "placeholder already used by sandbox alpha"
-    assert directory.sandboxes["beta"].network.allowlist[0].secrets[0].placeholder == BETA_PH
+
+def test_a_placeholder_twice_in_one_sandbox_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "alpha.yaml").write_text(
+        sandbox_text(SHARED_PH)
+        + f"      secrets: [{{placeholder: {SHARED_PH}, value: another-value-0123}}]\n"
+    )
+    found = SandboxDirectory(tmp_path).scan()
+    assert [(p.location, p.message) for p in found.problems] == [
+        (
+            "network.allowlist[1].secrets[0].placeholder",
+            "placeholder already used at network.allowlist[0].secrets[0].placeholder",
+        )
+    ]
+
+
+SHARED_CASES = [
+    # (id, sandbox, request, reason, the value swapped in)
+    ("alpha-swapped-from-its-own", "alpha", ask("api.openai.test", "/", bearer(SHARED_PH)),
+     Reason.ALLOWLISTED, ALPHA_SECRET),
+    ("gamma-swapped-from-its-own", "gamma", ask("api.openai.test", "/", bearer(SHARED_PH)),
+     Reason.ALLOWLISTED, GAMMA_SECRET),
+    ("alpha-sending-it-elsewhere", "alpha", ask("other.test", "/", bearer(SHARED_PH)),
+     ELSEWHERE, None),
+    ("beta-holds-none-of-it", "beta", ask("api.openai.test", "/", bearer(SHARED_PH),
+     bearer(BETA_PH)), ELSEWHERE, None),
+    ("beta-sending-it-anywhere", "beta", ask("other.test", f"/?k={SHARED_PH}"), ELSEWHERE, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "request_ask", "reason", "value"),
+    [c[1:] for c in SHARED_CASES],
+    ids=[c[0] for c in SHARED_CASES],
+)
+def test_a_placeholder_shared_by_sandbox_files_is_swapped_from_each_ones_own(
+    sandbox: str, request_ask: RequestAsk, reason: Reason, value: str | None
+) -> None:
+    policy = SHARED.policy(sandbox)
+    answer = asyncio.run(decide_request(policy, resolve, ConnectionFacts(), request_ask))
+    assert answer.decision.reason is reason
+    if value is not None:
+        assert answer.fields is not None
+        assert (b"Authorization", f"Bearer {value}".encode()) in answer.fields
 
 
 def test_check_reports_a_repeated_placeholder(tmp_path: Path) -> None:

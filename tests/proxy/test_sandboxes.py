@@ -27,24 +27,25 @@ from sandbox_egress.proxy.sandboxes import (
 from sandbox_egress.proxy.tenancy import Tenancy
 
 TOKEN = "t0ken-of-sandbox-alpha"
-ENV = {"ALPHA_TOKEN": TOKEN}
 NODE = Policy(parse({"network": {"allowlist": [{"domain": "*"}]}}, "node.yaml", {}))
 
 
 def problems(document: Any) -> list[str]:
     with pytest.raises(ConfigError) as caught:
-        parse_sandbox(document, "sbx.yaml", "sbx", ENV)
+        parse_sandbox(document, "sbx.yaml", "sbx")
     return [str(p) for p in caught.value.problems]
 
 
-def test_a_sandbox_file_parses_with_the_node_entry_parser() -> None:
+def test_a_sandbox_file_parses_with_the_node_entry_parser(tmp_path: Path) -> None:
+    (tmp_path / "alpha").mkdir()
+    (tmp_path / "alpha" / "token").write_text(TOKEN + "\n")
     document = {
-        "token": "${ALPHA_TOKEN}",
+        "token": f"${{file:{tmp_path}/alpha/token}}",
         "class": "ci-runner",
         "addresses": ["198.18.0.2", " 2001:db8::2 "],
         "network": {"allowlist": [{"domain": "API.example.com", "transform": {"X-K": "v"}}]},
     }
-    sandbox = parse_sandbox(document, "alpha.yaml", "alpha", ENV)
+    sandbox = parse_sandbox(document, "alpha.yaml", "alpha", tmp_path)
     assert sandbox.id == "alpha" and sandbox.sandbox_class == "ci-runner"
     assert sandbox.token is not None and sandbox.token.reveal() == TOKEN
     assert TOKEN not in repr(sandbox)
@@ -53,14 +54,14 @@ def test_a_sandbox_file_parses_with_the_node_entry_parser() -> None:
         ipaddress.ip_address("2001:db8::2"),
     }
     assert sandbox.network.allowlist[0].pattern == "api.example.com"
-    bare = parse_sandbox({"network": None}, "b.yaml", "b", ENV)
+    bare = parse_sandbox({"network": None}, "b.yaml", "b")
     assert (bare.token, bare.sandbox_class, bare.network.allowlist) == (None, "default", ())
 
 
 SANDBOX_PROBLEMS = [
     (
         "no-network",
-        {"token": "${ALPHA_TOKEN}"},
+        {"token": TOKEN},
         ["sbx.yaml: network: required: the sandbox's allowlist"],
     ),
     ("not-a-mapping", ["x"], ["sbx.yaml: the file must be a mapping with a 'network' section"]),
@@ -79,9 +80,11 @@ SANDBOX_PROBLEMS = [
         ],
     ),
     (
-        "unset-variable",
-        {"token": "${NOPE}", "network": {}},
-        ["sbx.yaml: token: environment variable NOPE is not set"],
+        "a-variable",
+        {"token": "${HOME}", "network": {}},
+        [
+            "sbx.yaml: token: ${HOME} is refused in a sandbox file: it would read the node proxy's environment"
+        ],
     ),
     (
         "short-token",
@@ -123,9 +126,7 @@ def test_sandbox_problems_are_located(document: Any, expected: list[str]) -> Non
 
 
 def test_a_secret_never_appears_in_a_problem() -> None:
-    found = problems(
-        {"token": "${ALPHA_TOKEN}", "network": {"allowlist": [{"domain": "x", "ports": [0]}]}}
-    )
+    found = problems({"token": TOKEN, "network": {"allowlist": [{"domain": "x", "ports": [0]}]}})
     assert all(TOKEN not in p for p in found)
 
 
@@ -175,7 +176,7 @@ SECTION_PROBLEMS = [
     (
         "unknown",
         {"directory": "/d", "dir": "/d"},
-        "node.yaml: sandboxes.dir: unknown key (expected: directory, identify, max_connections)",
+        "node.yaml: sandboxes.dir: unknown key (expected: directory, identify, max_connections, secrets)",
     ),
 ]
 
@@ -211,7 +212,7 @@ def allow(*domains: str) -> dict[str, Any]:
 
 
 def test_scan_adds_changes_removes_and_keeps_the_last_good(tmp_path: Path) -> None:
-    directory = SandboxDirectory(tmp_path, ENV)
+    directory = SandboxDirectory(tmp_path)
     write(tmp_path, "alpha.yaml", allow("a.example.com"))
     write(tmp_path, "beta.yaml", allow("b.example.com"))
     write(tmp_path, ".hidden.yaml", allow("x.example.com"))
@@ -240,7 +241,7 @@ def test_scan_adds_changes_removes_and_keeps_the_last_good(tmp_path: Path) -> No
 
 
 def test_an_address_identifies_one_sandbox(tmp_path: Path) -> None:
-    directory = SandboxDirectory(tmp_path, ENV)
+    directory = SandboxDirectory(tmp_path)
     write(tmp_path, "alpha.yaml", {**allow(), "addresses": ["198.18.0.2"]})
     directory.scan()
     write(tmp_path, "beta.yaml", {**allow(), "addresses": ["198.18.0.2"]})
@@ -252,7 +253,7 @@ def test_an_address_identifies_one_sandbox(tmp_path: Path) -> None:
 
 
 def test_an_unlistable_directory_keeps_every_sandbox(tmp_path: Path) -> None:
-    directory = SandboxDirectory(tmp_path / "sub", ENV)
+    directory = SandboxDirectory(tmp_path / "sub")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "alpha.yaml", allow())
     directory.scan()
@@ -265,7 +266,7 @@ def test_an_unlistable_directory_keeps_every_sandbox(tmp_path: Path) -> None:
 def test_a_file_not_named_like_a_sandbox_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "bad name.yaml", allow())
     with pytest.raises(ConfigError):
-        load_sandbox(path, ENV)
+        load_sandbox(path)
 
 
 # -- identity --------------------------------------------------------------------------------
@@ -277,9 +278,9 @@ def basic(user: str, token: str) -> str:
 
 def tenancy(*identify_by: Identify) -> Tenancy:
     alpha = parse_sandbox(
-        {"token": TOKEN, "addresses": ["198.18.0.2"], **allow("a.example.com")}, "a", "alpha", ENV
+        {"token": TOKEN, "addresses": ["198.18.0.2"], **allow("a.example.com")}, "a", "alpha"
     )
-    beta = parse_sandbox({"token": "t0ken-of-sandbox-beta", **allow()}, "b", "beta", ENV)
+    beta = parse_sandbox({"token": "t0ken-of-sandbox-beta", **allow()}, "b", "beta")
     section = SandboxesSection(Path("/d"), identify_by or tuple(Identify))
     return Tenancy(section, NODE).rebuilt({"alpha": alpha, "beta": beta}, NODE, frozenset())
 
@@ -347,3 +348,64 @@ def test_credentials_parse() -> None:
 def test_the_policy_follows_the_identity() -> None:
     alpha = BOTH.policy("alpha")
     assert alpha.decide(canonical_host("a.example.com"), 443, tls=True).allowed
+
+
+def test_a_file_no_parser_survives_is_refused_and_the_others_load(tmp_path: Path) -> None:
+    """Issue 43: a bad sandbox file never stops the node. A file nested deeper than the
+    parser's recursion limit raised RecursionError out of the scan (at start: the node
+    exited; in the watch: the watch died). It is refused like any invalid file."""
+    (tmp_path / "deep.yaml").write_text("network: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "deeper.yaml").write_text(
+        "network:\n  allowlist:\n    - domain: a.test\n      transform: {X: "
+        + "{a: " * 3000
+        + "1"
+        + "}" * 3000
+        + "}\n"
+    )
+    write(tmp_path, "alpha.yaml", allow("a.example.com"))
+    directory = SandboxDirectory(tmp_path)
+    found = directory.scan()
+    assert found.changed == {"alpha"}
+    assert sorted((Path(p.file).name, p.location, p.message) for p in found.problems) == [
+        ("deep.yaml", "", "cannot be read: nested too deeply"),
+        ("deeper.yaml", "", "cannot be read: nested too deeply"),
+    ]
+    assert directory.invalid == {"deep", "deeper"}
+
+
+def test_a_sandbox_file_that_is_not_a_plain_file_of_the_directory_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Issue 43: whoever writes sandbox files can put a FIFO (the scan blocked forever on
+    it: at start the node never listened), a link to /dev/zero (read without end), a
+    link out of the directory, a directory or a huge file there. Each is refused; the
+    others load."""
+    import threading
+
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    write(directory, "alpha.yaml", allow("a.example.com"))
+    os.mkfifo(directory / "fifo.yaml")
+    (directory / "zero.yaml").symlink_to("/dev/zero")
+    write(tmp_path, "outside.yaml", allow("b.example.com"))
+    (directory / "out.yaml").symlink_to("../outside.yaml")
+    (directory / "dir.yaml").mkdir()
+    (directory / "big.yaml").write_text("network: {}\n" + "#" * (256 * 1024) + "\n")
+    (directory / "..2026_12_06").mkdir()  # Kubernetes' rotation inside: still read
+    write(directory / "..2026_12_06", "rotated.yaml", allow("c.example.com"))
+    (directory / "rotated.yaml").symlink_to("..2026_12_06/rotated.yaml")
+    found: list[Any] = []
+    scanner = SandboxDirectory(directory)
+    worker = threading.Thread(target=lambda: found.append(scanner.scan()), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "the scan hung"
+    (scan,) = found
+    assert scan.changed == {"alpha", "rotated"}
+    assert sorted((Path(p.file).name, p.message) for p in scan.problems) == [
+        ("big.yaml", "cannot read file: larger than 262144 bytes"),
+        ("dir.yaml", "cannot read file: not a regular file"),
+        ("fifo.yaml", "cannot read file: not a regular file"),
+        ("out.yaml", "cannot read file: it leads outside the sandboxes directory"),
+        ("zero.yaml", "cannot read file: it leads outside the sandboxes directory"),
+    ]

@@ -95,14 +95,15 @@ def local_policy(*allowlist: dict[str, object]) -> Policy:
 
 @pytest.mark.parametrize(
     ("allowlist", "address", "reason"),
+    # The host's own addresses are `proxy_host`, not `loopback` (issue 48).
     [
-        ([{"domain": "10.0.0.0/8"}], "10.1.2.3", Reason.LOOPBACK),  # the host inside a CIDR
+        ([{"domain": "10.0.0.0/8"}], "10.1.2.3", Reason.PROXY_HOST),  # the host inside a CIDR
         ([{"domain": "10.0.0.0/8"}], "10.1.2.4", Reason.ALLOWLISTED),  # a neighbour
         ([{"domain": "10.1.2.3"}], "10.1.2.3", Reason.ALLOWLISTED),  # named exactly: opened
         ([{"domain": "10.1.2.3/32"}], "10.1.2.3", Reason.ALLOWLISTED),
-        ([{"domain": "*"}], "203.0.113.5", Reason.LOOPBACK),  # the host's own, before reserved
-        ([{"domain": "203.0.113.0/24"}], "203.0.113.5", Reason.LOOPBACK),
-        ([{"domain": "10.0.0.0/8"}], "::ffff:10.1.2.3", Reason.LOOPBACK),
+        ([{"domain": "*"}], "203.0.113.5", Reason.PROXY_HOST),  # the host's own, before reserved
+        ([{"domain": "203.0.113.0/24"}], "203.0.113.5", Reason.PROXY_HOST),
+        ([{"domain": "10.0.0.0/8"}], "::ffff:10.1.2.3", Reason.PROXY_HOST),
         ([{"domain": "10.1.2.3"}], "::ffff:10.1.2.3", Reason.ALLOWLISTED),
     ],
 )

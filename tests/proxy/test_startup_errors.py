@@ -147,3 +147,25 @@ def test_a_refused_configuration_reads_as_check_says_it(tmp_path: Path) -> None:
         == checked.stderr
         == (f"error: {config}:1:1: no 'network' section; did you mean 'network' (not 'netwrok')?\n")
     )
+
+
+def test_an_unset_variable_says_how_to_set_it(tmp_path: Path) -> None:
+    """Issue 48: the installed command on its default configuration, without the demo
+    token in its environment: the problem, then what to do about it."""
+    argv = [str(EGRESS_PROXY), "run", "--certs", str(tmp_path / "certs")]
+    argv += ["--listen", f"127.0.0.1:{free_port()}", "--metrics", f"127.0.0.1:{free_port()}"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin"}, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert lines[0].endswith(
+        "network.allowlist[0].transform.Authorization: environment variable DEMO_API_TOKEN is not set"
+    )
+    assert lines[1:] == [
+        "hint: give the proxy's environment the variable named above, e.g. "
+        "`export DEMO_API_TOKEN=...` before `egress-proxy run` (`make run` takes "
+        "config/default.env; a container: `-e DEMO_API_TOKEN=...`), or put the value in a "
+        "file and write ${file:/path} instead; `egress-proxy check --no-secrets` checks the "
+        "file without its secrets"
+    ]

@@ -34,10 +34,10 @@ def test_tenants_install_a_snapshot_per_change(
     tenants.scan()
     assert len(installed) == 1  # nothing changed, nothing installed
     (tmp_path / "beta.yaml").write_text("network: {allowlist: [{domain: '**'}]}\n")
-    with caplog.at_level(logging.ERROR, logger="egress"):
+    with caplog.at_level(logging.WARNING, logger="egress"):
         tenants.scan()
     assert len(installed) == 1
-    assert "beta.yaml: network.allowlist[0].domain" in caplog.text
+    assert "beta.yaml:1:24: network.allowlist[0].domain" in caplog.text  # placed, D341
     assert metrics.registry.get_sample_value("egress_sandbox_files_invalid") == 1
     tenants.node_changed(OTHER_NODE)
     assert installed[-1].policies["alpha"].node is OTHER_NODE
@@ -67,7 +67,7 @@ def test_the_watch_scans_off_the_loop_and_installs_on_it(tmp_path: Path) -> None
         installed.append((tenancy, threading.current_thread().name))
 
     settling = Settling(0.0)  # two scans that see the same file: settled
-    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes, None, settling)
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, install, metrics.sandboxes, settling)
     tenants.scan("start")
     (tmp_path / "alpha.yaml").write_text(ALPHA)
 
@@ -100,7 +100,7 @@ def test_a_sandbox_file_rewritten_in_place_is_applied_only_whole(tmp_path: Path)
     metrics = ProxyMetrics()
     settling = Settling(2.0, clock=lambda: now[0])
     tenants = Tenants(SandboxesSection(tmp_path), NODE, installed.append, metrics.sandboxes,
-                      None, settling)  # fmt: skip
+                      settling)  # fmt: skip
     tenants.scan("start")  # at start (and on SIGHUP): at once
 
     def deny_methods() -> list[frozenset[str] | None]:
@@ -126,3 +126,40 @@ def test_a_sandbox_file_rewritten_in_place_is_applied_only_whole(tmp_path: Path)
     assert len(installed) == 2  # at start, then once: the whole file
     applied_at = seen.index(seen[-1]) + 1  # the tick whose scan applied it
     assert applied_at >= 9 + 10  # not before it had stayed the same for 2 s
+
+
+def test_a_snapshot_that_cannot_be_built_keeps_the_running_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Everyone's placeholders and values are one RE2 matcher, which has a size limit
+    (sandbox files with large enough values make `re2.compile` fail: minutes of parsing
+    to reach here, so the failure is injected). The running snapshot stays, nothing
+    raises out of the scan (at start that stopped the node), and the sandboxes it would
+    have changed are rebuilt at the next swap."""
+    from sandbox_egress.proxy import tenancy as tenancy_module
+
+    (tmp_path / "alpha.yaml").write_text(ALPHA)
+    installed: list[Tenancy] = []
+    metrics = ProxyMetrics()
+    tenants = Tenants(SandboxesSection(tmp_path), NODE, installed.append, metrics.sandboxes)
+    tenants.scan("start")
+    real_merged = tenancy_module.merged
+
+    def too_large(indexes: object) -> object:
+        raise RuntimeError("pattern too large - compile failed")
+
+    monkeypatch.setattr(tenancy_module, "merged", too_large)
+    (tmp_path / "alpha.yaml").write_text(ALPHA.replace("a.example.com", "b.example.com"))
+    with caplog.at_level(logging.WARNING, logger="egress"):
+        tenants.scan()  # raises nothing
+    assert "the new snapshot cannot be built (RuntimeError)" in caplog.text
+    assert len(installed) == 1  # the running snapshot stays
+    failed = metrics.registry.get_sample_value(
+        "egress_sandbox_file_loads_total", {"result": "failed"}
+    )
+    assert failed == 1
+    monkeypatch.setattr(tenancy_module, "merged", real_merged)
+    (tmp_path / "beta.yaml").write_text(ALPHA)
+    tenants.scan()
+    entry = installed[-1].policies["alpha"].config.allowlist[0]
+    assert entry.pattern == "b.example.com"  # alpha's change, carried to this swap

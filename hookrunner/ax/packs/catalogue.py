@@ -17,6 +17,7 @@ Tool ids of both vocabularies are matched: AX Code's (``bash``, ``edit``,
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shlex
 import sys
@@ -70,7 +71,8 @@ PACKS: dict[str, tuple[PackHook, ...]] = {
 }
 
 
-def grammar_paths() -> list[str]:
+@functools.cache  # where the installed grammar is does not change in a process (D396)
+def grammar_paths() -> tuple[str, ...]:
     """The directories holding the shell grammar (tree-sitter, tree-sitter-bash), D90."""
     paths: list[str] = []
     for module in ("tree_sitter", "tree_sitter_bash"):
@@ -79,14 +81,14 @@ def grammar_paths() -> list[str]:
             directory = str(Path(spec.origin).resolve().parents[1])
             if directory not in paths:
                 paths.append(directory)
-    return paths
+    return tuple(paths)
 
 
 def pack_command(name: str, python: str | None = None) -> str:
     """The shell command line of a pack's hooks."""
     bootstrap = (
         f"import sys; sys.path.insert(0, {str(PROJECT_ROOT)!r}); "
-        f"sys.path.extend({grammar_paths()!r}); "
+        f"sys.path.extend({list(grammar_paths())!r}); "
         "from sandbox_egress.hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
     )
     argv = [python or sys.executable, "-I", "-S", "-c", bootstrap, name]

@@ -35,21 +35,13 @@ from typing import NamedTuple
 
 from sandbox_egress.hookrunner.ax.packs import grammar, later
 from sandbox_egress.hookrunner.ax.packs.ansic import ansi_c
+from sandbox_egress.hookrunner.ax.packs.inner import SHELLS as SHELLS  # the packs' import
+from sandbox_egress.hookrunner.ax.packs.inner import carrying, inner_of
 from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
-from sandbox_egress.hookrunner.ax.packs.wrappers import (
-    _ASSIGNMENT,
-    _SCRIPT_OPTIONS,
-    _WRAPPERS,
-    _unwrap,
-)
+from sandbox_egress.hookrunner.ax.packs.wrappers import _ASSIGNMENT, _WRAPPERS, _unwrap
 from sandbox_egress.hookrunner.ax.packs.wrappers import basename as basename  # the packs' import
 
 MAX_DEPTH = 8
-SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "busybox", "fish"})
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$|pypy3?$")
-_INLINE = {"perl": "-e", "ruby": "-e", "node": "-e", "nodejs": "-e", "deno": "eval"}
-_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_FIND_NAME = frozenset({"-name", "-iname", "-path", "-ipath", "-wholename", "-regex"})
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 SUPPLIED = Word("{}", "*", expands=True)  # a word xargs or find supplies at run time
 _FROM_ENVIRONMENT = Word("$GIT_CONFIG_…", "*", expands=True)  # git configuration at run time
@@ -77,79 +69,6 @@ class Script(NamedTuple):
     opaque: tuple[str, ...] = ()  # of ``problems``: only the run time can settle them (D196)
 
 
-class _Inner(NamedTuple):
-    scripts: list[str]  # shell text it runs
-    argvs: list[list[str]]  # commands it runs (find -exec)
-    codes: list[tuple[str, str]]
-    reads_stdin: str | None  # the interpreter that reads its program from standard input
-
-
-def _inner(argv: list[str]) -> _Inner:
-    """What the program of ``argv`` runs besides itself."""
-    inner = _Inner([], [], [], None)
-    if not argv:
-        return inner
-    program = basename(argv[0])
-    options = [a for a in argv[1:] if a.startswith("-")]
-    operands = [a for a in argv[1:] if not a.startswith("-")]
-    if program in SHELLS or program in _SCRIPT_OPTIONS:
-        for j, arg in enumerate(argv[1:], 1):
-            if not arg.startswith("-") or arg.startswith("--") and arg != "--command":
-                break
-            if ("c" in arg.lstrip("-") or arg == "--command") and j + 1 < len(argv):
-                # bash -c 'git "$@"' _ push -f: the script with its arguments in place
-                given = later.positional(argv[j + 1], argv[j + 3 :]) if len(argv) > j + 3 else None
-                inner.scripts.append(argv[j + 1] if given is None else given)
-                return inner
-        if program in SHELLS and not operands or operands == ["-"] or "-s" in options:
-            return inner._replace(reads_stdin="sh")
-    elif program == "watch":
-        start = next((j for j, a in enumerate(argv[1:], 1) if not a.startswith("-")), len(argv))
-        inner.scripts.append(" ".join(argv[start:]))
-    elif program == "eval":
-        inner.scripts.append(" ".join(argv[1:]))
-    elif program == "find":
-        _find(argv, inner)
-    elif _PYTHON.fullmatch(program):
-        _python(argv, inner)
-    elif program in _INLINE:
-        flag = _INLINE[program]
-        for j, arg in enumerate(argv[1:-1], 1):
-            if arg == flag or (arg.startswith("-") and arg[1:] in ("E", "p", "pe", "ne", "le")):
-                inner.codes.append((program, argv[j + 1]))
-    return inner
-
-
-def _python(argv: list[str], inner: _Inner) -> None:
-    for j, arg in enumerate(argv[1:], 1):
-        if arg == "-c" and j + 1 < len(argv):
-            inner.codes.append(("python", argv[j + 1]))
-            return
-        if arg.startswith("-c") and len(arg) > 2:
-            inner.codes.append(("python", arg[2:]))
-            return
-        if arg in ("-m", "-") or not arg.startswith("-"):
-            if arg == "-":
-                inner.codes.append(("python", ""))  # filled from the here-document, if any
-            return
-    inner.codes.append(("python", ""))
-
-
-def _find(argv: list[str], inner: _Inner) -> None:
-    shape = "*"
-    j = 1
-    while j < len(argv):
-        arg = argv[j]
-        if arg in _FIND_NAME and j + 1 < len(argv):
-            shape = argv[j + 1] if arg != "-regex" else "*"
-        if arg in _FIND_EXEC:
-            end = next((k for k in range(j + 1, len(argv)) if argv[k] in (";", "+")), len(argv))
-            supplied = Word("{}", shape if shape != "*" else "*", expands=True)
-            inner.argvs.append([supplied if w == "{}" else w for w in argv[j + 1 : end]])
-            j = end
-        j += 1
-
-
 class Scope:
     """What earlier commands leave for later ones: aliases, functions, written-out variables,
     whether globs match dot files (``shopt -s dotglob``)."""
@@ -159,6 +78,13 @@ class Scope:
         self.functions: dict[str, str] = {}
         self.variables: dict[str, str] = {}
         self.dotglob = False
+
+    def without_carriers(self) -> Scope:
+        """This scope but the variables that carry shell text (``inner.carrying``)."""
+        copy = Scope()
+        copy.aliases, copy.functions, copy.dotglob = self.aliases, self.functions, self.dotglob
+        copy.variables = {k: v for k, v in self.variables.items() if not carrying(k)}
+        return copy
 
 
 def read_script(text: str, depth: int = 0, scope: Scope | None = None) -> Script:
@@ -172,7 +98,7 @@ def read_script(text: str, depth: int = 0, scope: Scope | None = None) -> Script
         for inner in raw.inner:
             out.script(inner, depth)
         fed = _output(raw.upstream) if raw.upstream is not None else None
-        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth, fed)
+        out.command(raw.words, raw.redirects, raw.stdin, raw.piped, depth, fed, raw.substituted)
     if parsed.problems:  # the grammar could not read all of it: every word is looked at too
         out.commands.extend(_crude(text))
     return Script(
@@ -219,6 +145,7 @@ class _Out:
         piped: bool,
         depth: int,
         fed: str | None = None,
+        substituted: bool = False,
     ) -> None:
         words = self.alias(words, depth)
         if not words and not redirects:
@@ -228,12 +155,16 @@ class _Out:
         if supplied:
             argv = [*argv, SUPPLIED] if argv else argv
         argv = self.config_env(argv)
-        inner = _inner(argv)
+        inner = inner_of(argv, self.scope.variables, substituted)
+        for what in inner.unread:
+            self.problem(what, opaque=True)
         self.commands.append(
             Command(tuple(words), tuple(redirects), tuple(argv), self.scope.dotglob)
         )
         for script in [*scripts, *inner.scripts, *later.scripts(argv)]:
             self.script(script, depth)
+        for script in inner.carried:  # GIT_EDITOR='git ...' must not carry itself again
+            self.script(script, depth, self.scope.without_carriers())
         for each in inner.argvs:
             self.command(each, [], None, False, depth + 1)
         for word in words:
@@ -278,7 +209,7 @@ class _Out:
             name, value = word[: match.end()].rstrip("+="), word[match.end() :]
             if not is_dynamic(word):
                 self.scope.variables[name] = value
-            elif name.startswith("GIT_CONFIG"):
+            elif name.startswith("GIT_CONFIG") or carrying(name):
                 self.scope.variables[name] = word  # a Word: only known at run time
             if name == "GLOBIGNORE" and (value or is_dynamic(word)):
                 self.scope.dotglob = True  # bash: a set GLOBIGNORE makes globs match dot files
@@ -367,12 +298,12 @@ class _Out:
             found = read_script(text, depth + 1, self.scope).commands
             self.commands.extend(c._replace(later=True) for c in found)
 
-    def script(self, text: str, depth: int) -> None:
+    def script(self, text: str, depth: int, scope: Scope | None = None) -> None:
         if depth >= MAX_DEPTH:
             self.commands.extend(_crude(text))
             self.problem("commands nested too deeply to follow")
             return
-        inner = read_script(text, depth + 1, self.scope)
+        inner = read_script(text, depth + 1, scope or self.scope)
         self.commands.extend(inner.commands)
         self.codes.extend(inner.codes)
         for problem in inner.problems:

@@ -1,8 +1,10 @@
 """protect-env-files: does a tool call read or write a ``.env`` file? (pure)
 
 An env file is one whose name (the last path component, any case) is
-``.env`` or starts with ``.env.`` (``.env.local``, ``.env.production``,
-``.env.example`` too: a name cannot prove a file holds no secret). ``.envrc``,
+``.env`` or starts with ``.env.`` (``.env.local``, ``.env.production``), but a
+template that holds no secret (``.env.example``, ``.sample``, ``.template``,
+``.dist``, ``.tmpl``, ``.tpl``: ``mask.is_template``, D385; the mask's own rule,
+and a link so named that leads to an env file is judged by its target). ``.envrc``,
 ``prod.env`` and a directory called ``.env`` (a virtualenv: ``.env/bin/python``)
 are not. A glob that starts with a dot and can expand to such a name counts
 (``.env*``, ``.e*``, ``.*``); ``*`` does not (the shell does not expand it to
@@ -48,6 +50,7 @@ from typing import Any
 
 from sandbox_egress.hookrunner.ax.packs.commands import SUPPLIED, Command, basename, read_script
 from sandbox_egress.hookrunner.ax.packs.words import Word, is_dynamic
+from sandbox_egress.hookrunner.enforce.mask import is_template
 
 Resolve = Callable[[str], "str | None"]
 Reach = Callable[[str], "str | None"]  # a directory -> an env file somewhere below it
@@ -71,7 +74,7 @@ _SAMPLES = (".env", ".env.local")
 # What an expansion followed by a literal tail is checked against ($NAME.production).
 _DYNAMIC_SAMPLES = (
     ".env", ".env.local", ".env.production", ".env.development", ".env.test",
-    ".env.example", ".env.staging", ".env.prod", ".env.dev", ".env.sample",
+    ".env.staging", ".env.prod", ".env.dev",
 )  # fmt: skip
 
 
@@ -79,7 +82,7 @@ def is_env_name(name: str, dotglob: bool = False) -> bool:
     """``dotglob``: globs match dot files here (``shopt -s dotglob``, ``GLOBIGNORE=x``)."""
     folded = name.casefold()
     if folded == ".env" or folded.startswith(".env."):
-        return True
+        return not is_template(folded)
     if (folded.startswith(".") or dotglob) and _GLOB_CHARS & set(folded):
         return any(fnmatchcase(sample, folded) for sample in _SAMPLES)
     return False

@@ -51,6 +51,7 @@ class Raw:
         self.piped = piped  # its standard input is the previous command of a pipeline
         self.inner: list[str] = []  # the substitutions of an unquoted here-document body
         self.upstream: Raw | None = None  # the command piped into this one, when the grammar says
+        self.substituted = False  # an argument is a process substitution (``<(...)``, no word)
 
 
 class Parsed:
@@ -131,6 +132,9 @@ class _Walker:
             for part in parts:
                 self.children(part)
             self.emit(self.joined(parts), [], piped, upstream)
+        elif node.type == "test_command":  # [[ 'a[$(cmd)]' -eq 0 ]]: bash evaluates subscripts
+            self.children(node)
+            self.emit(["[[", *(self.text(n) for n in _operands(node)), "]]"], [], piped, upstream)
         elif node.type == "function_definition":
             name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
             if name is not None and body is not None:
@@ -198,7 +202,10 @@ class _Walker:
                 own.append(child)
             elif child.type != "comment":
                 parts.append(child)
-        return self.emit(self.joined(parts) + (extra or []), own, piped, upstream)
+        made = self.emit(self.joined(parts) + (extra or []), own, piped, upstream)
+        if made is not None:
+            made.substituted = any(_substitutes(part) for part in parts)
+        return made
 
     def joined(self, nodes: list[Any]) -> list[str]:
         """The words of sibling nodes: nodes with no space between them are one word
@@ -261,6 +268,10 @@ class _Walker:
             # "EO\\<newline>F" is EOF, unquoted: bash removes the line continuation first
             spelt = self.text(start).replace("\\\n", "") if start is not None else ""
             quoted = any(q in spelt for q in "'\"\\")
+            if not quoted and _ends_early(
+                command.stdin, delimiter[0] if delimiter else "", operator
+            ):
+                self.problem("a here-document that bash ends at a continued line")
             if not quoted:
                 try:
                     command.inner.extend(substitutions(command.stdin))
@@ -281,6 +292,49 @@ class _Walker:
             return
         for word in words or [""]:
             command.redirects.append((operator, word))
+
+
+_OPERAND_NODES = frozenset({"raw_string", "string", "word", "concatenation", "number"})
+
+
+def _operands(node: Any) -> list[Any]:
+    """The words of a ``[[ ... ]]`` (not descending into them): operands bash may evaluate."""
+    found, stack = [], list(reversed(node.children))
+    while stack:
+        child = stack.pop()
+        if child.type in _OPERAND_NODES:
+            found.append(child)
+        else:
+            stack.extend(reversed(child.children))
+    return found
+
+
+def _substitutes(node: Any) -> bool:
+    """Whether a command's argument holds a process substitution (``<(...)``, ``>(...)``)."""
+    stack = [node]
+    while stack:
+        child = stack.pop()
+        if child.type == "process_substitution":
+            return True
+        if child.type not in ("command_substitution", "subshell"):
+            stack.extend(child.children)
+    return False
+
+
+def _ends_early(body: str | None, delimiter: str, operator: str) -> bool:
+    """Whether bash ends an unquoted here-document before the grammar does: a body line
+    continued (``\\`` at its end) into a line that, joined, is the delimiter (``EO\\⏎F``)."""
+    lines = (body or "").split("\n")
+    for index, line in enumerate(lines):
+        joined, nxt = line, index
+        while joined.endswith("\\") and nxt + 1 < len(lines):
+            nxt += 1
+            joined = joined[:-1] + lines[nxt]
+        if operator == "<<-":
+            joined = joined.lstrip("\t")
+        if nxt > index and joined == delimiter:
+            return True
+    return False
 
 
 def parse(text: str) -> Parsed:

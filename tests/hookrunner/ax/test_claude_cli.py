@@ -23,14 +23,17 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testbed.claude_code import (
     CONTEXT,
     HOOKRUNNER,
+    PY,
     SCRIPT,
     ClaudeHome,
     Run,
@@ -79,10 +82,10 @@ def assert_guarded(run: Run, workspace: Path) -> None:
     ]  # fmt: skip
     assert run.tool_result("toolu_fake00")["content"] == "hi"
     blocked = run.tool_result("toolu_fake01")
-    # Claude Code's own words for an exit-2 block: "EVENT:TOOL hook error: [COMMAND]: REASON".
+    # Claude Code's words for a hook's JSON deny: "EVENT:TOOL hook error: REASON", the
+    # reason the guard's own text (issue 44: no command line of the runner before it).
     assert blocked["is_error"] is True
-    assert blocked["content"].startswith("PreToolUse:Bash hook error: [")
-    assert blocked["content"].endswith("]: rm -rf is not allowed here\n")
+    assert blocked["content"] == "PreToolUse:Bash hook error: rm -rf is not allowed here"
     assert (workspace / "victim").is_dir()
     first = json.dumps(run.requests[0]["body"])
     assert f"UserPromptSubmit hook additional context: {CONTEXT}" in first
@@ -122,3 +125,109 @@ def test_project_scope_moves_the_hooks_out_of_the_workspace(user: ClaudeHome) ->
     assert undone.returncode == 0, undone.stderr
     assert json.loads(settings.read_text()) == user.four_hooks()
     assert not moved.exists()
+
+
+# -- issue 44: what the user's hooks say reaches Claude Code, as without the runner ----------
+
+ANSWERS = (
+    "import json, sys\n"
+    "d = json.load(sys.stdin)\n"
+    "event = d['hook_event_name']\n"
+    "open(sys.argv[1], 'a').write(event + ' ' + d.get('tool_input', {}).get('command', '') + '\\n')\n"
+    "if event == 'SessionStart':\n"
+    "    print(json.dumps({'hookSpecificOutput': {'hookEventName': 'SessionStart',\n"
+    "                      'additionalContext': 'Session context: ' + d['source']}}))\n"
+    "    sys.exit(0)\n"
+    "c = d['tool_input']['command']\n"
+    "out = {'hookEventName': 'PreToolUse'}\n"
+    "if 'rewrite' in c:\n"
+    "    out.update(permissionDecision='allow', updatedInput={'command': 'echo rewritten'})\n"
+    "elif 'confirm' in c:\n"
+    "    out.update(permissionDecision='ask', permissionDecisionReason='please confirm')\n"
+    "elif 'forbid' in c:\n"
+    "    print('forbidden by the user\\'s policy', file=sys.stderr); sys.exit(2)\n"
+    "print(json.dumps({'hookSpecificOutput': out}))\n"
+)
+ANSWERED: list[dict[str, Any]] = [
+    {"tool_use": {"name": "Bash", "input": {"command": "echo rewrite-me"}}},
+    {"tool_use": {"name": "Bash", "input": {"command": "echo confirm-me"}}},
+    {"tool_use": {"name": "Bash", "input": {"command": "echo forbid-me > forbidden"}}},
+    {"text": "all done"},
+]
+
+
+def answering_hooks(user: ClaudeHome) -> dict[str, Any]:
+    script = user.root / "scripts" / "answers.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(ANSWERS)
+    command = f"{PY} -I -S {script} {user.log}"
+    group = [{"matcher": "{}", "hooks": [{"type": "command", "command": command}]}]
+    hooks = {
+        "SessionStart": json.loads(json.dumps(group).replace("{}", "startup")),
+        "PreToolUse": json.loads(json.dumps(group).replace("{}", "Bash")),
+    }
+    return {"hooks": hooks}
+
+
+def seen(run: Run) -> tuple[Any, ...]:
+    """What the model got: the SessionStart context and each tool result."""
+    first = json.dumps(run.requests[0]["body"])
+    context = "SessionStart hook additional context: Session context: startup" in first
+    results = [run.tool_result(f"toolu_fake{i:02d}") for i in range(3)]
+    return context, [(r["content"], r["is_error"]) for r in results], run.hooks_ran
+
+
+def test_the_real_cli_gets_what_the_users_hooks_said_as_without_the_runner(
+    user: ClaudeHome,
+) -> None:
+    """SessionStart context reaches the model, updatedInput the tool, an ask is Claude
+    Code's to answer (headless: refused with the hook's reason), a block reason is the
+    hook's own text: the same session, without and with the runner installed."""
+    settings = user.home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps(answering_hooks(user)))
+    alone = seen(user.run(ANSWERED))
+    user.log.unlink()
+    done = user.install("user")
+    assert done.returncode == 0, done.stderr
+    installed = user.run(ANSWERED)
+    assert installed.code == 0, installed.stderr
+    through = seen(installed)
+    assert through[0] is alone[0] is True
+    assert through[2] == alone[2] == [
+        "SessionStart ", "PreToolUse echo rewrite-me", "PreToolUse echo confirm-me",
+        "PreToolUse echo forbid-me > forbidden",
+    ]  # fmt: skip
+    assert through[1][:2] == alone[1][:2] == [("rewritten", False), ("please confirm", True)]
+    # Claude Code alone shows the hook's command line; through the runner, the hook's text.
+    assert alone[1][2] == (
+        f"PreToolUse:Bash hook error: [{PY} -I -S {user.root / 'scripts' / 'answers.py'} "
+        f"{user.log}]: forbidden by the user's policy\n",
+        True,
+    )
+    assert through[1][2] == ("PreToolUse:Bash hook error: forbidden by the user's policy", True)
+    assert not (user.workspace / "forbidden").exists()
+
+
+def test_the_real_cli_is_blocked_when_the_runner_is_gone(user: ClaudeHome) -> None:
+    """The clone's .venv disappears (its paths in the installed PreToolUse command lead
+    nowhere): the call is blocked, not run (before issue 44: exit 127, and it ran)."""
+    settings = user.write_settings("user")
+    assert user.install("user").returncode == 0
+    document = json.loads(settings.read_text())
+    (entry,) = document["hooks"]["PreToolUse"][0]["hooks"]
+    venv = str(Path(sys.executable).parent.parent)
+    entry["command"] = entry["command"].replace(venv, venv + "-gone")
+    settings.write_text(json.dumps(document))
+    script = [
+        {"tool_use": {"name": "Bash", "input": {"command": "touch pushed"}}},
+        {"text": "all done"},
+    ]
+    run = user.run(script)
+    assert run.code == 0, run.stderr
+    blocked = run.tool_result("toolu_fake00")
+    assert blocked["is_error"] is True
+    assert blocked["content"].endswith(
+        "hookrunner: the hook command failed (exit 127), so this call is blocked\n"
+    )
+    assert not (user.workspace / "pushed").exists()

@@ -50,6 +50,13 @@ def claude(ax: AxEnv) -> Iterator[Installed]:
     shutil.rmtree(installed.run_dir, ignore_errors=True)
 
 
+DENY_RM = {
+    "hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "deny",
+        "permissionDecisionReason": "rm -rf is not allowed here",
+    }
+}
 LOG_EVENT = (
     "import json, sys\n"
     "d = json.load(sys.stdin)\n"
@@ -115,13 +122,15 @@ def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: I
     moved = json.loads((path.parent / MOVED_NAME).read_text())
     assert sorted(moved["hooks"]) == ["PostToolUse", "PreToolUse", "Stop"]
 
-    # The user's guard still blocks, through the runner, in Claude Code's words.
+    # The user's guard still blocks, through the runner, with its own words (D390).
     (blocked,) = claude_code_fires(claude, "PreToolUse", PAYLOADS["PreToolUse"])
-    assert (blocked.returncode, blocked.stdout) == (2, "")
-    assert blocked.stderr.splitlines()[-1] == "rm -rf is not allowed here"
+    assert (blocked.returncode, json.loads(blocked.stdout)) == (0, DENY_RM)
     ls = {**PAYLOADS["PreToolUse"], "tool_input": {"command": "ls"}}
     (allowed,) = claude_code_fires(claude, "PreToolUse", ls)
-    assert (allowed.returncode, allowed.stdout) == (0, "")
+    assert allowed.returncode == 0  # allowed: the command comes back under the boundary (D380)
+    specific = json.loads(allowed.stdout)["hookSpecificOutput"]
+    assert specific["permissionDecision"] == "allow"
+    assert "sandbox_egress.hookrunner.enforce.bound" in specific["updatedInput"]["command"]
     # A PostToolUse of Write runs the user's hook; one of Bash does not match it.
     write = {**PAYLOADS["PostToolUse"], "tool_name": "Write", "tool_input": {"file_path": "a"}}
     (posted,) = claude_code_fires(claude, "PostToolUse", write)

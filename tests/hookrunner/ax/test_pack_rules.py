@@ -138,7 +138,7 @@ ENV_SHELL = [
     ("scp host:.env .", "host:.env"),
     ("sudo cat .env", ".env"),
     ("bash -c 'cat .env'", ".env"),
-    ("grep KEY .env.example", ".env.example"),
+    ("grep KEY .env.staging", ".env.staging"),
     ("cat 'unclosed .env", ".env"),
 ]
 NOT_ENV_SHELL = [

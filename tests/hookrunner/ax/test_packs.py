@@ -70,7 +70,7 @@ def test_block_force_push_lets_ordinary_pushes_through(ax: AxEnv, tool: str, arg
         ("read_file", {"path": ".env.production"}, ".env.production"),
         ("write", {"filePath": ".env", "content": "A=1"}, ".env"),
         ("write_file", {"path": "config/.env.test", "content": "A=1"}, "config/.env.test"),
-        ("edit", {"filePath": ".env.example", "oldString": "a", "newString": "b"}, ".env.example"),
+        ("edit", {"filePath": ".env.staging", "oldString": "a", "newString": "b"}, ".env.staging"),
         ("delete_file", {"path": ".env"}, ".env"),
         ("grep", {"pattern": "KEY", "include": ".env*"}, ".env*"),
         ("Read", {"file_path": ".env"}, ".env"),

@@ -47,18 +47,28 @@ def test_installed_moves_the_hooks_of_fired_events_and_keeps_the_rest() -> None:
     notify = [{"hooks": [{"type": "command", "command": "notify-send hi"}]}]
     document = {"model": "opus", "hooks": {"PreToolUse": [own], "Notification": notify}}
     moved_path = Path("/h/.claude/hookrunner-hooks.json")
-    settings, moved = claudeinstall.installed(document, {}, RUNNER, commands(moved_path))
-    assert moved == {"hooks": {"PreToolUse": [own]}}
+    settings, moved, found = claudeinstall.installed(document, {}, RUNNER, commands(moved_path))
+    assert (moved, found) == ({"hooks": {"PreToolUse": [own]}}, [])
     assert settings["model"] == "opus"
     assert settings["hooks"]["Notification"] == notify
     (entry,) = settings["hooks"]["PreToolUse"]
+    fails_closed = (
+        ' || { s=$?; [ "$s" -eq 2 ] || echo "hookrunner: the hook command failed (exit $s), '
+        'so this call is blocked" >&2; exit 2; }'
+    )  # D395
     assert entry["hooks"][0]["command"] == (
-        f"{RUNNER} fire PreToolUse --claude-exit-codes --claude-hooks {moved_path}"
+        f"{RUNNER} fire PreToolUse --claude-json --claude-hooks {moved_path}{fails_closed}"
+    )
+    (stop,) = settings["hooks"]["Stop"]  # an event that cannot block: the status as it is
+    assert (
+        stop["hooks"][0]["command"]
+        == f"{RUNNER} fire Stop --claude-json --claude-hooks {moved_path}"
     )
     # Installing the result again changes nothing; uninstalling restores the document.
     assert claudeinstall.installed(settings, moved, RUNNER, commands(moved_path)) == (
         settings,
         moved,
+        [],
     )
     assert claudeinstall.uninstalled(settings, moved, RUNNER) == document
 

@@ -278,3 +278,29 @@ def test_a_served_value_is_the_latest_fetched_and_never_expired(
         assert fetched and served == fetched[-1][0]
         assert clock.now < fetched[-1][1]
     assert len(fetched) <= calls
+
+
+def test_each_value_served_stale_is_reported_and_the_first_of_a_spell_is_marked() -> None:
+    """Issue 48 (D403): the metric counts every stale serving, the log says it once per
+    spell; a fresh value ends the spell."""
+    source, clock = Script(["v1", CredentialError("down"), CredentialError("down"), "v2"]), Clock()
+    stale: list[tuple[str, bool]] = []
+    credentials = Credentials(
+        {"c": source}, clock=clock, run=_inline, on_stale=lambda n, f: stale.append((n, f))
+    )
+    assert asyncio.run(value(credentials)) == "v1"
+    assert stale == []  # fresh
+    clock.now += 100  # the refresh fails: stale
+    assert asyncio.run(value(credentials)) == "v1"
+    clock.now += 5  # within failure_ttl: stale again, no fetch
+    assert asyncio.run(value(credentials)) == "v1"
+    assert stale == [("c", True), ("c", False)]
+    clock.now += 10  # the next refresh fails too: the same spell
+    assert asyncio.run(value(credentials)) == "v1"
+    clock.now += 11  # it succeeds: fresh, the spell is over
+    assert asyncio.run(value(credentials)) == "v2"
+    assert stale == [("c", True), ("c", False), ("c", False)]
+    clock.now += 100  # the next failure starts a new spell
+    source.answers.append(CredentialError("down again"))
+    assert asyncio.run(value(credentials)) == "v2"
+    assert stale[-1] == ("c", True)

@@ -84,3 +84,26 @@ def test_a_stored_value_that_is_not_tokens_is_ignored() -> None:
     assert [Tokens.load(raw) for raw in (None, "", "{", "[]", '{"access": 1}')] == [None] * 5
     kept = Tokens.load('{"access": "a", "expires_at": null, "refresh": ""}')
     assert kept is not None and (kept.expires_at, kept.refresh) == (None, None)
+
+
+def test_a_token_shorter_lived_than_refresh_before_is_shared_for_half_its_life(loop) -> None:
+    """Issue 48: a 3 s token with refresh_before 60 s (the default) was refreshed by every
+    replica in turn, each spending the rotating refresh token and voiding the token the
+    other had just minted. The shared token is now fresh as the cache reckons it (D201):
+    for half of its life when it lives less than refresh_before (D409)."""
+    clock, spent = Clock(), []
+
+    def mint(refresh: Secret | None) -> Tokens:
+        spent.append(refresh.reveal() if refresh else None)
+        return Tokens(Secret(f"at-{len(spent)}"), clock.now + 3, Secret(f"rt-{len(spent)}"))
+
+    store = MemoryState()  # the shared store; a Fleet per replica
+    a, b = Fleet(store, loop, clock=clock), Fleet(store, loop, clock=clock)
+    assert a.refresh("mail", mint, 60).value.reveal() == "at-1"
+    clock.now += 1  # 1 s of its 3 s: fresh for the fleet (half its life is 1.5 s)
+    assert b.refresh("mail", mint, 60).value.reveal() == "at-1"
+    clock.now += 1  # 2 s: past half its life: refreshed, once
+    assert b.refresh("mail", mint, 60).value.reveal() == "at-2"
+    assert spent == [None, "rt-1"]
+    kept = Tokens.load(a._on_loop(a.state.get("credential:mail")))
+    assert kept is not None and kept.minted_at == clock.now

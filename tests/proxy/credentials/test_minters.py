@@ -101,3 +101,29 @@ def test_github_app_with_another_apps_key_is_refused(server: Forge, tmp_path: Pa
     spec = GithubApp(12345, 678, Secret(other), SETTINGS, api_url=server.url)
     with pytest.raises(CredentialError, match="answered 401"):
         spec.source(Https(str(server.pki.ca_cert))).fetch()
+
+
+def test_check_resolve_points_an_unverified_endpoint_at_upstream_ca(
+    server: Forge, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48: `check --resolve` against an endpoint of an internal CA says what to do."""
+    from sandbox_egress.runtime import cli
+
+    config = tmp_path / "env.yaml"
+    config.write_text(
+        "credentials:\n"
+        f"  graph: {{oauth2: {{grant: client_credentials, token_url: '{server.url}/token',\n"
+        "                   client_id: client-1, client_secret: client-secret-1}}\n"
+        "network:\n  allowlist:\n    - domain: api.example.com\n"
+        "      credential: {name: graph, as: bearer}\n"
+    )
+    assert cli.main(["check", "--resolve", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "credential graph: failed: 127.0.0.1/token: the server's certificate does not verify "
+        "(SSLCertVerificationError: unable to get local issuer certificate); for a server of "
+        "an internal CA, give its CA certificate: --upstream-ca FILE"
+    ]
+    upstream_ca = ["--upstream-ca", str(server.pki.ca_cert)]
+    assert cli.main(["check", "--resolve", *upstream_ca, str(config)]) == 0
+    assert capsys.readouterr().out.endswith("ok, 1 allowlist entries\ncredential graph: ok\n")

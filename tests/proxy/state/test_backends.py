@@ -300,3 +300,59 @@ def test_state_problems_are_placed_at_their_line(tmp_path: Path) -> None:
         ("state.url", 3),  # no url: the section's line
         ("state.timeout", 5),
     ]
+
+
+# -- a password from a file (issue 48) ------------------------------------------------------
+
+
+def test_a_password_protected_redis_is_reached_with_the_password_of_a_file(
+    tmp_path: Path,
+) -> None:
+    """`state.password: ${file:...}` (a Kubernetes Secret's file): a store that requires a
+    password is reached with it; without it, it is unreachable and says so without a
+    secret (D405)."""
+    secret = "redis-pw-" + "9f3a" * 4
+    server = start_redis(tmp_path, "locked", "--requirepass", secret)
+    (tmp_path / "password").write_text(secret + "\n")
+    document = {
+        "network": {"allowlist": []},
+        "state": {
+            "backend": "redis",
+            "url": server.url,
+            "password": "${file:%s}" % (tmp_path / "password"),
+            "timeout": "1s",
+        },
+    }
+    try:
+        state = parse(document, "env.yaml", {}).state
+        assert secret not in repr(state)
+        locked = StateConfig("redis", server.url, timeout_s=1)
+
+        async def scenario() -> tuple[bool, str, str]:
+            with_password, without = RedisState(state), RedisState(locked)
+            try:
+                admitted = (await with_password.admit(KEY, FIVE, 0, 0)).admitted
+                return admitted, await with_password.health(), await without.health()
+            finally:
+                await with_password.close()
+                await without.close()
+
+        admitted, health, refused = run(scenario())
+    finally:
+        server.stop()
+    assert (admitted, health) == (True, "ok")
+    assert refused.startswith("unreachable (") and secret not in refused
+
+
+def test_a_state_password_is_checked_without_secrets_and_never_shown() -> None:
+    raw = {"backend": "redis", "url": "redis://r:6379/0", "password": "${file:/run/secrets/pw}"}
+    checked = parse(
+        {"network": {"allowlist": []}, "state": raw}, "e.yaml", {}, resolve_secrets=False
+    )
+    assert checked.state.backend == "redis"
+    assert problems({**raw, "password": "${not a name}"}) == [
+        "state.password: invalid reference ${not a name} (expected ${NAME} or ${file:/path})"
+    ]
+    assert problems({**raw, "password": "${UNSET_PW}"}) == [
+        "state.password: environment variable UNSET_PW is not set"
+    ]
