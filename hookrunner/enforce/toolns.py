@@ -108,6 +108,8 @@ class Programs:
     mount: str
     setpriv: str
     unprivileged: bool  # the runner is not root: an unprivileged user namespace (D190)
+    own_proc: bool = True  # that namespace can mount its own /proc (not where /proc is
+    # partly covered, as in many containers: the kernel refuses a new one there; D375)
 
 
 _probed: list[Programs | None] = []
@@ -127,13 +129,15 @@ def _probe() -> Programs | None:
         return None
     if has_capability(_CAP_SYS_ADMIN):
         return Programs(unshare, mount, setpriv, unprivileged=False)
-    found = Programs(unshare, mount, setpriv, unprivileged=True)
-    argv = probe_argv(found)
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return found if done.returncode == 0 else None
+    for own_proc in (True, False):
+        found = Programs(unshare, mount, setpriv, unprivileged=True, own_proc=own_proc)
+        try:
+            done = subprocess.run(probe_argv(found), capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0:
+            return found
+    return None
 
 
 def probe_argv(tools: Programs) -> list[str]:
@@ -167,7 +171,8 @@ def namespace_argv(
         program = [tools.setpriv, *_NO_CAPABILITIES, *program]
         unshare = [tools.unshare, "--user", "--map-root-user"]
         # its own /proc: no /proc/<pid>/root of a process outside leads to the host's git
-        unshare += [] if lasting else ["--pid", "--fork", "--kill-child", "--mount-proc"]
+        unshare += [] if lasting else ["--pid", "--fork", "--kill-child"]
+        unshare += ["--mount-proc"] if tools.own_proc and not lasting else []
     else:
         unshare = [tools.unshare]
         if user is not None:
