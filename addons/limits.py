@@ -49,11 +49,16 @@ from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import websocket
 from mitmproxy.proxy.layers.http import HttpStream, _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
-from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, ResponseHeaders
+from mitmproxy.proxy.layers.http._events import (
+    ErrorCode,
+    HttpEvent,
+    RequestHeaders,
+    ResponseHeaders,
+)
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
-from sandbox_egress.addons import backpressure, mitm, pushgate
+from sandbox_egress.addons import backpressure, linger, mitm, pushgate
 from sandbox_egress.addons.workarounds import Commands, relay
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.decision import Reason, Stage
@@ -100,6 +105,7 @@ def install(report: Callable[[Limit], None]) -> None:
     websocket.WebsocketLayer.relay_messages = _bounded_websocket  # type: ignore[method-assign]
     backpressure.install()
     pushgate.install()  # after `_marking_stream`, which it wraps
+    linger.install()  # after `pushgate`, which it wraps
 
 
 # -- HTTP/1 -------------------------------------------------------------------------------------
@@ -139,7 +145,9 @@ def _bounded_http1(self: _http1.Http1Connection, event: events.Event) -> Command
         if len(self.buf) > HEAD_LIMIT:  # mitmproxy still appends what arrives after the end
             self.buf = ReceiveBuffer()
         return
-    if len(self.buf) > HEAD_LIMIT:
+    # Sending never grows the receive buffer: an answer sent while this layer still parses
+    # the request's head event (an early answer, D350) finds the body's bytes there.
+    if len(self.buf) > HEAD_LIMIT and not isinstance(event, HttpEvent):
         server = isinstance(self, _http1.Http1Server)
         yield from _refuse(self, Limit.REQUEST_HEAD if server else Limit.RESPONSE_HEAD)
     elif isinstance(self, _http1.Http1Server):

@@ -40,7 +40,7 @@ from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage, RequestHeaders
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.workarounds import Commands, hang_up
+from sandbox_egress.addons.workarounds import INNER, Commands, hang_up, wrapped_in
 from sandbox_egress.proxy.gitpush import CommandReader
 from sandbox_egress.proxy.gitpush import Commands as PushCommands
 from sandbox_egress.proxy.limits import HEAD_TIMEOUT_S
@@ -68,15 +68,14 @@ class Gate:
 def install() -> None:
     """Wrap `HttpStream._handle_event` (idempotent)."""
     global _inner
-    current = HttpStream._handle_event
-    if getattr(current, _MARK, False):
+    if installed():
         return
-    _inner = current
+    _inner = HttpStream._handle_event
     HttpStream._handle_event = _gated  # type: ignore[method-assign]
 
 
 def installed() -> bool:
-    return bool(getattr(HttpStream._handle_event, _MARK, False))
+    return wrapped_in(HttpStream._handle_event, _MARK)
 
 
 def hold(flow: http.HTTPFlow, judge: Judge) -> bool:
@@ -134,6 +133,7 @@ def _gated(self: HttpStream, event: events.Event) -> Commands:
 
 
 _gated._egress_push_gate = True  # type: ignore[attr-defined]
+setattr(_gated, INNER, lambda: _inner)
 
 
 def _held(self: HttpStream) -> Gate | None:

@@ -11,7 +11,7 @@ import json
 
 from mitmproxy import http
 
-from sandbox_egress.proxy.decision import Decision
+from sandbox_egress.proxy.decision import FAILURES, Decision
 from sandbox_egress.proxy.mcp.judge import MCP_REASONS, refusal_body
 
 
@@ -25,7 +25,7 @@ def refusal_response(decision: Decision, host: str, method: str = "GET") -> http
             {"Content-Type": "application/json", "X-Egress-Denied": decision.reason.value},
         )
     body = {
-        "error": "egress_failed" if decision.status == 502 else "egress_denied",
+        "error": "egress_failed" if decision.reason in FAILURES else "egress_denied",
         "reason": decision.reason.value,
         "message": decision.message,
         "host": host[:255],

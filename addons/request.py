@@ -6,26 +6,24 @@ address, re-targets the request at its decided host in origin-form (so mitmproxy
 connection reuse on it, and an upstream sees only the decided authority and SNI, D35)
 and writes the transform headers, after removing what no upstream may receive
 (`proxy.outbound`: hop-by-hop fields, spellings of an injected name, and the sandbox's
-choice of compression when a value is injected). A refusal is the readable 403/502 when its body is
-small; a larger or unknown-length body is never read: the stream is reset (HTTP/2, D25)
-or the connection closed. `request` drops a trailer block with bytes no upstream may
-see (D21).
+choice of compression when a value is injected). A refusal is the readable 403/502; when
+its body is small it is read first (the connection stays), otherwise the answer goes at
+once and the body is read and dropped, bounded (`addons.linger`: lingering close, D350).
+`request` drops a trailer block with bytes no upstream may see (D21).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, credentials, gitpush, mcp, mitm, sigv4
+from sandbox_egress.addons import budget, credentials, gitpush, linger, mcp, mitm, sigv4
 from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
-from sandbox_egress.addons.workarounds import hang_up
 from sandbox_egress.proxy.audit import audit_path
 from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
@@ -38,9 +36,9 @@ from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
 from sandbox_egress.proxy.swap import secret_elsewhere
 
-# mitmproxy reads a refused request's body before it can answer. Up to this size the
-# sandbox gets the readable 403; a larger or unknown-length body closes the connection
-# instead, so a refused upload can never make the proxy buffer gigabytes.
+# mitmproxy reads a refused request's body before it can answer. Up to this size it does
+# (the connection is kept alive); a larger or unknown-length body is answered at once and
+# then read and dropped, bounded (`addons.linger`, D350), never buffered.
 REFUSED_BODY_LIMIT = 64 * 1024
 
 
@@ -113,15 +111,14 @@ class Requests:
         state.injected, state.redactions = (), NO_REDACTION  # nothing was sent
         state.refused_here = True
         flow.request.stream = False
-        if body_size(flow.request, body_follows(flow)) > REFUSED_BODY_LIMIT:
+        response = refusal_response(state.decision, state.host, flow.request.method)
+        if admission.retry_after_s:
+            response.headers["Retry-After"] = str(admission.retry_after_s)
+        if unread(flow):
             shared.metrics.limit_refusals.labels(Limit.REFUSED_BODY.value).inc()
-            mitm.kill(flow)  # HTTP/2: the stream is reset (D25); the connection stays
-            if not (flow.request.is_http2 or flow.request.is_http3):
-                asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
+            linger.answer_early(flow, response)  # answered now, the body dropped (D350)
         else:
-            flow.response = refusal_response(state.decision, state.host, flow.request.method)
-            if admission.retry_after_s:
-                flow.response.headers["Retry-After"] = str(admission.retry_after_s)
+            flow.response = response
 
     def _apply(self, flow: http.HTTPFlow, state: FlowState, answer: RequestAnswer) -> None:
         request, location = flow.request, answer.location
@@ -245,6 +242,16 @@ def announced(flow: http.HTTPFlow) -> int | None:
     return (
         None if size > REFUSED_BODY_LIMIT and "content-length" not in flow.request.headers else size
     )
+
+
+def unread(flow: http.HTTPFlow) -> bool:
+    """Whether a refusal is answered before the body is read (`addons.linger`): a body
+    over `REFUSED_BODY_LIMIT` or of unknown size, or one the client waits to be asked
+    for (`Expect: 100-continue`)."""
+    follows = body_follows(flow)
+    if body_size(flow.request, follows) > REFUSED_BODY_LIMIT:
+        return True
+    return follows and flow.request.headers.get("expect", "").lower() == "100-continue"
 
 
 def body_size(request: http.Request, follows: bool) -> int:

@@ -18,21 +18,18 @@ closed at once and a regular one is answered 429 `connection_limit`.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import time
 from dataclasses import replace
 
 from mitmproxy import connection, exceptions, http
 
-from sandbox_egress.addons import mitm
+from sandbox_egress.addons import linger
 from sandbox_egress.addons.auditing import Where
-from sandbox_egress.addons.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
-from sandbox_egress.addons.request import REFUSED_BODY_LIMIT, body_size
+from sandbox_egress.addons.request import unread
 from sandbox_egress.addons.shared import Shared
 from sandbox_egress.addons.targets import is_transparent
-from sandbox_egress.addons.workarounds import hang_up
 from sandbox_egress.proxy.audit import audit_path
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.hosts import IPAddress
@@ -118,10 +115,8 @@ class SandboxIdentity:
         shared, request = self.shared, flow.request
         shared.count(stage, decision)
         request.stream = False
-        if stage is Stage.REQUEST and body_size(request, body_follows(flow)) > REFUSED_BODY_LIMIT:
-            mitm.kill(flow)  # never buffer a refused upload (addons.request)
-            if not (request.is_http2 or request.is_http3):
-                asyncio.get_running_loop().call_soon(hang_up, flow.client_conn)
+        if stage is Stage.REQUEST and unread(flow):
+            linger.answer_early(flow, response)  # never buffer a refused upload (D350)
         else:
             flow.response = response
         method = "CONNECT" if stage is Stage.CONNECT else request.method

@@ -1,16 +1,25 @@
-"""An upstream that fails its TLS handshake gets the project's refusal, not mitmproxy's page.
+"""An upstream that fails gets the product's own answer, never mitmproxy's page (D101 for
+TLS, D352-D354 for the rest).
 
-mitmproxy answers a failed upstream connection with an HTML 502 (or an HTTP/2 reset)
-and the audit line said `allow`. Here (issue 21, D101):
+mitmproxy answers a failed upstream exchange with an HTML 502 (`Server: mitmproxy`, the
+error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
+`status: null`. Here:
 
+* `HttpStream.handle_protocol_error` is wrapped: an upstream failure before any answer
+  (a `ResponseProtocolError` on a flow without a response) is named first
+  (`proxy.failures.classify`: `upstream_refused`, `upstream_reset`, `upstream_timeout`)
+  and noted on the flow, then mitmproxy handles it; the error it was about to send the
+  client is replaced by the product's JSON answer (`addons.refusal`) — the refusal the
+  `error` hook set, or one made from the failure's reason — on HTTP/1 and HTTP/2 alike;
 * `UpstreamFailures.tls_failed_server` notes the handshake that failed on a client's
-  upstream connection; `error` — mitmproxy's error hook, which runs next and before it
-  answers — takes that note for the request whose connection it was, logs it with the
-  host, and turns the request's decision into `upstream_tls` (so the audit line says
-  `deny`, `upstream_tls`, 502), keeping the refusal to send on the flow;
-* `HttpStream.handle_protocol_error` is wrapped so that the error it was about to send
-  the client is replaced by that refusal: `X-Egress-Denied: upstream_tls`, the JSON
-  body, status 502, on HTTP/1 and HTTP/2 alike. Any other failure is left as it was.
+  upstream connection (TLS wins over the connect error that follows it);
+* `UpstreamFailures.error` — mitmproxy's error hook, which runs before it answers —
+  turns the allowed request's decision into a `deny` with that reason (so the audit
+  line names it, with the status 502/504), sets the answer on the flow, counts it in
+  `egress_upstream_failures_total{reason}` and says it on stderr (`proxy.failures.Quieted`:
+  one line per host and reason per 10 s);
+* mitmproxy's pages for requests it refuses itself, before any hook, are replaced too
+  (`addons.pages`); the upstream deadlines are its sub-addon (`addons.timeouts`).
 
 Added before `EgressPolicy`, whose `error` hook writes the audit line.
 """
@@ -18,6 +27,7 @@ Added before `EgressPolicy`, whose `error` hook writes the audit line.
 from __future__ import annotations
 
 import logging
+import time
 
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import commands, layer
@@ -30,30 +40,57 @@ from mitmproxy.proxy.layers.http._events import (
     ResponseProtocolError,
 )
 
+from sandbox_egress.addons import pages
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
+from sandbox_egress.addons.timeouts import CONNECT_TIMEOUT_S, TIMED_OUT_KEY, Timeouts
 from sandbox_egress.addons.workarounds import Commands, relay
 from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.failures import Quieted, classify
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
 
 REFUSAL_KEY = "egress.upstream_refusal"  # flow.metadata: the response to send instead
+FAILED_KEY = "egress.upstream_failed"  # flow.metadata: the failure's Reason, before `error`
 
 _original = HttpStream.handle_protocol_error
 
 
 def install() -> None:
     HttpStream.handle_protocol_error = _readable  # type: ignore[method-assign]
+    pages.install()  # mitmproxy's pages before any hook (a request it refuses itself)
 
 
 def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolError) -> Commands:
+    flow = self.flow
+    if isinstance(event, ResponseProtocolError) and flow.response is None:
+        timed_out = bool(flow.metadata.get(TIMED_OUT_KEY))
+        flow.metadata.setdefault(FAILED_KEY, classify(event.code.name, event.message, timed_out))
+
     def instead(command: commands.Command) -> Commands | None:
-        refusal = self.flow.metadata.get(REFUSAL_KEY)
-        if isinstance(command, SendHttp) and command.event is event and refusal is not None:
-            return _send(self, refusal)
-        return None
+        if not (isinstance(command, SendHttp) and command.event is event):
+            return None
+        if command.connection is not self.context.client:
+            return None
+        refusal = flow.metadata.get(REFUSAL_KEY)
+        if refusal is None and isinstance(event, ResponseProtocolError):
+            refusal = _fallback(flow, event)
+        return _send(self, refusal) if refusal is not None else None
 
     yield from relay(_original(self, event), instead)
+
+
+def _fallback(flow: http.HTTPFlow, event: ResponseProtocolError) -> http.Response | None:
+    """The product's answer where mitmproxy would send its page and no hook set one."""
+    if event.code.http_status_code() is None or flow.response is not None:
+        return None  # a reset or a close: no page to replace
+    reason = flow.metadata.get(FAILED_KEY)
+    if not isinstance(reason, Reason):
+        reason = Reason.UPSTREAM_RESET
+    state: FlowState | None = flow.metadata.get(FLOW_KEY)
+    host = state.host if state is not None else flow.request.host
+    return refusal_response(Decision.deny(reason), host, flow.request.method)
 
 
 def _send(stream: HttpStream, response: http.Response) -> layer.CommandGenerator[None]:
@@ -65,10 +102,18 @@ def _send(stream: HttpStream, response: http.Response) -> layer.CommandGenerator
 
 
 class UpstreamFailures:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        metrics: ProxyMetrics | None = None,
+        connect_s: float = CONNECT_TIMEOUT_S,
+        answer_s: float = 0.0,
+    ) -> None:
+        self.metrics = metrics
+        self.addons = [Timeouts(connect_s, answer_s)]  # the deadlines (`addons.timeouts`)
         # client connection id -> why its last upstream handshake failed, until the
         # request it was opened for fails (mitmproxy calls the two hooks in turn).
         self._failed: dict[str, str] = {}
+        self._quiet = Quieted()
 
     def load(self, _loader: object) -> None:
         install()
@@ -80,18 +125,35 @@ class UpstreamFailures:
         self._failed.pop(client.id, None)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        why = self._failed.pop(flow.client_conn.id, None)
+        tls_failure = self._failed.pop(flow.client_conn.id, None)
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
-        if why is None or state is None or flow.response is not None:
+        if state is None or flow.response is not None or not state.decision.allowed:
             return
-        if not state.decision.allowed:
-            return
-        log.warning(
-            "upstream %s:%s: TLS handshake failed (%s); refused as upstream_tls",
-            state.host,
-            flow.request.port,
-            why,
-        )
-        state.decision = Decision.deny(Reason.UPSTREAM_TLS, state.decision.entry)
+        failed = flow.metadata.get(FAILED_KEY)
+        reason = Reason.UPSTREAM_TLS if tls_failure is not None else failed
+        if not isinstance(reason, Reason):
+            return  # the client's side failed: there is no one to answer
+        state.decision = Decision.deny(reason, state.decision.entry)
         refusal = refusal_response(state.decision, state.host, flow.request.method)
         flow.metadata[REFUSAL_KEY] = flow.response = refusal  # the audit line's status
+        if self.metrics is not None:
+            self.metrics.upstream_failures.labels(reason.value).inc()
+        # The engine's words up to its first colon: what follows can quote the upstream's
+        # bytes (`unexpected server response: b'...'`), which may echo a secret.
+        why = tls_failure or (flow.error.msg if flow.error else "").partition(":")[0]
+        self._say(state.host, flow.request.port, reason, refusal.status_code, why)
+
+    def _say(self, host: str, port: int, reason: Reason, status: int, why: str) -> None:
+        unsaid = self._quiet.say(host, reason, time.monotonic())
+        if unsaid is None:
+            return
+        more = f" ({unsaid} more since the last line)" if unsaid else ""
+        log.warning(
+            "upstream %s:%s failed: %s; answered %d %s%s",
+            host,
+            port,
+            why[:200] or "no detail",
+            status,
+            reason.value,
+            more,
+        )

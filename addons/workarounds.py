@@ -4,6 +4,8 @@
 * `refuse_raw_tcp`: mitmproxy's TCP layer ignores a kill from `tcp_start` and relays
   anyway, to the address the CONNECT pinned; unpinning makes the upstream connection
   fail (no decision, no connection), and the TCP layer then closes the client.
+* `wrapped_in`: whether a wrapper is in a chain of wrappers of one layer method
+  (`addons.pushgate` and `addons.linger` wrap `HttpStream._handle_event` in turn).
 * `relay`: the loop that drives a wrapped layer method's command generator as mitmproxy
   would, with a say on each command (`addons.limits`, `addons.upstream`).
 
@@ -50,6 +52,22 @@ def refuse_raw_tcp(pinning: Pinning, flow: tcp.TCPFlow) -> None:
     """Kill a refused TCP flow so that no upstream connection opens (see module doc)."""
     pinning.forget(flow.client_conn)
     mitm.kill(flow)
+
+
+def wrapped_in(handler: Any, marker: str) -> bool:
+    """Whether the wrapper carrying `marker` is in the chain of `handler` (a layer
+    method the addons wrap in turn: each wrapper names its inner one, `INNER`)."""
+    for _ in range(16):  # a chain of a few wrappers; never a loop
+        if handler is None:
+            return False
+        if getattr(handler, marker, False):
+            return True
+        inner = getattr(handler, INNER, None)
+        handler = inner() if inner is not None else None
+    return False
+
+
+INNER = "_egress_inner"  # on a wrapper: a function returning the handler it wraps
 
 
 def relay(

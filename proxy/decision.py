@@ -57,6 +57,10 @@ class Reason(StrEnum):
     SECRET_ELSEWHERE = "secret_elsewhere"
     # issue 34: the shared budget state (1.16) is unreachable and `state.on_error` is deny
     BUDGET_UNAVAILABLE = "budget_unavailable"
+    # issues 43, 48: an allowed request whose upstream failed (D352)
+    UPSTREAM_REFUSED = "upstream_refused"
+    UPSTREAM_RESET = "upstream_reset"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
 
 
 class Stage(StrEnum):
@@ -165,6 +169,19 @@ MESSAGES: dict[Reason, str] = {
         "The shared budget state cannot be reached and the proxy is configured to refuse "
         "budgeted requests until it can; retry later."
     ),
+    # issues 43, 48
+    Reason.UPSTREAM_REFUSED: (
+        "The destination refused the connection or could not be reached: nothing listens "
+        "on that port, or no route leads there."
+    ),
+    Reason.UPSTREAM_RESET: (
+        "The destination closed or reset the connection, or answered something that is "
+        "not HTTP, before its answer was complete."
+    ),
+    Reason.UPSTREAM_TIMEOUT: (
+        "The destination did not accept the connection, or did not begin its answer, "
+        "within the proxy's upstream timeouts."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -177,7 +194,22 @@ STATUS: dict[Reason, int] = {
     Reason.BUDGET_EXCEEDED: 429,
     Reason.MCP_BAD_REQUEST: 400,  # issue 33
     Reason.BUDGET_UNAVAILABLE: 503,  # issue 34
+    Reason.UPSTREAM_REFUSED: 502,  # issues 43, 48
+    Reason.UPSTREAM_RESET: 502,
+    Reason.UPSTREAM_TIMEOUT: 504,
 }
+
+# The proxy failed rather than refused (D352): the body says `"error": "egress_failed"`.
+FAILURES: frozenset[Reason] = frozenset(
+    {
+        Reason.DNS_FAILURE,
+        Reason.UPSTREAM_TLS,
+        Reason.CREDENTIAL_UNAVAILABLE,
+        Reason.UPSTREAM_REFUSED,
+        Reason.UPSTREAM_RESET,
+        Reason.UPSTREAM_TIMEOUT,
+    }
+)
 
 
 # Refusals that report-only mode lets through as `would_deny` (docs/configuration.md

@@ -32,6 +32,13 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client:
 DIRECTIONS = ("upstream", "downstream")
 DNS_RESULTS = ("ok", "failed", "timeout")
 UPSTREAM_ERRORS = ("connect", "tls")
+# An allowed request's upstream failed before its answer (addons/upstream.py, D352).
+UPSTREAM_FAILURES = (
+    Reason.UPSTREAM_REFUSED,
+    Reason.UPSTREAM_RESET,
+    Reason.UPSTREAM_TIMEOUT,
+    Reason.UPSTREAM_TLS,
+)
 BOUND_OUTCOMES = ("waited", "refused")
 _DNS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -269,6 +276,16 @@ class ProxyMetrics:
             "TLS handshakes with a client that failed (often: the sandbox does not trust the CA).",
             registry=r,
         )
+        self.upstream_failures = Counter(
+            "egress_upstream_failures_total",
+            "Allowed requests answered with the proxy's egress_failed because their upstream "
+            "failed before answering, by reason (upstream_refused, upstream_reset, "
+            "upstream_timeout, upstream_tls).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in UPSTREAM_FAILURES:
+            self.upstream_failures.labels(reason.value)
         for result in DNS_RESULTS:
             self.dns_lookups.labels(result)
         for kind in UPSTREAM_ERRORS:

@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         audit_format=args.audit_format,
         otlp_endpoint=args.otlp_endpoint,
         otlp_headers=tuple(args.otlp_header),
+        upstream_connect_s=args.upstream_connect_timeout,
+        upstream_answer_s=args.upstream_timeout,
     )
     try:
         return asyncio.run(serve(settings))

@@ -148,6 +148,24 @@ def parser() -> argparse.ArgumentParser:
         help="keep resolver answers this long (0: ask the resolver for every request)",
     )
 
+    run.add_argument(
+        "--upstream-connect-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="an upstream connection not made this long is a 504 upstream_timeout (0: the "
+        "kernel's own, about two minutes)",
+    )
+    run.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="an answer that has not begun this long after the request's end is a 504 "
+        "upstream_timeout (0: none; mitmproxy's tcp_timeout still ends a connection silent "
+        "for 600 s)",
+    )
+
     _fair_options(run, connections=True)
 
     dns = sub.add_parser(

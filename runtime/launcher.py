@@ -201,10 +201,10 @@ async def serve(settings: Settings) -> int:
     metrics.budgets_configured(budget_series(network), kept)
     connections = within_descriptors(settings.fairness.connections, descriptor_limit())
     accepting.install(metrics.bound_hits.labels(Bound.ACCEPT.value, "refused").inc)
-    master.addons.add(
+    master.addons.add(  # UpstreamFailures before the policy addon, whose `error` hook audits
         Connections(metrics, connections),
         Limits(metrics),
-        UpstreamFailures(),  # before the policy addon, whose `error` hook audits
+        UpstreamFailures(metrics, settings.upstream_connect_s, settings.upstream_answer_s),
         addon,
         Telemetry(metrics),
     )

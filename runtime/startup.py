@@ -66,6 +66,8 @@ class Settings:
     audit_format: str = "jsonl"  # or "ocsf": OCSF 1.x events (proxy.ocsf, issue 34)
     otlp_endpoint: str | None = None  # OTLP/HTTP log export of the audit (runtime.otlp)
     otlp_headers: tuple[tuple[str, str], ...] = ()  # --otlp-header, unresolved (D402)
+    upstream_connect_s: float = 30.0  # issues 43, 48: a connect not made this long fails
+    upstream_answer_s: float = 300.0  # ... an answer not begun this long after the request
 
 
 def parse_hostport(text: str) -> tuple[str, int]:

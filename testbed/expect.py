@@ -31,8 +31,9 @@ def assert_refused(
     content_type = response.header("Content-Type") or ""
     assert content_type.split(";")[0].strip() == "application/json", detail
     body = json.loads(response.body)
-    # docs/decisions.md D1: a 502 (dns_failure) keeps the shape, with "egress_failed".
-    assert body["error"] == ("egress_failed" if status == 502 else "egress_denied"), detail
+    # docs/decisions.md D1: a 502 (dns_failure) keeps the shape, with "egress_failed";
+    # so does every failure (502, 504; D352).
+    assert body["error"] == ("egress_failed" if status in (502, 504) else "egress_denied"), detail
     assert body["reason"] == reason, detail
     assert isinstance(body["message"], str), detail
     assert body["message"], detail

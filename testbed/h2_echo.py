@@ -14,7 +14,8 @@ the client offered). Every event is appended as one JSON line to `--log` before 
 Each request is answered 200 with `{"version": ..., "headers": ...}` as its JSON body,
 except, over HTTP/2, `/trailers?name=H`: a short body, then trailers echoing header H as
 sent, percent-encoded and upper-cased (`x-echoed`, `x-echoed-pct`, `x-echoed-upper`),
-which is what a reflecting upstream sends (the redaction tests).
+which is what a reflecting upstream sends (the redaction tests), and `/reset`: the
+stream reset (`INTERNAL_ERROR`) instead of an answer (the failure tests).
 When every listener is bound, the file named by `--ready` is created. SIGTERM stops it.
 Needs the `h2` package (a mitmproxy dependency, so the test venv has it).
 """
@@ -29,6 +30,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 
@@ -87,6 +89,9 @@ async def serve_h2(
                 log.write({"event": "request", "listener": listener, "version": "h2",
                            "path": path, "headers": headers,
                            "body_len": sizes.pop(ended, 0)})  # fmt: skip
+                if urlsplit(path).path == "/reset":  # the stream reset, no answer
+                    conn.reset_stream(ended, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                    continue
                 if urlsplit(path).path == "/trailers":
                     conn.send_headers(ended, [(":status", "200"), ("content-type", "text/plain")])
                     conn.send_data(ended, b"trailers follow\n")

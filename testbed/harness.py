@@ -57,6 +57,10 @@ REASONS = frozenset(
         "secret_elsewhere",
         # issue 34
         "budget_unavailable",
+        # issues 43, 48
+        "upstream_refused",
+        "upstream_reset",
+        "upstream_timeout",
     }
 )
 AUDIT_KEYS = frozenset(

@@ -104,7 +104,7 @@ class LifecycleExecutor:
         if entry.http is not None:
             decoded, result = self._post(entry, entry.http, inp)
         elif warm.applies(entry.pack, entry.command):  # inside the warm runner (D396)
-            variables = entry_variables(self.workspace, entry, inp)
+            variables = entry_variables(self.workspace, entry, inp, self.boundary)
             result = warm.run(
                 entry.pack,
                 stdin=hook_stdin(self.workspace, entry, inp),

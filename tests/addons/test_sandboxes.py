@@ -16,6 +16,7 @@ from mitmproxy import exceptions, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
+from sandbox_egress.addons import linger
 from sandbox_egress.addons.egress import EgressPolicy
 from sandbox_egress.addons.limits import BODY_FOLLOWS
 from sandbox_egress.proxy.audit import AuditLog
@@ -120,7 +121,8 @@ def test_credentials_identify_once_and_are_never_forwarded() -> None:
     assert gauge == 0
 
 
-def test_an_unclaimed_address_is_unknown_sandbox_and_a_large_body_is_never_read() -> None:
+def test_an_unclaimed_address_is_unknown_sandbox_and_a_large_body_is_answered_unread() -> None:
+    linger.install()
     addon, metrics, _ = make(Identify.SOURCE_ADDRESS)
     flow = flow_to("93.184.216.34")
     flow.client_conn.peername = ("198.18.0.9", 40000)
@@ -134,7 +136,10 @@ def test_an_unclaimed_address_is_unknown_sandbox_and_a_large_body_is_never_read(
     with taddons.context(addon):
         connected(addon, flow.client_conn)
         asyncio.run(refuse())
-    assert flow.response is None and flow.error is not None  # killed, not answered
+    # answered before the body is read, which is then dropped (lingering close, D350)
+    assert flow.response is not None and flow.response.status_code == 403
+    assert flow.response.headers["Connection"] == "close"
+    assert flow.metadata[linger.LINGER] is True and flow.error is None
     assert identifications(metrics, "unknown_sandbox") == 1
 
 

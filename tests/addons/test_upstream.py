@@ -87,3 +87,82 @@ def test_the_error_mitmproxy_would_send_is_replaced_by_the_refusal(
         DropStream,
     ]
     assert sent[0].event.response is flow.response
+
+
+def _stream(flow: Any) -> Any:
+    return SimpleNamespace(flow=flow, stream_id=1, context=SimpleNamespace(client=flow.client_conn))
+
+
+def _mitmproxy_answers(
+    monkeypatch: pytest.MonkeyPatch, failures: upstream.UpstreamFailures
+) -> None:
+    """mitmproxy's handle_protocol_error, as far as the wrapper sees it: the error hook,
+    then the error sent to the client."""
+
+    def original(self: Any, evt: ResponseProtocolError) -> Any:
+        self.flow.error = SimpleNamespace(msg=evt.message)
+        failures.error(self.flow)
+        yield SendHttp(evt, self.context.client)
+        yield DropStream(1)
+
+    monkeypatch.setattr(upstream, "_original", original)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason", "status"),
+    [
+        (ErrorCode.CONNECT_FAILED, "[Errno 111] Connect call failed", "upstream_refused", 502),
+        (ErrorCode.CONNECT_FAILED, "connect timed out after 2 s", "upstream_timeout", 504),
+        (ErrorCode.GENERIC_SERVER_ERROR, "server closed connection", "upstream_reset", 502),
+    ],
+)
+def test_an_upstream_failure_is_named_audited_and_answered(
+    monkeypatch: pytest.MonkeyPatch, code: ErrorCode, message: str, reason: str, status: int
+) -> None:
+    failures = upstream.UpstreamFailures()
+    flow = tflow.tflow()
+    flow.response = None
+    flow.metadata[FLOW_KEY] = FlowState(Decision.allow(ENTRY), "api.test")
+    _mitmproxy_answers(monkeypatch, failures)
+    event = ResponseProtocolError(1, message, code)
+    sent = list(upstream._readable(_stream(flow), event))  # type: ignore[arg-type]
+    state = flow.metadata[FLOW_KEY]
+    assert (state.decision.verdict, state.decision.reason.value) == ("deny", reason)
+    head = sent[0].event.response
+    assert head is flow.response and head.status_code == status
+    assert head.headers["X-Egress-Denied"] == reason and "Server" not in head.headers
+    assert json.loads(head.content)["error"] == "egress_failed"
+
+
+def test_a_page_no_hook_replaced_is_the_products_json_still(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    flow = tflow.tflow()
+    flow.response = None  # no FlowState: the policy never saw it
+
+    def original(self: Any, evt: ResponseProtocolError) -> Any:
+        yield SendHttp(evt, self.context.client)
+
+    monkeypatch.setattr(upstream, "_original", original)
+    event = ResponseProtocolError(1, "server closed connection", ErrorCode.GENERIC_SERVER_ERROR)
+    sent = list(upstream._readable(_stream(flow), event))  # type: ignore[arg-type]
+    response = sent[0].event.response
+    assert (response.status_code, response.headers["X-Egress-Denied"]) == (502, "upstream_reset")
+
+
+def test_a_client_that_went_away_is_no_upstream_failure() -> None:
+    failures = upstream.UpstreamFailures()
+    flow = tflow.tflow()
+    flow.response = None
+    flow.metadata[FLOW_KEY] = FlowState(Decision.allow(ENTRY), "api.test")
+    failures.error(flow)  # no failure noted: the client disconnected
+    assert flow.response is None and flow.metadata[FLOW_KEY].decision.allowed
+
+
+def test_the_internals_the_wrappers_rely_on_are_where_they_were() -> None:
+    import inspect
+
+    from mitmproxy.proxy.layers.http import HttpStream
+
+    source = inspect.getsource(HttpStream.make_server_connection)
+    assert "self.handle_protocol_error(" in source and "ErrorCode.CONNECT_FAILED" in source

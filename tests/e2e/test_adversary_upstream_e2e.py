@@ -10,6 +10,7 @@ response off), and never crashes.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import struct
 from collections.abc import Iterator
@@ -177,6 +178,13 @@ def test_websocket_endless_message_from_the_upstream_is_closed_with_1009(
 # -- a hostile upstream -----------------------------------------------------------------------
 
 
+def _assert_upstream_reset(headers: dict[str, str], body: bytes) -> None:
+    """The product's failure (D352), not mitmproxy's page: the upstream broke the exchange."""
+    assert headers.get("x-egress-denied") == "upstream_reset", (headers, body[:300])
+    assert "server" not in headers and b"<html" not in body
+    assert json.loads(body)["error"] == "egress_failed"
+
+
 def _get_hostile(p: PrivateProxy, path: str) -> tuple[int | None, dict[str, str], bytes]:
     host = f"notlisted.test:{HOSTILE_PORT}"  # allowed by `*` alone
     with plain(p) as sock:
@@ -192,6 +200,7 @@ def test_upstream_head_over_the_bound_is_a_502(proxy: PrivateProxy, hostile: Hos
         status, _headers, body = _get_hostile(proxy, path)
     m.assert_bounded()
     assert status == 502, body[:300]
+    _assert_upstream_reset(_headers, body)
     sent = hostile.ended(mark, path)
     assert sent["ended_by"] == "closed", sent
     assert sent["bytes"] < SIZE // 4, sent
@@ -238,8 +247,9 @@ def test_upstream_endless_chunk_line_or_trailers_end_the_response(
 
 @pytest.mark.parametrize("variant", range(6))
 def test_upstream_invalid_status_line_is_a_502(proxy: PrivateProxy, hostile: Hostile, variant: int):
-    status, _headers, body = _get_hostile(proxy, f"/bad-status?variant={variant}")
+    status, headers, body = _get_hostile(proxy, f"/bad-status?variant={variant}")
     assert status == 502, body[:300]
+    _assert_upstream_reset(headers, body)
     assert "mitmproxy has crashed" not in proxy.process.child.stderr.read_text()
 
 

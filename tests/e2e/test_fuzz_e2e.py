@@ -148,8 +148,8 @@ def refused(outcome: Outcome) -> bool:
     if outcome.status == 502 and outcome.denied:  # D1: a name that does not resolve
         assert outcome.denied == ["dns_failure"], outcome.detail
         return True
-    if outcome.status == 400 and not outcome.denied:
-        return True  # mitmproxy's own reader refused it before any hook ran
+    if outcome.status == 400 and outcome.denied == ["bad_request"]:
+        return True  # mitmproxy's own reader refused it before any hook ran (D354: JSON)
     assert outcome.status == 200, f"neither refused nor relayed: {outcome}"
     assert outcome.echoed, f"neither refused nor relayed: {outcome}"
     return False

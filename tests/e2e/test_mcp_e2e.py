@@ -256,8 +256,8 @@ def test_a_body_that_never_finishes_never_reaches_the_server(
 
 
 def test_an_unannounced_body_is_refused(proxy: PrivateProxy, obs: Observed) -> None:
-    """A chunked body cannot be bounded before it is read (D212): refused unread, the
-    connection closed (a refused body of unknown length is never read), nothing sent."""
+    """A chunked body cannot be bounded before it is read (D212): refused unread, answered
+    at once and the body dropped (lingering close, D350), nothing sent."""
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(MESSAGE), MESSAGE)
     with proxy.view.tunnel("x.wild.test:443") as conn:
         head = (
@@ -265,8 +265,10 @@ def test_an_unannounced_body_is_refused(proxy: PrivateProxy, obs: Observed) -> N
             "Transfer-Encoding: chunked\r\n\r\n"
         )
         conn.send(head.encode() + chunked)
-        with pytest.raises((ConnectionError, ssl.SSLError)):
-            conn.read_response("POST")
+        response = conn.read_response("POST")
+    assert response.status == 400, response.describe()
+    assert response.header_all("X-Egress-Denied") == ["mcp_bad_request"]
+    assert json.loads(response.body)["error"]["data"]["reason"] == "mcp_bad_request"
     obs.assert_nothing_reached()
     audit = proxy.view.audit_log
     assert audit.wait_for(0, lambda a: a["reason"] == "mcp_bad_request")["method"] == "POST"
@@ -289,3 +291,22 @@ def test_the_method_judged_is_the_method_sent(proxy: PrivateProxy, obs: Observed
     allowed = view.https("api.allowed.test:443", "/repos/acme/web", method="GET")
     assert allowed.status == 200
     assert obs.only_request()["method"] == "GET"
+
+
+def test_the_sdk_client_sees_why_a_call_over_max_body_is_refused(
+    proxy: PrivateProxy, mcp_upstream: McpUpstream
+) -> None:
+    """A `tools/call` whose body is over `max_body` (and over 64 KiB, so refused before
+    its body is read): the SDK reads the 400 and its JSON-RPC error (lingering close,
+    D350); failed before with a closed connection."""
+    calls = mcp_upstream.calls.mark()
+
+    async def script(session: ClientSession) -> str:
+        big = {"q": "q" * (2 * 1024 * 1024)}
+        return await _refusal(session.call_tool("search_repositories", big))
+
+    seen = with_session(proxy.view, JSON_PORT, script)
+    assert "mcp_bad_request" in seen, seen
+    assert mcp_upstream.calls.since(calls) == []
+    line = proxy.view.audit_log.wait_for(0, lambda a: a["reason"] == "mcp_bad_request")
+    assert (line["decision"], line["status"]) == ("deny", 400)

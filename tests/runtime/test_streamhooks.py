@@ -17,7 +17,7 @@ from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
-from sandbox_egress.addons import limits, pushgate
+from sandbox_egress.addons import limits, linger, pushgate
 from sandbox_egress.runtime import engine, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
@@ -180,7 +180,8 @@ def test_the_products_stream_wrappers_still_see_each_hook(tmp_path: Path) -> Non
             self.requestheaders = requestheaders
 
     completions, read, _ = through_proxy(tmp_path, Marked(), streams=True)
-    assert http_layers.HttpStream._handle_event is pushgate._gated
+    assert http_layers.HttpStream._handle_event is linger._lingering  # around pushgate's
+    assert pushgate.installed()
     assert completions == 0
     assert seen == [False] * (REQUESTS + 1)  # a GET: no body follows
     assert all(r.startswith(b"HTTP/1.1 200") for r in read)

@@ -13,6 +13,7 @@ its installation was gone.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from sandbox_egress.hookrunner.ax.firebound import boundary_here
+from sandbox_egress.hookrunner.enforce.bound import original
 from testbed.claude_code import stop_warm_runners
 from tests.hookrunner.ax.conftest import AxEnv
 from tests.hookrunner.ax.test_claude_install import Installed, install
@@ -76,6 +79,7 @@ def installed_with_answers(claude: Installed, *more: tuple[str, str, str]) -> Pa
 
 def fire(claude: Installed, event: str, payload: dict[str, Any], env: dict[str, str] | None = None):
     """Claude Code running the one installed entry of `event` (the runner's)."""
+    fired.append(dict(payload.get("tool_input") or {}))
     document = json.loads((claude.home / ".claude" / "settings.json").read_text())
     ((group,),) = [document["hooks"][event]]
     ((hook,),) = [group["hooks"]]
@@ -94,8 +98,25 @@ def fire(claude: Installed, event: str, payload: dict[str, Any], env: dict[str, 
 
 
 def answer(ran: subprocess.CompletedProcess[str]) -> Any:
+    """The runner's answer, with a command it put under the boundary read back (D380):
+    an `updatedInput` that only bounds the fired command itself is left out, so that each
+    test compares what the user's hooks said. `bounded` has what the boundary wrapped."""
     assert ran.returncode == 0, ran.stderr
-    return json.loads(ran.stdout) if ran.stdout.strip() else None
+    document = json.loads(ran.stdout) if ran.stdout.strip() else None
+    specific = document.get("hookSpecificOutput") if isinstance(document, dict) else None
+    given = specific.get("updatedInput") if isinstance(specific, dict) else None
+    command = given.get("command") if isinstance(given, dict) else None
+    text = original(command) if isinstance(command, str) else None
+    if text is not None:
+        bounded.append(text)
+        given["command"] = text
+        if given == fired[-1]:
+            del specific["updatedInput"]
+    return document
+
+
+fired: list[dict[str, Any]] = []  # the tool input of each PreToolUse fired
+bounded: list[str] = []  # each command an answer put under the boundary
 
 
 def test_ask_reaches_claude_code_as_ask(claude: Installed) -> None:
@@ -107,6 +128,19 @@ def test_ask_reaches_claude_code_as_ask(claude: Installed) -> None:
             "permissionDecisionReason": "please confirm",
         }
     }
+
+
+def test_an_ask_carries_the_command_under_the_boundary(claude: Installed) -> None:
+    """The user's yes runs the command: it goes under the boundary like an allowed one."""
+    installed_with_answers(claude)
+    del bounded[:]
+    assert (
+        answer(fire(claude, "PreToolUse", bash("echo confirm")))["hookSpecificOutput"][
+            "permissionDecision"
+        ]
+        == "ask"
+    )
+    assert bounded == (["echo confirm"] if boundary_here(os.environ) else [])
 
 
 def test_updated_input_reaches_claude_code(claude: Installed) -> None:

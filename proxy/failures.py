@@ -1,0 +1,62 @@
+"""When the proxy fails rather than refuses: which reason, and how often it is said
+(docs/configuration.md#when-the-proxy-fails, D352-D354).
+
+`classify` names the failure of an allowed request's upstream from what the engine
+reports about it: the kind of protocol error (`ErrorKind`, the engine's error code by
+name) and its message. An upstream that refused or could not take the connection is
+`upstream_refused`, one that took it and then closed, reset or broke the exchange
+before a complete answer head is `upstream_reset`, one that did not connect or begin
+its answer in time is `upstream_timeout`. TLS (`upstream_tls`), names (`dns_failure`)
+and credentials (`credential_unavailable`) are decided where they happen.
+
+`Quieted` bounds the operator's stderr: one line per (host, reason) per
+`QUIET_S`, the next one saying how many were left unsaid; at most `QUIET_KEYS` keys
+are remembered (a sandbox cycling through host names cannot grow it).
+
+Pure: no mitmproxy import; the adapter is `addons.upstream`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sandbox_egress.proxy.decision import Reason
+
+QUIET_S = 10.0  # one stderr line per (host, reason) this often
+QUIET_KEYS = 1024
+TIMED_OUT = "timed out"  # in the message of a connect the proxy gave up on
+
+# The engine's error codes (mitmproxy's `ErrorCode` by name) that mean the connection
+# to the upstream was never made.
+CONNECT_FAILED = "CONNECT_FAILED"
+
+
+def classify(kind: str, message: str, timed_out: bool = False) -> Reason:
+    """The failure of an upstream exchange that ended before its answer head."""
+    if timed_out or (kind == CONNECT_FAILED and TIMED_OUT in message.lower()):
+        return Reason.UPSTREAM_TIMEOUT
+    if kind == CONNECT_FAILED:
+        return Reason.UPSTREAM_REFUSED
+    return Reason.UPSTREAM_RESET
+
+
+class Quieted:
+    """Which failures to say on stderr: the first of each (host, reason) per `QUIET_S`."""
+
+    def __init__(self, interval: float = QUIET_S, keys: int = QUIET_KEYS) -> None:
+        self._interval = interval
+        self._keys = keys
+        self._last: OrderedDict[tuple[str, Reason], tuple[float, int]] = OrderedDict()
+
+    def say(self, host: str, reason: Reason, now: float) -> int | None:
+        """None: stay quiet (counted); otherwise say it, with how many went unsaid."""
+        key = (host, reason)
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self._interval:
+            self._last[key] = (last[0], last[1] + 1)
+            return None
+        self._last[key] = (now, 0)
+        self._last.move_to_end(key)
+        while len(self._last) > self._keys:
+            self._last.popitem(last=False)
+        return last[1] if last is not None else 0
