@@ -1,11 +1,12 @@
 """A smart-HTTP git server for the tests: `git http-backend` behind a small HTTPS CGI host.
 
     python testbed/git_server.py --root DIR --listen IP:PORT --cert C --key K --ready FILE
+    python testbed/git_server.py --root DIR --listen IP:PORT --plain --ready FILE
 
 Every request runs `git http-backend` once (CGI/1.1: the request body on stdin, the
 `Status:` and headers it prints become the response). Receive-pack is enabled for every
 repository under --root (`REMOTE_USER` is set), as an authenticated push to a forge is.
-Each request is logged to stderr as `METHOD path LENGTH` as soon as its head is read, so a test
+`--plain` serves plain HTTP instead (no certificate). Each request is logged to stderr as `METHOD path LENGTH` as soon as its head is read, so a test
 can tell what reached it; a request body is read sized or chunked.
 """
 
@@ -91,16 +92,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--listen", required=True)
-    parser.add_argument("--cert", required=True)
-    parser.add_argument("--key", required=True)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
+    parser.add_argument("--plain", action="store_true", help="HTTP, not HTTPS")
     parser.add_argument("--ready", required=True)
     args = parser.parse_args()
     host, port = args.listen.rsplit(":", 1)
     Handler.root = args.root
     server = http.server.ThreadingHTTPServer((host, int(port)), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(args.cert, args.key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    if not args.plain:
+        if not (args.cert and args.key):
+            parser.error("--cert and --key are needed for HTTPS (or --plain)")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.cert, args.key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     Path(args.ready).write_text("ready\n")
     server.serve_forever()
 

@@ -13,26 +13,36 @@ piped into ``sh``, ``setarch``, ``sg -c``): the guard sees the final argv.
 It parses git's global options (``-C``, ``-c``, ``--config-env``,
 ``--git-dir``, ...), resolves a non-builtin command through ``alias.*`` as git
 does (asking the real git, with the same options and environment, so ``-c``,
-``--config-env`` and ``GIT_CONFIG_*`` count), and for a ``push`` refuses:
+``--config-env`` and ``GIT_CONFIG_*`` count), and then:
 
-* a mirror push: ``--mirror`` or any abbreviation git accepts (``--m``), or any
-  ``remote.*.mirror`` set true;
-* a push that ``git push --dry-run --porcelain`` (same options, same
-  configuration) reports as forced (``+``) or deleting (``-``);
-* what it cannot judge: a ``--`` or ``--end-of-options`` among the push's
-  arguments, a dry run that fails, an alias that starts with an option or
-  loops, a global option it does not know, ``send-pack`` and ``http-push``.
+* ``push`` is planned by ``gitpush``: what it pushes is judged on object ids,
+  and the push exec'd is exactly those ids, never forced (D370-D372);
+* ``send-pack`` passes only as git's smart-HTTP helper runs it
+  (``--stateless-rpc``: it connects nowhere), its refspecs judged (D373);
+* ``http-push``, an unknown global option, an alias that starts with an option
+  or loops are refused: it cannot judge them.
 
+Every git it runs or execs has ``help.autocorrect=0`` after the agent's
+options (``gitrun``, D371): git never runs a command other than the one judged.
 Anything else is exec'd as the real git with the argv that was judged (an
 alias's expansion, never a re-reading of it). A refusal is one line on stderr
-and exit status 1. Standard library only: it runs outside the package.
+and exit status 1. Standard library only (with ``gitrun`` and ``gitpush``,
+copied beside it): it runs outside the package.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:
+    from sandbox_egress.hookrunner.enforce import gitpush
+    from sandbox_egress.hookrunner.enforce.gitrun import Git, Real, Refusal, spawn, wait
+else:  # copied with gitrun.py and gitpush.py into the runner-owned directory, run with -I -S
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gitpush
+    from gitrun import Git, Real, Refusal, spawn, wait
 
 REFUSED = 1
 # Global options that take a value: attached with "=" or as the next argument.
@@ -59,46 +69,25 @@ FLAGS = frozenset(
 INFORMATION = frozenset(
     {"--exec-path", "--html-path", "--man-path", "--info-path", "-v", "--version", "-h", "--help"}
 )
-UNJUDGED_COMMANDS = frozenset({"send-pack", "http-push"})
-END_OF_OPTIONS = frozenset({"--", "--end-of-options"})
+UNJUDGED_COMMANDS = frozenset({"http-push"})
 MAX_ALIASES = 16
-
-
-class Ran(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run(argv: list[str], env: dict[str, str]) -> Ran:
-    """Run ``argv`` with stdin closed, its output in memory files (no pipe to deadlock on).
-
-    ``subprocess`` is not imported: its imports (``re``, ``enum``, ``locale``)
-    would double what every git command pays for the guard."""
-    out, err = os.memfd_create("gitguard-out"), os.memfd_create("gitguard-err")
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_DUP2, out, 1),
-        (os.POSIX_SPAWN_DUP2, err, 2),
-    ]
-    try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        texts = []
-        for fd in (out, err):
-            os.lseek(fd, 0, os.SEEK_SET)
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            texts.append(b"".join(chunks).decode("utf-8", "replace"))
-        return Ran(status, texts[0], texts[1])
-    finally:
-        os.close(out)
-        os.close(err)
-
-
-class Refusal(Exception):
-    """A push the guard refuses; the message is what the tool's stderr shows."""
+# What git's own smart-HTTP helper (remote-curl) passes to ``send-pack --stateless-rpc``.
+SEND_PACK_OPTIONS = frozenset(
+    {
+        "--stateless-rpc",
+        "--helper-status",
+        "--thin",
+        "--dry-run",
+        "--signed=yes",
+        "--signed=if-asked",
+        "--atomic",
+        "--quiet",
+        "--verbose",
+        "--progress",
+        "--no-progress",
+        "--stdin",
+    }
+)
 
 
 def split_global(args: list[str]) -> tuple[list[str], list[str], bool]:
@@ -126,35 +115,6 @@ def split_global(args: list[str]) -> tuple[list[str], list[str], bool]:
     return options, [], True
 
 
-def mirror_option(arg: str) -> bool:
-    """``--mirror`` or an abbreviation of it that git's option parser accepts."""
-    return len(arg) >= 3 and "--mirror".startswith(arg)
-
-
-class Git:
-    """The real git, run with the caller's global options and environment."""
-
-    def __init__(self, real: str, options: list[str]) -> None:
-        self.real = real
-        self.options = options
-
-    def run(self, *args: str) -> Ran:
-        env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}
-        return run([self.real, *self.options, *args], env)
-
-    def builtins(self) -> frozenset[str]:
-        listed = run([self.real, "--list-cmds=builtins"], dict(os.environ))
-        return frozenset(listed.stdout.split())
-
-    def alias(self, name: str) -> str | None:
-        found = self.run("config", "--get", f"alias.{name}")
-        return found.stdout.rstrip("\n") if found.returncode == 0 else None
-
-    def mirrors(self) -> list[str]:
-        found = self.run("config", "--type=bool", "--get-regexp", r"^remote\..*\.mirror$")
-        return [line.split()[0] for line in found.stdout.splitlines() if line.endswith(" true")]
-
-
 def resolve(git: Git, command: list[str]) -> list[str]:
     """The command after alias expansion, as git would run it (a shell alias is left as is)."""
     builtins = git.builtins()
@@ -177,63 +137,123 @@ def resolve(git: Git, command: list[str]) -> list[str]:
     raise Refusal(f"alias {command[0]!r} expands more than {MAX_ALIASES} times")
 
 
-def judge_push(git: Git, args: list[str]) -> None:
-    """Refuse (``Refusal``) a mirror, forced or deleting push, or one it cannot judge."""
-    for arg in args:
-        if arg in END_OF_OPTIONS:
-            raise Refusal(f"a push with {arg!r} among its arguments cannot be judged")
-        if mirror_option(arg):
-            raise Refusal(f"a mirror push ({arg}) is refused")
-    mirrored = git.mirrors()
-    if mirrored:
-        raise Refusal(f"a push while {mirrored[0]} is true (a mirror) is refused")
-    # "--dry-run" twice at the end: an option left waiting for its value (-o) takes only one.
-    tail = ("--dry-run", "--dry-run", "--porcelain")
-    dry = git.run("push", "--dry-run", "--porcelain", *args, *tail)
-    updates = [line for line in dry.stdout.splitlines() if "\t" in line]
-    if not updates and dry.returncode != 0:
-        detail = " ".join(dry.stderr.split())[-300:]
-        raise Refusal(f"the dry run of this push failed, so it cannot be judged: {detail}")
-    for line in updates:  # "<flag>\t<from>:<to>\t<summary>"
-        flag, refs = line[:1], line.split("\t")[1]
-        if flag == "+":
-            raise Refusal(f"a forced push ({refs}) is refused")
-        if flag == "-":
-            raise Refusal(f"a push that deletes a ref ({refs}) is refused")
+def read_exactly(fd: int, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise Refusal("send-pack: its input ended inside a packet")
+        data += chunk
+    return data
 
 
-def verdict(real: str, argv0: str, args: list[str]) -> list[str]:
-    """The argv to exec as the real git (argv[0] first), or ``Refusal``."""
+def stdin_refspecs() -> list[str]:
+    """The refspecs remote-curl writes before the advertisement: pkt-lines up to a flush,
+    read exactly (what follows stays on stdin for send-pack)."""
+    specs = []
+    while (length := int(read_exactly(0, 4), 16)) != 0:
+        if length < 4:
+            raise Refusal("send-pack: a packet it cannot read")
+        specs.append(read_exactly(0, length - 4).decode("utf-8", "replace").rstrip("\n"))
+    return specs
+
+
+def judge_send_pack(args: list[str]) -> list[str]:
+    """``send-pack --stateless-rpc`` as git's smart-HTTP helper runs it (D373): it connects
+    nowhere (it turns stdin into a request on stdout), and its refspecs are judged: none
+    forced (``+``), none deleting. Any other send-pack is refused. The refspecs it would
+    read from stdin are read here and given as arguments instead."""
+    options = [a for a in args if a.startswith("-")]
+    positional = [a for a in args if not a.startswith("-")]
+    unknown = [
+        o for o in options if o not in SEND_PACK_OPTIONS and not o.startswith("--push-option=")
+    ]
+    if "--stateless-rpc" not in options or unknown or not positional:
+        raise Refusal("git send-pack cannot be judged; use git push")
+    specs = [*positional[1:], *(stdin_refspecs() if "--stdin" in options else [])]
+    for spec in specs:
+        if spec.startswith("+"):
+            raise Refusal(f"a forced push ({spec}) is refused")
+        if spec.startswith(":") or not spec:
+            raise Refusal(f"a push that deletes a ref ({spec}) is refused")
+    kept = [o for o in options if o != "--stdin"]
+    return [*kept, positional[0], *specs]
+
+
+def verdict(real: Real, argv0: str, args: list[str]) -> gitpush.Plan:
+    """What to exec as the real git (argv[0] first), or ``Refusal``."""
+    env = dict(os.environ)
     base = os.path.basename(argv0)
-    if base.startswith("git-") and base != "git-":
+    dashed = base.startswith("git-") and base != "git-"
+    if dashed:
         options: list[str] = []
         command, information = [base[4:], *args], False
     else:
         options, command, information = split_global(args)
     if information or not command:
-        return ["git", *args] if not base.startswith("git-") else [base, *args]
+        return gitpush.Plan([base if dashed else "git", *args], env, [])
     git = Git(real, options)
     command = resolve(git, command)
     if command[0] in UNJUDGED_COMMANDS:
         raise Refusal(f"git {command[0]} cannot be judged; use git push")
+    if command[0] == "send-pack":
+        command = ["send-pack", *judge_send_pack(command[1:])]
     if command[0] == "push":
-        judge_push(git, command[1:])
-    if base.startswith("git-") and [base[4:], *args] == command:
-        return [base, *args]  # a dashed form git itself runs (git-receive-pack, git-upload-pack)
-    return ["git", *options, *command]
+        plan = gitpush.plan_push(git, command[1:])
+        if plan is not None:
+            return plan
+    if dashed and command[0] in ("receive-pack", "upload-pack", "upload-archive"):
+        return gitpush.Plan([base, *command[1:]], env, [])  # what git itself runs on a remote
+    return gitpush.Plan(git.argv(*command), env, [])
+
+
+def upstream(real: Real, plan: gitpush.Plan) -> int:
+    """Run the push, then record each pushed branch's upstream as ``-u`` would have."""
+    status = wait(spawn(real, plan.argv, plan.env))
+    if status != 0:
+        return status
+    git = Git(real, [])
+    for branch, repository, destination in plan.upstream:
+        git.run("config", f"branch.{branch}.remote", repository)
+        git.run("config", f"branch.{branch}.merge", destination)
+        name = destination.removeprefix("refs/heads/")
+        if not plan.quiet:
+            print(f"branch '{branch}' set up to track '{repository}/{name}'.", flush=True)
+    return 0
+
+
+def judged(real: Real, argv0: str, args: list[str]) -> gitpush.Plan | None:
+    try:
+        return verdict(real, argv0, args)
+    except Refusal as refusal:
+        sys.stderr.write(f"git guard (hookrunner): {refusal}\n")
+        sys.stderr.flush()
+        return None
+
+
+def guarded(real: Real, argv0: str, args: list[str]) -> int:
+    """The broker's worker (D375): judge, run the real git, its exit status."""
+    plan = judged(real, argv0, args)
+    if plan is None:
+        return REFUSED
+    if plan.upstream:
+        return upstream(real, plan)
+    return wait(spawn(real, plan.argv, plan.env))
 
 
 def main(argv: list[str]) -> int:
+    """``gitguard.py REAL_GIT ARGV0 ARGS...``: the guard run directly (no broker), for tests
+    and tools; it execs the real git by path."""
     if len(argv) < 3:
         sys.stderr.write("usage: gitguard.py REAL_GIT ARGV0 [ARGS...]\n")
         return 2
     real, argv0, args = argv[1], argv[2], argv[3:]
-    try:
-        run = verdict(real, argv0, args)
-    except Refusal as refusal:
-        sys.stderr.write(f"git guard (hookrunner): {refusal}\n")
+    plan = judged(real, argv0, args)
+    if plan is None:
         return REFUSED
-    os.execv(real, run)
+    if plan.upstream:
+        return upstream(real, plan)
+    os.execve(real, plan.argv, plan.env)
     return 0  # not reached
 
 

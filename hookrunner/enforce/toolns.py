@@ -41,18 +41,23 @@ from pathlib import Path
 
 from sandbox_egress.common.contain import Credentials
 from sandbox_egress.common.contain import _has_capability as has_capability
-from sandbox_egress.hookrunner.enforce import gitguard
+from sandbox_egress.hookrunner.enforce import gitbroker, gitclient, gitguard, gitpush, gitrun
 
 log = logging.getLogger("hookrunner")
 _CAP_SYS_ADMIN = 21
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many paths to make
-# read-only; the paths; then the program.
+# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many fresh tmpfs
+# directories (the broker's socket); them; the broker (python, gitbroker.py, socket, real
+# git, credentials) or "-"; how many paths to make read-only; the paths; then the program.
 SCRIPT = (
     'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    '"$mount" -t tmpfs -o mode=0755,size=64k hookrunner "$1" || exit 125; shift; '
+    "n=$((n - 1)); done; "
+    'if [ "$1" = - ]; then shift; else "$1" -I -S -B "$2" "$3" "$4" "$5" || exit 125; shift 5; fi; '
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
@@ -60,22 +65,41 @@ SCRIPT = (
 
 @dataclass(frozen=True)
 class Guard:
-    """The git guard of this runner process: where its wrapper is and what it covers."""
+    """The git guard of this runner process: where its wrapper is and what it covers.
 
-    directory: str  # runner-owned: the wrapper, ``gitguard.py`` and the real binary's mount point
-    wrapper: str  # runs ``gitguard.py`` with the real git's runner-owned path
-    real: str  # the git binary the guard execs
-    real_mount: str  # the runner-owned file the real binary is mounted on, in the namespace
+    In the namespace the real git is reachable only through the broker's descriptor
+    (D375): its execute-only copy is in ``hidden`` (mode 0000, in the read-only
+    directory: the tool user can neither traverse nor chmod it); ``run`` is a fresh
+    tmpfs per namespace for the broker's socket."""
+
+    directory: str  # runner-owned: the wrapper, the guard's modules, ``run``, ``hidden``
+    wrapper: str  # runs ``gitclient.py`` with the broker's socket
+    real: str  # the git binary (its copy is what the broker runs)
+    python: str  # the interpreter of the broker and the client
     covered: tuple[str, ...]  # every path of the git binary, the wrapper mounted over each
+
+    @property
+    def run(self) -> str:
+        return os.path.join(self.directory, "run")
+
+    @property
+    def hidden(self) -> str:
+        return os.path.join(self.directory, "hidden")
 
     def binds(self) -> list[tuple[str, str]]:
         wrappers = [(self.wrapper, path) for path in self.covered]
-        return [(self.directory, self.directory), (self.real, self.real_mount), *wrappers]
+        return [(self.directory, self.directory), *wrappers]
 
     def read_only(self) -> list[str]:
         """Made read-only in the namespace: a runner that is not root runs the tool as its
         own user, who owns the directory and could otherwise rewrite the guard."""
         return [self.directory, *self.covered]
+
+    def broker(self, credentials: str) -> list[str]:
+        """The broker's words in ``SCRIPT`` (``UID:GID`` or ``-``: drop every capability)."""
+        script = os.path.join(self.directory, "gitbroker.py")
+        socket = os.path.join(self.run, "broker.sock")
+        return [self.python, script, socket, os.path.join(self.hidden, "git"), credentials]
 
 
 @dataclass(frozen=True)
@@ -84,6 +108,8 @@ class Programs:
     mount: str
     setpriv: str
     unprivileged: bool  # the runner is not root: an unprivileged user namespace (D190)
+    own_proc: bool = True  # that namespace can mount its own /proc (not where /proc is
+    # partly covered, as in many containers: the kernel refuses a new one there; D375)
 
 
 _probed: list[Programs | None] = []
@@ -103,13 +129,15 @@ def _probe() -> Programs | None:
         return None
     if has_capability(_CAP_SYS_ADMIN):
         return Programs(unshare, mount, setpriv, unprivileged=False)
-    found = Programs(unshare, mount, setpriv, unprivileged=True)
-    argv = probe_argv(found)
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return found if done.returncode == 0 else None
+    for own_proc in (True, False):
+        found = Programs(unshare, mount, setpriv, unprivileged=True, own_proc=own_proc)
+        try:
+            done = subprocess.run(probe_argv(found), capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0:
+            return found
+    return None
 
 
 def probe_argv(tools: Programs) -> list[str]:
@@ -126,30 +154,44 @@ def namespace_argv(
     read_only: Sequence[str],
     user: Credentials | None,
     tools: Programs,
+    guard: Guard | None = None,
     *,
     lasting: bool = False,
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
-    so), as ``user`` (root's namespace) or without any capability (a user namespace).
+    so), as ``user`` (root's namespace) or without any capability (a user namespace, with
+    its own ``/proc`` unless ``lasting``); with ``guard``, its broker started first.
 
     ``lasting`` (the boundary of ``fire``, D381): what the program leaves running in the
     background outlives it (no PID namespace), and a root program without a ``user``
     keeps uid 0 but loses every capability (it cannot unmount a mask)."""
     program = list(argv)
+    credentials = "-"  # the broker's workers: as the program runs (D375)
     if tools.unprivileged:  # root of the user namespace until here; no capability after
         program = [tools.setpriv, *_NO_CAPABILITIES, *program]
         unshare = [tools.unshare, "--user", "--map-root-user"]
+        # its own /proc: no /proc/<pid>/root of a process outside leads to the host's git
         unshare += [] if lasting else ["--pid", "--fork", "--kill-child"]
+        unshare += ["--mount-proc"] if tools.own_proc and not lasting else []
     else:
         unshare = [tools.unshare]
         if user is not None:
             ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
             program = [tools.setpriv, *ids, *program]
+            credentials = f"{user.uid}:{user.gid}"
         elif lasting:
             program = [tools.setpriv, *_NO_CAPABILITIES, *program]
+        else:
+            credentials = "0:0"  # the program itself runs as root with its capabilities
     pairs = [path for pair in binds for path in pair]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
+    counts = [str(len(binds)), *pairs]
+    if guard is None:
+        counts += ["0", "-"]
+    else:
+        counts += ["1", guard.run, *guard.broker(credentials)]
+        read_only = [*read_only, guard.run]  # its socket in place, nobody replaces it
+    counts += [str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
 
 
@@ -226,6 +268,12 @@ def git_guard(path_variable: str) -> Guard | None:
     return guard
 
 
+def remove_guard(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        (directory / "hidden").chmod(0o700)  # 0000 (D375): a runner that is not root opens it
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _make_guard(path_variable: str) -> Guard | None:
     paths = git_paths(path_variable)
     python = guard_python()
@@ -235,18 +283,24 @@ def _make_guard(path_variable: str) -> Guard | None:
         return None
     real, covered = paths
     directory = Path(tempfile.mkdtemp(prefix="hookrunner-git-"))
-    atexit.register(shutil.rmtree, directory, True)
+    atexit.register(remove_guard, directory)
     directory.chmod(0o755)
-    source = directory / "gitguard.py"
-    shutil.copyfile(gitguard.__file__, source)
-    source.chmod(0o644)
-    real_mount = directory / "real-git"
-    real_mount.touch(0o755)
+    for module in (gitguard, gitpush, gitrun, gitbroker, gitclient):  # D370, D375
+        copy = directory / os.path.basename(str(module.__file__))
+        shutil.copyfile(str(module.__file__), copy)
+        copy.chmod(0o644)
+    (directory / "run").mkdir(mode=0o755)
+    hidden = directory / "hidden"
+    hidden.mkdir(mode=0o700)
+    shutil.copyfile(real, hidden / "git")
+    (hidden / "git").chmod(0o111)  # execute-only: a git run from it is not dumpable
+    hidden.chmod(0o000)  # the broker opens it with its capabilities; nobody else traverses it
     wrapper = directory / "git"
-    command = shlex.join([python, "-I", "-S", str(source), str(real_mount)])
+    socket = directory / "run" / "broker.sock"
+    command = shlex.join([python, "-I", "-S", str(directory / "gitclient.py"), str(socket)])
     wrapper.write_text(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
     wrapper.chmod(0o755)
-    return Guard(str(directory), str(wrapper), real, str(real_mount), tuple(covered))
+    return Guard(str(directory), str(wrapper), real, python, tuple(covered))
 
 
 def tool_namespace(
@@ -267,7 +321,7 @@ def tool_namespace(
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
     read_only = guard.read_only() if guard is not None else []
-    made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting)
+    made = namespace_argv(argv, every, read_only, user, tools, guard, lasting=lasting)
     return made, None, True
 
 

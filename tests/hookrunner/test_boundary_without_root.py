@@ -106,7 +106,7 @@ def as_non_root_runner(top: Path, guard: toolns.Guard, code: str) -> tuple[int, 
     work = top / "ws"
     binds = [*guard.binds(), *(("/dev/null", p) for p in mask.protected_files(work))]
     argv = toolns.namespace_argv(
-        ["bash", "-c", code], binds, guard.read_only(), None, unprivileged()
+        ["bash", "-c", code], binds, guard.read_only(), None, unprivileged(), guard
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(top), "LANG": "C.UTF-8"}
     done = subprocess.run(

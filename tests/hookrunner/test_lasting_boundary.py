@@ -60,7 +60,7 @@ def test_without_root_a_background_run_outlives_the_command_under_the_boundary(
     )
     binds = [*guard.binds(), *(("/dev/null", p) for p in mask.protected_files(work))]
     argv = toolns.namespace_argv(
-        ["bash", "-c", code], binds, guard.read_only(), None, unprivileged(), lasting=True
+        ["bash", "-c", code], binds, guard.read_only(), None, unprivileged(), guard, lasting=True
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(top), "LANG": "C.UTF-8"}
     before = git(top / "remote.git", "rev-parse", "main")
