@@ -109,14 +109,15 @@ class PlaceholderIndex:
         return replace(self, view=view)
 
     def foreign_in(self, data: bytes, own: Holder | None) -> bool:
-        """Whether `data` holds a placeholder that is not `own`'s alone to hold: one of
-        another entry, or one two files repeat (D179), or a shared one `own` is not
-        among the holders of (D362)."""
+        """Whether `data` holds a placeholder that is not `own`'s alone to hold, as this
+        view sees it (D342): one of another entry, or one two files repeat (D179), or a
+        shared one `own` is not among the holders of (D362)."""
         if self.pattern is None:
             return False
+        view, owners = self.view, self.owners
         for match in self.pattern.finditer(data):
             key = match.group()
-            holders = self.owners[key]
+            holders = view.get(key) or owners[key]  # as this view sees it (D342)
             if own not in holders if key in self.shared else bool(holders - {own}):
                 return True
         return False
