@@ -1,0 +1,90 @@
+"""End to end, an independent attack on the MCP gate (issue 43's surface): answers a
+misbehaving MCP server labels so that the gate's `filter_tools_list` would not read them
+as an event stream, while an MCP client does (the TypeScript SDK reads a GET stream
+whatever its Content-Type; the Python SDK takes a POST answer whose Content-Type begins
+with `text/event-stream`, also when the field is sent twice).
+
+The upstream is testbed/hostile_server.py (`/mcp-stream?type=N`): one server-sent event
+carrying a `tools/list` result with an allowed and a refused tool, under the Content-Type
+fields of `MCP_STREAM_TYPES[N]`. Whatever the label, the refused tool never reaches the
+sandbox (D420).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+import pytest
+
+from testbed.hostile_server import MCP_STREAM_TYPES
+from tests.e2e.conftest import PrivateProxy
+from tests.e2e.memory_support import (  # noqa: F401 - fixtures
+    HOSTILE_PORT,
+    Hostile,
+    hostile_fixture,
+    plain,
+)
+
+pytestmark = pytest.mark.netns
+
+HOST = f"other.allowed.test:{HOSTILE_PORT}"
+CONFIG = f"""\
+network:
+  allowlist:
+    - domain: other.allowed.test
+      ports: [{HOSTILE_PORT}]
+      mcp:
+        endpoint: ["/mcp"]
+        tools: [search_repositories]
+        filter_tools_list: true
+    - domain: 198.18.1.0/24
+"""
+TOOLS_LIST = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+
+
+@pytest.fixture(name="proxy")
+def proxy_fixture(private_proxy) -> PrivateProxy:  # type: ignore[no-untyped-def]
+    return private_proxy("mcp-attack", CONFIG)
+
+
+def exchange(p: PrivateProxy, head: bytes, timeout: float = 20.0) -> bytes:
+    """Everything the proxy sends back on a connection closed after one answer."""
+    received, deadline = b"", time.monotonic() + timeout
+    with contextlib.closing(plain(p)) as sock:
+        sock.sendall(head)
+        while time.monotonic() < deadline and len(received) < 1 << 20:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, socket.timeout, OSError):
+                break
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+def request(method: str, path: str, body: bytes = b"") -> bytes:
+    head = (
+        f"{method} http://{HOST}{path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n"
+        "Accept: application/json, text/event-stream\r\n"
+    )
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+@pytest.mark.parametrize("variant", range(len(MCP_STREAM_TYPES)))
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_refused_tool_never_reaches_the_sandbox_whatever_the_stream_is_labelled(
+    proxy: PrivateProxy, hostile: Hostile, method: str, variant: int
+) -> None:
+    mark = hostile.log.mark()
+    body = TOOLS_LIST if method == "POST" else b""
+    answer = exchange(proxy, request(method, f"/mcp?type={variant}", body))
+    served = hostile.log.wait_for(mark, lambda e: e.get("path") == "/mcp", timeout=15)
+    assert served["ended_by"] == "size"  # the server did send its unfiltered list
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert b"delete_repo" not in answer, answer
