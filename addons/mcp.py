@@ -208,7 +208,9 @@ def answer_label(fields: list[str]) -> str:
 
 def _has_body(flow: http.HTTPFlow) -> bool:
     response = flow.response
-    if response is None or flow.request.method == "HEAD" or response.status_code in (204, 304):
+    if response is None or flow.request.method == "HEAD" or response.status_code < 200:
+        return False  # a 101 goes on as a WebSocket (judged per message) or is refused
+    if response.status_code in (204, 304):
         return False
     return response.headers.get("content-length") != "0"
 

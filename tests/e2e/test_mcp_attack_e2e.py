@@ -8,16 +8,22 @@ The upstream is testbed/hostile_server.py (`/mcp-stream?type=N`): one server-sen
 carrying a `tools/list` result with an allowed and a refused tool, under the Content-Type
 fields of `MCP_STREAM_TYPES[N]`. Whatever the label, the refused tool never reaches the
 sandbox (D420).
+
+A request target with a fragment (`/mcp#x`, which Node's and httptools' parsers route to
+`/mcp`) would be another path to the gate; it never gets that far (the request head check
+refuses it), so a body the gate could neither hold nor read as JSON cannot use it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import time
 
 import pytest
 
+from testbed.expect import Observed
 from testbed.hostile_server import MCP_STREAM_TYPES
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
@@ -39,6 +45,10 @@ network:
         endpoint: ["/mcp"]
         tools: [search_repositories]
         filter_tools_list: true
+    - domain: x.wild.test                 # the echo upstream: it shows what reached it
+      mcp:
+        endpoint: ["/mcp"]
+        tools: [search_repositories]
     - domain: 198.18.1.0/24
 """
 TOOLS_LIST = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
@@ -88,3 +98,26 @@ def test_a_refused_tool_never_reaches_the_sandbox_whatever_the_stream_is_labelle
     assert served["ended_by"] == "size"  # the server did send its unfiltered list
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     assert b"delete_repo" not in answer, answer
+
+
+REFUSED_CALL = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
+
+
+@pytest.mark.parametrize("target", ["/mcp#x", "/mcp#", "/mcp/#/../x"])
+def test_a_fragment_does_not_move_a_post_off_the_endpoint(
+    proxy: PrivateProxy, obs: Observed, target: str
+) -> None:
+    """A chunked text/plain body to `/mcp#x` is refused unread, never relayed."""
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(REFUSED_CALL), REFUSED_CALL)
+    mark = proxy.view.audit_log.mark()
+    with proxy.view.tunnel("x.wild.test:443") as conn:
+        head = (
+            f"POST {target} HTTP/1.1\r\nHost: x.wild.test\r\nContent-Type: text/plain\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n"
+        )
+        conn.send(head.encode() + chunked)
+        with contextlib.suppress(ConnectionError, ssl.SSLError, OSError):
+            conn.read_response("POST")
+    obs.assert_nothing_reached()
+    audit = proxy.view.audit_log.wait_for(mark, lambda a: a.get("method") == "POST")
+    assert (audit["decision"], audit["reason"]) == ("deny", "bad_request")
