@@ -6,7 +6,7 @@ with `text/event-stream`, also when the field is sent twice).
 
 The upstream is testbed/hostile_server.py (`/mcp-stream?type=N`): one server-sent event
 carrying a `tools/list` result with an allowed and a refused tool, under the Content-Type
-fields of `MCP_STREAM_TYPES[N]`. Whatever the label, the refused tool never reaches the
+fields of `MCP_STREAM_TYPES[N]` and in its charset (httpx decodes an event stream by it). Whatever the label, the refused tool never reaches the
 sandbox (D420).
 
 A request target with a fragment (`/mcp#x`, which Node's and httptools' parsers route to
@@ -17,14 +17,13 @@ refuses it), so a body the gate could neither hold nor read as JSON cannot use i
 from __future__ import annotations
 
 import contextlib
-import socket
 import ssl
-import time
 
 import pytest
 
 from testbed.expect import Observed
 from testbed.hostile_server import MCP_STREAM_TYPES
+from testbed.rawhttp import Conn, Response
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     HOSTILE_PORT,
@@ -59,21 +58,11 @@ def proxy_fixture(private_proxy) -> PrivateProxy:  # type: ignore[no-untyped-def
     return private_proxy("mcp-attack", CONFIG)
 
 
-def exchange(p: PrivateProxy, head: bytes, timeout: float = 20.0) -> bytes:
-    """Everything the proxy sends back on a connection closed after one answer."""
-    received, deadline = b"", time.monotonic() + timeout
-    with contextlib.closing(plain(p)) as sock:
-        sock.sendall(head)
-        while time.monotonic() < deadline and len(received) < 1 << 20:
-            sock.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                chunk = sock.recv(65536)
-            except (TimeoutError, socket.timeout, OSError):
-                break
-            if not chunk:
-                break
-            received += chunk
-    return received
+def exchange(p: PrivateProxy, head: bytes, method: str) -> Response:
+    """The answer to one request on a connection of its own."""
+    with Conn.over(plain(p)) as conn:
+        conn.send(head)
+        return conn.read_response(method)
 
 
 def request(method: str, path: str, body: bytes = b"") -> bytes:
@@ -93,11 +82,13 @@ def test_a_refused_tool_never_reaches_the_sandbox_whatever_the_stream_is_labelle
 ) -> None:
     mark = hostile.log.mark()
     body = TOOLS_LIST if method == "POST" else b""
-    answer = exchange(proxy, request(method, f"/mcp?type={variant}", body))
+    answer = exchange(proxy, request(method, f"/mcp?type={variant}", body), method)
     served = hostile.log.wait_for(mark, lambda e: e.get("path") == "/mcp", timeout=15)
     assert served["ended_by"] == "size"  # the server did send its unfiltered list
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
-    assert b"delete_repo" not in answer, answer
+    assert answer.status == 200, answer.describe()
+    encoding = MCP_STREAM_TYPES[variant][1]
+    assert "delete_repo" not in answer.body.decode(encoding, errors="replace"), answer.describe()
+    assert b"delete_repo" not in answer.body, answer.describe()
 
 
 REFUSED_CALL = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
