@@ -29,7 +29,10 @@ from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
 from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route
 from sandbox_egress.proxy.mcp.sse import EventStream
 from sandbox_egress.proxy.mcp.tools_list import (
+    AMBIGUOUS_LABEL,
+    JSON_LABEL,
     Unreadable,
+    answer_label,
     json_transform,
     streams_filter,
     tools_filter,
@@ -156,7 +159,8 @@ def answer_stream(flow: http.HTTPFlow, state: FlowState, inner: Stream) -> Strea
         return inner
     limit = min(p.max_body for p in tools.policies)
     transform = (
-        EventStream(tools.rewrite, limit).feed if sse_stream or tools.ids is None
+        EventStream(tools.rewrite, limit).feed
+        if sse_stream or tools.ids is None
         else json_transform(tools, limit)
     )
     if "content-encoding" in response.headers or label == AMBIGUOUS_LABEL:
@@ -188,36 +192,6 @@ def _refuse(data: bytes) -> bytes:
     if data:
         raise Unreadable("a compressed answer, or one labelled both JSON and other")
     return b""
-
-
-JSON_LABEL, SSE_LABEL, OTHER_LABEL, AMBIGUOUS_LABEL = "json", "sse", "other", "ambiguous"
-
-
-def answer_label(fields: list[str]) -> str:
-    """How an MCP client may read an answer by its Content-Type fields (D420): `json` and
-    `sse` for exactly one field of that media type; `ambiguous` (refused) for a charset
-    other than UTF-8 (D421) or for anything else that names JSON (several fields, a list
-    in one: a client reading by prefix takes it as JSON, another as events); `other` (no
-    field, another type) is read as events."""
-    if any(_foreign_charset(field) for field in fields):
-        return AMBIGUOUS_LABEL  # decoded by a client as the filter never reads it
-    kinds = [field.split(";")[0].strip().lower() for field in fields]
-    if kinds == ["application/json"]:
-        return JSON_LABEL
-    if kinds == ["text/event-stream"]:
-        return SSE_LABEL
-    return AMBIGUOUS_LABEL if any("json" in field.lower() for field in fields) else OTHER_LABEL
-
-
-def _foreign_charset(field: str) -> bool:
-    """Whether a Content-Type field names a charset other than UTF-8 (httpx decodes an
-    event stream by it: UTF-16 or EBCDIC text the filter reads as bytes hides a list)."""
-    for parameter in field.split(";")[1:]:
-        name, _, value = parameter.partition("=")
-        if name.strip().lower() == "charset":
-            if value.strip().strip('"').strip().lower() not in ("utf-8", "utf8"):
-                return True
-    return False
 
 
 def _has_body(flow: http.HTTPFlow) -> bool:

@@ -3,13 +3,14 @@ to a `tools/list` request lists only the tools the entry allows.
 
 `ToolsFilter` rewrites one JSON-RPC document (a message or a batch): each response whose
 `result.tools` is a list keeps only the items whose `name` the policy allows, whatever its
-`id` (the SDK clients coerce ids: `"2"` and `2.0` answer request 2, D422). The JSON body transform (`json_transform`) collects the answer, bounded,
-and rewrites it at its end; server-sent events go through `proxy.mcp.sse`, one event at
-a time.
+`id` (the SDK clients coerce ids: `"2"` and `2.0` answer request 2, D422). `answer_label`
+says how a client may read an answer by its Content-Type (D420, D421). The JSON body
+transform (`json_transform`) collects the answer, bounded, and rewrites it at its end;
+server-sent events go through `proxy.mcp.sse`, one event at a time.
 
 Invariant: an answer this filter cannot read (not UTF-8, not JSON, an object with a key
-twice, over the bound) is
-never forwarded unfiltered: `Unreadable` is raised and the adapter ends the answer (D215).
+twice, over the bound) is never forwarded unfiltered: `Unreadable` is raised and the
+adapter ends the answer (D215).
 """
 
 from __future__ import annotations
@@ -87,6 +88,36 @@ def streams_filter(policies: tuple[McpPolicy, ...]) -> ToolsFilter | None:
     a replay after `Last-Event-ID`): each response listing tools, whatever its id."""
     filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
     return ToolsFilter(filtering, None) if filtering else None
+
+
+JSON_LABEL, SSE_LABEL, OTHER_LABEL, AMBIGUOUS_LABEL = "json", "sse", "other", "ambiguous"
+
+
+def answer_label(fields: list[str]) -> str:
+    """How an MCP client may read an answer by its Content-Type fields (D420): `json` and
+    `sse` for exactly one field of that media type; `ambiguous` (refused) for a charset
+    other than UTF-8 (D421) or for anything else that names JSON (several fields, a list
+    in one: a client reading by prefix takes it as JSON, another as events); `other` (no
+    field, another type) is read as events."""
+    if any(_foreign_charset(field) for field in fields):
+        return AMBIGUOUS_LABEL  # decoded by a client as the filter never reads it
+    kinds = [field.split(";")[0].strip().lower() for field in fields]
+    if kinds == ["application/json"]:
+        return JSON_LABEL
+    if kinds == ["text/event-stream"]:
+        return SSE_LABEL
+    return AMBIGUOUS_LABEL if any("json" in field.lower() for field in fields) else OTHER_LABEL
+
+
+def _foreign_charset(field: str) -> bool:
+    """Whether a Content-Type field names a charset other than UTF-8 (httpx decodes an
+    event stream by it: UTF-16 or EBCDIC text the filter reads as bytes hides a list)."""
+    for parameter in field.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').strip().lower()
+        if name.strip().lower().startswith("charset") and charset not in ("utf-8", "utf8"):
+            return True  # `charset*=` (RFC 2231) too, which Python's email parser reads
+    return False
 
 
 def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:

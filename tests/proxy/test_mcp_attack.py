@@ -5,7 +5,10 @@ MCP client reads as its tools list while the filter read them as something else.
   Python SDK by `coerce_request_id`, so `"2"`, `2.0`, `"2.0"` or `" 2"` answer request 2;
   a JSON answer held for a POST's `tools/list` is filtered by shape, whatever its id (D422);
 * duplicate keys: parsers disagree on which copy wins (a Go struct merges the copies), so
-  an answer with a key twice is never forwarded (D423).
+  an answer with a key twice is never forwarded (D423);
+* labels: an answer is read as JSON only under one `Content-Type: application/json`, as
+  events otherwise, refused when named both ways or in a charset other than UTF-8
+  (D420, D421; end to end in tests/e2e/test_mcp_attack_e2e.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ import json
 import pytest
 
 from sandbox_egress.proxy.mcp.sse import EventStream
-from sandbox_egress.proxy.mcp.tools_list import ToolsFilter, Unreadable, json_transform
+from sandbox_egress.proxy.mcp.tools_list import (
+    AMBIGUOUS_LABEL,
+    JSON_LABEL,
+    OTHER_LABEL,
+    SSE_LABEL,
+    ToolsFilter,
+    Unreadable,
+    answer_label,
+    json_transform,
+)
 from tests.proxy.test_mcp import POLICY
 
 FILTER = ToolsFilter((POLICY,), frozenset({2}))
@@ -46,3 +58,28 @@ def test_an_answer_with_a_key_twice_is_never_forwarded(text: str) -> None:
     stream = EventStream(ToolsFilter((POLICY,), None).rewrite, 1 << 20)
     with pytest.raises(Unreadable):
         stream.feed(b"data: " + text.encode() + b"\n\n")
+
+
+LABELS = [
+    # (Content-Type fields, how a client may read the answer)
+    (["application/json"], JSON_LABEL),
+    (["Application/JSON; charset=UTF-8"], JSON_LABEL),
+    (["text/event-stream"], SSE_LABEL),
+    (['text/event-stream;charset="utf-8"'], SSE_LABEL),
+    (["text/event-stream", "text/event-stream"], OTHER_LABEL),  # read as events
+    ([], OTHER_LABEL),
+    (["text/plain"], OTHER_LABEL),
+    (["text/event-stream, application/json"], AMBIGUOUS_LABEL),  # JSON to one, events to another
+    (["application/json", "application/json"], AMBIGUOUS_LABEL),
+    (["application/json", "text/event-stream"], AMBIGUOUS_LABEL),
+    (["text/event-stream; charset=utf-16"], AMBIGUOUS_LABEL),  # httpx decodes by it
+    (["application/json; charset=utf-16"], AMBIGUOUS_LABEL),
+    (["text/event-stream; CHARSET = cp500"], AMBIGUOUS_LABEL),
+    (["text/event-stream; charset*=utf-8''utf-16"], AMBIGUOUS_LABEL),
+    (["text/event-stream; charset=utf-8; charset=utf-7"], AMBIGUOUS_LABEL),
+]
+
+
+@pytest.mark.parametrize(("fields", "label"), LABELS)
+def test_an_answer_is_json_only_when_labelled_json_alone(fields: list[str], label: str) -> None:
+    assert answer_label(fields) == label
