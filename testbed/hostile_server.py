@@ -105,7 +105,12 @@ def plan(path: str, query: dict[str, list[str]], size: int) -> tuple[bytes, byte
         fields, encoding = MCP_STREAM_TYPES[int(query.get("type", ["0"])[0])]
         head = b"".join(b"Content-Type: %s\r\n" % field for field in fields)
         body = MCP_TOOLS_EVENT.decode().encode(encoding)
-        return b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body), b"", 0, b""
+        return (
+            b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body),
+            b"",
+            0,
+            b"",
+        )
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", b"", 0, b""
 
 

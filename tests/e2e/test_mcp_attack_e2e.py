@@ -91,7 +91,9 @@ def test_a_refused_tool_never_reaches_the_sandbox_whatever_the_stream_is_labelle
     assert b"delete_repo" not in answer.body, answer.describe()
 
 
-REFUSED_CALL = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
+REFUSED_CALL = (
+    b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}'
+)
 
 
 @pytest.mark.parametrize("target", ["/mcp#x", "/mcp#", "/mcp/#/../x"])
