@@ -12,6 +12,9 @@ sandbox (D420).
 A request target with a fragment (`/mcp#x`, which Node's and httptools' parsers route to
 `/mcp`) would be another path to the gate; it never gets that far (the request head check
 refuses it), so a body the gate could neither hold nor read as JSON cannot use it.
+
+`SPELLINGS`: request-side attacks (methods, path spellings, JSON encodings, framing,
+pipelining, upgrades) that each carry a refused call; none reaches the echo upstream.
 """
 
 from __future__ import annotations
@@ -114,3 +117,79 @@ def test_a_fragment_does_not_move_a_post_off_the_endpoint(
     obs.assert_nothing_reached()
     audit = proxy.view.audit_log.wait_for(mark, lambda a: a.get("method") == "POST")
     assert (audit["decision"], audit["reason"]) == ("deny", "bad_request")
+
+
+def _call(name: str = "delete_repo", method: str = "tools/call") -> bytes:
+    return b'{"jsonrpc":"2.0","id":7,"method":"%s","params":{"name":"%s","arguments":{}}}' % (
+        method.encode(),
+        name.encode(),
+    )
+
+
+ALLOWED = _call("search_repositories")
+
+
+def _post(target: str, body: bytes, *fields: str, method: str = "POST") -> bytes:
+    head = f"{method} {target} HTTP/1.1\r\nHost: x.wild.test\r\n" + "".join(
+        f"{f}\r\n" for f in fields
+    )
+    if not any(f.lower().startswith(("content-length", "transfer-encoding")) for f in fields):
+        head += f"Content-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+JSON_TYPE = "Content-Type: application/json"
+SPELLINGS = [
+    # (id, the bytes sent): each carries a refused call; none may reach the server
+    ("put", _post("/mcp", REFUSED_CALL, JSON_TYPE, method="PUT")),
+    ("patch-case-slash", _post("/MCP/", REFUSED_CALL, JSON_TYPE, method="PATCH")),
+    ("get-with-body", _post("/mcp", REFUSED_CALL, JSON_TYPE, method="GET")),
+    ("query", _post("/mcp?x=1", REFUSED_CALL, JSON_TYPE)),
+    ("params-segment", _post("/mcp;v=1/", REFUSED_CALL, JSON_TYPE)),
+    ("dot-segments", _post("/a/./../mcp/.", REFUSED_CALL, JSON_TYPE)),
+    ("encoded-dots", _post("/a/%2e%2e/mcp", REFUSED_CALL, JSON_TYPE)),
+    ("encoded-slash", _post("/mcp%2Fx", REFUSED_CALL, JSON_TYPE)),
+    ("double-encoded", _post("/%256Dcp", REFUSED_CALL, JSON_TYPE)),
+    ("backslash", _post("/x\\..\\mcp", REFUSED_CALL, JSON_TYPE)),
+    ("nul", _post("/mcp%00", REFUSED_CALL, JSON_TYPE)),
+    ("absolute-form", _post("https://x.wild.test/mcp", REFUSED_CALL, JSON_TYPE)),
+    ("escaped-method", _post("/mcp", _call(method="tools\\u002fcall"), JSON_TYPE)),
+    ("escaped-name", _post("/mcp", _call("delete\\u005frepo"), JSON_TYPE)),
+    ("batch", _post("/mcp", b"[" + ALLOWED + b"," + REFUSED_CALL + b"]", JSON_TYPE)),
+    ("dup-name", _post("/mcp", ALLOWED.replace(b'"arguments"', b'"name":"delete_repo","arguments"'), JSON_TYPE)),  # noqa: E501
+    ("dup-method-case", _post("/mcp", REFUSED_CALL.replace(b'"method"', b'"Method":"ping","method"'), JSON_TYPE)),  # noqa: E501
+    ("bom", _post("/mcp", b"\xef\xbb\xbf" + REFUSED_CALL, JSON_TYPE)),
+    ("utf16", _post("/mcp", REFUSED_CALL.decode().encode("utf-16"), JSON_TYPE)),
+    ("utf16-other-path", _post("/rpc", REFUSED_CALL.decode().encode("utf-16-le"), JSON_TYPE)),
+    ("utf32-other-path", _post("/rpc", REFUSED_CALL.decode().encode("utf-32"), "Content-Type: text/plain")),  # noqa: E501
+    ("text-plain-other-path", _post("/rpc", REFUSED_CALL, "Content-Type: text/plain")),
+    ("no-type-other-path", _post("/rpc", REFUSED_CALL)),
+    ("two-types", _post("/mcp", REFUSED_CALL, JSON_TYPE, JSON_TYPE)),
+    ("charset-utf16", _post("/mcp", REFUSED_CALL, "Content-Type: application/json; charset=utf-16")),  # noqa: E501
+    ("te-and-cl", _post("/mcp", b"%x\r\n%s\r\n0\r\n\r\n" % (len(REFUSED_CALL), REFUSED_CALL), JSON_TYPE, "Transfer-Encoding: chunked", f"Content-Length: {len(REFUSED_CALL)}")),  # noqa: E501
+    ("chunk-ext-other-path", _post("/rpc", b"%x;a=b\r\n%s\r\n0\r\n\r\n" % (len(REFUSED_CALL), REFUSED_CALL), JSON_TYPE, "Transfer-Encoding: chunked")),  # noqa: E501
+    ("gzip-other-path", _post("/rpc", REFUSED_CALL, JSON_TYPE, "Content-Encoding: identity")),
+    ("expect-100", _post("/mcp", REFUSED_CALL, JSON_TYPE, "Expect: 100-continue")),
+    ("http10", _post("/mcp", REFUSED_CALL, JSON_TYPE).replace(b"HTTP/1.1", b"HTTP/1.0", 1)),
+    ("trailing-document", _post("/mcp", REFUSED_CALL + b" " + ALLOWED, JSON_TYPE)),
+    ("nested-params-name", _post("/mcp", _call().replace(b'"params":{', b'"params":{"params":{"name":"search_repositories"},'), JSON_TYPE)),  # noqa: E501
+    ("float-id", _post("/mcp", REFUSED_CALL.replace(b'"id":7', b'"id":7.0'), JSON_TYPE)),
+    ("pipelined", _post("/mcp", ALLOWED, JSON_TYPE) + _post("/mcp", REFUSED_CALL, JSON_TYPE)),
+    ("empty-lines-first", b"\r\n\r\n" + _post("/mcp", REFUSED_CALL, JSON_TYPE)),
+    ("websocket-upgrade", _post("/mcp", b"", "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13")),  # noqa: E501
+    ("h2c-upgrade", _post("/mcp", REFUSED_CALL, JSON_TYPE, "Upgrade: h2c", "Connection: Upgrade, HTTP2-Settings", "HTTP2-Settings: AAMAAABkAAQAAP__")),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sent", [s[1] for s in SPELLINGS], ids=[s[0] for s in SPELLINGS])
+def test_no_spelling_of_a_refused_call_reaches_the_server(
+    proxy: PrivateProxy, obs: Observed, sent: bytes
+) -> None:
+    with proxy.view.tunnel("x.wild.test:443") as conn:
+        conn.send(sent)
+        conn.sock.settimeout(5)
+        with contextlib.suppress(ConnectionError, ssl.SSLError, OSError, ValueError):
+            for _ in range(2):
+                conn.read_response("POST")
+    reached = [(r["method"], r["body_len"]) for r in obs.requests()]
+    assert reached == ([("POST", len(ALLOWED))] if sent.count(b"HTTP/1.1\r\n") > 1 else [])
