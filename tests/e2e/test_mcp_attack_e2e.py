@@ -20,7 +20,9 @@ pipelining, upgrades) that each carry a refused call; none reaches the echo upst
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ssl
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +195,59 @@ def test_no_spelling_of_a_refused_call_reaches_the_server(
                 conn.read_response("POST")
     reached = [(r["method"], r["body_len"]) for r in obs.requests()]
     assert reached == ([("POST", len(ALLOWED))] if sent.count(b"HTTP/1.1\r\n") > 1 else [])
+
+
+def _sigv4_config(key_file: Path, secret_file: Path) -> str:
+    return f"""\
+credentials:
+  aws-mcp: {{aws: {{access_key_id: "${{file:{key_file}}}",
+                   secret_access_key: "${{file:{secret_file}}}"}}}}
+network:
+  allowlist:
+    - domain: x.wild.test                 # an MCP server behind SigV4 (an AWS gateway)
+      credential: {{name: aws-mcp, as: sigv4, placeholder_access_key_id: {PLACEHOLDER},
+                   services: [bedrock-agentcore], regions: [us-east-1]}}
+      mcp:
+        endpoint: ["/mcp"]
+        tools: [search_repositories]
+    - domain: 198.18.1.0/24
+"""
+
+
+PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
+
+
+def _signed(body: bytes) -> list[tuple[str, str]]:
+    """What a SigV4 client holding the placeholder sends (its signature is worthless)."""
+    scope = "20261204/us-east-1/bedrock-agentcore/aws4_request"
+    return [
+        ("Host", "x.wild.test"),
+        ("Content-Type", "application/json"),
+        ("X-Amz-Date", "20261204T000000Z"),
+        ("X-Amz-Content-SHA256", hashlib.sha256(body).hexdigest()),
+        ("Authorization", f"AWS4-HMAC-SHA256 Credential={PLACEHOLDER}/{scope}, "
+                          f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+                          f"Signature={'0' * 64}"),
+    ]  # fmt: skip
+
+
+def test_an_mcp_entry_signed_with_sigv4_still_judges_each_call(
+    private_proxy, e2e_dir: Path, obs: Observed
+) -> None:  # type: ignore[no-untyped-def]
+    """SigV4 holds the body to sign it; the MCP gate must judge that same held body (D424)."""
+    key_file, secret_file = e2e_dir / "mcp-aws-id", e2e_dir / "mcp-aws-key"
+    key_file.write_text("AKIAREALKEYFORMCPXYZ\n")
+    secret_file.write_text("realsecretrealsecretrealsecretrealsecret\n")
+    view = private_proxy("mcp-sigv4", _sigv4_config(key_file, secret_file)).view
+    with view.tunnel("x.wild.test:443") as conn:
+        refused = conn.request("POST", "/mcp", _signed(REFUSED_CALL), REFUSED_CALL)
+    assert (refused.status, refused.header_all("X-Egress-Denied")) == (403, ["mcp_tool_denied"])
+    obs.assert_nothing_reached()
+    with view.tunnel("x.wild.test:443") as conn:
+        allowed = conn.request("POST", "/mcp", _signed(ALLOWED), ALLOWED)
+    assert allowed.status == 200, allowed.describe()
+    request = obs.only_request()
+    assert (request["target"], request["body_len"]) == ("/mcp", len(ALLOWED))
+    assert dict(request["headers"])["Authorization"].startswith(
+        "AWS4-HMAC-SHA256 Credential=AKIAREALKEYFORMCPXYZ/"
+    )  # signed with the real key
