@@ -185,10 +185,11 @@ class Requests:
 
     def request(self, flow: http.HTTPFlow) -> None:
         """A held SigV4 body is hashed and signed (`addons.sigv4`), a held MCP POST judged
-        on its messages (`addons.mcp`), both for an MCP server behind SigV4 (D424). Request trailers arrive after the body streamed,
-        too late for a refusal: a trailer block with bytes no upstream may see is dropped,
-        never forwarded (D21). A git push still held here was never judged
-        (`addons.pushgate` reads every held body): it is refused."""
+        on its messages (`addons.mcp`), both for an MCP server behind SigV4 (D424). Request
+        trailers arrive after the body streamed, too late for a refusal: a trailer block
+        with bytes no upstream may see is dropped, never forwarded (D21). A git push still
+        held here was never judged (`addons.pushgate` reads every held body): it is
+        refused."""
         state = flow.metadata.get(FLOW_KEY)
         if isinstance(state, FlowState) and state.sigv4 is not None:
             held, state.sigv4 = state.sigv4, None
