@@ -29,7 +29,10 @@ from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
 from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route
 from sandbox_egress.proxy.mcp.sse import EventStream
 from sandbox_egress.proxy.mcp.tools_list import (
+    AMBIGUOUS_LABEL,
+    JSON_LABEL,
     Unreadable,
+    answer_label,
     json_transform,
     streams_filter,
     tools_filter,
@@ -145,19 +148,23 @@ def answer_stream(flow: http.HTTPFlow, state: FlowState, inner: Stream) -> Strea
     """The response's stream function with the tools/list filter after `inner` (counting,
     redaction); unchanged when the answer needs no filter."""
     held, response = state.mcp, flow.response
-    if held is None or response is None:
+    if held is None or response is None or not _has_body(flow):
         return inner
-    sse = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    sse_stream = sse == "text/event-stream"
-    tools = held.streams if sse_stream else held.tools  # a stream: by shape (D334)
+    label = answer_label(response.headers.get_all("content-type"))
+    sse_stream = label != JSON_LABEL  # what a client may read as events is (D420)
+    tools = held.tools if not sse_stream else held.streams  # a stream: by shape (D334)
+    if not sse_stream and tools is None and held.route is Route.ANSWER:
+        tools = held.streams  # a GET's answer: a client may read it as events whatever it says
     if tools is None:
         return inner
     limit = min(p.max_body for p in tools.policies)
     transform = (
-        EventStream(tools.rewrite, limit).feed if sse_stream else json_transform(tools, limit)
+        EventStream(tools.rewrite, limit).feed
+        if sse_stream or tools.ids is None
+        else json_transform(tools, limit)
     )
-    if "content-encoding" in response.headers:  # compressed although asked for identity
-        transform = _refuse
+    if "content-encoding" in response.headers or label == AMBIGUOUS_LABEL:
+        transform = _refuse  # compressed although asked for identity, or read two ways
     response.headers.pop("content-length", None)  # the body is rewritten
     if not (response.is_http2 or response.is_http3):
         response.headers["transfer-encoding"] = "chunked"
@@ -182,7 +189,18 @@ def answer_stream(flow: http.HTTPFlow, state: FlowState, inner: Stream) -> Strea
 
 
 def _refuse(data: bytes) -> bytes:
-    raise Unreadable("a compressed answer")
+    if data:
+        raise Unreadable("a compressed answer, or one labelled both JSON and other")
+    return b""
+
+
+def _has_body(flow: http.HTTPFlow) -> bool:
+    response = flow.response
+    if response is None or flow.request.method == "HEAD" or response.status_code < 200:
+        return False  # a 101 goes on as a WebSocket (judged per message) or is refused
+    if response.status_code in (204, 304):
+        return False
+    return response.headers.get("content-length") != "0"
 
 
 def websocket_message(flow: http.HTTPFlow, metrics: ProxyMetrics) -> None:

@@ -89,6 +89,10 @@ class Requests:
                     else RequestAnswer(signed, answer.host)
                 )
             state.decision = answer.decision  # only once applied: an exception refuses
+            if state.sigv4 is not None and answer.mcp:  # the body SigV4 holds is MCP (D424)
+                refused, _ = mcp.start(flow, state, answer.mcp)
+                if refused is not None:
+                    state.decision, state.sigv4 = refused, None  # refused before it is read
             if state.sigv4 is not None:
                 return  # decided and counted once its body is hashed and signed (`request`)
             if answer.push and state.decision.allowed:
@@ -178,10 +182,11 @@ class Requests:
 
     def request(self, flow: http.HTTPFlow) -> None:
         """A held SigV4 body is hashed and signed (`addons.sigv4`), a held MCP POST judged
-        on its messages (`addons.mcp`). Request trailers arrive after the body streamed,
-        too late for a refusal: a trailer block with bytes no upstream may see is dropped,
-        never forwarded (D21). A git push still held here was never judged
-        (`addons.pushgate` reads every held body): it is refused."""
+        on its messages (`addons.mcp`), both for an MCP server behind SigV4 (D424). Request
+        trailers arrive after the body streamed, too late for a refusal: a trailer block
+        with bytes no upstream may see is dropped, never forwarded (D21). A git push still
+        held here was never judged (`addons.pushgate` reads every held body): it is
+        refused."""
         state = flow.metadata.get(FLOW_KEY)
         if isinstance(state, FlowState) and state.sigv4 is not None:
             held, state.sigv4 = state.sigv4, None
@@ -194,7 +199,10 @@ class Requests:
                     )
                 else:
                     state.bytes_sent = len(flow.request.raw_content or b"")  # held, not streamed
-            self._judged(flow, state)
+            if state.mcp is not None and state.mcp.held and not state.decision.allowed:
+                state.mcp.held = False  # refused unsigned: not judged as MCP too
+            if state.mcp is None or not state.mcp.held:
+                self._judged(flow, state)  # else counted once judged as MCP below (D424)
         if isinstance(state, FlowState) and state.push:
             state.push, state.decision = (), Decision.deny(Reason.POLICY_ERROR)
             self.shared.count(Stage.REQUEST, state.decision)

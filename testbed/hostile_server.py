@@ -11,6 +11,10 @@ until it has sent `size` bytes (default 256 MiB) or the proxy stops reading or c
 * `/huge-trailers`: a chunked body of two bytes, then trailer lines forever;
 * `/small-trailers`: a complete chunked response with one trailer field;
 * `/bad-status?variant=N`: one of `BAD_STATUS_LINES`, then a complete head and body;
+* `/mcp-stream?type=N` (or `/mcp`): a complete answer whose body is one server-sent event carrying a
+  `tools/list` result (`search_repositories`, `delete_repo`), labelled with the
+  Content-Type fields of `MCP_STREAM_TYPES[N]`, encoded by its charset (the MCP gate's
+  filter must not trust them);
 * `/ws`: a WebSocket handshake, then a sink: frames are parsed and counted, never kept;
   with `?send=N` it first sends N 1 MiB messages (`&endless=1`: N fragments of one
   message that never ends).
@@ -46,6 +50,24 @@ BAD_STATUS_LINES = [
     b"\x00\x01\x02\x03\r\n",
 ]
 
+# (Content-Type fields, the body's encoding) an MCP server may label an event stream with:
+# none, twice, another type, a charset a client decodes by (httpx does).
+MCP_STREAM_TYPES: list[tuple[list[bytes], str]] = [
+    ([b"text/event-stream"], "utf-8"),
+    ([b"text/event-stream", b"text/event-stream"], "utf-8"),
+    ([b"application/octet-stream"], "utf-8"),
+    ([], "utf-8"),
+    ([b"text/plain"], "utf-8"),
+    ([b"text/event-stream, application/json"], "utf-8"),
+    ([b"text/event-stream; charset=utf-16"], "utf-16"),
+    ([b'text/event-stream; charset="UTF-7"'], "utf-7"),
+    ([b"text/event-stream; charset=cp500"], "cp500"),
+]
+MCP_TOOLS_EVENT = (
+    b'event: message\ndata: {"jsonrpc":"2.0","id":2,"result":{"tools":'
+    b'[{"name":"search_repositories","inputSchema":{}},{"name":"delete_repo","inputSchema":{}}]}}\n\n'
+)
+
 
 def endless(prefix: bytes, unit: bytes, size: int) -> tuple[bytes, int]:
     """(a 1 MiB step made of `unit`, how many steps) for `prefix` + `size` bytes."""
@@ -79,6 +101,16 @@ def plan(path: str, query: dict[str, list[str]], size: int) -> tuple[bytes, byte
     if path == "/bad-status":
         line = BAD_STATUS_LINES[int(query.get("variant", ["0"])[0])]
         return line + b"Content-Length: 2\r\n\r\nok", b"", 0, b""
+    if path in ("/mcp-stream", "/mcp"):
+        fields, encoding = MCP_STREAM_TYPES[int(query.get("type", ["0"])[0])]
+        head = b"".join(b"Content-Type: %s\r\n" % field for field in fields)
+        body = MCP_TOOLS_EVENT.decode().encode(encoding)
+        return (
+            b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body),
+            b"",
+            0,
+            b"",
+        )
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", b"", 0, b""
 
 

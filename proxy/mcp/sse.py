@@ -34,9 +34,13 @@ class EventStream:
         """The bytes to forward now; `chunk` b"" marks the end of the stream."""
         if not chunk:
             out = bytearray()
-            if self.pending:
-                self.lines.append(bytes(self.pending) + b"\n")
-                self.pending.clear()
+            line = bytes(self.pending)
+            self.pending.clear()
+            if line == b"\r":  # a CR last ends its line: a blank line, the event's end
+                out += self._event(self.lines + [line])
+                self.lines = []
+            elif line:
+                self.lines.append(line if line.endswith(b"\r") else line + b"\n")
             if any(line.strip(b"\r\n") for line in self.lines):
                 out += self._event(self.lines + [b"\n"])
             self.lines, self.size = [], 0

@@ -2,13 +2,15 @@
 to a `tools/list` request lists only the tools the entry allows.
 
 `ToolsFilter` rewrites one JSON-RPC document (a message or a batch): each response whose
-`id` is one of the `tools/list` requests' ids keeps only the items whose `name` the
-policy allows. The JSON body transform (`json_transform`) collects the answer, bounded,
-and rewrites it at its end; server-sent events go through `proxy.mcp.sse`, one event at
-a time.
+`result.tools` is a list keeps only the items whose `name` the policy allows, whatever its
+`id` (the SDK clients coerce ids: `"2"` and `2.0` answer request 2, D422). `answer_label`
+says how a client may read an answer by its Content-Type (D420, D421). The JSON body
+transform (`json_transform`) collects the answer, bounded, and rewrites it at its end;
+server-sent events go through `proxy.mcp.sse`, one event at a time.
 
-Invariant: an answer this filter cannot read (not UTF-8, not JSON, over the bound) is
-never forwarded unfiltered: `Unreadable` is raised and the adapter ends the answer (D215).
+Invariant: an answer this filter cannot read (not UTF-8, not JSON, an object with a key
+twice, over the bound) is never forwarded unfiltered: `Unreadable` is raised and the
+adapter ends the answer (D215).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ class Unreadable(ValueError):
 @dataclass(frozen=True, slots=True)
 class ToolsFilter:
     policies: tuple[McpPolicy, ...]  # those filtering (a sandbox's and its node's)
-    # The ids of the tools/list requests of the POST; None: every response whose
-    # `result.tools` is a list, whatever its id (a stream, D334).
+    # The ids of the tools/list requests of the POST (its answer is held and parsed whole;
+    # they name the error that replaces it); None: a stream, parsed event by event (D334).
+    # Either way every response whose `result.tools` is a list is filtered (D422).
     ids: frozenset[str | int] | None
 
     def rewrite(self, text: str) -> str | None:
@@ -41,9 +44,9 @@ class ToolsFilter:
         if self.ids is None and "tools" not in text and "\\u" not in text:
             return None
         try:
-            document = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise Unreadable("the answer is not JSON") from exc
+            document = json.loads(text, object_pairs_hook=_unique)
+        except (ValueError, RecursionError) as exc:  # a key twice too (D423)
+            raise Unreadable("the answer is not JSON, or has a key twice") from exc
         items = document if isinstance(document, list) else [document]
         changed = False
         for item in items:
@@ -52,9 +55,7 @@ class ToolsFilter:
 
     def _filter(self, message: Any) -> bool:
         if not isinstance(message, dict):
-            return False
-        if self.ids is not None and not _listed(message.get("id"), self.ids):
-            return False
+            return False  # every response listing tools, whatever its id: clients coerce ids (D422)
         result = message.get("result")
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list) or not isinstance(result, dict):
@@ -67,10 +68,11 @@ class ToolsFilter:
         return isinstance(name, str) and all(p.tool_allowed(name) for p in self.policies)
 
 
-def _listed(ident: Any, ids: frozenset[str | int]) -> bool:
-    if isinstance(ident, bool) or not isinstance(ident, str | int):
-        return False
-    return ident in ids
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("an object has a key twice")  # parsers disagree on the copy kept
+    return found
 
 
 def tools_filter(policies: tuple[McpPolicy, ...], body: Body) -> ToolsFilter | None:
@@ -86,6 +88,36 @@ def streams_filter(policies: tuple[McpPolicy, ...]) -> ToolsFilter | None:
     a replay after `Last-Event-ID`): each response listing tools, whatever its id."""
     filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
     return ToolsFilter(filtering, None) if filtering else None
+
+
+JSON_LABEL, SSE_LABEL, OTHER_LABEL, AMBIGUOUS_LABEL = "json", "sse", "other", "ambiguous"
+
+
+def answer_label(fields: list[str]) -> str:
+    """How an MCP client may read an answer by its Content-Type fields (D420): `json` and
+    `sse` for exactly one field of that media type; `ambiguous` (refused) for a charset
+    other than UTF-8 (D421) or for anything else that names JSON (several fields, a list
+    in one: a client reading by prefix takes it as JSON, another as events); `other` (no
+    field, another type) is read as events."""
+    if any(_foreign_charset(field) for field in fields):
+        return AMBIGUOUS_LABEL  # decoded by a client as the filter never reads it
+    kinds = [field.split(";")[0].strip().lower() for field in fields]
+    if kinds == ["application/json"]:
+        return JSON_LABEL
+    if kinds == ["text/event-stream"]:
+        return SSE_LABEL
+    return AMBIGUOUS_LABEL if any("json" in field.lower() for field in fields) else OTHER_LABEL
+
+
+def _foreign_charset(field: str) -> bool:
+    """Whether a Content-Type field names a charset other than UTF-8 (httpx decodes an
+    event stream by it: UTF-16 or EBCDIC text the filter reads as bytes hides a list)."""
+    for parameter in field.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').strip().lower()
+        if name.strip().lower().startswith("charset") and charset not in ("utf-8", "utf8"):
+            return True  # `charset*=` (RFC 2231) too, which Python's email parser reads
+    return False
 
 
 def json_transform(tools: ToolsFilter, limit: int) -> Callable[[bytes], bytes]:

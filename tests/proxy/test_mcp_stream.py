@@ -39,11 +39,12 @@ REWRITES = [
     # (id, answer document, expected tool names per message, or None: unchanged)
     ("filtered", answer(1), [ALLOWED]),
     ("string-id", answer("b"), [ALLOWED]),
-    ("other-id-untouched", answer(2), None),
-    ("id-type-matters", answer("1"), None),
-    ("bool-id-untouched", answer(True), None),
+    # Clients coerce ids ("1" and 1.0 answer request 1): every id is filtered (D422).
+    ("other-id-filtered", answer(2), [ALLOWED]),
+    ("coerced-id-filtered", answer("1"), [ALLOWED]),
+    ("bool-id-filtered", answer(True), [ALLOWED]),
     ("error-answer", {"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": "x"}}, None),
-    ("batch", [answer(1), answer(2)], [ALLOWED, [t["name"] for t in TOOLS]]),
+    ("batch", [answer(1), answer(2)], [ALLOWED, ALLOWED]),
     ("nameless-tools-dropped", answer(1, [{"title": "x"}, {"name": 7}, *TOOLS]), [ALLOWED]),
     ("tools-not-list", answer(1, {"name": "delete_repo"}), None),
 ]  # fmt: skip
