@@ -8,7 +8,7 @@ the call is allowed), beside a bare `/bin/sh -c true` given the same payload, al
 call by call in the same run (bench.hooks._pair). Two clients: the C client `install`
 compiles when a compiler is there, and the Python client (`CC` pointing nowhere). The
 warm runner is started by the first call and ended (by its pid) after. Each call's
-outcome is checked (exit 0, empty stdout). No root, no network: `python -m
+outcome is checked (exit 0, and nothing or `allow` on stdout). No root, no network: `python -m
 bench.claude_hook [--calls N]` prints one JSON object; `make bench` runs it as
 `claudehook`. A benchmark, not a timed test: the figures are read with the machine's
 load (printed with them).
@@ -40,12 +40,21 @@ def _call(argv: list[str], payload: bytes, env: dict[str, str], cwd: Path) -> Ca
         done = subprocess.run(
             argv, input=payload, capture_output=True, env=env, cwd=cwd, timeout=60
         )
-        if done.returncode != 0 or done.stdout.strip():
+        if done.returncode != 0 or not _allowed(done.stdout):
             raise RuntimeError(
                 f"exit {done.returncode}: {done.stdout[-200:]!r} {done.stderr[-300:]!r}"
             )
 
     return call
+
+
+def _allowed(stdout: bytes) -> bool:
+    """An allowed call's answer: nothing, or `allow` (with the command under the runner's
+    boundary in `updatedInput` where there is one, D380)."""
+    if not stdout.strip():
+        return True
+    specific = json.loads(stdout).get("hookSpecificOutput") or {}
+    return bool(specific.get("permissionDecision") == "allow")
 
 
 def _cpu_ms(call: Callable[[], None], calls: int, server: int | None) -> float:
