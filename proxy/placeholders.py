@@ -194,9 +194,20 @@ def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
     indexes = list(indexes)
     owners = holders(indexes)
     sources = [one.values.pattern for one in indexes if one.values is not None]
-    values = re2.compile(b"|".join(sources)) if sources else None
+    values = re2.compile(b"|".join(sources), _QUIET) if sources else None
     if not owners and values is None:
         return NO_PLACEHOLDERS
     ordered = sorted(owners, key=lambda p: (-len(p), p))
-    pattern = re2.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
+    pattern = re2.compile(b"|".join(re.escape(p) for p in ordered), _QUIET) if owners else None
     return PlaceholderIndex(owners, pattern, values)
+
+
+def _quiet() -> Any:
+    """RE2's options with its error log off: RE2 prints the start of a pattern it cannot
+    compile to stderr, and the values' pattern is made of secrets (D427)."""
+    options = re2.Options()
+    options.log_errors = False
+    return options
+
+
+_QUIET = _quiet()

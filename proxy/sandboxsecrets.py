@@ -20,6 +20,8 @@ Invariants:
 * Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
   most `MAX_FILE_BYTES`.
 * A problem names the path as written, never a byte of any file.
+* A sandbox file whose YAML aliases expand to more than `MAX_SANDBOX_NODES` values is
+  refused before it is parsed (an alias bomb would hang the scan, and the node's start).
 """
 
 from __future__ import annotations
@@ -31,8 +33,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_FILE_BYTES = 64 * 1024
 MAX_SANDBOX_FILE_BYTES = 256 * 1024  # a sandbox file itself (its values are compiled, D341)
+# Values a sandbox file's YAML may stand for, its aliases expanded (D426): a file without
+# aliases holds fewer, one whose aliases nest stands for billions.
+MAX_SANDBOX_NODES = MAX_SANDBOX_FILE_BYTES
 VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
 NO_SECRETS = "${file:...} in a sandbox file needs the node file's sandboxes.secrets"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -181,9 +189,41 @@ def read_sandbox_file(path: Path) -> str:
     if len(data) > MAX_SANDBOX_FILE_BYTES:
         raise Unreadable(f"larger than {MAX_SANDBOX_FILE_BYTES} bytes")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise Unreadable("not UTF-8 text") from None
+    if _expanded_nodes(text) > MAX_SANDBOX_NODES:
+        raise Unreadable(f"its YAML aliases expand to more than {MAX_SANDBOX_NODES} values")
+    return text
+
+
+def _expanded_nodes(text: str) -> int:
+    """How many YAML nodes `text` stands for once its aliases are expanded (counted once
+    per distinct node, so the count costs what the file's size does; a syntax error
+    counts 0: the loader reports it), capped just above `MAX_SANDBOX_NODES`."""
+    try:
+        root = yaml.compose(text, Loader=_LOADER)
+    except yaml.YAMLError:
+        return 0
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known if known >= 0 else MAX_SANDBOX_NODES + 1  # an alias of its parent
+        sizes[id(node)] = -1
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        total = 1
+        for child in children:
+            total = min(total + size(child), MAX_SANDBOX_NODES + 1)
+        sizes[id(node)] = total
+        return total
+
+    return 0 if root is None else size(root)
 
 
 def _below(path: str, directory: str) -> bool:

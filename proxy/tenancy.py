@@ -20,20 +20,13 @@ back to another sandbox's policy or to the node's alone.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox_egress.proxy.config import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
-from sandbox_egress.proxy.placeholders import (
-    NO_PLACEHOLDERS,
-    Holder,
-    PlaceholderIndex,
-    holders,
-    merged,
-)
+from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex, merged
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
 from sandbox_egress.proxy.secret import Secret
@@ -42,21 +35,14 @@ from sandbox_egress.proxy.secret import Secret
 class SandboxPolicy(Policy):
     """A sandbox's own allowlist, bounded by the node's (`bounded`)."""
 
-    def __init__(
-        self, sandbox: Sandbox, node: Policy, everyone: PlaceholderIndex | None = None
-    ) -> None:
+    def __init__(self, sandbox: Sandbox, node: Policy) -> None:
         super().__init__(sandbox.network, node._self_addresses, node._is_local)
         self.sandbox = sandbox
         self.node = node
-        # The node's and every sandbox's placeholders (`Tenancy.rebuilt`), or this file's
-        # and the node's when built alone: a request is searched for all of them (D179).
-        # One it sees (the node's, its own file's) names only those holders, so another
-        # sandbox binding the same placeholder is no concern of this one's (D342).
-        own = (node.config.placeholders, sandbox.network.placeholders)
-        self._view = holders(own)
-        if everyone is None:
-            everyone = merged(own)
-        self.everyone = everyone.seen_by(self._view)
+        # A request is searched for the placeholders and values of what this sandbox sees
+        # (the node file's and its own file's) only: another sandbox's file, less trusted,
+        # never refuses this one's requests (D425, narrowing D179 and D342). Matched by RE2.
+        self.everyone = merged((node.config.placeholders, sandbox.network.placeholders))
 
     def placeholders(self) -> PlaceholderIndex:
         return self.everyone
@@ -68,14 +54,6 @@ class SandboxPolicy(Policy):
         own = self.config.allowlist
         mine = entry.index < len(own) and own[entry.index] is entry
         return ((self.config if mine else self.node.config).source, entry.index)
-
-    def sharing(self, everyone: PlaceholderIndex) -> SandboxPolicy:
-        """This policy searching `everyone`'s placeholders: a shallow copy, its indexes
-        shared (a sandbox whose file did not change is not indexed again), and its
-        remembered decisions too (the same files decide them)."""
-        found = copy.copy(self)
-        found.everyone = everyone.seen_by(self._view)
-        return found
 
     def _decision(self, host: Host, port: int, tls: bool | None) -> Decision:
         """Both files' decisions, bounded (`Policy.decide` remembers a name's: a changed
@@ -118,7 +96,6 @@ class Tenancy:
     node: Policy
     policies: Mapping[str, SandboxPolicy] = field(default_factory=dict)
     by_address: Mapping[IPAddress, str] = field(default_factory=dict)
-    everyone: PlaceholderIndex = NO_PLACEHOLDERS  # the node's and every sandbox's (D179)
 
     def policy(self, sandbox: str | None) -> Policy:
         found = self.policies.get(sandbox) if sandbox is not None else None
@@ -143,21 +120,16 @@ class Tenancy:
         self, sandboxes: Mapping[str, Sandbox], node: Policy, changed: frozenset[str]
     ) -> Tenancy:
         """The snapshot for `sandboxes`: a policy is built again only when its sandbox
-        changed or the node's policy did; the others are shared with this snapshot (and
-        re-pointed at everyone's placeholders when those changed)."""
-        indexes = [node.config.placeholders, *(s.network.placeholders for s in sandboxes.values())]
-        everyone = merged(indexes)
-        same = everyone.owners == self.everyone.owners
-        everyone = self.everyone if same else everyone
+        changed or the node's policy did; the others are shared with this snapshot."""
         policies: dict[str, SandboxPolicy] = {}
         for sandbox_id, sandbox in sandboxes.items():
             kept = self.policies.get(sandbox_id)
             if kept is not None and node is self.node and sandbox_id not in changed:
-                policies[sandbox_id] = kept if same else kept.sharing(everyone)
+                policies[sandbox_id] = kept
             else:
-                policies[sandbox_id] = SandboxPolicy(sandbox, node, everyone)
+                policies[sandbox_id] = SandboxPolicy(sandbox, node)
         by_address = {a: s.id for s in sandboxes.values() for a in s.addresses}
-        return Tenancy(self.section, node, policies, by_address, everyone)
+        return Tenancy(self.section, node, policies, by_address)
 
 
 class ConnectionQuota:
