@@ -202,6 +202,16 @@ def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
     return PlaceholderIndex(owners, pattern, values)
 
 
+def searchable(index: PlaceholderIndex) -> bool:
+    """Whether `index`'s placeholders and values fit RE2's matchers (`merged`): a sandbox
+    file past its size limit is refused alone, not with every snapshot (D427)."""
+    try:
+        merged((index,))
+    except re2.error:
+        return False
+    return True
+
+
 def _quiet() -> Any:
     """RE2's options with its error log off: RE2 prints the start of a pattern it cannot
     compile to stderr, and the values' pattern is made of secrets (D427)."""

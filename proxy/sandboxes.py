@@ -49,6 +49,7 @@ from sandbox_egress.proxy.config import (
     read_placed,
 )
 from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.placeholders import searchable
 from sandbox_egress.proxy.references import check_confined, resolve
 from sandbox_egress.proxy.sandboxsecrets import (
     Confined,
@@ -187,6 +188,8 @@ def parse_sandbox(
     addresses = _addresses(document.get("addresses"), report)
     if network is not None:
         problems.extend(_repeats(network, source, node))
+        if secrets and not searchable(network.placeholders):  # RE2's size limit (D427)
+            report("network", "its placeholders and secret values are too large to search")
     if problems or network is None:
         raise ConfigError(problems)
     sandbox_class = document.get("class", DEFAULT_CLASS)

@@ -10,6 +10,8 @@ the real node proxy, real sockets.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,3 +111,48 @@ def test_a_sandbox_file_never_refuses_another_sandboxes_requests(
     response = request_as(p.view, evil, "api.allowed.test", [("X-Key", "application")])
     assert response.status == 200, response.describe()
     assert header_values(obs.requests()[-1], "X-Key") == ["evil-own-secret-value"]
+
+
+def test_a_file_too_large_to_search_is_refused_alone_and_never_logged(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    """A sandbox whose own secret values are past RE2's limit (12 distinct 60 KiB files of
+    its own) is refused on its own; the others are served; no byte of a value is logged."""
+    secrets = tmp_path / "secrets"
+    (secrets / "big").mkdir(parents=True)
+    values = []
+    for number in range(12):
+        value = f"big-secret-{number:02d}-" + os.urandom(30 * 1024).hex()
+        (secrets / "big" / f"s{number}").write_text(value)
+        values.append(value)
+    entries = "".join(
+        f"        - {{placeholder: big-placeholder-{n:02d}, value: \"${{file:{secrets}/big/s{n}}}\"}}\n"
+        for n in range(12)
+    )
+    big = f'token: "{EVIL_TOKEN}"\nnetwork:\n  allowlist:\n    - domain: api.allowed.test\n      secrets:\n{entries}'
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    (directory / "good.yaml").write_text(GOOD)
+    (directory / "big.yaml").write_text(big)
+    node = f"""\
+network:
+  allowlist:
+    - domain: "*.allowed.test"
+    - domain: 198.18.1.0/24
+sandboxes:
+  directory: {directory}
+  secrets: {secrets}
+  identify: [proxy_auth]
+"""
+    p = private_proxy("node", node, "--watch-interval", "0.2")
+    response = request_as(
+        p.view, basic("good", GOOD_TOKEN), "api.allowed.test", [("X-Key", "good-placeholder-0001")]
+    )
+    assert response.status == 200, response.describe()
+    assert header_values(obs.only_request(), "X-Key") == ["good-sandbox-secret-value"]
+    status = p.process.status()["sandboxes"]
+    assert status["ids"] == ["good"]
+    assert [r["sandbox"] for r in status["refused"]] == ["big"]
+    shown = json.dumps(status) + p.view.proxy_stderr.read_text() + p.view.proxy_stdout.read_text()
+    for value in values:
+        assert value[14:54] not in shown and value[-40:] not in shown  # the hex, unescaped
