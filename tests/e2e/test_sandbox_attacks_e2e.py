@@ -48,7 +48,9 @@ def alias_bomb(levels: int) -> str:
     return "\n".join(lines) + f"\nnetwork:\n  allowlist: *x{levels - 1}\n"
 
 
-def request_as(view: Harness, credential: str, host: str, headers: list[tuple[str, str]]) -> Response:
+def request_as(
+    view: Harness, credential: str, host: str, headers: list[tuple[str, str]]
+) -> Response:
     with view.conn() as conn:
         response = conn.connect(f"{host}:443", [("Proxy-Authorization", credential)])
         if response.status != 200:
@@ -61,9 +63,7 @@ def test_an_alias_bomb_is_refused_and_the_node_serves_the_others(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
 ) -> None:
     started = time.monotonic()
-    p, _ = node_proxy(
-        private_proxy, tmp_path, "proxy_auth", good=GOOD, bomb=alias_bomb(10)
-    )
+    p, _ = node_proxy(private_proxy, tmp_path, "proxy_auth", good=GOOD, bomb=alias_bomb(10))
     assert time.monotonic() - started < 30
     response = request_as(
         p.view, basic("good", GOOD_TOKEN), "api.allowed.test", [("X-Key", "good-placeholder-0001")]
@@ -126,7 +126,7 @@ def test_a_file_too_large_to_search_is_refused_alone_and_never_logged(
         (secrets / "big" / f"s{number}").write_text(value)
         values.append(value)
     entries = "".join(
-        f"        - {{placeholder: big-placeholder-{n:02d}, value: \"${{file:{secrets}/big/s{n}}}\"}}\n"
+        f'        - {{placeholder: big-placeholder-{n:02d}, value: "${{file:{secrets}/big/s{n}}}"}}\n'
         for n in range(12)
     )
     big = f'token: "{EVIL_TOKEN}"\nnetwork:\n  allowlist:\n    - domain: api.allowed.test\n      secrets:\n{entries}'

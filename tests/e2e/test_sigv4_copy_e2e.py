@@ -95,9 +95,14 @@ def test_a_copy_between_named_buckets_is_resigned(
     key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
     key_file.write_text(moto.key_id + "\n")
     secret_file.write_text(moto.secret + "\n")
-    view = private_proxy("sigv4-copy-ok", _config(key_file, secret_file, ", buckets: [scoped-*]")).view
+    view = private_proxy(
+        "sigv4-copy-ok", _config(key_file, secret_file, ", buckets: [scoped-*]")
+    ).view
     body = b"the agent's own bytes"
-    assert view.https(AUTHORITY, "/scoped-a", _signed_by_the_sandbox(EMPTY), method="PUT").status == 200
+    assert (
+        view.https(AUTHORITY, "/scoped-a", _signed_by_the_sandbox(EMPTY), method="PUT").status
+        == 200
+    )
     put = view.https(
         AUTHORITY, "/scoped-a/own.txt",
         _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()), method="PUT", body=body,
