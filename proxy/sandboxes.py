@@ -30,7 +30,6 @@ Invariants:
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -51,6 +50,7 @@ from sandbox_egress.proxy.config import (
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.placeholders import searchable
 from sandbox_egress.proxy.references import check_confined, resolve
+from sandbox_egress.proxy.sandboxaddresses import claims, parse_addresses
 from sandbox_egress.proxy.sandboxsecrets import (
     Confined,
     Unreadable,
@@ -185,7 +185,7 @@ def parse_sandbox(
     if not secrets:  # what resolving would refuse, said without opening a file
         for where, value in references(document):
             check_confined(value, where, confined, report)
-    addresses = _addresses(document.get("addresses"), report)
+    addresses = parse_addresses(document.get("addresses"), report)
     if network is not None:
         problems.extend(_repeats(network, source, node))
         if secrets and not searchable(network.placeholders):  # RE2's size limit (D427)
@@ -214,18 +214,6 @@ def _token(raw: Any, environ: Mapping[str, str], report: Any) -> Secret | None:
         report("token", f"must be at least {MIN_TOKEN_LENGTH} characters, without ':', CR, LF, NUL")
         return None
     return Secret(value, parts)
-
-
-def _addresses(raw: Any, report: Any) -> frozenset[IPAddress]:
-    found: set[IPAddress] = set()
-    for index, text in enumerate(raw if isinstance(raw, list) else []):
-        if not isinstance(text, str):
-            continue  # refused by the schema
-        try:
-            found.add(ipaddress.ip_address(text.strip()))
-        except ValueError:
-            report(f"addresses[{index}]", f"not an IP address (got {text[:40]!r})")
-    return frozenset(found)
 
 
 # -- the watched directory -----------------------------------------------------------------
@@ -323,7 +311,7 @@ class SandboxDirectory:
                 problems.append(unread)
                 self._refused[sandbox] = (unread,)
                 continue
-            claimed = _claims(fresh, path, holders)
+            claimed = claims(fresh.id, fresh.addresses, path, holders)
             if claimed:
                 problems.extend(claimed)
                 self._refused[sandbox] = tuple(claimed)
@@ -353,17 +341,6 @@ def _unreadable(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "cannot be read: nested too deeply"
     return f"cannot be read: {type(exc).__name__}"
-
-
-def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:
-    """An address another sandbox holds cannot identify this one too."""
-    problems = []
-    for address in sorted(fresh.addresses, key=str):
-        holder = holders.get(address)
-        if holder is not None and holder != fresh.id:
-            message = f"{address} already identifies sandbox {holder}"
-            problems.append(Problem(str(path), "addresses", message))
-    return problems
 
 
 def _repeats(network: NetworkConfig, source: str, node: frozenset[bytes]) -> list[Problem]:

@@ -28,6 +28,7 @@ from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
 from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex, merged
 from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxaddresses import client_address
 from sandbox_egress.proxy.sandboxes import Sandbox, SandboxesSection
 from sandbox_egress.proxy.secret import Secret
 
@@ -110,11 +111,9 @@ class Tenancy:
         return found.sandbox.sandbox_class if found is not None else None
 
     def claimant(self, address: IPAddress) -> str | None:
-        """The sandbox whose `addresses` hold the client address (IPv4-mapped too)."""
-        found = self.by_address.get(address)
-        if found is None and address.version == 6 and address.ipv4_mapped is not None:
-            found = self.by_address.get(address.ipv4_mapped)
-        return found
+        """The sandbox whose `addresses` hold the client address (IPv4-mapped: its IPv4,
+        the only spelling a file's addresses hold, D429)."""
+        return self.by_address.get(client_address(address))
 
     def rebuilt(
         self, sandboxes: Mapping[str, Sandbox], node: Policy, changed: frozenset[str]

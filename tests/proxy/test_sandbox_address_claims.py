@@ -1,0 +1,50 @@
+"""A sandbox file cannot claim another sandbox's client address in another spelling
+(D429): `::ffff:10.1.2.3` is 10.1.2.3 (a dual-stack listener sees IPv4 clients so), and
+an address with a zone (`fe80::1%eth0`) identifies nothing."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from sandbox_egress.proxy.config import parse
+from sandbox_egress.proxy.policy import Policy
+from sandbox_egress.proxy.sandboxes import SandboxDirectory, SandboxesSection
+from sandbox_egress.proxy.tenancy import Tenancy
+
+NETWORK = "network:\n  allowlist: [a.test]\n"
+
+
+def test_an_ipv4_mapped_spelling_of_a_held_address_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "victim.yaml").write_text("addresses: [10.1.2.3]\n" + NETWORK)
+    directory = SandboxDirectory(tmp_path)
+    assert directory.scan().changed == {"victim"}
+    (tmp_path / "thief.yaml").write_text("addresses: ['::ffff:10.1.2.3']\n" + NETWORK)
+    found = directory.scan()
+    assert directory.invalid == {"thief"} and "thief" not in directory.sandboxes
+    assert [(p.location, p.message) for p in found.problems] == [
+        ("addresses", "10.1.2.3 already identifies sandbox victim")
+    ]
+    node = Policy(parse({"network": {"allowlist": ["a.test"]}}, "node.yaml", {}))
+    tenancy = Tenancy(SandboxesSection(tmp_path), node).rebuilt(
+        directory.sandboxes, node, frozenset(directory.sandboxes)
+    )
+    for client in ("10.1.2.3", "::ffff:10.1.2.3"):
+        assert tenancy.claimant(ipaddress.ip_address(client)) == "victim"
+
+
+def test_a_mapped_address_identifies_its_ipv4_client(tmp_path: Path) -> None:
+    (tmp_path / "one.yaml").write_text("addresses: ['::ffff:10.9.9.9']\n" + NETWORK)
+    directory = SandboxDirectory(tmp_path)
+    assert directory.scan().changed == {"one"}
+    assert directory.sandboxes["one"].addresses == {ipaddress.ip_address("10.9.9.9")}
+
+
+def test_an_address_with_a_zone_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "zoned.yaml").write_text("addresses: ['fe80::1%eth0']\n" + NETWORK)
+    directory = SandboxDirectory(tmp_path)
+    found = directory.scan()
+    assert directory.invalid == {"zoned"}
+    assert [(p.location, p.message) for p in found.problems] == [
+        ("addresses[0]", "an address with a zone (%...) cannot identify a sandbox")
+    ]
