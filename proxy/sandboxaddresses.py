@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_egress.common.problems import Problem
+from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.hosts import IPAddress
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -30,7 +31,7 @@ def parse_addresses(raw: Any, report: Report) -> frozenset[IPAddress]:
         try:
             address = ipaddress.ip_address(text.strip())
         except ValueError:
-            report(f"addresses[{index}]", f"not an IP address (got {text[:40]!r})")
+            report(f"addresses[{index}]", f"not an IP address (got {shown(text)})")
             continue
         if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
             report(f"addresses[{index}]", "an address with a zone (%...) cannot identify a sandbox")
