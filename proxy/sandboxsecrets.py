@@ -15,8 +15,8 @@ Invariants:
   (symlinks followed) is below the real path of `<secrets>/<sandbox-id>/` (or, flat, below
   the real secrets directory and still named `<sandbox-id>.<name>`), and what the kernel
   opened is that (a symlink swapped between the check and the open is refused, not
-  followed): another sandbox's files, `/proc/self/environ` or the node's own secrets are
-  never read.
+  followed), and it has one name (a hard link is refused, D426): another sandbox's
+  files, `/proc/self/environ` or the node's own secrets are never read.
 * Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
   most `MAX_FILE_BYTES`.
 * A problem names the path as written, never a byte of any file.
@@ -236,8 +236,11 @@ def _read_regular(real: str, belongs: Callable[[str], bool], limit: int) -> byte
     `realpath` is refused, never followed out."""
     descriptor = os.open(real, _OPEN_FLAGS | os.O_NOFOLLOW)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
             raise _Refused("not a regular file")
+        if status.st_nlink > 1:  # a hard link: its path is inside, its content anyone's (D426)
+            raise _Refused("a hard link (a file with more than one name) is not read")
         try:
             opened = os.readlink(f"/proc/self/fd/{descriptor}")
         except OSError:

@@ -156,3 +156,61 @@ sandboxes:
     shown = json.dumps(status) + p.view.proxy_stderr.read_text() + p.view.proxy_stdout.read_text()
     for value in values:
         assert value[14:54] not in shown and value[-40:] not in shown  # the hex, unescaped
+
+
+def node_with_secrets(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, **files: str
+) -> tuple[PrivateProxy, Path]:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    directory = tmp_path / "sandboxes"
+    directory.mkdir()
+    for name, text in files.items():
+        (directory / f"{name}.yaml").write_text(text.replace("SECRETS", str(secrets)))
+    node = f"""\
+network:
+  allowlist:
+    - domain: "*.allowed.test"
+    - domain: 198.18.1.0/24
+sandboxes:
+  directory: {directory}
+  secrets: {secrets}
+  identify: [proxy_auth]
+"""
+    return private_proxy("node", node, "--watch-interval", "0.2"), secrets
+
+
+LINKED = f"""\
+token: "{EVIL_TOKEN}"
+network:
+  allowlist:
+    - domain: api.allowed.test
+      secrets: [{{placeholder: linked-placeholder-01, value: "${{file:SECRETS/linked/key}}"}}]
+    - domain: 198.18.1.0/24
+"""
+
+
+def test_a_hard_link_to_a_file_outside_its_secrets_is_not_read(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    """A hard link is no symlink: its path is inside the sandbox's directory, its content is
+    a file of anyone's. A secret file with more than one link is refused (D426)."""
+    node_secret = tmp_path / "node-secret"
+    node_secret.write_text("the-node-secret-value-0123456789")
+    (tmp_path / "secrets" / "linked").mkdir(parents=True)
+    os.link(node_secret, tmp_path / "secrets" / "linked" / "key")
+    p, _ = node_with_secrets(private_proxy, tmp_path, linked=LINKED, good=GOOD)
+    status = p.process.status()["sandboxes"]
+    assert status["ids"] == ["good"]
+    [refused] = status["refused"]
+    assert refused["sandbox"] == "linked"
+    assert any("hard link" in problem for problem in refused["problems"]), refused
+    response = request_as(
+        p.view,
+        basic("linked", EVIL_TOKEN),
+        "api.allowed.test",
+        [("X-Key", "linked-placeholder-01")],
+    )
+    assert response.status == 407
+    assert obs.requests() == []
+    assert "the-node-secret-value" not in json.dumps(status) + p.view.proxy_stderr.read_text()
