@@ -6,7 +6,9 @@ Invariants:
   a dual-stack listener sees an IPv4 client) is its IPv4 address, in a file and for a
   client (`client_address`), so no file claims another's address in another spelling
   (D429). An address with a zone (`fe80::1%eth0`) is refused.
-* An address identifies at most one sandbox: `claims` says which a file may not take.
+* An address identifies at most one sandbox: `claims` says which a file may not take (a
+  holder keeps its address), `rivals` which files read together claim one address
+  nobody holds (none of them gets it: no file order decides, D429).
 """
 
 from __future__ import annotations
@@ -56,4 +58,26 @@ def claims(
         if holder is not None and holder != sandbox:
             message = f"{address} already identifies sandbox {holder}"
             problems.append(Problem(str(path), "addresses", message))
+    return problems
+
+
+def rivals(
+    fresh: Mapping[str, tuple[Path, frozenset[IPAddress]]], holders: Mapping[IPAddress, str]
+) -> dict[str, list[Problem]]:
+    """The files read in one scan (id: path, addresses) that claim an address no sandbox
+    holds and another of them claims too: no file order decides whose it is (a file named
+    to sort first would win every start, D429), so none of them gets it."""
+    claimants: dict[IPAddress, list[str]] = {}
+    for sandbox, (_, addresses) in fresh.items():
+        for address in addresses:
+            if address not in holders:
+                claimants.setdefault(address, []).append(sandbox)
+    problems: dict[str, list[Problem]] = {}
+    for address, named in sorted(claimants.items(), key=lambda item: str(item[0])):
+        for sandbox in named if len(named) > 1 else ():
+            others = ", ".join(sorted(n for n in named if n != sandbox))
+            message = f"{address} is claimed by another new sandbox file too ({others})"
+            problems.setdefault(sandbox, []).append(
+                Problem(str(fresh[sandbox][0]), "addresses", message)
+            )
     return problems

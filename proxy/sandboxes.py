@@ -50,7 +50,7 @@ from sandbox_egress.proxy.config import (
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.placeholders import searchable
 from sandbox_egress.proxy.references import check_confined, resolve
-from sandbox_egress.proxy.sandboxaddresses import claims, parse_addresses
+from sandbox_egress.proxy.sandboxaddresses import claims, parse_addresses, rivals
 from sandbox_egress.proxy.sandboxsecrets import (
     Confined,
     Unreadable,
@@ -289,6 +289,7 @@ class SandboxDirectory:
         changed: set[str] = set()
         problems: list[Problem] = []
         holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
+        loaded: list[tuple[str, Path, Sandbox]] = []  # read now; claims judged together
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
@@ -311,7 +312,10 @@ class SandboxDirectory:
                 problems.append(unread)
                 self._refused[sandbox] = (unread,)
                 continue
-            claimed = claims(fresh.id, fresh.addresses, path, holders)
+            loaded.append((sandbox, path, fresh))
+        contested = rivals({f.id: (p, f.addresses) for _, p, f in loaded}, holders)
+        for sandbox, path, fresh in loaded:
+            claimed = contested.get(sandbox) or claims(fresh.id, fresh.addresses, path, holders)
             if claimed:
                 problems.extend(claimed)
                 self._refused[sandbox] = tuple(claimed)

@@ -48,3 +48,28 @@ def test_an_address_with_a_zone_is_refused(tmp_path: Path) -> None:
     assert [(p.location, p.message) for p in found.problems] == [
         ("addresses[0]", "an address with a zone (%...) cannot identify a sandbox")
     ]
+
+
+def test_an_address_two_new_files_claim_goes_to_neither(tmp_path: Path) -> None:
+    """At start (or two files added at once) no file order decides whose an address is: a
+    thief named to sort first would win every restart (D429). Both are refused."""
+    (tmp_path / "zz-victim.yaml").write_text("addresses: [10.1.2.3, 10.1.2.4]\n" + NETWORK)
+    (tmp_path / "aa-thief.yaml").write_text("addresses: [10.1.2.3]\n" + NETWORK)
+    (tmp_path / "other.yaml").write_text("addresses: [10.1.2.9]\n" + NETWORK)
+    directory = SandboxDirectory(tmp_path)
+    found = directory.scan()
+    assert set(directory.sandboxes) == {"other"}
+    assert directory.invalid == {"aa-thief", "zz-victim"}
+    messages = sorted((Path(p.file).name, p.message) for p in found.problems)
+    assert messages == [
+        ("aa-thief.yaml", "10.1.2.3 is claimed by another new sandbox file too (zz-victim)"),
+        ("zz-victim.yaml", "10.1.2.3 is claimed by another new sandbox file too (aa-thief)"),
+    ]
+    # The thief's file removed: the victim's, unchanged, is read again at the next change.
+    (tmp_path / "aa-thief.yaml").unlink()
+    (tmp_path / "zz-victim.yaml").write_text("addresses: [10.1.2.3]\n" + NETWORK + "# again\n")
+    assert directory.scan().changed == {"zz-victim"}
+    # A holder keeps its address: a later claim is refused (the holder is not touched).
+    (tmp_path / "aa-thief.yaml").write_text("addresses: [10.1.2.3]\n" + NETWORK)
+    assert directory.scan().problems[0].message == "10.1.2.3 already identifies sandbox zz-victim"
+    assert directory.sandboxes["zz-victim"].addresses == {ipaddress.ip_address("10.1.2.3")}
