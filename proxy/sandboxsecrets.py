@@ -20,8 +20,9 @@ Invariants:
 * Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
   most `MAX_FILE_BYTES`.
 * A problem names the path as written, never a byte of any file.
-* A sandbox file whose YAML aliases expand to more than `MAX_SANDBOX_NODES` values is
-  refused before it is parsed (an alias bomb would hang the scan, and the node's start).
+* A sandbox file whose YAML aliases expand to more than `MAX_SANDBOX_NODES` values or
+  `MAX_SANDBOX_CHARACTERS` characters is refused before it is parsed (an alias bomb
+  would hang the scan and the node's start, or take its memory).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ MAX_SANDBOX_FILE_BYTES = 256 * 1024  # a sandbox file itself (its values are com
 # Values a sandbox file's YAML may stand for, its aliases expanded (D426): a file without
 # aliases holds fewer, one whose aliases nest stands for billions.
 MAX_SANDBOX_NODES = MAX_SANDBOX_FILE_BYTES
+MAX_SANDBOX_CHARACTERS = 4 * MAX_SANDBOX_FILE_BYTES  # its scalars' text, expanded
 VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
 NO_SECRETS = "${file:...} in a sandbox file needs the node file's sandboxes.secrets"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -192,38 +194,42 @@ def read_sandbox_file(path: Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise Unreadable("not UTF-8 text") from None
-    if _expanded_nodes(text) > MAX_SANDBOX_NODES:
-        raise Unreadable(f"its YAML aliases expand to more than {MAX_SANDBOX_NODES} values")
+    nodes, characters = _expanded(text)
+    if nodes > MAX_SANDBOX_NODES or characters > MAX_SANDBOX_CHARACTERS:
+        limits = f"{MAX_SANDBOX_NODES} values or {MAX_SANDBOX_CHARACTERS} characters"
+        raise Unreadable(f"its YAML aliases expand to more than {limits}")
     return text
 
 
-def _expanded_nodes(text: str) -> int:
-    """How many YAML nodes `text` stands for once its aliases are expanded (counted once
-    per distinct node, so the count costs what the file's size does; a syntax error
-    counts 0: the loader reports it), capped just above `MAX_SANDBOX_NODES`."""
+def _expanded(text: str) -> tuple[int, int]:
+    """How many YAML nodes, and scalar characters, `text` stands for once its aliases are
+    expanded (each distinct node counted once, so this costs what the file's size does; a
+    syntax error counts 0: the loader reports it), each capped just above its bound."""
     try:
         root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError:
-        return 0
-    sizes: dict[int, int] = {}
+        return 0, 0
+    sizes: dict[int, tuple[int, int]] = {}
+    over = (MAX_SANDBOX_NODES + 1, MAX_SANDBOX_CHARACTERS + 1)
 
-    def size(node: yaml.Node) -> int:
+    def size(node: yaml.Node) -> tuple[int, int]:
         known = sizes.get(id(node))
         if known is not None:
-            return known if known >= 0 else MAX_SANDBOX_NODES + 1  # an alias of its parent
-        sizes[id(node)] = -1
+            return known if known[0] >= 0 else over  # an alias of its own parent
+        sizes[id(node)] = (-1, -1)
         children: list[yaml.Node] = []
         if isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
             children = [part for pair in node.value for part in pair]
-        total = 1
+        nodes, characters = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
         for child in children:
-            total = min(total + size(child), MAX_SANDBOX_NODES + 1)
-        sizes[id(node)] = total
-        return total
+            more = size(child)
+            nodes, characters = min(nodes + more[0], over[0]), min(characters + more[1], over[1])
+        sizes[id(node)] = (nodes, characters)
+        return nodes, characters
 
-    return 0 if root is None else size(root)
+    return (0, 0) if root is None else size(root)
 
 
 def _below(path: str, directory: str) -> bool:

@@ -214,3 +214,22 @@ def test_a_hard_link_to_a_file_outside_its_secrets_is_not_read(
     assert response.status == 407
     assert obs.requests() == []
     assert "the-node-secret-value" not in json.dumps(status) + p.view.proxy_stderr.read_text()
+
+
+def test_a_wide_alias_bomb_is_refused_without_the_nodes_memory(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
+) -> None:
+    """A flat bomb: one 40 KB string aliased 5000 times (a 55 KB file standing for 200 MB
+    of text) took ~4 s and ~800 MB at start; 200 KB x 20000 would take the node down. The
+    characters an expansion stands for are bounded too (D426)."""
+    wide = f's: &s "{"a" * 40_000}"\nnetwork:\n  allowlist: [' + ", ".join(["*s"] * 5000) + "]\n"
+    p, _ = node_proxy(private_proxy, tmp_path, "proxy_auth", good=GOOD, wide=wide)
+    assert p.process.status_kib("VmHWM") < 400 * 1024
+    status = p.process.status()["sandboxes"]
+    assert status["ids"] == ["good"]
+    [refused] = status["refused"]
+    assert any("aliases" in problem for problem in refused["problems"]), refused
+    response = request_as(
+        p.view, basic("good", GOOD_TOKEN), "api.allowed.test", [("X-Key", "good-placeholder-0001")]
+    )
+    assert response.status == 200
