@@ -14,8 +14,10 @@
 * `ConnectionQuota` bounds the open client connections of each sandbox, so one sandbox
   cannot take the connections the others share.
 
-Invariant: one sandbox's policy is reachable only through its own id; no lookup falls
-back to another sandbox's policy or to the node's alone.
+Invariants: one sandbox's policy is reachable only through its own id; no lookup falls
+back to another sandbox's policy or to the node's alone. A sandbox's requests are searched
+for the node file's and its own file's placeholders and values only: another sandbox's
+file, less trusted, never refuses them (D425).
 """
 
 from __future__ import annotations
