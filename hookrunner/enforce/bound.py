@@ -44,6 +44,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sandbox_egress.hookrunner.enforce.keep import read_only_paths
 from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
@@ -146,7 +147,8 @@ def run(
         define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
-        made, _, inside = tool_namespace(argv, masks, None, env, lasting=True)
+        keep = read_only_paths(env, workspace)  # what runs before the next boundary (D435)
+        made, _, inside = tool_namespace(argv, masks, None, env, lasting=True, keep=keep)
         if not inside:
             return refuse("no mount namespace can be made here (no git guard, no mask)")
         code = _wait(made, env, (definitions_fd,) if definitions_fd is not None and defined else ())

@@ -256,17 +256,20 @@ def tool_namespace(
     env: Mapping[str, str],
     *,
     lasting: bool = False,
+    keep: Sequence[str] = (),
 ) -> tuple[list[str], Credentials | None, bool]:
     """(argv, who ``run_process`` switches to, whether the namespace is made).
 
     ``binds`` are the masks; the git guard's are added. None for the user: the
-    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``."""
+    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``. ``keep``: paths
+    made read-only (bound onto themselves first, so a mask below one stays, D435)."""
     tools = programs()
     if tools is None:
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
-    every = [*(guard.binds() if guard is not None else ()), *binds]
-    read_only = guard.read_only() if guard is not None else []
+    selves = [(path, path) for path in keep]
+    every = [*selves, *(guard.binds() if guard is not None else ()), *binds]
+    read_only = [*keep, *(guard.read_only() if guard is not None else ())]
     made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting)
     return made, None, True
 

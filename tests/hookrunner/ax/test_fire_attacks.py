@@ -1,0 +1,124 @@
+"""Attacks on the boundary of ``fire`` (issue 44, D435-D436): a command run under it must
+not change what runs *before* the next call's boundary is made (the caller's shell
+snapshot, the runner's own code), or that next call runs unbounded.
+
+Each test drives ``hookrunner fire PreToolUse --claude-exit-codes`` with Claude Code's JSON
+on stdin and runs the returned ``updatedInput.command`` as Claude Code runs a Bash call:
+``source SNAPSHOT && eval COMMAND < /dev/null && pwd -P`` in a new bash.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox_egress.hookrunner.enforce.toolns import programs
+
+HOOKRUNNER = str(Path(sys.executable).parent / "hookrunner")
+ENTRY = Path(__file__).resolve()
+
+pytestmark = pytest.mark.skipif(programs() is None, reason="needs a mount namespace")
+
+
+class Session:
+    """A Claude Code session: a project with a ``.env``, a config dir with a snapshot."""
+
+    def __init__(self, root: Path) -> None:
+        self.project = root / "project"
+        self.project.mkdir()
+        (self.project / ".env").write_text("SECRET=hunter2\n")
+        self.config = root / "claude"
+        (self.config / "shell-snapshots").mkdir(parents=True)
+        self.snapshot = self.config / "shell-snapshots" / "snapshot-bash-1.sh"
+        self.snapshot.write_text("alias ll='ls -l'\n")
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(root),
+            "SHELL": "/bin/bash",
+            "CLAUDE_CONFIG_DIR": str(self.config),
+            "CLAUDE_PROJECT_DIR": str(self.project),
+        }
+
+    def wrapped(self, command: str) -> str:
+        payload = {
+            "session_id": "s1",
+            "transcript_path": "/dev/null",
+            "cwd": str(self.project),
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": {"command": command, "description": "d"},
+        }
+        done = subprocess.run(
+            [HOOKRUNNER, "fire", "PreToolUse", "--claude-exit-codes"],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.project,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)["hookSpecificOutput"]
+        assert answer["permissionDecision"] == "allow"
+        text = answer["updatedInput"]["command"]
+        assert isinstance(text, str) and "enforce.bound" in text
+        return text
+
+    def bash(self, command: str) -> subprocess.CompletedProcess[str]:
+        script = f'source "{self.snapshot}" && eval "$1" < /dev/null && pwd -P >| /dev/null'
+        return subprocess.run(
+            ["bash", "-c", script, "bash", self.wrapped(command)],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.project,
+            timeout=60,
+            check=False,
+        )
+
+
+HIJACK = (
+    "exec() { if [[ $* == *enforce.bound* ]]; then "
+    'eval "$(printf %s "${@: -1}" | base64 -d)"; else builtin exec "$@"; fi; }\n'
+)
+
+
+def test_a_command_cannot_poison_the_next_calls_shell_snapshot(tmp_path: Path) -> None:
+    session = Session(tmp_path)
+    before = session.snapshot.read_text()
+    poison = session.bash(f"printf %s {shlex.quote(HIJACK)} >> {session.snapshot}; echo $?")
+    read = session.bash("cat .env; echo end")
+    assert "hunter2" not in read.stdout + read.stderr
+    assert read.stdout == "end\n"
+    assert "Read-only file system" in poison.stderr
+    assert session.snapshot.read_text() == before
+
+
+def test_the_runners_own_code_is_read_only_under_the_boundary(tmp_path: Path) -> None:
+    session = Session(tmp_path)
+    enforce = ENTRY.parents[3] / "hookrunner" / "enforce"
+    package = Path(sys.modules["sandbox_egress"].__file__ or "").parent
+    targets = [enforce / "bound.py", Path(sys.prefix) / "pyvenv.cfg", package / "__init__.py"]
+    for target in targets:
+        probe = target.resolve().parent / "hookrunner-atk-probe"
+        try:
+            done = session.bash(f"echo x > {probe}; echo rc=$?; touch -c {target.resolve()}")
+            assert not probe.exists(), f"the runner's {target.parent} is writable"
+            assert "rc=1" in done.stdout
+            assert "Read-only file system" in done.stderr
+        finally:
+            probe.unlink(missing_ok=True)
+
+
+def test_the_project_stays_writable(tmp_path: Path) -> None:
+    session = Session(tmp_path)
+    done = session.bash("echo made > out.txt && cat out.txt && mkdir -p d && cd d && pwd")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"made\n{session.project / 'd'}\n"
