@@ -1,6 +1,9 @@
-"""``protect-env-files`` without a boundary (D436): bash's bracket expressions that Python's
+"""The packs without a boundary (D436), the only guard there.
+
+``protect-env-files``: bash's bracket expressions that Python's
 ``fnmatch`` does not know (``[[:lower:]]``, ``[[=e=]]``, ``[[.e.]]``, ``[^x]``) still name a
-``.env``; the pack, the only guard where no namespace can be made, refuses them."""
+``.env`` and are refused. ``block-force-push``: an ``eval`` of text only the run time
+knows (``eval "$(cat push.sh)"``) cannot be read, so it is refused (allowed with the guard)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandbox_egress.hookrunner.ax.packs import judge
 from sandbox_egress.hookrunner.ax.packs.envfiles import is_env_name
+from sandbox_egress.hookrunner.ax.packs.judge import Boundary
 
 PACK = "import sys; from sandbox_egress.hookrunner.ax.packs.main import main; sys.exit(main(sys.argv[1:]))"
 
@@ -73,3 +78,29 @@ def test_any_class_in_any_position_of_env(position: int, klass: str, negate: boo
     bracket = "[^0-9]" if negate else f"[{member}]"  # each matches the letter in bash
     pattern = ".env"[:position] + bracket + ".env"[position + 1 :]
     assert is_env_name(pattern), pattern
+
+
+EVALS = [
+    'X="git push -f origin main"; eval "$X"',
+    'eval "$(echo git push -f origin main)"',
+    "eval $(cat push.sh)",
+    "eval `cat push.sh`",
+    'eval "$(cat push.sh)"',
+]
+
+
+@pytest.mark.parametrize("command", EVALS)
+def test_eval_of_text_only_the_run_time_knows_is_refused_without_a_boundary(
+    command: str,
+) -> None:
+    refusal = judge.force_push([(command, "bash")], Boundary.parse(""))
+    assert refusal is not None and refusal.startswith("block-force-push: cannot verify"), refusal
+    assert "eval runs text only the run time knows" in refusal
+    # with the git guard below, the run time judges it: no early refusal
+    assert judge.force_push([(command, "bash")], Boundary.parse("git,mask")) is None
+
+
+def test_eval_of_text_on_the_line_is_still_read() -> None:
+    assert judge.force_push([("eval echo hi", "bash")], Boundary.parse("")) is None
+    refusal = judge.force_push([('eval "git push -f"', "bash")], Boundary.parse(""))
+    assert refusal is not None and "rewrites the remote branch's history" in refusal
