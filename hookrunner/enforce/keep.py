@@ -5,7 +5,9 @@ own, and the wrapping starts the runner's interpreter (``enforce.bound``) before
 namespace exists. So whatever the caller's shell or that interpreter reads before the
 boundary is made is part of the boundary: a command that could rewrite it would make the
 next call run unbounded (a function named ``exec`` in the shell snapshot, or a ``bound.py``
-of its own in the runner's installation). The same user runs both (a root Claude Code's
+of its own in the runner's installation); so is what Claude Code runs at its next start
+(the project's ``.claude/settings.json`` hooks, the runner's own entry among them when
+installed with ``--scope project``, and ``.mcp.json`` servers). The same user runs both (a root Claude Code's
 commands keep uid 0 without capability and still own root's files), so file permissions
 do not stop it; a read-only bind in the command's mount namespace does (D435).
 
@@ -22,6 +24,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+# The project's files Claude Code runs or starts things from at its next start: its hooks
+# (and the runner itself, installed with ``--scope project``) and its MCP servers.
+PROJECT_FILES = (".claude", ".mcp.json")
 # Read by the login shell Claude Code takes its snapshot from, at the next session start.
 SHELL_FILES = (
     ".bashrc",
@@ -66,6 +71,7 @@ def read_only_paths(env: Mapping[str, str], workspace: Path) -> list[str]:
         candidates.append(config)
     if home and os.path.isabs(home):
         candidates += [os.path.join(home, name) for name in SHELL_FILES]
+    candidates += [str(workspace / name) for name in PROJECT_FILES]
     return _pruned(candidates, os.path.realpath(workspace))
 
 

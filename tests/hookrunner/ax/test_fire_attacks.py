@@ -122,3 +122,26 @@ def test_the_project_stays_writable(tmp_path: Path) -> None:
     done = session.bash("echo made > out.txt && cat out.txt && mkdir -p d && cd d && pwd")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"made\n{session.project / 'd'}\n"
+
+
+def test_the_projects_claude_settings_are_read_only_under_the_boundary(tmp_path: Path) -> None:
+    """``<project>/.claude/settings.json`` holds hooks Claude Code runs unbounded at the next
+    start (and, installed with ``--scope project``, the runner itself): a Bash call must not
+    rewrite it, nor ``.mcp.json`` (servers Claude Code starts)."""
+    session = Session(tmp_path)
+    settings = session.project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"hooks": {}}\n')
+    servers = session.project / ".mcp.json"
+    servers.write_text('{"mcpServers": {}}\n')
+    hook = '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "cp .env x"}]}]}}'
+    done = session.bash(
+        f"echo {shlex.quote(hook)} > .claude/settings.json; echo $?; "
+        "echo '{}' > .claude/settings.local.json; echo $?; echo '{}' > .mcp.json; echo $?; "
+        "mv .claude .c2; echo $?"
+    )
+    assert settings.read_text() == '{"hooks": {}}\n'
+    assert not (settings.parent / "settings.local.json").exists()
+    assert servers.read_text() == '{"mcpServers": {}}\n'
+    assert not (session.project / ".c2").exists()
+    assert done.stdout.split() == ["1", "1", "1", "1"]
