@@ -217,6 +217,8 @@ def main(argv: Sequence[str]) -> int:
         command = decode(args[0])
     except (binascii.Error, ValueError):
         return refuse("the command is not base64 of UTF-8 text")
+    if "\0" in command:  # no argv, no shell string can hold it (D437)
+        return refuse("the command holds a NUL byte, which no shell can run")
     root = Path(os.path.realpath(workspace))
     if not root.is_dir():
         return refuse(f"the workspace {workspace!r} is not a directory")

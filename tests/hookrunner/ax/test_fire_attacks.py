@@ -145,3 +145,17 @@ def test_the_projects_claude_settings_are_read_only_under_the_boundary(tmp_path:
     assert servers.read_text() == '{"mcpServers": {}}\n'
     assert not (session.project / ".c2").exists()
     assert done.stdout.split() == ["1", "1", "1", "1"]
+
+
+def test_a_command_with_a_nul_byte_is_refused_in_one_line(tmp_path: Path) -> None:
+    """bash cannot hold a NUL in a string: the command is refused as the boundary refuses
+    (exit 126, one line), not with a Python traceback, and nothing of it runs."""
+    session = Session(tmp_path)
+    done = session.bash("touch ran\x00; echo after")
+    assert done.returncode == 126
+    assert done.stdout == ""
+    assert done.stderr == (
+        "hookrunner boundary: the command holds a NUL byte, which no shell can run; "
+        "the command was not run\n"
+    )
+    assert not (session.project / "ran").exists()
