@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sandbox_egress.hookrunner.enforce.keep import read_only_paths
-from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
+from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_identities
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
 REFUSED = 126  # the shell's "found but cannot run": the command did not start
@@ -136,7 +136,8 @@ def run(
     """Run ``command`` under the boundary on this process's descriptors; its exit status.
     ``definitions_fd``: the caller's shell definitions (``DEFINITIONS``), sourced first."""
     try:
-        masks = [("/dev/null", path) for path in protected_files(workspace)]
+        found = protected_identities(workspace)  # mounted only where still so (D438)
+        masks = [("/dev/null", path, found[path]) for path in sorted(found)]
     except MaskIncomplete as exc:
         return refuse(f"the .env files cannot all be masked ({exc})")
     handle, cwd_file = tempfile.mkstemp(prefix="hookrunner-cwd-")
@@ -148,7 +149,9 @@ def run(
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
         keep = read_only_paths(env, workspace)  # what runs before the next boundary (D435)
-        made, _, inside = tool_namespace(argv, masks, None, env, lasting=True, keep=keep)
+        made, _, inside = tool_namespace(
+            argv, [], None, env, lasting=True, keep=keep, checked=masks
+        )
         if not inside:
             return refuse("no mount namespace can be made here (no git guard, no mask)")
         code = _wait(made, env, (definitions_fd,) if definitions_fd is not None and defined else ())

@@ -48,14 +48,23 @@ _CAP_SYS_ADMIN = 21
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many paths to make
+# $1: mount; $2: stat; how many (source, target) pairs follow; the pairs; how many checked
+# (source, target, device:inode) triples follow: each bound onto the file its target opens
+# only when that is the file the walk saw (D438); the triples; how many paths to make
 # read-only; the paths; then the program.
 SCRIPT = (
-    'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
+    'mount=$1; stat=$2; n=$3; shift 3; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'command exec 9<"$2" || exit 125; '
+    '[ "$("$stat" -Lc %d:%i /dev/fd/9)" = "$3" ] || '
+    '{ echo "hookrunner boundary: $2 changed before it was masked" >&2; exit 125; }; '
+    '"$mount" -c --bind "$1" /proc/self/fd/9 || exit 125; exec 9<&-; '
+    'shift 3; n=$((n - 1)); done; '
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
+STAT = shutil.which("stat", path=_SYSTEM_PATH) or "/usr/bin/stat"
 
 
 @dataclass(frozen=True)
@@ -128,9 +137,11 @@ def namespace_argv(
     tools: Programs,
     *,
     lasting: bool = False,
+    checked: Sequence[tuple[str, str, str]] = (),
 ) -> list[str]:
-    """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
-    so), as ``user`` (root's namespace) or without any capability (a user namespace).
+    """``argv`` run in a new mount namespace after ``binds`` and ``checked`` (source,
+    target, ``device:inode`` the target must still be: D438), then ``read_only`` remounted
+    so, as ``user`` (root's namespace) or without any capability (a user namespace).
 
     ``lasting`` (the boundary of ``fire``, D381): what the program leaves running in the
     background outlives it (no PID namespace), and a root program without a ``user``
@@ -148,9 +159,11 @@ def namespace_argv(
         elif lasting:
             program = [tools.setpriv, *_NO_CAPABILITIES, *program]
     pairs = [path for pair in binds for path in pair]
+    triples = [part for triple in checked for part in triple]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    counts = [str(len(binds)), *pairs, str(len(read_only)), *read_only]
-    return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
+    counts = [str(len(binds)), *pairs, str(len(checked)), *triples]
+    counts += [str(len(read_only)), *read_only]
+    return [*prefix, "hookrunner-ns", tools.mount, STAT, *counts, *program]
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -257,6 +270,7 @@ def tool_namespace(
     *,
     lasting: bool = False,
     keep: Sequence[str] = (),
+    checked: Sequence[tuple[str, str, str]] = (),
 ) -> tuple[list[str], Credentials | None, bool]:
     """(argv, who ``run_process`` switches to, whether the namespace is made).
 
@@ -270,7 +284,7 @@ def tool_namespace(
     selves = [(path, path) for path in keep]
     every = [*selves, *(guard.binds() if guard is not None else ()), *binds]
     read_only = [*keep, *(guard.read_only() if guard is not None else ())]
-    made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting)
+    made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting, checked=checked)
     return made, None, True
 
 

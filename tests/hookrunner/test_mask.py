@@ -99,11 +99,13 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         toolns.SCRIPT,
         "hookrunner-ns",
         "/sbin/mount",
+        toolns.STAT,
         "2",
         "/dev/null",
         str(tmp_path / ".env"),
         "/g",
         "/usr/bin/git",
+        "0",  # no checked mask (D438)
         "1",
         "/usr/bin/git",
         "/sbin/setpriv",
@@ -136,9 +138,11 @@ def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -
         toolns.SCRIPT,
         "hookrunner-ns",
         "/m",
+        toolns.STAT,
         "1",
         "/dev/null",
         "/w/.env",
+        "0",  # no checked mask (D438)
         "0",
         "/s",
         "--bounding-set=-all",
@@ -181,8 +185,8 @@ def test_a_walk_that_cannot_finish_refuses(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "locked").mkdir()
     real_scandir = os.scandir
 
-    def scandir(path: str) -> Iterator[os.DirEntry[str]]:  # root reads every mode: mocked
-        if path.endswith("locked"):
+    def scandir(path: int) -> Iterator[os.DirEntry[str]]:  # root reads every mode: mocked
+        if os.readlink(f"/proc/self/fd/{path}").endswith("locked"):  # read by descriptor
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
 

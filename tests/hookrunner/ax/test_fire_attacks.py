@@ -159,3 +159,37 @@ def test_a_command_with_a_nul_byte_is_refused_in_one_line(tmp_path: Path) -> Non
         "the command was not run\n"
     )
     assert not (session.project / "ran").exists()
+
+
+SWAPPER = """
+import os, time
+end = time.time() + 25
+while time.time() < end and not os.path.exists("stop"):
+    os.rename("a", ".p"); os.rename("decoy", "a")
+    time.sleep(0.0005)
+    os.rename("a", "decoy"); os.rename(".p", "a")
+    time.sleep(0.0005)
+"""
+
+
+def test_a_background_swapper_never_gets_the_mask_onto_a_decoy(tmp_path: Path) -> None:
+    """A background run of one call renames the directory holding the ``.env`` back and
+    forth with a decoy while later calls start (D438): each later call is refused or
+    masked, and never reads the secret (3 of 20 did before)."""
+    session = Session(tmp_path)
+    (session.project / ".env").unlink()
+    for name, text in (("a", "SECRET=hunter2\n"), ("decoy", "DECOY=1\n")):
+        (session.project / name).mkdir()
+        (session.project / name / ".env").write_text(text)
+    (session.project / "swap.py").write_text(SWAPPER)
+    started = session.bash("nohup python3 swap.py >/dev/null 2>&1 & echo started")
+    assert started.stdout == "started\n"
+    read = "E=.en; E=${E}v; for i in 1 2 3 4 5 6 7 8; do cat a/$E .p/$E 2>/dev/null; done"
+    try:
+        outcomes = [session.bash(read) for _ in range(20)]
+    finally:
+        (session.project / "stop").touch()
+    for done in outcomes:
+        assert "hunter2" not in done.stdout
+        assert done.returncode in (0, 1, 125, 126), done.stderr
+    assert any(done.returncode in (0, 1) for done in outcomes)  # not all refused
