@@ -52,14 +52,16 @@ def claude_config(env: Mapping[str, str]) -> str | None:
 
 def runner_install() -> list[str]:
     """The runner's interpreter prefix and every directory its package is read from (an
-    editable install's package links to the clone's folders)."""
+    editable install's package links to the clone's folders), their common parent first:
+    one mount when it does not hold the workspace (``_pruned`` drops what is below it)."""
     found = [sys.prefix, str(Path(__file__).resolve().parent.parent)]
     top = sys.modules.get("sandbox_egress")
     if top is not None and top.__file__:
         here = Path(top.__file__).parent
         found.append(str(here))
         found += [str(child) for child in here.iterdir() if child.is_dir()]
-    return found
+    real = [os.path.realpath(path) for path in found]
+    return [os.path.commonpath(real), *real]
 
 
 def read_only_paths(env: Mapping[str, str], workspace: Path) -> list[str]:

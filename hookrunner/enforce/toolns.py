@@ -48,12 +48,16 @@ _CAP_SYS_ADMIN = 21
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: stat; how many (source, target) pairs follow; the pairs; how many checked
+# $1: mount; $2: stat; how many paths to bind read-only onto themselves (one ``mount``
+# each: what runs before the next call's boundary, D435); the paths; how many (source,
+# target) pairs follow; the pairs; how many checked
 # (source, target, device:inode) triples follow: each bound onto the file its target opens
 # only when that is the file the walk saw (D438); the triples; how many paths to make
 # read-only; the paths; then the program.
 SCRIPT = (
     'mount=$1; stat=$2; n=$3; shift 3; while [ "$n" -gt 0 ]; do '
+    '"$mount" -o bind,ro "$1" "$1" || exit 125; shift; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     'command exec 9<"$2" || exit 125; '
@@ -138,6 +142,7 @@ def namespace_argv(
     *,
     lasting: bool = False,
     checked: Sequence[tuple[str, str, str]] = (),
+    kept: Sequence[str] = (),
 ) -> list[str]:
     """``argv`` run in a new mount namespace after ``binds`` and ``checked`` (source,
     target, ``device:inode`` the target must still be: D438), then ``read_only`` remounted
@@ -161,7 +166,7 @@ def namespace_argv(
     pairs = [path for pair in binds for path in pair]
     triples = [part for triple in checked for part in triple]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    counts = [str(len(binds)), *pairs, str(len(checked)), *triples]
+    counts = [str(len(kept)), *kept, str(len(binds)), *pairs, str(len(checked)), *triples]
     counts += [str(len(read_only)), *read_only]
     return [*prefix, "hookrunner-ns", tools.mount, STAT, *counts, *program]
 
@@ -276,15 +281,17 @@ def tool_namespace(
 
     ``binds`` are the masks; the git guard's are added. None for the user: the
     prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``. ``keep``: paths
-    made read-only (bound onto themselves first, so a mask below one stays, D435)."""
+    bound read-only onto themselves first (so a mask below one stays, D435); ``checked``:
+    masks mounted only where their path still opens the file the walk saw (D438)."""
     tools = programs()
     if tools is None:
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
-    selves = [(path, path) for path in keep]
-    every = [*selves, *(guard.binds() if guard is not None else ()), *binds]
-    read_only = [*keep, *(guard.read_only() if guard is not None else ())]
-    made = namespace_argv(argv, every, read_only, user, tools, lasting=lasting, checked=checked)
+    every = [*(guard.binds() if guard is not None else ()), *binds]
+    read_only = guard.read_only() if guard is not None else []
+    made = namespace_argv(
+        argv, every, read_only, user, tools, lasting=lasting, checked=checked, kept=keep
+    )
     return made, None, True
 
 

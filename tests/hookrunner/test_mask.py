@@ -100,6 +100,7 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         "hookrunner-ns",
         "/sbin/mount",
         toolns.STAT,
+        "0",  # nothing kept read-only (D435)
         "2",
         "/dev/null",
         str(tmp_path / ".env"),
@@ -139,6 +140,7 @@ def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -
         "hookrunner-ns",
         "/m",
         toolns.STAT,
+        "0",  # nothing kept read-only (D435)
         "1",
         "/dev/null",
         "/w/.env",
