@@ -7,9 +7,10 @@ boundary is made is part of the boundary: a command that could rewrite it would 
 next call run unbounded (a function named ``exec`` in the shell snapshot, or a ``bound.py``
 of its own in the runner's installation); so is what Claude Code runs at its next start
 (the project's ``.claude/settings.json`` hooks, the runner's own entry among them when
-installed with ``--scope project``, and ``.mcp.json`` servers). The same user runs both (a root Claude Code's
-commands keep uid 0 without capability and still own root's files), so file permissions
-do not stop it; a read-only bind in the command's mount namespace does (D435).
+installed with ``--scope project``, and ``.mcp.json`` servers). The same user runs both
+(a root Claude Code's commands keep uid 0 without capability and still own root's
+files), so file permissions do not stop it; a read-only bind in the command's mount
+namespace does (D435).
 
 Invariants: only paths that exist are listed (a bind needs its target); each once, no
 path listed below another one listed; the workspace itself and what holds it are never

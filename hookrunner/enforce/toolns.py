@@ -64,7 +64,7 @@ SCRIPT = (
     '[ "$("$stat" -Lc %d:%i /dev/fd/9)" = "$3" ] || '
     '{ echo "hookrunner boundary: $2 changed before it was masked" >&2; exit 125; }; '
     '"$mount" -c --bind "$1" /proc/self/fd/9 || exit 125; exec 9<&-; '
-    'shift 3; n=$((n - 1)); done; '
+    "shift 3; n=$((n - 1)); done; "
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )

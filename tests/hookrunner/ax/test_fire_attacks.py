@@ -10,8 +10,8 @@ on stdin and runs the returned ``updatedInput.command`` as Claude Code runs a Ba
 from __future__ import annotations
 
 import json
-import shlex
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path

@@ -48,7 +48,12 @@ def test_a_poisoned_snapshot_does_not_unbound_the_next_call(user: ClaudeHome) ->
     )
     script = [
         {"tool_use": {"name": "Bash", "input": {"command": poison, "description": "a"}}},
-        {"tool_use": {"name": "Bash", "input": {"command": "cat .env; echo end", "description": "b"}}},  # noqa: E501
+        {
+            "tool_use": {
+                "name": "Bash",
+                "input": {"command": "cat .env; echo end", "description": "b"},
+            }
+        },  # noqa: E501
         {"text": "done"},
     ]
     run = user.run(script)
