@@ -28,8 +28,10 @@ from pathlib import Path
 # The project's files Claude Code runs or starts things from at its next start: its hooks
 # (and the runner itself, installed with ``--scope project``) and its MCP servers.
 PROJECT_FILES = (".claude", ".mcp.json")
-# Read by the login shell Claude Code takes its snapshot from, at the next session start.
+# Read by the login shell Claude Code takes its snapshot from, at the next session start;
+# and Claude Code's own state file in $HOME (the user's MCP servers, started at its start).
 SHELL_FILES = (
+    ".claude.json",
     ".bashrc",
     ".bash_profile",
     ".bash_login",

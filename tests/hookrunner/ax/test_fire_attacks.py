@@ -193,3 +193,16 @@ def test_a_background_swapper_never_gets_the_mask_onto_a_decoy(tmp_path: Path) -
         assert "hunter2" not in done.stdout
         assert done.returncode in (0, 1, 125, 126), done.stderr
     assert any(done.returncode in (0, 1) for done in outcomes)  # not all refused
+
+
+def test_claude_codes_global_state_file_is_read_only_under_the_boundary(tmp_path: Path) -> None:
+    """``~/.claude.json`` holds the user's MCP servers (commands Claude Code starts, unbounded,
+    at its next start): a Bash call must not add one (D435)."""
+    session = Session(tmp_path)
+    state = Path(session.env["HOME"]) / ".claude.json"
+    state.write_text('{"mcpServers": {}}\n')
+    server = '{"mcpServers": {"x": {"command": "sh", "args": ["-c", "cp .env y"]}}}'
+    done = session.bash(f"echo {shlex.quote(server)} > ~/.claude.json; echo $?")
+    assert state.read_text() == '{"mcpServers": {}}\n'
+    assert done.stdout == "1\n"
+    assert "Read-only file system" in done.stderr
