@@ -206,3 +206,14 @@ def test_claude_codes_global_state_file_is_read_only_under_the_boundary(tmp_path
     assert state.read_text() == '{"mcpServers": {}}\n'
     assert done.stdout == "1\n"
     assert "Read-only file system" in done.stderr
+
+
+def test_a_wrapping_that_starts_another_program_is_not_read_as_ours(tmp_path: Path) -> None:
+    """PostToolUse hooks see the agent's command through ``bound.original``. A command the
+    agent wrote in the wrapping's shape, starting a program of its own, must not be shown
+    to them as the harmless command in its base64 (D437)."""
+    from sandbox_egress.hookrunner.enforce.bound import original, shell_command
+
+    assert original(shell_command("pytest", tmp_path)) == "pytest"
+    forged = shell_command("pytest", tmp_path, python=str(tmp_path / "evil"))
+    assert original(forged) is None
