@@ -44,7 +44,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
+from sandbox_egress.hookrunner.enforce.keep import read_only_paths
+from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_identities
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
 REFUSED = 126  # the shell's "found but cannot run": the command did not start
@@ -89,7 +90,7 @@ def shell_command(command: str, workspace: Path, python: str | None = None) -> s
 
 
 _WRAPPED = re.compile(
-    r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec .+ -I -m "
+    r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec (?P<python>.+) -I -m "
     + re.escape(ENTRY)
     + r" --workspace .+ --cwd-fd 3 --definitions-fd 5 (''|[A-Za-z0-9+/]+={0,2}) "
     + re.escape(_DEFINED)
@@ -105,12 +106,27 @@ def original(text: str) -> str | None:
     """The command ``shell_command`` wrapped, when ``text`` is exactly such a wrapping (what
     Claude Code's PostToolUse carries after ``updatedInput``), else None."""
     match = _WRAPPED.fullmatch(text)
-    if match is None:
-        return None
+    if match is None or not _ours(match.group("python")):
+        return None  # another program in the wrapping's shape: not ours to read (D437)
     try:
-        return decode(match.group(1).strip("'"))
+        return decode(match.group(2).strip("'"))
     except (binascii.Error, ValueError):
         return None
+
+
+def _ours(quoted: str) -> bool:
+    """Whether a wrapping's interpreter is one of this runner's (``python``/``python3``
+    beside ``sys.executable``): a look-alike starting another program is not ours."""
+    try:
+        words = shlex.split(quoted)
+    except ValueError:
+        return False
+    here = os.path.dirname(sys.executable)
+    return (
+        len(words) == 1
+        and os.path.dirname(words[0]) == here
+        and os.path.basename(words[0]).startswith("python")
+    )
 
 
 def shell(env: Mapping[str, str]) -> str:
@@ -135,7 +151,8 @@ def run(
     """Run ``command`` under the boundary on this process's descriptors; its exit status.
     ``definitions_fd``: the caller's shell definitions (``DEFINITIONS``), sourced first."""
     try:
-        masks = [("/dev/null", path) for path in protected_files(workspace)]
+        found = protected_identities(workspace)  # mounted only where still so (D438)
+        masks = [("/dev/null", path, found[path]) for path in sorted(found)]
     except MaskIncomplete as exc:
         return refuse(f"the .env files cannot all be masked ({exc})")
     handle, cwd_file = tempfile.mkstemp(prefix="hookrunner-cwd-")
@@ -146,7 +163,10 @@ def run(
         define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
-        made, _, inside = tool_namespace(argv, masks, None, env, lasting=True)
+        keep = read_only_paths(env, workspace)  # what runs before the next boundary (D435)
+        made, _, inside = tool_namespace(
+            argv, [], None, env, lasting=True, keep=keep, checked=masks
+        )
         if not inside:
             return refuse("no mount namespace can be made here (no git guard, no mask)")
         code = _wait(made, env, (definitions_fd,) if definitions_fd is not None and defined else ())
@@ -215,6 +235,8 @@ def main(argv: Sequence[str]) -> int:
         command = decode(args[0])
     except (binascii.Error, ValueError):
         return refuse("the command is not base64 of UTF-8 text")
+    if "\0" in command:  # no argv, no shell string can hold it (D437)
+        return refuse("the command holds a NUL byte, which no shell can run")
     root = Path(os.path.realpath(workspace))
     if not root.is_dir():
         return refuse(f"the workspace {workspace!r} is not a directory")
