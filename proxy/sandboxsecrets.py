@@ -39,6 +39,9 @@ import yaml
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_FILE_BYTES = 64 * 1024
 MAX_SANDBOX_FILE_BYTES = 256 * 1024  # a sandbox file itself (its values are compiled, D341)
+# Every secret value a sandbox file resolves, together: each sandbox compiles a matcher of
+# every spelling of them (D425; about 11 µs per byte, D341), and RE2 holds up to 256 MiB.
+MAX_SANDBOX_SECRET_BYTES = 256 * 1024
 # Values a sandbox file's YAML may stand for, its aliases expanded (D426): a file without
 # aliases holds fewer, one whose aliases nest stands for billions.
 MAX_SANDBOX_NODES = MAX_SANDBOX_FILE_BYTES

@@ -51,6 +51,7 @@ from sandbox_egress.proxy.config.references import check_confined, resolve
 from sandbox_egress.proxy.hosts import IPAddress
 from sandbox_egress.proxy.placeholders import searchable
 from sandbox_egress.proxy.sandboxsecrets import (
+    MAX_SANDBOX_SECRET_BYTES,
     Confined,
     Unreadable,
     read_sandbox_file,
@@ -188,7 +189,13 @@ def parse_sandbox(
     addresses = parse_addresses(document.get("addresses"), report)
     if network is not None:
         problems.extend(_repeats(network, source, node))
-        if secrets and not searchable(network.placeholders):  # RE2's size limit (D427)
+        held = sum(len(value) for entry in network.allowlist for value in entry.redactions.secrets)
+        if held > MAX_SANDBOX_SECRET_BYTES:  # each sandbox compiles its own matcher (D425)
+            report(
+                "network",
+                f"its secret values total {held} bytes, more than {MAX_SANDBOX_SECRET_BYTES}",
+            )
+        elif secrets and not searchable(network.placeholders):  # RE2's size limit (D427)
             report("network", "its placeholders and secret values are too large to search")
     if problems or network is None:
         raise ConfigError(problems)
