@@ -150,8 +150,12 @@ class Shared:
         """Every spelling of every resolved value this proxy holds: the configuration's
         (a node's and all its sandboxes'), and the credential cache's. What the sandbox
         chose (host, SNI, path) is written to the audit with them masked (D363)."""
-        index = self.tenancy.everyone if self.tenancy is not None else self.policy.placeholders()
-        return (index.values, self.credentials.held())
+        configured = (
+            self.tenancy.held()
+            if self.tenancy is not None
+            else (self.policy.placeholders().values,)
+        )
+        return (*configured, self.credentials.held())
 
     def masked(self, text: str) -> str:
         """`text` (a host or target the sandbox chose) with every spelling of a value this

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_egress.common.tokens import shown
+
 Report = Callable[[str, str], None]
 
 WINDOWS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
@@ -140,7 +142,7 @@ def parse_budget(raw: Any, where: str, report: Report) -> tuple[bool, Budget | N
         if kind in raw:
             rate = parse_rate(raw[kind], kind == "upload")
             if isinstance(rate, str):
-                report(f"{where}.{kind}", f"{rate} (got {raw[kind]!r})")
+                report(f"{where}.{kind}", f"{rate} (got {shown(raw[kind])})")
                 ok = False
             else:
                 rates[kind] = rate

@@ -19,8 +19,8 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -76,10 +76,9 @@ class Searcher(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PlaceholderIndex:
-    """Every placeholder of a configuration (or of a node and all its sandboxes, `merged`),
-    and which entries hold each: one, unless two files repeat it (then it is everyone's
-    foreign placeholder: refused wherever it is sent, D179), except as one sandbox sees it
-    (`seen_by`, D342): a placeholder of its own view names that view's holders only."""
+    """Every placeholder of a configuration (or of a node file and one sandbox's file,
+    `merged`, D425), and which entries hold each: one, unless both files repeat it (then
+    it is refused wherever it is sent, D179)."""
 
     owners: dict[bytes, frozenset[Holder]] = field(default_factory=dict)
     # Every placeholder, longest first; None when the configuration has none.
@@ -91,33 +90,23 @@ class PlaceholderIndex:
     # Every resolved value (transform and secret values, their referenced parts): found in
     # a request, it is `secret_elsewhere` (D208). None when the configuration has none.
     values: Searcher | None = field(default=None, repr=False)
-    # The holders one sandbox sees (its file's and the node's): they replace `owners` for
-    # the placeholders they hold. Empty: everyone's holders (D342).
-    view: Mapping[bytes, frozenset[Holder]] = field(default_factory=dict, repr=False)
 
     def owners_in(self, data: bytes) -> set[Holder]:
-        """The entries whose placeholders occur in `data` (as this view sees them)."""
+        """The entries whose placeholders occur in `data`."""
         if self.pattern is None:
             return set()
-        view, owners = self.view, self.owners
         found = (m.group() for m in self.pattern.finditer(data))
-        return {h for key in found for h in view.get(key) or owners[key]}
-
-    def seen_by(self, view: Mapping[bytes, frozenset[Holder]]) -> PlaceholderIndex:
-        """This index (its matchers shared) as the sandbox whose view is `view` sees it: a
-        placeholder its view holds names those holders; any other, everyone's."""
-        return replace(self, view=view)
+        return {h for key in found for h in self.owners[key]}
 
     def foreign_in(self, data: bytes, own: Holder | None) -> bool:
-        """Whether `data` holds a placeholder that is not `own`'s alone to hold, as this
-        view sees it (D342): one of another entry, or one two files repeat (D179), or a
-        shared one `own` is not among the holders of (D362)."""
+        """Whether `data` holds a placeholder that is not `own`'s alone to hold (in the
+        policy one sandbox sees, D425): one of another entry, or one two files repeat
+        (D179), or a shared one `own` is not among the holders of (D362)."""
         if self.pattern is None:
             return False
-        view, owners = self.view, self.owners
         for match in self.pattern.finditer(data):
             key = match.group()
-            holders = view.get(key) or owners[key]  # as this view sees it (D342)
+            holders = self.owners[key]
             if own not in holders if key in self.shared else bool(holders - {own}):
                 return True
         return False
@@ -225,7 +214,7 @@ def index(entries: Sequence[Owner], report: Report, source: str = "") -> Placeho
 
 
 def holders(indexes: Iterable[PlaceholderIndex]) -> dict[bytes, frozenset[Holder]]:
-    """Each placeholder of `indexes` with every entry that holds it (a view, `seen_by`)."""
+    """Each placeholder of `indexes` with every entry that holds it."""
     owners: dict[bytes, frozenset[Holder]] = {}
     for one in indexes:
         for key, found in one.owners.items():
@@ -234,10 +223,10 @@ def holders(indexes: Iterable[PlaceholderIndex]) -> dict[bytes, frozenset[Holder
 
 
 def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
-    """Everyone's placeholders and values: a node's and all its sandboxes' (D179, D208). A
-    placeholder two files repeat is held by both. Matched by RE2: the alternation grows
-    with the number of sandboxes, and a request's headers are searched in linear time
-    whatever they hold."""
+    """The placeholders and values of several files: a node's and one sandbox's (D425;
+    D179, D208). A placeholder two files repeat is held by both. Matched by RE2: a
+    sandbox file's alternation may be large, and a request's headers are searched in
+    linear time whatever they hold."""
     indexes = list(indexes)
     owners = holders(indexes)
     shared = frozenset(k for one in indexes for k in one.shared)
@@ -248,3 +237,13 @@ def merged(indexes: Iterable[PlaceholderIndex]) -> PlaceholderIndex:
     ordered = sorted(owners, key=lambda p: (-len(p), p))
     pattern = re2.compile(b"|".join(re.escape(p) for p in ordered)) if owners else None
     return PlaceholderIndex(owners, pattern, shared, values)
+
+
+def searchable(index: PlaceholderIndex) -> bool:
+    """Whether `index`'s placeholders and values fit RE2's matchers (`merged`): a sandbox
+    file past its size limit is refused alone, not with every snapshot (D427)."""
+    try:
+        merged((index,))
+    except re2.error:
+        return False
+    return True

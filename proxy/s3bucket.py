@@ -9,6 +9,9 @@ read whole), else from the first segment of the path (path style:
 of its own (MinIO, moto) is read path style unless its host has an `s3` label: its
 virtual-hosted names are not told apart (docs/configuration.md says so).
 
+A request also reads the bucket its `x-amz-copy-source` names (`copy_source`, D428):
+a binding that names buckets re-signs a copy only when both are named.
+
 Invariants: pure; a request whose bucket cannot be told (no `s3` label and an empty first
 segment: `ListBuckets`, `//key`) addresses no bucket, so a binding that names buckets
 refuses it; bucket globs match case-sensitively (`fnmatchcase`, `*` and `?` only).
@@ -36,6 +39,14 @@ def s3_bucket(host: str, target: str) -> str | None:
         return None
     first = unquote(path[1:].partition("/")[0])
     return first or None
+
+
+def copy_source(value: bytes) -> str | None:
+    """The bucket an `x-amz-copy-source` header (CopyObject, UploadPartCopy) reads from:
+    `bucket/key` or `/bucket/key`, percent-decoded as S3 decodes it (D428). An access
+    point or Outposts ARN yields its `arn:...` prefix, which no bucket glob matches."""
+    text = unquote(value.decode("latin-1").strip())
+    return text.lstrip("/").partition("/")[0] or None
 
 
 def named(bucket: str | None, globs: Iterable[str]) -> bool:

@@ -15,11 +15,14 @@ Invariants:
   (symlinks followed) is below the real path of `<secrets>/<sandbox-id>/` (or, flat, below
   the real secrets directory and still named `<sandbox-id>.<name>`), and what the kernel
   opened is that (a symlink swapped between the check and the open is refused, not
-  followed): another sandbox's files, `/proc/self/environ` or the node's own secrets are
-  never read.
+  followed), and it has one name (a hard link is refused, D426): another sandbox's
+  files, `/proc/self/environ` or the node's own secrets are never read.
 * Only a regular file is read, opened non-blocking (a FIFO never stalls the scan), at
   most `MAX_FILE_BYTES`.
 * A problem names the path as written, never a byte of any file.
+* A sandbox file whose YAML aliases expand to more than `MAX_SANDBOX_NODES` values or
+  `MAX_SANDBOX_CHARACTERS` characters is refused before it is parsed (an alias bomb
+  would hang the scan and the node's start, or take its memory).
 """
 
 from __future__ import annotations
@@ -31,8 +34,18 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_FILE_BYTES = 64 * 1024
 MAX_SANDBOX_FILE_BYTES = 256 * 1024  # a sandbox file itself (its values are compiled, D341)
+# Every secret value a sandbox file resolves, together: each sandbox compiles a matcher of
+# every spelling of them (D425; about 11 µs per byte, D341), and RE2 holds up to 256 MiB.
+MAX_SANDBOX_SECRET_BYTES = 256 * 1024
+# Values a sandbox file's YAML may stand for, its aliases expanded (D426): a file without
+# aliases holds fewer, one whose aliases nest stands for billions.
+MAX_SANDBOX_NODES = MAX_SANDBOX_FILE_BYTES
+MAX_SANDBOX_CHARACTERS = 4 * MAX_SANDBOX_FILE_BYTES  # its scalars' text, expanded
 VARIABLE_REFUSED = "${%s} is refused in a sandbox file: it would read the node proxy's environment"
 NO_SECRETS = "${file:...} in a sandbox file needs the node file's sandboxes.secrets"
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -181,9 +194,45 @@ def read_sandbox_file(path: Path) -> str:
     if len(data) > MAX_SANDBOX_FILE_BYTES:
         raise Unreadable(f"larger than {MAX_SANDBOX_FILE_BYTES} bytes")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise Unreadable("not UTF-8 text") from None
+    nodes, characters = _expanded(text)
+    if nodes > MAX_SANDBOX_NODES or characters > MAX_SANDBOX_CHARACTERS:
+        limits = f"{MAX_SANDBOX_NODES} values or {MAX_SANDBOX_CHARACTERS} characters"
+        raise Unreadable(f"its YAML aliases expand to more than {limits}")
+    return text
+
+
+def _expanded(text: str) -> tuple[int, int]:
+    """How many YAML nodes, and scalar characters, `text` stands for once its aliases are
+    expanded (each distinct node counted once, so this costs what the file's size does; a
+    syntax error counts 0: the loader reports it), each capped just above its bound."""
+    try:
+        root = yaml.compose(text, Loader=_LOADER)
+    except yaml.YAMLError:
+        return 0, 0
+    sizes: dict[int, tuple[int, int]] = {}
+    over = (MAX_SANDBOX_NODES + 1, MAX_SANDBOX_CHARACTERS + 1)
+
+    def size(node: yaml.Node) -> tuple[int, int]:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known if known[0] >= 0 else over  # an alias of its own parent
+        sizes[id(node)] = (-1, -1)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        nodes, characters = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+        for child in children:
+            more = size(child)
+            nodes, characters = min(nodes + more[0], over[0]), min(characters + more[1], over[1])
+        sizes[id(node)] = (nodes, characters)
+        return nodes, characters
+
+    return (0, 0) if root is None else size(root)
 
 
 def _below(path: str, directory: str) -> bool:
@@ -196,8 +245,11 @@ def _read_regular(real: str, belongs: Callable[[str], bool], limit: int) -> byte
     `realpath` is refused, never followed out."""
     descriptor = os.open(real, _OPEN_FLAGS | os.O_NOFOLLOW)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
             raise _Refused("not a regular file")
+        if status.st_nlink > 1:  # a hard link: its path is inside, its content anyone's (D426)
+            raise _Refused("a hard link (a file with more than one name) is not read")
         try:
             opened = os.readlink(f"/proc/self/fd/{descriptor}")
         except OSError:

@@ -33,7 +33,7 @@ from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.s3bucket import named, s3_bucket
+from sandbox_egress.proxy.s3bucket import copy_source, named, s3_bucket
 from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
@@ -134,6 +134,9 @@ def judge(binding: SigV4Binding, fields: Fields, target: str, host: str = "") ->
     buckets = binding.buckets if service == "s3" else None
     if buckets is not None and not named(s3_bucket(host, target), buckets):
         return Reason.SIGV4_SCOPE_DENIED  # a bucket the binding does not name (D343)
+    copied = [copy_source(v) for n, v in fields if n.lower() == b"x-amz-copy-source"]
+    if buckets is not None and not all(named(bucket, buckets) for bucket in copied):
+        return Reason.SIGV4_SCOPE_DENIED  # copied from a bucket it does not name (D428)
     return Signing(region, service, payload)
 
 

@@ -95,11 +95,10 @@ def package_root() -> str:
 
 
 _WRAPPED = re.compile(
-    r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec .+ -I (?:-m "
+    r"\{ __hookrunner_cwd=\$\(exec 3>&1 1>&4 4>&-; exec (?P<python>.+) -I (?:-m "
     + re.escape(ENTRY)
-    + "|-S -c .+"
-    + re.escape(CALL)
-    + r".+) --workspace .+ --cwd-fd 3 --definitions-fd 5 (''|[A-Za-z0-9+/]+={0,2}) "
+    + r"|-S -c (?P<boot>'[^']*') (?P<root>\S+))"
+    + r" --workspace .+ --cwd-fd 3 --definitions-fd 5 (?P<b64>''|[A-Za-z0-9+/]+={0,2}) "
     + re.escape(_DEFINED)
     + r"\); \} 4>&1; "
     r"__hookrunner_status=\$\?; "
@@ -113,12 +112,30 @@ def original(text: str) -> str | None:
     """The command ``shell_command`` wrapped, when ``text`` is exactly such a wrapping (what
     Claude Code's PostToolUse carries after ``updatedInput``), else None."""
     match = _WRAPPED.fullmatch(text)
-    if match is None:
-        return None
+    if match is None or not _ours(match.group("python")):
+        return None  # another program in the wrapping's shape: not ours to read (D437)
+    boot, root = match.group("boot"), match.group("root")
+    if boot is not None and (boot != shlex.quote(BOOT) or root != shlex.quote(package_root())):
+        return None  # the lean entry's words (D430), exactly this runner's
     try:
-        return decode(match.group(1).strip("'"))
+        return decode(match.group("b64").strip("'"))
     except (binascii.Error, ValueError):
         return None
+
+
+def _ours(quoted: str) -> bool:
+    """Whether a wrapping's interpreter is one of this runner's (``python``/``python3``
+    beside ``sys.executable``): a look-alike starting another program is not ours."""
+    try:
+        words = shlex.split(quoted)
+    except ValueError:
+        return False
+    here = os.path.dirname(sys.executable)
+    return (
+        len(words) == 1
+        and os.path.dirname(words[0]) == here
+        and os.path.basename(words[0]).startswith("python")
+    )
 
 
 def main(argv: Sequence[str]) -> int:

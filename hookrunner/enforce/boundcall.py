@@ -28,8 +28,10 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path  # ``keep`` and ``mask`` (D435, D438) take paths
 
-from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_files
+from sandbox_egress.hookrunner.enforce.keep import read_only_paths
+from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_identities
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
 REFUSED = 126  # the shell's "found but cannot run": the command did not start
@@ -84,7 +86,8 @@ def run(
     """Run ``command`` under the boundary on this process's descriptors; its exit status.
     ``definitions_fd``: the caller's shell definitions (``bound.DEFINITIONS``), sourced first."""
     try:
-        masks = [("/dev/null", path) for path in protected_files(workspace)]
+        found = protected_identities(Path(workspace))  # mounted only where still so (D438)
+        masks = [("/dev/null", path, found[path]) for path in sorted(found)]
     except MaskIncomplete as exc:
         return refuse(f"the .env files cannot all be masked ({exc})")
     try:
@@ -97,11 +100,14 @@ def run(
         define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
-        made, _, inside = tool_namespace(argv, masks, None, env, lasting=True)
+        keep = read_only_paths(env, Path(workspace))  # what runs before the next boundary (D435)
+        made, _, inside = tool_namespace(
+            argv, [], None, env, lasting=True, keep=keep, checked=masks
+        )
         if not inside:
             return refuse("no mount namespace can be made here (no git guard, no mask)")
-        keep = definitions_fd if definitions_fd is not None and defined else None
-        code = _wait(made, env, keep)
+        kept = definitions_fd if definitions_fd is not None and defined else None
+        code = _wait(made, env, kept)
         if cwd_fd is not None:
             _report_directory(cwd_file, cwd_fd)
         return code
@@ -132,6 +138,8 @@ def _program(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
 def _wait(argv: Sequence[str], env: Mapping[str, str], keep: int | None) -> int:
     """Run ``argv`` in this process group (the caller's timeout kills it with us), passing
     on the signals a caller sends to this process alone; ``keep``: a descriptor it gets."""
+    if any("\0" in word for word in argv) or any("\0" in k + v for k, v in env.items()):
+        return refuse("a NUL byte cannot be passed to a program")
     path = _program(argv, env)
     if path is None:
         return refuse(f"cannot start {argv[0]}: not found")
@@ -173,9 +181,20 @@ def _report_directory(path: str, fd: int) -> None:
         os.close(fd)
 
 
+def _venv_prefix() -> None:
+    """``sys.prefix`` as ``site`` sets it in a virtual environment (``-S`` skips that):
+    ``keep`` makes the runner's install read-only by it (D435)."""
+    here = os.path.dirname(sys.executable)
+    for candidate in (here, os.path.dirname(here)):
+        if os.path.isfile(os.path.join(candidate, "pyvenv.cfg")):
+            sys.prefix = sys.exec_prefix = candidate
+            return
+
+
 def main(argv: Sequence[str]) -> int:
     """``--workspace WS [--cwd-fd N] [--definitions-fd N] B64``; a malformed call is
     refused, never run."""
+    _venv_prefix()
     args = list(argv)
     workspace: str | None = None
     fds: dict[str, int] = {}
@@ -192,6 +211,8 @@ def main(argv: Sequence[str]) -> int:
         command = decode(args[0])
     except (binascii.Error, ValueError):
         return refuse("the command is not base64 of UTF-8 text")
+    if "\0" in command:  # no argv, no shell string can hold it (D437)
+        return refuse("the command holds a NUL byte, which no shell can run")
     root = os.path.realpath(workspace)
     if not os.path.isdir(root):
         return refuse(f"the workspace {workspace!r} is not a directory")

@@ -24,7 +24,11 @@ Invariants:
   inode) once, so a loop ends and the entries it leads to count against the
   bound; a symlink's target is masked only when it is a regular file;
 * the walk is made afresh for every call, so a ``.env`` one call creates is
-  masked in the next one (D189).
+  masked in the next one (D189);
+* each directory is read through a descriptor checked to be the directory found, and
+  each file is reported with the identity seen there (``protected_identities``), so a
+  name swapped while the walk runs or before the masks are mounted refuses the call
+  instead of masking another file (D438).
 """
 
 from __future__ import annotations
@@ -61,51 +65,74 @@ def protected_name(name: str) -> bool:
 def protected_files(root: Path | str, limit: int = MAX_ENTRIES) -> list[str]:
     """Every path to mask for ``root`` (see the module), sorted; ``MaskIncomplete`` when the
     walk cannot see every entry."""
-    found: set[str] = set()
-    inodes: set[tuple[int, int]] = set()
+    return sorted(protected_identities(root, limit))
+
+
+def protected_identities(root: Path | str, limit: int = MAX_ENTRIES) -> dict[str, str]:
+    """``protected_files`` with each file's ``device:inode`` as the walk saw it: a mask is
+    mounted only where its path still leads to that file (``toolns``, D438)."""
+    found: dict[str, str] = {}
     linked: dict[tuple[int, int], list[str]] = {}
+    inodes: set[tuple[int, int]] = set()
     seen = 0
-    pending = [str(root)]
-    walked: set[tuple[int, int]] = set()
-    with contextlib.suppress(OSError):
+    try:
         top = os.stat(root)
-        walked.add((top.st_dev, top.st_ino))
+    except OSError as exc:
+        raise MaskIncomplete(f"cannot read {root}: {exc.strerror or exc}") from None
+    pending = [(str(root), (top.st_dev, top.st_ino))]
+    walked = {pending[0][1]}
     while pending:
-        directory = pending.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError as exc:
-            raise MaskIncomplete(f"cannot read {directory}: {exc.strerror or exc}") from None
+        directory, key = pending.pop()
+        entries = _listing(directory, key)
         seen += len(entries)
         if seen > limit:
             raise MaskIncomplete(f"more than {limit} entries below {root}")
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                raise MaskIncomplete(f"cannot read {entry.path}: {exc.strerror or exc}") from None
+        for name, info in entries:
+            path = os.path.join(directory, name)
+            here = (info.st_dev, info.st_ino)
             if stat.S_ISDIR(info.st_mode):
-                if (info.st_dev, info.st_ino) not in walked:
-                    walked.add((info.st_dev, info.st_ino))
-                    pending.append(entry.path)
+                if here not in walked:
+                    walked.add(here)
+                    pending.append((path, here))
             elif stat.S_ISREG(info.st_mode):
-                key = (info.st_dev, info.st_ino)
                 if info.st_nlink > 1:
-                    linked.setdefault(key, []).append(entry.path)
-                if protected_name(entry.name):
-                    found.add(entry.path)
-                    inodes.add(key)
+                    linked.setdefault(here, []).append(path)
+                if protected_name(name):
+                    found[path] = _identity(here)
+                    inodes.add(here)
             elif stat.S_ISLNK(info.st_mode):
-                directory_link = _directory(entry.path)
+                directory_link = _directory(path)
                 if directory_link is not None and directory_link[1] not in walked:
                     walked.add(directory_link[1])
-                    pending.append(directory_link[0])  # walked at its target (D384)
-                target = _protected_target(entry.path, entry.name)
+                    pending.append(directory_link)  # walked at its target (D384)
+                target = _protected_target(path, name)
                 if target is not None:
-                    found.add(target)
+                    found[target[0]] = _identity(target[1])
     for key in inodes & linked.keys():
-        found.update(linked[key])
-    return sorted(found)
+        found.update((path, _identity(key)) for path in linked[key])
+    return found
+
+
+def _identity(key: tuple[int, int]) -> str:
+    return f"{key[0]}:{key[1]}"
+
+
+def _listing(directory: str, key: tuple[int, int]) -> list[tuple[str, os.stat_result]]:
+    """A directory's entries, read through one descriptor that is checked to be the
+    directory the walk found (a swap of names during the walk refuses, D438)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise MaskIncomplete(f"cannot read {directory}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != key:
+            raise MaskIncomplete(f"{directory} changed while its .env files were looked for")
+        return [(e.name, e.stat(follow_symlinks=False)) for e in list(os.scandir(fd))]
+    except OSError as exc:
+        raise MaskIncomplete(f"cannot read {directory}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def masked_inodes(root: Path | str) -> set[tuple[int, int]]:
@@ -129,13 +156,14 @@ def _directory(link: str) -> tuple[str, tuple[int, int]] | None:
     return (target, (info.st_dev, info.st_ino)) if stat.S_ISDIR(info.st_mode) else None
 
 
-def _protected_target(link: str, name: str) -> str | None:
-    """A symlink's final target when it is a regular file named, or reached by, a protected name."""
+def _protected_target(link: str, name: str) -> tuple[str, tuple[int, int]] | None:
+    """A symlink's final target and its (device, inode) when it is a regular file named, or
+    reached by, a protected name."""
     target = os.path.realpath(link)
     if not (protected_name(name) or protected_name(os.path.basename(target))):
         return None
     try:
-        regular = stat.S_ISREG(os.stat(target).st_mode)
+        info = os.stat(target)
     except OSError:
         return None
-    return target if regular else None
+    return (target, (info.st_dev, info.st_ino)) if stat.S_ISREG(info.st_mode) else None

@@ -52,12 +52,24 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 GUARD_MODULES = ("gitguard", "gitpush", "gitrun", "gitbroker", "gitclient")  # D370, D375
 _CAP_SYS_ADMIN = 21
 PYTHONS = ("/usr/bin/python3",)
-# $1: mount; $2: how many (source, target) pairs follow; the pairs; how many fresh tmpfs
-# directories (the broker's socket); them; the broker (python, gitbroker.py, socket, real
-# git, credentials) or "-"; how many paths to make read-only; the paths; then the program.
+# $1: mount; $2: stat; how many paths to bind read-only onto themselves (one ``mount``
+# each: what runs before the next call's boundary, D435); the paths; how many (source,
+# target) pairs follow; the pairs; how many checked (source, target, device:inode)
+# triples follow: each bound onto the file its target opens only when that is the file
+# the walk saw (D438); the triples; how many fresh tmpfs directories (the broker's
+# socket); them; the broker (python, gitbroker.py, socket, real git, credentials) or "-";
+# how many paths to make read-only; the paths; then the program.
 SCRIPT = (
-    'mount=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
+    'mount=$1; stat=$2; n=$3; shift 3; while [ "$n" -gt 0 ]; do '
+    '"$mount" -o bind,ro "$1" "$1" || exit 125; shift; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" --bind "$1" "$2" || exit 125; shift 2; n=$((n - 1)); done; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'command exec 9<"$2" || exit 125; '
+    '[ "$("$stat" -Lc %d:%i /dev/fd/9)" = "$3" ] || '
+    '{ echo "hookrunner boundary: $2 changed before it was masked" >&2; exit 125; }; '
+    '"$mount" -c --bind "$1" /proc/self/fd/9 || exit 125; exec 9<&-; '
+    "shift 3; n=$((n - 1)); done; "
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -t tmpfs -o mode=0755,size=64k hookrunner "$1" || exit 125; shift; '
     "n=$((n - 1)); done; "
@@ -65,6 +77,7 @@ SCRIPT = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
+STAT = leanos.which("stat", _SYSTEM_PATH) or "/usr/bin/stat"
 
 
 class Guard:
@@ -184,10 +197,14 @@ def namespace_argv(
     guard: Guard | None = None,
     *,
     lasting: bool = False,
+    checked: Sequence[tuple[str, str, str]] = (),
+    kept: Sequence[str] = (),
 ) -> list[str]:
-    """``argv`` run in a new mount namespace after ``binds`` (then ``read_only`` remounted
-    so), as ``user`` (root's namespace) or without any capability (a user namespace, with
-    its own ``/proc`` unless ``lasting``); with ``guard``, its broker started first.
+    """``argv`` run in a new mount namespace after ``binds`` and ``checked`` (source,
+    target, ``device:inode`` the target must still be: D438), then ``read_only`` remounted
+    so, as ``user`` (root's namespace) or without any capability (a user namespace, with
+    its own ``/proc`` unless ``lasting``); with ``guard``, its broker started first;
+    ``kept`` bound read-only onto themselves before anything (D435).
 
     ``lasting`` (the boundary of ``fire``, D381): what the program leaves running in the
     background outlives it (no PID namespace), and a root program without a ``user``
@@ -211,15 +228,16 @@ def namespace_argv(
         else:
             credentials = "0:0"  # the program itself runs as root with its capabilities
     pairs = [path for pair in binds for path in pair]
+    triples = [part for triple in checked for part in triple]
     prefix = [*unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", SCRIPT]
-    counts = [str(len(binds)), *pairs]
+    counts = [str(len(kept)), *kept, str(len(binds)), *pairs, str(len(checked)), *triples]
     if guard is None:
         counts += ["0", "-"]
     else:
         counts += ["1", guard.run, *guard.broker(credentials)]
         read_only = [*read_only, guard.run]  # its socket in place, nobody replaces it
     counts += [str(len(read_only)), *read_only]
-    return [*prefix, "hookrunner-ns", tools.mount, *counts, *program]
+    return [*prefix, "hookrunner-ns", tools.mount, STAT, *counts, *program]
 
 
 def _world_reachable(path: str) -> bool:
@@ -309,18 +327,24 @@ def tool_namespace(
     env: Mapping[str, str],
     *,
     lasting: bool = False,
+    keep: Sequence[str] = (),
+    checked: Sequence[tuple[str, str, str]] = (),
 ) -> tuple[list[str], Credentials | None, bool]:
     """(argv, who ``run_process`` switches to, whether the namespace is made).
 
     ``binds`` are the masks; the git guard's are added. None for the user: the
-    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``."""
+    prefix drops to ``user`` itself. ``lasting``: see ``namespace_argv``. ``keep``: paths
+    bound read-only onto themselves first (so a mask below one stays, D435); ``checked``:
+    masks mounted only where their path still opens the file the walk saw (D438)."""
     tools = programs()
     if tools is None:
         return list(argv), user, False
     guard = git_guard(env.get("PATH", ""))
     every = [*(guard.binds() if guard is not None else ()), *binds]
     read_only = guard.read_only() if guard is not None else []
-    made = namespace_argv(argv, every, read_only, user, tools, guard, lasting=lasting)
+    made = namespace_argv(
+        argv, every, read_only, user, tools, guard, lasting=lasting, checked=checked, kept=keep
+    )
     return made, None, True
 
 

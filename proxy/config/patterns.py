@@ -20,6 +20,7 @@ from enum import Enum
 from urllib.parse import urlsplit
 
 from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.addresses import NEVER_ALLOWED, classify
 from sandbox_egress.proxy.hosts import HostError, canonical_host, canonical_name
 
@@ -50,14 +51,14 @@ def _refuse_url(domain: str) -> None:
     """A pasted URL or a host with a path is named as such, not as an invalid CIDR."""
     if _SCHEME.match(domain):
         host = urlsplit(domain).hostname
-        hint = f": write {host!r}" if host else ""
+        hint = f": write {shown(host, 200)}" if host else ""
         raise ValueError(f"a host name, not a URL{hint}")
     head = domain.split("/", 1)[0]
     try:
         ipaddress.ip_address(head)
     except ValueError:
         raise ValueError(
-            f"a host name, not a URL or a path: write {head!r} (and the path in `rules`)"
+            f"a host name, not a URL or a path: write {shown(head, 200)} (and the path in `rules`)"
         ) from None
 
 

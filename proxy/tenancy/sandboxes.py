@@ -30,7 +30,6 @@ Invariants:
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -50,13 +49,16 @@ from sandbox_egress.proxy.config.loader import (
 )
 from sandbox_egress.proxy.config.references import check_confined, resolve
 from sandbox_egress.proxy.hosts import IPAddress
+from sandbox_egress.proxy.placeholders import searchable
 from sandbox_egress.proxy.sandboxsecrets import (
+    MAX_SANDBOX_SECRET_BYTES,
     Confined,
     Unreadable,
     read_sandbox_file,
     references,
 )
 from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.tenancy.addresses import claims, parse_addresses, rivals
 
 SUFFIX = ".yaml"
 DEFAULT_CLASS = "default"
@@ -184,9 +186,17 @@ def parse_sandbox(
     if not secrets:  # what resolving would refuse, said without opening a file
         for where, value in references(document):
             check_confined(value, where, confined, report)
-    addresses = _addresses(document.get("addresses"), report)
+    addresses = parse_addresses(document.get("addresses"), report)
     if network is not None:
         problems.extend(_repeats(network, source, node))
+        held = sum(len(value) for entry in network.allowlist for value in entry.redactions.secrets)
+        if held > MAX_SANDBOX_SECRET_BYTES:  # each sandbox compiles its own matcher (D425)
+            report(
+                "network",
+                f"its secret values total {held} bytes, more than {MAX_SANDBOX_SECRET_BYTES}",
+            )
+        elif secrets and not searchable(network.placeholders):  # RE2's size limit (D427)
+            report("network", "its placeholders and secret values are too large to search")
     if problems or network is None:
         raise ConfigError(problems)
     sandbox_class = document.get("class", DEFAULT_CLASS)
@@ -211,18 +221,6 @@ def _token(raw: Any, environ: Mapping[str, str], report: Any) -> Secret | None:
         report("token", f"must be at least {MIN_TOKEN_LENGTH} characters, without ':', CR, LF, NUL")
         return None
     return Secret(value, parts)
-
-
-def _addresses(raw: Any, report: Any) -> frozenset[IPAddress]:
-    found: set[IPAddress] = set()
-    for index, text in enumerate(raw if isinstance(raw, list) else []):
-        if not isinstance(text, str):
-            continue  # refused by the schema
-        try:
-            found.add(ipaddress.ip_address(text.strip()))
-        except ValueError:
-            report(f"addresses[{index}]", f"not an IP address (got {text[:40]!r})")
-    return frozenset(found)
 
 
 # -- the watched directory -----------------------------------------------------------------
@@ -298,6 +296,7 @@ class SandboxDirectory:
         changed: set[str] = set()
         problems: list[Problem] = []
         holders = {a: s.id for s in self.sandboxes.values() for a in s.addresses}
+        loaded: list[tuple[str, Path, Sandbox]] = []  # read now; claims judged together
         for sandbox, path in present.items():
             identity = _fingerprint(path)
             if sandbox in self._seen and self._seen[sandbox] == identity:
@@ -320,7 +319,10 @@ class SandboxDirectory:
                 problems.append(unread)
                 self._refused[sandbox] = (unread,)
                 continue
-            claimed = _claims(fresh, path, holders)
+            loaded.append((sandbox, path, fresh))
+        contested = rivals({f.id: (p, f.addresses) for _, p, f in loaded}, holders)
+        for sandbox, path, fresh in loaded:
+            claimed = contested.get(sandbox) or claims(fresh.id, fresh.addresses, path, holders)
             if claimed:
                 problems.extend(claimed)
                 self._refused[sandbox] = tuple(claimed)
@@ -350,17 +352,6 @@ def _unreadable(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "cannot be read: nested too deeply"
     return f"cannot be read: {type(exc).__name__}"
-
-
-def _claims(fresh: Sandbox, path: Path, holders: Mapping[IPAddress, str]) -> list[Problem]:
-    """An address another sandbox holds cannot identify this one too."""
-    problems = []
-    for address in sorted(fresh.addresses, key=str):
-        holder = holders.get(address)
-        if holder is not None and holder != fresh.id:
-            message = f"{address} already identifies sandbox {holder}"
-            problems.append(Problem(str(path), "addresses", message))
-    return problems
 
 
 def _repeats(network: NetworkConfig, source: str, node: frozenset[bytes]) -> list[Problem]:

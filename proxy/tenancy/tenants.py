@@ -14,49 +14,40 @@
 * `ConnectionQuota` bounds the open client connections of each sandbox, so one sandbox
   cannot take the connections the others share.
 
-Invariant: one sandbox's policy is reachable only through its own id; no lookup falls
-back to another sandbox's policy or to the node's alone.
+Invariants: one sandbox's policy is reachable only through its own id; no lookup falls
+back to another sandbox's policy or to the node's alone. A sandbox's requests are searched
+for the node file's and its own file's placeholders and values only: another sandbox's
+file, less trusted, never refuses them (D425).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import re2
 
 from sandbox_egress.proxy.config.loader import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
-from sandbox_egress.proxy.placeholders import (
-    NO_PLACEHOLDERS,
-    Holder,
-    PlaceholderIndex,
-    holders,
-    merged,
-)
+from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex, Searcher, merged
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.tenancy.addresses import client_address
 from sandbox_egress.proxy.tenancy.sandboxes import Sandbox, SandboxesSection
 
 
 class SandboxPolicy(Policy):
     """A sandbox's own allowlist, bounded by the node's (`bounded`)."""
 
-    def __init__(
-        self, sandbox: Sandbox, node: Policy, everyone: PlaceholderIndex | None = None
-    ) -> None:
+    def __init__(self, sandbox: Sandbox, node: Policy) -> None:
         super().__init__(sandbox.network, node._self_addresses, node._is_local)
         self.sandbox = sandbox
         self.node = node
-        # The node's and every sandbox's placeholders (`Tenancy.rebuilt`), or this file's
-        # and the node's when built alone: a request is searched for all of them (D179).
-        # One it sees (the node's, its own file's) names only those holders, so another
-        # sandbox binding the same placeholder is no concern of this one's (D342).
-        own = (node.config.placeholders, sandbox.network.placeholders)
-        self._view = holders(own)
-        if everyone is None:
-            everyone = merged(own)
-        self.everyone = everyone.seen_by(self._view)
+        # A request is searched for the placeholders and values of what this sandbox sees
+        # (the node file's and its own file's) only: another sandbox's file, less trusted,
+        # never refuses this one's requests (D425, narrowing D179 and D342). Matched by RE2.
+        self.everyone = merged((node.config.placeholders, sandbox.network.placeholders))
 
     def placeholders(self) -> PlaceholderIndex:
         return self.everyone
@@ -68,14 +59,6 @@ class SandboxPolicy(Policy):
         own = self.config.allowlist
         mine = entry.index < len(own) and own[entry.index] is entry
         return ((self.config if mine else self.node.config).source, entry.index)
-
-    def sharing(self, everyone: PlaceholderIndex) -> SandboxPolicy:
-        """This policy searching `everyone`'s placeholders: a shallow copy, its indexes
-        shared (a sandbox whose file did not change is not indexed again), and its
-        remembered decisions too (the same files decide them)."""
-        found = copy.copy(self)
-        found.everyone = everyone.seen_by(self._view)
-        return found
 
     def _decision(self, host: Host, port: int, tls: bool | None) -> Decision:
         """Both files' decisions, bounded (`Policy.decide` remembers a name's: a changed
@@ -118,7 +101,12 @@ class Tenancy:
     node: Policy
     policies: Mapping[str, SandboxPolicy] = field(default_factory=dict)
     by_address: Mapping[IPAddress, str] = field(default_factory=dict)
-    everyone: PlaceholderIndex = NO_PLACEHOLDERS  # the node's and every sandbox's (D179)
+    # Every resolved value of the node and of every sandbox: what the audit masks in what a
+    # sandbox chose (D363). Empty: the node's alone (a snapshot with no sandbox yet).
+    values: tuple[Searcher, ...] = ()
+
+    def held(self) -> tuple[Searcher | None, ...]:
+        return self.values or (self.node.config.placeholders.values,)
 
     def policy(self, sandbox: str | None) -> Policy:
         found = self.policies.get(sandbox) if sandbox is not None else None
@@ -133,31 +121,39 @@ class Tenancy:
         return found.sandbox.sandbox_class if found is not None else None
 
     def claimant(self, address: IPAddress) -> str | None:
-        """The sandbox whose `addresses` hold the client address (IPv4-mapped too)."""
-        found = self.by_address.get(address)
-        if found is None and address.version == 6 and address.ipv4_mapped is not None:
-            found = self.by_address.get(address.ipv4_mapped)
-        return found
+        """The sandbox whose `addresses` hold the client address (IPv4-mapped: its IPv4,
+        the only spelling a file's addresses hold, D429)."""
+        return self.by_address.get(client_address(address))
 
     def rebuilt(
         self, sandboxes: Mapping[str, Sandbox], node: Policy, changed: frozenset[str]
     ) -> Tenancy:
         """The snapshot for `sandboxes`: a policy is built again only when its sandbox
-        changed or the node's policy did; the others are shared with this snapshot (and
-        re-pointed at everyone's placeholders when those changed)."""
-        indexes = [node.config.placeholders, *(s.network.placeholders for s in sandboxes.values())]
-        everyone = merged(indexes)
-        same = everyone.owners == self.everyone.owners
-        everyone = self.everyone if same else everyone
+        changed or the node's policy did; the others are shared with this snapshot."""
         policies: dict[str, SandboxPolicy] = {}
         for sandbox_id, sandbox in sandboxes.items():
             kept = self.policies.get(sandbox_id)
             if kept is not None and node is self.node and sandbox_id not in changed:
-                policies[sandbox_id] = kept if same else kept.sharing(everyone)
+                policies[sandbox_id] = kept
             else:
-                policies[sandbox_id] = SandboxPolicy(sandbox, node, everyone)
+                policies[sandbox_id] = SandboxPolicy(sandbox, node)
         by_address = {a: s.id for s in sandboxes.values() for a in s.addresses}
-        return Tenancy(self.section, node, policies, by_address, everyone)
+        return Tenancy(self.section, node, policies, by_address, held_values(node, policies))
+
+
+def held_values(node: Policy, policies: Mapping[str, SandboxPolicy]) -> tuple[Searcher, ...]:
+    """The node's and every sandbox's values: one matcher where RE2 holds them all, else
+    one per file (a request of one sandbox is searched for its own only, D425; the audit
+    masks everyone's, D363; past RE2's limit a matcher per file, D427)."""
+    indexes = (
+        node.config.placeholders,
+        *(p.sandbox.network.placeholders for p in policies.values()),
+    )
+    try:
+        one = merged(indexes).values
+        return () if one is None else (one,)
+    except re2.error:
+        return tuple(index.values for index in indexes if index.values is not None)
 
 
 class ConnectionQuota:

@@ -97,9 +97,10 @@ class Tenants:
         self._swap(node, frozenset())
 
     def _swap(self, node: Policy, changed: frozenset[str]) -> None:
-        """Install the snapshot of every sandbox over `node`. Building it can fail for all
-        files together (everyone's placeholders and values make one RE2 matcher, which
-        has a size limit): then the running snapshot stays, the failure is logged and
+        """Install the snapshot of every sandbox over `node`. Building it can still fail
+        (a sandbox's RE2 matcher holds the node file's values too, and RE2 has a size
+        limit: a file too large on its own is refused at load, D427): then the running
+        snapshot stays, the failure is logged and
         counted, and the sandboxes it would have changed are rebuilt at the next swap."""
         changed = changed | self._unswapped
         try:

@@ -132,7 +132,7 @@ def send_as(view: Harness, credential: str, host: str, fields: list[tuple[str, s
         return conn.request("GET", "/", [("Host", host), *fields])
 
 
-def test_one_sandbox_cannot_send_anothers_placeholder(
+def test_one_sandbox_never_gets_anothers_secret_through_its_placeholder(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
 ) -> None:
     directory = tmp_path / "sandboxes"
@@ -148,12 +148,16 @@ def test_one_sandbox_cannot_send_anothers_placeholder(
     assert own.status == 200, own.describe()
     assert header_values(obs.only_request(), "Authorization") == [f"Bearer {ALPHA_VALUE}"]
 
+    # Beta's placeholder sent by alpha is worth nothing: never swapped for beta's secret,
+    # and none of alpha's concern (D425: beta's less-trusted file never refuses alpha).
     for host, fields in (
         ("api.allowed.test", [("Authorization", f"Bearer {BETA_PH}")]),  # beta's, same host
         ("other.allowed.test", [(f"X-{BETA_PH}", "1")]),  # in a header name
     ):
-        assert_refused(send_as(p.view, alpha, host, fields), "placeholder_elsewhere")
-    assert len(obs.requests()) == 1  # nothing more reached the upstream
+        sent = send_as(p.view, alpha, host, fields)
+        assert sent.status == 200, sent.describe()
+        assert obs.requests()[-1]["headers"][1:] == [list(f) for f in fields]
+    assert len(obs.requests()) == 3
 
     # A third sandbox file binding alpha's placeholder to its own secret is its own business
     # (D342): gamma's request is swapped from gamma's file, alpha's from alpha's.

@@ -99,11 +99,14 @@ def test_the_prefix_mounts_then_drops_to_the_user(tmp_path: Path) -> None:
         toolns.SCRIPT,
         "hookrunner-ns",
         "/sbin/mount",
+        toolns.STAT,
+        "0",  # nothing kept read-only (D435)
         "2",
         "/dev/null",
         str(tmp_path / ".env"),
         "/g",
         "/usr/bin/git",
+        "0",  # no checked mask (D438)
         "0",  # no fresh tmpfs, no broker: no guard given
         "-",
         "1",
@@ -139,9 +142,12 @@ def test_without_root_a_user_namespace_and_no_capability_after(tmp_path: Path) -
         toolns.SCRIPT,
         "hookrunner-ns",
         "/m",
+        toolns.STAT,
+        "0",  # nothing kept read-only (D435)
         "1",
         "/dev/null",
         "/w/.env",
+        "0",  # no checked mask (D438)
         "0",
         "-",
         "0",
@@ -186,8 +192,8 @@ def test_a_walk_that_cannot_finish_refuses(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "locked").mkdir()
     real_scandir = os.scandir
 
-    def scandir(path: str) -> Iterator[os.DirEntry[str]]:  # root reads every mode: mocked
-        if path.endswith("locked"):
+    def scandir(path: int) -> Iterator[os.DirEntry[str]]:  # root reads every mode: mocked
+        if os.readlink(f"/proc/self/fd/{path}").endswith("locked"):  # read by descriptor
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
 

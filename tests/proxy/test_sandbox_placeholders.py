@@ -4,9 +4,10 @@ Within what one sandbox sees (the node file and its own) a placeholder names one
 a sandbox file repeating the node's is refused (its sandbox keeps its last good policy,
 the others are untouched). Two sandbox files may bind the same placeholder, each to its
 own secret, and each sandbox's request is swapped from its own file. A request of one
-sandbox carrying a placeholder it does not hold (another sandbox's, or the node's) is
-refused `placeholder_elsewhere`, wherever in the request it is (a header value or name,
-the request-target). The resolver is a table: nothing touches a socket.
+sandbox carrying the node's placeholder is refused `placeholder_elsewhere`, wherever in
+the request it is (a header value or name, the request-target); another sandbox's is
+none of its concern (D425: a less-trusted file never refuses another sandbox's requests;
+it is never swapped either). The resolver is a table: nothing touches a socket.
 """
 
 from __future__ import annotations
@@ -107,16 +108,18 @@ CASES = [
     ("own-swapped", "alpha", ask("api.openai.test", "/", bearer(ALPHA_PH)), Reason.ALLOWLISTED),
     ("other-sandbox-own", "beta", ask("api.openai.test", "/", bearer(BETA_PH)),
      Reason.ALLOWLISTED),
+    # Another sandbox's placeholder is worth nothing here: never swapped, never flagged (D425).
     ("other-sandboxs-at-the-same-host", "alpha", ask("api.openai.test", "/", bearer(BETA_PH)),
-     ELSEWHERE),
-    ("other-sandboxs-elsewhere", "alpha", ask("other.test", "/", bearer(BETA_PH)), ELSEWHERE),
+     Reason.CREDENTIAL_REQUIRED),
+    ("other-sandboxs-elsewhere", "alpha", ask("other.test", "/", bearer(BETA_PH)),
+     Reason.ALLOWLISTED),
     ("other-sandboxs-in-a-header-name", "alpha",
-     ask("other.test", "/", (f"X-{BETA_PH}".encode(), b"1")), ELSEWHERE),
-    ("other-sandboxs-in-the-query", "alpha", ask("other.test", f"/x?k={BETA_PH}"), ELSEWHERE),
-    ("other-sandboxs-percent-encoded", "alpha", ask("other.test", "/x?k=%62eta-egress-ph"),
-     ELSEWHERE),
+     ask("other.test", "/", (f"X-{BETA_PH}".encode(), b"1")), Reason.ALLOWLISTED),
+    ("other-sandboxs-in-the-query", "alpha", ask("other.test", f"/x?k={BETA_PH}"),
+     Reason.ALLOWLISTED),
     ("other-sandboxs-beside-own", "alpha",
-     ask("api.openai.test", "/", bearer(ALPHA_PH), (b"X-Also", BETA_PH.encode())), ELSEWHERE),
+     ask("api.openai.test", "/", bearer(ALPHA_PH), (b"X-Also", BETA_PH.encode())),
+     Reason.ALLOWLISTED),
     ("the-nodes-at-its-host", "alpha", ask("api.node.test", "/", bearer(NODE_PH)), ELSEWHERE),
     ("the-nodes-elsewhere", "beta", ask("other.test", "/", bearer(NODE_PH)), ELSEWHERE),
     ("own-sent-elsewhere", "alpha", ask("other.test", "/", bearer(ALPHA_PH)), ELSEWHERE),
@@ -127,7 +130,7 @@ CASES = [
 @pytest.mark.parametrize(
     ("sandbox", "request_ask", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_a_sandboxs_request_is_searched_for_everyones_placeholders(
+def test_a_sandboxs_request_is_searched_for_the_placeholders_it_sees(
     sandbox: str, request_ask: RequestAsk, reason: Reason
 ) -> None:
     policy = TENANCY.policy(sandbox)
@@ -136,7 +139,7 @@ def test_a_sandboxs_request_is_searched_for_everyones_placeholders(
     assert (answer.pin is not None) is (reason is Reason.ALLOWLISTED)
 
 
-def test_a_changed_sandbox_file_changes_what_the_others_are_searched_for() -> None:
+def test_a_changed_sandbox_file_never_changes_what_the_others_are_searched_for() -> None:
     import yaml
 
     new_beta = "beta-egress-placeholder-2"
@@ -147,9 +150,9 @@ def test_a_changed_sandbox_file_changes_what_the_others_are_searched_for() -> No
     answer = asyncio.run(
         decide_request(changed.policy("alpha"), resolve, ConnectionFacts(), request)
     )
-    assert answer.decision.reason is ELSEWHERE
-    # alpha's file did not change: its indexes are shared, not built again.
-    assert changed.policies["alpha"]._exact is TENANCY.policies["alpha"]._exact
+    assert answer.decision.reason is Reason.ALLOWLISTED  # beta's placeholder: not alpha's concern
+    # alpha's file did not change: its policy is shared, not built again.
+    assert changed.policies["alpha"] is TENANCY.policies["alpha"]
     again = changed.rebuilt({"alpha": alpha, "beta": beta}, NODE, frozenset())
     assert again.policies["alpha"] is changed.policies["alpha"]  # nothing changed: shared
 
@@ -199,8 +202,9 @@ SHARED_CASES = [
     ("alpha-sending-it-elsewhere", "alpha", ask("other.test", "/", bearer(SHARED_PH)),
      ELSEWHERE, None),
     ("beta-holds-none-of-it", "beta", ask("api.openai.test", "/", bearer(SHARED_PH),
-     bearer(BETA_PH)), ELSEWHERE, None),
-    ("beta-sending-it-anywhere", "beta", ask("other.test", f"/?k={SHARED_PH}"), ELSEWHERE, None),
+     bearer(BETA_PH)), Reason.CREDENTIAL_REQUIRED, None),
+    ("beta-sending-it-anywhere", "beta", ask("other.test", f"/?k={SHARED_PH}"),
+     Reason.ALLOWLISTED, None),
 ]  # fmt: skip
 
 

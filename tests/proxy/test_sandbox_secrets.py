@@ -285,3 +285,35 @@ network:
             "${NODE_KEY} is refused in a sandbox file: it would read the node proxy's environment",
         )
     ]
+
+
+def test_a_sandbox_whose_secret_values_total_over_the_bound_is_refused(secrets: Path) -> None:
+    """Each sandbox compiles its own matcher of every spelling of its values (D425): five
+    files of 60 KiB each (300 KiB together) are refused, a located problem without a value."""
+    values = []
+    for number in range(5):
+        value = f"v{number}-" + os.urandom(30 * 1024).hex()
+        (secrets / "alpha" / f"big{number}").write_text(value)
+        values.append(value)
+    document = {
+        "network": {
+            "allowlist": [
+                {
+                    "domain": "api.openai.test",
+                    "secrets": [
+                        {
+                            "placeholder": f"sk-egress-placeholder-{n}",
+                            "value": f"${{file:{secrets}/alpha/big{n}}}",
+                        }
+                        for n in range(5)
+                    ],
+                }
+            ]
+        }
+    }
+    with pytest.raises(ConfigError) as refused:
+        parse_sandbox(document, "alpha.yaml", "alpha", secrets)
+    said = [f"{p.location}: {p.message}" for p in refused.value.problems]
+    total = sum(len(value) for value in values)
+    assert said == [f"network: its secret values total {total} bytes, more than {256 * 1024}"]
+    assert not any(value[:40] in text for value in values for text in said)

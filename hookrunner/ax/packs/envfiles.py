@@ -78,13 +78,45 @@ _DYNAMIC_SAMPLES = (
 )  # fmt: skip
 
 
+def _bash_brackets(pattern: str) -> str:
+    """``pattern`` with each bracket expression ``fnmatch`` does not read as bash does
+    (a class ``[[:lower:]]``, ``[[=e=]]``, ``[[.e.]]``, a negation ``[^x]``) as ``?``: such a
+    glob is judged as if it could match any character there (stricter, never looser, D436)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        j = i + 1
+        if pattern[i] != "[":
+            out.append(pattern[i])
+            i = j
+            continue
+        special = pattern[j : j + 1] == "^"
+        j += 1 if pattern[j : j + 1] in ("!", "^") else 0
+        j += 1 if pattern[j : j + 1] == "]" else 0
+        while j < len(pattern) and pattern[j] != "]":
+            if pattern[j] == "[" and pattern[j + 1 : j + 2] in (":", "=", "."):
+                end = pattern.find(pattern[j + 1] + "]", j + 2)
+                if end < 0:
+                    break
+                special, j = True, end + 2
+            else:
+                j += 1
+        if j >= len(pattern):  # not closed: a literal "[", as in bash
+            out.append("[")
+            i += 1
+            continue
+        out.append("?" if special else pattern[i : j + 1])
+        i = j + 1
+    return "".join(out)
+
+
 def is_env_name(name: str, dotglob: bool = False) -> bool:
     """``dotglob``: globs match dot files here (``shopt -s dotglob``, ``GLOBIGNORE=x``)."""
     folded = name.casefold()
     if folded == ".env" or folded.startswith(".env."):
         return not is_template(folded)
     if (folded.startswith(".") or dotglob) and _GLOB_CHARS & set(folded):
-        return any(fnmatchcase(sample, folded) for sample in _SAMPLES)
+        return any(fnmatchcase(sample, _bash_brackets(folded)) for sample in _SAMPLES)
     return False
 
 
@@ -110,7 +142,7 @@ def _glob_reaches_env(pattern: str) -> bool:
     last = basename(pattern).casefold()
     if "env" not in last:
         return False  # "*" alone: hidden files are not searched by default
-    return any(fnmatchcase(sample, last) for sample in _SAMPLES)
+    return any(fnmatchcase(sample, _bash_brackets(last)) for sample in _SAMPLES)
 
 
 def _dynamic_env(word: Word) -> bool:
@@ -120,7 +152,8 @@ def _dynamic_env(word: Word) -> bool:
         shapes.append(word.shape.split("=", 1)[1])
     for shape in shapes:
         last = shape.rstrip("/").rsplit("/", 1)[-1]
-        if "*" in last and any(fnmatchcase(s, last) for s in _DYNAMIC_SAMPLES):
+        glob = _bash_brackets(last)
+        if "*" in last and any(fnmatchcase(s, glob) for s in _DYNAMIC_SAMPLES):
             return True
     return False
 

@@ -102,6 +102,8 @@ def _body(program: str, argv: list[str], given: Mapping[str, str], inner: Inner)
         inner.scripts.append(" ".join(argv[start:]))
     elif program == "eval":
         inner.scripts.append(" ".join(argv[1:]))
+        if any(is_dynamic(arg) for arg in argv[1:]):  # eval "$(cat push.sh)" (D436)
+            inner.unread.append("eval runs text only the run time knows")
     elif program == "find":
         _find(argv, inner)
     elif program in ("git", "git.exe"):
