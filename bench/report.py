@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import claude_hook, rules, sandboxes, session, targets
+from bench import boundary_call, claude_hook, rules, sandboxes, session, targets
 from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
@@ -354,6 +354,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("fairness", fairness_lines),
         ("session", session.lines),
         ("claudehook", claude_hook.lines),
+        ("boundary", boundary_call.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import (
     allowlist,
+    boundary_call,
     budget_state,
     claude_hook,
     contenders,
@@ -69,9 +70,10 @@ SCENARIOS = (
     "fairness",
     "session",
     "claudehook",
+    "boundary",
 )
 PURE = frozenset(
-    {"decide", "redact", "sandboxes", "claudehook"}
+    {"decide", "redact", "sandboxes", "claudehook", "boundary"}
 )  # no network (but loopback), no root
 OWN_NETWORK = frozenset({"fairness"})  # namespaces of its own: root and `ip` only
 REQUIRED = ("ip", "hey", "h2load", "socat", "nginx", "squid", str(contenders.CERTGEN))
@@ -273,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     if "claudehook" in wanted:
         _say("scenario 11: a Claude Code hook call through `hookrunner claude install`")
         results["claudehook"] = claude_hook.measure()
+    if "boundary" in wanted:
+        _say("scenario 12: a Bash call under the runner's boundary (fire's updatedInput)")
+        results["boundary"] = boundary_call.measure()
     if "fairness" in wanted:
         _say("scenario 9: another client's latency while one client misbehaves")
         results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)

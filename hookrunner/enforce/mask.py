@@ -36,7 +36,10 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
+
+TYPE_CHECKING = False  # mypy reads the block below; ``pathlib`` costs a Bash call (D430)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MAX_ENTRIES = 200_000
 TEMPLATE_SUFFIXES = frozenset({"example", "sample", "template", "dist", "tmpl", "tpl"})
@@ -59,13 +62,13 @@ def protected_name(name: str) -> bool:
     return (folded == ".env" or folded.startswith(".env.")) and not is_template(folded)
 
 
-def protected_files(root: Path, limit: int = MAX_ENTRIES) -> list[str]:
+def protected_files(root: Path | str, limit: int = MAX_ENTRIES) -> list[str]:
     """Every path to mask for ``root`` (see the module), sorted; ``MaskIncomplete`` when the
     walk cannot see every entry."""
     return sorted(protected_identities(root, limit))
 
 
-def protected_identities(root: Path, limit: int = MAX_ENTRIES) -> dict[str, str]:
+def protected_identities(root: Path | str, limit: int = MAX_ENTRIES) -> dict[str, str]:
     """``protected_files`` with each file's ``device:inode`` as the walk saw it: a mask is
     mounted only where its path still leads to that file (``toolns``, D438)."""
     found: dict[str, str] = {}
@@ -132,7 +135,7 @@ def _listing(directory: str, key: tuple[int, int]) -> list[tuple[str, os.stat_re
         os.close(fd)
 
 
-def masked_inodes(root: Path) -> set[tuple[int, int]]:
+def masked_inodes(root: Path | str) -> set[tuple[int, int]]:
     """(device, inode) of every file ``protected_files`` masks: what the runner's own file
     tools refuse to open (``tools``); ``MaskIncomplete`` as there."""
     found = set()

@@ -27,26 +27,30 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
-import shlex
-import shutil
 import stat
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from sandbox_egress.common.contain import Credentials
-from sandbox_egress.common.contain import _has_capability as has_capability
-from sandbox_egress.hookrunner.enforce import gitbroker, gitclient, gitguard, gitpush, gitrun
+from sandbox_egress.hookrunner.enforce import leanos
+from sandbox_egress.hookrunner.enforce.gitfind import _SYSTEM_PATH as _SYSTEM_PATH
+from sandbox_egress.hookrunner.enforce.gitfind import GIT_HOMES, git_paths
 
-log = logging.getLogger("hookrunner")
+__all__ = ["GIT_HOMES", "git_paths"]  # found in ``gitfind``, named here as before
+
+TYPE_CHECKING = False  # mypy reads the block below; at run time ``typing`` is not imported
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandbox_egress.common.contain import Credentials
+
+# Every Bash call of ``fire`` imports this module (``enforce.boundcall``, D430): only
+# ``os``-level modules here (``leanos`` for shutil/tempfile/shlex and the capability
+# check); ``subprocess`` and ``logging`` where used; the guard's modules are copied by
+# path, not imported.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+GUARD_MODULES = ("gitguard", "gitpush", "gitrun", "gitbroker", "gitclient")  # D370, D375
 _CAP_SYS_ADMIN = 21
-_SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-GIT_HOMES = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/lib/git-core", "/usr/libexec/git-core")
 PYTHONS = ("/usr/bin/python3",)
 # $1: mount; $2: stat; how many paths to bind read-only onto themselves (one ``mount``
 # each: what runs before the next call's boundary, D435); the paths; how many (source,
@@ -73,23 +77,28 @@ SCRIPT = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do '
     '"$mount" -o remount,bind,ro "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 )
-STAT = shutil.which("stat", path=_SYSTEM_PATH) or "/usr/bin/stat"
+STAT = leanos.which("stat", _SYSTEM_PATH) or "/usr/bin/stat"
 
 
-@dataclass(frozen=True)
 class Guard:
     """The git guard of this runner process: where its wrapper is and what it covers.
 
     In the namespace the real git is reachable only through the broker's descriptor
     (D375): its execute-only copy is in ``hidden`` (mode 0000, in the read-only
     directory: the tool user can neither traverse nor chmod it); ``run`` is a fresh
-    tmpfs per namespace for the broker's socket."""
+    tmpfs per namespace for the broker's socket. (A plain class, not a dataclass:
+    ``dataclasses`` costs every Bash call ~20 ms of CPU, D430.)"""
 
-    directory: str  # runner-owned: the wrapper, the guard's modules, ``run``, ``hidden``
-    wrapper: str  # runs ``gitclient.py`` with the broker's socket
-    real: str  # the git binary (its copy is what the broker runs)
-    python: str  # the interpreter of the broker and the client
-    covered: tuple[str, ...]  # every path of the git binary, the wrapper mounted over each
+    __slots__ = ("directory", "wrapper", "real", "python", "covered")
+
+    def __init__(
+        self, directory: str, wrapper: str, real: str, python: str, covered: tuple[str, ...]
+    ) -> None:
+        self.directory = directory  # runner-owned: the wrapper, the modules, run, hidden
+        self.wrapper = wrapper  # runs ``gitclient.py`` with the broker's socket
+        self.real = real  # the git binary (its copy is what the broker runs)
+        self.python = python  # the interpreter of the broker and the client
+        self.covered = covered  # every path of the git binary, the wrapper mounted over each
 
     @property
     def run(self) -> str:
@@ -115,14 +124,30 @@ class Guard:
         return [self.python, script, socket, os.path.join(self.hidden, "git"), credentials]
 
 
-@dataclass(frozen=True)
 class Programs:
-    unshare: str
-    mount: str
-    setpriv: str
-    unprivileged: bool  # the runner is not root: an unprivileged user namespace (D190)
-    own_proc: bool = True  # that namespace can mount its own /proc (not where /proc is
-    # partly covered, as in many containers: the kernel refuses a new one there; D375)
+    """The programs that make the namespace (a plain class, as ``Guard``)."""
+
+    __slots__ = ("unshare", "mount", "setpriv", "unprivileged", "own_proc")
+
+    def __init__(
+        self, unshare: str, mount: str, setpriv: str, unprivileged: bool, own_proc: bool = True
+    ) -> None:
+        self.unshare = unshare
+        self.mount = mount
+        self.setpriv = setpriv
+        self.unprivileged = unprivileged  # not root: an unprivileged user namespace (D190)
+        # that namespace can mount its own /proc (not where /proc is partly covered, as in
+        # many containers: the kernel refuses a new one there; D375)
+        self.own_proc = own_proc
+
+    def _key(self) -> tuple[str, str, str, bool, bool]:
+        return (self.unshare, self.mount, self.setpriv, self.unprivileged, self.own_proc)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Programs) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 _probed: list[Programs | None] = []
@@ -136,12 +161,14 @@ def programs() -> Programs | None:
 
 
 def _probe() -> Programs | None:
-    names = [shutil.which(n, path=_SYSTEM_PATH) for n in ("unshare", "mount", "setpriv")]
+    names = [leanos.which(n, _SYSTEM_PATH) for n in ("unshare", "mount", "setpriv")]
     unshare, mount, setpriv = names
     if unshare is None or mount is None or setpriv is None:
         return None
-    if has_capability(_CAP_SYS_ADMIN):
+    if leanos.has_capability(_CAP_SYS_ADMIN):
         return Programs(unshare, mount, setpriv, unprivileged=False)
+    import subprocess  # here: a root runner (every ``fire`` Bash call as root) never needs it
+
     for own_proc in (True, False):
         found = Programs(unshare, mount, setpriv, unprivileged=True, own_proc=own_proc)
         try:
@@ -213,53 +240,19 @@ def namespace_argv(
     return [*prefix, "hookrunner-ns", tools.mount, STAT, *counts, *program]
 
 
-def _read(path: str, limit: int) -> bytes:
-    with open(path, "rb") as binary:
-        return binary.read(limit + 1)
-
-
-def git_paths(path_variable: str) -> tuple[str, list[str]] | None:
-    """The git binary the tool's PATH finds, and every regular file that is that binary."""
-    first = shutil.which("git", path=path_variable or _SYSTEM_PATH)
-    if first is None:
-        return None
-    real = os.path.realpath(first)
-    wanted = os.stat(real)
-    # Compared byte for byte, each file once: a git-core holds ~140 copies of git, and
-    # hashing each cost ~1 s per call, paid per Bash command by `enforce.bound` (D387).
-    content = _read(real, wanted.st_size)
-    found: set[str] = {real}
-    checked: set[str] = {real}
-    directories = [*path_variable.split(os.pathsep), *GIT_HOMES]
-    for directory in dict.fromkeys(d for d in directories if d):
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(directory):
-                if not entry.name.startswith("git"):
-                    continue
-                target = os.path.realpath(entry.path)
-                if target in checked:
-                    continue
-                checked.add(target)
-                with contextlib.suppress(OSError):
-                    info = os.stat(target)
-                    if not stat.S_ISREG(info.st_mode) or info.st_size != wanted.st_size:
-                        continue
-                    same = (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino)
-                    if same or _read(target, wanted.st_size) == content:
-                        found.add(target)
-    return real, sorted(found)
-
-
 def _world_reachable(path: str) -> bool:
     """Whether any user can run ``path``: it and every directory above it are o+x."""
-    current = Path(path)
+    current = os.path.abspath(path)
     try:
-        for part in (current, *current.parents):
-            if not os.stat(part).st_mode & stat.S_IXOTH:
+        while True:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
                 return False
+            parent = os.path.dirname(current)
+            if parent == current:
+                return True
+            current = parent
     except OSError:
         return False
-    return True
 
 
 def guard_python() -> str | None:
@@ -286,10 +279,10 @@ def git_guard(path_variable: str) -> Guard | None:
     return guard
 
 
-def remove_guard(directory: Path) -> None:
+def remove_guard(directory: Path | str) -> None:
     with contextlib.suppress(OSError):
-        (directory / "hidden").chmod(0o700)  # 0000 (D375): a runner that is not root opens it
-    shutil.rmtree(directory, ignore_errors=True)
+        os.chmod(os.path.join(directory, "hidden"), 0o700)  # 0000 (D375): a runner not root
+    leanos.remove_tree(str(directory))
 
 
 def _make_guard(path_variable: str) -> Guard | None:
@@ -297,28 +290,34 @@ def _make_guard(path_variable: str) -> Guard | None:
     python = guard_python()
     if paths is None or python is None:
         if paths is not None:
-            log.warning("hookrunner: no interpreter the tool user can run; git is not guarded")
+            import logging
+
+            logging.getLogger("hookrunner").warning(
+                "hookrunner: no interpreter the tool user can run; git is not guarded"
+            )
         return None
     real, covered = paths
-    directory = Path(tempfile.mkdtemp(prefix="hookrunner-git-"))
+    directory = leanos.make_temp_dir("hookrunner-git-")
     atexit.register(remove_guard, directory)
-    directory.chmod(0o755)
-    for module in (gitguard, gitpush, gitrun, gitbroker, gitclient):  # D370, D375
-        copy = directory / os.path.basename(str(module.__file__))
-        shutil.copyfile(str(module.__file__), copy)
-        copy.chmod(0o644)
-    (directory / "run").mkdir(mode=0o755)
-    hidden = directory / "hidden"
-    hidden.mkdir(mode=0o700)
-    shutil.copyfile(real, hidden / "git")
-    (hidden / "git").chmod(0o111)  # execute-only: a git run from it is not dumpable
-    hidden.chmod(0o000)  # the broker opens it with its capabilities; nobody else traverses it
-    wrapper = directory / "git"
-    socket = directory / "run" / "broker.sock"
-    command = shlex.join([python, "-I", "-S", str(directory / "gitclient.py"), str(socket)])
-    wrapper.write_text(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
-    wrapper.chmod(0o755)
-    return Guard(str(directory), str(wrapper), real, python, tuple(covered))
+    os.chmod(directory, 0o755)
+    for module in GUARD_MODULES:
+        copy = os.path.join(directory, f"{module}.py")
+        leanos.copy_file(os.path.join(_HERE, f"{module}.py"), copy)
+        os.chmod(copy, 0o644)
+    os.mkdir(os.path.join(directory, "run"), 0o755)
+    hidden = os.path.join(directory, "hidden")
+    os.mkdir(hidden, 0o700)
+    leanos.copy_file(real, os.path.join(hidden, "git"))
+    os.chmod(os.path.join(hidden, "git"), 0o111)  # execute-only: a git run from it is not dumpable
+    os.chmod(hidden, 0o000)  # the broker opens it with its capabilities; nobody else traverses it
+    wrapper = os.path.join(directory, "git")
+    socket = os.path.join(directory, "run", "broker.sock")
+    client = os.path.join(directory, "gitclient.py")
+    command = leanos.join([python, "-I", "-S", client, socket])
+    with open(wrapper, "x", encoding="utf-8") as script:
+        script.write(f'#!/bin/sh\nexec {command} "$0" "$@"\n')
+    os.chmod(wrapper, 0o755)
+    return Guard(directory, wrapper, real, python, tuple(covered))
 
 
 def tool_namespace(
