@@ -16,8 +16,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testbed.claude_code import HOOKRUNNER, ClaudeHome
 from tests.hookrunner.ax.test_claude_cli import claude, netns, user  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.netns
 
 SECRET = "API_KEY=sk-live-from-the-cli-0987"
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}

@@ -10,6 +10,7 @@ on stdin (the recorded payloads of tests/hookrunner/ax/claude/payloads.json), re
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 
 from sandbox_egress.hookrunner.ax.claudeinstall import CLAUDE_EVENTS, MOVED_NAME
+from sandbox_egress.hookrunner.ax.firebound import boundary_here
+from sandbox_egress.hookrunner.enforce.bound import original as unbounded
 from testbed.claude_code import stop_warm_runners
 from tests.hookrunner.ax.conftest import AxEnv
 from tests.hookrunner.ax.test_claude_output import CLAUDE_OUTPUT
@@ -127,10 +130,13 @@ def test_one_command_wires_the_runner_and_the_users_hooks_keep_working(claude: I
     assert (blocked.returncode, json.loads(blocked.stdout)) == (0, DENY_RM)
     ls = {**PAYLOADS["PreToolUse"], "tool_input": {"command": "ls"}}
     (allowed,) = claude_code_fires(claude, "PreToolUse", ls)
-    assert allowed.returncode == 0  # allowed: the command comes back under the boundary (D380)
-    specific = json.loads(allowed.stdout)["hookSpecificOutput"]
-    assert specific["permissionDecision"] == "allow"
-    assert "sandbox_egress.hookrunner.enforce.bound" in specific["updatedInput"]["command"]
+    assert allowed.returncode == 0
+    if boundary_here(os.environ):  # allowed: the command comes back under the boundary (D380)
+        specific = json.loads(allowed.stdout)["hookSpecificOutput"]
+        assert specific["permissionDecision"] == "allow"
+        assert unbounded(specific["updatedInput"]["command"]) == "ls"
+    else:  # no boundary here (no capabilities): allowed as it is, the notice once (D382)
+        assert "updatedInput" not in allowed.stdout
     # A PostToolUse of Write runs the user's hook; one of Bash does not match it.
     write = {**PAYLOADS["PostToolUse"], "tool_name": "Write", "tool_input": {"file_path": "a"}}
     (posted,) = claude_code_fires(claude, "PostToolUse", write)

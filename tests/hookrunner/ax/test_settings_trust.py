@@ -70,6 +70,7 @@ def test_a_link_in_a_directory_others_can_write_is_ignored(home: Path) -> None:
     assert "which someone other than the runner's user or root can change" in notices[0]
 
 
+@pytest.mark.privileged  # chown to the tool user
 def test_what_is_judged_is_what_is_read(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The name resolves to a trusted file when looked at, to the tool's file when opened
     (a link swapped in between): the tool's file is judged, and ignored."""
