@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,10 @@ HEAVY = ("subprocess", "dataclasses", "tempfile", "shutil", "shlex", "logging",
          "typing", "inspect", "base64", "ctypes", "site")  # fmt: skip
 
 
+@pytest.mark.privileged  # a runner without capabilities probes user namespaces: subprocess
 def test_the_entry_imports_nothing_heavy(tmp_path: Path) -> None:
-    """What one call does before it runs the namespace: import, walk, probe, guard."""
+    """What one call does before it runs the namespace: import, walk, probe, guard (as
+    root, every `fire` Bash call's case; without root `toolns._probe` runs `unshare`)."""
     (tmp_path / ".env").write_text("A=1\n")
     probe = (
         "import os, sys; sys.path[:0] = sys.argv[1:2]; "
