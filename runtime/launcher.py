@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import MaskedValues, announce, formatter
 from sandbox_egress.proxy import limits
+from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.audit.log import BackgroundAuditLog
-from sandbox_egress.proxy.audit.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.fleet import Fleet
