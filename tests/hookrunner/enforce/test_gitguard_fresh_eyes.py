@@ -22,11 +22,14 @@ over the file transport and over smart HTTP(S) (``testbed/git_server.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -285,3 +288,69 @@ def test_the_agents_library_never_runs_inside_the_brokers_git(
     assert refs(remote) == before, (output, error)
     assert not mark.exists(), (output, error)
     assert (ok, output.splitlines()[-1]) == (True, "rc=0"), error
+
+
+def broker_workers(directory: str) -> dict[int, tuple[str, str]]:
+    """The broker's forked workers (a gitbroker.py process whose parent is one too):
+    pid -> (Uid line, CapEff line) of /proc/PID/status."""
+    program = os.fsencode(os.path.join(directory, "gitbroker.py"))
+    brokers: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                if program not in cmdline.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                brokers[int(name)] = int(stat.read().rpartition(b")")[2].split()[1])
+        except OSError:
+            continue
+    found = {}
+    for pid, parent in brokers.items():
+        if parent in brokers:
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+                lines = status.read().splitlines()
+                uid = next(line for line in lines if line.startswith("Uid:"))
+                caps = next(line for line in lines if line.startswith("CapEff:"))
+                found[pid] = (" ".join(uid.split()), " ".join(caps.split()))
+    return found
+
+
+# Connects to the broker's socket (named by the wrapper over git) and sends nothing.
+SILENT_CLIENT = (
+    "python3 -c 'import re, socket, sys, time\n"
+    'path = re.search(r"(\\S+/broker[.]sock)", open(sys.argv[1]).read()).group(1)\n'
+    "s = socket.socket(socket.AF_UNIX); s.connect(path)\n"
+    'print("held", flush=True); time.sleep(float(sys.argv[2]))\' "$(command -v git)" '
+)
+
+
+@pytest.mark.privileged
+def test_a_client_that_sends_nothing_holds_no_privileged_worker(
+    repos: tuple[Path, Path],
+) -> None:
+    """A connection that never sends its request: its worker waits as the tool's user with
+    no capability, and gives up after ``RECEIVE_TIMEOUT`` (D515)."""
+    from sandbox_egress.hookrunner.enforce import gitbroker, toolns
+
+    work, _ = repos
+    guard = toolns.git_guard(ENV["PATH"])
+    assert guard is not None
+    held = gitbroker.RECEIVE_TIMEOUT + 6
+    seen: dict[int, tuple[str, str]] = {}
+    gone_after: list[float] = []
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        running = pool.submit(tool, work, SILENT_CLIENT + str(held) + "; git --version")
+        while not running.done() and time.monotonic() - started < held + 30:
+            workers = broker_workers(guard.directory)
+            seen.update(workers)
+            if seen and not workers and not gone_after:
+                gone_after.append(time.monotonic() - started)
+            time.sleep(0.2)
+        ok, output, error = running.result(timeout=60)
+    assert (ok, output.startswith("held\ngit version ")) == (True, True), (output, error)
+    assert seen, "no worker was seen waiting for the request"
+    assert set(seen.values()) == {("Uid: 65534 65534 65534 65534", "CapEff: 0000000000000000")}
+    assert gone_after and gone_after[0] < held, "the worker waited as long as the client held"
