@@ -354,3 +354,34 @@ def test_a_client_that_sends_nothing_holds_no_privileged_worker(
     assert seen, "no worker was seen waiting for the request"
     assert set(seen.values()) == {("Uid: 65534 65534 65534 65534", "CapEff: 0000000000000000")}
     assert gone_after and gone_after[0] < held, "the worker waited as long as the client held"
+
+
+def test_the_same_judgements_in_process(
+    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """D510, D511, D512 and D514 through the guard's functions (what the broker's worker
+    calls), with the real git: the refusals' lines, the plan that runs nothing."""
+    from sandbox_egress.hookrunner.enforce import gitpush, gitrun
+
+    monkeypatch.chdir(clone)
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    git(clone, "config", "remote.origin.push", "+refs/heads/main:refs/heads/main")
+    before = remote_refs(clone)
+    assert gitguard.guarded(REAL, "/x/git---paginate", ["push", "-f", "origin", "main"]) == 1
+    plan = gitpush.plan_push(gitrun.Git(REAL, []), ["origin", "refs/heads/none*:refs/heads/n*"])
+    assert plan == gitpush.Plan([], {}, [], False)
+    assert gitguard.guarded(REAL, "git", ["push", "origin", "refs/heads/none*:refs/n*"]) == 0
+    assert gitguard.guarded(REAL, "git", ["push", "-q", "origin", "refs/heads/none*:refs/n*"]) == 0
+    monkeypatch.setattr(gitguard, "stdin_refspecs", lambda: ["--force", "main:main"])
+    with pytest.raises(gitrun.Refusal, match=r"reads as an option \(--force\)"):
+        gitguard.judge_send_pack(["--stateless-rpc", "--stdin", "http://example.test/r.git"])
+    monkeypatch.setattr(gitguard, "stdin_refspecs", lambda: ["main:main"])
+    judged = gitguard.judge_send_pack(["--stateless-rpc", "--stdin", "http://example.test/r"])
+    assert judged == ["--stateless-rpc", "--", "http://example.test/r", "main:main"]
+    assert remote_refs(clone) == before
+    assert capsys.readouterr().err == (
+        f"{REFUSED}'git---paginate' names no git command: cannot judge it\nEverything up-to-date\n"
+    )
+    env = {"LD_PRELOAD": "x", "LD_AUDIT": "x", "GCONV_PATH": "x", "TMPDIR": "/t", "PATH": "/p"}
+    assert gitrun.loader_free(env) == {"TMPDIR": "/t", "PATH": "/p"}
