@@ -44,9 +44,11 @@ class Ran(NamedTuple):
 
 Real = int | str  # the real git: a path, or the broker's descriptor of it (D375)
 # Besides every LD_*: what glibc ignores for a set-user-ID program because it loads or
-# parses a file the caller names (its unsecvars.h), but TMPDIR, TZDIR and the resolver's.
+# parses a file the caller names (its unsecvars.h), but TMPDIR, TZDIR and the resolver's;
+# and git's own catalogue of translations (they are printf formats, %n included).
 LOADED = frozenset(
     {"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "LOCPATH", "MALLOC_TRACE", "NLSPATH"}
+    | {"GIT_TEXTDOMAINDIR"}
 )
 
 

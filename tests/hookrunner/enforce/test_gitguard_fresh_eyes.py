@@ -384,4 +384,5 @@ def test_the_same_judgements_in_process(
         f"{REFUSED}'git---paginate' names no git command: cannot judge it\nEverything up-to-date\n"
     )
     env = {"LD_PRELOAD": "x", "LD_AUDIT": "x", "GCONV_PATH": "x", "TMPDIR": "/t", "PATH": "/p"}
+    env["GIT_TEXTDOMAINDIR"] = "/x"  # translations are printf formats inside the real git
     assert gitrun.loader_free(env) == {"TMPDIR": "/t", "PATH": "/p"}
