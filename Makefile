@@ -84,10 +84,12 @@ demo: install
 # and removes: an allowed request, a refusal and the audit, offline (needs root;
 # demo/tryout.py, D408). `make try CONFIG=my.yaml URL=https://api.example.com/v1/models`;
 # the file's ${NAME} references come from $(ENV_FILE) and your environment, as for `make run`.
+# CONFIG and URL reach it as single words, quoted for the shell (a URL's `&` or `;`; D516).
 URL ?=
+quoted = '$(subst ','\'',$(1))'
 try: install
 	@set -a; . ./$(ENV_FILE); set +a; \
-	exec $(BIN)/python -m demo.tryout $(CONFIG) $(URL)
+	exec $(BIN)/python -m demo.tryout $(call quoted,$(CONFIG)) $(call quoted,$(URL))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
