@@ -11,8 +11,12 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mitmproxy import connection
+
+if TYPE_CHECKING:
+    from sandbox_egress.addons.approvals import ApprovalGate
 
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
@@ -76,6 +80,7 @@ class Shared:
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
         # issue 32: the credential cache; a reload keeps unchanged credentials' values.
         self.credentials = Credentials({})
+        self.approvals: ApprovalGate | None = None  # issue 47: held unknown destinations
 
     # -- connections ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from sandbox_egress.common.logs import add_log_format_option
 from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option
 from sandbox_egress.proxy import fairness, health
 from sandbox_egress.proxy.learn import importers
+from sandbox_egress.runtime import approvalscli
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
 
@@ -102,6 +103,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
+    )
+    run.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="serve the approvals API (/approvals) on the metrics address to this bearer token",
     )
     run.add_argument(
         "--workers",
@@ -281,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long to wait for the answer",
     )
+    approvalscli.add_parser(sub, _endpoint)
     return parser
 
 

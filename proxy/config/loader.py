@@ -39,6 +39,7 @@ from sandbox_egress.common.problems import (
     syntax_problem,
 )
 from sandbox_egress.common.tokens import shown
+from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig, parse_approvals
 from sandbox_egress.proxy.budget import Budget, parse_budget
 from sandbox_egress.proxy.config.combinations import combinations
 from sandbox_egress.proxy.config.patterns import IPNetwork, parse_pattern
@@ -104,6 +105,9 @@ class Entry:
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
+    # issue 47: an entry no file wrote, naming one granted host:port (proxy.approvals.judge):
+    # the approval's id, carried to the audit line.
+    approval: str | None = None
 
     def allows_port(self, port: int) -> bool:
         return self.ports is None or port in self.ports
@@ -122,6 +126,7 @@ class NetworkConfig:
     # The top-level `credentials:` (proxy.credentials), fetched per request through a cache.
     credentials: Definitions = field(default=NO_CREDENTIALS, repr=False)
     state: StateConfig = MEMORY  # where budgets are kept (proxy.state, issue 34)
+    approvals: ApprovalsConfig = NO_APPROVALS  # issue 47: held unknown destinations
 
 
 class ConfigError(Exception):
@@ -238,6 +243,7 @@ def parse(
         entries.append(entry)
     placeholders = placeholder_index(entries, report, source)
     state = parse_state(document, report, lookup)
+    approvals = parse_approvals(document, report, lookup)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
@@ -250,6 +256,7 @@ def parse(
         secret_files=referenced_files(allowlist) + credential_files(_credentials_section(document)),
         credentials=credentials or NO_CREDENTIALS,
         state=state,
+        approvals=approvals,
     )
 
 
