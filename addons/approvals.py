@@ -1,4 +1,4 @@
-"""Approvals as a mitmproxy adapter (docs/configuration.md#approvals, SPEC 1.18).
+"""Approvals as a mitmproxy adapter (docs/configuration.md#approvals).
 
 The stage addons call one function where their decision is `not_allowlisted`:
 `connect` (addons/connect.py) and `request` (addons/request.py). Each asks the service

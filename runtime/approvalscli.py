@@ -39,13 +39,11 @@ def add_parser(sub: Any, endpoint: Any) -> None:
         metavar="FILE",
         help=f"the file `run --admin-token-file` read (default: ${TOKEN_ENV})",
     )
-    action = approvals.add_subparsers(dest="action", required=True)
-    action.add_parser("list", help="every approval, the open ones first")
-    allow = action.add_parser("allow", help="allow an approval")
-    allow.add_argument("id")
-    allow.add_argument("--scope", default="once", help="once, session or a duration (1h)")
-    deny = action.add_parser("deny", help="deny an approval")
-    deny.add_argument("id")
+    approvals.add_argument("action", choices=("list", "allow", "deny"), help="what to do")
+    approvals.add_argument("id", nargs="?", help="the approval (allow, deny): ap-...")
+    approvals.add_argument(
+        "--scope", default="once", help="allow: once, session or a duration (1h)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"egress-proxy: cannot read {path}", file=sys.stderr)
         return 2
     host, port = args.metrics
+    if args.action != "list" and not args.id:
+        print(f"egress-proxy: approvals {args.action} needs the approval's ID", file=sys.stderr)
+        return 2
     if args.action == "list":
         status, document = call(host, port, token, "GET", "/approvals")
     else:

@@ -1,4 +1,4 @@
-"""Holding unknown destinations and answering them (docs/configuration.md#approvals, SPEC 1.18).
+"""Holding unknown destinations and answering them (docs/configuration.md#approvals).
 
 `Approvals.judge` is the one call a stage adapter makes when the policy says
 `not_allowlisted`: a kept grant admits at once; otherwise, with `unknown: hold`, the

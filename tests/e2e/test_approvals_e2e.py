@@ -1,4 +1,4 @@
-"""End to end, approvals (docs/configuration.md#approvals, SPEC 1.18): real clients (curl,
+"""End to end, approvals (docs/configuration.md#approvals): real clients (curl,
 Python, git) to a host no entry allows are held by a real proxy process, and released or
 refused by the admin API, the CLI or a command approver; a timeout refuses; one approval
 serves every request waiting on it; loopback and internal destinations are never held.
