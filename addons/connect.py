@@ -37,7 +37,7 @@ class Connect:
                 request.host,
                 request.port,
             )
-            if decided.decision.reason is Reason.NOT_ALLOWLISTED and shared.approvals:  # 1.18
+            if decided.decision.reason is Reason.NOT_ALLOWLISTED and shared.approvals:  # issue 47
                 decided = await shared.approvals.connect(
                     client, shared.policy_for(client), shared.resolve_for(client), facts, decided
                 )
