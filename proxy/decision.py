@@ -188,8 +188,7 @@ MESSAGES: dict[Reason, str] = {
     ),
     # issue 47
     Reason.APPROVAL_DENIED: (
-        "The destination host is not in network.allowlist and the approval asked for it "
-        "was denied."
+        "The destination host is not in network.allowlist and the approval asked for it was denied."
     ),
     Reason.APPROVAL_TIMEOUT: (
         "The destination host is not in network.allowlist and nobody answered the approval "

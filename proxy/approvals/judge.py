@@ -7,8 +7,9 @@
   MCP, credentials, budgets, ...) is never held, whoever would approve (D481).
 * `granted(policy, host, port, approval)`: the policy with its named entries replaced by
   one entry naming just that host and port (no transform, no secret, no rules), built for
-  the one decision; its IP/CIDR entries stay for the address stage. Everything else the policy checks stays: the address stage (a name
-  that resolves to an internal or loopback address is still refused), the placeholders
+  the one decision; its IP/CIDR entries stay for the address stage. Everything else the
+  policy checks stays: the address stage (a name that resolves to an internal or
+  loopback address is still refused), the placeholders
   of the file (one sent to the granted host is `placeholder_elsewhere`), and a sandbox's
   node (its rules and its address checks).
 """
