@@ -11,12 +11,9 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from mitmproxy import connection
-
-if TYPE_CHECKING:
-    from sandbox_egress.addons.approvals import ApprovalGate
+from mitmproxy import connection, http
 
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
@@ -32,7 +29,13 @@ from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
 from sandbox_egress.proxy.sigv4 import Held
-from sandbox_egress.proxy.stages import ConnectionFacts, Pin
+from sandbox_egress.proxy.stages import (
+    ConnectAnswer,
+    ConnectionFacts,
+    Pin,
+    RequestAnswer,
+    RequestAsk,
+)
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
@@ -59,6 +62,33 @@ class FlowState:
     mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)
 
 
+class Gate(Protocol):
+    """Where a `not_allowlisted` stage answer is held (`addons.approvals.ApprovalGate`)."""
+
+    async def connect(
+        self,
+        client: connection.Client,
+        policy: Policy,
+        resolve: Resolve,
+        facts: ConnectionFacts,
+        answer: ConnectAnswer,
+    ) -> ConnectAnswer: ...
+
+    async def request(
+        self,
+        flow: http.HTTPFlow,
+        policy: Policy,
+        resolve: Resolve,
+        facts: ConnectionFacts,
+        ask: RequestAsk,
+        answer: RequestAnswer,
+    ) -> RequestAnswer: ...
+
+    async def request_hook(self, flow: http.HTTPFlow) -> None: ...
+
+    def client_disconnected(self, client: connection.Client) -> None: ...
+
+
 class Shared:
     def __init__(
         self,
@@ -80,7 +110,7 @@ class Shared:
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
         # issue 32: the credential cache; a reload keeps unchanged credentials' values.
         self.credentials = Credentials({})
-        self.approvals: ApprovalGate | None = None  # issue 47: held unknown destinations
+        self.approvals: Gate | None = None  # issue 47: held unknown destinations
 
     # -- connections ----------------------------------------------------------------------
 

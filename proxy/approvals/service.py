@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_egress.proxy.approvals import grants
-from sandbox_egress.proxy.approvals.approvers import Answer
+from sandbox_egress.proxy.approvals.approvers.base import Answer
 from sandbox_egress.proxy.approvals.book import (
     AlreadyDecided,
     Approval,

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_egress.proxy.approvals.approvers import APPROVERS, ApproverSpec
+from sandbox_egress.proxy.approvals.approvers import APPROVERS
+from sandbox_egress.proxy.approvals.approvers.base import ApproverSpec
 from sandbox_egress.proxy.approvals.scopes import ONCE, Scope, duration_s, parse_scope
 
 Report = Callable[[str, str], None]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_egress.common.process import run_process
-from sandbox_egress.proxy.approvals.approvers import Answer, Approver, Report, answer_of
+from sandbox_egress.proxy.approvals.approvers.base import Answer, Approver, Report, answer_of
 from sandbox_egress.proxy.approvals.scopes import duration_s
 
 OUTPUT_CAP = 64 * 1024

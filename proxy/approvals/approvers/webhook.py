@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox_egress.proxy.approvals.approvers import Answer, Approver, Report
+from sandbox_egress.proxy.approvals.approvers.base import Answer, Approver, Report
 
 TIMEOUT_S = 10.0
 HEADER = "X-Egress-Signature"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sandbox_egress.common.process import group_members
-from sandbox_egress.proxy.approvals.approvers import Answer
+from sandbox_egress.proxy.approvals.approvers.base import Answer
 from sandbox_egress.proxy.approvals.approvers.command import CommandApprover
 from sandbox_egress.proxy.approvals.approvers.webhook import HEADER, WebhookApprover, signature
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sandbox_egress.proxy.approvals import grants
-from sandbox_egress.proxy.approvals.approvers import Answer
+from sandbox_egress.proxy.approvals.approvers.base import Answer
 from sandbox_egress.proxy.approvals.book import AlreadyDecided, Source, State
 from sandbox_egress.proxy.approvals.scopes import ONCE, Scope
 from sandbox_egress.proxy.approvals.service import Approvals, Verdict
