@@ -113,7 +113,7 @@ class _Kind:
             report(f"{where}.webhook.secret", "expected a string, e.g. ${file:/run/secrets/hook}")
             return None
         from sandbox_egress.proxy.config.references import secret_value
-        from sandbox_egress.proxy.secret import Unresolved
+        from sandbox_egress.proxy.values.secret import Unresolved
 
         value = secret_value(secret, f"{where}.webhook.secret", environ, report)
         if value is None:
