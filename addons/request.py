@@ -64,6 +64,8 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
+            if answer.decision.reason is Reason.NOT_ALLOWLISTED and shared.approvals:  # issue 47
+                answer = await shared.approvals.request(flow, policy, resolve, facts, ask, answer)
             fetched = shared.credentials.held()
             if secret_elsewhere(fetched, answer.decision, ask.fields, ask.names.path, answer.host):
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)

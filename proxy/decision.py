@@ -61,6 +61,10 @@ class Reason(StrEnum):
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_RESET = "upstream_reset"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    # issue 47: a held not_allowlisted destination (proxy/approvals/)
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVAL_LIMIT = "approval_limit"
 
 
 class Stage(StrEnum):
@@ -181,6 +185,18 @@ MESSAGES: dict[Reason, str] = {
     Reason.UPSTREAM_TIMEOUT: (
         "The destination did not accept the connection, or did not begin its answer, "
         "within the proxy's upstream timeouts."
+    ),
+    # issue 47
+    Reason.APPROVAL_DENIED: (
+        "The destination host is not in network.allowlist and the approval asked for it was denied."
+    ),
+    Reason.APPROVAL_TIMEOUT: (
+        "The destination host is not in network.allowlist and nobody answered the approval "
+        "asked for it in time."
+    ),
+    Reason.APPROVAL_LIMIT: (
+        "The destination host is not in network.allowlist and this sandbox already has as "
+        "many approvals waiting as it may; nothing was asked."
     ),
 }
 

@@ -25,7 +25,8 @@ from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.proxy.learn import formats, importers
 from sandbox_egress.proxy.learn import propose as proposing
 from sandbox_egress.proxy.tenancy import sandboxes
-from sandbox_egress.runtime import optimized
+from sandbox_egress.runtime import approvalscli, optimized
+from sandbox_egress.runtime.admin import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return _propose(args)
     if args.command == "dns":
         return _run_dns(args)
+    if args.command == "approvals":
+        return approvalscli.run(args)
     if args.command == "health":
         host, port = args.metrics
         outcome = health.probe(host, port, timeout=args.timeout)
@@ -149,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"egress-proxy: cannot listen for metrics: {exc.strerror}", file=sys.stderr)
             return 2
+    try:
+        token = read_token(args.admin_token_file) if args.admin_token_file else None
+    except LaunchError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
     settings = Settings(
         config_path=args.config,
         mode=args.mode,
@@ -171,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         otlp_headers=tuple(args.otlp_header),
         upstream_connect_s=args.upstream_connect_timeout,
         upstream_answer_s=args.upstream_timeout,
+        admin_token=token,
     )
     try:
         return asyncio.run(serve(settings))

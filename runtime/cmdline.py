@@ -16,6 +16,7 @@ from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_op
 from sandbox_egress.proxy import fairness, health
 from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.learn import importers
+from sandbox_egress.runtime import approvalscli
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
 
@@ -103,6 +104,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
+    )
+    run.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="serve the approvals API (/approvals) on the metrics address to this bearer token",
     )
     run.add_argument(
         "--workers",
@@ -282,6 +289,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long to wait for the answer",
     )
+    approvalscli.add_parser(sub, _endpoint)
     return parser
 
 

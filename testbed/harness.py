@@ -61,6 +61,10 @@ REASONS = frozenset(
         "upstream_refused",
         "upstream_reset",
         "upstream_timeout",
+        # issue 47
+        "approval_denied",
+        "approval_timeout",
+        "approval_limit",
     }
 )
 AUDIT_KEYS = frozenset(

@@ -74,6 +74,7 @@ class AuditRecord:
     path: str | None = None
 
     mcp: McpNames | None = None  # an MCP POST's names (1.14); the line omits it when None
+    approval: str | None = None  # issue 47: the approval that held or granted it; else omitted
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -162,6 +163,8 @@ class AuditLog:
             del line["credentials"]
         if record.path is None:
             del line["path"]
+        if record.approval is None:
+            del line["approval"]
 
         if record.mcp is None:
             del line["mcp"]
