@@ -48,7 +48,9 @@ class Responses:
                 redacted = redactor.fields(headers.fields)
                 if redacted is not headers.fields:
                     headers.fields = redacted
-                if encoded_answer(headers.get("content-encoding")):
+                if encoded_answer(
+                    headers.get("content-encoding"), headers.get("transfer-encoding")
+                ):
                     # Asked for identity (proxy.outbound), compressed anyway: not scannable.
                     log.warning("%s: compressed answer to an injected request dropped", state.host)
                     mitm.kill(flow)

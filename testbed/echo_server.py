@@ -148,10 +148,22 @@ def echo_body(record: dict[str, Any], query: dict[str, list[str]]) -> list[bytes
 
 def echo_compressed(record: dict[str, Any], query: dict[str, list[str]]) -> bytes:
     """The echo body gzip-compressed when the request accepts gzip, or always with
-    `force=1` (an upstream that ignores `Accept-Encoding`); identity otherwise."""
+    `force=1` (an upstream that ignores `Accept-Encoding`); identity otherwise. With
+    `te=1` the body is gzip-compressed as a transfer coding instead (`Transfer-Encoding:
+    gzip, chunked`, RFC 9112 6.1), whatever the request accepts."""
     body = b'{"echoed": "' + header_value(record, query).encode() + b'"}'
     accepted = ",".join(v for n, v in record["headers"] if n.lower() == "accept-encoding")
     head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    if query.get("te", ["0"])[0] == "1":
+        packed = gzip.compress(body)
+        return (
+            f"{head}Transfer-Encoding: gzip, chunked\r\n\r\n".encode()
+            + b"%x\r\n%s\r\n0\r\n\r\n"
+            % (
+                len(packed),
+                packed,
+            )
+        )
     if "gzip" in accepted.lower() or query.get("force", ["0"])[0] == "1":
         body = gzip.compress(body)
         head += "Content-Encoding: gzip\r\n"

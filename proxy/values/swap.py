@@ -18,7 +18,8 @@ Invariants:
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
 * A resolved value of any entry (a transform's, a secret's, their referenced parts) found
-  the same way in any spelling (`proxy.values.spellings`, D360), or in the host name, or
+  the same way in any spelling (`proxy.values.spellings`, D360), or in a header's name (D521),
+  or in the host name, or
   percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
   before the placeholders, with the same exceptions. So does one in a body the proxy
   reads (`held_in`, D364).
@@ -92,7 +93,8 @@ def swap(
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
-    if index.values is not None and _held(index.values, headers, path, host):
+    # A value may be a field's name too: HTTP/1 keeps a name's bytes as sent (D521).
+    if index.values is not None and _held(index.values, headers + b"\n" + names, path, host):
         return Swap(Reason.SECRET_ELSEWHERE)
     if index.pattern is not None and _foreign(
         index, own, headers, names + b"\n" + host.encode(), path
@@ -144,7 +146,8 @@ def secret_elsewhere(
     if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
         return False
     basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
-    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path, host)
+    names = [n for n, _ in fields]  # a field's name is sent as it is, too (D521)
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics, *names]), path, host)
 
 
 def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:

@@ -125,6 +125,25 @@ def test_encoded_answers(header: str | None, refused: bool) -> None:
     assert encoded_answer(header) is refused
 
 
+TRANSFER = [
+    ("chunked", "chunked", False),
+    ("chunked-case", " Chunked ", False),
+    ("gzip-chunked", "gzip, chunked", True),  # D520: de-chunked, never inflated
+    ("deflate-chunked", "deflate,chunked", True),
+    ("gzip-to-close", "gzip", True),
+    ("identity", "identity", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("header", "refused"), [c[1:] for c in TRANSFER], ids=[c[0] for c in TRANSFER]
+)
+def test_transfer_coded_answers(header: str, refused: bool) -> None:
+    assert encoded_answer(None, header) is refused
+    assert encoded_answer("identity", header) is refused
+    assert encoded_answer("chunked", header) is True  # no content coding of that name
+
+
 _TOKENS = st.sampled_from(
     ["gzip", "GZIP", "br", "zstd", "deflate", "*", "compress", "identity;q=0"]
 )

@@ -1,0 +1,179 @@
+"""A fresh attacker's review of the refusal answers and the secret spellings (D520-D529).
+
+Each test drives the real proxy of the session (tests/e2e/conftest.py) with real
+clients over real TLS: raw HTTP/1 bytes (testbed/rawhttp.py) and h2 frames. The
+findings a test pins say which decision fixed them; the others pin attacks that held.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import zlib
+
+import h2.config
+import h2.connection
+import h2.events
+import hyperframe.frame
+import pytest
+
+from testbed.expect import Observed, assert_refused
+from testbed.harness import Harness
+from testbed.rawhttp import Conn, request_bytes
+
+REFUSED = "http://notlisted.test/upload"
+SMUGGLED = "/smuggled-after-refusal"
+
+
+def _read_to_close(conn: Conn, within: float) -> tuple[bytes, bool]:
+    """Every byte the proxy sends until it closes (True) or `within` seconds pass (False)."""
+    data, deadline = b"", time.monotonic() + within
+    while time.monotonic() < deadline:
+        conn.sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            got = conn.sock.recv(65536)
+        except TimeoutError:
+            break
+        except OSError:
+            return data, True
+        if not got:
+            return data, True
+        data += got
+    return data, False
+
+
+# Chunked bodies of a refused upload, each followed on the same connection by a request
+# for an allowed host: mitmproxy's parser reads the body (extensions, trailers, a chunk
+# size of 20 hex digits, a size that is not hex) and must never take the bytes after it
+# for a request of its own.
+CHUNKED_BODIES = {
+    "trailers": b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    "extensions": b"5;name=value\r\nhello\r\n0;last\r\n\r\n",
+    "bad-size": b"zz\r\nhello\r\n0\r\n\r\n",
+    "huge-size": b"ffffffffffffffffffff\r\nhello",
+    "lying-length": b"",  # Content-Length says more than is ever sent
+}
+
+
+@pytest.mark.parametrize("framing", sorted(CHUNKED_BODIES))
+def test_no_request_is_read_out_of_a_refused_body(harness: Harness, framing: str) -> None:
+    obs = Observed.start(harness)
+    if framing == "lying-length":
+        head = [("Host", "notlisted.test"), ("Content-Length", str(1 << 30))]
+    else:
+        head = [("Host", "notlisted.test"), ("Transfer-Encoding", "chunked")]
+    pipelined = request_bytes(
+        "GET", f"http://other.allowed.test{SMUGGLED}", [("Host", "other.allowed.test")]
+    )
+    with harness.conn() as conn:
+        conn.send(request_bytes("POST", REFUSED, head) + CHUNKED_BODIES[framing] + pipelined)
+        data, closed = _read_to_close(conn, 4.0)
+    head_text, _, body = data.partition(b"\r\n\r\n")
+    assert head_text.startswith(b"HTTP/1.1 403 "), data[:300]
+    assert b"X-Egress-Denied: not_allowlisted" in head_text
+    assert b"Connection: close" in head_text
+    assert data.count(b"HTTP/1.1 ") == 1, data  # one answer: the pipelined bytes were body
+    assert body.endswith(b'"host": "notlisted.test"}\n'), body
+    assert closed or framing in ("huge-size", "lying-length"), data  # those linger (D351)
+    assert obs.requests() == [] and obs.traps() == []
+
+
+def test_an_echo_in_a_transfer_coded_answer_never_reaches_the_sandbox(harness: Harness) -> None:
+    """D520: `Transfer-Encoding: gzip, chunked` carries the injected value compressed; the
+    body matcher sees only gzip, and the sandbox can inflate it. Such an answer to an
+    injected request is dropped, as a compressed `Content-Encoding` one is (D99)."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    with harness.tunnel("api.allowed.test:443") as conn:
+        conn.send(
+            request_bytes(
+                "GET",
+                "/echo-compressed?name=Authorization&te=1",
+                [("Host", "api.allowed.test"), ("Connection", "close")],
+            )
+        )
+        data, _ = _read_to_close(conn, 5.0)
+    sent = obs.only_request()
+    assert ["Authorization", f"Bearer {secret}"] in sent["headers"]  # it was injected
+    inflated = b""
+    if b"\x1f\x8b" in data:
+        inflated = zlib.decompressobj(31).decompress(data[data.index(b"\x1f\x8b") :])
+    assert secret.encode() not in inflated, "the injected value reached the sandbox gzipped"
+    assert not data.startswith(b"HTTP/1.1 200"), data[:300]
+
+
+def test_a_value_in_a_header_name_is_secret_elsewhere(harness: Harness) -> None:
+    """D521: a resolved value written as a header's name went to another host (only
+    values were searched); HTTP/1 keeps a name's bytes as sent."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    response = harness.https("other.allowed.test:443", "/", [(f"X-{secret}", "1")])
+    assert_refused(response, "secret_elsewhere", host="other.allowed.test")
+    obs.assert_nothing_reached()
+
+
+def _h2_client(sock: socket.socket) -> h2.connection.H2Connection:
+    client = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+    )
+    client.initiate_connection()
+    sock.sendall(client.data_to_send())
+    return client
+
+
+def test_many_refused_http2_uploads_and_data_after_their_reset(harness: Harness) -> None:
+    """50 streams refused at once with their bodies still to come, then 1.25 MB of DATA
+    the client sends on them anyway after the proxy ended them: each stream gets the
+    product's 403, nothing reaches an upstream, and the connection still serves."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    authority = "other.allowed.test"
+    with harness.tunnel(f"{authority}:443", alpn=["h2"]) as conn:
+        sock, client = conn.sock, _h2_client(conn.sock)
+        ids = []
+        for _ in range(50):
+            stream = client.get_next_available_stream_id()
+            head = [(":method", "POST"), (":path", "/up"), (":scheme", "https")]
+            client.send_headers(stream, [*head, (":authority", authority), ("x-leak", secret)])
+            ids.append(stream)
+        sock.sendall(client.data_to_send())
+        statuses: dict[int, str] = {}
+        bodies: dict[int, bytes] = {i: b"" for i in ids}
+        ended: set[int] = set()
+        deadline = time.monotonic() + 10
+        sock.settimeout(10)
+        while ended != set(ids) and time.monotonic() < deadline:
+            data = sock.recv(65536)
+            assert data, "the proxy closed the connection"
+            for event in client.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    statuses[event.stream_id] = dict(event.headers)[":status"]
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies[event.stream_id] += event.data
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    ended.add(event.stream_id)
+            sock.sendall(client.data_to_send())
+        assert statuses == {i: "403" for i in ids}
+        assert all(b'"reason": "secret_elsewhere"' in bodies[i] for i in ids)
+        for stream in ids[:20]:  # raw frames: h2 itself would not send on an ended stream
+            for _ in range(4):
+                frame = hyperframe.frame.DataFrame(stream)
+                frame.data = b"x" * 16000
+                sock.sendall(frame.serialize())
+        after = client.get_next_available_stream_id()
+        head = [(":method", "GET"), (":path", "/after"), (":scheme", "https")]
+        client.send_headers(after, [*head, (":authority", authority)], end_stream=True)
+        sock.sendall(client.data_to_send())
+        status = None
+        while status is None and time.monotonic() < deadline + 10:
+            data = sock.recv(65536)
+            assert data, "the proxy closed the connection after data on ended streams"
+            for event in client.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == after:
+                    status = dict(event.headers)[":status"]
+                elif isinstance(event, h2.events.DataReceived):
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            sock.sendall(client.data_to_send())
+    assert status == "200"
+    assert [r["target"] for r in obs.requests()] == ["/after"]
