@@ -22,7 +22,7 @@ Invariants:
   or in the host name, or
   percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
   before the placeholders, with the same exceptions. So does one in a body the proxy
-  reads (`held_in`, D364).
+  reads (`held_in`, D364), as sent or with its JSON or percent escapes decoded (D523).
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
@@ -152,8 +153,30 @@ def secret_elsewhere(
 
 def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:
     """Whether a request body the proxy read holds a value of `values` (every spelling,
-    D360): such a request is `secret_elsewhere` too (D364)."""
-    return any(v is not None and v.search(body) is not None for v in values)
+    D360), also once its JSON string escapes or its percent escapes are decoded (a JSON
+    or form decoder reads any mix of them, D523): such a request is `secret_elsewhere`
+    too (D364)."""
+    places = [body]
+    if b"\\" in body:
+        places.append(_JSON_ESCAPE.sub(_json_unescaped, body))
+    if b"%" in body:
+        places.append(unquote_to_bytes(body))
+    return any(v is not None and v.search(p) is not None for v in values for p in places)
+
+
+# A JSON string escape, read left to right (so `\\\\u0041` stays a backslash and text): a
+# run of `\\uXXXX` (a UTF-16 surrogate pair is two), or a short escape.
+_JSON_ESCAPE = re.compile(rb'\\((?:u[0-9A-Fa-f]{4})(?:\\u[0-9A-Fa-f]{4})*|["\\/bfnrt])')
+_JSON_SHORT = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n"}
+_JSON_SHORT |= {b"r": b"\r", b"t": b"\t"}
+
+
+def _json_unescaped(match: re.Match[bytes]) -> bytes:
+    escape = match.group(1)
+    if escape in _JSON_SHORT:
+        return _JSON_SHORT[escape]
+    units = b"".join(int(h, 16).to_bytes(2, "big") for h in escape[1:].split(b"\\u"))
+    return units.decode("utf-16-be", "surrogatepass").encode("utf-8", "surrogatepass")
 
 
 def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:

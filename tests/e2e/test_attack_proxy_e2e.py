@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import time
 import zlib
+from collections.abc import Callable
 
 import h2.config
 import h2.connection
@@ -20,6 +21,7 @@ import pytest
 from testbed.expect import Observed, assert_refused
 from testbed.harness import Harness
 from testbed.rawhttp import Conn, request_bytes
+from tests.e2e.conftest import PrivateProxy
 
 REFUSED = "http://notlisted.test/upload"
 SMUGGLED = "/smuggled-after-refusal"
@@ -177,3 +179,42 @@ def test_many_refused_http2_uploads_and_data_after_their_reset(harness: Harness)
             sock.sendall(client.data_to_send())
     assert status == "200"
     assert [r["target"] for r in obs.requests()] == ["/after"]
+
+
+MCP_CONFIG = """\
+network:
+  allowlist:
+    - domain: api.allowed.test
+      transform: {Authorization: "Bearer ${E2E_SECRET}"}
+    - domain: x.wild.test                 # the echo upstream, through intercepted TLS
+      mcp:
+        endpoint: ["/mcp"]
+        tools: [search_repositories]
+    - domain: 198.18.1.0/24               # opens the upstreams' range (198.18/15 is reserved)
+"""
+
+
+def _json_mixed(value: str) -> str:
+    """Every other character as a JSON `\\u` escape: any JSON decoder reads the value."""
+    return "".join(f"\\u{ord(c):04x}" if i % 2 else c for i, c in enumerate(value))
+
+
+@pytest.mark.parametrize("spelling", ["raw", "json-mixed"])
+def test_a_value_in_a_held_mcp_body_is_refused_however_json_escapes_it(
+    private_proxy: Callable[..., PrivateProxy], obs: Observed, spelling: str
+) -> None:
+    """D523: the MCP server JSON-decodes the arguments; a value with some characters
+    `\\u`-escaped went through, since only encoders' whole spellings were searched."""
+    view = private_proxy("attack-mcp", MCP_CONFIG)
+    secret = view.view.secrets[0]
+    written = secret if spelling == "raw" else _json_mixed(secret)
+    body = (
+        '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search_repositories",'
+        f'"arguments":{{"query":"{written}"}}}}}}'
+    ).encode()
+    with view.view.tunnel("x.wild.test:443") as conn:
+        response = conn.request(
+            "POST", "/mcp", [("Host", "x.wild.test"), ("Content-Type", "application/json")], body
+        )
+    assert_refused(response, "secret_elsewhere", host="x.wild.test")
+    assert obs.requests() == []

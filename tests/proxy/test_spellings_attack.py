@@ -9,14 +9,18 @@ check the echo is masked and found, and the held body refused.
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.spellings import alternation
+from sandbox_egress.proxy.spellings import alternation, compiled
+from sandbox_egress.proxy.swap import held_in
 
 
 def _entities(quot: str, apos: str) -> Callable[[str], str]:
@@ -77,3 +81,66 @@ def test_an_html_escaped_echo_is_masked_and_found(
     assert re.search(alternation(redactor.secrets), spelled) is not None  # secret_elsewhere
     if "%" not in secret and "\\" not in secret:  # a header is decoded first (D30)
         assert redactor.header(b"x " + spelled + b" y").count(b"[redacted]") >= 1
+
+
+# -- a body the proxy holds, as its server decodes it (D523) ------------------------------
+
+
+def _searcher(secret: str) -> Any:
+    return compiled(alternation([secret.encode()]))
+
+
+def _json_mixed(text: str, picks: list[int]) -> str:
+    """`text` as a JSON string an attacker writes: the characters `picks` names escaped
+    (`\\uXXXX` in either case, a short escape where JSON has one), the others as they are."""
+    shorts = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\n": "\\n", "\t": "\\t"}
+    out = []
+    for i, char in enumerate(text):
+        pick = picks[i % len(picks)] if picks else 0
+        if char in '"\\' or ord(char) < 0x20:
+            out.append(shorts.get(char, f"\\u{ord(char):04x}"))
+        elif pick == 0:
+            out.append(char)
+        elif pick == 1 and char in shorts:
+            out.append(shorts[char])
+        else:
+            units = char.encode("utf-16-be")
+            hexes = "\\u%04X" if pick == 2 else "\\u%04x"
+            out.append(
+                "".join(hexes % int.from_bytes(units[j : j + 2]) for j in (0, 2)[: len(units) // 2])
+            )
+    return "".join(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(_PLAIN, min_size=7, max_size=40),
+    picks=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=9),
+)
+@example(secret="s3cr3t-e2e-0123", picks=[0, 3])
+def test_a_value_in_a_held_json_body_is_found_however_its_characters_are_escaped(
+    secret: str, picks: list[int]
+) -> None:
+    body = '{"arguments": {"q": "' + _json_mixed(secret, picks) + '"}}'
+    assert json.loads(body)["arguments"]["q"] == secret  # what the server reads
+    assert held_in([_searcher(secret)], body.encode())
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=st.text(_PLAIN, min_size=7, max_size=40), mask=st.lists(st.booleans(), min_size=1))
+def test_a_value_in_a_held_form_body_is_found_with_any_bytes_percent_encoded(
+    secret: str, mask: list[bool]
+) -> None:
+    raw = secret.encode()
+    written = b"".join(
+        b"%%%02X" % b if mask[i % len(mask)] else bytes([b]) for i, b in enumerate(raw)
+    )
+    assert unquote_to_bytes(written) == raw
+    assert held_in([_searcher(secret)], b"Action=Send&MessageBody=" + written + b"&V=1")
+
+
+def test_a_held_body_with_an_escaped_backslash_is_read_as_json_reads_it() -> None:
+    """`\\\\u0041` is a backslash, then text: decoded as one JSON decoder would."""
+    searcher = _searcher("A\\u0041-secret")
+    assert held_in([searcher], b'{"q": "A\\\\u0041-secret"}')
+    assert not held_in([_searcher("AA-secret0")], b'{"q": "\\\\u0041A-secret0"}')
