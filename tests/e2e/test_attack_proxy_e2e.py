@@ -8,9 +8,11 @@ findings a test pins say which decision fixed them; the others pin attacks that 
 from __future__ import annotations
 
 import socket
+import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import h2.config
 import h2.connection
@@ -18,9 +20,12 @@ import h2.events
 import hyperframe.frame
 import pytest
 
+from testbed import procs
 from testbed.expect import Observed, assert_refused
-from testbed.harness import Harness
+from testbed.harness import Harness, JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
 from testbed.rawhttp import Conn, request_bytes
+from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
 
 REFUSED = "http://notlisted.test/upload"
@@ -218,3 +223,59 @@ def test_a_value_in_a_held_mcp_body_is_refused_however_json_escapes_it(
         )
     assert_refused(response, "secret_elsewhere", host="x.wild.test")
     assert obs.requests() == []
+
+
+H2_PORT = 9443  # testbed/h2_echo.py, HTTP/2 only, started here (module scope)
+
+
+@pytest.fixture(scope="module")
+def h2_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
+    log, ready = e2e_dir / "atk-h2-echo.jsonl", e2e_dir / "atk-h2-echo.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.h2_echo", "--log", str(log), "--ready", str(ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{H2_PORT}", "--alpn", "h2",
+    ]  # fmt: skip
+    child = procs.start("atk-h2-echo-upstream", argv, e2e_dir)
+    try:
+        procs.wait_until("h2 echo upstream ready", ready.exists, timeout=15, child=child)
+        yield JsonLines(log)
+    finally:
+        child.stop()
+
+
+@pytest.mark.parametrize("carried", ["value", "placeholder-free"])
+def test_a_value_in_request_trailers_never_reaches_another_host(
+    harness: Harness, h2_upstream: JsonLines, carried: str
+) -> None:
+    """D524: HTTP/2 request trailers are header fields the upstream reads, sent after the
+    body streamed (too late to refuse): a block holding a resolved value is dropped, the
+    request goes on without it; a block without one goes on."""
+    secret = harness.secrets[0]
+    value = f"v={secret}" if carried == "value" else "v=plain"
+    authority = f"other.allowed.test:{H2_PORT}"
+    mark = h2_upstream.mark()
+    with harness.tunnel(authority, alpn=["h2"]) as conn:
+        sock, client = conn.sock, _h2_client(conn.sock)
+        head = [(":method", "POST"), (":path", "/upload"), (":scheme", "https")]
+        client.send_headers(1, [*head, (":authority", authority), ("te", "trailers")])
+        client.send_data(1, b"body bytes")
+        client.send_headers(1, [("x-checksum", value)], end_stream=True)
+        sock.sendall(client.data_to_send())
+        status, deadline = None, time.monotonic() + 10
+        sock.settimeout(10)
+        while status is None and time.monotonic() < deadline:
+            data = sock.recv(65536)
+            assert data, "the proxy closed the connection"
+            for event in client.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = dict(event.headers)[":status"]
+            sock.sendall(client.data_to_send())
+    assert status == "200"
+    requests = [e for e in h2_upstream.wait_count(mark, 2) if e["event"] == "request"]
+    assert len(requests) == 1 and requests[0]["body_len"] == len(b"body bytes")
+    if carried == "value":
+        assert "trailers" not in requests[0], requests[0]
+    else:
+        assert requests[0]["trailers"] == [["x-checksum", "v=plain"]]
