@@ -4,7 +4,9 @@ Nothing is decided here: the request stage decided which secrets were injected, 
 only those can be echoed back. `responseheaders` strips an upstream's `X-Egress-Denied`,
 redacts the secrets in headers and streams the body (masking them in identity bodies,
 D32; an injected request asked for identity, so a compressed answer to it is dropped,
-D99); `response` redacts trailers; `response` and `error` write the audit line. What
+D99); `response` redacts trailers; `websocket_message` masks them in a server's message
+on a WebSocket whose upgrade carried one (D525); `response` and `error` write the audit
+line. What
 could not be cleaned is never forwarded: the flow is killed.
 """
 
@@ -22,11 +24,12 @@ from sandbox_egress.addons.clauses import ADAPTERS, Turn
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
 from sandbox_egress.proxy.outbound import encoded_answer
-from sandbox_egress.proxy.values.redact import BodyMatcher
+from sandbox_egress.proxy.values.redact import BodyMatcher, Redactor
 
 log = logging.getLogger("egress")
 
 DENIED_HEADER = "X-Egress-Denied"
+WEBSOCKET_ECHO = "egress.websocket_echo"  # flow.metadata: the redactor of a WebSocket's upgrade
 
 
 class Responses:
@@ -56,6 +59,8 @@ class Responses:
                     mitm.kill(flow)
                     return
                 flow.response.stream = _scrubbed(count, redactor.body())
+                if flow.response.status_code == 101:  # its messages are scanned too (D525)
+                    flow.metadata[WEBSOCKET_ECHO] = redactor
             turn = Turn.later(self.shared, flow, state)
             for adapter in ADAPTERS:  # a clause that reads answers (MCP's tools/list filter)
                 flow.response.stream = adapter.answer(turn, flow.response.stream)
@@ -76,6 +81,27 @@ class Responses:
             if not cleaned:
                 mitm.kill(flow)
         self._finish(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A server's message on a WebSocket whose upgrade carried an injected value has
+        the value masked, as a body's echo is (D525): each message on its own, since
+        applications read messages whole."""
+        redactor: Redactor | None = flow.metadata.get(WEBSOCKET_ECHO)
+        if redactor is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        if message.from_client:
+            return
+        cleaned = False
+        with self.shared.failclosed(Stage.RESPONSE):
+            matcher = redactor.body()
+            masked = matcher.feed(message.content) + matcher.feed(b"")
+            if masked != message.content:
+                message.content = masked
+            cleaned = True
+        if not cleaned:
+            message.drop()  # type: ignore[no-untyped-call]
+            mitm.kill(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._finish(flow)

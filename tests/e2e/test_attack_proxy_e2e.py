@@ -20,6 +20,7 @@ import h2.events
 import hyperframe.frame
 import pytest
 
+from sandbox_egress.proxy.redact import mask
 from testbed import procs
 from testbed.expect import Observed, assert_refused
 from testbed.harness import Harness, JsonLines
@@ -279,3 +280,47 @@ def test_a_value_in_request_trailers_never_reaches_another_host(
         assert "trailers" not in requests[0], requests[0]
     else:
         assert requests[0]["trailers"] == [["x-checksum", "v=plain"]]
+
+
+WS_PORT = 9451  # testbed/ws_echo.py, started here (module scope)
+
+
+@pytest.fixture(scope="module")
+def ws_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
+    log, ready = e2e_dir / "atk-ws.jsonl", e2e_dir / "atk-ws.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.ws_echo", "--log", str(log), "--ready", str(ready),
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key),
+        "--listen", f"{UPSTREAM_IP}:{WS_PORT}",
+    ]  # fmt: skip
+    child = procs.start("atk-ws-echo-upstream", argv, e2e_dir)
+    try:
+        procs.wait_until("ws echo upstream ready", ready.exists, timeout=15, child=child)
+        yield JsonLines(log)
+    finally:
+        child.stop()
+
+
+def test_a_websocket_message_echoing_the_injected_value_is_masked(
+    harness: Harness, ws_upstream: JsonLines
+) -> None:
+    """D525: a WebSocket upgrade carries the transform like any request; a server that
+    reflects it in a message reached the sandbox unmasked (messages were never scanned)."""
+    from websockets.sync.client import connect
+
+    secret = harness.secrets[0]
+    mark = ws_upstream.mark()
+    with harness.tunnel(f"api.allowed.test:{WS_PORT}") as conn:
+        url = f"ws://api.allowed.test:{WS_PORT}/echo-header?name=Authorization"
+        with connect(url, sock=conn.sock, open_timeout=20) as ws:
+            text, binary = ws.recv(timeout=20), ws.recv(timeout=20)
+            ws.send(f"the sandbox's own {secret[:6]}")
+            own = ws.recv(timeout=20)
+    upgrade = ws_upstream.wait_count(mark, 1)[0]
+    assert ["Authorization", f"Bearer {secret}"] in upgrade["headers"]  # it was injected
+    assert isinstance(text, str) and isinstance(binary, bytes)
+    hidden = mask(len(f"Bearer {secret}"))  # the whole injected value, same length
+    assert text == f"text before;{hidden.decode()};after"
+    assert binary == b"binary before;" + hidden + b";after"
+    assert own == f"the sandbox's own {secret[:6]}"  # the sandbox's messages go unchanged
