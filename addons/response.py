@@ -1,7 +1,8 @@
 """The response stage: clean what an upstream answers, then write the request's audit line.
 
 Nothing is decided here: the request stage decided which secrets were injected, and
-only those can be echoed back. `responseheaders` strips an upstream's `X-Egress-Denied`,
+only those can be echoed back. `responseheaders` drops a `101` that is not the WebSocket
+the request asked for (D526), strips an upstream's `X-Egress-Denied`,
 redacts the secrets in headers and streams the body (masking them in identity bodies,
 D32; an injected request asked for identity, so a compressed answer to it is dropped,
 D99); `response` redacts trailers; `websocket_message` masks them in a server's message
@@ -23,7 +24,7 @@ from sandbox_egress.addons.auditing import Where, address_text
 from sandbox_egress.addons.clauses import ADAPTERS, Turn
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
-from sandbox_egress.proxy.outbound import encoded_answer
+from sandbox_egress.proxy.outbound import encoded_answer, unasked_switch
 from sandbox_egress.proxy.values.redact import BodyMatcher, Redactor
 
 log = logging.getLogger("egress")
@@ -39,6 +40,15 @@ class Responses:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
         if state is None or state.refused_here or flow.response is None:
+            return
+        response = flow.response
+        if unasked_switch(
+            response.status_code,
+            flow.request.headers.get("upgrade"),
+            response.headers.get("upgrade"),
+        ):
+            log.warning("%s: a protocol switch the request did not ask for dropped", state.host)
+            mitm.kill(flow)  # mitmproxy would relay raw bytes both ways, unscanned (D526)
             return
         cleaned = False
         with self.shared.failclosed(Stage.RESPONSE):

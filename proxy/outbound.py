@@ -20,7 +20,8 @@ before its transform headers are written (issue 21):
   that an echo of the value comes back in a body the proxy scans (D99); the sandbox's
   own `Accept-Encoding` is dropped. `encoded_answer` says whether an answer must then
   be refused: an upstream that compresses anyway, as a content coding or a transfer
-  coding, cannot be scanned.
+  coding, cannot be scanned. `unasked_switch` says whether a `101` answers anything but the
+  WebSocket upgrade the request asked for (D526): such an answer is dropped.
 
 Pure: no mitmproxy; fields are `(name, value)` byte pairs as mitmproxy keeps them.
 """
@@ -105,4 +106,17 @@ def encoded_answer(content_encoding: str | None, transfer_encoding: str | None =
     transfer = _tokens(transfer_encoding.encode("latin-1")) if transfer_encoding is not None else []
     return any(t != IDENTITY for t in content) or any(
         t not in (IDENTITY, CHUNKED) for t in transfer
+    )
+
+
+def unasked_switch(status: int, request_upgrade: str | None, response_upgrade: str | None) -> bool:
+    """A `101 Switching Protocols` that is not the WebSocket the request asked for (D526):
+    an allowed request reaches its upstream with no `Upgrade` but a WebSocket's (D100), so
+    any other switch is the upstream's own, and mitmproxy would relay raw bytes after it,
+    unscanned."""
+    if status != 101:
+        return False
+    return not (
+        (request_upgrade or "").strip().lower() == "websocket"
+        and (response_upgrade or "").strip().lower() == "websocket"
     )

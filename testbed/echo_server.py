@@ -17,6 +17,9 @@ back, so that when a client has its response the record is already on disk:
 An echo answers 200 with the request record as its JSON body. Special paths:
 * `/echo-header?name=H`: the response also carries `X-Echoed: <value of H>` and
   `X-Echoed-Embedded: before;<value of H>;after` (the proxy must redact injected values);
+* `/echo-switch?name=H`: a `101 Switching Protocols` to a request that asked for no
+  upgrade, then the value of H as raw bytes (a protocol switch the proxy must not relay
+  unscanned);
 * `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
   (the proxy must strip it);
 * `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
@@ -179,6 +182,12 @@ def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
         return echo_body(record, parse_qs(parts.query))
     if parts.path == "/echo-compressed":
         return echo_compressed(record, parse_qs(parts.query))
+    if parts.path == "/echo-switch":  # a 101 nobody asked for, then raw bytes
+        value = header_value(record, parse_qs(parts.query))
+        return (
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
+            f"raw before;{value};after"
+        ).encode("latin-1")
     if parts.path == "/echo-header":
         wanted = parse_qs(parts.query).get("name", [""])[0].lower()
         for name, value in record["headers"]:

@@ -324,3 +324,17 @@ def test_a_websocket_message_echoing_the_injected_value_is_masked(
     assert text == f"text before;{hidden.decode()};after"
     assert binary == b"binary before;" + hidden + b";after"
     assert own == f"the sandbox's own {secret[:6]}"  # the sandbox's messages go unchanged
+
+
+def test_a_switch_nobody_asked_for_does_not_relay_the_injected_value(harness: Harness) -> None:
+    """D526: an upstream answering 101 to a request that asked for no upgrade made
+    mitmproxy relay raw TCP both ways, unscanned (to an address entry's range)."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    with harness.tunnel("api.allowed.test:443") as conn:
+        conn.send(
+            request_bytes("GET", "/echo-switch?name=Authorization", [("Host", "api.allowed.test")])
+        )
+        data, _ = _read_to_close(conn, 5.0)
+    assert ["Authorization", f"Bearer {secret}"] in obs.only_request()["headers"]
+    assert data == b"", data  # the switch dropped: the connection closed unanswered

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.outbound import encoded_answer, outbound_fields
+from sandbox_egress.proxy.outbound import encoded_answer, outbound_fields, unasked_switch
 
 H = list[tuple[str, str]]
 
@@ -160,3 +160,24 @@ def test_an_injected_request_asks_for_identity_whatever_the_sandbox_asked(fields
     out = run([*HOST, *fields], ("Authorization",))
     encodings = [(n, v) for n, v in out if n.lower().replace("_", "-") == "accept-encoding"]
     assert encodings == [("Accept-Encoding", "identity")]
+
+
+SWITCHES = [
+    ("websocket", 101, "websocket", "WebSocket", False),
+    ("not a switch", 200, None, "echo", False),
+    ("unasked", 101, None, "echo", True),  # D526
+    ("unasked websocket", 101, None, "websocket", True),
+    ("another protocol", 101, "websocket", "h2c", True),
+    ("no upgrade named", 101, "websocket", None, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "asked", "answered", "dropped"),
+    [c[1:] for c in SWITCHES],
+    ids=[c[0] for c in SWITCHES],
+)
+def test_unasked_switches(
+    status: int, asked: str | None, answered: str | None, dropped: bool
+) -> None:
+    assert unasked_switch(status, asked, answered) is dropped
