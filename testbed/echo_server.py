@@ -20,6 +20,7 @@ An echo answers 200 with the request record as its JSON body. Special paths:
 * `/echo-switch?name=H`: a `101 Switching Protocols` to a request that asked for no
   upgrade, then the value of H as raw bytes (a protocol switch the proxy must not relay
   unscanned);
+* `/echo-header-name?name=H`: the response also carries a field named `X-Echo-<value of H>`;
 * `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
   (the proxy must strip it);
 * `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
@@ -194,6 +195,12 @@ def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
             if name.lower() == wanted:
                 extra.append(("X-Echoed", value))
                 extra.append(("X-Echoed-Embedded", f"before;{value};after"))
+                break
+    elif parts.path == "/echo-header-name":  # the value as a header's name
+        wanted = parse_qs(parts.query).get("name", [""])[0].lower()
+        for name, value in record["headers"]:
+            if name.lower() == wanted:
+                extra.append((f"X-Echo-{value}", "1"))
                 break
     elif parts.path == "/fake-denied":
         extra.append(("X-Egress-Denied", "fake"))

@@ -22,7 +22,7 @@ import pytest
 
 from sandbox_egress.proxy.redact import mask
 from testbed import procs
-from testbed.expect import Observed, assert_refused
+from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness, JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.rawhttp import Conn, request_bytes
@@ -338,3 +338,15 @@ def test_a_switch_nobody_asked_for_does_not_relay_the_injected_value(harness: Ha
         data, _ = _read_to_close(conn, 5.0)
     assert ["Authorization", f"Bearer {secret}"] in obs.only_request()["headers"]
     assert data == b"", data  # the switch dropped: the connection closed unanswered
+
+
+def test_an_answer_field_named_after_the_injected_value_is_dropped(harness: Harness) -> None:
+    """D527: header redaction replaced values only; a field whose name held the value
+    reached the sandbox (a name cannot hold `[redacted]`: the field is dropped)."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    response = harness.https("api.allowed.test:443", "/echo-header-name?name=X-Api-Key")
+    assert header_values(obs.only_request(), "X-Api-Key") == [secret]  # it was injected
+    assert response.status == 200, response.describe()
+    assert response.header("X-Echo-Server") == "e2e"
+    assert not [n for n, _ in response.headers if secret.lower() in n.lower()], response.headers

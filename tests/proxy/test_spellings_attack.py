@@ -144,3 +144,11 @@ def test_a_held_body_with_an_escaped_backslash_is_read_as_json_reads_it() -> Non
     searcher = _searcher("A\\u0041-secret")
     assert held_in([searcher], b'{"q": "A\\\\u0041-secret"}')
     assert not held_in([_searcher("AA-secret0")], b'{"q": "\\\\u0041A-secret0"}')
+
+
+def test_a_field_named_after_a_secret_is_dropped_from_headers_and_trailers() -> None:
+    """D527: a name cannot hold `[redacted]`; the field goes, the others stay as they are."""
+    redactor = Redactor.build((b"tok-0123456789",))
+    fields = ((b"X-Echo-tok-0123456789", b"1"), (b"X-TOK-0123456789-b", b"2"), (b"X-Ok", b"3"))
+    assert redactor.fields(fields) == ((b"X-Ok", b"3"),)
+    assert redactor.fields(((b"X-Ok", b"3"),)) == ((b"X-Ok", b"3"),)
