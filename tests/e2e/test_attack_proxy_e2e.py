@@ -20,7 +20,7 @@ import h2.events
 import hyperframe.frame
 import pytest
 
-from sandbox_egress.proxy.redact import mask
+from sandbox_egress.proxy.values.redact import mask
 from testbed import procs
 from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness, JsonLines

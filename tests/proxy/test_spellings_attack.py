@@ -18,9 +18,9 @@ from urllib.parse import unquote_to_bytes
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.spellings import alternation, compiled
-from sandbox_egress.proxy.swap import held_in
+from sandbox_egress.proxy.values.redact import Redactor
+from sandbox_egress.proxy.values.spellings import alternation, compiled
+from sandbox_egress.proxy.values.swap import held_in
 
 
 def _entities(quot: str, apos: str) -> Callable[[str], str]:
