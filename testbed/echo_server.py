@@ -25,7 +25,7 @@ An echo answers 200 with the request record as its JSON body. Special paths:
   (the proxy must strip it);
 * `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
   as E (`pct`, `pct-lower`, `pct-lowhex`, `form`, `upper`, `lower`, `b64`, `b64url`,
-  `json-slash`, `json-u`, `raw`), as a redirecting upstream
+  `json-slash`, `json-u`, `html`, `html-39`, `raw`), as a redirecting upstream
   would reflect it;
 * `/echo-body?name=H&chunk=N&frame=F&enc=E&sse=1`: a 200 whose body carries the value of
   H (encoded as E, as for `/echo-location`, default `raw`), sent in N-byte pieces: HTTP
@@ -42,6 +42,7 @@ import asyncio
 import base64
 import contextlib
 import gzip
+import html
 import json
 import re
 import socket
@@ -117,6 +118,8 @@ ECHO_ENCODINGS: dict[str, Any] = {
     "json-u": lambda v: "".join(f"\\u{ord(c):04X}" if c in '"\\/' else c for c in v),
     "pct-lowhex": lambda v: re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(v, safe="")),
     "raw": lambda v: v,
+    "html": html.escape,  # a page's template (Python, Django)
+    "html-39": lambda v: html.escape(v).replace("&#x27;", "&#39;").replace("&quot;", "&#34;"),
 }
 
 

@@ -350,3 +350,32 @@ def test_an_answer_field_named_after_the_injected_value_is_dropped(harness: Harn
     assert response.status == 200, response.describe()
     assert response.header("X-Echo-Server") == "e2e"
     assert not [n for n, _ in response.headers if secret.lower() in n.lower()], response.headers
+
+
+HTML_SECRET = "tok&en<e2e>\"q'0123456789"
+HTML_CONFIG = """\
+network:
+  allowlist:
+    - domain: api.allowed.test
+      transform:
+        X-Api-Key: 'tok&en<e2e>"q''0123456789'
+    - domain: 198.18.1.0/24
+"""
+
+
+@pytest.mark.parametrize("enc", ["html", "html-39"])
+def test_an_html_escaped_echo_of_the_injected_value_is_masked(
+    private_proxy: Callable[..., PrivateProxy], obs: Observed, enc: str
+) -> None:
+    """D522: a page that echoes the value writes `&amp;`, `&lt;`, `&#39;`..."""
+    import html
+
+    view = private_proxy("attack-html", HTML_CONFIG).view
+    escaped = html.escape(HTML_SECRET)
+    if enc == "html-39":
+        escaped = escaped.replace("&#x27;", "&#39;").replace("&quot;", "&#34;")
+    response = view.https("api.allowed.test:443", f"/echo-body?name=X-Api-Key&enc={enc}&chunk=5")
+    assert header_values(obs.only_request(), "X-Api-Key") == [HTML_SECRET]  # injected
+    assert response.status == 200, response.describe()
+    assert escaped.encode() not in response.body
+    assert f'"echoed": "{mask(len(escaped)).decode()}"'.encode() in response.body
