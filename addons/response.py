@@ -2,7 +2,8 @@
 
 Nothing is decided here: the request stage decided which secrets were injected, and
 only those can be echoed back. `responseheaders` drops a `101` that is not the WebSocket
-the request asked for (D526), strips an upstream's `X-Egress-Denied`,
+the request asked for (D526), replaces a reason phrase holding a secret by the standard
+one (D528), strips an upstream's `X-Egress-Denied`,
 redacts the secrets in headers and streams the body (masking them in identity bodies,
 D32; an injected request asked for identity, so a compressed answer to it is dropped,
 D99); `response` redacts trailers; `websocket_message` masks them in a server's message
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from mitmproxy import http
+from mitmproxy.net.http import status_codes
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.auditing import Where, address_text
@@ -61,6 +63,9 @@ class Responses:
                 redacted = redactor.fields(headers.fields)
                 if redacted is not headers.fields:
                     headers.fields = redacted
+                reason = flow.response.data.reason
+                if reason and redactor.header(reason) != reason:  # the upstream's text too (D528)
+                    flow.response.reason = status_codes.RESPONSES.get(flow.response.status_code, "")
                 if encoded_answer(
                     headers.get("content-encoding"), headers.get("transfer-encoding")
                 ):

@@ -17,6 +17,7 @@ back, so that when a client has its response the record is already on disk:
 An echo answers 200 with the request record as its JSON body. Special paths:
 * `/echo-header?name=H`: the response also carries `X-Echoed: <value of H>` and
   `X-Echoed-Embedded: before;<value of H>;after` (the proxy must redact injected values);
+* `/echo-reason?name=H`: a 401 whose reason phrase carries the value of H;
 * `/echo-switch?name=H`: a `101 Switching Protocols` to a request that asked for no
   upgrade, then the value of H as raw bytes (a protocol switch the proxy must not relay
   unscanned);
@@ -186,6 +187,9 @@ def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
         return echo_body(record, parse_qs(parts.query))
     if parts.path == "/echo-compressed":
         return echo_compressed(record, parse_qs(parts.query))
+    if parts.path == "/echo-reason":  # the value in the status line's reason phrase
+        value = header_value(record, parse_qs(parts.query))
+        return f"HTTP/1.1 401 Bad key {value}\r\nContent-Length: 0\r\n\r\n".encode("latin-1")
     if parts.path == "/echo-switch":  # a 101 nobody asked for, then raw bytes
         value = header_value(record, parse_qs(parts.query))
         return (

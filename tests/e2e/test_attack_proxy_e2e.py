@@ -379,3 +379,14 @@ def test_an_html_escaped_echo_of_the_injected_value_is_masked(
     assert response.status == 200, response.describe()
     assert escaped.encode() not in response.body
     assert f'"echoed": "{mask(len(escaped)).decode()}"'.encode() in response.body
+
+
+def test_a_reason_phrase_echoing_the_injected_value_is_replaced(harness: Harness) -> None:
+    """D528: the status line's reason phrase is the upstream's text too; an echo there
+    reached an HTTP/1 sandbox as sent."""
+    secret = harness.secrets[0]
+    obs = Observed.start(harness)
+    response = harness.https("api.allowed.test:443", "/echo-reason?name=X-Api-Key")
+    assert header_values(obs.only_request(), "X-Api-Key") == [secret]
+    assert response.status == 401
+    assert response.reason == "Unauthorized", response.reason
