@@ -2,14 +2,13 @@
 
 Nothing is decided here: the request stage decided which secrets were injected, and
 only those can be echoed back. `responseheaders` drops a `101` that is not the WebSocket
-the request asked for (D526), replaces a reason phrase holding a secret by the standard
-one (D528), strips an upstream's `X-Egress-Denied`,
-redacts the secrets in headers and streams the body (masking them in identity bodies,
-D32; an injected request asked for identity, so a compressed answer to it is dropped,
-D99); `response` redacts trailers; `websocket_message` masks them in a server's message
-on a WebSocket whose upgrade carried one (D525); `response` and `error` write the audit
-line. What
-could not be cleaned is never forwarded: the flow is killed.
+the request asked for (D526), strips an upstream's `X-Egress-Denied`, redacts the
+secrets in headers (dropping a field named after one, D527) and in the reason phrase
+(D528), and streams the body (masking them in identity bodies, D32; an injected request
+asked for identity, so a compressed or transfer-coded answer to it is dropped, D99,
+D520); `response` redacts trailers; `websocket_message` masks them in a server's
+message on a WebSocket whose upgrade carried one (D525); `response` and `error` write
+the audit line. What could not be cleaned is never forwarded: the flow is killed.
 """
 
 from __future__ import annotations
