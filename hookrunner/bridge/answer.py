@@ -61,15 +61,20 @@ def unwrapped(text: str) -> str:
     if at < 0:
         return text
     here = os.path.dirname(sys.executable)
-    for step in text[:at].split("; "):
-        try:
-            words = shlex.split(step)
-        except ValueError:
-            return text
-        if (
-            len(words) < 6
-            or os.path.dirname(words[0]) != here
-            or words[1:5] != ["-I", "-S", "-c", BOOT]
-        ):
+    lexer = shlex.shlex(text[:at], posix=True, punctuation_chars=";")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return text
+    steps: list[list[str]] = [[]]
+    for word in words:
+        if word == ";":
+            steps.append([])
+        else:
+            steps[-1].append(word)
+    head = ["-I", "-S", "-c", BOOT]
+    for step in steps:
+        if len(step) < 6 or os.path.dirname(step[0]) != here or step[1:5] != head:
             return text
     return text[at + 2 :]
