@@ -1,6 +1,6 @@
 """The egress proxy's approvals, as the bridge speaks to them (issue 47, D502-D503).
 
-Two doors, both defined by the proxy (docs/configuration.md#approvals):
+Two doors, both defined by the proxy (docs/configuration.md, its approvals section):
 
 * ``ask_ahead`` — from inside the sandbox, through the sandbox's own proxy setting:
   ``POST http://egress.invalid/v1/access-requests {host, port, reason}``. The proxy
