@@ -4,7 +4,7 @@ its last bullet, D500-D506).
 One network namespace holds everything: the fake model (``testbed.fake_model``) and
 Claude Code 2.1.332 on its loopback (the model reached directly, ``NO_PROXY``), the
 egress proxy (``approvals: {unknown: hold}``, its admin API behind a token file) on
-127.0.0.1, and an echo server at 198.18.47.2 that ``new.example`` and ``other.example``
+127.0.0.1, and an echo server at 198.18.47.2 (on the loopback too) that ``new.example`` and ``other.example``
 name (``/etc/netns``; a CIDR entry opens the address, no entry names either host). The
 runner is installed as Claude Code's hook with the bridge configured; the user at the
 permission prompt is ``testbed.prompt_user`` (``--permission-prompt-tool``), who says
@@ -70,18 +70,22 @@ class World:
         self.namespaces = Namespaces(f"cb{os.getpid() % 100000}")
         self.ns = f"{self.namespaces.tag}m"
         self.children: list[procs.Child] = []
+        self.home = ClaudeHome(root / "user", cli, self.ns)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        root = self.root
         self.namespaces.add_namespaces(self.ns)
         self.namespaces.write_etc(
             self.ns, [(UPSTREAM, "new.example"), (UPSTREAM, "other.example")], "127.0.0.1"
         )
         ip = ["ip", "-n", self.ns]
-        for step in (
-            ["link", "set", "lo", "up"],
-            ["link", "add", "up0", "type", "dummy"],
-            ["addr", "add", f"{UPSTREAM}/32", "dev", "up0"],
-            ["link", "set", "up0", "up"],
-        ):
-            subprocess.run([*ip, *step], check=True, capture_output=True, timeout=15)  # fmt: skip
+        for step in (["link", "set", "lo", "up"], ["addr", "add", f"{UPSTREAM}/32", "dev", "lo"]):
+            subprocess.run([*ip, *step], check=True, capture_output=True, timeout=15)
         self.echo_log = root / "echo.jsonl"
         ready = root / "echo.ready"
         echo = procs.start(
@@ -106,7 +110,6 @@ class World:
             root, {"PATH": "/usr/bin:/bin"}, self.metrics_socket,
         )  # fmt: skip
         self.children.append(self.proxy.child)
-        self.home = ClaudeHome(root / "user", cli, self.ns)
 
     def metrics_socket(self) -> socket.socket:
         with in_namespace(self.ns):
