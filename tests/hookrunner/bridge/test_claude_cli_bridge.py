@@ -4,7 +4,7 @@ its last bullet, D500-D506).
 One network namespace holds everything: the fake model (``testbed.fake_model``) and
 Claude Code 2.1.332 on its loopback (the model reached directly, ``NO_PROXY``), the
 egress proxy (``approvals: {unknown: hold}``, its admin API behind a token file) on
-127.0.0.1, and an echo server at 198.18.47.2 (on the loopback too) that ``new.example`` and ``other.example``
+127.0.0.1, and, behind a veth to a namespace of its own, an echo server at 198.18.47.2 that ``new.example`` and ``other.example``
 name (``/etc/netns``; a CIDR entry opens the address, no entry names either host). The
 runner is installed as Claude Code's hook with the bridge configured; the user at the
 permission prompt is ``testbed.prompt_user`` (``--permission-prompt-tool``), who says
@@ -43,7 +43,7 @@ from tests.hookrunner.ax.test_claude_cli import claude  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.netns
 
-UPSTREAM = "198.18.47.2"
+UPLINK, UPSTREAM = "198.18.47.1", "198.18.47.2"
 PROXY_PORT, METRICS_PORT = 18047, 19047
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
 CONFIG = f"""
@@ -83,14 +83,18 @@ class World:
         self.namespaces.write_etc(
             self.ns, [(UPSTREAM, "new.example"), (UPSTREAM, "other.example")], "127.0.0.1"
         )
-        ip = ["ip", "-n", self.ns]
-        for step in (["link", "set", "lo", "up"], ["addr", "add", f"{UPSTREAM}/32", "dev", "lo"]):
-            subprocess.run([*ip, *step], check=True, capture_output=True, timeout=15)
+        upstream = f"{self.namespaces.tag}u"  # the echo's own namespace: not the proxy's host
+        self.namespaces.add_namespaces(upstream)
+        self.namespaces.add_veth(
+            self.ns, f"{self.namespaces.tag}x", upstream, f"{self.namespaces.tag}y"
+        )
+        self.namespaces.link_up(self.ns, f"{self.namespaces.tag}x", f"{UPLINK}/30")
+        self.namespaces.link_up(upstream, f"{self.namespaces.tag}y", f"{UPSTREAM}/30")
         self.echo_log = root / "echo.jsonl"
         ready = root / "echo.ready"
         echo = procs.start(
             "echo",
-            ["ip", "netns", "exec", self.ns, sys.executable, "-m", "testbed.echo_server",
+            ["ip", "netns", "exec", upstream, sys.executable, "-m", "testbed.echo_server",
              "--log", str(self.echo_log), "--ready", str(ready), "--echo", f"{UPSTREAM}:80"],
             root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
         )  # fmt: skip
