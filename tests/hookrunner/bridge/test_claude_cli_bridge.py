@@ -21,143 +21,51 @@ waits at the proxy until ``approval_timeout``).
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shlex
-import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import procs
 from testbed.claude_code import HOOKRUNNER, REPO, ClaudeHome, stop_warm_runners
-from testbed.netns import Namespaces, netns_available
-from testbed.nsock import in_namespace
-from testbed.proxyproc import ProxyProcess, start_proxy
+from testbed.netns import netns_available
 from tests.hookrunner.ax.test_claude_cli import claude  # noqa: F401 (fixture)
+from tests.hookrunner.bridge.world import METRICS_PORT, PROXY_PORT, World
 
 pytestmark = pytest.mark.netns
-
-UPLINK, UPSTREAM = "198.18.47.1", "198.18.47.2"
-PROXY_PORT, METRICS_PORT = 18047, 19047
-EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"
-CONFIG = f"""
-network:
-  allowlist:
-    - domain: "{UPSTREAM}/32"
-approvals:
-  unknown: hold
-  timeout: 4s
-  max_pending: 5
-  scopes: [once]
-"""
 
 
 def bash(command: str) -> dict[str, Any]:
     return {"tool_use": {"name": "Bash", "input": {"command": command, "description": "step"}}}
 
 
-class World:
-    """The namespace, its echo server and proxy, and the user's Claude Code home."""
-
-    def __init__(self, root: Path, cli: Path) -> None:
-        self.root = root
-        self.namespaces = Namespaces(f"cb{os.getpid() % 100000}")
-        self.ns = f"{self.namespaces.tag}m"
-        self.children: list[procs.Child] = []
-        self.home = ClaudeHome(root / "user", cli, self.ns)
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-
-    def _build(self) -> None:
-        root = self.root
-        self.namespaces.add_namespaces(self.ns)
-        self.namespaces.write_etc(
-            self.ns, [(UPSTREAM, "new.example"), (UPSTREAM, "other.example")], "127.0.0.1"
-        )
-        upstream = f"{self.namespaces.tag}u"  # the echo's own namespace: not the proxy's host
-        self.namespaces.add_namespaces(upstream)
-        self.namespaces.add_veth(
-            self.ns, f"{self.namespaces.tag}x", upstream, f"{self.namespaces.tag}y"
-        )
-        self.namespaces.link_up(self.ns, f"{self.namespaces.tag}x", f"{UPLINK}/30")
-        self.namespaces.link_up(upstream, f"{self.namespaces.tag}y", f"{UPSTREAM}/30")
-        self.echo_log = root / "echo.jsonl"
-        ready = root / "echo.ready"
-        echo = procs.start(
-            "echo",
-            ["ip", "netns", "exec", upstream, sys.executable, "-m", "testbed.echo_server",
-             "--log", str(self.echo_log), "--ready", str(ready), "--echo", f"{UPSTREAM}:80"],
-            root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
-        self.children.append(echo)
-        procs.wait_until("the echo server", ready.exists, 30, echo)
-        self.secrets = root / "secrets"
-        self.secrets.mkdir()
-        self.token = self.secrets / "admin-token"
-        self.token.write_text(secrets.token_hex(24) + "\n")
-        self.token.chmod(0o600)
-        config = root / "egress.yaml"
-        config.write_text(CONFIG)
-        self.proxy: ProxyProcess = start_proxy(
-            "proxy", ["ip", "netns", "exec", self.ns], EGRESS_PROXY, config,
-            ["--listen", f"127.0.0.1:{PROXY_PORT}", "--metrics", f"127.0.0.1:{METRICS_PORT}",
-             "--admin-token-file", str(self.token), "--certs", str(root / "certs")],
-            root, {"PATH": "/usr/bin:/bin"}, self.metrics_socket,
-        )  # fmt: skip
-        self.children.append(self.proxy.child)
-
-    def metrics_socket(self) -> socket.socket:
-        with in_namespace(self.ns):
-            sock = socket.create_connection(("127.0.0.1", METRICS_PORT), timeout=10)
-        return sock
-
-    def approvals(self) -> dict[str, Any]:
-        """``GET /approvals`` with the token, from inside the namespace."""
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{METRICS_PORT}/approvals",
-            headers={"Authorization": f"Bearer {self.token.read_text().strip()}"},
-        )
-        with in_namespace(self.ns):
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            conn = opener.open(request, timeout=10)
-        with conn:
-            found: dict[str, Any] = json.loads(conn.read())
-        return found
-
-    def echoed(self) -> list[dict[str, Any]]:
-        lines = self.echo_log.read_text().splitlines() if self.echo_log.exists() else []
-        return [e for e in map(json.loads, lines) if e["event"] == "request"]
-
-    def close(self) -> None:
-        for child in reversed(self.children):
-            child.stop()
-        stop_warm_runners(self.home.run_dir)
-        assert self.namespaces.close() == []
-
-
 @pytest.fixture
-def world(tmp_path: Path, claude: Path) -> Iterator[World]:  # noqa: F811
+def world(tmp_path: Path) -> Iterator[World]:
     if (reason := netns_available()) is not None:
         pytest.fail(reason)
-    (tmp_path / "user").mkdir()
-    made = World(tmp_path, claude)
+    made = World(tmp_path)
     try:
         yield made
     finally:
         made.close()
 
 
-def test_the_users_yes_is_a_once_grant_and_a_no_or_a_replay_never_is(world: World) -> None:
-    user = world.home
+@pytest.fixture
+def user(world: World, claude: Path) -> Iterator[ClaudeHome]:  # noqa: F811
+    (world.root / "user").mkdir()
+    home = ClaudeHome(world.root / "user", claude, world.ns)
+    try:
+        yield home
+    finally:
+        stop_warm_runners(home.run_dir)
+
+
+def test_the_users_yes_is_a_once_grant_and_a_no_or_a_replay_never_is(
+    world: World, user: ClaudeHome
+) -> None:
     operator = user.root / "operator-ax.json"
     operator.write_text(json.dumps({"packs": ["protect-env-files"]}))
     installed = subprocess.run(
