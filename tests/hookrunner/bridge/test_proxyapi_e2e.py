@@ -123,8 +123,8 @@ def test_a_yes_opens_that_destination_for_that_sandbox_once(world: World) -> Non
     assert inside(world, allow_once, ADMIN, token, held.approval, "yes") == Granted("decided")
     decided = state(world, held.approval, "allowed")
     assert (decided["scope"], decided["decided_by"]) == ("once", "api")
+    assert curl(world, A, "http://new.example/a") == 200  # within the grant's 2 s
     assert curl(world, B, "http://new.example/b") == 403  # the other sandbox: held, timed out
-    assert curl(world, A, "http://new.example/a") == 200
     assert [e["target"] for e in world.echoed()] == ["/a"]
 
 
