@@ -72,9 +72,8 @@ def main(argv: Sequence[str]) -> int:
     while len(args) > 1 and args[0] in _OPTIONS:
         given[args[0]], args = args[1], args[2:]
     if args or len(given) != len(_OPTIONS):
-        sys.stderr.write(
-            "hookrunner bridge: usage: grant --admin --token-file --approval --destination\n"
-        )
+        usage = "grant --admin URL --token-file FILE --approval ID --destination HOST:PORT"
+        sys.stderr.write(f"hookrunner bridge: usage: {usage}\n")
         return 0
     dest = given["--destination"]
     token = read_token(given["--token-file"])
