@@ -190,9 +190,8 @@ def test_the_grant_step_says_what_it_did_and_never_fails_the_command(
         "hookrunner bridge: new.example:443 not granted: the approval is already allowed\n",
         "hookrunner bridge: usage: grant --admin URL --token-file FILE --approval ID --destination HOST:PORT\n",
     ]
-    assert all(
-        "s" * 40 not in json.dumps(s) for s in stand_in.seen if "Authorization" not in s["headers"]
-    )
+    assert stand_in.seen[0]["headers"]["Authorization"] == "Bearer " + "s" * 40
+    assert all("s" * 40 not in json.dumps(seen["body"]) for seen in stand_in.seen)
 
 
 def test_judge_asks_for_each_held_destination_and_only_bash_under_a_boundary_grants(
