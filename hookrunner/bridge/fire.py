@@ -1,10 +1,11 @@
 """The bridge where the runner is Claude Code's hook (``fire``, issue 47, D500).
 
-``bridge_word``: the bridge's word on a PreToolUse call (``judge``), with whether a yes
-can run the grant step here: a Bash call, under a boundary (which masks the token). No
-boundary, no grant step: the ask still names the host, and says the yes only sends the
-request on to wait for an operator. ``grant_steps``: the shell text of each held
-destination's grant step (``grant.command``), with this runner's interpreter and package.
+``bridge_word``: the bridge's word on a PreToolUse call (``judge``), with why a yes could
+not run the grant step here: no boundary (the token could not be masked), or a permission
+mode in which no person answers the ``ask`` (D507). Then the ask still names the host, and
+says the yes only sends the request on to wait for an operator. ``grant_steps``: the
+shell text of each held destination's grant step (``grant.command``), with this
+runner's interpreter and package.
 
 Invariants: only ``PreToolUse``; the word of the other events is ``None``.
 """
@@ -21,6 +22,11 @@ from sandbox_egress.hookrunner.bridge.judge import BridgeWord, judge
 from sandbox_egress.hookrunner.bridge.settings import BridgeSettings
 from sandbox_egress.hookrunner.enforce.bound import package_root
 
+# Claude Code's permission modes in which an `ask` is answered by a person: not
+# bypassPermissions (no prompt: the updatedInput would run unasked), not auto (a classifier
+# answers), not dontAsk (refused unasked). D507.
+PERSON_ANSWERS = frozenset({"default", "acceptEdits", "plan"})
+
 
 def bridge_word(
     inp: EventInput | None, settings: BridgeSettings | None, boundary: str
@@ -29,8 +35,20 @@ def bridge_word(
         return None
     given = next((m["cwd"] for m in (inp.values, inp.fields, inp.extra) if "cwd" in m), "")
     cwd = given if isinstance(given, str) and os.path.isabs(given) else os.getcwd()
-    can_grant = bool(boundary) and inp.claude_tool == "Bash"
-    return judge(inp.claude_tool, inp.claude_input, settings, os.environ, cwd, can_grant)
+    mode = next(
+        (
+            m["permission_mode"]
+            for m in (inp.values, inp.fields, inp.extra)
+            if "permission_mode" in m
+        ),
+        "default",
+    )
+    no_grant = None
+    if not boundary:
+        no_grant = "with no boundary here the admin token cannot be kept from the agent"
+    elif mode not in PERSON_ANSWERS:
+        no_grant = f"in permission mode {mode!r} the answer may not be a person's"
+    return judge(inp.claude_tool, inp.claude_input, settings, os.environ, cwd, no_grant)
 
 
 def grant_steps(word: BridgeWord, settings: BridgeSettings) -> list[str]:

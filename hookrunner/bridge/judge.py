@@ -41,10 +41,10 @@ def judge(
     settings: BridgeSettings,
     env: Mapping[str, str],
     cwd: str,
-    can_grant: bool,
+    no_grant: str | None,
 ) -> BridgeWord | None:
-    """The bridge's word; ``can_grant``: a yes can run the grant step (Bash under a
-    boundary that masks the token)."""
+    """The bridge's word; ``no_grant``: why a yes cannot run the grant step here (None:
+    it can — a Bash call under a boundary that masks the token, a person answering)."""
     if touches(tool, tool_input, settings.protected, cwd):
         return BridgeWord("deny", TOKEN_REFUSED)
     held: list[tuple[Destination, str]] = []
@@ -56,7 +56,11 @@ def judge(
         return None
     names = ", ".join(str(d) for d, _ in held)
     ids = ", ".join(a for _, a in held)
-    if tool == "Bash" and can_grant:
+    if tool != "Bash":
+        no_grant = (
+            f"Claude Code's {tool} cannot carry your yes to the proxy (a curl through Bash can)"
+        )
+    if no_grant is None:
         reason = (
             f"This command reaches {names}, which the egress proxy does not allow for this "
             f"sandbox. Yes lets it through once, for this sandbox only (approval {ids})."
@@ -64,7 +68,6 @@ def judge(
         return BridgeWord("ask", reason, tuple(held))
     reason = (
         f"This call reaches {names}, which the egress proxy does not allow for this sandbox. "
-        f"Yes sends it on to wait there for an operator's approval ({ids}); "
-        f"Claude Code's {tool} cannot carry your yes to the proxy (a curl through Bash can)."
+        f"Yes sends it on to wait there for an operator's approval ({ids}); {no_grant}."
     )
     return BridgeWord("ask", reason)

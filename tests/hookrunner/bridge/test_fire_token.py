@@ -26,6 +26,7 @@ from sandbox_egress.hookrunner.bridge.grant import command
 from sandbox_egress.hookrunner.bridge.judge import TOKEN_REFUSED
 from sandbox_egress.hookrunner.enforce.bound import package_root
 from tests.hookrunner.ax.test_fire_boundary import Claude
+from tests.hookrunner.bridge.conftest import StandIn
 from tests.hookrunner.helpers import HOOKRUNNER
 
 TOKEN = "admin-token-0123456789abcdef"
@@ -87,10 +88,12 @@ def test_a_grant_step_the_agent_writes_runs_inside_the_boundary_and_finds_no_tok
     assert err == "hookrunner bridge: new.example:443 not granted: no admin token readable here\n"
 
 
-def pre(claude: Claude, tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+def pre(
+    claude: Claude, tool: str, tool_input: dict[str, Any], mode: str = "default"
+) -> dict[str, Any]:
     payload = {
         "session_id": "ses_bridge", "transcript_path": str(claude.top / "t.jsonl"),
-        "cwd": str(claude.workspace), "permission_mode": "default",
+        "cwd": str(claude.workspace), "permission_mode": mode,
         "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input,
         "tool_use_id": "toolu_01bridge",
     }  # fmt: skip
@@ -117,3 +120,38 @@ def test_claude_codes_file_tools_are_refused_the_token(claude: Claude) -> None:
         == refused
     )
     assert pre(claude, "Read", {"file_path": str(claude.workspace / "f")}) == {}
+
+
+def test_a_yes_carries_the_grant_only_where_a_person_answers_under_a_boundary(
+    claude: Claude, stand_in: StandIn
+) -> None:
+    """The ask names the host in every mode; the grant step rides only in Bash's
+    updatedInput, and not in a mode where no person answers (D507)."""
+    bridged(claude)
+    claude.env["http_proxy"] = stand_in.url
+    held = (202, {"id": "ap-00000000000000aa", "state": "pending"})
+    stand_in.script[("POST", "/v1/access-requests")] = [held] * 4
+    fetch_cmd = "curl -s https://new.example/x"
+    asked = pre(claude, "Bash", {"command": fetch_cmd})["hookSpecificOutput"]
+    assert asked["permissionDecision"] == "ask"
+    assert asked["permissionDecisionReason"] == (
+        "This command reaches new.example:443, which the egress proxy does not allow for this "
+        "sandbox. Yes lets it through once, for this sandbox only (approval ap-00000000000000aa)."
+    )
+    python = asked["updatedInput"]["command"].split(" ", 1)[0]  # the runner's interpreter
+    step = command(
+        python, package_root(), "http://127.0.0.1:9", claude.env["HOOKRUNNER_APPROVALS_TOKEN_FILE"],
+        "ap-00000000000000aa", "new.example:443",
+    )  # fmt: skip
+    assert asked["updatedInput"]["command"].startswith(step + "; { __hookrunner_cwd=")
+    for mode in ("bypassPermissions", "auto"):
+        unasked = pre(claude, "Bash", {"command": fetch_cmd}, mode)["hookSpecificOutput"]
+        assert unasked["permissionDecision"] == "ask"
+        assert unasked["permissionDecisionReason"].endswith(
+            f"in permission mode {mode!r} the answer may not be a person's."
+        )
+        assert unasked["updatedInput"]["command"].startswith("{ __hookrunner_cwd=")
+    fetch = pre(claude, "WebFetch", {"url": "https://new.example/x", "prompt": "p"})
+    assert fetch["hookSpecificOutput"]["permissionDecision"] == "ask"
+    assert "updatedInput" not in fetch["hookSpecificOutput"]
+    assert [seen["body"]["host"] for seen in stand_in.seen] == ["new.example"] * 4

@@ -8,10 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-import threading
-from collections.abc import Iterator
 from contextlib import redirect_stderr
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,61 +19,7 @@ from sandbox_egress.hookrunner.bridge.hosts import Destination
 from sandbox_egress.hookrunner.bridge.judge import BridgeWord, judge
 from sandbox_egress.hookrunner.bridge.proxyapi import Granted, Held, allow_once, ask_ahead
 from sandbox_egress.hookrunner.bridge.settings import BridgeSettings
-
-Answer = tuple[int, Any]
-
-
-class StandIn:
-    """A loopback HTTP server answering each (method, path) from a script, recording
-    every request (method, target, headers, body)."""
-
-    def __init__(self) -> None:
-        self.script: dict[tuple[str, str], list[Answer]] = {}
-        self.seen: list[dict[str, Any]] = []
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                stand_in.seen.append({"method": self.command, "target": self.path,
-                                      "headers": dict(self.headers), "body": body})  # fmt: skip
-                queue = stand_in.script.get((self.command, self.path.split("egress.invalid")[-1]))
-                status, document = queue.pop(0) if queue else (404, {"error": "not_found"})
-                data = json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
-@pytest.fixture
-def stand_in() -> Iterator[StandIn]:
-    made = StandIn()
-    try:
-        yield made
-    finally:
-        made.close()
-
+from tests.hookrunner.bridge.conftest import Answer, StandIn
 
 ASK = ("POST", "/v1/access-requests")
 
@@ -202,22 +145,23 @@ def test_judge_asks_for_each_held_destination_and_only_bash_under_a_boundary_gra
     held = {"id": "ap-1", "state": "pending"}
     stand_in.script[ASK] = [(202, held), (400, {"error": "not_holdable"}), (202, held), (202, held)]
     command = {"command": "curl https://new.example/ https://allowed.example/"}
-    word = judge("Bash", command, settings, env, cwd, can_grant=True)
+    word = judge("Bash", command, settings, env, cwd, no_grant=None)
     assert word == BridgeWord(
         "ask",
         "This command reaches new.example:443, which the egress proxy does not allow for this "
         "sandbox. Yes lets it through once, for this sandbox only (approval ap-1).",
         ((Destination("new.example", 443), "ap-1"),),
     )
-    fetch = judge("WebFetch", {"url": "https://new.example/x"}, settings, env, cwd, can_grant=True)
+    fetch = judge("WebFetch", {"url": "https://new.example/x"}, settings, env, cwd, no_grant=None)
     assert (
         fetch is not None and fetch.held == () and "WebFetch cannot carry your yes" in fetch.reason
     )
     unbounded = judge(
-        "Bash", {"command": "curl https://new.example/"}, settings, env, cwd, can_grant=False
+        "Bash", {"command": "curl https://new.example/"}, settings, env, cwd, no_grant="no boundary"
     )
     assert unbounded is not None and unbounded.held == ()
-    assert judge("Bash", {"command": "ls"}, settings, env, cwd, can_grant=True) is None
+    assert unbounded.reason.endswith("for an operator's approval (ap-1); no boundary.")
+    assert judge("Bash", {"command": "ls"}, settings, env, cwd, no_grant=None) is None
     assert [s["body"]["host"] for s in stand_in.seen] == [
         "new.example",
         "allowed.example",
