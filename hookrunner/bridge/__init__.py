@@ -1,5 +1,5 @@
 """The approvals bridge: Claude Code's yes as a `once` grant of the egress proxy
-(issue 47; docs/hooks.md#the-approvals-bridge-claude-codes-yes-as-a-grant, D500-D506).
+(issue 47; docs/hooks.md#the-approvals-bridge-claude-codes-yes-as-a-grant, D500-D507).
 
 Pure: ``hosts`` (the destinations a tool input names), ``files`` (Claude Code's file tools
 kept from the admin token), ``settings`` (on or off, from Claude Code's environment),

@@ -1,5 +1,5 @@
 """The approvals bridge under the REAL Claude Code CLI and a real egress proxy (issue 47,
-its last bullet, D500-D506).
+its last bullet, D500-D507).
 
 One network namespace holds everything: the fake model (``testbed.fake_model``) and
 Claude Code 2.1.332 on its loopback (the model reached directly, ``NO_PROXY``), the
