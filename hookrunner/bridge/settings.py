@@ -7,7 +7,9 @@ the admin token (``run --admin-token-file``), which the boundary masks in every 
 and the bridge refuses to Claude Code's file tools. The hook never reads the token: only
 the grant step does, after a yes.
 
-Invariants: pure; ``None`` when either is missing or not absolute / not http.
+Invariants: ``None`` when either is missing, the address is not ``http://``, or the token
+file is not an existing file given by an absolute path (nothing to mask, nothing a grant
+step could read: the bridge stays off rather than make every Bash call refuse, D506).
 """
 
 from __future__ import annotations
@@ -33,6 +35,6 @@ class BridgeSettings:
 
 def from_env(env: Mapping[str, str]) -> BridgeSettings | None:
     admin, token = env.get(ADMIN, "").strip(), env.get(TOKEN_FILE, "").strip()
-    if not admin.startswith("http://") or not os.path.isabs(token):
+    if not admin.startswith("http://") or not os.path.isabs(token) or not os.path.isfile(token):
         return None
     return BridgeSettings(admin.rstrip("/"), token)

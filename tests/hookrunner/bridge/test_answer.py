@@ -111,13 +111,15 @@ def test_file_tools_are_refused_the_token_and_what_lists_it(tmp_path: Path, toke
         assert not touches(tool, tool_input, protected, str(tmp_path / "w")), (tool, tool_input)
 
 
-def test_settings_need_both_variables() -> None:
+def test_settings_need_both_variables_and_an_existing_token_file(token: Path) -> None:
     both = {
         "HOOKRUNNER_APPROVALS_ADMIN": "http://127.0.0.1:9090/",
-        "HOOKRUNNER_APPROVALS_TOKEN_FILE": "/run/t",
+        "HOOKRUNNER_APPROVALS_TOKEN_FILE": str(token),
     }
-    assert from_env(both) == BridgeSettings("http://127.0.0.1:9090", "/run/t")
-    assert from_env({**both, "HOOKRUNNER_APPROVALS_TOKEN_FILE": "t"}) is None
+    assert from_env(both) == BridgeSettings("http://127.0.0.1:9090", str(token))
+    assert from_env({**both, "HOOKRUNNER_APPROVALS_TOKEN_FILE": "admin-token"}) is None
+    assert from_env({**both, "HOOKRUNNER_APPROVALS_TOKEN_FILE": str(token) + ".gone"}) is None
+    assert from_env({**both, "HOOKRUNNER_APPROVALS_TOKEN_FILE": str(token.parent)}) is None
     assert from_env({**both, "HOOKRUNNER_APPROVALS_ADMIN": "https://x"}) is None
     assert from_env({"HOOKRUNNER_APPROVALS_ADMIN": "http://127.0.0.1:9090"}) is None
 
