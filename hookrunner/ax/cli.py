@@ -344,7 +344,7 @@ def _claude_answer(
     """Claude Code's stdout document (``claude_json`` with ``--claude-json``, else
     ``claude_answer``), and for a Bash call it may run (allowed, or `ask`: the user's yes
     runs it) the command under the boundary (``updatedInput``), or the first call's word
-    that there is none (D380, D382)."""
+    that there is none (D380, D382); the approvals bridge's ask or deny (``bridge``, D500)."""
     answer = (claude_json if as_json else claude_answer)(result)
     runs = result.allowed or result.decision is Verdict.ASK
     bridge = settings_from(os.environ)  # issue 47: the approvals bridge (D500)
@@ -360,6 +360,8 @@ def _claude_answer(
         if word is None or bridge is None:
             return answer
         return with_bridge(answer, word, grant_steps(word, bridge))
+    if word is not None:  # no boundary: the ask names the host, no grant step (D503)
+        answer = with_bridge(answer, word, ())
     said = firebound.first_notice(inp.session_id)
     if said is None:
         return answer
