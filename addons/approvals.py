@@ -91,10 +91,10 @@ class ApprovalGate:
         if isinstance(located, Reason) or not self.service.config.hold:
             return answer
         host, port = located.host, located.port
-        if not holdable(answer.decision):
+        if str(host) == access.RESERVED and answer.decision.reason is Reason.NOT_ALLOWLISTED:
+            flow.metadata[ACCESS_KEY] = True  # the proxy's own: whatever a node allows (D489)
             return answer
-        if str(host) == access.RESERVED:
-            flow.metadata[ACCESS_KEY] = True
+        if not holdable(answer.decision):
             return answer
         tunnel = self._tunnels.get(flow.client_conn.id)
         if tunnel is not None and tunnel[:2] == (str(host), port):
