@@ -3,7 +3,9 @@ sharing it admits a granted destination (docs/configuration.md#approvals).
 
 One value per (sandbox, host, port) under `<key_prefix>:grant:<sandbox>:<host>:<port>`:
 `{"approval": id, "scope": text, "expires": unix seconds}`, lapsing with the backend's
-own TTL. A store that cannot answer (`StateUnavailable`, or `on_error: deny` turning it
+own TTL. A `once` grant is one admission (D540): the first request to find it claims it
+(`claim`, the store's atomic lock on `<key>:used:<approval>`), every later one finds it
+used. A store that cannot answer (`StateUnavailable`, or `on_error: deny` turning it
 into one) finds no grant: the request is held or refused, never let through (fail closed).
 """
 
@@ -15,6 +17,10 @@ from dataclasses import dataclass
 
 from sandbox_egress.proxy.approvals.book import Destination
 from sandbox_egress.proxy.state import StateBackend, StateUnavailable
+
+# How long a claim outlives the grant it took: longer than any `once` grant is kept (its
+# approval's timeout, at most an hour), so a used grant never becomes usable again.
+CLAIM_TTL_S = 2 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +73,14 @@ async def keep(state: StateBackend, prefix: str, destination: Destination, grant
     except (StateUnavailable, OSError):
         return False
     return True
+
+
+async def claim(state: StateBackend, prefix: str, destination: Destination, approval: str) -> bool:
+    """Take the one admission of the `once` grant `approval` of `destination`: True for
+    the first caller only (across every replica sharing the store); False after, and when
+    the store cannot answer (fail closed)."""
+    key = f"{grant_key(prefix, destination)}:used:{approval}"
+    try:
+        return await state.lock(key, CLAIM_TTL_S)
+    except (StateUnavailable, OSError):
+        return False

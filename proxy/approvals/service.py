@@ -34,12 +34,14 @@ from sandbox_egress.proxy.approvals.book import (
     Source,
     State,
 )
+from sandbox_egress.proxy.approvals.scopes import ONCE
 from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.metrics import ApprovalMetrics
 from sandbox_egress.proxy.state import StateBackend
 
 KEPT_GRANTS = 1000  # grants listed by GET /approvals
+ROUNDS = 2  # a request whose `once` yes went to another is asked again, once (D540)
 GRACE_S = 1.0  # a waiter outlives its approval's deadline by this, then gives up itself
 REFUSALS = {
     State.DENIED: Reason.APPROVAL_DENIED,
@@ -88,8 +90,22 @@ class Approvals:
         self, destination: Destination, method: str | None, path: str | None
     ) -> Verdict:
         """A `not_allowlisted` destination: granted, held until answered, or refused."""
+        for _ in range(ROUNDS):
+            verdict = await self._judge(destination, method, path)
+            if verdict is not None:
+                return verdict
+        return Verdict(Reason.APPROVAL_TIMEOUT)
+
+    async def _judge(
+        self, destination: Destination, method: str | None, path: str | None
+    ) -> Verdict | None:
+        """One round; None when the `once` yes this request waited on went to another
+        request (D540): it is then asked again."""
         grant = await grants.find(self.state, self.prefix, destination)
-        if grant is not None:
+        if grant is not None and (
+            grant.scope != ONCE.text
+            or await grants.claim(self.state, self.prefix, destination, grant.approval)
+        ):
             self.metrics.events.labels("granted").inc()
             self._remember(destination, grant)
             return Verdict(Reason.ALLOWLISTED, grant.approval, grant.scope)
@@ -111,6 +127,11 @@ class Approvals:
             approval.waiting -= 1
             self.metrics.held_seconds.observe(loop.time() - started)
         if approval.state is State.ALLOWED and approval.scope is not None:
+            if approval.scope.once and approval.source is not Source.REQUEST:
+                # A `once` kept in the store (an access request, a grant made ahead): one
+                # admission, shared with whoever finds the grant itself (D540).
+                if not await grants.claim(self.state, self.prefix, destination, approval.id):
+                    return None
             self.metrics.events.labels("granted").inc()
             return Verdict(Reason.ALLOWLISTED, approval.id, approval.scope.text)
         return Verdict(REFUSALS.get(approval.state, Reason.APPROVAL_TIMEOUT), approval.id)

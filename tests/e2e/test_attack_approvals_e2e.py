@@ -1,0 +1,79 @@
+"""Approvals attacked by fresh eyes (atk-appr, issue 47 follow-up, D540-D549): a real proxy
+process, real clients. A `once` grant is one admission, whoever in the sandbox asks first:
+the Claude Code user's yes (the bridge's grant step: an access request allowed `once`)
+must not let every request of the sandbox to that host through for `approvals.timeout`,
+nor wake a request the agent left waiting in the background as well.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from testbed.expect import Observed
+from tests.e2e.approvals_support import Background, api, config, curl, pending, start
+from tests.e2e.conftest import PrivateProxy
+
+pytestmark = pytest.mark.netns
+
+ASK = "http://egress.invalid/v1/access-requests"
+
+
+def ask_ahead(p: PrivateProxy, host: str, port: int) -> str:
+    """An access request from inside the sandbox (what the bridge makes at PreToolUse)."""
+    response = p.view.plain(
+        ASK, [("Content-Type", "application/json")], method="POST",
+        body=json.dumps({"host": host, "port": port}).encode(),
+    )  # fmt: skip
+    assert response.status == 202, response.body
+    made = json.loads(response.body)
+    assert isinstance(made["id"], str)
+    return made["id"]
+
+
+def waiting_on(p: PrivateProxy, approval: str, timeout: float = 10.0) -> None:
+    """Returns once a request waits on `approval` (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [a for a in api(p, "GET", "/approvals")[1]["approvals"] if a["id"] == approval]
+        if found and found[0]["waiting"] >= 1:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no request waits on {approval}")
+
+
+def test_a_once_grant_made_ahead_admits_one_connection_not_a_window(
+    private_proxy: Callable[..., PrivateProxy], obs: Observed, tmp_path: Path
+) -> None:
+    p = start(private_proxy, tmp_path, "atk-once-window", config(timeout="3s"))
+    approval = ask_ahead(p, "notlisted.test", 443)
+    decided = api(p, "POST", f"/approvals/{approval}", {"decision": "allow", "scope": "once"})
+    assert (decided[0], decided[1]["scope"]) == (200, "once")
+    assert curl(p, "https://notlisted.test/first")[0] == 200  # the command the user saw
+    # Anything else of the sandbox to that host (a background loop of the agent's) is
+    # asked again: held, and refused at the timeout.
+    status, headers, _ = curl(p, "https://notlisted.test/second")
+    assert (status, headers.get("x-egress-denied")) == (403, "approval_timeout")
+    assert [r["target"] for r in obs.requests()] == ["/first"]
+
+
+def test_a_once_yes_does_not_also_release_a_request_left_waiting(
+    private_proxy: Callable[..., PrivateProxy], obs: Observed, tmp_path: Path
+) -> None:
+    p = start(private_proxy, tmp_path, "atk-once-waiter", config(timeout="4s"))
+    approval = ask_ahead(p, "notlisted.test", 443)
+    # The agent's background request, to a host it spelt so that no prompt named it,
+    # joins the pending approval the bridge made.
+    background = Background(lambda: curl(p, "https://notlisted.test/background"))
+    [pending_one] = pending(p)
+    assert pending_one["id"] == approval
+    waiting_on(p, approval)
+    assert api(p, "POST", f"/approvals/{approval}", {"decision": "allow"})[0] == 200
+    foreground = curl(p, "https://notlisted.test/foreground")[0]
+    codes = sorted([background.result()[0], foreground])
+    assert codes == [200, 403]  # one admission, whichever came first
+    assert len(obs.requests()) == 1
