@@ -1,7 +1,8 @@
 """The bridge's word on one Claude Code PreToolUse call (issue 47, D500-D503).
 
 ``judge`` returns ``None`` (nothing to say: the runner's own answer stands), a refusal
-(a file tool reaching the admin token, D505), or an ``ask`` naming each destination the
+(a file tool reaching the admin token, D505, or writing what runs outside the
+boundary, D541), or an ``ask`` naming each destination the
 egress proxy would hold, with the approval the proxy made for it (``proxyapi.ask_ahead``:
 the proxy is the policy view, D502). ``answer.with_bridge`` turns that into Claude Code's
 answer; for Bash the user's yes runs the grant step (``grant``), for WebFetch it cannot
@@ -18,12 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_egress.hookrunner.bridge.files import touches
+from sandbox_egress.hookrunner.bridge.files import touches, writes_outside
 from sandbox_egress.hookrunner.bridge.hosts import Destination, destinations
 from sandbox_egress.hookrunner.bridge.proxyapi import ask_ahead
 from sandbox_egress.hookrunner.bridge.settings import BridgeSettings
 
 TOKEN_REFUSED = "The egress approvals token is not for Claude Code's tools (hookrunner bridge)."
+OUTSIDE_REFUSED = (
+    "This file runs outside the command boundary, where the egress approvals token can be "
+    "read: Claude Code's tools may not change it while the approvals bridge is on "
+    "(hookrunner bridge); edit it yourself."
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ def judge(
     it can — a Bash call under a boundary that masks the token, a person answering)."""
     if touches(tool, tool_input, settings.protected, cwd):
         return BridgeWord("deny", TOKEN_REFUSED)
+    if writes_outside(tool, tool_input, cwd, env):
+        return BridgeWord("deny", OUTSIDE_REFUSED)
     held: list[tuple[Destination, str]] = []
     for dest in destinations(tool, tool_input):
         made = ask_ahead(dest.host, dest.port, f"Claude Code {tool}: asked the user", env)

@@ -127,11 +127,13 @@ class Approvals:
             approval.waiting -= 1
             self.metrics.held_seconds.observe(loop.time() - started)
         if approval.state is State.ALLOWED and approval.scope is not None:
-            if approval.scope.once and approval.source is not Source.REQUEST:
-                # A `once` kept in the store (an access request, a grant made ahead): one
-                # admission, shared with whoever finds the grant itself (D540).
-                if not await grants.claim(self.state, self.prefix, destination, approval.id):
-                    return None
+            # A `once` kept in the store (an access request, a grant made ahead): one
+            # admission, shared with whoever finds the grant itself (D540).
+            kept_once = approval.scope.once and approval.source is not Source.REQUEST
+            if kept_once and not await grants.claim(
+                self.state, self.prefix, destination, approval.id
+            ):
+                return None
             self.metrics.events.labels("granted").inc()
             return Verdict(Reason.ALLOWLISTED, approval.id, approval.scope.text)
         return Verdict(REFUSALS.get(approval.state, Reason.APPROVAL_TIMEOUT), approval.id)

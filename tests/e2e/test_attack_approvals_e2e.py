@@ -77,3 +77,37 @@ def test_a_once_yes_does_not_also_release_a_request_left_waiting(
     codes = sorted([background.result()[0], foreground])
     assert codes == [200, 403]  # one admission, whichever came first
     assert len(obs.requests()) == 1
+
+
+def grant_ahead(p: PrivateProxy, host: str, port: int, scope: str) -> str:
+    status, made = api(
+        p, "POST", "/approvals", {"host": host, "port": port, "decision": "allow", "scope": scope}
+    )
+    assert (status, made["state"]) == (200, "allowed"), made
+    return str(made["id"])
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("other.test", "host_mismatch"),  # fronting a host nobody approved
+        ("api.allowed.test", "host_mismatch"),  # fronting an allowed one
+        ("notlisted.test:8443", "host_mismatch"),  # the granted host, another port
+    ],
+)
+def test_a_granted_tunnel_fronts_nothing(
+    private_proxy: Callable[..., PrivateProxy],
+    obs: Observed,
+    tmp_path: Path,
+    host: str,
+    reason: str,
+) -> None:
+    p = start(private_proxy, tmp_path, "atk-fronting", config(timeout="3s"))
+    grant_ahead(p, "notlisted.test", 443, "1h")
+    started = time.monotonic()
+    response = p.view.https("notlisted.test:443", "/fronted", host=host)
+    assert (response.status, response.header("x-egress-denied")) == (403, reason)
+    assert time.monotonic() - started < 2.5  # refused at once, never held
+    obs.assert_nothing_reached()
+    approvals = api(p, "GET", "/approvals")[1]["approvals"]
+    assert [a["source"] for a in approvals] == ["api"]  # nothing new was held
