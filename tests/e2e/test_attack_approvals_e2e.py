@@ -111,3 +111,14 @@ def test_a_granted_tunnel_fronts_nothing(
     obs.assert_nothing_reached()
     approvals = api(p, "GET", "/approvals")[1]["approvals"]
     assert [a["source"] for a in approvals] == ["api"]  # nothing new was held
+
+
+def test_a_once_grant_made_ahead_races_to_one_admission(
+    private_proxy: Callable[..., PrivateProxy], obs: Observed, tmp_path: Path
+) -> None:
+    p = start(private_proxy, tmp_path, "atk-once-race", config(timeout="3s"))
+    grant_ahead(p, "notlisted.test", 443, "once")
+    racers = [Background(lambda n=n: curl(p, f"https://notlisted.test/race{n}")) for n in range(4)]
+    codes = sorted(r.result()[0] for r in racers)
+    assert codes == [200, 403, 403, 403]
+    assert len(obs.requests()) == 1
