@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from testbed.expect import Observed
+from testbed.redisserver import RedisServer, start_redis
 from tests.e2e.approvals_support import Background, api, config, curl, pending, start
 from tests.e2e.conftest import PrivateProxy
 
@@ -119,6 +120,34 @@ def test_a_once_grant_made_ahead_races_to_one_admission(
     p = start(private_proxy, tmp_path, "atk-once-race", config(timeout="3s"))
     grant_ahead(p, "notlisted.test", 443, "once")
     racers = [Background(lambda n=n: curl(p, f"https://notlisted.test/race{n}")) for n in range(4)]
+    codes = sorted(r.result()[0] for r in racers)
+    assert codes == [200, 403, 403, 403]
+    assert len(obs.requests()) == 1
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = start_redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_two_replicas_on_one_redis_admit_a_once_grant_once(
+    private_proxy: Callable[..., PrivateProxy],
+    obs: Observed,
+    tmp_path: Path,
+    redis: RedisServer,
+) -> None:
+    state = f'state: {{backend: redis, url: "{redis.url}", key_prefix: atk-once}}\n'
+    first = start(private_proxy, tmp_path, "atk-once-redis-a", config(timeout="3s") + state)
+    second = start(private_proxy, tmp_path, "atk-once-redis-b", config(timeout="3s") + state)
+    grant_ahead(first, "notlisted.test", 443, "once")
+    racers = [
+        Background(lambda p=p, n=n: curl(p, f"https://notlisted.test/r{n}"))
+        for n, p in enumerate([first, second, first, second])
+    ]
     codes = sorted(r.result()[0] for r in racers)
     assert codes == [200, 403, 403, 403]
     assert len(obs.requests()) == 1

@@ -14,6 +14,7 @@ import pytest
 
 from sandbox_egress.hookrunner.ax import cli, firebound
 from sandbox_egress.hookrunner.ax.events import parse_event
+from sandbox_egress.hookrunner.bridge.hosts import destinations
 from sandbox_egress.hookrunner.bridge.judge import OUTSIDE_REFUSED
 from tests.hookrunner.ax.conftest import AxEnv, ax  # noqa: F401 (fixture)
 from tests.hookrunner.bridge.conftest import StandIn
@@ -82,3 +83,19 @@ def test_other_files_of_the_workspace_stay_writable(
     assert (answer or {}).get("hookSpecificOutput", {}).get("permissionDecision") != "deny"
     read = _answer(ax, "Read", {"file_path": str(ax.workspace / ".claude/settings.json")})
     assert (read or {}).get("hookSpecificOutput", {}).get("permissionDecision") != "deny"
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        ('curl https://good.test"@evil.test"/x', ["good.test:443"]),  # the shell joins them
+        ("curl https://good.test\\@evil.test/x", ["good.test:443"]),
+        ("curl https://good.test:443@evil.test/x", ["evil.test:443"]),  # userinfo, as curl
+        ("curl https://EVIL.test.:0443/x", ["evil.test:443"]),
+        ("curl http://0x7f.1/x", ["127.0.0.1:80"]),
+    ],
+)
+def test_what_the_prompt_names_is_what_the_grant_covers(command: str, named: list[str]) -> None:
+    """Where the bridge's reading and curl's differ, the grant covers the host the prompt
+    named and nothing else: the host curl reaches instead meets the proxy's own hold."""
+    assert [str(d) for d in destinations("Bash", {"command": command})] == named
