@@ -9,8 +9,9 @@ directory when none is given).
 ``writes_outside``: those of them that write (Write, Edit, MultiEdit, NotebookEdit) may
 not change what runs outside the boundary, where the token file is not masked (D541): a
 ``.claude`` folder anywhere (settings and their hooks, agents, commands), ``.mcp.json``,
-Claude Code's configuration folder, the shell files its snapshot is taken from, and the
-runner's own installation. The boundary keeps Bash from them (``enforce.keep``, D435);
+a repository's git configuration and hooks and the user's (D543), Claude Code's
+configuration folder, the shell files its snapshot is taken from, and the runner's own
+installation. The boundary keeps Bash from them (``enforce.keep``, D435);
 Claude Code's file tools run beside it.
 
 Invariants: pure but for ``realpath``; a path that cannot be read as one is judged as
@@ -23,7 +24,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sandbox_egress.hookrunner.enforce.keep import SHELL_FILES, claude_config, runner_install
+from sandbox_egress.hookrunner.enforce.keep import (
+    GIT_FILES,
+    HOME_GIT_FILES,
+    SHELL_FILES,
+    claude_config,
+    runner_install,
+)
 
 FILE_KEYS = ("file_path", "notebook_path", "path")
 SEARCH_TOOLS = frozenset({"Grep", "Glob", "LS"})
@@ -49,12 +56,18 @@ def writes_outside(
     if tool not in WRITE_TOOLS:
         return False
     path = _path(tool_input, cwd)
-    if any(part in RUN_OUTSIDE for part in path.split("/")):
+    parts = path.split("/")
+    if any(part in RUN_OUTSIDE for part in parts):
         return True
+    if any(a == ".git" and b in GIT_FILES for a, b in zip(parts, parts[1:], strict=False)):
+        return True  # what git runs commands from, in any repository (D543)
     home = env.get("HOME", "")
-    kept = [os.path.join(home, name) for name in (*SHELL_FILES, ".claude.json")] if home else []
+    names = (*SHELL_FILES, ".claude.json", *HOME_GIT_FILES)
+    kept = [os.path.join(home, name) for name in names] if home else []
     config = claude_config(env)
     kept += [config] if config else []
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    kept += [os.path.join(xdg, "git")] if xdg else []
     kept += runner_install()
     here = os.path.realpath(cwd)
     real = [os.path.realpath(k) for k in kept if os.path.isabs(k)]

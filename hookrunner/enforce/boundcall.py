@@ -109,7 +109,8 @@ def run(
         define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
-        keep = read_only_paths(env, Path(workspace))  # what runs before the next boundary (D435)
+        # What runs before the next boundary (D435); with the bridge's token, git's too (D543).
+        keep = read_only_paths(env, Path(workspace), git=bool(extra))
         made, _, inside = tool_namespace(
             argv, [], None, env, lasting=True, keep=keep, checked=masks
         )

@@ -55,6 +55,11 @@ def bridged(stand_in: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ("MultiEdit", ".claude/agents/../settings.json", "edits"),
         ("Write", "~/.bashrc", "content"),
         ("Write", "~/.claude/settings.json", "content"),
+        ("Edit", ".git/config", "new_string"),  # core.fsmonitor: run by the next git (D543)
+        ("Write", ".git/hooks/post-index-change", "content"),
+        ("Write", "sub/.git/config", "content"),
+        ("Write", "~/.gitconfig", "content"),
+        ("Write", "~/.config/git/config", "content"),
     ],
 )
 def test_a_file_tool_cannot_write_what_runs_outside_the_boundary(
