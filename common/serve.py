@@ -123,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         if admin is None or not admin.serves(path):
             return False
         size = self.headers.get("Content-Length", "0")
-        length = int(size) if size.isdigit() else -1
+        length = int(size) if size.isascii() and size.isdigit() else -1  # not "²" (D544)
         if not 0 <= length <= ADMIN_BODY:
             self._reply(400, b'{"error": "bad_request"}\n', "application/json")
             return True

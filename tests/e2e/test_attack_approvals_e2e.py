@@ -8,6 +8,7 @@ nor wake a request the agent left waiting in the background as well.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -151,3 +152,26 @@ def test_two_replicas_on_one_redis_admit_a_once_grant_once(
     codes = sorted(r.result()[0] for r in racers)
     assert codes == [200, 403, 403, 403]
     assert len(obs.requests()) == 1
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "\u0663", "-1", "99999999999999999999", "1e3"])
+def test_the_admin_api_answers_a_length_it_cannot_read_with_400(
+    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, length: str
+) -> None:
+    """`Content-Length` spelt with a digit `int` reads but HTTP does not (²) or not at all:
+    a 400, before the token is even looked at, and no traceback in the proxy's log."""
+    p = start(private_proxy, tmp_path, "atk-admin-length", config())
+    with socket.create_connection((p.view.metrics_host, p.view.metrics_port), timeout=5) as s:
+        s.sendall(
+            b"POST /approvals HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n"
+            b"Content-Length: " + length.encode("latin-1", "replace") + b"\r\n\r\n"
+        )
+        answer = b""
+        for _ in range(100):  # to the server's close (HTTP/1.0), bounded
+            got = s.recv(4096)
+            if not got:
+                break
+            answer += got
+    assert answer.startswith(b"HTTP/1.0 400 "), answer
+    assert answer.endswith(b'{"error": "bad_request"}\n')
+    assert "Traceback" not in p.process.child.stderr.read_text()
