@@ -92,7 +92,7 @@ def parse_llm(raw: Any, where: str, report: Report) -> tuple[bool, LlmClause | N
     if problems:
         return False, None
     return True, LlmClause(
-        Api(api), None if models is None else tuple(models), cap, tokens, cost, prices
+        Api(str(api)), None if models is None else tuple(models), cap, tokens, cost, prices
     )
 
 

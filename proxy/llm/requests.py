@@ -38,7 +38,9 @@ PATHS: dict[Api, dict[str, Endpoint]] = {
     Api.ANTHROPIC: {"/v1/messages": Endpoint.MESSAGES},
     Api.GEMINI: {},
 }
-_GEMINI = re.compile(r"^/(?:v1|v1beta|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
+_GEMINI = re.compile(
+    r"^/(?:v1|v1beta|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$"
+)
 # the body's output limits by endpoint; the first is the one set when none is given
 LIMITS: dict[Endpoint, tuple[str, ...]] = {
     Endpoint.CHAT: ("max_completion_tokens", "max_tokens"),
@@ -128,7 +130,7 @@ def judge_body(clause: LlmClause, call: Call, body: bytes) -> Judged:
         options = document.get("stream_options")
         if options is not None and not isinstance(options, dict):
             return Judged(Reason.LLM_BAD_REQUEST, model, glob)
-        if not (options or {}).get("include_usage") is True:
+        if (options or {}).get("include_usage") is not True:
             document["stream_options"] = {**(options or {}), "include_usage": True}
             strip = changed = True
     rewritten = _dump(document) if changed else None

@@ -22,7 +22,7 @@ from typing import Any
 
 from sandbox_egress.proxy.llm import Api
 from sandbox_egress.proxy.llm.sse import Event, Splitter
-from sandbox_egress.proxy.llm.usage import Usage, from_object
+from sandbox_egress.proxy.llm.usage import Usage, estimate, from_object
 
 MAX_JSON = 8 * 1024 * 1024
 
@@ -35,6 +35,7 @@ class Meter:
         self.usage = Usage()
         self.received = 0  # bytes of the answer body
         self.stripped = 0  # usage chunks left out
+        self.final = False  # the answer's final usage was read (else: estimated)
         self._splitter = Splitter() if self.sse else None
         self._copy: bytearray | None = None if self.sse else bytearray()
 
@@ -67,7 +68,7 @@ class Meter:
         for event in events:
             document = _decode(event.data) if event.data is not None else None
             if document is not None:
-                self.usage = self.usage.merge(from_object(self.api, document))
+                self._read(document)
             if self.strip and _usage_chunk(document):
                 self.stripped += 1
                 continue
@@ -77,7 +78,22 @@ class Meter:
     def _read_json(self, body: bytes) -> None:
         document = _decode(body)
         for item in document if isinstance(document, list) else [document]:
-            self.usage = self.usage.merge(from_object(self.api, item))
+            self._read(item)
+
+    def _read(self, document: Any) -> None:
+        found = from_object(self.api, document)
+        self.usage = self.usage.merge(found)
+        if found.output is not None and self.usage.complete and _final(self.api, document):
+            self.final = True
+
+    def settled(self, sent: int) -> tuple[int, int, bool]:
+        """(input, output, estimated) to charge; `sent`: the request body's bytes. An answer
+        without its final usage is estimated (a token per 4 bytes each way), never below
+        what it reported so far."""
+        if self.final:
+            return self.usage.settled(sent, self.received)
+        given_in = self.usage.input if self.usage.input is not None else estimate(sent)
+        return given_in, max(self.usage.output or 0, estimate(self.received)), True
 
 
 def _decode(data: bytes) -> Any:
@@ -85,6 +101,21 @@ def _decode(data: bytes) -> Any:
         return json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
+
+
+def _final(api: Api, document: Any) -> bool:
+    """Whether a document carrying usage is the last word on it: anthropic's
+    `message_start` and gemini's chunks before `finishReason` are running counts."""
+    if not isinstance(document, dict):
+        return False
+    if api is Api.ANTHROPIC:
+        return document.get("type") != "message_start"
+    if api is Api.GEMINI:
+        candidates = document.get("candidates")
+        if not isinstance(candidates, list) or not candidates:
+            return True
+        return any(isinstance(c, dict) and c.get("finishReason") for c in candidates)
+    return True
 
 
 def _usage_chunk(document: Any) -> bool:

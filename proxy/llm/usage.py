@@ -80,7 +80,7 @@ def from_object(api: Api, value: Any) -> Usage:
 
 
 def _usage(usage: dict[str, Any]) -> Usage:
-    given_in = _count(usage, "prompt_tokens") 
+    given_in = _count(usage, "prompt_tokens")
     if given_in is None:
         given_in = _count(
             usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"
