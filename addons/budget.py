@@ -26,7 +26,7 @@ from mitmproxy import http
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.addons.workarounds import hang_up
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.state import StateBackend

@@ -6,7 +6,7 @@ goes upstream, and a push of any size is judged (docs/decisions.md D180).
 first bytes, chunked or sized, to the pure reader and calls back with the command list;
 a body with `Content-Encoding` (a compressed command list is never inflated here) or an
 invalid length is refused there. `judge` (the callback) decides the commands
-(`proxy.gitpush`) and either lets the push go on, streamed and metered, or answers with
+(`proxy.clauses.git`) and either lets the push go on, streamed and metered, or answers with
 git's report-status, every ref `ng` with the policy's reason, which `git push` prints.
 """
 
@@ -20,8 +20,8 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 from sandbox_egress.addons import pushgate
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.clauses.git import Commands, PushItem, judge_pushes, report_status
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.gitpush import Commands, PushItem, judge_pushes, report_status
 
 
 def hold(

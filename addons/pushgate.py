@@ -41,8 +41,8 @@ from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.workarounds import INNER, Commands, hang_up, wrapped_in
-from sandbox_egress.proxy.gitpush import CommandReader
-from sandbox_egress.proxy.gitpush import Commands as PushCommands
+from sandbox_egress.proxy.clauses.git import CommandReader
+from sandbox_egress.proxy.clauses.git import Commands as PushCommands
 from sandbox_egress.proxy.limits import HEAD_TIMEOUT_S
 
 log = logging.getLogger("egress")

@@ -25,16 +25,16 @@ from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
 from sandbox_egress.proxy.audit.log import audit_path
-from sandbox_egress.proxy.budget import Admission
+from sandbox_egress.proxy.clauses.budget import Admission
+from sandbox_egress.proxy.clauses.git import Commands
+from sandbox_egress.proxy.clauses.sigv4 import Held
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.fields import fields_problem
-from sandbox_egress.proxy.gitpush import Commands
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.outbound import outbound_fields
-from sandbox_egress.proxy.redact import NO_REDACTION
-from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
-from sandbox_egress.proxy.swap import held_in, secret_elsewhere
+from sandbox_egress.proxy.values.redact import NO_REDACTION
+from sandbox_egress.proxy.values.swap import held_in, secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size it does
 # (the connection is kept alive); a larger or unknown-length body is answered at once and

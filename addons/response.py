@@ -21,7 +21,7 @@ from sandbox_egress.addons.auditing import Where, address_text
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
 from sandbox_egress.proxy.outbound import encoded_answer
-from sandbox_egress.proxy.redact import BodyMatcher
+from sandbox_egress.proxy.values.redact import BodyMatcher
 
 log = logging.getLogger("egress")
 

@@ -18,20 +18,20 @@ from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
 from sandbox_egress.proxy.audit.log import AuditSink, Searcher, masked, masked_record
+from sandbox_egress.proxy.clauses.git import PushItem
+from sandbox_egress.proxy.clauses.sigv4 import Held
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
-from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.mcp import McpState
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
-from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
+from sandbox_egress.proxy.values.redact import NO_REDACTION, Redactor
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
 

@@ -22,11 +22,11 @@ import datetime
 from mitmproxy import http
 
 from sandbox_egress.addons.shared import FlowState, Shared
+from sandbox_egress.proxy.clauses.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
 from sandbox_egress.proxy.credentials.aws import SECRET_ACCESS_KEY, SESSION_TOKEN
 from sandbox_egress.proxy.credentials.base import CredentialError
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
+from sandbox_egress.proxy.values.redact import Redactor
 
 SIGNED_BODY_LIMIT = 1024 * 1024  # = limits.STREAM_BODIES_OVER: held whole, never streamed
 

@@ -26,21 +26,21 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.clauses.git import PushItem
+from sandbox_egress.proxy.clauses.rulestage import rules_within_ceiling
+from sandbox_egress.proxy.clauses.sigv4 import Signing, judge_request
 from sandbox_egress.proxy.config.loader import Transform
 from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.fields import head_problem
-from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
 from sandbox_egress.proxy.mcp import McpPolicy, entry_policies
 from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
-from sandbox_egress.proxy.rulestage import rules_within_ceiling
-from sandbox_egress.proxy.sigv4 import Signing, judge_request
-from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
 from sandbox_egress.proxy.tenancy.ceiling import node_requires, raw_tcp, relays
+from sandbox_egress.proxy.values.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.values.swap import swap
 
 RESOLVE_TIMEOUT_S = 5.0
 

@@ -6,7 +6,7 @@ values or refuses the whole file with every problem it found, each naming the
 file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
 The structure is the JSON Schema `common/schemas/egress-config.schema.json`
 (checked by `common.problems`); what no schema can say is checked by named validators:
-`proxy.config.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
+`proxy.config.patterns` (IDNA, CIDR, loopback), `proxy.values.transforms` (framing headers),
 `proxy.config.references` (`${NAME}`/`${file:}` references),
 `proxy.config.combinations` (fields refused together) and the duplicate check in `parse`.
 
@@ -39,7 +39,10 @@ from sandbox_egress.common.problems import (
     syntax_problem,
 )
 from sandbox_egress.common.tokens import shown
-from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.clauses.budget import Budget, parse_budget
+from sandbox_egress.proxy.clauses.git import GitPolicy, parse_git
+from sandbox_egress.proxy.clauses.rules import NO_RULES, Rules, parse_rules
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding, sigv4_binding
 from sandbox_egress.proxy.config.combinations import combinations
 from sandbox_egress.proxy.config.patterns import IPNetwork, parse_pattern
 from sandbox_egress.proxy.config.patterns import (
@@ -56,25 +59,22 @@ from sandbox_egress.proxy.credentials.section import (
     used_names,
 )
 from sandbox_egress.proxy.credentials.section import referenced_files as credential_files
-from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.learn.formats import missing_network
 from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
-from sandbox_egress.proxy.placeholders import (
+from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
+from sandbox_egress.proxy.values.placeholders import (
     NO_PLACEHOLDERS,
     Placeholder,
     PlaceholderIndex,
     ResolveValue,
     parse_secrets,
 )
-from sandbox_egress.proxy.placeholders import index as placeholder_index
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
-from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
-from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
-from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
-from sandbox_egress.proxy.transforms import (
+from sandbox_egress.proxy.values.placeholders import index as placeholder_index
+from sandbox_egress.proxy.values.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.values.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )
-from sandbox_egress.proxy.transforms import parse_transform
+from sandbox_egress.proxy.values.transforms import parse_transform
 
 Report = Callable[[str, str], None]  # (location, message)
 
@@ -376,6 +376,6 @@ def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ..
 def _resolver(
     environ: Mapping[str, str] | None, report: Report, credentials: Definitions | None
 ) -> ResolveValue:
-    """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
+    """A placeholder value's resolution (`proxy.values.placeholders`): a transform's checks."""
     names = used_names(credentials)
     return lambda value, where: secret_value(value, where, environ, report, names)

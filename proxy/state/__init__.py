@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 
 MAX_VALUE = 4096  # bytes: a token pair, never a body
 

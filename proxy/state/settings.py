@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox_egress.proxy.secret import Unresolved
+from sandbox_egress.proxy.values.secret import Unresolved
 
 Report = Callable[[str, str], None]
 

@@ -10,7 +10,7 @@ from wsproto.frame_protocol import Opcode
 
 from sandbox_egress.addons import budget
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.budget import Admission
+from sandbox_egress.proxy.clauses.budget import Admission
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics

@@ -9,10 +9,10 @@ from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons import gitpush, pushgate
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.budget import BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
+from sandbox_egress.proxy.clauses.git import Commands, pkt, read_commands
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.gitpush import Commands, pkt, read_commands
 from tests.addons.test_egress import Resolver, count, https_flow, make_addon, run
 
 CONFIG = parse(

@@ -32,7 +32,7 @@ from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from mitmproxy.test import taddons, tflow
 
 from sandbox_egress.addons import limits, pushgate
-from sandbox_egress.proxy.gitpush import COMMANDS_LIMIT, Commands, pkt
+from sandbox_egress.proxy.clauses.git import COMMANDS_LIMIT, Commands, pkt
 
 OLD, NEW = "a" * 40, "b" * 40
 COMMANDS = pkt(f"{OLD} {NEW} refs/heads/agent/x\0report-status\n".encode()) + b"0000"

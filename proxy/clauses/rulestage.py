@@ -7,11 +7,11 @@ per request (`decide_request`).
 
 from __future__ import annotations
 
+from sandbox_egress.proxy.clauses.git import PushItem, judge_git, smart_http
+from sandbox_egress.proxy.clauses.rules import Verdict, judge, override_methods
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
-from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
 from sandbox_egress.proxy.paths import canonical_path, split_target
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.rules import Verdict, judge, override_methods
 from sandbox_egress.proxy.targets import Location
 
 Fields = tuple[tuple[bytes, bytes], ...]

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_egress.proxy.clauses.rules import Verdict, compile_path
 from sandbox_egress.proxy.paths import canonical_path, split_target
-from sandbox_egress.proxy.rules import Verdict, compile_path
 
 Report = Callable[[str, str], None]
 

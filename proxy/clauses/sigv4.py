@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
+from sandbox_egress.proxy.clauses.s3bucket import copy_source, named, s3_bucket
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.s3bucket import copy_source, named, s3_bucket
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.sigv4binding import SigV4Binding
+from sandbox_egress.proxy.values.secret import Secret
 
 Fields = tuple[tuple[bytes, bytes], ...]
 
