@@ -9,7 +9,7 @@ into an immutable `LlmClause`.
       prices: {"gpt-5-mini": {input: 0.25, output: 2.00}}   # USD per million tokens
 
 Invariants:
-* A budget is a `proxy.budget.Rate`: tokens counted one for one, cost in nano-USD (so
+* A budget is a `proxy.clauses.budget.Rate`: tokens counted one for one, cost in nano-USD (so
   every store keeps integers well inside a double's exact range).
 * Globs match the whole model string, case-sensitively (`fnmatchcase`); the first glob of
   `models` (or of `prices`) that matches is the one used, in the file's order.
@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from sandbox_egress.common.tokens import shown
-from sandbox_egress.proxy.budget import WINDOWS, Rate, Report
+from sandbox_egress.proxy.clauses.budget import WINDOWS, Rate, Report
 from sandbox_egress.proxy.llm import Api
 
 NANO = 1_000_000_000  # nano-USD in a dollar

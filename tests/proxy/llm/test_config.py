@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.budget import Rate
+from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.llm import Api
 from sandbox_egress.proxy.llm.config import ANY, LlmClause, Price, parse_llm, unpriced
 from sandbox_egress.proxy.llm.prices import cost_of

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.budget import Rate
+from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
 from sandbox_egress.proxy.llm.config import LlmClause, Price

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.budget import Admission, BudgetKey, Budgets, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, BudgetKey, Budgets, Rate
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.state.node import NodeService, NodeState
