@@ -109,6 +109,13 @@ def openai_responses(
             "response.created",
         )
     ]
+    empty = {**item, "status": "in_progress", "content": []}
+    added = {"type": "response.output_item.added", "sequence_number": 0, "output_index": 0}
+    pieces.append(_sse({**added, "item": empty}, "response.output_item.added"))
+    part = {"type": "output_text", "text": "", "annotations": []}
+    opened = {"type": "response.content_part.added", "sequence_number": 0, "item_id": "msg_test"}
+    opened |= {"output_index": 0, "content_index": 0, "part": part}
+    pieces.append(_sse(opened, "response.content_part.added"))
     for n, word in enumerate(_words(text)):
         delta = {
             "type": "response.output_text.delta",
