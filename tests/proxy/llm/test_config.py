@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox_egress.proxy.clauses.budget import Rate
+from sandbox_egress.proxy.config.lint import warnings
 from sandbox_egress.proxy.llm import Api
 from sandbox_egress.proxy.llm.config import ANY, LlmClause, Price, parse_llm, unpriced
 from sandbox_egress.proxy.llm.prices import cost_of
@@ -117,3 +119,26 @@ def test_cost_in_nano_dollars_rounded_up() -> None:
     assert cost_of(clause, "gpt-5-mini", 1000, 500) == 1_250_000
     assert cost_of(clause, "gpt-5-mini", 1, 0) == 250
     assert cost_of(clause, "gpt-4o", 1, 1) is None
+
+
+def test_check_warns_of_cost_budget_globs_without_a_price(tmp_path: Path) -> None:
+    config = tmp_path / "egress.yaml"
+    config.write_text(
+        "network:\n  allowlist:\n    - domain: api.openai.com\n      llm:\n        api: openai\n"
+        '        models: ["gpt-5*", "o3"]\n        budget: {cost: "5USD/day"}\n'
+        '        prices: {"gpt-5*": {input: 1, output: 2}}\n'
+        "    - domain: api.anthropic.com\n      llm: {api: anthropic, budget: {cost: 1USD/day}}\n"
+    )
+    found = [(p.location, p.message) for p in warnings(config)]
+    assert found == [
+        (
+            "network.allowlist[0].llm.prices",
+            "llm.budget.cost needs a price for every model it admits; no llm.prices glob "
+            "prices o3 (such a model is refused: llm_model_unpriced)",
+        ),
+        (
+            "network.allowlist[1].llm.prices",
+            "llm.budget.cost needs a price for every model it admits; no llm.prices glob "
+            "prices * (such a model is refused: llm_model_unpriced)",
+        ),
+    ]
