@@ -35,7 +35,7 @@ from sandbox_egress.proxy.values.secret import Secret, Template
 from sandbox_egress.proxy.values.swap import swap
 
 if TYPE_CHECKING:
-    from sandbox_egress.proxy.config.loader import Entry
+    from sandbox_egress.proxy.config.entry import Entry
     from sandbox_egress.proxy.decision import Decision
 
 Fields = tuple[tuple[bytes, bytes], ...]
