@@ -20,7 +20,7 @@ from typing import Any
 from sandbox_egress.proxy.clauses.base import Head, Report, Ruling
 from sandbox_egress.proxy.decision import Decision
 from sandbox_egress.proxy.llm.config import LlmClause, parse_llm
-from sandbox_egress.proxy.llm.call import LlmPart, Metered
+from sandbox_egress.proxy.llm.part import LlmPart, Metered
 from sandbox_egress.proxy.llm.requests import classify, model_verdict
 
 

@@ -14,30 +14,11 @@ from dataclasses import dataclass
 
 from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.llm.config import LlmClause
+from sandbox_egress.proxy.llm.part import LlmPart
 from sandbox_egress.proxy.llm.prices import cost_of
-from sandbox_egress.proxy.llm.requests import Call, judge_body
+from sandbox_egress.proxy.llm.requests import judge_body
 from sandbox_egress.proxy.llm.spending import charges
 from sandbox_egress.proxy.llm.streams import Meter
-
-
-@dataclass(frozen=True, slots=True)
-class Metered:
-    """One clause judging a call, with the pattern of the entry that holds it (the key
-    its spending is kept under)."""
-
-    entry: str
-    clause: LlmClause
-    call: Call
-
-
-@dataclass(frozen=True, slots=True)
-class LlmPart:
-    judges: tuple[Metered, ...]  # the entry's clause first, then its node's
-
-    @property
-    def api(self) -> str:
-        return self.judges[0].clause.api.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,10 @@ into an immutable `LlmClause`.
       prices: {"gpt-5-mini": {input: 0.25, output: 2.00}}   # USD per million tokens
 
 Invariants:
-* A budget is a `proxy.clauses.budget.Rate`: tokens counted one for one, cost in nano-USD (so
-  every store keeps integers well inside a double's exact range).
+* A budget is an `Allowance` (`proxy.llm.spending` hands it to the state backend as a
+  `proxy.clauses.budget.Rate`): tokens counted one for one, cost in nano-USD (so every
+  store keeps integers well inside a double's exact range). This module does not import
+  the clause table's modules: the table's `llm` row imports it.
 * Globs match the whole model string, case-sensitively (`fnmatchcase`); the first glob of
   `models` (or of `prices`) that matches is the one used, in the file's order.
 * A problem names its location (`report(where, message)`); the clause is all or nothing.
@@ -19,19 +21,28 @@ Invariants:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
 from sandbox_egress.common.tokens import shown
-from sandbox_egress.proxy.clauses.budget import WINDOWS, Rate, Report
 from sandbox_egress.proxy.llm import Api
+
+Report = Callable[[str, str], None]
+WINDOWS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}  # as `budget:`'s
 
 NANO = 1_000_000_000  # nano-USD in a dollar
 ANY = "*"  # the metric label of a clause without `models`
 _TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kM]?)\s*/\s*([a-z]+)\s*$")
 _COST = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*USD\s*/\s*([a-z]+)\s*$")
 _SCALE = {"": 1, "k": 1000, "M": 1_000_000}
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    amount: int  # units (tokens, nano-USD) per window, and the most a bucket holds
+    window_s: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +57,8 @@ class LlmClause:
     api: Api
     models: tuple[str, ...] | None = None  # None: any model
     max_output_tokens: int | None = None
-    tokens: Rate | None = None  # input + output tokens per window
-    cost: Rate | None = None  # nano-USD per window
+    tokens: Allowance | None = None  # input + output tokens per window
+    cost: Allowance | None = None  # nano-USD per window
     prices: tuple[Price, ...] = ()
 
     def glob_of(self, model: str) -> str | None:
@@ -96,7 +107,7 @@ def parse_llm(raw: Any, where: str, report: Report) -> tuple[bool, LlmClause | N
     )
 
 
-def _budget(raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Rate | None, ...]:
+def _budget(raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Allowance | None, ...]:
     if raw is None:
         return None, None
     if not isinstance(raw, dict) or not raw or set(raw) - {"tokens", "cost"}:
@@ -116,14 +127,14 @@ def _budget(raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Rate
     return tokens, cost
 
 
-def parse_amount(text: Any, form: re.Pattern[str]) -> Rate | None:
+def parse_amount(text: Any, form: re.Pattern[str]) -> Allowance | None:
     """A token rate (`"200k/hour"`) or, with `_COST`, a cost rate in nano-USD."""
     match = form.match(text) if isinstance(text, str) else None
     if match is None or match[match.lastindex or 0] not in WINDOWS:
         return None
     scale = _SCALE[match[2]] if form is _TOKENS else NANO
     amount = round(float(match[1]) * scale)
-    return Rate(amount, WINDOWS[match[match.lastindex or 0]]) if amount > 0 else None
+    return Allowance(amount, WINDOWS[match[match.lastindex or 0]]) if amount > 0 else None
 
 
 def _prices(raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Price, ...]:

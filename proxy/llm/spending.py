@@ -12,7 +12,7 @@ A call is admitted while every budget of its clause has a whole unit left
 from __future__ import annotations
 
 from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
-from sandbox_egress.proxy.llm.config import LlmClause
+from sandbox_egress.proxy.llm.config import Allowance, LlmClause
 
 TOKENS = "llm_tokens"
 COST = "llm_cost"
@@ -26,16 +26,20 @@ def key_of(sandbox: str | None, client: str, entry: str) -> BudgetKey:
     return BudgetKey(spender(sandbox, client), entry)
 
 
+def rate(allowance: Allowance) -> Rate:
+    return Rate(allowance.amount, allowance.window_s)
+
+
 def rates(clause: LlmClause) -> tuple[tuple[str, Rate], ...]:
     found = [(TOKENS, clause.tokens), (COST, clause.cost)]
-    return tuple((kind, rate) for kind, rate in found if rate is not None)
+    return tuple((kind, rate(given)) for kind, given in found if given is not None)
 
 
 def charges(clause: LlmClause, tokens: int, cost: int | None) -> tuple[tuple[str, Rate, int], ...]:
     """What one call spent of each budget: input + output tokens, cost in nano-USD."""
     found: list[tuple[str, Rate, int]] = []
     if clause.tokens is not None and tokens > 0:
-        found.append((TOKENS, clause.tokens, tokens))
+        found.append((TOKENS, rate(clause.tokens), tokens))
     if clause.cost is not None and cost:
-        found.append((COST, clause.cost, cost))
+        found.append((COST, rate(clause.cost), cost))
     return tuple(found)

@@ -7,16 +7,17 @@ import json
 from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
-from sandbox_egress.proxy.llm.call import Bill, Charge, LlmPart, Metered, bill, judge
-from sandbox_egress.proxy.llm.config import LlmClause, Price
+from sandbox_egress.proxy.llm.call import Bill, Charge, bill, judge
+from sandbox_egress.proxy.llm.config import Allowance, LlmClause, Price
+from sandbox_egress.proxy.llm.part import LlmPart, Metered
 from sandbox_egress.proxy.llm.requests import Call
 from sandbox_egress.proxy.llm.streams import Meter
 from testbed import model_wire as wire
 
 CHAT = Call(Endpoint.CHAT)
 PRICED = (Price("gpt-5*", 1.0, 4.0),)
-OWN = LlmClause(Api.OPENAI, ("gpt-5*",), 500, Rate(1000, 3600), Rate(10**9, 3600), PRICED)
-NODE = LlmClause(Api.OPENAI, ("gpt-5-mini", "gpt-4*"), 200, Rate(5000, 86400))
+OWN = LlmClause(Api.OPENAI, ("gpt-5*",), 500, Allowance(1000, 3600), Allowance(10**9, 3600), PRICED)
+NODE = LlmClause(Api.OPENAI, ("gpt-5-mini", "gpt-4*"), 200, Allowance(5000, 86400))
 BOTH = LlmPart((Metered("api.openai.com", OWN, CHAT), Metered("*.openai.com", NODE, CHAT)))
 
 
@@ -50,11 +51,14 @@ def test_a_bill_per_clause_in_its_own_units() -> None:
         (
             Charge(
                 "api.openai.com",
-                (("llm_tokens", OWN.tokens, 1100), ("llm_cost", OWN.cost, 1_400_000)),
+                (
+                    ("llm_tokens", Rate(1000, 3600), 1100),
+                    ("llm_cost", Rate(10**9, 3600), 1_400_000),
+                ),
                 "gpt-5*",
                 1_400_000,
             ),
-            Charge("*.openai.com", (("llm_tokens", NODE.tokens, 1100),), "gpt-5-mini", None),
+            Charge("*.openai.com", (("llm_tokens", Rate(5000, 86400), 1100),), "gpt-5-mini", None),
         ),
     )
     assert bill(BOTH, verdict, meter, 40).audit() == {

@@ -12,8 +12,8 @@ import pytest
 from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
-from sandbox_egress.proxy.llm.call import LlmPart
 from sandbox_egress.proxy.llm.config import LlmClause
+from sandbox_egress.proxy.llm.part import LlmPart
 from sandbox_egress.proxy.llm.requests import Call
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.config.lint import warnings
 from sandbox_egress.proxy.llm import Api
-from sandbox_egress.proxy.llm.config import ANY, LlmClause, Price, parse_llm, unpriced
+from sandbox_egress.proxy.llm.config import ANY, Allowance, LlmClause, Price, parse_llm, unpriced
 from sandbox_egress.proxy.llm.prices import cost_of
 
 SPEC = {
@@ -39,8 +38,8 @@ def test_the_spec_example() -> None:
         Api.OPENAI,
         ("gpt-5-mini", "gpt-4.1*"),
         4096,
-        Rate(200_000, 3600),
-        Rate(5_000_000_000, 86400),
+        Allowance(200_000, 3600),
+        Allowance(5_000_000_000, 86400),
         (Price("gpt-5-mini", 0.25, 2.0), Price("gpt-4.1*", 2.0, 8.0)),
     )
     assert clause.glob_of("gpt-4.1-mini") == "gpt-4.1*"
@@ -52,13 +51,13 @@ def test_the_spec_example() -> None:
 @pytest.mark.parametrize(
     ("text", "rate"),
     [
-        ("200k/hour", Rate(200_000, 3600)),
-        ("1M/day", Rate(1_000_000, 86400)),
-        ("50 / minute", Rate(50, 60)),
-        ("1.5k/second", Rate(1500, 1)),
+        ("200k/hour", Allowance(200_000, 3600)),
+        ("1M/day", Allowance(1_000_000, 86400)),
+        ("50 / minute", Allowance(50, 60)),
+        ("1.5k/second", Allowance(1500, 1)),
     ],
 )
-def test_token_rates(text: str, rate: Rate) -> None:
+def test_token_rates(text: str, rate: Allowance) -> None:
     assert parsed({"api": "gemini", "budget": {"tokens": text}})[1] == LlmClause(
         Api.GEMINI, tokens=rate
     )

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
-from sandbox_egress.proxy.llm.config import LlmClause, Price
+from sandbox_egress.proxy.llm.config import Allowance, LlmClause, Price
 from sandbox_egress.proxy.llm.requests import Call, classify, judge_body
 
 OPENAI = LlmClause(Api.OPENAI, ("gpt-5-mini", "gpt-4.1*"), 100)
@@ -94,7 +93,7 @@ def test_model_denied_and_unpriced() -> None:
         judge_body(OPENAI, Call(Endpoint.CHAT), body(model="o3")).reason is Reason.LLM_MODEL_DENIED
     )
     priced = LlmClause(
-        Api.OPENAI, None, None, cost=Rate(10**9, 3600), prices=(Price("gpt-5*", 1, 1),)
+        Api.OPENAI, None, None, cost=Allowance(10**9, 3600), prices=(Price("gpt-5*", 1, 1),)
     )
     judged = judge_body(priced, Call(Endpoint.CHAT), body(model="gpt-4o"))
     assert (judged.reason, judged.glob) == (Reason.LLM_MODEL_UNPRICED, "*")
