@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import cast
 
 from mitmproxy import connection
 
@@ -48,11 +49,40 @@ class FlowState:
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
-    push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
-    sigv4: Held | None = None  # a body held until hashed, then re-signed (addons/sigv4.py)
-    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
     path: str | None = None  # the request-target as the client sent it, masked for the audit
-    mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)
+    # Each clause adapter's state for this request, by clause name (`addons.clauses`).
+    parts: dict[str, object] = field(default_factory=dict)
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
+
+    @property
+    def push(self) -> tuple[PushItem, ...]:  # a git push held until its commands are judged
+        return cast("tuple[PushItem, ...]", self.parts.get("rules", ()))
+
+    @push.setter
+    def push(self, items: tuple[PushItem, ...]) -> None:
+        self._part("rules", items or None)
+
+    @property
+    def sigv4(self) -> Held | None:  # a body held until hashed, then re-signed
+        return cast("Held | None", self.parts.get("sigv4"))
+
+    @sigv4.setter
+    def sigv4(self, held: Held | None) -> None:
+        self._part("sigv4", held)
+
+    @property
+    def mcp(self) -> McpState | None:  # an MCP POST: held, judged, its answer filtered
+        return cast("McpState | None", self.parts.get("mcp"))
+
+    @mcp.setter
+    def mcp(self, held: McpState | None) -> None:
+        self._part("mcp", held)
+
+    def _part(self, clause: str, value: object | None) -> None:
+        if value is None:
+            self.parts.pop(clause, None)
+        else:
+            self.parts[clause] = value
 
 
 class Shared:

@@ -93,7 +93,7 @@ class AwsKeys:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A request whose body is held and hashed before it is signed (addons/sigv4.py)."""
+    """A request whose body is held and hashed before it is signed (addons/clauses/sigv4.py)."""
 
     signing: Signing
     keys: AwsKeys

@@ -2,7 +2,7 @@
 the pure half of the credentials stage (docs/configuration.md#credentials).
 
 The request stage (`proxy.stages.decide_request`) names the credentials an allowed request
-needs (`needed`); the adapter (`addons/credentials.py`) awaits each from the cache, then
+needs (`needed`); the adapter (`addons/clauses/credentials.py`) awaits each from the cache, then
 calls `write` with the request's outgoing header fields and target:
 
 * a transform whose value names a credential (`${credential:NAME}`) is rendered and set,

@@ -17,10 +17,17 @@ from collections.abc import Callable
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import pushgate
+from sandbox_egress.addons import mitm, pushgate
+from sandbox_egress.addons.clauses.base import Adapter, Turn
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.clauses.git import Commands, PushItem, judge_pushes, report_status
+from sandbox_egress.proxy.clauses.git import (
+    CommandReader,
+    Commands,
+    PushItem,
+    judge_pushes,
+    report_status,
+)
 from sandbox_egress.proxy.decision import Decision, Reason
 
 
@@ -71,3 +78,42 @@ def judge(
         },
     )
     return Decision.deny(Reason.GIT_PUSH_DENIED, decision.entry, decision.clause)
+
+
+class RulesAdapter(Adapter):
+    """The `rules` clause: a git push allowed by repository is held until its command
+    list is judged — as its body streams (`addons.pushgate`), or, when another clause
+    already holds the whole body (SigV4 hashes it first), from that body in `judge`."""
+
+    clause = "rules"
+
+    def hold(self, turn: Turn) -> Decision | bool:
+        items, flow, state = turn.answer.push, turn.flow, turn.state
+        if not items:
+            return False
+        if turn.held:  # read whole by another clause: judged from it in `request`
+            state.push = items
+            return True
+        late = turn.late
+        if late is None:
+            raise ValueError("a push held without the request stage's end")
+        decided = state.decision
+
+        def judged(commands: Commands | str) -> bool:
+            return late(lambda _: judge(flow, state, decided, commands))
+
+        refused = hold(flow, state, judged, *items)
+        return True if refused is None else refused
+
+    def holds(self, turn: Turn) -> bool:
+        return bool(turn.state.push)
+
+    def judge(self, turn: Turn, decided: Decision) -> Decision:
+        flow, state = turn.flow, turn.state
+        if pushgate.GATE in flow.metadata:  # the gate never had its command list: refused
+            state.push = ()
+            if flow.error is None:
+                mitm.kill(flow)
+            return Decision.deny(Reason.POLICY_ERROR, decided.entry, decided.clause)
+        reader = CommandReader()
+        return judge(flow, state, decided, reader.feed(flow.request.raw_content or b"", True) or "")
