@@ -26,9 +26,9 @@ from typing import Any
 
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
+
 from sandbox_egress.addons.clauses.base import Adapter, Stream, Turn
 from sandbox_egress.addons.clauses.mcp import HELD_BODY_LIMIT
-
 from sandbox_egress.proxy.clauses.budget import BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.llm import Api

@@ -74,6 +74,9 @@ class AuditRecord:
     path: str | None = None
 
     mcp: McpNames | None = None  # an MCP POST's names (1.14); the line omits it when None
+    # Fields a clause added (name, scalar), written as top-level keys: a model API call's
+    # `llm_model`, tokens and cost (issue 46). Never a secret: the clause says what it adds.
+    extra: tuple[tuple[str, object], ...] = ()
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -168,6 +171,8 @@ class AuditLog:
         else:
             methods, tools, arguments = record.mcp
             line["mcp"] = {"methods": methods, "tools": tools, "arguments": arguments}
+        del line["extra"]
+        line.update(record.extra)
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:
