@@ -1,5 +1,5 @@
 """`egress-proxy usage --config FILE [--sandbox ID]`: each sandbox's model API spending
-(SPEC 1.17) and what is left, read from the state backend the file names.
+(issue 46) and what is left, read from the state backend the file names.
 
 Spending is a token bucket per (sandbox, entry) and budget (`proxy.llm.spending`): what
 was spent in the window is the budget less what is left (refilled since at the budget's

@@ -1,4 +1,4 @@
-"""A test-owned model API server speaking the three wire formats of SPEC 1.17 (OpenAI,
+"""A test-owned model API server speaking the three wire formats of issue 46 (OpenAI,
 Anthropic, Gemini), streamed and not, with the usage each test chooses.
 
 `python -m testbed.model_server --log FILE --ready FILE --listen-tls HOST:PORT --cert C

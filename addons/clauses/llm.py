@@ -1,4 +1,4 @@
-"""The `llm` clause's adapter (docs/configuration.md#model-apis, SPEC 1.17): a model API
+"""The `llm` clause's adapter (docs/configuration.md#model-apis, issue 46): a model API
 call's budgets checked before anything is sent, its body held and judged (model, output
 cap, the usage chunk asked for), its answer metered as it streams, its spending charged.
 

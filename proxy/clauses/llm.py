@@ -1,4 +1,4 @@
-"""The `llm` clause's row (docs/configuration.md#model-apis, SPEC 1.17): an entry's
+"""The `llm` clause's row (docs/configuration.md#model-apis, issue 46): an entry's
 `llm:` parsed by `proxy.llm.config`, and the head rule that says whether an allowed
 request is a generation call of the entry's model API.
 

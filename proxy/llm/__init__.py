@@ -1,4 +1,4 @@
-"""Model APIs judged and metered (SPEC 1.17, issue 46): the pure core of the `llm:`
+"""Model APIs judged and metered (issue 46): the pure core of the `llm:`
 clause. No mitmproxy here; `addons.clauses.llm` applies it to flows.
 
 Modules:
@@ -31,7 +31,7 @@ class Api(StrEnum):
 
 
 class Endpoint(StrEnum):
-    """A generation endpoint the proxy knows (SPEC 1.17); anything else is not judged."""
+    """A generation endpoint the proxy knows (issue 46); anything else is not judged."""
 
     CHAT = "chat"  # openai /v1/chat/completions
     COMPLETIONS = "completions"  # openai /v1/completions

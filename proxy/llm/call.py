@@ -1,4 +1,4 @@
-"""One generation call through the proxy, from its head to its bill (SPEC 1.17): the
+"""One generation call through the proxy, from its head to its bill (issue 46): the
 clauses judging it (`LlmPart`, the head rule's answer), the judgement of its held body
 by every one of them (`judge`), and what it spent once its answer is done (`bill`).
 

@@ -1,4 +1,4 @@
-"""Which model a request asks for and how many tokens it may produce (SPEC 1.17).
+"""Which model a request asks for and how many tokens it may produce (issue 46).
 
 `classify(clause, method, path)` says whether a request is a generation call of the
 entry's API, reading what the head alone tells (the gemini model is in the path);

@@ -1,4 +1,4 @@
-"""Whose spending a model API call is, and what it charges (SPEC 1.17).
+"""Whose spending a model API call is, and what it charges (issue 46).
 
 Spending is kept in the state backend (`proxy.state`: memory, the node of `--workers N`,
 Redis) under `BudgetKey(spender, entry pattern)` with the kinds `llm_tokens` and

@@ -1,5 +1,5 @@
 """The usage meter of one model API answer: the answer's bytes in, the same bytes out,
-usage read on the side (SPEC 1.17).
+usage read on the side (issue 46).
 
 * A Server-Sent Events answer (`text/event-stream`) is split into events
   (`proxy.llm.sse`) as it streams and each event's JSON is read for usage: openai chat
