@@ -211,6 +211,9 @@ def test_raw_gemini_and_refusals(
         raw(p.view, "api.allowed.test", "//v1/chat//completions", b'{"model": "o3"}'),
         "llm_model_denied",
     )
+    large = json.dumps({"model": "gpt-5-mini", "input": "x" * (1024 * 1024)}).encode()
+    too_large = raw(p.view, "api.allowed.test", "/v1/embeddings", large)
+    assert_refused(too_large, "llm_bad_request", 400)  # past the held-body bound (D463)
     upstream = [r for r in model_log.since(seen) if r["event"] == "request"]
     assert [r["path"].split(":")[0] for r in upstream] == [
         "/v1beta/models/gemini-2.5-flash",

@@ -6,11 +6,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
 from sandbox_egress.proxy.llm.config import Allowance, LlmClause, Price
-from sandbox_egress.proxy.llm.requests import Call, classify, judge_body
+from sandbox_egress.proxy.llm.requests import LIMITS, Call, classify, judge_body
 
 OPENAI = LlmClause(Api.OPENAI, ("gpt-5-mini", "gpt-4.1*"), 100)
 ANTHROPIC = LlmClause(Api.ANTHROPIC, ("claude-*",), 100)
@@ -213,3 +215,44 @@ def test_openai_streams_ask_for_usage_and_say_so() -> None:
         ANTHROPIC, Call(Endpoint.MESSAGES), body(model="claude-x", max_tokens=1, stream=True)
     )
     assert (anthropic.stream, anthropic.strip_usage, anthropic.body) == (True, False, None)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+bodies = st.binary(max_size=200) | st.fixed_dictionaries(
+    {"model": st.sampled_from(["gpt-5-mini", "gpt-4.1-x", "o3", 5, None])},
+    optional={
+        "max_tokens": json_values,
+        "max_completion_tokens": json_values,
+        "stream": json_values,
+        "stream_options": json_values,
+        "generationConfig": json_values,
+    },
+).map(lambda d: json.dumps(d).encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bodies,
+    st.sampled_from([*Endpoint]),
+    st.text(alphabet="/v1abchtmpsoneirgC:%2F?", max_size=40),
+)
+def test_any_body_and_path_is_judged_without_raising(
+    raw: bytes, endpoint: Endpoint, path: str
+) -> None:
+    for clause in (OPENAI, ANTHROPIC, GEMINI):
+        classify(clause, "POST", path)
+        judged = judge_body(clause, Call(endpoint, "gemini-2.5-pro"), raw)
+        if judged.reason is None and judged.body is not None:
+            sent = json.loads(judged.body)
+            if endpoint in (Endpoint.GENERATE, Endpoint.STREAM_GENERATE):
+                config = sent.get("generationConfig") or sent.get("generation_config") or {}
+                limits = [config.get("maxOutputTokens"), config.get("max_output_tokens")]
+            else:
+                limits = [sent.get(name) for name in LIMITS[endpoint]]
+            assert all(v is None or v <= 100 for v in limits)
