@@ -8,7 +8,7 @@ and writes the transform headers, after removing what no upstream may receive
 (`proxy.outbound`: hop-by-hop fields, spellings of an injected name, and the sandbox's
 choice of compression when a value is injected). A refusal is the readable 403/502; when
 its body is small it is read first (the connection stays), otherwise the answer goes at
-once and the body is read and dropped, bounded (`addons.linger`: lingering close, D350).
+once and the body is read and dropped, bounded (`addons.layers.linger`: lingering close, D350).
 `request` drops a trailer block with bytes no upstream may see (D21).
 """
 
@@ -20,9 +20,10 @@ from collections.abc import Callable
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import linger, mitm
+from sandbox_egress.addons import mitm
 from sandbox_egress.addons.clauses import ADAPTERS, Turn, budget, mcp
-from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons.layers import linger
+from sandbox_egress.addons.layers.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
@@ -37,7 +38,7 @@ from sandbox_egress.proxy.values.swap import held_in, secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size it does
 # (the connection is kept alive); a larger or unknown-length body is answered at once and
-# then read and dropped, bounded (`addons.linger`, D350), never buffered.
+# then read and dropped, bounded (`addons.layers.linger`, D350), never buffered.
 REFUSED_BODY_LIMIT = 64 * 1024
 
 
@@ -160,7 +161,7 @@ class Requests:
     def _judged_late(
         self, flow: http.HTTPFlow, state: FlowState, judge: Callable[[Decision], Decision]
     ) -> bool:
-        """A body judged while it streams (a git push's command list, `addons.pushgate`):
+        """A body judged while it streams (a git push's command list, `addons.layers.pushgate`):
         True when it streams on (spent from the upload budget like any body), False when
         refused (`flow.response` answers it once its body has been read and dropped)."""
         decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
@@ -245,7 +246,7 @@ def announced(flow: http.HTTPFlow) -> int | None:
 
 
 def unread(flow: http.HTTPFlow) -> bool:
-    """Whether a refusal is answered before the body is read (`addons.linger`): a body
+    """Whether a refusal is answered before the body is read (`addons.layers.linger`): a body
     over `REFUSED_BODY_LIMIT` or of unknown size, or one the client waits to be asked
     for (`Expect: 100-continue`)."""
     follows = body_follows(flow)

@@ -25,8 +25,8 @@ from mitmproxy import http
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.layers.workarounds import hang_up
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.addons.workarounds import hang_up
 from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics

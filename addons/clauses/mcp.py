@@ -21,7 +21,7 @@ from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.clauses.base import Adapter, Turn
-from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons.layers.limits import body_follows
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.limits import STREAM_BODIES_OVER

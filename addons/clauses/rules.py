@@ -2,7 +2,7 @@
 by repository is held until its command list is judged, so no byte of a refused push
 goes upstream, and a push of any size is judged (docs/decisions.md D180).
 
-`hold` (from the request stage) hands the body to `addons.pushgate`, which feeds its
+`hold` (from the request stage) hands the body to `addons.layers.pushgate`, which feeds its
 first bytes, chunked or sized, to the pure reader and calls back with the command list;
 a body with `Content-Encoding` (a compressed command list is never inflated here) or an
 invalid length is refused there. `judge` (the callback) decides the commands
@@ -17,8 +17,9 @@ from collections.abc import Callable
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import mitm, pushgate
+from sandbox_egress.addons import mitm
 from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.layers import pushgate
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.clauses.git import (
@@ -82,7 +83,7 @@ def judge(
 
 class RulesAdapter(Adapter):
     """The `rules` clause: a git push allowed by repository is held until its command
-    list is judged — as its body streams (`addons.pushgate`), or, when another clause
+    list is judged — as its body streams (`addons.layers.pushgate`), or, when another clause
     already holds the whole body (SigV4 hashes it first), from that body in `judge`."""
 
     clause = "rules"

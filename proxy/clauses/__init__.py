@@ -43,7 +43,7 @@ CLAUSES: tuple[Clause, ...] = (
     ),
     Clause(
         "rules",
-        keys=("rules", "deny", "git"),
+        keys=("rules", "deny", "allow_encoded_slash", "git"),
         phase=Phase.POLICY,
         reasons=(Reason.RULE_MISMATCH, Reason.RULE_DENIED, Reason.GIT_PUSH_DENIED),
         parse=rulestage.parse,

@@ -11,7 +11,7 @@ ref, inside side-band 1 when the client asked for it), which the pushing `git` p
 Invariants:
 * A push is refused whole: when any command is refused, every ref gets an `ng` line and
   nothing goes upstream (the adapter holds the first bytes until the list is judged, then
-  streams the pack on; addons/pushgate.py).
+  streams the pack on; addons/layers/pushgate.py).
 * A command list that is malformed, compressed, over `COMMANDS_LIMIT`, or not ended by a
   flush within the body, is refused; nothing in it is guessed at. The answer depends on
   the body's bytes only, never on how they were split into chunks.

@@ -7,8 +7,8 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import pushgate
 from sandbox_egress.addons.clauses import rules as gitpush
+from sandbox_egress.addons.layers import pushgate
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
 from sandbox_egress.proxy.clauses.git import Commands, pkt, read_commands
