@@ -22,7 +22,7 @@ network:
     - domain: "*.openai.com"
       llm:
         api: openai
-        budget: {{tokens: "200k/day", cost: "5USD/day"}}
+        budget: {{tokens: "20k/day", cost: "5USD/day"}}
         prices: {{"*": {{input: 1, output: 1}}}}
     - domain: api.anthropic.com
       llm: {{api: anthropic}}
@@ -46,7 +46,7 @@ def test_usage_reads_each_sandboxs_spending(
 
     async def spend() -> None:
         store = RedisState(StateConfig("redis", redis.url))
-        tokens, cost = Rate(200_000, 86400), Rate(5_000_000_000, 86400)
+        tokens, cost = Rate(20_000, 86400), Rate(5_000_000_000, 86400)
         for sandbox, used in (("sb-a", 1200), ("client-10.0.0.2", 50_000)):
             charges = (("llm_tokens", tokens, used), ("llm_cost", cost, used * 1000))
             await store.charge(BudgetKey(sandbox, "*.openai.com"), charges)
@@ -55,11 +55,12 @@ def test_usage_reads_each_sandboxs_spending(
     asyncio.run(spend())
     assert main(["usage", "--config", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    # the cost budget refills 58 nano-USD a second while the test runs: compared to 0.1 ms
+    # the tokens refill 0.23 a second, the cost 58 nano-USD: the cost compared to 1e-4 USD;
+    # the first sandbox spent past its budget (0 left, the spending shown whole)
     columns = [line.split("\t") for line in lines]
     assert [c[:3] for c in columns] == [
-        ["client-10.0.0.2", "*.openai.com", "tokens 50000 of 200000/day (150000 left)"],
-        ["sb-a", "*.openai.com", "tokens 1200 of 200000/day (198800 left)"],
+        ["client-10.0.0.2", "*.openai.com", "tokens 50000 of 20000/day (0 left)"],
+        ["sb-a", "*.openai.com", "tokens 1200 of 20000/day (18800 left)"],
     ]
     costs = [
         re.fullmatch(r"cost (\S+) USD of 5.000000 USD/day \((\S+) USD left\)", c[3])
@@ -71,7 +72,7 @@ def test_usage_reads_each_sandboxs_spending(
     ]
     assert main(["usage", "--config", str(config), "--sandbox", "sb-a"]) == 0
     assert [x.split("\t")[:3] for x in capsys.readouterr().out.splitlines()] == [
-        ["sb-a", "*.openai.com", "tokens 1200 of 200000/day (198800 left)"]
+        ["sb-a", "*.openai.com", "tokens 1200 of 20000/day (18800 left)"]
     ]
 
 
