@@ -8,7 +8,8 @@ Endpoints: openai `/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
 `/v1/embeddings`; anthropic `/v1/messages`; gemini `/v1beta|v1/models/M:generateContent`
 and `:streamGenerateContent` (`?alt=sse` for events, else a JSON array); anything else 404.
 A request's `X-Test-Usage: IN,OUT` chooses the usage it reports (default 10,5);
-`X-Test-Cut: N` ends a stream after N pieces without its end (a cut-off answer). Streams
+`X-Test-Cut: N` ends a stream after N pieces without its end (a cut-off answer);
+`X-Test-Status: S` answers an API error of status S instead (no usage). Streams
 are sent chunked, a piece at a time, so the proxy sees a real stream. The openai usage
 chunk is sent only when the request asks (`stream_options.include_usage`), as OpenAI does.
 
@@ -57,6 +58,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, wire.JSON, [b'{"error": {"message": "not found"}}'], stream=False)
             return
         (content_type, pieces), stream = answer
+        status = self.headers.get("X-Test-Status")
+        if status is not None:  # an API error: no usage
+            error = b'{"error": {"message": "refused by the test", "type": "rate_limit"}}'
+            self._send(int(status), wire.JSON, [error], stream=False)
+            return
         cut = self.headers.get("X-Test-Cut")
         if cut is not None:
             pieces = pieces[: int(cut)]

@@ -153,7 +153,8 @@ class LlmAdapter(Adapter):
         if call.settled or call.verdict is None:
             return
         call.settled = True
-        spent = bill(call.part, call.verdict, call.meter, call.sent, call.status or 200)
+        reached = turn.flow.server_conn.timestamp_tcp_setup is not None
+        spent = bill(call.part, call.verdict, call.meter, call.sent, call.status or 200, reached)
         metrics, state, own = turn.shared.metrics.llm, turn.shared.state, spent.per_clause[0]
         tokens = (spent.input, spent.output)  # counted once, by the entry's own clause's glob
         metrics.charged(call.part.api, own.glob, tokens, own.cost, spent.estimated)

@@ -80,12 +80,20 @@ class Bill:
 
 
 def bill(
-    part: LlmPart, verdict: Verdict, meter: Meter | None, sent: int, status: int = 200
+    part: LlmPart,
+    verdict: Verdict,
+    meter: Meter | None,
+    sent: int,
+    status: int = 200,
+    reached: bool = True,
 ) -> Bill:
     """What the call spent: its usage, or an estimate when its answer has none (`meter`
-    None: no answer came, only the request's bytes are estimated). An error answer
-    (`status` not 2xx) spends what it reports, else nothing: the API refused the call."""
-    if meter is None:
+    None: no answer came, only the request's bytes are estimated; nothing when the
+    upstream was never `reached`). An error answer (`status` not 2xx) spends what it
+    reports, else nothing: the API refused the call."""
+    if meter is None and not reached:
+        given_in, given_out, estimated = 0, 0, False
+    elif meter is None:
         given_in, given_out, estimated = -(-sent // 4), 0, True
     elif not 200 <= status < 300 and not meter.final:
         given_in, given_out, estimated = 0, 0, False

@@ -36,8 +36,8 @@ KEY = "sk-egress-placeholder-openai"
 CONFIG = """\
 network:
   allowlist:
-    - domain: api.allowed.test            # openai
-      ports: [{port}]
+    - domain: api.allowed.test            # openai (nothing listens on 9444)
+      ports: [{port}, 9444]
       secrets: [{{placeholder: "{key}", value: "${{{secret}}}", require: true}}]
       llm:
         api: openai
@@ -240,6 +240,26 @@ def test_a_cut_off_stream_is_charged_an_estimate(
     assert 0 < line["llm_output_tokens"] < 500
     samples = p.process.scrape()
     assert samples[("egress_llm_estimated_total", (("api", "openai"), ("glob", "gpt-5-mini")))] == 1
+
+
+def test_an_api_error_and_an_unreachable_upstream_cost_nothing(
+    private_proxy: Callable[..., PrivateProxy], model_log: JsonLines
+) -> None:
+    p = private_proxy("llm-errors", config())
+    mark = p.view.audit_log.mark()
+    body = json.dumps({"model": "gpt-5-mini", "messages": HI}).encode()
+    path = "/v1/chat/completions"
+    limited = raw(p.view, "api.allowed.test", path, body, **{"X-Test-Status": "429"})
+    assert limited.status == 429 and limited.header("X-Egress-Denied") is None  # the API's
+    headers = [("Content-Type", "application/json"), ("Authorization", f"Bearer {KEY}")]
+    gone = p.view.https("api.allowed.test:9444", path, headers, method="POST", body=body)
+    assert gone.status == 502 and gone.header("X-Egress-Denied") == "upstream_refused"
+    lines = audits(p.view, mark, 2)
+    assert [(a["status"], a["llm_input_tokens"], a["llm_output_tokens"]) for a in lines] == [
+        (429, 0, 0),
+        (502, 0, 0),
+    ]
+    assert all("llm_estimated" not in a for a in lines)
 
 
 def calls(view: Harness, count: int, usage: str, parallel: int = 1) -> list[int]:

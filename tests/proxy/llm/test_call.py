@@ -73,6 +73,8 @@ def test_no_answer_estimates_the_request_and_an_error_answer_spends_nothing() ->
     verdict = judge(BOTH, b'{"model": "gpt-5-mini"}')
     lost = bill(BOTH, verdict, None, 401)
     assert (lost.input, lost.output, lost.estimated) == (101, 0, True)
+    unreached = bill(BOTH, verdict, None, 401, reached=False)
+    assert (unreached.input, unreached.output, unreached.estimated) == (0, 0, False)
     refused = Meter(Api.OPENAI, "application/json")
     refused.feed(b'{"error": {"message": "rate limited"}}')
     refused.close()
