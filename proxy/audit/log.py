@@ -108,14 +108,19 @@ def masked(text: str, searchers: Sequence[Searcher | None]) -> str:
 
 
 def masked_record(record: AuditRecord, searchers: Sequence[Searcher | None]) -> AuditRecord:
-    """`record` with `masked` applied to what the sandbox chose: host, SNI and path."""
+    """`record` with `masked` applied to what the sandbox chose: host, SNI, path and the
+    text fields a clause added."""
     if not any(s is not None for s in searchers):
         return record
     host, sni = masked(record.host, searchers), masked(record.sni or "", searchers)
     path = None if record.path is None else masked(record.path, searchers)
-    if (host, sni or None, path) == (record.host, record.sni, record.path):
+    extra = tuple(
+        (name, masked(value, searchers) if isinstance(value, str) else value)
+        for name, value in record.extra
+    )  # a clause's fields may hold what the sandbox chose (a model name)
+    if (host, sni or None, path, extra) == (record.host, record.sni, record.path, record.extra):
         return record
-    return replace(record, host=host, sni=sni or None, path=path)
+    return replace(record, host=host, sni=sni or None, path=path, extra=extra)
 
 
 AUDIT_PATH_CHARS = 512

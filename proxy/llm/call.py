@@ -20,6 +20,8 @@ from sandbox_egress.proxy.llm.requests import judge_body
 from sandbox_egress.proxy.llm.spending import charges
 from sandbox_egress.proxy.llm.streams import Meter
 
+MODEL_SHOWN = 200  # characters of a model name in the audit line
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -68,7 +70,7 @@ class Bill:
 
     def audit(self) -> dict[str, object]:
         fields: dict[str, object] = {
-            "llm_model": self.model,
+            "llm_model": self.model[:MODEL_SHOWN],  # what the sandbox chose: bounded, masked
             "llm_input_tokens": self.input,
             "llm_output_tokens": self.output,
         }

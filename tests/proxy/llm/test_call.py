@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+from sandbox_egress.proxy.audit.log import AuditRecord, masked_record
 from sandbox_egress.proxy.clauses.budget import Rate
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.llm import Api, Endpoint
@@ -81,3 +83,17 @@ def test_no_answer_estimates_the_request_and_an_error_answer_spends_nothing() ->
     nothing = bill(BOTH, verdict, refused, 401, status=429)
     assert (nothing.input, nothing.output, nothing.estimated) == (0, 0, False)
     assert nothing.per_clause[0].charges == ()
+
+
+def test_the_model_in_the_audit_line_is_bounded_and_masked() -> None:
+    own = LlmPart(BOTH.judges[:1])
+    verdict = judge(own, b'{"model": "gpt-5-' + b"x" * 500 + b'"}')
+    assert verdict.reason is None  # gpt-5* admits it
+    fields = bill(own, verdict, None, 10, reached=False).audit()
+    assert fields["llm_model"] == ("gpt-5-" + "x" * 500)[:200]
+    record = AuditRecord(
+        "c", "POST", "https", "h", 443, "allow", "allowlisted", None, (), 200, 0, 0, 0.0,
+        extra=(("llm_model", "gpt-5-TOPSECRET"), ("llm_input_tokens", 3)),
+    )  # fmt: skip
+    shown = masked_record(record, (re.compile(b"TOPSECRET"),))
+    assert shown.extra == (("llm_model", "gpt-5-[secret]"), ("llm_input_tokens", 3))
