@@ -78,17 +78,17 @@ def model_log(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines
         child.stop()
 
 
-def http_client(view: Harness) -> httpx2.Client:
+def http_client(view: Harness, http2: bool = False) -> httpx2.Client:
     proxy = f"http://{view.proxy_host}:{view.proxy_port}"
     trust = ssl.create_default_context(cafile=str(view.proxy_ca))
-    return httpx2.Client(proxy=proxy, verify=trust, timeout=30)
+    return httpx2.Client(proxy=proxy, verify=trust, timeout=30, http2=http2)
 
 
-def openai_client(view: Harness, usage: str = "10,5") -> openai.OpenAI:
+def openai_client(view: Harness, usage: str = "10,5", http2: bool = False) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"https://api.allowed.test:{PORT}/v1",
         api_key=KEY,
-        http_client=http_client(view),
+        http_client=http_client(view, http2),
         default_headers={"X-Test-Usage": usage},
         max_retries=0,
     )
@@ -151,6 +151,27 @@ def test_the_openai_sdk_streamed_and_not(
         samples[(tokens, (("api", "openai"), ("direction", "output"), ("glob", "gpt-4.1*")))] == 200
     )
     assert not any("gpt-4.1-mini" in str(labels) for _, labels in samples)  # never the raw model
+
+
+def test_the_openai_sdk_over_http2(
+    private_proxy: Callable[..., PrivateProxy], model_log: JsonLines
+) -> None:
+    """HTTP/2 from the sandbox (the upstream speaks HTTP/1.1): the body held and capped,
+    the usage chunk the proxy asked for removed from the stream."""
+    p = private_proxy("llm-h2", config())
+    client, seen, mark = (
+        openai_client(p.view, "40,2", http2=True),
+        model_log.mark(),
+        p.view.audit_log.mark(),
+    )
+    chunks = list(client.chat.completions.create(model="gpt-5-mini", messages=HI, stream=True))
+    assert all(c.choices for c in chunks)
+    said = client.chat.completions.create(model="gpt-5-mini", messages=HI, max_tokens=999)
+    assert said.usage is not None and said.usage.completion_tokens == 2
+    upstream = [r["body"] for r in model_log.since(seen) if r["event"] == "request"]
+    assert [b.get("max_completion_tokens", b.get("max_tokens")) for b in upstream] == [100, 100]
+    lines = audits(p.view, mark, 2)
+    assert [(a["llm_input_tokens"], a["llm_output_tokens"]) for a in lines] == [(40, 2)] * 2
 
 
 def test_the_anthropic_sdk_streamed_and_not(
