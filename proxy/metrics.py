@@ -22,9 +22,11 @@ from prometheus_client import (
 )
 
 from sandbox_egress.common.serve import add_build_info
+from sandbox_egress.proxy.approvals.metrics import ApprovalMetrics
 from sandbox_egress.proxy.decision import DECIDING, REPORTABLE, Reason, Stage
 from sandbox_egress.proxy.fairness import Bound
 from sandbox_egress.proxy.limits import Limit
+from sandbox_egress.proxy.llm.metrics import LlmMetrics
 
 # `_created` series double the output and answer no operator question.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client: unannotated
@@ -298,45 +300,6 @@ class ProxyMetrics:
 IDENTIFICATIONS = ("identified", "auth_required", "unknown_sandbox", "connection_limit")
 
 
-class LlmMetrics:
-    """Model API calls metered (issue 46, docs/configuration.md#model-apis), by `api` and
-    the matching `models` glob (the operator's bounded set, `*` without `models`), never
-    the raw model string a sandbox chose."""
-
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.tokens = Counter(
-            "egress_llm_tokens_total",
-            "Model API tokens charged, by api, the matching models glob and direction "
-            "(input or output).",
-            ["api", "glob", "direction"],
-            registry=r,
-        )
-        self.cost = Counter(
-            "egress_llm_cost_usd_total",
-            "Model API cost charged in USD (from llm.prices), by api and models glob.",
-            ["api", "glob"],
-            registry=r,
-        )
-        self.estimated = Counter(
-            "egress_llm_estimated_total",
-            "Model API answers charged an estimate (cut off before their usage, or none "
-            "reported), by api and models glob.",
-            ["api", "glob"],
-            registry=r,
-        )
-
-    def charged(
-        self, api: str, glob: str, tokens: tuple[int, int], cost: int | None, estimated: bool
-    ) -> None:
-        """One answer's charge: (input, output) tokens, cost in nano-USD (None: unpriced)."""
-        self.tokens.labels(api, glob, "input").inc(tokens[0])
-        self.tokens.labels(api, glob, "output").inc(tokens[1])
-        if cost is not None:
-            self.cost.labels(api, glob).inc(cost / 1e9)
-        if estimated:
-            self.estimated.labels(api, glob).inc()
-
-
 class SandboxMetrics:
     """A node proxy's sandboxes (1.12). The one sandbox label is `sandbox_class`, from the
     operator's files; a sandbox id is never a label value."""
@@ -381,36 +344,3 @@ class SandboxMetrics:
             self.loads.labels(result)
         for result in IDENTIFICATIONS:
             self.identifications.labels(result)
-
-
-# What happened to held destinations (docs/configuration.md#approvals): an approval opened
-# (`held`), answered (`allowed`, `denied`), lapsed (`timed_out`), refused at the bound
-# (`limited`); a request admitted by a grant (`granted`); an approver that gave no answer.
-APPROVAL_EVENTS = ("held", "allowed", "denied", "timed_out", "limited", "granted", "no_answer")
-
-
-class ApprovalMetrics:
-    """Approvals (1.18). No label names a host, a sandbox or an approval id."""
-
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.events = Counter(
-            "egress_approvals_total",
-            "Approval events: held, allowed, denied, timed_out, limited, granted "
-            "(a request admitted by a grant), no_answer (an approver that gave none).",
-            ["event"],
-            registry=r,
-        )
-        self.pending = Gauge(
-            "egress_approvals_pending",
-            "Approvals open now (waiting for an answer).",
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.held_seconds = Histogram(
-            "egress_approval_hold_seconds",
-            "How long held requests waited for their approval's answer.",
-            registry=r,
-            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
-        )
-        for event in APPROVAL_EVENTS:
-            self.events.labels(event)
