@@ -132,7 +132,10 @@ def test_updates_git_itself_will_reject_or_accept_pass_when_not_forced() -> None
         Update("*", "refs/heads/b", "refs/heads/b", "[new branch]"),
         Update("=", "refs/heads/c", "refs/heads/c", "[up to date]"),
     ]
-    assert gitpush.judge(updates, False) is None
+    gitpush.judge(updates, False)  # the "!" one git itself rejects: no refusal needed
+    gitpush.judge(updates[1:], True)  # fast-forward, new, up to date: fine even forced
+    with pytest.raises(Refusal, match=r"^a forced push \(refs/heads/main:refs/heads/main, "):
+        gitpush.judge(updates, True)
 
 
 def test_a_forced_push_of_the_diverged_main_is_refused(clone: tuple[Path, Path]) -> None:
