@@ -26,6 +26,11 @@ import pytest
 from sandbox_egress.hookrunner.enforce import bound, boundcall
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+# ``_wait`` forks (the entry is single-threaded; a test worker may not be): the child
+# only closes descriptors and execs, nothing that could wait on another thread's lock.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+)
 REFUSAL = "hookrunner boundary: {}; the command was not run\n"
 
 

@@ -271,6 +271,11 @@ def test_help_is_passed_to_git_unjudged(clone: tuple[Path, Path]) -> None:
     assert gitpush.plan_push(Git(REAL, []), ["-h"]) is None
 
 
+# ``spawn`` forks for a descriptor (the guard is single-threaded; a test worker may not be):
+# the child only duplicates descriptors and execs.
+@pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+)
 def test_the_real_git_by_its_descriptor_answers_as_by_its_path(clone: tuple[Path, Path]) -> None:
     """The broker hands the worker the real git as a descriptor (D375): queries run the same."""
     fd = os.open(REAL, os.O_RDONLY | os.O_CLOEXEC)
