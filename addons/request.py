@@ -8,37 +8,37 @@ and writes the transform headers, after removing what no upstream may receive
 (`proxy.outbound`: hop-by-hop fields, spellings of an injected name, and the sandbox's
 choice of compression when a value is injected). A refusal is the readable 403/502; when
 its body is small it is read first (the connection stays), otherwise the answer goes at
-once and the body is read and dropped, bounded (`addons.linger`: lingering close, D350).
+once and the body is read and dropped, bounded (`addons.layers.linger`: lingering close, D350).
 `request` drops a trailer block with bytes no upstream may see (D21).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import budget, credentials, gitpush, linger, mcp, mitm, sigv4
-from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.clauses import ADAPTERS, Turn, budget, mcp
+from sandbox_egress.addons.layers import linger
+from sandbox_egress.addons.layers.limits import body_follows
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.addons.targets import origin_form, request_names, upstream_sni
 from sandbox_egress.proxy.audit.log import audit_path
-from sandbox_egress.proxy.budget import Admission
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.fields import fields_problem
-from sandbox_egress.proxy.gitpush import Commands
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.outbound import outbound_fields
-from sandbox_egress.proxy.redact import NO_REDACTION
-from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import RequestAnswer, RequestAsk, decide_request
-from sandbox_egress.proxy.swap import held_in, secret_elsewhere
+from sandbox_egress.proxy.values.redact import NO_REDACTION
+from sandbox_egress.proxy.values.swap import held_in, secret_elsewhere
 
 # mitmproxy reads a refused request's body before it can answer. Up to this size it does
 # (the connection is kept alive); a larger or unknown-length body is answered at once and
-# then read and dropped, bounded (`addons.linger`, D350), never buffered.
+# then read and dropped, bounded (`addons.layers.linger`, D350), never buffered.
 REFUSED_BODY_LIMIT = 64 * 1024
 
 
@@ -52,7 +52,7 @@ class Requests:
         # As sent (before a swap writes a secret in it), a value the sandbox sent masked.
         state.path = audit_path(request.path, shared.held_values())
         flow.metadata[FLOW_KEY] = state
-        admission = Admission(True)
+        turn = Turn(shared, flow, state, RequestAnswer(state.decision, state.host))
         with shared.failclosed(Stage.REQUEST):
             facts = shared.facts(flow.client_conn)
             ask = RequestAsk(
@@ -69,46 +69,13 @@ class Requests:
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
                 answer = RequestAnswer(elsewhere, answer.host)  # a fetched value, sent back
             state.host = shared.masked(answer.host)  # logged, audited, named in a refusal
-            decided, admission = await budget.admit(
-                shared.state, shared.metrics, answer.decision, announced(flow), facts.sandbox
-            )
-            if not decided.allowed:
-                answer = RequestAnswer(decided, answer.host)
-            self._apply(flow, state, answer)
-            refused = await credentials.write(shared, flow, state, answer)  # last (issue 32)
-            if refused is not None:
-                answer = RequestAnswer(refused, answer.host)
-            if answer.sigv4 is not None and answer.decision.allowed:  # last: re-signed
-                signed = await sigv4.start(
-                    shared, flow, state, answer.decision, answer.sigv4, announced(flow)
-                )
-                state.sigv4 = signed if isinstance(signed, Held) else None
-                answer = (
-                    answer
-                    if not isinstance(signed, Decision)
-                    else RequestAnswer(signed, answer.host)
-                )
-            state.decision = answer.decision  # only once applied: an exception refuses
-            if state.sigv4 is not None and answer.mcp:  # the body SigV4 holds is MCP (D424)
-                refused, _ = mcp.start(flow, state, answer.mcp)
-                if refused is not None:
-                    state.decision, state.sigv4 = refused, None  # refused before it is read
-            if state.sigv4 is not None:
-                return  # decided and counted once its body is hashed and signed (`request`)
-            if answer.push and state.decision.allowed:
-                judged = functools.partial(self._push_judged, flow, state)
-                held = gitpush.hold(flow, state, judged, *answer.push)
-                state.decision = held or state.decision
-                if held is None:
-                    return  # decided and counted once its command list is read
-            if answer.mcp and state.decision.allowed:
-                refused, holding = mcp.start(flow, state, answer.mcp)
-                state.decision = refused or state.decision
-                if holding:
-                    return  # decided and counted once its body is read (`request`)
+            turn.answer, turn.body = answer, announced(flow)
+            turn.late = functools.partial(self._judged_late, flow, state)
+            if await self._walk(turn):
+                return  # decided and counted once its body is read (`request`)
         shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
-            self._stream(flow, state, admission.reserved)
+            self._stream(flow, state, turn.reserved)
             sandbox = shared.facts(flow.client_conn).sandbox
             budget.websocket_upgrade(shared.state, shared.metrics, flow, state, sandbox)
             return
@@ -116,13 +83,41 @@ class Requests:
         state.refused_here = True
         flow.request.stream = False
         response = refusal_response(state.decision, state.host, flow.request.method)
-        if admission.retry_after_s:
-            response.headers["Retry-After"] = str(admission.retry_after_s)
+        if turn.retry_after_s:
+            response.headers["Retry-After"] = str(turn.retry_after_s)
         if unread(flow):
             shared.metrics.limit_refusals.labels(Limit.REFUSED_BODY.value).inc()
             linger.answer_early(flow, response)  # answered now, the body dropped (D350)
         else:
             flow.response = response
+
+    async def _walk(self, turn: Turn) -> bool:
+        """The clauses' adapters after the one decision (`addons.clauses.ADAPTERS`): admit,
+        apply, write, hold. `state.decision` is set only once applied (an exception
+        refuses); True when a body is held and the request is decided later."""
+        state = turn.state
+        for adapter in ADAPTERS:  # before anything is written: budgets
+            refused = await adapter.admit(turn) if turn.answer.decision.allowed else None
+            if refused is not None:
+                turn.answer = RequestAnswer(refused, turn.answer.host)
+        self._apply(turn.flow, state, turn.answer)
+        for adapter in ADAPTERS:  # once applied: credentials written, then signed
+            refused = await adapter.write(turn) if turn.answer.decision.allowed else None
+            if refused is not None:
+                turn.answer = RequestAnswer(refused, turn.answer.host)
+        state.decision = turn.answer.decision
+        holding: list[str] = []
+        for adapter in ADAPTERS:  # a body read before it goes on
+            if not state.decision.allowed:
+                break
+            held = adapter.hold(turn)
+            if isinstance(held, Decision):
+                state.decision = held
+                for name in holding:  # refused before it is read: nothing judges it
+                    state.parts.pop(name, None)
+            elif held:
+                holding.append(adapter.clause)
+        return bool(holding) and state.decision.allowed
 
     def _apply(self, flow: http.HTTPFlow, state: FlowState, answer: RequestAnswer) -> None:
         request, location = flow.request, answer.location
@@ -163,13 +158,15 @@ class Requests:
             shared.state, shared.metrics, flow, state, count, sandbox, reserved
         )
 
-    def _push_judged(self, flow: http.HTTPFlow, state: FlowState, commands: Commands | str) -> bool:
-        """A held git push's command list, read by `addons.pushgate`: True when the push
-        streams on (spent from the upload budget like any body), False when refused
-        (`flow.response` answers it once its body has been read and dropped)."""
+    def _judged_late(
+        self, flow: http.HTTPFlow, state: FlowState, judge: Callable[[Decision], Decision]
+    ) -> bool:
+        """A body judged while it streams (a git push's command list, `addons.layers.pushgate`):
+        True when it streams on (spent from the upload budget like any body), False when
+        refused (`flow.response` answers it once its body has been read and dropped)."""
         decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
         with self.shared.failclosed(Stage.REQUEST):
-            state.decision = gitpush.judge(flow, state, decided, commands)
+            state.decision = judge(decided)
         self.shared.count(Stage.REQUEST, state.decision)
         if state.decision.allowed:
             self._stream(flow, state)
@@ -181,47 +178,29 @@ class Requests:
         return False
 
     def request(self, flow: http.HTTPFlow) -> None:
-        """A held SigV4 body is hashed and signed (`addons.sigv4`), a held MCP POST judged
-        on its messages (`addons.mcp`), both for an MCP server behind SigV4 (D424). Request
-        trailers arrive after the body streamed, too late for a refusal: a trailer block
-        with bytes no upstream may see is dropped, never forwarded (D21). A git push still
-        held here was never judged (`addons.pushgate` reads every held body): it is
-        refused."""
+        """A held body is judged by each adapter that holds it, in table order (a SigV4
+        body hashed and signed before it is judged as MCP or as a git push's command list,
+        D424), then searched for resolved values (D364), and the request counted once.
+        Request trailers arrive after the body streamed, too late for a refusal: a
+        trailer block with bytes no upstream may see is dropped, never forwarded (D21)."""
         state = flow.metadata.get(FLOW_KEY)
-        if isinstance(state, FlowState) and state.sigv4 is not None:
-            held, state.sigv4 = state.sigv4, None
-            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
-            with self.shared.failclosed(Stage.REQUEST):
-                state.decision = self._body_searched(flow, sigv4.finish(flow, held, decided))
-                if not state.decision.allowed:
-                    flow.response = refusal_response(
-                        state.decision, state.host, flow.request.method
-                    )
-                else:
-                    state.bytes_sent = len(flow.request.raw_content or b"")  # held, not streamed
-            if state.mcp is not None and state.mcp.held and not state.decision.allowed:
-                state.mcp.held = False  # refused unsigned: not judged as MCP too
-            if state.mcp is None or not state.mcp.held:
-                self._judged(flow, state)  # else counted once judged as MCP below (D424)
-        if isinstance(state, FlowState) and state.push:
-            state.push, state.decision = (), Decision.deny(Reason.POLICY_ERROR)
-            self.shared.count(Stage.REQUEST, state.decision)
-            state.injected, state.redactions = (), NO_REDACTION
-            state.refused_here = True
-            if flow.error is None:
-                mitm.kill(flow)
-        elif (
-            isinstance(state, FlowState) and state.mcp and state.mcp.held and not state.mcp.verdict
-        ):
-            decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
-            with self.shared.failclosed(Stage.REQUEST):
-                state.decision = mcp.judge(flow, state, decided, self.shared.metrics)
-                judged, state.decision = state.decision, self._body_searched(flow, state.decision)
-                if judged.allowed and not state.decision.allowed:
-                    flow.response = refusal_response(
-                        state.decision, state.host, flow.request.method
-                    )
-            self._judged(flow, state)
+        if isinstance(state, FlowState) and state.parts:
+            turn = Turn.later(self.shared, flow, state)
+            judged = False
+            for adapter in ADAPTERS:
+                if not state.decision.allowed or not adapter.holds(turn):
+                    continue
+                judged = True
+                decided, state.decision = state.decision, Decision.deny(Reason.POLICY_ERROR)
+                with self.shared.failclosed(Stage.REQUEST):
+                    verdict = adapter.judge(turn, decided)
+                    state.decision = self._body_searched(flow, verdict)
+                    if not state.decision.allowed and flow.response is None and not flow.error:
+                        flow.response = refusal_response(
+                            state.decision, state.host, flow.request.method
+                        )
+            if judged:
+                self._judged(flow, state)
         trailers = flow.request.trailers
         if trailers is not None and fields_problem(trailers.fields) is not None:
             flow.request.trailers = None
@@ -245,7 +224,7 @@ class Requests:
                 mitm.kill(flow)
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        """A message on a WebSocket of an MCP entry is judged (`addons.mcp`); one the
+        """A message on a WebSocket of an MCP entry is judged (`addons.clauses.mcp`); one the
         sandbox sends counts toward the upload budget."""
         judged = False
         with self.shared.failclosed(Stage.REQUEST):
@@ -267,7 +246,7 @@ def announced(flow: http.HTTPFlow) -> int | None:
 
 
 def unread(flow: http.HTTPFlow) -> bool:
-    """Whether a refusal is answered before the body is read (`addons.linger`): a body
+    """Whether a refusal is answered before the body is read (`addons.layers.linger`): a body
     over `REFUSED_BODY_LIMIT` or of unknown size, or one the client waits to be asked
     for (`Expect: 100-continue`)."""
     follows = body_follows(flow)

@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
-from sandbox_egress.addons import mcp, mitm
+from sandbox_egress.addons import mitm
 from sandbox_egress.addons.auditing import Where, address_text
+from sandbox_egress.addons.clauses import ADAPTERS, Turn
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
 from sandbox_egress.proxy.outbound import encoded_answer
-from sandbox_egress.proxy.redact import BodyMatcher
+from sandbox_egress.proxy.values.redact import BodyMatcher
 
 log = logging.getLogger("egress")
 
@@ -53,8 +54,9 @@ class Responses:
                     mitm.kill(flow)
                     return
                 flow.response.stream = _scrubbed(count, redactor.body())
-            if state.mcp is not None:  # a tools/list answer lists only allowed tools
-                flow.response.stream = mcp.answer_stream(flow, state, flow.response.stream)
+            turn = Turn.later(self.shared, flow, state)
+            for adapter in ADAPTERS:  # a clause that reads answers (MCP's tools/list filter)
+                flow.response.stream = adapter.answer(turn, flow.response.stream)
             cleaned = True
         if not cleaned:
             mitm.kill(flow)

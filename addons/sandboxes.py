@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from mitmproxy import connection, exceptions, http
 
-from sandbox_egress.addons import linger
 from sandbox_egress.addons.auditing import Where
+from sandbox_egress.addons.layers import linger
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.request import unread
 from sandbox_egress.addons.shared import Shared

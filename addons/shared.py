@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import cast
 
 from mitmproxy import connection
 
@@ -18,20 +19,20 @@ from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
 from sandbox_egress.addons.pinning import Pinning
 from sandbox_egress.proxy.audit.log import AuditSink, Searcher, masked, masked_record
+from sandbox_egress.proxy.clauses.git import PushItem
+from sandbox_egress.proxy.clauses.sigv4 import Held
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.decision import Decision, Stage
 from sandbox_egress.proxy.fairness import ClientKey, client_key
-from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.mcp import McpState
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
-from sandbox_egress.proxy.sigv4 import Held
 from sandbox_egress.proxy.stages import ConnectionFacts, Pin
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
+from sandbox_egress.proxy.values.redact import NO_REDACTION, Redactor
 
 FLOW_KEY = "egress"  # where a request's `FlowState` is kept in `flow.metadata`
 
@@ -48,11 +49,40 @@ class FlowState:
     refused_here: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
-    push: tuple[PushItem, ...] = ()  # a git push held until its command list is judged
-    sigv4: Held | None = None  # a body held until hashed, then re-signed (addons/sigv4.py)
-    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
     path: str | None = None  # the request-target as the client sent it, masked for the audit
-    mcp: McpState | None = None  # an MCP POST: held, judged, its answer filtered (addons/mcp.py)
+    # Each clause adapter's state for this request, by clause name (`addons.clauses`).
+    parts: dict[str, object] = field(default_factory=dict)
+    credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
+
+    @property
+    def push(self) -> tuple[PushItem, ...]:  # a git push held until its commands are judged
+        return cast("tuple[PushItem, ...]", self.parts.get("rules", ()))
+
+    @push.setter
+    def push(self, items: tuple[PushItem, ...]) -> None:
+        self._part("rules", items or None)
+
+    @property
+    def sigv4(self) -> Held | None:  # a body held until hashed, then re-signed
+        return cast("Held | None", self.parts.get("sigv4"))
+
+    @sigv4.setter
+    def sigv4(self, held: Held | None) -> None:
+        self._part("sigv4", held)
+
+    @property
+    def mcp(self) -> McpState | None:  # an MCP POST: held, judged, its answer filtered
+        return cast("McpState | None", self.parts.get("mcp"))
+
+    @mcp.setter
+    def mcp(self, held: McpState | None) -> None:
+        self._part("mcp", held)
+
+    def _part(self, clause: str, value: object | None) -> None:
+        if value is None:
+            self.parts.pop(clause, None)
+        else:
+            self.parts[clause] = value
 
 
 class Shared:

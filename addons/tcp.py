@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from mitmproxy import tcp
 
+from sandbox_egress.addons.layers.workarounds import refuse_raw_tcp
 from sandbox_egress.addons.shared import Shared
 from sandbox_egress.addons.targets import is_transparent
-from sandbox_egress.addons.workarounds import refuse_raw_tcp
 from sandbox_egress.proxy.decision import Decision, Reason, Stage
 from sandbox_egress.proxy.stages import TcpAnswer, decide_tcp
 

@@ -41,10 +41,10 @@ from mitmproxy.proxy.layers.http._events import (
 )
 
 from sandbox_egress.addons import pages
+from sandbox_egress.addons.layers.workarounds import Commands, relay
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.timeouts import CONNECT_TIMEOUT_S, TIMED_OUT_KEY, Timeouts
-from sandbox_egress.addons.workarounds import Commands, relay
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.failures import Quieted, classify
 from sandbox_egress.proxy.metrics import ProxyMetrics

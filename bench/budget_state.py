@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.budget import Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.state.node import NodeService, NodeState

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sandbox_egress.proxy.config.loader import parse
-from sandbox_egress.proxy.redact import Redactor
+from sandbox_egress.proxy.values.redact import Redactor
 
 BODY_BYTES = 16 << 20
 CHUNK_BYTES = 16 << 10

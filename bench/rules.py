@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.decide import _calibrate, _time_ns
+from sandbox_egress.proxy.clauses.rulestage import decide_rules
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.hosts import canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.rulestage import decide_rules
 
 RULES = 50
 TARGET = "/repos/acme/web/issues/42/comments?per_page=100"

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox_egress.proxy.config.loader import Entry
+    from sandbox_egress.proxy.config.entry import Entry
 
 
 class Reason(StrEnum):

@@ -1,6 +1,6 @@
 """The proxy's memory bounds: how much of a head, a message or a buffered body it may hold.
 
-Plain values, no mitmproxy: `addons.limits` enforces them on the protocol layers and
+Plain values, no mitmproxy: `addons.layers.limits` enforces them on the protocol layers and
 `runtime.launcher` passes `STREAM_BODIES_OVER` to mitmproxy. The reasons for each number
 are in docs/decisions.md (D25-D29).
 

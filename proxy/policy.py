@@ -26,7 +26,7 @@ from sandbox_egress.proxy.addresses import NEVER_ALLOWED, AddressClass, classify
 from sandbox_egress.proxy.config.loader import Entry, NetworkConfig, PatternKind
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
 from sandbox_egress.proxy.hosts import Host, IPAddress
-from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex
+from sandbox_egress.proxy.values.placeholders import Holder, PlaceholderIndex
 
 # Methods whose response is the request itself (RFC 9110 9.3.8; TRACK is IIS's spelling).
 ECHOING_METHODS = frozenset({"TRACE", "TRACK"})
@@ -127,11 +127,11 @@ class Policy:
         return None
 
     def placeholders(self) -> PlaceholderIndex:
-        """Every placeholder a request is searched for (`proxy.swap`): this file's."""
+        """Every placeholder a request is searched for (`proxy.values.swap`): this file's."""
         return self.config.placeholders
 
     def holder(self, entry: Entry | None) -> Holder | None:
-        """Who holds the placeholders of a deciding entry of this policy (`proxy.swap`)."""
+        """Who holds the placeholders of a deciding entry of this policy (`proxy.values.swap`)."""
         return None if entry is None else (self.config.source, entry.index)
 
     def decide(self, host: Host, port: int, *, tls: bool | None) -> Decision:

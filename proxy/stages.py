@@ -23,24 +23,25 @@ every path that is not an explicit allow is a refusal (at the ClientHello: inter
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import cast
 
 from sandbox_egress.common.invariant import InvariantError
+from sandbox_egress.proxy.clauses import Head, Phase, heads
+from sandbox_egress.proxy.clauses.git import PushItem
+from sandbox_egress.proxy.clauses.sigv4 import Signing
 from sandbox_egress.proxy.config.loader import Transform
-from sandbox_egress.proxy.credentials.writing import needed
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.fields import head_problem
-from sandbox_egress.proxy.gitpush import PushItem
 from sandbox_egress.proxy.hosts import Host, HostError, IPAddress, canonical_host, parse_authority
-from sandbox_egress.proxy.mcp import McpPolicy, entry_policies
+from sandbox_egress.proxy.mcp import McpPolicy
 from sandbox_egress.proxy.policy import Policy, refuse_echoing_method
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
 from sandbox_egress.proxy.resolver import Resolve
-from sandbox_egress.proxy.rulestage import rules_within_ceiling
-from sandbox_egress.proxy.sigv4 import Signing, judge_request
-from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import Location, RequestNames, locate
 from sandbox_egress.proxy.tenancy.ceiling import node_requires, raw_tcp, relays
+from sandbox_egress.proxy.values.redact import NO_REDACTION, Redactor
+from sandbox_egress.proxy.values.swap import swap
 
 RESOLVE_TIMEOUT_S = 5.0
 
@@ -298,17 +299,31 @@ class RequestAnswer:
     # Placeholders swapped (proxy.swap): fields to send (None: as received), where values went.
     fields: tuple[tuple[bytes, bytes], ...] | None = None
     swapped: tuple[str, ...] = ()
-    # A push allowed by repository: its command list must match these items' refs first.
-    push: tuple[PushItem, ...] = ()
-    mcp: tuple[McpPolicy, ...] = ()  # an MCP entry's policies: judged in addons/mcp.py
-    sigv4: Signing | None = None  # re-signed last, with the entry's aws keys (addons/sigv4.py)
-    credentials: tuple[str, ...] = ()  # fetched and written last (proxy/credentials/writing.py)
+    # Each clause's part for its adapter (`proxy.clauses`: a head rule's `Ruling.part`).
+    parts: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def push(self) -> tuple[PushItem, ...]:  # a push allowed by repository: refs to match
+        return cast("tuple[PushItem, ...]", self.parts.get("rules", ()))
+
+    @property
+    def mcp(self) -> tuple[McpPolicy, ...]:  # an MCP entry's policies (addons/clauses/mcp.py)
+        return cast("tuple[McpPolicy, ...]", self.parts.get("mcp", ()))
+
+    @property
+    def sigv4(self) -> Signing | None:  # re-signed last, with the entry's aws keys
+        return cast("Signing | None", self.parts.get("sigv4"))
+
+    @property
+    def credentials(self) -> tuple[str, ...]:  # fetched and written last
+        return cast("tuple[str, ...]", self.parts.get("credentials", ()))
 
 
 async def decide_request(
     policy: Policy, resolve: Resolve, facts: ConnectionFacts, ask: RequestAsk
 ) -> RequestAnswer:
-    """Decide one request (each one on a kept-alive connection or HTTP/2 stream)."""
+    """Decide one request (each one on a kept-alive connection or HTTP/2 stream): the
+    core's checks, each clause's head rule at its phase (`proxy.clauses`), the address."""
     host = ask.names.host[:255]
     if facts.no_sni and not policy.opened_by_address(facts.target):
         return RequestAnswer(Decision.deny(Reason.NO_SNI), host)
@@ -320,9 +335,9 @@ async def decide_request(
     host = str(located.host)
     decision = policy.decide(located.host, located.port, tls=ask.https)
     decision = refuse_echoing_method(decision, ask.names.method)
-    decision, push = rules_within_ceiling(
-        policy, decision, located, ask.names.method, ask.fields, ask.https
-    )
+    parts: dict[str, object] = {}
+    head = Head(policy, decision, located, ask.names.method, ask.fields, ask.https, host)
+    decision = _heads(Phase.POLICY, head, parts)
     own = policy.holder(decision.entry)
     swapped = swap(policy.placeholders(), decision, ask.fields, located.path, own, host)
     if swapped.reason is not None:  # before any lookup: nothing of it goes anywhere
@@ -330,9 +345,9 @@ async def decide_request(
     entry = decision.entry
     written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
-    signing = judge_request(decision, ask.fields, located.path, host)  # SigV4: before budgets
-    if isinstance(signing, Reason):
-        return RequestAnswer(Decision.deny(signing, decision.entry), host)
+    signed = _heads(Phase.SIGNED, replace(head, decision=decision), parts)  # before budgets
+    if not signed.allowed and decision.allowed:
+        return RequestAnswer(signed, host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
     if address is None:
         return RequestAnswer(decision, host)
@@ -340,11 +355,10 @@ async def decide_request(
     entry = decision.entry
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
+    decision = _heads(Phase.ALLOWED, replace(head, decision=decision), parts)
     transforms = entry.transform if decision.injects and entry is not None else ()
-    mcp = entry_policies(decision)
-    credentials = needed(entry) if decision.injects and entry is not None else ()
-    if not (transforms or swapped.injected or credentials) or entry is None:  # no would_deny
-        return RequestAnswer(decision, host, located, pin, push=push, mcp=mcp, sigv4=signing)
+    if not (transforms or swapped.injected or parts.get("credentials")) or entry is None:
+        return RequestAnswer(decision, host, located, pin, parts=parts)  # no would_deny
     return RequestAnswer(
         decision,
         host,
@@ -354,8 +368,18 @@ async def decide_request(
         entry.redactions.spelled(swapped.spellings),
         fields=swapped.fields,
         swapped=swapped.injected,
-        push=push,
-        mcp=mcp,
-        sigv4=signing,
-        credentials=credentials,
+        parts=parts,
     )
+
+
+def _heads(phase: Phase, head: Head, parts: dict[str, object]) -> Decision:
+    """The head rules of `phase`, in table order, each reading the decision the one
+    before it made; their parts kept by clause name."""
+    for clause in heads(phase):
+        if clause.head is None:
+            continue
+        ruling = clause.head(head)
+        head = replace(head, decision=ruling.decision)
+        if ruling.part is not None:
+            parts[clause.name] = ruling.part
+    return head.decision

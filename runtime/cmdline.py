@@ -14,6 +14,7 @@ from typing import Any
 from sandbox_egress.common.logs import add_log_format_option
 from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_option
 from sandbox_egress.proxy import fairness, health
+from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.learn import importers
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
@@ -79,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--audit-format",
-        choices=["jsonl", "ocsf"],
+        choices=list(AUDIT_FORMATS),
         default="jsonl",
         help="jsonl: the project's JSON lines (default); ocsf: one OCSF 1.5 event per line "
         "(HTTP Activity 4002, Network Activity 4001), for SIEMs",

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.common.logs import MaskedValues, announce, formatter
 from sandbox_egress.proxy import limits
+from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.audit.log import BackgroundAuditLog
-from sandbox_egress.proxy.audit.ocsf import AUDIT_FORMATS
 from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.fleet import Fleet
@@ -114,7 +114,7 @@ async def serve(settings: Settings) -> int:
 
     from sandbox_egress.addons.connections import Connections
     from sandbox_egress.addons.egress import EgressPolicy
-    from sandbox_egress.addons.limits import Limits
+    from sandbox_egress.addons.layers.limits import Limits
     from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
     from sandbox_egress.addons.upstream import UpstreamFailures
 

@@ -13,7 +13,7 @@ without limit.
 Invariants:
 * A record holds header *names* only. Values of injected headers are never passed in,
   so they cannot be written. A request's path is written with its query values masked.
-* No record holds a resolved value in any spelling the proxy knows (`proxy.spellings`):
+* No record holds a resolved value in any spelling the proxy knows (`proxy.values.spellings`):
   the host, SNI and path a sandbox chose are written with each spelling of a value
   replaced by `[secret]`, or, when only a decoding shows one, as `[secret]` whole
   (`masked`, applied by the addon to every record before it is written, D363).

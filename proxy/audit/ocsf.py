@@ -142,6 +142,3 @@ class OcsfAuditLog(AuditLog):
 
     def line(self, record: AuditRecord, at: datetime | None = None) -> str:
         return json_line(event(record, at or datetime.now(UTC), self._worker))
-
-
-AUDIT_FORMATS: dict[str, type[AuditLog]] = {"jsonl": AuditLog, "ocsf": OcsfAuditLog}

@@ -6,7 +6,7 @@ values or refuses the whole file with every problem it found, each naming the
 file, the entry (`network.allowlist[3]`, 0-based) and what is wrong.
 The structure is the JSON Schema `common/schemas/egress-config.schema.json`
 (checked by `common.problems`); what no schema can say is checked by named validators:
-`proxy.config.patterns` (IDNA, CIDR, loopback), `proxy.transforms` (framing headers),
+`proxy.config.patterns` (IDNA, CIDR, loopback), `proxy.values.transforms` (framing headers),
 `proxy.config.references` (`${NAME}`/`${file:}` references),
 `proxy.config.combinations` (fields refused together) and the duplicate check in `parse`.
 
@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -39,12 +40,14 @@ from sandbox_egress.common.problems import (
     syntax_problem,
 )
 from sandbox_egress.common.tokens import shown
-from sandbox_egress.proxy.budget import Budget, parse_budget
+from sandbox_egress.proxy.clauses import CLAUSES
+from sandbox_egress.proxy.clauses.sigv4binding import sigv4_binding
 from sandbox_egress.proxy.config.combinations import combinations
-from sandbox_egress.proxy.config.patterns import IPNetwork, parse_pattern
+from sandbox_egress.proxy.config.entry import Entry as Entry  # re-exported
 from sandbox_egress.proxy.config.patterns import (
     PatternKind as PatternKind,  # an Entry's field type, re-exported
 )
+from sandbox_egress.proxy.config.patterns import parse_pattern
 from sandbox_egress.proxy.config.positions import Positions, compose
 from sandbox_egress.proxy.config.references import referenced_files, secret_value
 from sandbox_egress.proxy.credentials.section import (
@@ -56,57 +59,26 @@ from sandbox_egress.proxy.credentials.section import (
     used_names,
 )
 from sandbox_egress.proxy.credentials.section import referenced_files as credential_files
-from sandbox_egress.proxy.gitpush import GitPolicy, parse_git
 from sandbox_egress.proxy.learn.formats import missing_network
-from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
-from sandbox_egress.proxy.placeholders import (
+from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
+from sandbox_egress.proxy.values.placeholders import (
     NO_PLACEHOLDERS,
     Placeholder,
     PlaceholderIndex,
     ResolveValue,
     parse_secrets,
 )
-from sandbox_egress.proxy.placeholders import index as placeholder_index
-from sandbox_egress.proxy.redact import NO_REDACTION, Redactor
-from sandbox_egress.proxy.rules import NO_RULES, Rules, parse_rules
-from sandbox_egress.proxy.sigv4binding import SigV4Binding, sigv4_binding
-from sandbox_egress.proxy.state.settings import MEMORY, StateConfig, parse_state
-from sandbox_egress.proxy.transforms import (
+from sandbox_egress.proxy.values.placeholders import index as placeholder_index
+from sandbox_egress.proxy.values.redact import Redactor
+from sandbox_egress.proxy.values.transforms import (
     Transform as Transform,  # an Entry's field type, re-exported
 )
-from sandbox_egress.proxy.transforms import parse_transform
+from sandbox_egress.proxy.values.transforms import parse_transform
 
 Report = Callable[[str, str], None]  # (location, message)
 
 # Shorter referenced parts are not redacted on their own: "1" would mangle every header.
 MIN_REDACTED_LENGTH = 6
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    index: int
-    pattern: str
-    kind: PatternKind
-    name: str | None = None  # EXACT: the name; WILDCARD: the suffix after "*."
-    network: IPNetwork | None = None
-    ports: frozenset[int] | None = None
-    transform: tuple[Transform, ...] = ()
-    allow_plaintext: bool = False
-    passthrough: bool = False
-    report_only: bool = False  # refusals this entry decides are logged and let through
-    secrets: tuple[Placeholder, ...] = ()  # placeholders swapped for values (proxy.swap)
-    rules: Rules = NO_RULES  # methods, paths and queries the entry admits (proxy.rules)
-    git: GitPolicy | None = None  # smart-HTTP fetches and pushes (proxy.gitpush)
-    budget: Budget | None = None  # requests and upload per window (proxy.budget)
-    mcp: McpPolicy | None = None  # MCP messages judged per message (proxy.mcp)
-    credential: Binding | None = None  # a credential written as a header, or signed (1.13)
-    sigv4: SigV4Binding | None = None  # as: sigv4: the signatures re-signed (proxy.sigv4)
-    # What to redact from a response to a request this entry injected into: every
-    # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
-    redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
-
-    def allows_port(self, port: int) -> bool:
-        return self.ports is None or port in self.ports
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,22 +299,18 @@ def _entry(
         binding = parse_binding(raw["credential"], f"{where}.credential", credentials, report)
         failed = failed | ({"credential"} if binding is None else set())
     sigv4 = sigv4_binding(binding, f"{where}.credential", credentials, report)
-    rules = None if failed & {"rules", "deny"} else parse_rules(raw, where, report)
-    git_ok, git = (
-        (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
-    )
-    budget_ok, budget = (
-        (False, None)
-        if "budget" in failed
-        else (parse_budget(raw.get("budget"), f"{where}.budget", report))
-    )
-    mcp_ok, mcp = parse_mcp(raw.get("mcp"), f"{where}.mcp", report)
+    clauses: dict[str, Any] = {}
+    parsed = True
+    for clause in CLAUSES:
+        if clause.parse is not None:
+            ok, values = clause.parse(raw, where, report, frozenset(failed))
+            parsed, clauses = parsed and ok, {**clauses, **values}
     refusals = list(combinations(raw, base, failed))
     for field_name, message in refusals:
         report(f"{where}.{field_name}", message)
     if failed or transform is None or secrets is None or refusals or sigv4 is False:
         return None
-    if rules is None or not (git_ok and budget_ok and mcp_ok):
+    if not parsed:
         return None
     ports = raw.get("ports")
     return Entry(
@@ -358,12 +326,9 @@ def _entry(
         allow_plaintext=raw.get("allow_plaintext") is True,
         passthrough=raw.get("passthrough") is True,
         report_only=raw.get("report_only") is True,
-        rules=rules,
-        git=git,
-        budget=budget,
-        mcp=mcp,
         credential=binding,
         sigv4=sigv4 or None,
+        clauses=MappingProxyType(clauses),
     )
 
 
@@ -376,6 +341,6 @@ def _redactions(transform: tuple[Transform, ...], secrets: tuple[Placeholder, ..
 def _resolver(
     environ: Mapping[str, str] | None, report: Report, credentials: Definitions | None
 ) -> ResolveValue:
-    """A placeholder value's resolution (`proxy.placeholders`): the checks of a transform's."""
+    """A placeholder value's resolution (`proxy.values.placeholders`): a transform's checks."""
     names = used_names(credentials)
     return lambda value, where: secret_value(value, where, environ, report, names)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.sandboxsecrets import Confined
-from sandbox_egress.proxy.secret import Secret, Template, Unresolved
+from sandbox_egress.proxy.tenancy.files import Confined
+from sandbox_egress.proxy.values.secret import Secret, Template, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
 

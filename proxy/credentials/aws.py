@@ -4,7 +4,7 @@ docs/configuration.md#sigv4-re-signing-as-sigv4).
 `{aws: {access_key_id: ..., secret_access_key: ..., session_token: ...}}`, each value a
 `${NAME}` / `${file:...}` reference or text (the access key id is not secret, but is
 resolved the same way). A fetch gives `Fetched(value=access key id, extra={
-secret_access_key, session_token?})`: the signer (`proxy.sigv4`) reads exactly these.
+secret_access_key, session_token?})`: the signer (`proxy.clauses.sigv4`) reads exactly these.
 
 Invariants: the secret key and the token live only inside `Secret`s; a `${file:}` key
 rotated on disk reaches requests through the configuration reload (D115), and the cache
@@ -20,7 +20,7 @@ from typing import Any
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 SECRET_ACCESS_KEY = "secret_access_key"  # the keys of `Fetched.extra`
 SESSION_TOKEN = "session_token"

@@ -15,7 +15,7 @@ The error tree, all of it:
                                refused 502 `credential_unavailable`
 
 Invariants:
-* A value lives only inside a `Secret` (`proxy.secret`): its repr and str show `***`.
+* A value lives only inside a `Secret` (`proxy.values.secret`): its repr and str show `***`.
 * `fetch` blocks (a file, a child process, an HTTPS call) and is only ever called in a
   worker thread, with the settings' `timeout` as its own deadline.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 DEFAULT_REFRESH_BEFORE_S = 300.0  # 5 min: a minted token is renewed this long before expiry
 DEFAULT_MAX_STALE_S = 3600.0  # 1 h: a failed refresh serves the last value this long

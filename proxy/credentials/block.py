@@ -26,7 +26,7 @@ from sandbox_egress.proxy.credentials.base import (
     DEFAULT_TTL_S,
     CacheSettings,
 )
-from sandbox_egress.proxy.secret import Secret, Unresolved
+from sandbox_egress.proxy.values.secret import Secret, Unresolved
 
 Report = Callable[[str, str], None]  # (location, message)
 

@@ -40,7 +40,7 @@ from sandbox_egress.proxy.credentials.base import (
     Fetched,
     Source,
 )
-from sandbox_egress.proxy.spellings import alternation, compiled
+from sandbox_egress.proxy.values.spellings import alternation, compiled
 
 logger = logging.getLogger("egress")
 

@@ -28,7 +28,7 @@ from typing import Any
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 MAX_OUTPUT = 64 * 1024
 DEFAULT_COMMAND_TTL_S = 300.0

@@ -15,7 +15,7 @@ from typing import Any
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

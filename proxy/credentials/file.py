@@ -16,7 +16,7 @@ from typing import Any
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 DEFAULT_FILE_TTL_S = 30.0
 MAX_FILE_BYTES = 64 * 1024

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sandbox_egress.proxy.credentials.base import CredentialError, Fetched
-from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.state import StateBackend, StateUnavailable
+from sandbox_egress.proxy.values.secret import Secret
 
 log = logging.getLogger("egress")
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 DEFAULT_API_URL = "https://api.github.com"
 JWT_BACKDATE_S = 60

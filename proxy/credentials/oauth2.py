@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError, Fetched
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 if TYPE_CHECKING:
     from sandbox_egress.proxy.credentials.fleet import Fleet, Tokens

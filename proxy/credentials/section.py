@@ -30,7 +30,7 @@ from sandbox_egress.proxy.credentials.block import Report
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.oauth2 import OAuth2
 from sandbox_egress.proxy.credentials.table import KINDS, Spec
-from sandbox_egress.proxy.transforms import FORBIDDEN_TRANSFORM_HEADERS, HEADER_NAME
+from sandbox_egress.proxy.values.transforms import FORBIDDEN_TRANSFORM_HEADERS, HEADER_NAME
 
 if TYPE_CHECKING:
     from sandbox_egress.proxy.credentials.fleet import Fleet

@@ -24,7 +24,7 @@ from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError
 from sandbox_egress.proxy.credentials.block import Block, Report
 from sandbox_egress.proxy.credentials.file import read_secret_file
 from sandbox_egress.proxy.credentials.https import Https
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 
 @dataclass(frozen=True, slots=True)

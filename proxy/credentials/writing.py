@@ -2,7 +2,7 @@
 the pure half of the credentials stage (docs/configuration.md#credentials).
 
 The request stage (`proxy.stages.decide_request`) names the credentials an allowed request
-needs (`needed`); the adapter (`addons/credentials.py`) awaits each from the cache, then
+needs (`needed`); the adapter (`addons/clauses/credentials.py`) awaits each from the cache, then
 calls `write` with the request's outgoing header fields and target:
 
 * a transform whose value names a credential (`${credential:NAME}`) is rendered and set,
@@ -11,7 +11,7 @@ calls `write` with the request's outgoing header fields and target:
   `Authorization: Basic base64(username:VALUE)` or `HEADER: VALUE`, replacing any field
   of that name (`sigv4` is signed by its own stage, not written here);
 * a placeholder whose value names a credential was left in place by the placeholder
-  stage (`proxy.swap` counts it found, writes nothing): it is swapped now, in the same
+  stage (`proxy.values.swap` counts it found, writes nothing): it is swapped now, in the same
   places and spellings (`Basic` re-encoded, percent-encoded in a query).
 
 Invariants: the plan names where values went (header names, `query`), never a value; its
@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING
 
 from sandbox_egress.proxy.credentials.base import Fetched
 from sandbox_egress.proxy.credentials.section import As, Binding
-from sandbox_egress.proxy.placeholders import Placeholder, PlaceholderIndex
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.secret import Secret, Template
-from sandbox_egress.proxy.swap import swap
+from sandbox_egress.proxy.values.placeholders import Placeholder, PlaceholderIndex
+from sandbox_egress.proxy.values.redact import Redactor
+from sandbox_egress.proxy.values.secret import Secret, Template
+from sandbox_egress.proxy.values.swap import swap
 
 if TYPE_CHECKING:
-    from sandbox_egress.proxy.config.loader import Entry
+    from sandbox_egress.proxy.config.entry import Entry
     from sandbox_egress.proxy.decision import Decision
 
 Fields = tuple[tuple[bytes, bytes], ...]

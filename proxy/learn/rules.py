@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_egress.proxy.audit.log import MASK
-from sandbox_egress.proxy.rules import method_problem, path_pattern_problem
+from sandbox_egress.proxy.clauses.rules import method_problem, path_pattern_problem
 
 MAX_PATHS = 20
 

@@ -1,6 +1,6 @@
 """MCP servers judged per message (docs/configuration.md#mcp-servers).
 
-Pure, like `proxy.stages`: no mitmproxy here; the adapter is addons/mcp.py.
+Pure, like `proxy.stages`: no mitmproxy here; the adapter is addons/clauses/mcp.py.
 
 * `policy` — an entry's `mcp:` block parsed and checked (`parse_mcp`, `McpPolicy`);
 * `message` — the strict reading of a POST body (one JSON-RPC message or a batch);
@@ -43,7 +43,7 @@ def entry_policies(decision: Decision) -> tuple[McpPolicy, ...]:
 
 @dataclass(slots=True)
 class McpState:
-    """One request on an MCP entry (kept on the flow by addons/mcp.py): the policies
+    """One request on an MCP entry (kept on the flow by addons/clauses/mcp.py): the policies
     judging it, how (`route`), the verdict once its held body is judged (its names for
     the audit line), and the filters its answer goes through, if any."""
 

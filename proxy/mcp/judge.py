@@ -2,7 +2,7 @@
 entry's `mcp:` policy, the mirrored headers against the body, and the refusal the
 sandbox's MCP client reads.
 
-`judge_post` is the pure stage the adapter (addons/mcp.py) calls once the held body is
+`judge_post` is the pure stage the adapter (addons/clauses/mcp.py) calls once the held body is
 complete. It answers an `McpVerdict`: allowed, or the reason of the first refused
 message (a batch with one refused message is refused whole) with a sentence naming what
 was refused. `refusal_body` is the JSON-RPC error (code -31403) that makes the official

@@ -38,7 +38,6 @@ DEFAULT_MAX_BODY = 1024 * 1024
 MAX_BODY_CEILING = 64 * 1024 * 1024  # a held body is in memory: bounded (D212)
 _KEYS = ("endpoint", "methods", "tools", "filter_tools_list", "max_body", "websocket")
 _TOOL_KEYS = ("name", "arguments")
-_CLAUSE_KEYS = ("equals", "in", "matches")
 _SIZE = re.compile(r"^([0-9]{1,12})\s*(B|KiB|MiB|GiB)?$")
 _UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, None: 1}
 
@@ -201,34 +200,54 @@ def _clauses(raw: Any, where: str, problems: list[tuple[str, str]]) -> tuple[Cla
         if not isinstance(name, str) or not all(path):
             problems.append((here, "an argument path is names joined by '.'"))
             continue
-        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in _CLAUSE_KEYS:
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:
             problems.append((here, "a clause is exactly one of equals, in, matches"))
             continue
         kind, value = next(iter(spec.items()))
-        clause = _clause(path, kind, value, f"{here}.{kind}", problems)
+        clause = KINDS[kind](path, value, f"{here}.{kind}", problems)
         if clause is not None:
             clauses.append(clause)
     return tuple(clauses)
 
 
-def _clause(
-    path: tuple[str, ...], kind: str, value: Any, where: str, problems: list[tuple[str, str]]
-) -> Clause | None:
-    if kind == "matches":
-        if not isinstance(value, str):
-            problems.append((where, "must be an RE2 pattern (a string)"))
-            return None
-        try:
-            return Clause(path, matches=re2.compile(value, _QUIET))
-        except re2.error as exc:
-            detail = exc.args[0].decode(errors="replace") if exc.args else "refused"
-            problems.append((where, f"not a valid RE2 pattern: {detail}"))
-            return None
-    items = [value] if kind == "equals" else value
-    if kind == "in" and (not isinstance(value, list) or not value):
+Problems = list[tuple[str, str]]
+
+
+def _matches(path: tuple[str, ...], value: Any, where: str, problems: Problems) -> Clause | None:
+    if not isinstance(value, str):
+        problems.append((where, "must be an RE2 pattern (a string)"))
+        return None
+    try:
+        return Clause(path, matches=re2.compile(value, _QUIET))
+    except re2.error as exc:
+        detail = exc.args[0].decode(errors="replace") if exc.args else "refused"
+        problems.append((where, f"not a valid RE2 pattern: {detail}"))
+        return None
+
+
+def _in(path: tuple[str, ...], value: Any, where: str, problems: Problems) -> Clause | None:
+    if not isinstance(value, list) or not value:
         problems.append((where, "must be a non-empty list of values"))
         return None
+    return _values(path, value, where, problems)
+
+
+def _equals(path: tuple[str, ...], value: Any, where: str, problems: Problems) -> Clause | None:
+    return _values(path, [value], where, problems)
+
+
+def _values(
+    path: tuple[str, ...], items: list[Any], where: str, problems: Problems
+) -> Clause | None:
     if not all(v is None or isinstance(v, str | int | float | bool) for v in items):
         problems.append((where, "values are strings, numbers, true, false or null"))
         return None
     return Clause(path, equals=tuple(items))
+
+
+# An argument clause's kinds: its key in the file, and what reads its value.
+KINDS: dict[str, Callable[[tuple[str, ...], Any, str, Problems], Clause | None]] = {
+    "equals": _equals,
+    "in": _in,
+    "matches": _matches,
+}

@@ -1,7 +1,7 @@
 """Where budgets are kept (docs/configuration.md#state, issue 34): one small interface,
 `StateBackend`, and one module per backend behind it.
 
-The budget stage (`addons.budget`) asks its backend once per decision:
+The budget stage (`addons.clauses.budget`) asks its backend once per decision:
 * `admit(key, budget, body, reserve)` — one request with a body of `body` bytes (None:
   unknown, 0: none); an admitted request also spends `reserve` upload bytes at once (a
   backend that meters chunk by chunk, `memory`, spends none and says so in
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 
 MAX_VALUE = 4096  # bytes: a token pair, never a body
 

@@ -15,7 +15,7 @@ from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.fallback import Fallback
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeState
-from sandbox_egress.proxy.state.settings import OnError, StateConfig
+from sandbox_egress.proxy.state.settings import BACKEND_NAMES, OnError, StateConfig
 
 
 def _memory(config: StateConfig, environ: Mapping[str, str]) -> StateBackend | None:
@@ -34,6 +34,8 @@ BACKENDS: dict[str, Callable[[StateConfig, Mapping[str, str]], StateBackend | No
     "memory": _memory,
     "redis": _redis,
 }
+if tuple(BACKENDS) != BACKEND_NAMES:
+    raise ImportError("proxy.state.backends: BACKENDS must have a row per BACKEND_NAMES")
 
 
 def open_state(

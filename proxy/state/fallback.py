@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateBackend, StateUnavailable
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.state.settings import OnError

@@ -4,7 +4,7 @@ script per decision, on the store's clock (`redis.call('TIME')`).
 GCRA keeps one number per budget, the theoretical arrival time `tat` (microseconds): a
 budget of `amount` per `window` spends `window/amount` of time per token, and holds
 `tokens = (now + window - max(tat, now)) * amount / window`. That is exactly the token
-bucket of `proxy.budget` (full when unknown, refilled at amount/window, capped at
+bucket of `proxy.clauses.budget` (full when unknown, refilled at amount/window, capped at
 amount, negative after an upload crossed it), so both backends admit the same sequences
 (tests/proxy/state/test_gcra.py). A key expires once its bucket is full again.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Budgets, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Budgets, Rate
 from sandbox_egress.proxy.state import bounded
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sandbox_egress.proxy.budget import BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
 from sandbox_egress.proxy.state import StateBackend
 
 BLOCK = 64 * 1024

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateUnavailable, bounded
 from sandbox_egress.proxy.state.memory import MemoryState
 

@@ -15,7 +15,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateUnavailable, bounded, budget_key
 from sandbox_egress.proxy.state.gcra import ADMIT, SPEND
 from sandbox_egress.proxy.state.settings import StateConfig

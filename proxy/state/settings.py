@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox_egress.proxy.secret import Unresolved
+from sandbox_egress.proxy.values.secret import Unresolved
 
 Report = Callable[[str, str], None]
 
@@ -35,9 +35,14 @@ class OnError(StrEnum):
     DENY = "deny"  # refuse budgeted requests: 503 budget_unavailable
 
 
+# The backends a file may name, each a row of `proxy.state.backends.BACKENDS` (which
+# refuses to import when the two differ): memory (this node's) and redis (shared, 1.16).
+BACKEND_NAMES: tuple[str, ...] = ("memory", "redis")
+
+
 @dataclass(frozen=True, slots=True)
 class StateConfig:
-    backend: str = "memory"  # a name of `proxy.state.BACKENDS`
+    backend: str = "memory"  # a name of `BACKEND_NAMES`
     url: str = ""
     key_prefix: str = "egress"
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -63,8 +68,8 @@ def parse_state(
         if key not in _KEYS:
             report(f"state.{key}", f"unknown key (expected: {', '.join(_KEYS)})")
     backend = raw.get("backend", "memory")
-    if backend not in ("memory", "redis"):
-        report("state.backend", "expected memory or redis")
+    if backend not in BACKEND_NAMES:
+        report("state.backend", f"expected {' or '.join(BACKEND_NAMES)}")
         backend = "memory"
     url = raw.get("url", "")
     if backend == "redis" and not _redis_url(url):

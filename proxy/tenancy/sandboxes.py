@@ -49,16 +49,16 @@ from sandbox_egress.proxy.config.loader import (
 )
 from sandbox_egress.proxy.config.references import check_confined, resolve
 from sandbox_egress.proxy.hosts import IPAddress
-from sandbox_egress.proxy.placeholders import searchable
-from sandbox_egress.proxy.sandboxsecrets import (
+from sandbox_egress.proxy.tenancy.addresses import claims, parse_addresses, rivals
+from sandbox_egress.proxy.tenancy.files import (
     MAX_SANDBOX_SECRET_BYTES,
     Confined,
     Unreadable,
     read_sandbox_file,
     references,
 )
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.tenancy.addresses import claims, parse_addresses, rivals
+from sandbox_egress.proxy.values.placeholders import searchable
+from sandbox_egress.proxy.values.secret import Secret
 
 SUFFIX = ".yaml"
 DEFAULT_CLASS = "default"

@@ -30,11 +30,11 @@ import re2
 from sandbox_egress.proxy.config.loader import Entry, NetworkConfig
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
 from sandbox_egress.proxy.hosts import Host, IPAddress
-from sandbox_egress.proxy.placeholders import Holder, PlaceholderIndex, Searcher, merged
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.tenancy.addresses import client_address
 from sandbox_egress.proxy.tenancy.sandboxes import Sandbox, SandboxesSection
+from sandbox_egress.proxy.values.placeholders import Holder, PlaceholderIndex, Searcher, merged
+from sandbox_egress.proxy.values.secret import Secret
 
 
 class SandboxPolicy(Policy):

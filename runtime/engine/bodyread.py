@@ -15,7 +15,7 @@ read-until-close bodies, bytes left over from before, a body that ends inside th
 (a pipelined request follows), the body's end — takes mitmproxy's own path, which still
 sees the count h11's reader keeps. What the layer hands on is the same
 (tests/runtime/test_bodyread.py: a property over splits of pipelined requests); only the
-copies go. `addons.limits` wraps `Http1Connection._handle_event`, which calls this through
+copies go. `addons.layers.limits` wraps `Http1Connection._handle_event`, which calls this through
 the layer's state, so its bounds hold as before.
 """
 

@@ -89,7 +89,7 @@ def _init(self: http.HttpStream, context: Any, stream_id: int) -> None:
 
 def _answering(stream: http.HttpStream, start: Start) -> Callable[[Any], Commands]:
     """The stream's own `_handle_event`: the class's, whatever wraps it now (our addons'
-    `addons/limits.py` and `addons/pushgate.py` do, after the engine starts), with the
+    `addons/layers/limits.py` and `addons/layers/pushgate.py` do, after the engine starts), with the
     hooks that come out of it answered in place. Outermost, so every wrapper sees each
     hook as it did."""
     cls = type(stream)

@@ -1,4 +1,4 @@
-"""The budget adapter (addons/budget.py) on mitmproxy test flows."""
+"""The budget adapter (addons/clauses/budget.py) on mitmproxy test flows."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from mitmproxy import websocket
 from mitmproxy.test import tflow
 from wsproto.frame_protocol import Opcode
 
-from sandbox_egress.addons import budget
+from sandbox_egress.addons.clauses import budget
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.budget import Admission
+from sandbox_egress.proxy.clauses.budget import Admission
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics

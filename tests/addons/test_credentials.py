@@ -1,4 +1,4 @@
-"""The credentials stage wired into the request addon (addons/credentials.py) with
+"""The credentials stage wired into the request addon (addons/clauses/credentials.py) with
 mitmproxy's test flows and a real cache over real sources (env, file): what the upstream
 would receive, the 502 refusal with nothing written, the audit line, the echo."""
 

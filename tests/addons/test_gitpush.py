@@ -1,4 +1,4 @@
-"""The git push gate's adapter (addons/gitpush.py) on mitmproxy test flows: what it
+"""The git push gate's adapter (addons/clauses/rules.py) on mitmproxy test flows: what it
 refuses before reading, and how it judges a command list (the layer that feeds it:
 tests/addons/test_pushgate.py)."""
 
@@ -7,12 +7,13 @@ from __future__ import annotations
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import gitpush, pushgate
+from sandbox_egress.addons.clauses import rules as gitpush
+from sandbox_egress.addons.layers import pushgate
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.proxy.budget import BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
+from sandbox_egress.proxy.clauses.git import Commands, pkt, read_commands
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.gitpush import Commands, pkt, read_commands
 from tests.addons.test_egress import Resolver, count, https_flow, make_addon, run
 
 CONFIG = parse(

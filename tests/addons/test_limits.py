@@ -1,6 +1,6 @@
 """The memory bounds against mitmproxy's own layers, and the internals they rely on.
 
-`addons.limits` and `addons.backpressure` wrap methods of mitmproxy 12's layers. These tests
+`addons.layers.limits` and `addons.layers.backpressure` wrap methods of mitmproxy 12's layers. These tests
 drive the real layer classes (no network) and pin every internal name and default
 the wrappers use, so a mitmproxy upgrade that moves one fails here, by name, instead
 of silently dropping a bound.
@@ -22,7 +22,7 @@ from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import RequestHeaders, ResponseProtocolError
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import backpressure, limits
+from sandbox_egress.addons.layers import backpressure, limits
 from sandbox_egress.proxy.limits import HEAD_LIMIT, HEAD_TIMEOUT_S, Limit
 from sandbox_egress.proxy.metrics import ProxyMetrics
 

@@ -1,4 +1,4 @@
-"""The lingering close's adapter (addons/linger.py): what a refusal answered before its
+"""The lingering close's adapter (addons/layers/linger.py): what a refusal answered before its
 body is read carries, and the mitmproxy internals the wrapper relies on. End to end, with
 boto3, httpx, curl and raw clients: tests/e2e/test_lingering_e2e.py."""
 
@@ -10,8 +10,8 @@ from mitmproxy import http
 from mitmproxy.proxy.layers.http import HttpLayer, HttpStream, _http1, _http2
 from mitmproxy.test import tflow
 
-from sandbox_egress.addons import limits, linger, pushgate
-from sandbox_egress.addons.limits import BODY_FOLLOWS
+from sandbox_egress.addons.layers import limits, linger, pushgate
+from sandbox_egress.addons.layers.limits import BODY_FOLLOWS
 from sandbox_egress.addons.request import REFUSED_BODY_LIMIT, unread
 
 

@@ -1,4 +1,4 @@
-"""The MCP stage's adapter (addons/mcp.py) on mitmproxy test flows: what it holds, what it
+"""The MCP stage's adapter (addons/clauses/mcp.py) on mitmproxy test flows: what it holds, what it
 refuses before reading, the JSON-RPC refusal, the counts, and the tools/list answer
 rewritten as it streams (JSON and server-sent events)."""
 
@@ -10,7 +10,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import tflow
 
-from sandbox_egress.addons import mcp
+from sandbox_egress.addons.clauses import mcp
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason

@@ -1,4 +1,4 @@
-"""The MCP adapter (addons/mcp.py) beyond the endpoint's POST (issue 43): the GET stream
+"""The MCP adapter (addons/clauses/mcp.py) beyond the endpoint's POST (issue 43): the GET stream
 and a replay after `Last-Event-ID` filtered, a WebSocket upgrade refused without
 `mcp.websocket: true` and, with it, each message judged both ways; JSON-RPC bodies on
 other paths held and judged, other bodies let through."""
@@ -14,7 +14,8 @@ from mitmproxy.test import tflow
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
-from sandbox_egress.addons import mcp, mitm
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.clauses import mcp
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason

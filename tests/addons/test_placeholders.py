@@ -1,4 +1,4 @@
-"""Placeholder wiring (addons/request.py applying proxy/swap.py) with mitmproxy's test flows:
+"""Placeholder wiring (addons/request.py applying proxy/values/swap.py) with mitmproxy's test flows:
 what the upstream would receive, the refusal, the audit line, the counter, the echo."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The push gate (addons/pushgate.py) in mitmproxy 12's real `HttpStream`, driven event by
+"""The push gate (addons/layers/pushgate.py) in mitmproxy 12's real `HttpStream`, driven event by
 event without a network: no command of a refused push, not even its head, goes to the
 upstream; an allowed one streams on with every byte, whatever the chunking. (The real
 `git` through the real proxy: tests/e2e/test_git_e2e.py.)"""
@@ -31,8 +31,8 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import limits, pushgate
-from sandbox_egress.proxy.gitpush import COMMANDS_LIMIT, Commands, pkt
+from sandbox_egress.addons.layers import limits, pushgate
+from sandbox_egress.proxy.clauses.git import COMMANDS_LIMIT, Commands, pkt
 
 OLD, NEW = "a" * 40, "b" * 40
 COMMANDS = pkt(f"{OLD} {NEW} refs/heads/agent/x\0report-status\n".encode()) + b"0000"

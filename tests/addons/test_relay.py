@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from mitmproxy.proxy.commands import Command, RequestWakeup
 
-from sandbox_egress.addons.workarounds import Commands, relay
+from sandbox_egress.addons.layers.workarounds import Commands, relay
 
 REPLACE = 2.0  # the command `instead` replaces
 

@@ -16,9 +16,9 @@ from mitmproxy import exceptions, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import linger
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.addons.limits import BODY_FOLLOWS
+from sandbox_egress.addons.layers import linger
+from sandbox_egress.addons.layers.limits import BODY_FOLLOWS
 from sandbox_egress.proxy.audit.log import AuditLog
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.metrics import ProxyMetrics

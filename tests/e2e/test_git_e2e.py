@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_egress.proxy.gitpush import pkt
+from sandbox_egress.proxy.clauses.git import pkt
 from testbed import procs
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki

@@ -208,3 +208,37 @@ def test_a_declared_hash_matching_the_held_body_is_signed(
     assert put.status == 200, put.describe()  # held, verified, signed: moto accepted it
     got = proxy.https(authority, "/held-bucket/k", signed_by_the_sandbox(empty))
     assert (got.status, got.body) == (200, body)
+
+
+@pytest.mark.parametrize("ref", ["refs/heads/main", "refs/heads/agent/fix"])
+def test_a_push_whose_body_sigv4_holds_is_judged_by_git_push(
+    moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path, ref: str
+) -> None:
+    """Issue 45: an entry with `git.push` and an `as: sigv4` credential (CodeCommit's
+    shape). A receive-pack whose body SigV4 holds to hash was signed and sent unjudged
+    (the push gate was never reached); its command list is now read from the held body:
+    a ref outside `git.push` is refused, nothing reaching the upstream, and an allowed
+    one is signed and sent whole."""
+    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
+    key_file.write_text(moto.key_id + "\n")
+    secret_file.write_text(moto.secret + "\n")
+    git = '\n      git: {push: [{repo: acme/web, refs: ["refs/heads/agent/**"]}]}\n'
+    proxy = private_proxy("sigv4-git", _config(key_file, secret_file).rstrip("\n") + git).view
+    before = moto.requests()
+    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    line = f"{'0' * 40} {'b' * 40} {ref}\0report-status\n".encode()
+    body = f"{len(line) + 4:04x}".encode() + line + b"0000"
+    headers = [*_signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+               ("Content-Type", "application/x-git-receive-pack-request")]  # fmt: skip
+    pushed = proxy.https(
+        authority, "/acme/web.git/git-receive-pack", headers, method="POST", body=body
+    )
+
+    if ref == "refs/heads/main":
+        assert pushed.header("X-Egress-Denied") == "git_push_denied", pushed.describe()
+        assert f"ng {ref}".encode() in pushed.body
+        assert moto.requests() == before
+    else:  # signed and sent: moto, which has no git, answers it (its 500, not the proxy's)
+        assert pushed.header("X-Egress-Denied") is None, pushed.describe()
+        server = pushed.header("Server") or ""
+        assert (pushed.status, server.split("/")[0]) == (500, "Werkzeug"), pushed.describe()

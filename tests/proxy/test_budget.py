@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_egress.proxy.budget import Budget, BudgetKey, Budgets, Rate, parse_rate
+from sandbox_egress.proxy.clauses.budget import Budget, BudgetKey, Budgets, Rate, parse_rate
 from sandbox_egress.proxy.config.loader import ConfigError, parse
 
 KEY = BudgetKey(None, "hf.example")

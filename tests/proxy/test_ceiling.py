@@ -19,11 +19,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from sandbox_egress.proxy.clauses.rulestage import decide_rules
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.rulestage import decide_rules
 from sandbox_egress.proxy.stages import (
     ConnectionFacts,
     Hello,

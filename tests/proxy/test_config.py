@@ -10,7 +10,7 @@ import pytest
 
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.config.loader import ConfigError, PatternKind, load, parse
-from sandbox_egress.proxy.secret import Unresolved
+from sandbox_egress.proxy.values.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "OTHER": "x", "EMPTY": ""}

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.config.loader import ConfigError, parse
-from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.gitpush import (
+from sandbox_egress.proxy.clauses.git import (
     COMMANDS_LIMIT,
     Commands,
     GitRequest,
@@ -23,6 +21,8 @@ from sandbox_egress.proxy.gitpush import (
     report_status,
     smart_http,
 )
+from sandbox_egress.proxy.config.loader import ConfigError, parse
+from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from tests.proxy.test_stages import ask, resolve

@@ -1,4 +1,4 @@
-"""The receive-pack command list read from a streamed body (proxy/gitpush.py:
+"""The receive-pack command list read from a streamed body (proxy/clauses/git.py:
 `CommandReader`): whatever the chunking, the answer is the one of the whole body, it
 comes as soon as the bytes decide it, and it never waits past `COMMANDS_LIMIT`."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.gitpush import (
+from sandbox_egress.proxy.clauses.git import (
     COMMANDS_LIMIT,
     CommandReader,
     Commands,

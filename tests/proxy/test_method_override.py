@@ -16,8 +16,8 @@ import pytest
 from mitmproxy.test import tflow
 
 from sandbox_egress.addons.targets import request_names
+from sandbox_egress.proxy.clauses.rules import override_methods
 from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.rules import override_methods
 from sandbox_egress.proxy.stages import ConnectionFacts, decide_request
 from tests.proxy.test_stages import NEW, RULED, rule_resolve, ruled
 

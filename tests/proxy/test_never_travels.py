@@ -1,5 +1,5 @@
-"""The sandbox's own credential never travels (proxy/swap.py `require`,
-proxy/swap.py `secret_elsewhere`), through `decide_request`: tables of named cases.
+"""The sandbox's own credential never travels (proxy/values/swap.py `require`,
+proxy/values/swap.py `secret_elsewhere`), through `decide_request`: tables of named cases.
 
 `require: true`: every `Authorization` field, and every field of a name the entry's
 placeholder was found in, must carry one of the entry's placeholders. `secret_elsewhere`:
@@ -198,7 +198,7 @@ def test_a_credential_written_as_basic_is_masked_as_its_base64_too() -> None:
     upstream echoing that base64 alone, in a body, is masked too."""
     from sandbox_egress.proxy.credentials.base import Fetched
     from sandbox_egress.proxy.credentials.writing import write
-    from sandbox_egress.proxy.secret import Secret
+    from sandbox_egress.proxy.values.secret import Secret
 
     policy = Policy(
         parse(
@@ -237,8 +237,8 @@ def test_a_value_the_cache_fetched_is_secret_elsewhere_in_any_request() -> None:
     from sandbox_egress.proxy.credentials.base import CacheSettings, Fetched
     from sandbox_egress.proxy.credentials.cache import Credentials
     from sandbox_egress.proxy.decision import Decision
-    from sandbox_egress.proxy.secret import Secret
-    from sandbox_egress.proxy.swap import secret_elsewhere
+    from sandbox_egress.proxy.values.secret import Secret
+    from sandbox_egress.proxy.values.swap import secret_elsewhere
 
     @frozen(frozen=True)
     class Minted:  # a stand-in for a minter: the value is what matters here

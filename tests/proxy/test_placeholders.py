@@ -1,4 +1,4 @@
-"""Loading `secrets:` (proxy/placeholders.py through proxy/config/loader.py): every rule a named
+"""Loading `secrets:` (proxy/values/placeholders.py through proxy/config/loader.py): every rule a named
 case with its located message; a value is never printed."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_egress.proxy.config.loader import ConfigError, load, parse
-from sandbox_egress.proxy.placeholders import Place
-from sandbox_egress.proxy.secret import Unresolved
+from sandbox_egress.proxy.values.placeholders import Place
+from sandbox_egress.proxy.values.secret import Unresolved
 
 SECRET = "tok-3f9a1c-never-print-me"
 ENV = {"TOKEN": SECRET, "EMPTY": ""}

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from sandbox_egress.proxy.config.loader import Entry, PatternKind, Transform
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.policy import refuse_echoing_method
-from sandbox_egress.proxy.redact import NO_REDACTION, BodyMatcher, Redactor, mask
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.redact import NO_REDACTION, BodyMatcher, Redactor, mask
+from sandbox_egress.proxy.values.secret import Secret
 
 SECRET = "Zx9/k+Q=tok en"  # the bytes an encoder changes: / + = and a space
 R = Redactor.build((SECRET.encode(),))

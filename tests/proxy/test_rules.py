@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox_egress.proxy.clauses.rules import compile_path
 from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.paths import canonical_path
-from sandbox_egress.proxy.rules import compile_path
 
 
 def problems_of(*allowlist: object) -> list[str]:

@@ -8,10 +8,10 @@ from urllib.parse import quote
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandbox_egress.proxy.clauses.s3bucket import copy_source
+from sandbox_egress.proxy.clauses.sigv4 import judge
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding
 from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.s3bucket import copy_source
-from sandbox_egress.proxy.sigv4 import judge
-from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
 BUCKETS = st.from_regex(r"[a-z0-9][a-z0-9.-]{1,40}[a-z0-9]", fullmatch=True)
 KEYS = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=40)

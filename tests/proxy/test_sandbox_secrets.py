@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandbox_egress.proxy.config.loader import ConfigError
-from sandbox_egress.proxy.sandboxsecrets import MAX_FILE_BYTES, Confined
+from sandbox_egress.proxy.tenancy.files import MAX_FILE_BYTES, Confined
 from sandbox_egress.proxy.tenancy.sandboxes import parse_sandbox
 
 ALPHA_VALUE, BETA_VALUE, NODE_VALUE = "alpha-own-secret-0001", "beta-secret-0002", "node-0003"

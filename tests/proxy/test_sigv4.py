@@ -1,4 +1,4 @@
-"""The pure SigV4 core (proxy/sigv4.py): `sign` against botocore's own signatures, `judge`
+"""The pure SigV4 core (proxy/clauses/sigv4.py): `sign` against botocore's own signatures, `judge`
 on a table of named requests, and generated Authorization values that must never be
 re-signed unless they carry the placeholder in a well-formed SigV4 scope.
 
@@ -22,9 +22,7 @@ from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.sigv4 import (
+from sandbox_egress.proxy.clauses.sigv4 import (
     EMPTY_SHA256,
     AwsKeys,
     Signing,
@@ -32,7 +30,9 @@ from sandbox_egress.proxy.sigv4 import (
     payload_hash,
     sign,
 )
-from sandbox_egress.proxy.sigv4binding import SigV4Binding
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding
+from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.values.secret import Secret
 
 PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
 REAL_ID = "AKIAREALREALREAL0001"

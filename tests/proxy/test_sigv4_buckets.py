@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandbox_egress.proxy.clauses.s3bucket import s3_bucket
+from sandbox_egress.proxy.clauses.sigv4 import Signing, judge
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding
 from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.s3bucket import s3_bucket
-from sandbox_egress.proxy.sigv4 import Signing, judge
-from sandbox_egress.proxy.sigv4binding import SigV4Binding
 
 PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
 BINDING = SigV4Binding(

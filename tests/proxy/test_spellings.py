@@ -1,11 +1,11 @@
 """Every spelling of a secret, found wherever the proxy looks (issue 43, D360-D363):
 echo redaction of a streamed body (`proxy.redact.BodyMatcher`), `secret_elsewhere`
-(`proxy.swap`, through `decide_request`), the placeholder access key id of a `sigv4`
+(`proxy.values.swap`, through `decide_request`), the placeholder access key id of a `sigv4`
 binding (`placeholder_elsewhere`), and the audit's path (`proxy.audit.masked`).
 
 The spellings under test are made here by the encoders a server or a client uses
 (`urllib.parse`, `json`, `base64`, a Go-style and a PHP-style JSON encoder), never by
-`proxy.spellings`: the table is checked against the encoders, not against itself.
+`proxy.values.spellings`: the table is checked against the encoders, not against itself.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.spellings import alternation
 from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
 from sandbox_egress.proxy.targets import RequestNames
+from sandbox_egress.proxy.values.redact import Redactor
+from sandbox_egress.proxy.values.spellings import alternation
 
 VALUE = "real/echo+key=ok 0123456789~é"
 AKID = "AKIAEGRESSPLACEHOLDR"
@@ -368,8 +368,8 @@ def test_a_value_holding_another_is_masked_as_if_every_spelling_were_searched(
     """D361: the matcher searches the token's spellings first and every spelling only
     around what it finds; however the body is cut, the answer is that of searching every
     spelling of every value (`Bearer ${TOKEN}` is masked whole, its token alone too)."""
-    from sandbox_egress.proxy.redact import BodyMatcher
-    from sandbox_egress.proxy.spellings import literals
+    from sandbox_egress.proxy.values.redact import BodyMatcher
+    from sandbox_egress.proxy.values.spellings import literals
 
     values = (token, around[0] + token, token + around[-1])
     pieces = [*values, *(v.hex().encode() for v in values), filler]
@@ -383,7 +383,7 @@ def test_a_value_holding_another_is_masked_as_if_every_spelling_were_searched(
 
 
 def test_a_matcher_of_no_spelling_passes_every_byte() -> None:
-    from sandbox_egress.proxy.redact import NO_REDACTION
+    from sandbox_egress.proxy.values.redact import NO_REDACTION
 
     matcher = NO_REDACTION.body()
     assert matcher.feed(b"any body") + matcher.feed(b"") == b"any body"

@@ -82,7 +82,7 @@ def test_health_follows_the_last_real_operation_after_a_failed_first_probe(
 ) -> None:
     """Issue 48: a probe that failed at start (the store not up yet) no longer outlives the
     decisions that succeed after it: `/status` shows the newer of the two (D401)."""
-    from sandbox_egress.proxy.budget import Budget, BudgetKey, Rate
+    from sandbox_egress.proxy.clauses.budget import Budget, BudgetKey, Rate
     from sandbox_egress.proxy.state.backends import open_state
     from testbed.redisserver import start_redis
 

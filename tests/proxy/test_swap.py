@@ -1,4 +1,4 @@
-"""The placeholder stage (proxy/swap.py) through `decide_request`: one table of named cases.
+"""The placeholder stage (proxy/values/swap.py) through `decide_request`: one table of named cases.
 
 Each row is a request (host, header fields, request-target) in, and out the reason, the
 header fields and target the upstream would receive, and where values were written.
@@ -17,8 +17,8 @@ from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import IPAddress, canonical_host
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.stages import ConnectionFacts, RequestAsk, decide_request
-from sandbox_egress.proxy.swap import swap
 from sandbox_egress.proxy.targets import RequestNames
+from sandbox_egress.proxy.values.swap import swap
 
 OPENAI = "sk-egress-placeholder-openai"
 GIT = "ghp-egress-placeholder-git"

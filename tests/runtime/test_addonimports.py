@@ -33,7 +33,7 @@ first = import_addons_one_by_one()
 from mitmproxy.addons.termlog import TermLog
 from sandbox_egress.addons.connections import Connections
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.addons.limits import Limits
+from sandbox_egress.addons.layers.limits import Limits
 from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
 from sandbox_egress.addons.upstream import UpstreamFailures
 

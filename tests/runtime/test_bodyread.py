@@ -28,7 +28,7 @@ from mitmproxy.proxy.layers.http._events import (
 )
 from mitmproxy.test import taddons, tflow
 
-from sandbox_egress.addons import limits
+from sandbox_egress.addons.layers import limits
 from sandbox_egress.runtime.engine import bodyread
 
 

@@ -88,7 +88,8 @@ patches.install(Stage.IMPORT, engine)
 patches.install(Stage.PROCESS, engine, {"on_pause": lambda: None})
 if engine != "mitmdump":
     patches.install(Stage.ENGINE, engine)
-from sandbox_egress.addons import limits, upstream
+from sandbox_egress.addons.layers import limits
+from sandbox_egress.addons import upstream
 limits.install(lambda limit: None)
 upstream.install()
 from sandbox_egress.addons import timeouts

@@ -17,7 +17,7 @@ from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.test import tflow
 from mitmproxy.utils import asyncio_utils
 
-from sandbox_egress.addons import limits, linger, pushgate
+from sandbox_egress.addons.layers import limits, linger, pushgate
 from sandbox_egress.runtime.engine import lean, patches, streamhooks
 from testbed.fixed_upstream import FixedResponse, start_lean_engine
 from testbed.hookaddon import HOOKS
@@ -162,8 +162,8 @@ def test_only_a_stream_of_an_attached_connection_answers_in_place() -> None:
 
 
 def test_the_products_stream_wrappers_still_see_each_hook(tmp_path: Path) -> None:
-    # addons/limits.py marks, as the `requestheaders` hook passes it, whether a body
-    # follows; addons/pushgate.py wraps that. They wrap the class after the engine starts:
+    # addons/layers/limits.py marks, as the `requestheaders` hook passes it, whether a body
+    # follows; addons/layers/pushgate.py wraps that. They wrap the class after the engine starts:
     # the stream answers its hooks outside of them.
     limits.install(lambda _limit: None)
     seen: list[object] = []

@@ -36,7 +36,7 @@ installed = tcponly.install()
 from mitmproxy.addons.termlog import TermLog
 from sandbox_egress.addons.connections import Connections
 from sandbox_egress.addons.egress import EgressPolicy
-from sandbox_egress.addons.limits import Limits
+from sandbox_egress.addons.layers.limits import Limits
 from sandbox_egress.addons.telemetry import CountingAudit, Telemetry
 from sandbox_egress.addons.upstream import UpstreamFailures
 

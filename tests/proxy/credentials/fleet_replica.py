@@ -19,9 +19,9 @@ from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError
 from sandbox_egress.proxy.credentials.fleet import Fleet
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.oauth2 import OAuth2
-from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.settings import StateConfig
+from sandbox_egress.proxy.values.secret import Secret
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from sandbox_egress.proxy.credentials.base import (
     Fetched,
 )
 from sandbox_egress.proxy.credentials.cache import Credentials, Outcome
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 SETTINGS = CacheSettings(ttl=100, refresh_before=30, max_stale=50, failure_ttl=10, timeout=5)
 

@@ -11,9 +11,9 @@ import pytest
 
 from sandbox_egress.proxy.credentials.base import CredentialError
 from sandbox_egress.proxy.credentials.fleet import Fleet, Tokens
-from sandbox_egress.proxy.secret import Secret
 from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.state.memory import MemoryState
+from sandbox_egress.proxy.values.secret import Secret
 
 
 @pytest.fixture

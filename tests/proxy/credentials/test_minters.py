@@ -16,7 +16,7 @@ from sandbox_egress.proxy.credentials.base import CacheSettings, CredentialError
 from sandbox_egress.proxy.credentials.github_app import GithubApp
 from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.oauth2 import OAuth2
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 from tests.proxy.credentials.forge import Forge, forge
 
 SETTINGS = CacheSettings(timeout=10)

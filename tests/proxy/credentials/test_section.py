@@ -15,7 +15,7 @@ from sandbox_egress.proxy.credentials.command import CommandSource
 from sandbox_egress.proxy.credentials.env import EnvSource
 from sandbox_egress.proxy.credentials.file import FileSource
 from sandbox_egress.proxy.credentials.section import As, Binding
-from sandbox_egress.proxy.secret import Template, Unresolved
+from sandbox_egress.proxy.values.secret import Template, Unresolved
 
 ENV = {"OPENAI_API_KEY": "sk-real-value-1", "PREFIX": "Token"}
 

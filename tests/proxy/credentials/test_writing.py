@@ -10,13 +10,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy import placeholders
 from sandbox_egress.proxy.config import loader as config
 from sandbox_egress.proxy.credentials.base import Fetched
 from sandbox_egress.proxy.credentials.writing import needed, write
 from sandbox_egress.proxy.decision import Decision
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.swap import swap
+from sandbox_egress.proxy.values import placeholders
+from sandbox_egress.proxy.values.secret import Secret
+from sandbox_egress.proxy.values.swap import swap
 
 TOKEN = "ghs_minted-token-1"
 VALUES = {"gh": Fetched(Secret(TOKEN)), "other": Fetched(Secret("other-value-2"))}

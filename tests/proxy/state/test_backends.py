@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey, Rate
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.config.loader import ConfigError, parse
 from sandbox_egress.proxy.metrics import ProxyMetrics

@@ -11,7 +11,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.budget import Budget, BudgetKey, Budgets, Rate
+from sandbox_egress.proxy.clauses.budget import Budget, BudgetKey, Budgets, Rate
 from sandbox_egress.proxy.state.redis import RedisState
 from sandbox_egress.proxy.state.settings import StateConfig
 from testbed.redisserver import RedisServer

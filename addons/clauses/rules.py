@@ -2,11 +2,11 @@
 by repository is held until its command list is judged, so no byte of a refused push
 goes upstream, and a push of any size is judged (docs/decisions.md D180).
 
-`hold` (from the request stage) hands the body to `addons.pushgate`, which feeds its
+`hold` (from the request stage) hands the body to `addons.layers.pushgate`, which feeds its
 first bytes, chunked or sized, to the pure reader and calls back with the command list;
 a body with `Content-Encoding` (a compressed command list is never inflated here) or an
 invalid length is refused there. `judge` (the callback) decides the commands
-(`proxy.gitpush`) and either lets the push go on, streamed and metered, or answers with
+(`proxy.clauses.git`) and either lets the push go on, streamed and metered, or answers with
 git's report-status, every ref `ng` with the policy's reason, which `git push` prints.
 """
 
@@ -17,11 +17,19 @@ from collections.abc import Callable
 from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
-from sandbox_egress.addons import pushgate
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.layers import pushgate
 from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FlowState
+from sandbox_egress.proxy.clauses.git import (
+    CommandReader,
+    Commands,
+    PushItem,
+    judge_pushes,
+    report_status,
+)
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.gitpush import Commands, PushItem, judge_pushes, report_status
 
 
 def hold(
@@ -71,3 +79,42 @@ def judge(
         },
     )
     return Decision.deny(Reason.GIT_PUSH_DENIED, decision.entry, decision.clause)
+
+
+class RulesAdapter(Adapter):
+    """The `rules` clause: a git push allowed by repository is held until its command
+    list is judged — as its body streams (`addons.layers.pushgate`), or, when another clause
+    already holds the whole body (SigV4 hashes it first), from that body in `judge`."""
+
+    clause = "rules"
+
+    def hold(self, turn: Turn) -> Decision | bool:
+        items, flow, state = turn.answer.push, turn.flow, turn.state
+        if not items:
+            return False
+        if turn.held:  # read whole by another clause: judged from it in `request`
+            state.push = items
+            return True
+        late = turn.late
+        if late is None:
+            raise ValueError("a push held without the request stage's end")
+        decided = state.decision
+
+        def judged(commands: Commands | str) -> bool:
+            return late(lambda _: judge(flow, state, decided, commands))
+
+        refused = hold(flow, state, judged, *items)
+        return True if refused is None else refused
+
+    def holds(self, turn: Turn) -> bool:
+        return bool(turn.state.push)
+
+    def judge(self, turn: Turn, decided: Decision) -> Decision:
+        flow, state = turn.flow, turn.state
+        if pushgate.GATE in flow.metadata:  # the gate never had its command list: refused
+            state.push = ()
+            if flow.error is None:
+                mitm.kill(flow)
+            return Decision.deny(Reason.POLICY_ERROR, decided.entry, decided.clause)
+        reader = CommandReader()
+        return judge(flow, state, decided, reader.feed(flow.request.raw_content or b"", True) or "")

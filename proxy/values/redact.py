@@ -1,7 +1,7 @@
 """Redaction of injected secrets that an upstream echoes back (docs/configuration.md#transform,
 docs/decisions.md D30).
 
-Every spelling comes from one table (`proxy.spellings`, D360), which the
+Every spelling comes from one table (`proxy.values.spellings`, D360), which the
 `secret_elsewhere` search reads too. Two places, two matchers, both built once per
 configuration (`Redactor.build`, called by the loader for each entry with a
 `transform`), never per request:
@@ -32,7 +32,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from sandbox_egress.proxy.spellings import literals
+from sandbox_egress.proxy.values.spellings import literals
 
 REDACTED = b"[redacted]"
 # The escapes an encoder may put in place of one byte. An echo is decoded each way on its

@@ -18,7 +18,7 @@ Invariants:
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
 * A resolved value of any entry (a transform's, a secret's, their referenced parts) found
-  the same way in any spelling (`proxy.spellings`, D360), or in the host name, or
+  the same way in any spelling (`proxy.values.spellings`, D360), or in the host name, or
   percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
   before the placeholders, with the same exceptions. So does one in a body the proxy
   reads (`held_in`, D364).
@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 from sandbox_egress.proxy.audit.log import Searcher as Spelled
 from sandbox_egress.proxy.decision import REPORTABLE, Decision, Reason
-from sandbox_egress.proxy.placeholders import (
+from sandbox_egress.proxy.values.placeholders import (
     Holder,
     Place,
     Placeholder,
@@ -154,7 +154,7 @@ def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:
 
 
 def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:
-    """Whether a resolved value, in any spelling of `proxy.spellings` (D360), occurs in the
+    """Whether a resolved value, in any spelling of `proxy.values.spellings` (D360), occurs in the
     header text, the request-target (as sent or percent-decoded) or the host name (an
     HTTP/2 `:authority` is no header field): the sandbox holds what it should never hold."""
     target = path.encode("utf-8", "surrogateescape")

@@ -11,7 +11,7 @@ ref, inside side-band 1 when the client asked for it), which the pushing `git` p
 Invariants:
 * A push is refused whole: when any command is refused, every ref gets an `ng` line and
   nothing goes upstream (the adapter holds the first bytes until the list is judged, then
-  streams the pack on; addons/pushgate.py).
+  streams the pack on; addons/layers/pushgate.py).
 * A command list that is malformed, compressed, over `COMMANDS_LIMIT`, or not ended by a
   flush within the body, is refused; nothing in it is guessed at. The answer depends on
   the body's bytes only, never on how they were split into chunks.
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_egress.proxy.clauses.rules import Verdict, compile_path
 from sandbox_egress.proxy.paths import canonical_path, split_target
-from sandbox_egress.proxy.rules import Verdict, compile_path
 
 Report = Callable[[str, str], None]
 

@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
+from sandbox_egress.proxy.clauses.base import Head, Ruling
+from sandbox_egress.proxy.clauses.s3bucket import copy_source, named, s3_bucket
+from sandbox_egress.proxy.clauses.sigv4binding import SigV4Binding
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.s3bucket import copy_source, named, s3_bucket
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.sigv4binding import SigV4Binding
+from sandbox_egress.proxy.values.secret import Secret
 
 Fields = tuple[tuple[bytes, bytes], ...]
 
@@ -92,10 +93,20 @@ class AwsKeys:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A request whose body is held and hashed before it is signed (addons/sigv4.py)."""
+    """A request whose body is held and hashed before it is signed (addons/clauses/sigv4.py)."""
 
     signing: Signing
     keys: AwsKeys
+
+
+def head(ask: Head) -> Ruling:
+    """The head rule: a request its entry re-signs must carry the placeholder's
+    signature, in a scope the binding allows; the part is how it is signed
+    (`addons.clauses.sigv4`). Before budgets and any lookup."""
+    signing = judge_request(ask.decision, ask.fields, ask.located.path, ask.host)
+    if isinstance(signing, Reason):
+        return Ruling(Decision.deny(signing, ask.decision.entry))
+    return Ruling(ask.decision, signing)
 
 
 def judge_request(

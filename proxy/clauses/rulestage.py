@@ -7,18 +7,46 @@ per request (`decide_request`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from sandbox_egress.proxy.clauses.base import Deciding, Fields, Head, Report, Ruling
+from sandbox_egress.proxy.clauses.git import PushItem, judge_git, parse_git, smart_http
+from sandbox_egress.proxy.clauses.rules import (
+    NO_RULES,
+    Verdict,
+    judge,
+    override_methods,
+    parse_rules,
+)
 from sandbox_egress.proxy.decision import Decision, Reason, bounded
-from sandbox_egress.proxy.gitpush import PushItem, judge_git, smart_http
 from sandbox_egress.proxy.paths import canonical_path, split_target
-from sandbox_egress.proxy.policy import Policy
-from sandbox_egress.proxy.rules import Verdict, judge, override_methods
 from sandbox_egress.proxy.targets import Location
 
-Fields = tuple[tuple[bytes, bytes], ...]
+
+def parse(
+    raw: Mapping[str, Any], where: str, report: Report, failed: frozenset[str]
+) -> tuple[bool, dict[str, Any]]:
+    """The clause's keys: `rules` and `deny` (`proxy.clauses.rules`), `git`
+    (`proxy.clauses.git`); one the schema refused is not parsed again."""
+    rules = None if failed & {"rules", "deny"} else parse_rules(dict(raw), where, report)
+    git_ok, git = (
+        (False, None) if "git" in failed else parse_git(raw.get("git"), f"{where}.git", report)
+    )
+    return rules is not None and git_ok, {"rules": rules or NO_RULES, "git": git}
+
+
+def head(ask: Head) -> Ruling:
+    """The head rule: the entry's (and its node's) rules and git; the part is the push
+    items a receive-pack's command list must then match (`addons.clauses.rules`)."""
+    decision, pushes = rules_within_ceiling(
+        ask.policy, ask.decision, ask.located, ask.method, ask.fields, ask.https
+    )
+    return Ruling(decision, pushes or None)
 
 
 def decide_rules(
-    policy: Policy, decision: Decision, method: str, target: str, overrides: tuple[str, ...] = ()
+    policy: Deciding, decision: Decision, method: str, target: str, overrides: tuple[str, ...] = ()
 ) -> tuple[Decision, PushItem | None]:
     """The rules stage (docs/configuration.md#rules, docs/configuration.md#git-over-https):
     a smart-HTTP git request against its entry's `git`, any other allowed request's
@@ -54,7 +82,12 @@ def decide_rules(
 
 
 def rules_within_ceiling(
-    policy: Policy, decision: Decision, located: Location, method: str, fields: Fields, https: bool
+    policy: Deciding,
+    decision: Decision,
+    located: Location,
+    method: str,
+    fields: Fields,
+    https: bool,
 ) -> tuple[Decision, tuple[PushItem, ...]]:
     """The rules stage of the deciding policy and, for a sandbox, of its node: the node's
     entry's `rules`, `deny` and `git` are a ceiling too (`proxy.tenancy.bounded`). The

@@ -17,7 +17,7 @@ from typing import Any
 
 from sandbox_egress.common.tokens import shown
 from sandbox_egress.proxy.config.references import secret_value
-from sandbox_egress.proxy.secret import Secret
+from sandbox_egress.proxy.values.secret import Secret
 
 Report = Callable[[str, str], None]  # (location, message)
 

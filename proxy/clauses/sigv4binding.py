@@ -1,6 +1,6 @@
 """An entry's `credential: {as: sigv4, ...}` binding, checked at load
 (docs/configuration.md#sigv4-re-signing-as-sigv4): which SigV4 signatures the proxy
-re-signs (`proxy.sigv4`). The loader (`proxy.config`) calls `sigv4_binding` in one line.
+re-signs (`proxy.clauses.sigv4`). The loader (`proxy.config`) calls `sigv4_binding` in one line.
 
 Invariant: a binding names an `aws` credential (keys to sign with), a placeholder access
 key id that looks like one, and non-empty lists of services and regions; `buckets`, when
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sandbox_egress.proxy.clauses.s3bucket import BUCKET_GLOB
 from sandbox_egress.proxy.credentials.aws import AwsKeysSource
 from sandbox_egress.proxy.credentials.section import As, Binding, Definitions
-from sandbox_egress.proxy.s3bucket import BUCKET_GLOB
 
 Report = Callable[[str, str], None]  # (location, message)
 

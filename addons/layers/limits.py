@@ -25,8 +25,8 @@ upgrade moves what they rely on):
   both sides with 1009. The `Limits` addon drops already forwarded messages, and
   removes `Sec-WebSocket-Extensions` (no compression, so no inflation bomb).
 
-`addons.backpressure` (installed from here too) holds upstreams back while an HTTP/2
-client's send queue is full; `addons.pushgate` (too) holds a git push's body until its
+`addons.layers.backpressure` (installed from here too) holds upstreams back while an HTTP/2
+client's send queue is full; `addons.layers.pushgate` (too) holds a git push's body until its
 command list is judged.
 
 HTTP/2 header lists are bounded by the h2 library itself (64 KiB decoded, 64
@@ -58,8 +58,9 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.proxy.layers.http._hooks import HttpRequestHeadersHook
 from wsproto.connection import ConnectionState
 
-from sandbox_egress.addons import backpressure, linger, mitm, pushgate
-from sandbox_egress.addons.workarounds import Commands, relay
+from sandbox_egress.addons import mitm
+from sandbox_egress.addons.layers import backpressure, linger, pushgate
+from sandbox_egress.addons.layers.workarounds import Commands, relay
 from sandbox_egress.common.invariant import InvariantError
 from sandbox_egress.proxy.decision import Reason, Stage
 from sandbox_egress.proxy.limits import (

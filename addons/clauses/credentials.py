@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
+from sandbox_egress.addons.clauses.base import Adapter, Turn
 from sandbox_egress.addons.shared import FlowState, Shared
 from sandbox_egress.proxy.credentials.base import CredentialUnavailable, Fetched
 from sandbox_egress.proxy.credentials.writing import write as written
@@ -40,3 +41,13 @@ async def write(
     state.injected = tuple(dict.fromkeys((*state.injected, *plan.injected)))
     state.redactions = plan.redactions.spelled(state.redactions.secrets)  # and the swap's
     return None
+
+
+class CredentialsAdapter(Adapter):
+    """The `credentials` clause: what the answer names is fetched and written once the
+    request is applied, before it is signed."""
+
+    clause = "credentials"
+
+    async def write(self, turn: Turn) -> Decision | None:
+        return await write(turn.shared, turn.flow, turn.state, turn.answer)

@@ -25,7 +25,7 @@ sent at once instead, and the body is read and dropped:
 Nothing read is kept, and nothing of the request goes upstream: no upstream
 connection is opened for it. The wrapper is a plain function that hands every other
 event to the wrapped handler unchanged (no extra generator on the hot path).
-`install` wraps whatever `HttpStream._handle_event` is then (after `addons.pushgate`);
+`install` wraps whatever `HttpStream._handle_event` is then (after `addons.layers.pushgate`);
 tests/addons/test_linger.py pins the mitmproxy internals used.
 """
 
@@ -52,7 +52,7 @@ from mitmproxy.proxy.layers.http._hooks import HttpResponseHeadersHook
 from mitmproxy.proxy.layers.http._http2 import Http2Server
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.workarounds import INNER, Commands, hang_up, wrapped_in
+from sandbox_egress.addons.layers.workarounds import INNER, Commands, hang_up, wrapped_in
 
 log = logging.getLogger("egress")
 

@@ -24,9 +24,10 @@ from typing import Any
 from mitmproxy import http
 
 from sandbox_egress.addons import mitm
+from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.layers.workarounds import hang_up
 from sandbox_egress.addons.shared import FlowState
-from sandbox_egress.addons.workarounds import hang_up
-from sandbox_egress.proxy.budget import Admission, Budget, BudgetKey
+from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.state import StateBackend
@@ -145,3 +146,17 @@ def websocket_message(flow: http.HTTPFlow) -> None:
     message = flow.websocket.messages[-1]
     if message.from_client and message.content and not meter(message.content):
         message.drop()  # type: ignore[no-untyped-call]  # mitmproxy leaves it unannotated
+
+
+class BudgetAdapter(Adapter):
+    """The `budget` clause: asked once before the request is applied; what it admitted of
+    the body starts the upload meter, and a refusal says when to retry."""
+
+    clause = "budget"
+
+    async def admit(self, turn: Turn) -> Decision | None:
+        shared, decision = turn.shared, turn.answer.decision
+        sandbox = shared.facts(turn.flow.client_conn).sandbox
+        decided, admission = await admit(shared.state, shared.metrics, decision, turn.body, sandbox)
+        turn.reserved, turn.retry_after_s = admission.reserved, admission.retry_after_s
+        return None if decided.allowed else decided

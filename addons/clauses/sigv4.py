@@ -21,12 +21,13 @@ import datetime
 
 from mitmproxy import http
 
+from sandbox_egress.addons.clauses.base import Adapter, Turn
 from sandbox_egress.addons.shared import FlowState, Shared
+from sandbox_egress.proxy.clauses.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
 from sandbox_egress.proxy.credentials.aws import SECRET_ACCESS_KEY, SESSION_TOKEN
 from sandbox_egress.proxy.credentials.base import CredentialError
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.sigv4 import STREAMED, AwsKeys, Held, Signing, payload_hash, sign
+from sandbox_egress.proxy.values.redact import Redactor
 
 SIGNED_BODY_LIMIT = 1024 * 1024  # = limits.STREAM_BODIES_OVER: held whole, never streamed
 
@@ -94,3 +95,36 @@ def _sign(request: http.Request, signing: Signing, keys: AwsKeys, digest: str | 
         now,
         digest,
     )
+
+
+class SigV4Adapter(Adapter):
+    """The `sigv4` clause: signed last once written (or its body held, then hashed and
+    signed in `judge`, before any other clause judges the held body, D424)."""
+
+    clause = "sigv4"
+
+    async def write(self, turn: Turn) -> Decision | None:
+        answer, state = turn.answer, turn.state
+        if answer.sigv4 is None or not answer.decision.allowed:
+            return None
+        signed = await start(
+            turn.shared, turn.flow, state, answer.decision, answer.sigv4, turn.body
+        )
+        state.sigv4 = signed if isinstance(signed, Held) else None
+        return signed if isinstance(signed, Decision) else None
+
+    def hold(self, turn: Turn) -> Decision | bool:
+        return turn.state.sigv4 is not None
+
+    def holds(self, turn: Turn) -> bool:
+        return turn.state.sigv4 is not None
+
+    def judge(self, turn: Turn, decided: Decision) -> Decision:
+        flow, state = turn.flow, turn.state
+        held, state.sigv4 = state.sigv4, None
+        if held is None:
+            raise ValueError("judge without a held SigV4 body")
+        decision = finish(flow, held, decided)
+        if decision.allowed:
+            state.bytes_sent = len(flow.request.raw_content or b"")  # held, not streamed
+        return decision

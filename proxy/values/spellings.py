@@ -1,6 +1,6 @@
 """The spellings of a secret the proxy knows (docs/configuration.md#spellings-of-a-secret,
-docs/decisions.md D360): one table, read by echo redaction (`proxy.redact`) and by the
-`secret_elsewhere` search (`proxy.placeholders`, the credential cache) and the audit's
+docs/decisions.md D360): one table, read by echo redaction (`proxy.values.redact`) and by the
+`secret_elsewhere` search (`proxy.values.placeholders`, the credential cache) and the audit's
 masking (`proxy.audit`).
 
 A spelling is a *form* of the secret's bytes written with an *escape*:
@@ -20,8 +20,8 @@ A spelling is a *form* of the secret's bytes written with an *escape*:
 literal bytes: matched by literal search, never by a per-byte expression, so a body's
 matcher is a handful of `bytes.find` calls (D360). What is not here (a mix of escapes
 inside one value, percent of any subset of bytes, double encoding) is matched in headers
-by decoding first (`proxy.redact`) and in a request-target by percent-decoding it
-(`proxy.swap`).
+by decoding first (`proxy.values.redact`) and in a request-target by percent-decoding it
+(`proxy.values.swap`).
 
 Invariants: pure (no mitmproxy import), deterministic, nothing here logs or raises with
 a secret in its message; a literal is never empty and never shorter than the

@@ -5,9 +5,9 @@
   anyway, to the address the CONNECT pinned; unpinning makes the upstream connection
   fail (no decision, no connection), and the TCP layer then closes the client.
 * `wrapped_in`: whether a wrapper is in a chain of wrappers of one layer method
-  (`addons.pushgate` and `addons.linger` wrap `HttpStream._handle_event` in turn).
+  (`addons.layers.pushgate` and `addons.layers.linger` wrap `HttpStream._handle_event` in turn).
 * `relay`: the loop that drives a wrapped layer method's command generator as mitmproxy
-  would, with a say on each command (`addons.limits`, `addons.upstream`).
+  would, with a say on each command (`addons.layers.limits`, `addons.upstream`).
 
 If mitmproxy changes shape under one of them, tests/addons and tests/e2e say so.
 """

@@ -20,7 +20,8 @@ from mitmproxy import http
 from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.limits import body_follows
+from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.layers.limits import body_follows
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
@@ -234,3 +235,30 @@ def websocket_message(flow: http.HTTPFlow, metrics: ProxyMetrics) -> None:
         mitm.kill(flow)
     elif received.content != message.content:
         message.content = received.content
+
+
+class McpAdapter(Adapter):
+    """The `mcp` clause: a POST's messages held and judged, a WebSocket's judged one by
+    one, a tools/list answer filtered as it streams."""
+
+    clause = "mcp"
+
+    def hold(self, turn: Turn) -> Decision | bool:
+        policies = turn.answer.mcp
+        if not policies:
+            return False
+        refused, holding = start(turn.flow, turn.state, policies)
+        turn.held = turn.held or holding
+        return holding if refused is None else refused
+
+    def holds(self, turn: Turn) -> bool:
+        held = turn.state.mcp
+        return held is not None and held.held and held.verdict is None
+
+    def judge(self, turn: Turn, decided: Decision) -> Decision:
+        return judge(turn.flow, turn.state, decided, turn.shared.metrics)
+
+    def answer(self, turn: Turn, stream: Stream) -> Stream:
+        if turn.state.mcp is None:
+            return stream
+        return answer_stream(turn.flow, turn.state, stream)

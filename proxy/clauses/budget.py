@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,16 @@ class Budgets:
 
 
 # -- loading -------------------------------------------------------------------------------
+
+
+def parse(
+    raw: Mapping[str, Any], where: str, report: Report, failed: frozenset[str]
+) -> tuple[bool, dict[str, Any]]:
+    """The clause's key `budget`; one the schema refused is not parsed again."""
+    if "budget" in failed:
+        return False, {"budget": None}
+    ok, budget = parse_budget(raw.get("budget"), f"{where}.budget", report)
+    return ok, {"budget": budget}
 
 
 def parse_budget(raw: Any, where: str, report: Report) -> tuple[bool, Budget | None]:

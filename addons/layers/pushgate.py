@@ -23,7 +23,7 @@ A command list not complete `COMMANDS_TIMEOUT_S` after the head (a client that s
 while the push is held, with no upstream to time it out) is refused and cut: the gate
 asks mitmproxy for a wakeup once the push is held.
 
-`install` wraps whatever `HttpStream._handle_event` is then (after `addons.limits`);
+`install` wraps whatever `HttpStream._handle_event` is then (after `addons.layers.limits`);
 `hold` refuses to gate a push when the wrapper is not installed.
 """
 
@@ -40,9 +40,9 @@ from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.proxy.layers.http._events import RequestData, RequestEndOfMessage, RequestHeaders
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.workarounds import INNER, Commands, hang_up, wrapped_in
-from sandbox_egress.proxy.gitpush import CommandReader
-from sandbox_egress.proxy.gitpush import Commands as PushCommands
+from sandbox_egress.addons.layers.workarounds import INNER, Commands, hang_up, wrapped_in
+from sandbox_egress.proxy.clauses.git import CommandReader
+from sandbox_egress.proxy.clauses.git import Commands as PushCommands
 from sandbox_egress.proxy.limits import HEAD_TIMEOUT_S
 
 log = logging.getLogger("egress")

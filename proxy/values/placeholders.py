@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import re2
 
-from sandbox_egress.proxy.redact import Redactor
-from sandbox_egress.proxy.secret import Secret
-from sandbox_egress.proxy.spellings import compiled
+from sandbox_egress.proxy.values.redact import Redactor
+from sandbox_egress.proxy.values.secret import Secret
+from sandbox_egress.proxy.values.spellings import compiled
 
 Report = Callable[[str, str], None]  # (location, message)
 # (value with references, location) -> the resolved Secret, or None (reported)
