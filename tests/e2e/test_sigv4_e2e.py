@@ -219,16 +219,13 @@ def test_a_push_whose_body_sigv4_holds_is_judged_by_git_push(
     (the push gate was never reached); its command list is now read from the held body:
     a ref outside `git.push` is refused, nothing reaching the upstream, and an allowed
     one is signed and sent whole."""
-    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
-    key_file.write_text(moto.key_id + "\n")
-    secret_file.write_text(moto.secret + "\n")
     git = '\n      git: {push: [{repo: acme/web, refs: ["refs/heads/agent/**"]}]}\n'
-    proxy = private_proxy("sigv4-git", _config(key_file, secret_file).rstrip("\n") + git).view
+    proxy = private_proxy("sigv4-git", moto.config(e2e_dir).rstrip("\n") + git).view
     before = moto.requests()
-    authority = f"{UPSTREAM_IP}:{MOTO_PORT}"
+    authority = AUTHORITY
     line = f"{'0' * 40} {'b' * 40} {ref}\0report-status\n".encode()
     body = f"{len(line) + 4:04x}".encode() + line + b"0000"
-    headers = [*_signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
+    headers = [*signed_by_the_sandbox(hashlib.sha256(body).hexdigest()),
                ("Content-Type", "application/x-git-receive-pack-request")]  # fmt: skip
     pushed = proxy.https(
         authority, "/acme/web.git/git-receive-pack", headers, method="POST", body=body
