@@ -131,9 +131,9 @@ def test_an_unknown_global_option_and_http_push_are_refused(clone: tuple[Path, P
     ("args", "judged"),
     [
         (["--stateless-rpc", "--thin", "https://h/r", "refs/heads/a:refs/heads/a"],
-         ["--stateless-rpc", "--thin", "https://h/r", "refs/heads/a:refs/heads/a"]),
+         ["--stateless-rpc", "--thin", "--", "https://h/r", "refs/heads/a:refs/heads/a"]),
         (["--stateless-rpc", "--push-option=x", "u", "a"],
-         ["--stateless-rpc", "--push-option=x", "u", "a"]),
+         ["--stateless-rpc", "--push-option=x", "--", "u", "a"]),
     ],
 )  # fmt: skip
 def test_send_pack_as_the_http_helper_runs_it_passes(args: list[str], judged: list[str]) -> None:
@@ -163,7 +163,7 @@ def test_send_pack_reads_its_refspecs_from_stdin_exactly() -> None:
     with stdin_of(packets):
         judged = gitguard.judge_send_pack(["--stateless-rpc", "--stdin", "https://h/r"])
         rest = os.read(0, 100)
-    assert judged == ["--stateless-rpc", "https://h/r", "refs/heads/a", "refs/tags/t"]
+    assert judged == ["--stateless-rpc", "--", "https://h/r", "refs/heads/a", "refs/tags/t"]
     assert rest == b"PACK"
 
 
@@ -183,7 +183,7 @@ def test_send_pack_refspecs_on_stdin_are_judged(packets: bytes, refusal: str) ->
 
 def test_send_pack_through_verdict(clone: tuple[Path, Path]) -> None:
     plan = gitguard.verdict(REAL, "git", ["send-pack", "--stateless-rpc", "u", "a"])
-    assert plan.argv == ["git", *SETTINGS, "send-pack", "--stateless-rpc", "u", "a"]
+    assert plan.argv == ["git", *SETTINGS, "send-pack", "--stateless-rpc", "--", "u", "a"]
 
 
 def test_a_refusal_is_one_line_on_stderr_and_exit_status_one(
