@@ -58,7 +58,7 @@ test: install
 # this run only: the end-to-end suites exercise the launcher in child processes).
 # Coverage uses Python 3.12's sys.monitoring (twice as fast as the tracer: 44 s, not 78 s).
 UNIT_MARKS      := not netns and not slow and not container and not privileged
-COVERAGE_FLOORS := proxy:92 addons:84 runtime:68 hookrunner:80 common:88
+COVERAGE_FLOORS := proxy:92 addons:84 runtime:68 hookrunner:84 common:95
 test-unit: install
 	COVERAGE_CORE=sysmon $(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)" \
 		--cov=proxy --cov=addons --cov=runtime --cov=hookrunner --cov=common --cov-report= $(PYTEST_ARGS)

@@ -125,6 +125,11 @@ class Responses:
         if state is None:
             return
         shared, request = self.shared, flow.request
+        if state.parts:  # a clause settles what it owes and adds its audit fields
+            turn = Turn.later(shared, flow, state)
+            for adapter in ADAPTERS:
+                with shared.failclosed(Stage.RESPONSE):
+                    adapter.finish(turn)
         shared.metrics.duration.labels(state.decision.verdict).observe(
             time.monotonic() - state.started
         )

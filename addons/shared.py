@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, cast
 
 from mitmproxy import connection, http
@@ -58,6 +58,8 @@ class FlowState:
     path: str | None = None  # the request-target as the client sent it, masked for the audit
     # Each clause adapter's state for this request, by clause name (`addons.clauses`).
     parts: dict[str, object] = field(default_factory=dict)
+    # Fields a clause adds to the audit line (scalars, never a secret): `llm_model`...
+    audit: dict[str, object] = field(default_factory=dict)
     credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
 
     @property
@@ -208,6 +210,8 @@ class Shared:
         written = record(
             where, decision, started, status, sent, received, injected, sandbox, mcp, named
         )
+        if state is not None and state.audit:
+            written = replace(written, extra=tuple(state.audit.items()))
         self.audit.write(masked_record(written, self.held_values()))
 
     def held_values(self) -> tuple[Searcher | None, ...]:

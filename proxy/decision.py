@@ -66,6 +66,12 @@ class Reason(StrEnum):
     APPROVAL_TIMEOUT = "approval_timeout"
     APPROVAL_LIMIT = "approval_limit"
 
+    # issue 46: model APIs judged and metered (proxy/llm/)
+    LLM_MODEL_DENIED = "llm_model_denied"
+    LLM_BAD_REQUEST = "llm_bad_request"
+    LLM_BUDGET_EXCEEDED = "llm_budget_exceeded"
+    LLM_MODEL_UNPRICED = "llm_model_unpriced"
+
 
 class Stage(StrEnum):
     """Where in a connection the proxy decides (`proxy.stages`), or failed to: a label value.
@@ -198,6 +204,19 @@ MESSAGES: dict[Reason, str] = {
         "The destination host is not in network.allowlist and this sandbox already has as "
         "many approvals waiting as it may; nothing was asked."
     ),
+    # issue 46
+    Reason.LLM_MODEL_DENIED: "The allowlist entry's llm.models does not admit this model.",
+    Reason.LLM_BAD_REQUEST: (
+        "A generation request to a model API must be one JSON object naming its model, "
+        "with whole-number output limits."
+    ),
+    Reason.LLM_BUDGET_EXCEEDED: (
+        "The sandbox has spent the allowlist entry's llm.budget (tokens or cost per "
+        "window); retry after Retry-After seconds."
+    ),
+    Reason.LLM_MODEL_UNPRICED: (
+        "The allowlist entry has a cost budget and llm.prices holds no price for this model."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -213,6 +232,8 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_REFUSED: 502,  # issues 43, 48
     Reason.UPSTREAM_RESET: 502,
     Reason.UPSTREAM_TIMEOUT: 504,
+    Reason.LLM_BAD_REQUEST: 400,  # issue 46
+    Reason.LLM_BUDGET_EXCEEDED: 429,
 }
 
 # The proxy failed rather than refused (D352): the body says `"error": "egress_failed"`.

@@ -22,9 +22,11 @@ from prometheus_client import (
 )
 
 from sandbox_egress.common.serve import add_build_info
+from sandbox_egress.proxy.approvals.metrics import ApprovalMetrics
 from sandbox_egress.proxy.decision import DECIDING, REPORTABLE, Reason, Stage
 from sandbox_egress.proxy.fairness import Bound
 from sandbox_egress.proxy.limits import Limit
+from sandbox_egress.proxy.llm.metrics import LlmMetrics
 
 # `_created` series double the output and answer no operator question.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client: unannotated
@@ -195,6 +197,8 @@ class ProxyMetrics:
         self._operator_metrics(r)
         self.sandboxes = SandboxMetrics(r)
         self.approvals = ApprovalMetrics(r)
+
+        self.llm = LlmMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
         # issue 33: MCP messages by method (an entry's configured methods, "response",
         # "other": a bounded set) and their POST's reason; never by tool.
@@ -340,36 +344,3 @@ class SandboxMetrics:
             self.loads.labels(result)
         for result in IDENTIFICATIONS:
             self.identifications.labels(result)
-
-
-# What happened to held destinations (docs/configuration.md#approvals): an approval opened
-# (`held`), answered (`allowed`, `denied`), lapsed (`timed_out`), refused at the bound
-# (`limited`); a request admitted by a grant (`granted`); an approver that gave no answer.
-APPROVAL_EVENTS = ("held", "allowed", "denied", "timed_out", "limited", "granted", "no_answer")
-
-
-class ApprovalMetrics:
-    """Approvals (1.18). No label names a host, a sandbox or an approval id."""
-
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.events = Counter(
-            "egress_approvals_total",
-            "Approval events: held, allowed, denied, timed_out, limited, granted "
-            "(a request admitted by a grant), no_answer (an approver that gave none).",
-            ["event"],
-            registry=r,
-        )
-        self.pending = Gauge(
-            "egress_approvals_pending",
-            "Approvals open now (waiting for an answer).",
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.held_seconds = Histogram(
-            "egress_approval_hold_seconds",
-            "How long held requests waited for their approval's answer.",
-            registry=r,
-            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
-        )
-        for event in APPROVAL_EVENTS:
-            self.events.labels(event)

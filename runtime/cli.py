@@ -24,8 +24,10 @@ from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.proxy.learn import formats, importers
 from sandbox_egress.proxy.learn import propose as proposing
+from sandbox_egress.proxy.llm.config import LlmClause
+from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.tenancy import sandboxes
-from sandbox_egress.runtime import approvalscli, optimized
+from sandbox_egress.runtime import approvalscli, optimized, usage
 from sandbox_egress.runtime.admin import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
@@ -101,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return _import(args.kind, args.file)
     if args.command == "propose":
         return _propose(args)
+    if args.command == "usage":
+        return _usage(args.config, args.sandbox)
     if args.command == "dns":
         return _run_dns(args)
     if args.command == "approvals":
@@ -236,6 +240,30 @@ def _check(path: str, *, secrets: bool) -> int:
     unresolved = "" if secrets else " (references not looked up: --no-secrets)"
     shown = f", {loaded} sandbox files" if loaded is not None else ""
     print(f"{path}: ok, {len(network.allowlist)} allowlist entries{shown}{unresolved}")
+    return 0
+
+
+def _usage(path: str, sandbox: str | None) -> int:
+    """`usage`: the spending of `llm:` budgets, read from the file's Redis store (D466)."""
+    try:
+        network = configuration.load(path)
+    except configuration.ConfigError as exc:
+        _print_problems(exc)
+        return 1
+    if network.state.backend != "redis":
+        return usage.refuse_memory()
+    clauses = [
+        (e.pattern, c)
+        for e in network.allowlist
+        if isinstance(c := e.clauses.get("llm"), LlmClause)
+    ]
+    try:
+        lines = asyncio.run(usage.read(network.state, clauses, sandbox))
+    except StateUnavailable as exc:
+        print(f"egress-proxy: the state store did not answer ({exc})", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
     return 0
 
 

@@ -203,6 +203,7 @@ def parser() -> argparse.ArgumentParser:
     add_log_format_option(dns)
 
     _propose_parser(sub)
+    _usage_parser(sub)
     check = sub.add_parser(
         "check",
         help="validate a configuration file",
@@ -291,6 +292,14 @@ def parser() -> argparse.ArgumentParser:
     )
     approvalscli.add_parser(sub, _endpoint)
     return parser
+
+
+def _usage_parser(sub: Any) -> None:
+    usage = sub.add_parser(
+        "usage", help="print each sandbox's model API spending and what is left (llm: budgets)"
+    )
+    usage.add_argument("--config", required=True, help="the configuration (its state: section)")
+    usage.add_argument("--sandbox", metavar="ID", help="only this sandbox (or client-ADDRESS)")
 
 
 def _propose_parser(sub: Any) -> None:

@@ -65,6 +65,11 @@ REASONS = frozenset(
         "approval_denied",
         "approval_timeout",
         "approval_limit",
+        # issue 46
+        "llm_model_denied",
+        "llm_bad_request",
+        "llm_budget_exceeded",
+        "llm_model_unpriced",
     }
 )
 AUDIT_KEYS = frozenset(

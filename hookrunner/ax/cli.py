@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_egress.hookrunner.ax import claudeinstall, firebound, quickbuild, quickfire
+from sandbox_egress.hookrunner.ax.bridge import bridge_word, grant_steps
 from sandbox_egress.hookrunner.ax.claudeout import claude_answer, claude_json
 from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
 from sandbox_egress.hookrunner.ax.model import (
@@ -46,7 +47,6 @@ from sandbox_egress.hookrunner.ax.model import (
 )
 from sandbox_egress.hookrunner.ax.session import AxSession
 from sandbox_egress.hookrunner.bridge.answer import with_bridge
-from sandbox_egress.hookrunner.bridge.fire import bridge_word, grant_steps
 from sandbox_egress.hookrunner.bridge.settings import from_env as settings_from
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
 from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused

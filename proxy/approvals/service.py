@@ -34,10 +34,10 @@ from sandbox_egress.proxy.approvals.book import (
     Source,
     State,
 )
+from sandbox_egress.proxy.approvals.metrics import ApprovalMetrics
 from sandbox_egress.proxy.approvals.scopes import ONCE
 from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig
 from sandbox_egress.proxy.decision import Reason
-from sandbox_egress.proxy.metrics import ApprovalMetrics
 from sandbox_egress.proxy.state import StateBackend
 
 KEPT_GRANTS = 1000  # grants listed by GET /approvals

@@ -121,6 +121,27 @@ class Budgets:
         bucket.tokens -= size
         return bucket.tokens >= 0
 
+    # Spending metered after the fact (the `llm:` clause's tokens and cost, issue 46): a
+    # request is admitted while a whole unit is left; what it spent is charged once known,
+    # and may take the bucket below zero (the next requests wait until it refills).
+    def below(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...], now: float) -> Admission:
+        """Admitted while every `(kind, rate)` bucket holds at least one unit; spends none."""
+        for kind, rate in rates:
+            bucket = self._bucket(key, kind, rate, now)
+            if bucket.tokens < 1:
+                return Admission(False, bucket.wait(rate, 1), kind)
+        return Admission(True)
+
+    def charge(self, key: BudgetKey, kind: str, rate: Rate, amount: int, now: float) -> None:
+        self._bucket(key, kind, rate, now).tokens -= amount
+
+    def level(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
+        """Units left now, below zero when overspent, without creating state."""
+        found = self._buckets.get((key, kind))
+        if found is None:
+            return float(rate.amount)
+        return min(rate.amount, found.tokens + (now - found.at) * rate.per_second)
+
     def remaining(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
         """Tokens left now (the metric's value), without creating state."""
         found = self._buckets.get((key, kind))

@@ -36,10 +36,9 @@ import pytest
 
 from sandbox_egress.hookrunner.enforce import gitguard
 from tests.hookrunner.enforce.test_gitguard_http import Served, served
-from tests.hookrunner.enforce.test_gitguard_round_four import repos
-from tests.hookrunner.test_git_guard import refs, tool
+from tests.hookrunner.gitrepos import refs, tool
 
-__all__ = ["repos", "served"]
+__all__ = ["served"]  # a fixture; `repos` is tests/hookrunner/conftest.py's
 
 GUARD = os.path.abspath(str(gitguard.__file__))
 REAL = shutil.which("git") or "/usr/bin/git"

@@ -1,4 +1,5 @@
-"""The bridge where the runner is Claude Code's hook (``fire``, issue 47, D500).
+"""The approvals bridge (`hookrunner.bridge`) where the runner is Claude Code's hook
+(``fire``, issue 47, D500): the dialect's side.
 
 ``bridge_word``: the bridge's word on a PreToolUse call (``judge``), with why a yes could
 not run the grant step here: no boundary (the token could not be masked), or a permission
