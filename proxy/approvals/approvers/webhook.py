@@ -4,7 +4,8 @@ back through the admin API (docs/configuration.md#approvals).
 The body is signed with the approver's secret: `X-Egress-Signature: sha256=<hex
 HMAC-SHA256 of the exact body>`. A 2xx answer means "asked" (`pending`): the held
 request keeps waiting for `POST /approvals/{id}`. Anything else (an error status, a
-refused or slow connection: `TIMEOUT_S`) is no answer: the next approver is asked. The
+refused connection, or no status line within `TIMEOUT_S`, one deadline for
+the whole exchange: D545) is no answer: the next approver is asked. The
 URL is https, or http to a loopback address (a receiver beside the proxy). Redirects are
 not followed. The secret is never logged.
 """
@@ -17,8 +18,8 @@ import hmac
 import ipaddress
 import json
 import logging
-import urllib.error
-import urllib.request
+import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from sandbox_egress.proxy.approvals.approvers.base import Answer, Approver, Repo
 
 TIMEOUT_S = 10.0
 HEADER = "X-Egress-Signature"
+_STATUS = re.compile(rb"HTTP/1\.[01] ([0-9]{3})[ \r\n]")
 
 log = logging.getLogger("sandbox_egress.approvals")
 
@@ -35,14 +37,6 @@ log = logging.getLogger("sandbox_egress.approvals")
 def signature(secret: bytes, body: bytes) -> str:
     """The header's value for `body`: `sha256=<hex>`."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,26 +47,39 @@ class WebhookApprover:
 
     async def ask(self, approval: Mapping[str, Any]) -> Answer | None:
         body = json.dumps(dict(approval), separators=(",", ":")).encode()
-        status = await asyncio.to_thread(self._post, body)
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                status = await self._post(body)
+        except (OSError, TimeoutError, ValueError):
+            status = None
         if status is None or not 200 <= status < 300:
             log.warning("approver webhook %s gave no answer (status %s)", self.url, status)
             return None
         return Answer("pending")
 
-    def _post(self, body: bytes) -> int | None:
-        request = urllib.request.Request(
-            self.url,
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json", HEADER: signature(self.secret, body)},
+    async def _post(self, body: bytes) -> int | None:
+        """The answer's status: one POST on a connection of its own (no proxy, no
+        redirect followed), read up to its status line, within the caller's deadline."""
+        parts = urlsplit(self.url)
+        host, https = parts.hostname or "", parts.scheme == "https"
+        context = ssl.create_default_context() if https else None
+        reader, writer = await asyncio.open_connection(
+            host, parts.port or (443 if https else 80), ssl=context
         )
         try:
-            with _OPENER.open(request, timeout=TIMEOUT_S) as response:
-                return int(response.status)
-        except urllib.error.HTTPError as exc:
-            return int(exc.code)
-        except (OSError, ValueError):
-            return None
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            authority = parts.netloc.rpartition("@")[2]
+            head = (
+                f"POST {target} HTTP/1.1\r\nHost: {authority}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"{HEADER}: {signature(self.secret, body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode("ascii") + body)
+            await writer.drain()
+            match = _STATUS.match(await reader.readline())
+            return int(match[1]) if match else None
+        finally:
+            writer.close()
 
 
 def _acceptable(url: Any) -> bool:

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import socket
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from sandbox_egress.common.process import group_members
+from sandbox_egress.proxy.approvals.approvers import webhook
 from sandbox_egress.proxy.approvals.approvers.base import Answer
 from sandbox_egress.proxy.approvals.approvers.command import CommandApprover
 from sandbox_egress.proxy.approvals.approvers.webhook import HEADER, WebhookApprover, signature
@@ -130,3 +132,45 @@ def test_the_signature_of_a_known_vector() -> None:
     assert signature(b"Jefe", b"what do ya want for nothing?") == (
         "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
     )
+
+
+def test_a_dripping_receiver_is_no_answer_at_the_deadline_and_holds_no_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D545: a receiver that sends its answer a byte every 0.3 s never trips a per-read
+    timeout. The POST has one deadline for the whole exchange, and no thread of the
+    proxy's shared pool is spent on it (credential fetches and tenant scans share it)."""
+    monkeypatch.setattr(webhook, "TIMEOUT_S", 1.0)
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\n":  # a byte every 0.3 s: no read ever idles
+                if stop.wait(0.3):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/egress"
+
+    async def asked() -> tuple[Answer | None, float, int]:
+        threads = threading.active_count()
+        started = time.monotonic()
+        answer = await WebhookApprover(url, b"s").ask(APPROVAL)
+        return answer, time.monotonic() - started, threading.active_count() - threads
+
+    try:
+        answer, took, new_threads = asyncio.run(asked())
+    finally:
+        stop.set()
+        listener.close()
+    assert answer is None
+    assert 0.9 <= took < 3.0  # the deadline, not a read timeout the drip keeps resetting
+    assert new_threads <= 0
