@@ -142,6 +142,11 @@ class Budgets:
             return float(rate.amount)
         return min(rate.amount, found.tokens + (now - found.at) * rate.per_second)
 
+    def spenders(self, entry: str, kind: str) -> list[str]:
+        """The sandboxes with a bucket of `kind` on `entry` (`usage`, issue 46), sorted."""
+        found = {k.sandbox for k, held in self._buckets if held == kind and k.entry == entry}
+        return sorted(name for name in found if name is not None)
+
     def remaining(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
         """Tokens left now (the metric's value), without creating state."""
         found = self._buckets.get((key, kind))
