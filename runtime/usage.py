@@ -76,7 +76,11 @@ def ask(host: str, port: int, token: str, sandbox: str | None) -> tuple[int, lis
     if status != 200:
         return 1, [f"egress-proxy: usage: {status} {document.get('error', '')}".rstrip()]
     try:
-        found = ledger.rows(document)
+        return 0, lines(document)
     except ValueError as exc:
         return 1, [f"egress-proxy: usage: the proxy's answer: {exc}"]
-    return 0, [line(name, entry, budgets) for name, entry, budgets in found]
+
+
+def lines(document: object) -> list[str]:
+    """The lines of the admin API's answer (ValueError: not a usage document)."""
+    return [line(name, entry, budgets) for name, entry, budgets in ledger.rows(document)]

@@ -56,8 +56,21 @@ async def answer(shared: Shared, target: str) -> Answer:
     state = shared.state
     if not isinstance(state, MemoryState):
         return IN_STORE
-    found = clauses(shared.policy.config)
-    return 200, ledger.report(state.budgets, found, only, state.clock())
+    return 200, ledger.report(state.budgets, scopes(shared), only, state.clock())
+
+
+def scopes(shared: Shared) -> list[ledger.Scope]:
+    """A node proxy's sandboxes by their own files' clauses (their spending is keyed by
+    their own entries), anyone else (`client-ADDRESS`) by the file's."""
+    tenancy = shared.tenancy
+    found: list[ledger.Scope] = []
+    own: set[str] = set()
+    if tenancy is not None:
+        for name, policy in sorted(tenancy.policies.items()):
+            own.add(name)
+            found.append((name.__eq__, clauses(policy.config)))
+    found.append((lambda name: name not in own, clauses(shared.policy.config)))
+    return found
 
 
 class NodeUsage:
@@ -82,9 +95,13 @@ class NodeUsage:
             only = sandbox(path)
         except ValueError:
             return BAD_QUERY[0], json.dumps(BAD_QUERY[1]).encode() + b"\n"
-        found = clauses(self._current())
+        found = [(_anyone, clauses(self._current()))]
         document = self._node.read(lambda m: ledger.report(m.budgets, found, only, m.clock()))
         return 200, json.dumps(document).encode() + b"\n"
+
+
+def _anyone(_name: str) -> bool:
+    return True
 
 
 def authorized(expected: bytes, authorization: str | None) -> bool:

@@ -16,7 +16,7 @@ one query parameter, `sandbox`. Pure: no I/O, the clock is given.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,32 +28,37 @@ PATH = "/usage"
 MAX_SANDBOX = 256
 
 Row = tuple[str, str, list[tuple[str, Rate, float]]]
+Scope = tuple[Callable[[str], bool], Sequence[tuple[str, LlmClause]]]  # whose, judged by what
 
 
 def report(
-    budgets: Budgets, clauses: Iterable[tuple[str, LlmClause]], sandbox: str | None, now: float
+    budgets: Budgets, scopes: Iterable[Scope], sandbox: str | None, now: float
 ) -> dict[str, Any]:
-    """Every (spender, entry) with spending on an `llm:` budget, or only `sandbox`'s."""
+    """Every (spender, entry) with spending on an `llm:` budget, or only `sandbox`'s.
+
+    A scope is whose spending it is (a test of the spender) and the clauses it is judged
+    by: a node proxy's sandboxes each by their own file's, everyone else by the file's."""
     found: list[dict[str, Any]] = []
-    for entry, clause in clauses:
-        budgeted = rates(clause)
-        names: set[str] = set()
-        for kind, _ in budgeted:
-            names.update(budgets.spenders(entry, kind))
-        for name in sorted(names):
-            if sandbox is not None and name != sandbox:
-                continue
-            key = BudgetKey(name, entry)
-            levels = [
-                {
-                    "kind": kind,
-                    "amount": rate.amount,
-                    "window_s": rate.window_s,
-                    "level": budgets.level(key, kind, rate, now),
-                }
-                for kind, rate in budgeted
-            ]
-            found.append({"sandbox": name, "entry": entry, "budgets": levels})
+    for whose, clauses in scopes:
+        for entry, clause in clauses:
+            budgeted = rates(clause)
+            names: set[str] = set()
+            for kind, _ in budgeted:
+                names.update(n for n in budgets.spenders(entry, kind) if whose(n))
+            for name in sorted(names):
+                if sandbox is not None and name != sandbox:
+                    continue
+                key = BudgetKey(name, entry)
+                levels = [
+                    {
+                        "kind": kind,
+                        "amount": rate.amount,
+                        "window_s": rate.window_s,
+                        "level": budgets.level(key, kind, rate, now),
+                    }
+                    for kind, rate in budgeted
+                ]
+                found.append({"sandbox": name, "entry": entry, "budgets": levels})
     return {"usage": found}
 
 
