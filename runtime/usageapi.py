@@ -60,16 +60,15 @@ async def answer(shared: Shared, target: str) -> Answer:
 
 
 def scopes(shared: Shared) -> list[ledger.Scope]:
-    """A node proxy's sandboxes by their own files' clauses (their spending is keyed by
-    their own entries), anyone else (`client-ADDRESS`) by the file's."""
+    """A node proxy's sandboxes by their own files' clauses, then everyone (a sandbox,
+    `client-ADDRESS`) by the node file's: a sandbox's call is judged and charged by both
+    entries, each under its own pattern (docs/configuration.md#model-apis)."""
     tenancy = shared.tenancy
     found: list[ledger.Scope] = []
-    own: set[str] = set()
     if tenancy is not None:
         for name, policy in sorted(tenancy.policies.items()):
-            own.add(name)
             found.append((name.__eq__, clauses(policy.config)))
-    found.append((lambda name: name not in own, clauses(shared.policy.config)))
+    found.append((_anyone, clauses(shared.policy.config)))
     return found
 
 

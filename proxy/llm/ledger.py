@@ -37,8 +37,10 @@ def report(
     """Every (spender, entry) with spending on an `llm:` budget, or only `sandbox`'s.
 
     A scope is whose spending it is (a test of the spender) and the clauses it is judged
-    by: a node proxy's sandboxes each by their own file's, everyone else by the file's."""
+    by: a node proxy's sandboxes each by their own file's, then everyone by the node's
+    (a sandbox's call is charged under both entries' patterns)."""
     found: list[dict[str, Any]] = []
+    said: set[tuple[str, str]] = set()  # a pattern in two scopes is one bucket: said once
     for whose, clauses in scopes:
         for entry, clause in clauses:
             budgeted = rates(clause)
@@ -46,8 +48,9 @@ def report(
             for kind, _ in budgeted:
                 names.update(n for n in budgets.spenders(entry, kind) if whose(n))
             for name in sorted(names):
-                if sandbox is not None and name != sandbox:
+                if (sandbox is not None and name != sandbox) or (name, entry) in said:
                     continue
+                said.add((name, entry))
                 key = BudgetKey(name, entry)
                 levels = [
                     {

@@ -64,13 +64,18 @@ def test_one_sandbox_and_scopes_of_their_own() -> None:
     only = ledger.report(spent(), [(lambda _: True, CLAUSES)], "sb-b", 0.0)
     assert [(r["sandbox"], r["entry"]) for r in only["usage"]] == [("sb-b", "api.openai.com")]
     assert ledger.report(spent(), [(lambda _: True, CLAUSES)], "nobody", 0.0) == {"usage": []}
-    # sb-a judged by its own file (anthropic only), everyone else by the node's (openai)
-    scopes = [("sb-a".__eq__, CLAUSES[1:2]), (lambda n: n != "sb-a", CLAUSES[:1])]
+    # sb-a judged by its own file (anthropic, openai), everyone by the node's (openai):
+    # the pattern in both is one bucket, said once
+    scopes = [("sb-a".__eq__, CLAUSES[1::-1]), (lambda _: True, CLAUSES[:1])]
     found = ledger.report(spent(), scopes, None, 0.0)
     assert [(r["sandbox"], r["entry"]) for r in found["usage"]] == [
         ("sb-a", "api.anthropic.com"),
+        ("sb-a", "api.openai.com"),
         ("sb-b", "api.openai.com"),
     ]
+    only_node = [("sb-b".__eq__, []), (lambda n: n != "sb-a", CLAUSES[:1])]
+    found = ledger.report(spent(), only_node, None, 0.0)
+    assert [r["sandbox"] for r in found["usage"]] == ["sb-b"]
 
 
 @pytest.mark.parametrize(
