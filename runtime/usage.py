@@ -13,6 +13,7 @@ the lines are the same (`line`), laid out from the proxy's own levels and rates.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from urllib.parse import urlencode
 
@@ -76,9 +77,13 @@ def ask(host: str, port: int, token: str, sandbox: str | None) -> tuple[int, lis
     if status != 200:
         return 1, [f"egress-proxy: usage: {status} {document.get('error', '')}".rstrip()]
     try:
-        return 0, lines(document)
+        found = lines(document)
     except ValueError as exc:
         return 1, [f"egress-proxy: usage: the proxy's answer: {exc}"]
+    if document.get("truncated") is True:
+        print(f"egress-proxy: usage: the first {len(found)} only (--sandbox ID for one)",
+              file=sys.stderr)  # fmt: skip
+    return 0, found
 
 
 def lines(document: object) -> list[str]:

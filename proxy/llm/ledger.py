@@ -9,7 +9,8 @@ answers and `egress-proxy usage` prints (issue 46, docs/decisions.md D570).
                              "level": 890.0}]}]}
 
 `level` is what is left (below zero when overspent), as the Redis path reads it
-(`StateBackend.levels`); `amount`/`window_s` are the budget's rate. `rows` reads such a
+(`StateBackend.levels`); `amount`/`window_s` are the budget's rate. At most `MAX_ROWS`
+rows are said (then `"truncated": true`: ask for one sandbox). `rows` reads such a
 document back, refusing anything not of that shape (ValueError). `sandbox_of` reads the
 one query parameter, `sandbox`. Pure: no I/O, the clock is given.
 """
@@ -22,10 +23,11 @@ from urllib.parse import parse_qs
 
 from sandbox_egress.proxy.clauses.budget import BudgetKey, Budgets, Rate
 from sandbox_egress.proxy.llm.config import LlmClause
-from sandbox_egress.proxy.llm.spending import rates
+from sandbox_egress.proxy.llm.spending import COST, TOKENS, rates
 
 PATH = "/usage"
 MAX_SANDBOX = 256
+MAX_ROWS = 10_000  # ~2 MiB of JSON, well under what the CLI reads (4 MiB), D573
 
 Row = tuple[str, str, list[tuple[str, Rate, float]]]
 Scope = tuple[Callable[[str], bool], Sequence[tuple[str, LlmClause]]]  # whose, judged by what
@@ -41,15 +43,18 @@ def report(
     (a sandbox's call is charged under both entries' patterns)."""
     found: list[dict[str, Any]] = []
     said: set[tuple[str, str]] = set()  # a pattern in two scopes is one bucket: said once
+    spenders = budgets.spenders((TOKENS, COST))
     for whose, clauses in scopes:
         for entry, clause in clauses:
             budgeted = rates(clause)
-            names: set[str] = set()
-            for kind, _ in budgeted:
-                names.update(n for n in budgets.spenders(entry, kind) if whose(n))
+            if not budgeted:
+                continue
+            names = [n for n in spenders.get(entry, ()) if whose(n)]
             for name in sorted(names):
                 if (sandbox is not None and name != sandbox) or (name, entry) in said:
                     continue
+                if len(found) == MAX_ROWS:
+                    return {"usage": found, "truncated": True}
                 said.add((name, entry))
                 key = BudgetKey(name, entry)
                 levels = [

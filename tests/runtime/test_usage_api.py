@@ -158,3 +158,20 @@ def test_the_parent_of_workers_answers_from_the_nodes_memory(tmp_path: Path) -> 
         assert bare(server, "GET", "/approvals", auth)[0] == 404  # a worker's parent holds none
     finally:
         server.stop()
+
+
+def test_a_cut_answer_says_so(
+    running: Running, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sandbox_egress.proxy.llm import ledger
+
+    monkeypatch.setattr(ledger, "MAX_ROWS", 1)
+    charge(running.gate.shared.state, "sb-a", 250)
+    charge(running.gate.shared.state, "sb-b", 40)
+    host, port = running.server.address
+    assert usage.ask(host, port, TOKEN, None) == (
+        0, ["sb-a\tapi.openai.com\ttokens 250 of 1000/day (750 left)"],
+    )  # fmt: skip
+    assert capsys.readouterr().err == (
+        "egress-proxy: usage: the first 1 only (--sandbox ID for one)\n"
+    )

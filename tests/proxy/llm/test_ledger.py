@@ -100,3 +100,14 @@ def test_any_other_query_is_refused(query: str) -> None:
 def test_any_sandbox_spelled_by_the_cli_reads_back(name: str) -> None:
     """The CLI's `urlencode` of any id is read back as that very id."""
     assert ledger.sandbox_of(urlencode({"sandbox": name})) == name
+
+
+def test_at_most_max_rows_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger, "MAX_ROWS", 2)
+    found = ledger.report(spent(), [(lambda _: True, CLAUSES)], None, 0.0)
+    assert [(r["sandbox"], r["entry"]) for r in found["usage"]] == [
+        ("sb-a", "api.openai.com"),
+        ("sb-b", "api.openai.com"),
+    ]
+    assert found["truncated"] is True
+    assert "truncated" not in ledger.report(spent(), [(lambda _: True, CLAUSES)], "sb-a", 0.0)
