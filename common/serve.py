@@ -118,7 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(404, b"not found\n", "text/plain")
 
     def _admin(self, method: str, path: str) -> bool:
-        """The owner's admin API (`admin`: the proxy's /approvals), when it serves `path`."""
+        """The owner's admin API (`admin`: the proxy's /approvals, /usage), when it serves
+        `path`."""
         admin = self.server.admin
         if admin is None or not admin.serves(path):
             return False
@@ -128,7 +129,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, b'{"error": "bad_request"}\n', "application/json")
             return True
         body = self.rfile.read(length) if length else b""
-        status, answer = admin.answer(method, path, self.headers.get("Authorization"), body)
+        authorization = self.headers.get("Authorization")
+        status, answer = admin.answer(method, self.path, authorization, body)  # with its query
         self._reply(status, answer, "application/json")
         return True
 
@@ -144,7 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Admin(Protocol):
-    """An API served beside the metrics (the proxy's `runtime.admin`), from this thread."""
+    """An API served beside the metrics (the proxy's `runtime.admin`), from this thread:
+    `serves` sees the bare path, `answer` the request target (its query too)."""
 
     def serves(self, path: str) -> bool: ...
 

@@ -2,7 +2,9 @@
 (docs/configuration.md#the-admin-api-on-the-metrics-address, issue 47).
 
 `read_token` reads `--admin-token-file` once at start (at least `MIN_TOKEN` characters,
-whitespace stripped). `AdminApi` answers `/approvals` from the metrics server's thread:
+whitespace stripped). `AdminApi` answers `/approvals` and `GET /usage` (the model API
+spending, `runtime.usageapi`, whether approvals are on or not) from the metrics server's
+thread:
 the bearer token is checked there (constant time; nothing without it: 401), then the
 request runs on the proxy's event loop (`proxy.approvals.admin.handle`), bounded by
 `ANSWER_S`. Without a token file the paths are not served at all (404).
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING
 from sandbox_egress.proxy.approvals import admin
 from sandbox_egress.proxy.approvals.service import Approvals
 from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig
+from sandbox_egress.proxy.llm import ledger
+from sandbox_egress.runtime import usageapi
 from sandbox_egress.runtime.startup import LaunchError, Settings
 
 if TYPE_CHECKING:
@@ -56,6 +60,8 @@ class AdminApi:
         self._loop = loop
 
     def serves(self, path: str) -> bool:
+        if path == ledger.PATH:
+            return True  # with approvals off too: only the token is needed (D571)
         return path == admin.PREFIX or path.startswith(admin.PREFIX + "/")
 
     def answer(
@@ -64,14 +70,19 @@ class AdminApi:
         given = (authorization or "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, self._expected):
             return 401, b'{"error": "unauthorized"}\n'
-        gate = self._gate
-        work = admin.handle(gate.service, gate.holdable, method, path, body)
+        gate, bare = self._gate, path.partition("?")[0]
+        if bare == ledger.PATH:
+            if method != "GET":
+                return 405, b'{"error": "method_not_allowed"}\n'
+            work = usageapi.answer(gate.shared, path)
+        else:
+            work = admin.handle(gate.service, gate.holdable, method, bare, body)
         future = asyncio.run_coroutine_threadsafe(work, self._loop)
         try:
             status, document = future.result(ANSWER_S)
         except Exception:  # the loop's failure is the proxy's, never the caller's detail
             future.cancel()
-            log.exception("approvals API: %s %s failed", method, path)
+            log.exception("admin API: %s %s failed", method, bare)
             return 500, b'{"error": "internal"}\n'
         return status, json.dumps(document).encode() + b"\n"
 

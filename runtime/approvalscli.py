@@ -26,19 +26,7 @@ _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 def add_parser(sub: Any, endpoint: Any) -> None:
     approvals = sub.add_parser("approvals", help="list and answer held destinations (1.18)")
-    approvals.add_argument(
-        "--metrics",
-        default="127.0.0.1:9464",
-        type=endpoint,
-        metavar="HOST:PORT",
-        help="the metrics address of `run`",
-    )
-    approvals.add_argument(
-        "--admin-token-file",
-        type=Path,
-        metavar="FILE",
-        help=f"the file `run --admin-token-file` read (default: ${TOKEN_ENV})",
-    )
+    add_admin_arguments(approvals, endpoint)
     approvals.add_argument("action", choices=("list", "allow", "deny"), help="what to do")
     approvals.add_argument("id", nargs="?", help="the approval (allow, deny): ap-...")
     approvals.add_argument(
@@ -46,17 +34,39 @@ def add_parser(sub: Any, endpoint: Any) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    path = args.admin_token_file or (
-        Path(os.environ[TOKEN_ENV]) if TOKEN_ENV in os.environ else None
+def add_admin_arguments(parser: Any, endpoint: Any) -> None:
+    """`--metrics HOST:PORT` and `--admin-token-file FILE` (approvals, usage)."""
+    parser.add_argument(
+        "--metrics",
+        default="127.0.0.1:9464",
+        type=endpoint,
+        metavar="HOST:PORT",
+        help="the metrics address of `run`",
     )
+    parser.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help=f"the file `run --admin-token-file` read (default: ${TOKEN_ENV})",
+    )
+
+
+def read_token(given: Path | None, command: str) -> str | None:
+    """The token of `--admin-token-file` (or $EGRESS_ADMIN_TOKEN_FILE); None, said why."""
+    path = given or (Path(os.environ[TOKEN_ENV]) if TOKEN_ENV in os.environ else None)
     if path is None:
-        print("egress-proxy: approvals needs --admin-token-file FILE", file=sys.stderr)
-        return 2
+        print(f"egress-proxy: {command} needs --admin-token-file FILE", file=sys.stderr)
+        return None
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         print(f"egress-proxy: cannot read {path}", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    token = read_token(args.admin_token_file, "approvals")
+    if token is None:
         return 2
     host, port = args.metrics
     if args.action != "list" and not args.id:

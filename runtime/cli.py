@@ -24,10 +24,9 @@ from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.proxy.learn import formats, importers
 from sandbox_egress.proxy.learn import propose as proposing
-from sandbox_egress.proxy.llm.config import LlmClause
 from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.tenancy import sandboxes
-from sandbox_egress.runtime import approvalscli, optimized, usage
+from sandbox_egress.runtime import approvalscli, optimized, usage, usageapi
 from sandbox_egress.runtime.admin import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "propose":
         return _propose(args)
     if args.command == "usage":
-        return _usage(args.config, args.sandbox)
+        return _usage(args)
     if args.command == "dns":
         return _run_dns(args)
     if args.command == "approvals":
@@ -141,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
         return 2
+    try:
+        token = read_token(args.admin_token_file) if args.admin_token_file else None
+    except LaunchError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
     if args.workers > 1 and args.worker is None:
         run_argv = list(sys.argv[1:] if argv is None else argv)
         try:
@@ -149,18 +153,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"egress-proxy: {exc}", file=sys.stderr)
             return 2
         try:
-            return run_workers(run_argv, args.workers, args.config, args.metrics)
+            return run_workers(run_argv, args.workers, args.config, args.metrics, token)
         except configuration.ConfigError as exc:
             _print_problems(exc)
             return 2
         except OSError as exc:
             print(f"egress-proxy: cannot listen for metrics: {exc.strerror}", file=sys.stderr)
             return 2
-    try:
-        token = read_token(args.admin_token_file) if args.admin_token_file else None
-    except LaunchError as exc:
-        print(f"egress-proxy: {exc}", file=sys.stderr)
-        return 2
     settings = Settings(
         config_path=args.config,
         mode=args.mode,
@@ -243,22 +242,25 @@ def _check(path: str, *, secrets: bool) -> int:
     return 0
 
 
-def _usage(path: str, sandbox: str | None) -> int:
-    """`usage`: the spending of `llm:` budgets, read from the file's Redis store (D466)."""
+def _usage(args: argparse.Namespace) -> int:
+    """`usage`: the spending of `llm:` budgets, read from the file's Redis store, or from
+    the running proxy's admin API with the memory backend (D570)."""
     try:
-        network = configuration.load(path)
+        network = configuration.load(args.config)
     except configuration.ConfigError as exc:
         _print_problems(exc)
         return 1
     if network.state.backend != "redis":
-        return usage.refuse_memory()
-    clauses = [
-        (e.pattern, c)
-        for e in network.allowlist
-        if isinstance(c := e.clauses.get("llm"), LlmClause)
-    ]
+        token = approvalscli.read_token(args.admin_token_file, "usage (state.backend: memory)")
+        if token is None:
+            return 2
+        host, port = args.metrics
+        status, lines = usage.ask(host, port, token, args.sandbox)
+        for line in lines:
+            print(line, file=sys.stdout if status == 0 else sys.stderr)
+        return status
     try:
-        lines = asyncio.run(usage.read(network.state, clauses, sandbox))
+        lines = asyncio.run(usage.read(network.state, usageapi.clauses(network), args.sandbox))
     except StateUnavailable as exc:
         print(f"egress-proxy: the state store did not answer ({exc})", file=sys.stderr)
         return 1

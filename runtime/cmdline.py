@@ -300,6 +300,7 @@ def _usage_parser(sub: Any) -> None:
     )
     usage.add_argument("--config", required=True, help="the configuration (its state: section)")
     usage.add_argument("--sandbox", metavar="ID", help="only this sandbox (or client-ADDRESS)")
+    approvalscli.add_admin_arguments(usage, _endpoint)  # the memory backend: ask the proxy
 
 
 def _propose_parser(sub: Any) -> None:

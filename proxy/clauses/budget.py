@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +141,15 @@ class Budgets:
         if found is None:
             return float(rate.amount)
         return min(rate.amount, found.tokens + (now - found.at) * rate.per_second)
+
+    def spenders(self, kinds: Collection[str]) -> dict[str, set[str]]:
+        """Entry pattern -> the sandboxes with a bucket of one of `kinds` on it (`usage`,
+        issue 46), in one pass over every key."""
+        found: dict[str, set[str]] = {}
+        for key, kind in self._buckets:
+            if kind in kinds and key.sandbox is not None:
+                found.setdefault(key.entry, set()).add(key.sandbox)
+        return found
 
     def remaining(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
         """Tokens left now (the metric's value), without creating state."""

@@ -16,8 +16,9 @@ import json
 import secrets
 import socketserver
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateUnavailable, bounded
@@ -26,6 +27,7 @@ from sandbox_egress.proxy.state.memory import MemoryState
 SOCKET_ENV = "EGRESS_STATE_SOCKET"
 TIMEOUT_S = 2.0  # a local socket: only a stuck parent is this slow
 MAX_LINE = 16384  # a shared value (MAX_VALUE) escaped in JSON fits
+T = TypeVar("T")
 
 
 def _rate(raw: Any) -> Rate | None:
@@ -68,6 +70,11 @@ class NodeService:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def read(self, reader: Callable[[MemoryState], T]) -> T:
+        """`reader` over the node's memory, between two answers (the admin API's /usage)."""
+        with self._lock:
+            return reader(self.memory)
 
     def answer(self, line: bytes) -> bytes:
         try:

@@ -1,5 +1,6 @@
 """`egress-proxy usage` (runtime/usage.py): each sandbox's `llm:` spending and what is
-left, read from a real redis-server; the memory backend is refused with exit 2."""
+left, read from a real redis-server; with the memory backend, the running proxy's admin
+API's answer (`GET /usage`, D570) laid out as the same lines."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
 from sandbox_egress.proxy.state.redis import RedisState
 from sandbox_egress.proxy.state.settings import StateConfig
+from sandbox_egress.runtime import approvalscli, usage
 from sandbox_egress.runtime.cli import main
 from testbed.redisserver import RedisServer, start_redis
 
@@ -76,8 +78,70 @@ def test_usage_reads_each_sandboxs_spending(
     ]
 
 
-def test_the_memory_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_memory_backend_needs_the_running_proxys_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """D570: the memory backend asks the running proxy, with its admin token."""
+    monkeypatch.delenv(approvalscli.TOKEN_ENV, raising=False)
     config = tmp_path / "egress.yaml"
     config.write_text(CONFIG.format(state=""))
     assert main(["usage", "--config", str(config)]) == 2
-    assert "memory backend" in capsys.readouterr().err
+    assert "usage (state.backend: memory) needs --admin-token-file FILE" in capsys.readouterr().err
+    missing = tmp_path / "nothing"
+    assert main(["usage", "--config", str(config), "--admin-token-file", str(missing)]) == 2
+    assert capsys.readouterr().err == f"egress-proxy: cannot read {missing}\n"
+
+
+def test_the_admin_apis_answer_is_printed_as_the_redis_lines() -> None:
+    """The JSON of GET /usage, laid out exactly as the Redis path lays out its levels."""
+    document = {
+        "usage": [
+            {
+                "sandbox": "sb-a",
+                "entry": "*.openai.com",
+                "budgets": [
+                    {"kind": "llm_tokens", "amount": 20000, "window_s": 86400, "level": 18800.4},
+                    {"kind": "llm_cost", "amount": 5 * 10**9, "window_s": 86400, "level": 4.9e9},
+                ],
+            },
+            {
+                "sandbox": "client-10.0.0.2",
+                "entry": "api.anthropic.com",
+                "budgets": [{"kind": "llm_tokens", "amount": 500, "window_s": 3600, "level": -7}],
+            },
+        ]
+    }
+    assert usage.lines(document) == [
+        "sb-a\t*.openai.com\ttokens 1200 of 20000/day (18800 left)"
+        "\tcost 0.100000 USD of 5.000000 USD/day (4.900000 USD left)",
+        "client-10.0.0.2\tapi.anthropic.com\ttokens 507 of 500/hour (0 left)",
+    ]
+    tokens, cost = Rate(20000, 86400), Rate(5 * 10**9, 86400)
+    assert usage.lines(document)[0] == usage.line(
+        "sb-a", "*.openai.com", [("llm_tokens", tokens, 18800.4), ("llm_cost", cost, 4.9e9)]
+    )
+    assert usage.lines({"usage": []}) == []
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        None,
+        [],
+        {},
+        {"usage": {}},
+        {"usage": [[]]},
+        {"usage": [{"sandbox": "a", "entry": "b"}]},
+        {"usage": [{"sandbox": 1, "entry": "b", "budgets": []}]},
+        {"usage": [{"sandbox": "a", "entry": "b", "budgets": [{"kind": "llm_tokens"}]}]},
+        {"usage": [{"sandbox": "a", "entry": "b", "budgets": [
+            {"kind": "llm_tokens", "amount": 1.5, "window_s": 60, "level": 1}]}]},
+        {"usage": [{"sandbox": "a", "entry": "b", "budgets": [
+            {"kind": "llm_tokens", "amount": 1, "window_s": 0, "level": 1}]}]},
+        {"usage": [{"sandbox": "a", "entry": "b", "budgets": [
+            {"kind": "llm_tokens", "amount": 1, "window_s": 60, "level": True}]}]},
+    ],
+)  # fmt: skip
+def test_an_answer_not_of_that_shape_is_refused(document: object) -> None:
+    with pytest.raises(ValueError):
+        usage.lines(document)
