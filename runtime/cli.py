@@ -26,8 +26,11 @@ from sandbox_egress.proxy.learn import formats, importers
 from sandbox_egress.proxy.learn import propose as proposing
 from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.tenancy import sandboxes
-from sandbox_egress.runtime import approvalscli, optimized, usage, usageapi
-from sandbox_egress.runtime.admin import read_token
+from sandbox_egress.runtime import optimized
+from sandbox_egress.runtime.admin import approvalscli
+from sandbox_egress.runtime.admin import usage as usageapi
+from sandbox_egress.runtime.admin import usagecli as usage
+from sandbox_egress.runtime.admin.api import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate

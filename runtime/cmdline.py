@@ -16,7 +16,7 @@ from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_op
 from sandbox_egress.proxy import fairness, health
 from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.learn import importers
-from sandbox_egress.runtime import approvalscli
+from sandbox_egress.runtime.admin import approvalscli
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
 

@@ -42,7 +42,8 @@ from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import sandboxes
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
-from sandbox_egress.runtime import admin, lifecycle, trim
+from sandbox_egress.runtime import lifecycle, trim
+from sandbox_egress.runtime.admin import api as admin
 from sandbox_egress.runtime.ca import ensure_ca
 from sandbox_egress.runtime.engine import patches
 from sandbox_egress.runtime.engine.patches import Stage

@@ -42,8 +42,8 @@ from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.config.loader import NetworkConfig
 from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
 from sandbox_egress.proxy.tenancy import sandboxes
+from sandbox_egress.runtime.admin.usage import NodeUsage
 from sandbox_egress.runtime.status import INTERVAL_S, ProbedState, StatusBoard
-from sandbox_egress.runtime.usageapi import NodeUsage
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"

@@ -41,7 +41,7 @@ def start(
 
 
 def api(p: PrivateProxy, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    from sandbox_egress.runtime.approvalscli import call
+    from sandbox_egress.runtime.admin.approvalscli import call
 
     return call(p.view.metrics_host, p.view.metrics_port, TOKEN, method, path, body)
 

@@ -1,5 +1,5 @@
-"""The approvals admin API end to end in one process (runtime/admin.py, common/serve.py,
-runtime/approvalscli.py, proxy/approvals/admin.py, proxy/approvals/access.py): a real
+"""The approvals admin API end to end in one process (runtime/admin/api.py, common/serve.py,
+runtime/admin/approvalscli.py, proxy/approvals/admin.py, proxy/approvals/access.py): a real
 metrics server on loopback, the service on an event loop of its own thread, the CLI's
 client — the bearer token, listing, deciding, a grant made ahead, asking ahead from a
 sandbox, and every error answer."""
@@ -27,8 +27,8 @@ from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.memory import MemoryState
-from sandbox_egress.runtime import approvalscli
-from sandbox_egress.runtime.admin import AdminApi, effective, read_token
+from sandbox_egress.runtime.admin import approvalscli
+from sandbox_egress.runtime.admin.api import AdminApi, effective, read_token
 from sandbox_egress.runtime.startup import LaunchError
 
 TOKEN = "unit-admin-token-0123456789"

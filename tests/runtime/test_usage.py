@@ -1,4 +1,4 @@
-"""`egress-proxy usage` (runtime/usage.py): each sandbox's `llm:` spending and what is
+"""`egress-proxy usage` (runtime/admin/usagecli.py): each sandbox's `llm:` spending and what is
 left, read from a real redis-server; with the memory backend, the running proxy's admin
 API's answer (`GET /usage`, D570) laid out as the same lines."""
 
@@ -14,7 +14,8 @@ import pytest
 from sandbox_egress.proxy.clauses.budget import BudgetKey, Rate
 from sandbox_egress.proxy.state.redis import RedisState
 from sandbox_egress.proxy.state.settings import StateConfig
-from sandbox_egress.runtime import approvalscli, usage
+from sandbox_egress.runtime.admin import approvalscli
+from sandbox_egress.runtime.admin import usagecli as usage
 from sandbox_egress.runtime.cli import main
 from testbed.redisserver import RedisServer, start_redis
 

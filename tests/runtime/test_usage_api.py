@@ -1,4 +1,4 @@
-"""`GET /usage` on the admin API in one process (runtime/usageapi.py, runtime/admin.py,
+"""`GET /usage` on the admin API in one process (runtime/admin/usage.py, runtime/admin/api.py,
 common/serve.py, proxy/llm/ledger.py): a real metrics server on loopback, the proxy's
 memory on an event loop of its own thread, approvals off; the bearer token (401 without
 it or with another), the answer, one sandbox, every error answer; the parent of
@@ -21,8 +21,8 @@ from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.state.node import NodeService
-from sandbox_egress.runtime import usage
-from sandbox_egress.runtime.usageapi import NodeUsage
+from sandbox_egress.runtime.admin import usagecli as usage
+from sandbox_egress.runtime.admin.usage import NodeUsage
 from tests.runtime.test_admin_api import TOKEN, Running
 
 LLM = {

@@ -3,7 +3,7 @@
 
 `read_token` reads `--admin-token-file` once at start (at least `MIN_TOKEN` characters,
 whitespace stripped). `AdminApi` answers `/approvals` and `GET /usage` (the model API
-spending, `runtime.usageapi`, whether approvals are on or not) from the metrics server's
+spending, `runtime.admin.usage`, whether approvals are on or not) from the metrics server's
 thread:
 the bearer token is checked there (constant time; nothing without it: 401), then the
 request runs on the proxy's event loop (`proxy.approvals.admin.handle`), bounded by
@@ -27,7 +27,7 @@ from sandbox_egress.proxy.approvals import admin
 from sandbox_egress.proxy.approvals.service import Approvals
 from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig
 from sandbox_egress.proxy.llm import ledger
-from sandbox_egress.runtime import usageapi
+from sandbox_egress.runtime.admin import usage as usageapi
 from sandbox_egress.runtime.startup import LaunchError, Settings
 
 if TYPE_CHECKING:

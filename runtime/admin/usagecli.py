@@ -7,7 +7,7 @@ was spent in the window is the budget less what is left (refilled since at the b
 rate). With `state.backend: redis` the store is read here (`read`): the sandboxes are
 those it holds. With the memory backend the spending lives inside the running proxy, so
 `ask` reads it from the proxy's admin API (`GET /usage` on its metrics address, with the
-token `run --admin-token-file` read; `runtime.usageapi`, D570, replacing D466's refusal):
+token `run --admin-token-file` read; `runtime.admin.usage`, D570, replacing D466's refusal):
 the lines are the same (`line`), laid out from the proxy's own levels and rates.
 """
 
@@ -24,7 +24,7 @@ from sandbox_egress.proxy.llm.prices import dollars
 from sandbox_egress.proxy.llm.spending import COST, rates
 from sandbox_egress.proxy.state.redis import RedisState
 from sandbox_egress.proxy.state.settings import StateConfig
-from sandbox_egress.runtime import approvalscli
+from sandbox_egress.runtime.admin import approvalscli
 
 _WINDOWS = {1: "second", 60: "minute", 3600: "hour", 86400: "day"}
 
