@@ -30,6 +30,7 @@ from sandbox_egress.common.logs import MaskedValues, announce, formatter
 from sandbox_egress.proxy import limits
 from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.audit.log import BackgroundAuditLog
+from sandbox_egress.proxy.clauses.budget import series as budget_series
 from sandbox_egress.proxy.config import loader as configuration
 from sandbox_egress.proxy.credentials.cache import Credentials
 from sandbox_egress.proxy.credentials.fleet import Fleet
@@ -194,7 +195,7 @@ async def serve(settings: Settings) -> int:
     addon = EgressPolicy(policy, metrics, counted, on_running, resolver=resolver)
     addon.shared.state = open_state(network.state, metrics.state_unavailable_inc)  # issue 34
     kept = isinstance(addon.shared.state, MemoryState)  # the gauge shows what is held (D400)
-    metrics.budgets_configured(budget_series(network), kept)
+    metrics.budgets_configured(budget_series(network.allowlist), kept)
     # Every operator line, the engine's too, with a value a sandbox sent masked (D363).
     masking = MaskedValues(addon.shared.masked)
     for handler in (termlog.logger, *logging.getLogger("egress").handlers):
@@ -251,7 +252,7 @@ async def serve(settings: Settings) -> int:
         if tenants is not None:
             tenants.node_changed(addon.policy)
         metrics.allowlist_entries.set(len(fresh.allowlist))
-        metrics.budgets_configured(budget_series(fresh), kept)
+        metrics.budgets_configured(budget_series(fresh.allowlist), kept)
         board.reloaded()
         gc.freeze()  # the new policy's objects join the frozen start-up heap (D143)
 
@@ -387,15 +388,3 @@ def _engine(name: str) -> tuple[EngineOptions, Engine]:
 
     lean = LeanOptions()
     return lean, LeanMaster(lean)
-
-
-def budget_series(network: configuration.NetworkConfig) -> list[tuple[str, str, int]]:
-    """(entry pattern, budget kind, amount) of every budget: the metrics' label sets."""
-    found = []
-    for entry in network.allowlist:
-        if entry.budget is None:
-            continue
-        for kind, rate in (("requests", entry.budget.requests), ("upload", entry.budget.upload)):
-            if rate is not None:
-                found.append((entry.pattern, kind, rate.amount))
-    return found

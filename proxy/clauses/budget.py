@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sandbox_egress.common.tokens import shown
 
@@ -203,3 +203,24 @@ def parse_rate(text: Any, size: bool) -> Rate | str:
     if (unit and not size) or unit not in UNITS or amount <= 0:
         return expected
     return Rate(amount * UNITS[unit], WINDOWS[match[3]])
+
+
+class Budgeted(Protocol):  # an allowlist entry, as far as its budget goes
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def budget(self) -> Budget | None: ...
+
+
+def series(entries: Iterable[Budgeted]) -> list[tuple[str, str, int]]:
+    """(entry pattern, budget kind, amount) of every entry's budget: the metrics' label
+    sets (`egress_budget_remaining`)."""
+    found = []
+    for entry in entries:
+        if entry.budget is None:
+            continue
+        for kind, rate in (("requests", entry.budget.requests), ("upload", entry.budget.upload)):
+            if rate is not None:
+                found.append((entry.pattern, kind, rate.amount))
+    return found
