@@ -32,6 +32,7 @@ from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
 from testbed.ocsfschema import audit_file_problems
 from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.rawhttp import Conn
+from testbed.redisserver import RedisServer, start_redis
 from testbed.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
@@ -466,3 +467,14 @@ def moto(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Moto]:
     """moto's server checking every SigV4 signature (testbed.moto), one per test module."""
     with start_moto(topology, pki, e2e_dir) as server:
         yield server
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis server of this test's own (testbed/redisserver.py): the shared state of
+    two proxies (approvals' grants, model-API spending)."""
+    server = start_redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -23,7 +23,7 @@ from testbed import procs
 from testbed.expect import Observed
 from testbed.netns import Topology
 from testbed.proxyproc import record_result
-from testbed.redisserver import RedisServer, start_redis
+from testbed.redisserver import RedisServer
 from tests.e2e.approvals_support import Background, api, config, curl, pending, start
 from tests.e2e.conftest import PrivateProxy
 
@@ -198,15 +198,6 @@ def test_a_sandbox_asks_ahead_on_egress_invalid(
     status, _, took = curl(p, "https://notlisted.test/ahead")
     assert status == 200 and took < 5  # granted ahead: not held
     assert [r["target"] for r in obs.requests()] == ["/ahead"]
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = start_redis(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_two_proxies_on_one_redis_share_a_grant(

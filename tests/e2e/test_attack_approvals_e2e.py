@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from testbed.expect import Observed
-from testbed.redisserver import RedisServer, start_redis
+from testbed.redisserver import RedisServer
 from tests.e2e.approvals_support import Background, api, config, curl, pending, start
 from tests.e2e.conftest import PrivateProxy
 
@@ -124,15 +124,6 @@ def test_a_once_grant_made_ahead_races_to_one_admission(
     codes = sorted(r.result()[0] for r in racers)
     assert codes == [200, 403, 403, 403]
     assert len(obs.requests()) == 1
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = start_redis(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_two_replicas_on_one_redis_admit_a_once_grant_once(

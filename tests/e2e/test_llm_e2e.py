@@ -25,7 +25,7 @@ import pytest
 from testbed import procs
 from testbed.harness import Harness, JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
-from testbed.redisserver import RedisServer, start_redis
+from testbed.redisserver import RedisServer
 from testbed.testca import Pki
 from tests.e2e.conftest import EGRESS_PROXY, SECRET_ENV, PrivateProxy
 
@@ -326,15 +326,6 @@ def test_exact_across_two_workers(
 ) -> None:
     p = private_proxy("llm-workers", config(tokens="1001/day"), "--workers", "2")
     exact(p.view, p.view)
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = start_redis(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_exact_across_two_proxies_on_one_redis_and_usage(
