@@ -108,6 +108,9 @@ PATCHES: tuple[Patch, ...] = (
     _row("tlsread", "D304", Stage.ENGINE, "tests/runtime/test_tlsread.py::test_the_method_it_replaces_is_mitmproxys",
          replaces=(_PROXY + "layers.tls:TLSLayer.receive_data", _PROXY + "layers.tls:TLSLayer.tls_interact"),
          installs=(_E + "tlsread:_receive_data", _E + "tlsread:_tls_interact")),
+    _row("relay", "D560", Stage.ENGINE, "tests/e2e/test_streaming_e2e.py",
+         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay)",),
+         arguments=("body_relay",)),
     _row("hooksinplace", "D314", Stage.ENGINE, "tests/runtime/test_hooksinplace.py::test_the_copies_are_mitmproxys_methods_and_two_lines",
          replaces=(_PROXY + "layer:Layer.handle_event", _PROXY + "layer:Layer._Layer__process"),
          installs=(_E + "hooksinplace:handle_event", _E + "hooksinplace:_process")),
@@ -214,8 +217,8 @@ def install(
     """Install the rows of `stage` (IMPORT, PROCESS, ENGINE) in the table's order."""
     given = arguments or {}
     for row in rows(stage, engine):
-        resolve(row.install)(**{name: given[name] for name in row.arguments})
-        if row.name not in _installed:
+        done = resolve(row.install)(**{name: given[name] for name in row.arguments if name in given})
+        if done is not False and row.name not in _installed:  # False: its switch is off
             _installed.append(row.name)
 
 

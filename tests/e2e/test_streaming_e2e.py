@@ -90,9 +90,17 @@ def _figures(proxy: ProxyProcess, rss: RssSampler, baseline_kib: int, elapsed: f
     }
 
 
+@pytest.fixture(params=[False, True], ids=["layers", "relay"])
+def body_relay(request: pytest.FixtureRequest) -> bool:
+    """Each streaming test runs with `--body-relay` off (the default) and on (issue 49)."""
+    return bool(request.param)
+
+
 @pytest.fixture
-def stream_proxy(private_proxy: Callable[..., PrivateProxy], bulk: Bulk) -> PrivateProxy:
-    p = private_proxy("stream", CONFIG)
+def stream_proxy(
+    private_proxy: Callable[..., PrivateProxy], bulk: Bulk, body_relay: bool
+) -> PrivateProxy:
+    p = private_proxy("stream", CONFIG, *(["--body-relay"] if body_relay else []))
     # Warm up (first TLS handshake, certificate generation) before the baseline.
     with p.view.tunnel(f"api.allowed.test:{BULK_TLS_PORT}") as conn:
         assert conn.request("GET", "/ok", [("Host", "api.allowed.test")]).status == 200
@@ -120,6 +128,7 @@ def test_1gib_download_streams_with_bounded_memory(
     assert (sent["bytes"], got.sha256) == (SIZE, sent["sha256"])
     assert got.sha256 == expected_sha256(SIZE)
     assert rss.peak_kib < RSS_BOUND_KIB, figures
+    _relayed(p, scheme)
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
@@ -151,6 +160,21 @@ def test_1gib_upload_streams_with_bounded_memory(
     logged = bulk.log.wait_for(mark, lambda e: e["event"] == "upload")
     assert logged == {"event": "upload", "bytes": SIZE, "sha256": sent_sha}
     assert rss.peak_kib < RSS_BOUND_KIB, figures
+    _relayed(p, scheme)
+
+
+def _relayed(p: PrivateProxy, scheme: str) -> None:
+    """With `--body-relay`, an intercepted TLS body went below the layers, all but the
+    bytes that came with the head and the last one; a plain HTTP leg never does (D561)."""
+    engine = p.process.status()["engine"]
+    if "relay" not in engine["patches"]:
+        assert "relayed" not in engine
+        return
+    carried = engine["relayed"]["bytes"]
+    if scheme == "http":
+        assert carried == 0
+    else:
+        assert SIZE - 1 - 512 * 1024 <= carried <= SIZE - 1, carried
 
 
 def _refused_upload(p: PrivateProxy, framing: str) -> tuple[int, BaseException | None, dict]:

@@ -1,0 +1,185 @@
+"""A streamed HTTP/1.1 body relayed between the two TLS legs below mitmproxy's HTTP
+layers, behind `--body-relay`, off by default (issue 49, D560-D563).
+
+A streamed body crosses, per read, the reading leg's TLS layer, its HTTP/1 connection
+layer (h11's receive buffer), the HTTP layer, the request's `HttpStream` (its stream
+callable: the byte counter, the upload meter, the echo mask), the wrappers of the product
+(limits, push gate, lingering close, hooks in place), the other leg's HTTP/1 layer and TLS
+layer: each a generator pass and, in h11, a copy.
+
+`install()` replaces `TLSLayer.receive_data` (over `runtime.engine.tlsread`'s) with one
+that, once the reading leg is inside an eligible body (`_route`), decrypts the read as
+tlsread does (one `bytes` per event), hands it to the stream's own callable (so the counts,
+the upload meter and its cut, the mask of injected secrets are those of the normal path,
+in the same order), encrypts what the callable returned straight into the other leg's
+TLS object and sends it: one `SendData` on the other connection, written by the handler as
+before, so the handler's `drain_writers` after the read still bounds what is queued
+(backpressure), and the watchdog sees the same reads (timeouts). The HTTP/1 reader's count
+(`ContentLengthReader._remaining`) is lowered by what was relayed.
+
+Eligible (`_route`), checked per read, else mitmproxy's path: both legs TLS and HTTP/1.1;
+the reading layer in `read_body` of a `Content-Length` body with nothing buffered and more
+than one byte left; the stream in `state_stream_{request,response}_body`, not paused and
+with nothing queued; the message sent on without chunked coding; `store_streamed_bodies`
+off; the flow not killed. The body's last byte always takes mitmproxy's path, so the end
+of the message, the `request`/`response` hooks, trailers and the audit line are as before.
+A held push, an MCP or model-API body, a SigV4 hold, a refused request: none of them is in
+a streaming state, so none is relayed (D561).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from h11._readers import ContentLengthReader
+from mitmproxy import connection
+from mitmproxy.proxy import commands, events, tunnel
+from mitmproxy.proxy.layer import NextLayer
+from mitmproxy.proxy.layers import http, tls
+from mitmproxy.proxy.layers.http import _http1
+
+from sandbox_egress.runtime.engine import tlsread
+
+Commands = Generator[commands.Command, Any, None]
+
+_below: Callable[[Any, bytes], Commands] | None = None  # the receive_data it wraps
+relayed = {"events": 0, "bytes": 0}  # what the relay carried, for the tests and /status
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    reader: ContentLengthReader  # the reading leg's body reader
+    callable: Callable[[bytes], Iterable[bytes] | bytes] | None  # the stream's, or None
+    flow: Any
+    out: tls.TLSLayer  # the other leg's TLS layer
+    above: bool  # whether `out` is above the reading leg (a download), so it encrypts
+
+
+def _http_layer(layer: tls.TLSLayer) -> http.HttpLayer | None:
+    for each in reversed(layer.context.layers):
+        if type(each) is http.HttpLayer:
+            return each
+    return None
+
+
+def _route(layer: tls.TLSLayer) -> Route | None:
+    """Where this read's plaintext may go below the layers, or None (mitmproxy's path)."""
+    if layer.context.options.store_streamed_bodies:
+        return None
+    child = layer.child_layer
+    if type(child) is NextLayer:  # a client leg's HTTP layer, decided after the handshake
+        child = child.layer
+    if type(layer) is tls.ServerTLSLayer:
+        h1 = getattr(child, "child_layer", None)
+        if type(h1) is not _http1.Http1Client:
+            return None
+        layers = _http_layer(layer)
+    elif type(layer) is tls.ClientTLSLayer and type(child) is http.HttpLayer:
+        layers, h1 = child, child.connections.get(layer.conn)
+        if type(h1) is not _http1.Http1Server:
+            return None
+    else:
+        return None
+    reader = getattr(h1, "body_reader", None)
+    if (
+        layers is None
+        or h1.state != h1.read_body
+        or type(reader) is not ContentLengthReader
+        or reader._remaining <= 1
+        or len(h1.buf)
+    ):
+        return None
+    stream = layers.streams.get(h1.stream_id)
+    if stream is None or stream._paused is not None or stream.__dict__.get("_paused_event_queue"):
+        return None
+    flow = stream.flow
+    if flow.error is not None:
+        return None
+    if type(h1) is _http1.Http1Client:  # a download: the answer goes to the client
+        if stream.server_state != stream.state_stream_response_body or flow.response is None:
+            return None
+        message, out_conn = flow.response, layer.context.client
+        out = next(
+            (x for x in layer.context.layers if type(x) is tls.ClientTLSLayer and x.conn is out_conn),
+            None,
+        )
+        out_h1 = layers.connections.get(out_conn)
+        if type(out_h1) is not _http1.Http1Server:
+            return None
+    else:  # an upload: the body goes upstream
+        if stream.client_state != stream.state_stream_request_body:
+            return None
+        message, top = flow.request, layers.connections.get(flow.server_conn)
+        out = top if type(top) is tls.ServerTLSLayer else None
+        out_h1 = getattr(getattr(out, "child_layer", None), "child_layer", None)
+        if type(out_h1) is not _http1.Http1Client:
+            return None
+    if (
+        out is None
+        or out.tunnel_state is not tunnel.TunnelState.OPEN
+        or out_h1.stream_id != h1.stream_id
+        or not (out.conn.state & connection.ConnectionState.CAN_WRITE)
+        or "chunked" in message.headers.get("transfer-encoding", "").lower()
+        or message.stream is False
+    ):
+        return None
+    stream_callable = message.stream if callable(message.stream) else None
+    return Route(reader, stream_callable, flow, out, type(h1) is _http1.Http1Client)
+
+
+def _receive_data(self: Any, data: bytes) -> Commands:
+    route = _route(self) if data else None
+    if route is None:
+        if _below is None:  # pragma: no cover - only reachable through install()
+            raise RuntimeError("the body relay is not installed")
+        yield from _below(self, data)
+        return
+    self.tls.bio_write(data)
+    plaintext, close, error = tlsread._plaintext(self.tls, len(data))
+    if error is not None:
+        yield commands.Log(f"TLS Error: {error}", logging.WARNING)
+    yield from self.tls_interact()
+
+    take = min(len(plaintext), route.reader._remaining - 1)  # the last byte: the layers'
+    if take > 0:
+        part = plaintext if take == len(plaintext) else plaintext[:take]
+        plaintext = plaintext[take:]
+        route.reader._remaining -= take
+        yield from _relay(route, part)
+    if plaintext:
+        yield from self.event_to_child(events.DataReceived(self.conn, plaintext))
+    if close:
+        self.conn.state &= ~connection.ConnectionState.CAN_READ
+        yield from self.event_to_child(events.ConnectionClosed(self.conn))
+
+
+def _relay(route: Route, part: bytes) -> Commands:
+    """`part` through the stream's callable (count, meter, mask), into the other leg."""
+    out = route.callable(part) if route.callable is not None else part
+    chunks = (out,) if isinstance(out, bytes) else out
+    sent = 0
+    for chunk in chunks:
+        if not chunk:
+            continue
+        sent += len(chunk)
+        if route.above:  # the client's TLS layer is above the reading leg: it encrypts
+            yield commands.SendData(route.out.conn, chunk)
+        else:  # the server's TLS layer is below: encrypt as its `send_data` does
+            yield from route.out.send_data(chunk)
+    relayed["events"] += 1
+    relayed["bytes"] += sent
+
+
+def install(body_relay: bool = False) -> bool:
+    """With the switch on, TLS layers relay eligible HTTP/1.1 bodies (idempotent); with it
+    off, nothing changes. Returns whether it is installed."""
+    global _below
+    if not body_relay:
+        return False
+    if tls.TLSLayer.receive_data is not _receive_data:
+        _below = tls.TLSLayer.receive_data
+        tls.TLSLayer.receive_data = _receive_data  # type: ignore[method-assign]
+    return True
