@@ -65,6 +65,10 @@ def _http_layer(layer: tls.TLSLayer) -> http.HttpLayer | None:
     return None
 
 
+def _client_tls(layer: Any, conn: connection.Connection) -> bool:
+    return type(layer) is tls.ClientTLSLayer and layer.conn is conn
+
+
 def _route(layer: tls.TLSLayer) -> Route | None:
     """Where this read's plaintext may go below the layers, or None (mitmproxy's path)."""
     if layer.context.options.store_streamed_bodies:
@@ -102,10 +106,7 @@ def _route(layer: tls.TLSLayer) -> Route | None:
         if stream.server_state != stream.state_stream_response_body or flow.response is None:
             return None
         message, out_conn = flow.response, layer.context.client
-        out = next(
-            (x for x in layer.context.layers if type(x) is tls.ClientTLSLayer and x.conn is out_conn),
-            None,
-        )
+        out = next((x for x in layer.context.layers if _client_tls(x, out_conn)), None)
         out_h1 = layers.connections.get(out_conn)
         if type(out_h1) is not _http1.Http1Server:
             return None
@@ -173,13 +174,10 @@ def _relay(route: Route, part: bytes) -> Commands:
     relayed["bytes"] += sent
 
 
-def install(body_relay: bool = False) -> bool:
-    """With the switch on, TLS layers relay eligible HTTP/1.1 bodies (idempotent); with it
-    off, nothing changes. Returns whether it is installed."""
+def install() -> None:
+    """From now on TLS layers relay eligible HTTP/1.1 bodies (idempotent). Only called
+    with `--body-relay` (the row's switch in runtime/engine/patches.py)."""
     global _below
-    if not body_relay:
-        return False
     if tls.TLSLayer.receive_data is not _receive_data:
         _below = tls.TLSLayer.receive_data
         tls.TLSLayer.receive_data = _receive_data  # type: ignore[method-assign]
-    return True

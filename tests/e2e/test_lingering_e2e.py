@@ -29,10 +29,19 @@ import httpx2
 import pytest
 
 from testbed.expect import Observed
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, relaying
 from tests.e2e.test_sigv4_e2e import ENDPOINT, MOTO_PORT, PLACEHOLDER, Moto, _config, moto
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], body_relay: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the body relay off and on (issue 49)."""
+    return relaying(private_proxy, body_relay)
+
 
 __all__ = ["moto"]  # the module fixture, shared with test_sigv4_e2e.py
 

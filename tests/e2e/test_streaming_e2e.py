@@ -32,7 +32,14 @@ from testbed.streaming import (
     send_pattern,
     send_until_closed,
 )
-from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy
+from tests.e2e.conftest import (
+    BULK_PORT,
+    BULK_TLS_PORT,
+    SECRET_ENV,
+    Bulk,
+    PrivateProxy,
+    relaying,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -90,17 +97,11 @@ def _figures(proxy: ProxyProcess, rss: RssSampler, baseline_kib: int, elapsed: f
     }
 
 
-@pytest.fixture(params=[False, True], ids=["layers", "relay"])
-def body_relay(request: pytest.FixtureRequest) -> bool:
-    """Each streaming test runs with `--body-relay` off (the default) and on (issue 49)."""
-    return bool(request.param)
-
-
 @pytest.fixture
 def stream_proxy(
     private_proxy: Callable[..., PrivateProxy], bulk: Bulk, body_relay: bool
 ) -> PrivateProxy:
-    p = private_proxy("stream", CONFIG, *(["--body-relay"] if body_relay else []))
+    p = relaying(private_proxy, body_relay)("stream", CONFIG)
     # Warm up (first TLS handshake, certificate generation) before the baseline.
     with p.view.tunnel(f"api.allowed.test:{BULK_TLS_PORT}") as conn:
         assert conn.request("GET", "/ok", [("Host", "api.allowed.test")]).status == 200
