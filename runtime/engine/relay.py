@@ -58,11 +58,68 @@ class Route:
     above: bool  # whether `out` is above the reading leg (a download), so it encrypts
 
 
-def _http_layer(layer: tls.TLSLayer) -> http.HttpLayer | None:
+def _http_layer(layer: tls.TLSLayer) -> Any:
     for each in reversed(layer.context.layers):
         if type(each) is http.HttpLayer:
             return each
     return None
+
+
+def _reading(layer: tls.TLSLayer) -> tuple[Any, Any, Any] | None:
+    """(the HTTP layer, the reading leg's HTTP/1 layer, the stream) when the leg is inside
+    a `Content-Length` body with nothing buffered, more than its last byte to come, and
+    the stream is not paused nor killed."""
+    child: Any = layer.child_layer
+    if type(child) is NextLayer:  # a client leg's HTTP layer, decided after the handshake
+        child = child.layer
+    h1: Any
+    if type(layer) is tls.ServerTLSLayer:
+        layers, h1 = _http_layer(layer), getattr(child, "child_layer", None)
+        if type(h1) is not _http1.Http1Client or layers is None:
+            return None
+    elif type(layer) is tls.ClientTLSLayer and type(child) is http.HttpLayer:
+        layers, h1 = child, child.connections.get(layer.conn)
+        if type(h1) is not _http1.Http1Server:
+            return None
+    else:
+        return None
+    reader = getattr(h1, "body_reader", None)
+    if (
+        h1.state != h1.read_body
+        or type(reader) is not ContentLengthReader
+        or reader._remaining <= 1
+        or len(h1.buf)
+    ):
+        return None
+    stream = layers.streams.get(h1.stream_id)
+    if stream is None or stream._paused is not None or stream.__dict__.get("_paused_event_queue"):
+        return None
+    if stream.flow.error is not None:
+        return None
+    return layers, h1, stream
+
+
+def _other_leg(layer: tls.TLSLayer, layers: Any, stream: Any, download: bool) -> Any:
+    """(the other leg's TLS layer, its HTTP/1 layer, the message sent on) when the stream
+    is streaming that way, else None."""
+    flow = stream.flow
+    if download:  # the answer goes to the client, whose TLS layer is above
+        if stream.server_state != stream.state_stream_response_body or flow.response is None:
+            return None
+        client = layer.context.client
+        out = next((x for x in layer.context.layers if _client_tls(x, client)), None)
+        out_h1, message = layers.connections.get(client), flow.response
+        wanted: type = _http1.Http1Server
+    else:  # the body goes upstream, whose TLS layer is below the HTTP layer
+        if stream.client_state != stream.state_stream_request_body:
+            return None
+        top = layers.connections.get(flow.server_conn)
+        out = top if type(top) is tls.ServerTLSLayer else None
+        out_h1 = getattr(getattr(out, "child_layer", None), "child_layer", None)
+        message, wanted = flow.request, _http1.Http1Client
+    if out is None or type(out_h1) is not wanted:
+        return None
+    return out, out_h1, message
 
 
 def _client_tls(layer: Any, conn: connection.Connection) -> bool:
@@ -73,54 +130,17 @@ def _route(layer: tls.TLSLayer) -> Route | None:
     """Where this read's plaintext may go below the layers, or None (mitmproxy's path)."""
     if layer.context.options.store_streamed_bodies:
         return None
-    child = layer.child_layer
-    if type(child) is NextLayer:  # a client leg's HTTP layer, decided after the handshake
-        child = child.layer
-    if type(layer) is tls.ServerTLSLayer:
-        h1 = getattr(child, "child_layer", None)
-        if type(h1) is not _http1.Http1Client:
-            return None
-        layers = _http_layer(layer)
-    elif type(layer) is tls.ClientTLSLayer and type(child) is http.HttpLayer:
-        layers, h1 = child, child.connections.get(layer.conn)
-        if type(h1) is not _http1.Http1Server:
-            return None
-    else:
+    reading = _reading(layer)
+    if reading is None:
         return None
-    reader = getattr(h1, "body_reader", None)
+    layers, h1, stream = reading
+    download = type(h1) is _http1.Http1Client
+    other = _other_leg(layer, layers, stream, download)
+    if other is None:
+        return None
+    out, out_h1, message = other
     if (
-        layers is None
-        or h1.state != h1.read_body
-        or type(reader) is not ContentLengthReader
-        or reader._remaining <= 1
-        or len(h1.buf)
-    ):
-        return None
-    stream = layers.streams.get(h1.stream_id)
-    if stream is None or stream._paused is not None or stream.__dict__.get("_paused_event_queue"):
-        return None
-    flow = stream.flow
-    if flow.error is not None:
-        return None
-    if type(h1) is _http1.Http1Client:  # a download: the answer goes to the client
-        if stream.server_state != stream.state_stream_response_body or flow.response is None:
-            return None
-        message, out_conn = flow.response, layer.context.client
-        out = next((x for x in layer.context.layers if _client_tls(x, out_conn)), None)
-        out_h1 = layers.connections.get(out_conn)
-        if type(out_h1) is not _http1.Http1Server:
-            return None
-    else:  # an upload: the body goes upstream
-        if stream.client_state != stream.state_stream_request_body:
-            return None
-        message, top = flow.request, layers.connections.get(flow.server_conn)
-        out = top if type(top) is tls.ServerTLSLayer else None
-        out_h1 = getattr(getattr(out, "child_layer", None), "child_layer", None)
-        if type(out_h1) is not _http1.Http1Client:
-            return None
-    if (
-        out is None
-        or out.tunnel_state is not tunnel.TunnelState.OPEN
+        out.tunnel_state is not tunnel.TunnelState.OPEN
         or out_h1.stream_id != h1.stream_id
         or not (out.conn.state & connection.ConnectionState.CAN_WRITE)
         or "chunked" in message.headers.get("transfer-encoding", "").lower()
@@ -128,7 +148,7 @@ def _route(layer: tls.TLSLayer) -> Route | None:
     ):
         return None
     stream_callable = message.stream if callable(message.stream) else None
-    return Route(reader, stream_callable, flow, out, type(h1) is _http1.Http1Client)
+    return Route(h1.body_reader, stream_callable, stream.flow, out, download)
 
 
 def _receive_data(self: Any, data: bytes) -> Commands:
