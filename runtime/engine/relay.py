@@ -41,7 +41,7 @@ from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http1
 
-from sandbox_egress.runtime.engine import tlsread
+from sandbox_egress.runtime.engine import bulkio, tlsread
 
 Commands = Generator[commands.Command, Any, None]
 
@@ -153,6 +153,11 @@ def _route(layer: tls.TLSLayer) -> Route | None:
 
 def _receive_data(self: Any, data: bytes) -> Commands:
     route = _route(self) if data else None
+    if type(self) is tls.ServerTLSLayer:  # a download's upstream reads wider while relayed
+        if route is None:
+            bulkio.relaying.discard(self.conn)
+        else:
+            bulkio.relaying.add(self.conn)
     if route is None:
         if _below is None:  # pragma: no cover - only reachable through install()
             raise RuntimeError("the body relay is not installed")
