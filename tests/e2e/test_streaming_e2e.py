@@ -196,6 +196,45 @@ def _relayed(p: PrivateProxy, scheme: str, size: int) -> None:
         assert size * 0.9 <= carried <= size - 1, carried
 
 
+def test_bodies_one_after_another_on_one_kept_alive_tunnel(stream_proxy: PrivateProxy, bulk: Bulk):
+    """Downloads and uploads of several sizes in turn on one intercepted connection: each
+    message ends where it should (relayed or not), and the next one is read whole."""
+    p, mark = stream_proxy, bulk.log.mark()
+    host, sizes = f"api.allowed.test:{BULK_TLS_PORT}", [8 * MIB, 3, 5 * MIB + 1]
+    with _open(p, "https") as sock:
+        for size in sizes:
+            got = download(
+                sock, f"GET /download?size={size} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            )
+            assert (got.status, got.count, got.sha256) == (200, size, expected_sha256(size))
+            head = f"POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: {size}\r\n\r\n"
+            sock.sendall(head.encode())
+            sent_sha = send_pattern(sock, size)
+            status, headers, body = read_head(sock)
+            while len(body) < int(headers.get("content-length", "0")):
+                body += sock.recv(65536)
+            assert (status, json.loads(body)) == (
+                200,
+                {"event": "upload", "bytes": size, "sha256": sent_sha},
+            )
+    events = [(e["event"], e["bytes"]) for e in bulk.log.since(mark)]
+    assert events == [(kind, size) for size in sizes for kind in ("download", "upload")]
+    lines = p.view.audit_log.wait_count(0, 2 + 1 + 2 * len(sizes))  # warm-up, CONNECT, ours
+    counted = [
+        (a["method"], a["bytes_sent"], a["bytes_received"])
+        for a in lines
+        if a["method"] != "CONNECT"
+    ]
+    assert counted[-2 * len(sizes) :] == [
+        row
+        for size in sizes
+        for row in (
+            ("GET", 0, size),
+            ("POST", size, len(json.dumps({"event": "upload", "bytes": size, "sha256": "0" * 64}))),
+        )
+    ]
+
+
 ECHO_SIZE = 8 * MIB
 ECHO_EVERY = 65_521  # prime: the echoes fall across reads' and TLS records' boundaries
 
