@@ -1,5 +1,5 @@
 """A streamed HTTP/1.1 body relayed between the two TLS legs below mitmproxy's HTTP
-layers, behind `--body-relay`, off by default (issue 49, D560-D563).
+layers, behind `--body-relay`, off by default (issue 49, D560-D564).
 
 A streamed body crosses, per read, the reading leg's TLS layer, its HTTP/1 connection
 layer (h11's receive buffer), the HTTP layer, the request's `HttpStream` (its stream
@@ -11,11 +11,14 @@ layer: each a generator pass and, in h11, a copy.
 that, once the reading leg is inside an eligible body (`_route`), decrypts the read as
 tlsread does (one `bytes` per event), hands it to the stream's own callable (so the counts,
 the upload meter and its cut, the mask of injected secrets are those of the normal path,
-in the same order), encrypts what the callable returned straight into the other leg's
-TLS object and sends it: one `SendData` on the other connection, written by the handler as
-before, so the handler's `drain_writers` after the read still bounds what is queued
-(backpressure), and the watchdog sees the same reads (timeouts). The HTTP/1 reader's count
-(`ContentLengthReader._remaining`) is lowered by what was relayed.
+in the same order), and sends what the callable returned to the other leg: an upload is
+encrypted by the upstream's TLS layer (`send_data`) right here, a download goes up as a
+`SendData` that the client's TLS layer, above this one, encrypts on its way. Either way it
+is one `SendData` on the other connection, written by the handler as before, so the
+handler's `drain_writers` after the read still bounds what is queued (backpressure), and
+the watchdog sees the same reads (timeouts). The HTTP/1 reader's count
+(`ContentLengthReader._remaining`) is lowered by what was relayed; while a download is
+relayed, its upstream leg reads `bulkio.READ_SIZE` at a time (no h11 buffer, D564).
 
 Eligible (`_route`), checked per read, else mitmproxy's path: both legs TLS and HTTP/1.1;
 the reading layer in `read_body` of a `Content-Length` body with nothing buffered and more
@@ -177,8 +180,10 @@ def _receive_data(self: Any, data: bytes) -> Commands:
         yield from _relay(route, part)
     if plaintext:
         yield from self.event_to_child(events.DataReceived(self.conn, plaintext))
-    if close:
+    if close:  # tlsread's (mitmproxy's) handling of a close_notify
         self.conn.state &= ~connection.ConnectionState.CAN_READ
+        if self.debug:
+            yield commands.Log(f"{self.debug}[tls] close_notify {self.conn}", logging.DEBUG)
         yield from self.event_to_child(events.ConnectionClosed(self.conn))
 
 
