@@ -58,7 +58,7 @@ test: install
 # this run only: the end-to-end suites exercise the launcher in child processes).
 # Coverage uses Python 3.12's sys.monitoring (twice as fast as the tracer: 44 s, not 78 s).
 UNIT_MARKS      := not netns and not slow and not container and not privileged
-COVERAGE_FLOORS := proxy:92 addons:84 runtime:68 hookrunner:80 common:88
+COVERAGE_FLOORS := proxy:92 addons:84 runtime:68 hookrunner:84 common:95
 test-unit: install
 	COVERAGE_CORE=sysmon $(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)" \
 		--cov=proxy --cov=addons --cov=runtime --cov=hookrunner --cov=common --cov-report= $(PYTEST_ARGS)
@@ -84,10 +84,12 @@ demo: install
 # and removes: an allowed request, a refusal and the audit, offline (needs root;
 # demo/tryout.py, D408). `make try CONFIG=my.yaml URL=https://api.example.com/v1/models`;
 # the file's ${NAME} references come from $(ENV_FILE) and your environment, as for `make run`.
+# CONFIG and URL reach it as single words, quoted for the shell (a URL's `&` or `;`; D516).
 URL ?=
+quoted = '$(subst ','\'',$(1))'
 try: install
 	@set -a; . ./$(ENV_FILE); set +a; \
-	exec $(BIN)/python -m demo.tryout $(CONFIG) $(URL)
+	exec $(BIN)/python -m demo.tryout $(call quoted,$(CONFIG)) $(call quoted,$(URL))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

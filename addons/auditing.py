@@ -72,4 +72,5 @@ def record(
         credentials=credentials,
         path=where.path,
         mcp=mcp,
+        approval=decision.entry.approval if decision.entry else None,
     )

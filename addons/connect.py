@@ -37,6 +37,10 @@ class Connect:
                 request.host,
                 request.port,
             )
+            if decided.decision.reason is Reason.NOT_ALLOWLISTED and shared.approvals:  # issue 47
+                decided = await shared.approvals.connect(
+                    client, shared.policy_for(client), shared.resolve_for(client), facts, decided
+                )
             if decided.pin is not None:
                 shared.pin(client, decided.pin)
                 shared.learned(client, decided.facts)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from mitmproxy import connection
 
+from sandbox_egress.addons.approvals import ApprovalHooks
 from sandbox_egress.addons.clienthello import ClientHello
 from sandbox_egress.addons.connect import Connect
 from sandbox_egress.addons.pinning import Pinning
@@ -68,6 +69,7 @@ class EgressPolicy:
             self.connect,
             self.clienthello,
             self.requests,
+            ApprovalHooks(self.shared),  # after the request stage (addons.approvals)
             self.responses,
             self.tcp,
         ]

@@ -64,6 +64,8 @@ class Requests:
             policy = shared.policy_for(flow.client_conn)
             resolve = shared.resolve_for(flow.client_conn)
             answer = await decide_request(policy, resolve, facts, ask)
+            if answer.decision.reason is Reason.NOT_ALLOWLISTED and shared.approvals:  # issue 47
+                answer = await shared.approvals.request(flow, policy, resolve, facts, ask, answer)
             fetched = shared.credentials.held()
             if secret_elsewhere(fetched, answer.decision, ask.fields, ask.names.path, answer.host):
                 elsewhere = Decision.deny(Reason.SECRET_ELSEWHERE, answer.decision.entry)
@@ -182,7 +184,8 @@ class Requests:
         body hashed and signed before it is judged as MCP or as a git push's command list,
         D424), then searched for resolved values (D364), and the request counted once.
         Request trailers arrive after the body streamed, too late for a refusal: a
-        trailer block with bytes no upstream may see is dropped, never forwarded (D21)."""
+        trailer block with bytes no upstream may see, or a resolved value (D524), is
+        dropped, never forwarded (D21)."""
         state = flow.metadata.get(FLOW_KEY)
         if isinstance(state, FlowState) and state.parts:
             turn = Turn.later(self.shared, flow, state)
@@ -202,8 +205,13 @@ class Requests:
             if judged:
                 self._judged(flow, state)
         trailers = flow.request.trailers
-        if trailers is not None and fields_problem(trailers.fields) is not None:
-            flow.request.trailers = None
+        if trailers is not None and (
+            fields_problem(trailers.fields) is not None
+            or held_in(
+                self.shared.held_values(), b"\n".join(b"%s: %s" % f for f in trailers.fields)
+            )
+        ):
+            flow.request.trailers = None  # a resolved value too (D524)
 
     def _body_searched(self, flow: http.HTTPFlow, decision: Decision) -> Decision:
         """An allowed request whose body the proxy read (held to sign, or judged as MCP)

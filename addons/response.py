@@ -1,11 +1,14 @@
 """The response stage: clean what an upstream answers, then write the request's audit line.
 
 Nothing is decided here: the request stage decided which secrets were injected, and
-only those can be echoed back. `responseheaders` strips an upstream's `X-Egress-Denied`,
-redacts the secrets in headers and streams the body (masking them in identity bodies,
-D32; an injected request asked for identity, so a compressed answer to it is dropped,
-D99); `response` redacts trailers; `response` and `error` write the audit line. What
-could not be cleaned is never forwarded: the flow is killed.
+only those can be echoed back. `responseheaders` drops a `101` that is not the WebSocket
+the request asked for (D526), strips an upstream's `X-Egress-Denied`, redacts the
+secrets in headers (dropping a field named after one, D527) and in the reason phrase
+(D528), and streams the body (masking them in identity bodies, D32; an injected request
+asked for identity, so a compressed or transfer-coded answer to it is dropped, D99,
+D520); `response` redacts trailers; `websocket_message` masks them in a server's
+message on a WebSocket whose upgrade carried one (D525); `response` and `error` write
+the audit line. What could not be cleaned is never forwarded: the flow is killed.
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ import time
 from collections.abc import Callable, Iterable
 
 from mitmproxy import http
+from mitmproxy.net.http import status_codes
 
 from sandbox_egress.addons import mitm
 from sandbox_egress.addons.auditing import Where, address_text
 from sandbox_egress.addons.clauses import ADAPTERS, Turn
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState, Shared, counter
 from sandbox_egress.proxy.decision import Stage
-from sandbox_egress.proxy.outbound import encoded_answer
-from sandbox_egress.proxy.values.redact import BodyMatcher
+from sandbox_egress.proxy.outbound import encoded_answer, unasked_switch
+from sandbox_egress.proxy.values.redact import BodyMatcher, Redactor
 
 log = logging.getLogger("egress")
 
 DENIED_HEADER = "X-Egress-Denied"
+WEBSOCKET_ECHO = "egress.websocket_echo"  # flow.metadata: the redactor of a WebSocket's upgrade
 
 
 class Responses:
@@ -36,6 +41,15 @@ class Responses:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
         if state is None or state.refused_here or flow.response is None:
+            return
+        response = flow.response
+        if unasked_switch(
+            response.status_code,
+            flow.request.headers.get("upgrade"),
+            response.headers.get("upgrade"),
+        ):
+            log.warning("%s: a protocol switch the request did not ask for dropped", state.host)
+            mitm.kill(flow)  # mitmproxy would relay raw bytes both ways, unscanned (D526)
             return
         cleaned = False
         with self.shared.failclosed(Stage.RESPONSE):
@@ -48,12 +62,19 @@ class Responses:
                 redacted = redactor.fields(headers.fields)
                 if redacted is not headers.fields:
                     headers.fields = redacted
-                if encoded_answer(headers.get("content-encoding")):
+                reason = flow.response.data.reason
+                if reason and redactor.header(reason) != reason:  # the upstream's text too (D528)
+                    flow.response.reason = status_codes.RESPONSES.get(flow.response.status_code, "")
+                if encoded_answer(
+                    headers.get("content-encoding"), headers.get("transfer-encoding")
+                ):
                     # Asked for identity (proxy.outbound), compressed anyway: not scannable.
                     log.warning("%s: compressed answer to an injected request dropped", state.host)
                     mitm.kill(flow)
                     return
                 flow.response.stream = _scrubbed(count, redactor.body())
+                if flow.response.status_code == 101:  # its messages are scanned too (D525)
+                    flow.metadata[WEBSOCKET_ECHO] = redactor
             turn = Turn.later(self.shared, flow, state)
             for adapter in ADAPTERS:  # a clause that reads answers (MCP's tools/list filter)
                 flow.response.stream = adapter.answer(turn, flow.response.stream)
@@ -75,6 +96,27 @@ class Responses:
                 mitm.kill(flow)
         self._finish(flow)
 
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A server's message on a WebSocket whose upgrade carried an injected value has
+        the value masked, as a body's echo is (D525): each message on its own, since
+        applications read messages whole."""
+        redactor: Redactor | None = flow.metadata.get(WEBSOCKET_ECHO)
+        if redactor is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        if message.from_client:
+            return
+        cleaned = False
+        with self.shared.failclosed(Stage.RESPONSE):
+            matcher = redactor.body()
+            masked = matcher.feed(message.content) + matcher.feed(b"")
+            if masked != message.content:
+                message.content = masked
+            cleaned = True
+        if not cleaned:
+            message.drop()  # type: ignore[no-untyped-call]
+            mitm.kill(flow)
+
     def error(self, flow: http.HTTPFlow) -> None:
         self._finish(flow)
 
@@ -83,6 +125,11 @@ class Responses:
         if state is None:
             return
         shared, request = self.shared, flow.request
+        if state.parts:  # a clause settles what it owes and adds its audit fields
+            turn = Turn.later(shared, flow, state)
+            for adapter in ADAPTERS:
+                with shared.failclosed(Stage.RESPONSE):
+                    adapter.finish(turn)
         shared.metrics.duration.labels(state.decision.verdict).observe(
             time.monotonic() - state.started
         )

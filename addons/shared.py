@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import cast
+from dataclasses import dataclass, field, replace
+from typing import Protocol, cast
 
-from mitmproxy import connection
+from mitmproxy import connection, http
 
 from sandbox_egress.addons.auditing import Where, address_text, record
 from sandbox_egress.addons.failclosed import failclosed
@@ -28,7 +28,13 @@ from sandbox_egress.proxy.mcp import McpState
 from sandbox_egress.proxy.metrics import ProxyMetrics
 from sandbox_egress.proxy.policy import Policy
 from sandbox_egress.proxy.resolver import FairResolver, Resolve
-from sandbox_egress.proxy.stages import ConnectionFacts, Pin
+from sandbox_egress.proxy.stages import (
+    ConnectAnswer,
+    ConnectionFacts,
+    Pin,
+    RequestAnswer,
+    RequestAsk,
+)
 from sandbox_egress.proxy.state import StateBackend
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
@@ -52,6 +58,8 @@ class FlowState:
     path: str | None = None  # the request-target as the client sent it, masked for the audit
     # Each clause adapter's state for this request, by clause name (`addons.clauses`).
     parts: dict[str, object] = field(default_factory=dict)
+    # Fields a clause adds to the audit line (scalars, never a secret): `llm_model`...
+    audit: dict[str, object] = field(default_factory=dict)
     credentials: tuple[str, ...] = ()  # issue 32: the credentials it needed (names only)
 
     @property
@@ -85,6 +93,33 @@ class FlowState:
             self.parts[clause] = value
 
 
+class Gate(Protocol):
+    """Where a `not_allowlisted` stage answer is held (`addons.approvals.ApprovalGate`)."""
+
+    async def connect(
+        self,
+        client: connection.Client,
+        policy: Policy,
+        resolve: Resolve,
+        facts: ConnectionFacts,
+        answer: ConnectAnswer,
+    ) -> ConnectAnswer: ...
+
+    async def request(
+        self,
+        flow: http.HTTPFlow,
+        policy: Policy,
+        resolve: Resolve,
+        facts: ConnectionFacts,
+        ask: RequestAsk,
+        answer: RequestAnswer,
+    ) -> RequestAnswer: ...
+
+    async def request_hook(self, flow: http.HTTPFlow) -> None: ...
+
+    def client_disconnected(self, client: connection.Client) -> None: ...
+
+
 class Shared:
     def __init__(
         self,
@@ -106,6 +141,7 @@ class Shared:
         self.tenancy: Tenancy | None = None  # a node proxy's sandboxes; replaced whole (D24)
         # issue 32: the credential cache; a reload keeps unchanged credentials' values.
         self.credentials = Credentials({})
+        self.approvals: Gate | None = None  # issue 47: held unknown destinations
 
     # -- connections ----------------------------------------------------------------------
 
@@ -174,6 +210,8 @@ class Shared:
         written = record(
             where, decision, started, status, sent, received, injected, sandbox, mcp, named
         )
+        if state is not None and state.audit:
+            written = replace(written, extra=tuple(state.audit.items()))
         self.audit.write(masked_record(written, self.held_values()))
 
     def held_values(self) -> tuple[Searcher | None, ...]:

@@ -15,10 +15,7 @@ load (printed with them).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -27,31 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import paired
 from bench.hooks import _pair
+from bench.paired import checked_call, cpu_ms, load_line
 from sandbox_egress.hookrunner.enforce.bound import shell_command
 from sandbox_egress.hookrunner.enforce.toolns import boundary_problem
-
-
-def _call(argv: list[str], env: dict[str, str], cwd: Path) -> Callable[[], None]:
-    def call() -> None:
-        done = subprocess.run(argv, capture_output=True, env=env, cwd=cwd, timeout=60)
-        if done.returncode != 0 or done.stdout.strip():
-            raise RuntimeError(
-                f"exit {done.returncode}: {done.stdout[-200:]!r} {done.stderr[-300:]!r}"
-            )
-
-    return call
-
-
-def _cpu_ms(call: Callable[[], None], calls: int) -> float:
-    def spent() -> float:
-        own = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime
-
-    before = spent()
-    for _ in range(calls):
-        call()
-    return (spent() - before) * 1000 / calls
 
 
 def measure(calls: int = 200) -> dict[str, Any]:
@@ -71,12 +48,14 @@ def measure(calls: int = 200) -> dict[str, Any]:
         (workspace / "src").mkdir()
         for i in range(50):
             (workspace / "src" / f"m{i}.py").write_text("x = 1\n")
-        bounded = _call(["bash", "-c", shell_command("eval true", workspace)], env, workspace)
-        bare = _call(["bash", "-c", "true"], env, workspace)
+        bounded = checked_call(
+            ["bash", "-c", shell_command("eval true", workspace)], env, workspace, _silent
+        )
+        bare = checked_call(["bash", "-c", "true"], env, workspace, _silent)
         result = _pair(bounded, bare, calls)
         result["cpu_ms_per_call"] = {
-            "bounded": _cpu_ms(bounded, calls),
-            "bare": _cpu_ms(bare, calls),
+            "bounded": cpu_ms(bounded, calls),
+            "bare": cpu_ms(bare, calls),
         }
         results["call"] = result
     finally:
@@ -97,19 +76,16 @@ def lines(section: dict[str, Any], grid: Callable[..., list[str]] | None = None)
         f"  {one['bare']['median_ms']:24.1f}  {one['overhead_ms']:5.1f}"
         f"  {cpu['bounded']:8.1f} ({cpu['bare']:.1f})"
     )
-    before = " ".join(f"{x:.1f}" for x in section["loadavg_before"])
-    out.append(f"load average before: {before} (a busy machine inflates every figure)")
+    out.append(load_line(section))
     return out
 
 
+def _silent(stdout: bytes) -> bool:
+    return not stdout.strip()
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="calls of each (alternated)")
-    args = parser.parse_args(argv)
-    section = measure(args.calls)
-    print(json.dumps(section))
-    print("\n".join(lines(section)), file=sys.stderr)
-    return 0
+    return paired.main(__doc__, measure, lines, argv)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,8 @@ load (printed with them).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,24 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import paired
 from bench.hooks import _pair
+from bench.paired import checked_call, cpu_ms, load_line
 from testbed.claude_code import server_pid, stop_warm_runners
 
 HOOKRUNNER = str(Path(sys.executable).parent / "hookrunner")
 PACKS = ["block-force-push", "protect-env-files"]
-
-
-def _call(argv: list[str], payload: bytes, env: dict[str, str], cwd: Path) -> Callable[[], None]:
-    def call() -> None:
-        done = subprocess.run(
-            argv, input=payload, capture_output=True, env=env, cwd=cwd, timeout=60
-        )
-        if done.returncode != 0 or not _allowed(done.stdout):
-            raise RuntimeError(
-                f"exit {done.returncode}: {done.stdout[-200:]!r} {done.stderr[-300:]!r}"
-            )
-
-    return call
 
 
 def _allowed(stdout: bytes) -> bool:
@@ -55,25 +42,6 @@ def _allowed(stdout: bytes) -> bool:
         return True
     specific = json.loads(stdout).get("hookSpecificOutput") or {}
     return bool(specific.get("permissionDecision") == "allow")
-
-
-def _cpu_ms(call: Callable[[], None], calls: int, server: int | None) -> float:
-    """CPU time per call (user + system): this process's children (sh, the client) and
-    the warm runner's reaped children (each call's fork and the hooks it ran). Less
-    inflated than wall time by a busy machine's run queue."""
-
-    def spent() -> float:
-        own = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = own.ru_utime + own.ru_stime
-        if server is not None:
-            fields = Path(f"/proc/{server}/stat").read_text().rpartition(")")[2].split()
-            total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-        return total
-
-    before = spent()
-    for _ in range(calls):
-        call()
-    return (spent() - before) * 1000 / calls
 
 
 def _installed(root: Path, env: dict[str, str]) -> str:
@@ -110,17 +78,17 @@ def _one(label: str, cc: str | None, calls: int) -> dict[str, Any]:
              "hook_event_name": "PreToolUse", "tool_name": "Bash",
              "tool_input": {"command": "ls -la"}, "tool_use_id": "toolu_bench"}
         ).encode()  # fmt: skip
-        hook = _call(["/bin/sh", "-c", command], payload, env, root / "ws")
+        hook = checked_call(["/bin/sh", "-c", command], env, root / "ws", _allowed, payload)
         hook()  # the first call starts the warm runner
         sockets = list(run_dir.glob("hookrunner-*/fire-*.sock"))
         if not sockets or server_pid(sockets[0]) is None:
             raise RuntimeError("no warm runner answered after the first call")
-        bare = _call(["/bin/sh", "-c", "true"], payload, env, root / "ws")
+        bare = checked_call(["/bin/sh", "-c", "true"], env, root / "ws", _allowed, payload)
         result = _pair(hook, bare, calls)
         server = server_pid(sockets[0])
         result["cpu_ms_per_call"] = {
-            "runner": _cpu_ms(hook, calls, server),
-            "bare": _cpu_ms(bare, calls, None),
+            "runner": cpu_ms(hook, calls, server),
+            "bare": cpu_ms(bare, calls),
         }
         result["client"] = command.split()[0]
         return result
@@ -152,17 +120,12 @@ def lines(section: dict[str, Any], grid: Callable[..., list[str]] | None = None)
             f"  {one['bare']['median_ms']:22.1f}  {one['overhead_ms']:8.1f}"
             f"  {cpu['runner']:8.1f} ({cpu['bare']:.1f})"
         )
-    before = " ".join(f"{x:.1f}" for x in section["loadavg_before"])
-    out.append(f"load average before: {before} (a busy machine inflates every figure)")
+    out.append(load_line(section))
     return out
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="calls of each (alternated)")
-    args = parser.parse_args(argv)
-    print(json.dumps(measure(args.calls)))
-    return 0
+    return paired.main(__doc__, measure, lines, argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -47,6 +47,7 @@ STALL_S = 10.0
 # Connections served at once, and how long one may take (docs/configuration.md#fair-sharing).
 MAX_CONNECTIONS = 32
 REQUEST_TIMEOUT_S = 5.0
+ADMIN_BODY = 64 * 1024  # the largest admin request body read
 DISTRIBUTION = "sandbox-egress"
 
 
@@ -109,8 +110,29 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/status" and self.server.status is not None:
             body = json.dumps(self.server.status(), indent=1).encode() + b"\n"
             self._reply(200, body, "application/json")
-        else:
+        elif not self._admin("GET", path):
             self._reply(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        if not self._admin("POST", self.path.split("?", 1)[0]):
+            self._reply(404, b"not found\n", "text/plain")
+
+    def _admin(self, method: str, path: str) -> bool:
+        """The owner's admin API (`admin`: the proxy's /approvals, /usage), when it serves
+        `path`."""
+        admin = self.server.admin
+        if admin is None or not admin.serves(path):
+            return False
+        size = self.headers.get("Content-Length", "0")
+        length = int(size) if size.isascii() and size.isdigit() else -1  # not "²" (D544)
+        if not 0 <= length <= ADMIN_BODY:
+            self._reply(400, b'{"error": "bad_request"}\n', "application/json")
+            return True
+        body = self.rfile.read(length) if length else b""
+        authorization = self.headers.get("Authorization")
+        status, answer = admin.answer(method, self.path, authorization, body)  # with its query
+        self._reply(status, answer, "application/json")
+        return True
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -121,6 +143,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass  # scrapes are not news
+
+
+class Admin(Protocol):
+    """An API served beside the metrics (the proxy's `runtime.admin`), from this thread:
+    `serves` sees the bare path, `answer` the request target (its query too)."""
+
+    def serves(self, path: str) -> bool: ...
+
+    def answer(
+        self, method: str, path: str, authorization: str | None, body: bytes
+    ) -> tuple[int, bytes]: ...
 
 
 class MetricsServer(ThreadingHTTPServer):
@@ -149,6 +182,7 @@ class MetricsServer(ThreadingHTTPServer):
         self.draining = threading.Event()  # SIGTERM: no longer a place to send traffic
         self.heartbeat: float | None = None  # time.monotonic() of the loop's last stamp
         self.status: Callable[[], dict[str, Any]] | None = None  # GET /status (runtime.status)
+        self.admin: Admin | None = None  # the proxy's approvals API (runtime.admin, issue 47)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)

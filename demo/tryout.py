@@ -16,13 +16,15 @@ proxy refuses internal addresses no entry opens; the output says so.
 It then shows an allowed request (URL, or the first allowlisted name) with what the
 upstream received (an injected header by name and length, never its value), a refusal
 (a name no entry allows, or the metadata address when `*` allows every name), and the
-proxy's audit lines for both. Everything it built is removed when it ends.
+proxy's audit lines for both. Everything it built is removed when it ends, also when
+SIGTERM or SIGHUP ends it (exit status 128 + the signal's number).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import ssl
 import sys
@@ -201,7 +203,15 @@ def proxy_audit(path: Path, count: int) -> list[dict[str, Any]]:
     return [{k: line.get(k) for k in keys} for line in found]
 
 
+def stop_on(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP (`kill`, a closed terminal): unwind, so every `finally` removes
+    what it built (the children run in sessions of their own; D516)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop_on)
     reason = netns_available()
     if reason is not None:
         print(f"make try builds network namespaces and {reason}.", file=sys.stderr)

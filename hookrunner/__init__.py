@@ -15,5 +15,6 @@ handler's output), ``dispatch`` (one handler), ``aggregate`` (the decision of
 an event), ``session`` (the Python API) and ``cli`` (the ``hookrunner``
 command, which also wires the other dialect). ``ax`` is the AX Code / Claude
 Code dialect (``.ax-code/hooks.json``, ``hookrunner fire``), with the same
-module names for the same roles. See docs/hooks.md.
+module names for the same roles; ``bridge`` turns a Claude Code user's yes into a
+grant of the egress proxy's approvals (issue 47). See docs/hooks.md.
 """

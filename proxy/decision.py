@@ -61,6 +61,16 @@ class Reason(StrEnum):
     UPSTREAM_REFUSED = "upstream_refused"
     UPSTREAM_RESET = "upstream_reset"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    # issue 47: a held not_allowlisted destination (proxy/approvals/)
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVAL_LIMIT = "approval_limit"
+
+    # issue 46: model APIs judged and metered (proxy/llm/)
+    LLM_MODEL_DENIED = "llm_model_denied"
+    LLM_BAD_REQUEST = "llm_bad_request"
+    LLM_BUDGET_EXCEEDED = "llm_budget_exceeded"
+    LLM_MODEL_UNPRICED = "llm_model_unpriced"
 
 
 class Stage(StrEnum):
@@ -182,6 +192,31 @@ MESSAGES: dict[Reason, str] = {
         "The destination did not accept the connection, or did not begin its answer, "
         "within the proxy's upstream timeouts."
     ),
+    # issue 47
+    Reason.APPROVAL_DENIED: (
+        "The destination host is not in network.allowlist and the approval asked for it was denied."
+    ),
+    Reason.APPROVAL_TIMEOUT: (
+        "The destination host is not in network.allowlist and nobody answered the approval "
+        "asked for it in time."
+    ),
+    Reason.APPROVAL_LIMIT: (
+        "The destination host is not in network.allowlist and this sandbox already has as "
+        "many approvals waiting as it may; nothing was asked."
+    ),
+    # issue 46
+    Reason.LLM_MODEL_DENIED: "The allowlist entry's llm.models does not admit this model.",
+    Reason.LLM_BAD_REQUEST: (
+        "A generation request to a model API must be one JSON object naming its model, "
+        "with whole-number output limits."
+    ),
+    Reason.LLM_BUDGET_EXCEEDED: (
+        "The sandbox has spent the allowlist entry's llm.budget (tokens or cost per "
+        "window); retry after Retry-After seconds."
+    ),
+    Reason.LLM_MODEL_UNPRICED: (
+        "The allowlist entry has a cost budget and llm.prices holds no price for this model."
+    ),
 }
 
 # Refusals are 403; a name that does not resolve, or an upstream whose TLS fails, is a
@@ -197,6 +232,8 @@ STATUS: dict[Reason, int] = {
     Reason.UPSTREAM_REFUSED: 502,  # issues 43, 48
     Reason.UPSTREAM_RESET: 502,
     Reason.UPSTREAM_TIMEOUT: 504,
+    Reason.LLM_BAD_REQUEST: 400,  # issue 46
+    Reason.LLM_BUDGET_EXCEEDED: 429,
 }
 
 # The proxy failed rather than refused (D352): the body says `"error": "egress_failed"`.

@@ -22,9 +22,11 @@ from prometheus_client import (
 )
 
 from sandbox_egress.common.serve import add_build_info
+from sandbox_egress.proxy.approvals.metrics import ApprovalMetrics
 from sandbox_egress.proxy.decision import DECIDING, REPORTABLE, Reason, Stage
 from sandbox_egress.proxy.fairness import Bound
 from sandbox_egress.proxy.limits import Limit
+from sandbox_egress.proxy.llm.metrics import LlmMetrics
 
 # `_created` series double the output and answer no operator question.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client: unannotated
@@ -194,6 +196,9 @@ class ProxyMetrics:
             self.config_reloads.labels(result)
         self._operator_metrics(r)
         self.sandboxes = SandboxMetrics(r)
+        self.approvals = ApprovalMetrics(r)
+
+        self.llm = LlmMetrics(r)
         self._decided: dict[tuple[Stage, str, Reason], tuple[Counter, Counter]] = {}
         # issue 33: MCP messages by method (an entry's configured methods, "response",
         # "other": a bounded set) and their POST's reason; never by tool.

@@ -19,7 +19,9 @@ before its transform headers are written (issue 21):
 * A request that carries an injected value asks for `Accept-Encoding: identity`, so
   that an echo of the value comes back in a body the proxy scans (D99); the sandbox's
   own `Accept-Encoding` is dropped. `encoded_answer` says whether an answer must then
-  be refused: an upstream that compresses anyway cannot be scanned.
+  be refused: an upstream that compresses anyway, as a content coding or a transfer
+  coding, cannot be scanned. `unasked_switch` says whether a `101` answers anything but the
+  WebSocket upgrade the request asked for (D526): such an answer is dropped.
 
 Pure: no mitmproxy; fields are `(name, value)` byte pairs as mitmproxy keeps them.
 """
@@ -35,6 +37,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"te", b"upgrade"})
 # Fields a `Connection` header cannot remove: mitmproxy frames and routes by them.
 FRAMING = frozenset({b"host", b"content-length", b"transfer-encoding"})
 IDENTITY = b"identity"
+CHUNKED = b"chunked"  # a transfer coding that only frames the body
 
 
 def _tokens(value: bytes) -> list[bytes]:
@@ -95,8 +98,25 @@ def outbound_fields(
     return tuple(kept)
 
 
-def encoded_answer(content_encoding: str | None) -> bool:
-    """An answer with a content coding other than identity (not scannable for an echo)."""
-    if content_encoding is None:
+def encoded_answer(content_encoding: str | None, transfer_encoding: str | None = None) -> bool:
+    """An answer with a content coding other than identity, or a transfer coding other
+    than chunked (`gzip, chunked`, which mitmproxy de-chunks but never inflates, D520):
+    its body is not scannable for an echo."""
+    content = _tokens(content_encoding.encode("latin-1")) if content_encoding is not None else []
+    transfer = _tokens(transfer_encoding.encode("latin-1")) if transfer_encoding is not None else []
+    return any(t != IDENTITY for t in content) or any(
+        t not in (IDENTITY, CHUNKED) for t in transfer
+    )
+
+
+def unasked_switch(status: int, request_upgrade: str | None, response_upgrade: str | None) -> bool:
+    """A `101 Switching Protocols` that is not the WebSocket the request asked for (D526):
+    an allowed request reaches its upstream with no `Upgrade` but a WebSocket's (D100), so
+    any other switch is the upstream's own, and mitmproxy would relay raw bytes after it,
+    unscanned."""
+    if status != 101:
         return False
-    return any(t not in (b"", IDENTITY) for t in _tokens(content_encoding.encode("latin-1")))
+    return not (
+        (request_upgrade or "").strip().lower() == "websocket"
+        and (response_upgrade or "").strip().lower() == "websocket"
+    )

@@ -24,8 +24,10 @@ from sandbox_egress.proxy.credentials.https import Https
 from sandbox_egress.proxy.credentials.probe import probe
 from sandbox_egress.proxy.learn import formats, importers
 from sandbox_egress.proxy.learn import propose as proposing
+from sandbox_egress.proxy.state import StateUnavailable
 from sandbox_egress.proxy.tenancy import sandboxes
-from sandbox_egress.runtime import optimized
+from sandbox_egress.runtime import approvalscli, optimized, usage, usageapi
+from sandbox_egress.runtime.admin import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
 from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate
@@ -100,8 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         return _import(args.kind, args.file)
     if args.command == "propose":
         return _propose(args)
+    if args.command == "usage":
+        return _usage(args)
     if args.command == "dns":
         return _run_dns(args)
+    if args.command == "approvals":
+        return approvalscli.run(args)
     if args.command == "health":
         host, port = args.metrics
         outcome = health.probe(host, port, timeout=args.timeout)
@@ -134,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"egress-proxy: {exc}", file=sys.stderr)
         return 2
+    try:
+        token = read_token(args.admin_token_file) if args.admin_token_file else None
+    except LaunchError as exc:
+        print(f"egress-proxy: {exc}", file=sys.stderr)
+        return 2
     if args.workers > 1 and args.worker is None:
         run_argv = list(sys.argv[1:] if argv is None else argv)
         try:
@@ -142,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"egress-proxy: {exc}", file=sys.stderr)
             return 2
         try:
-            return run_workers(run_argv, args.workers, args.config, args.metrics)
+            return run_workers(run_argv, args.workers, args.config, args.metrics, token)
         except configuration.ConfigError as exc:
             _print_problems(exc)
             return 2
@@ -172,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         otlp_headers=tuple(args.otlp_header),
         upstream_connect_s=args.upstream_connect_timeout,
         upstream_answer_s=args.upstream_timeout,
+        admin_token=token,
     )
     try:
         return asyncio.run(serve(settings))
@@ -228,6 +240,33 @@ def _check(path: str, *, secrets: bool) -> int:
     unresolved = "" if secrets else " (references not looked up: --no-secrets)"
     shown = f", {loaded} sandbox files" if loaded is not None else ""
     print(f"{path}: ok, {len(network.allowlist)} allowlist entries{shown}{unresolved}")
+    return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    """`usage`: the spending of `llm:` budgets, read from the file's Redis store, or from
+    the running proxy's admin API with the memory backend (D570)."""
+    try:
+        network = configuration.load(args.config)
+    except configuration.ConfigError as exc:
+        _print_problems(exc)
+        return 1
+    if network.state.backend != "redis":
+        token = approvalscli.read_token(args.admin_token_file, "usage (state.backend: memory)")
+        if token is None:
+            return 2
+        host, port = args.metrics
+        status, lines = usage.ask(host, port, token, args.sandbox)
+        for line in lines:
+            print(line, file=sys.stdout if status == 0 else sys.stderr)
+        return status
+    try:
+        lines = asyncio.run(usage.read(network.state, usageapi.clauses(network), args.sandbox))
+    except StateUnavailable as exc:
+        print(f"egress-proxy: the state store did not answer ({exc})", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
     return 0
 
 

@@ -16,6 +16,7 @@ from sandbox_egress.common.versions import DefaultsHelpFormatter, add_version_op
 from sandbox_egress.proxy import fairness, health
 from sandbox_egress.proxy.audit import AUDIT_FORMATS
 from sandbox_egress.proxy.learn import importers
+from sandbox_egress.runtime import approvalscli
 from sandbox_egress.runtime.ca import KeyType
 from sandbox_egress.runtime.startup import parse_hostport
 
@@ -103,6 +104,12 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--upstream-ca", type=Path, metavar="FILE", help="extra CA for upstream certificates"
+    )
+    run.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="serve the approvals API (/approvals) on the metrics address to this bearer token",
     )
     run.add_argument(
         "--workers",
@@ -203,6 +210,7 @@ def parser() -> argparse.ArgumentParser:
     add_log_format_option(dns)
 
     _propose_parser(sub)
+    _usage_parser(sub)
     check = sub.add_parser(
         "check",
         help="validate a configuration file",
@@ -289,7 +297,17 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long to wait for the answer",
     )
+    approvalscli.add_parser(sub, _endpoint)
     return parser
+
+
+def _usage_parser(sub: Any) -> None:
+    usage = sub.add_parser(
+        "usage", help="print each sandbox's model API spending and what is left (llm: budgets)"
+    )
+    usage.add_argument("--config", required=True, help="the configuration (its state: section)")
+    usage.add_argument("--sandbox", metavar="ID", help="only this sandbox (or client-ADDRESS)")
+    approvalscli.add_admin_arguments(usage, _endpoint)  # the memory backend: ask the proxy
 
 
 def _propose_parser(sub: Any) -> None:

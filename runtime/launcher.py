@@ -42,7 +42,7 @@ from sandbox_egress.proxy.state.backends import open_state
 from sandbox_egress.proxy.state.memory import MemoryState
 from sandbox_egress.proxy.tenancy import sandboxes
 from sandbox_egress.proxy.tenancy.tenants import Tenancy
-from sandbox_egress.runtime import lifecycle, trim
+from sandbox_egress.runtime import admin, lifecycle, trim
 from sandbox_egress.runtime.ca import ensure_ca
 from sandbox_egress.runtime.engine import patches
 from sandbox_egress.runtime.engine.patches import Stage
@@ -263,13 +263,13 @@ async def serve(settings: Settings) -> int:
     reload = lifecycle.Reloader(settings.config_path, apply, on_result, network.secret_files)
     metrics.reload_successful.set(1)  # the load at start
     metrics.reload_success_time.set(time.time())
-
     if settings.worker is not None:
         workers.share_listen_port()
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
     if otlp is not None:
         tasks.append(loop.create_task(otlp.run(), name="otlp"))
+    tasks.append(loop.create_task(admin.wire(addon, settings, metrics_server), name="approvals"))
 
     def on_sigterm() -> None:
         if any(task.get_name() == "drain" for task in tasks):

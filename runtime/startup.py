@@ -17,7 +17,7 @@ import resource
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import certifi
@@ -69,6 +69,7 @@ class Settings:
     otlp_headers: tuple[tuple[str, str], ...] = ()  # --otlp-header, unresolved (D402)
     upstream_connect_s: float = 30.0  # issues 43, 48: a connect not made this long fails
     upstream_answer_s: float = 300.0  # ... an answer not begun this long after the request
+    admin_token: str | None = field(default=None, repr=False)  # --admin-token-file's (issue 47)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,8 +184,14 @@ class ClaudeHome:
                    "--workspace", str(self.workspace)]  # fmt: skip
         return subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=60)
 
-    def run(self, script: list[dict[str, Any]]) -> Run:
-        """The fake model, then `claude -p` against it, both inside the namespace."""
+    def run(
+        self,
+        script: list[dict[str, Any]],
+        args: Sequence[str] = ("--allowedTools", "Bash"),
+        env: Mapping[str, str] | None = None,
+    ) -> Run:
+        """The fake model, then `claude -p` against it, both inside the namespace; `args`
+        end the command line, `env` is added to the CLI's environment."""
         (self.root / "script.json").write_text(json.dumps(script))
         files = {name: self.root / name for name in ("model.log", "ready", "port")}
         for path in files.values():  # a second run in this home waits for its own model
@@ -200,12 +207,12 @@ class ClaudeHome:
         try:
             procs.wait_until("the fake model", files["ready"].exists, 30, model)
             port = int(files["port"].read_text())
-            env = {**self.env, "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
-                   "ANTHROPIC_API_KEY": "sk-ant-dummy-not-a-key"}  # fmt: skip
+            given = {**self.env, **(env or {}), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
+                     "ANTHROPIC_API_KEY": "sk-ant-dummy-not-a-key"}  # fmt: skip
             done = subprocess.run(
-                ["ip", "netns", "exec", self.netns, "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                ["ip", "netns", "exec", self.netns, "env", "-i", *[f"{k}={v}" for k, v in given.items()],
                  str(self.claude), "-p", "Say hi, then clean up.", "--output-format", "stream-json",
-                 "--verbose", "--allowedTools", "Bash"],
+                 "--verbose", *args],
                 cwd=self.workspace, capture_output=True, text=True, timeout=RUN_TIMEOUT,
             )  # fmt: skip
         finally:

@@ -17,11 +17,16 @@ back, so that when a client has its response the record is already on disk:
 An echo answers 200 with the request record as its JSON body. Special paths:
 * `/echo-header?name=H`: the response also carries `X-Echoed: <value of H>` and
   `X-Echoed-Embedded: before;<value of H>;after` (the proxy must redact injected values);
+* `/echo-reason?name=H`: a 401 whose reason phrase carries the value of H;
+* `/echo-switch?name=H`: a `101 Switching Protocols` to a request that asked for no
+  upgrade, then the value of H as raw bytes (a protocol switch the proxy must not relay
+  unscanned);
+* `/echo-header-name?name=H`: the response also carries a field named `X-Echo-<value of H>`;
 * `/fake-denied`: the response carries the upstream's own `X-Egress-Denied: fake`
   (the proxy must strip it);
 * `/echo-location?name=H&enc=E`: a 302 whose `Location` carries the value of H encoded
   as E (`pct`, `pct-lower`, `pct-lowhex`, `form`, `upper`, `lower`, `b64`, `b64url`,
-  `json-slash`, `json-u`, `raw`), as a redirecting upstream
+  `json-slash`, `json-u`, `html`, `html-39`, `raw`), as a redirecting upstream
   would reflect it;
 * `/echo-body?name=H&chunk=N&frame=F&enc=E&sse=1`: a 200 whose body carries the value of
   H (encoded as E, as for `/echo-location`, default `raw`), sent in N-byte pieces: HTTP
@@ -38,6 +43,7 @@ import asyncio
 import base64
 import contextlib
 import gzip
+import html
 import json
 import re
 import socket
@@ -113,6 +119,8 @@ ECHO_ENCODINGS: dict[str, Any] = {
     "json-u": lambda v: "".join(f"\\u{ord(c):04X}" if c in '"\\/' else c for c in v),
     "pct-lowhex": lambda v: re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(v, safe="")),
     "raw": lambda v: v,
+    "html": html.escape,  # a page's template (Python, Django)
+    "html-39": lambda v: html.escape(v).replace("&#x27;", "&#39;").replace("&quot;", "&#34;"),
 }
 
 
@@ -148,10 +156,22 @@ def echo_body(record: dict[str, Any], query: dict[str, list[str]]) -> list[bytes
 
 def echo_compressed(record: dict[str, Any], query: dict[str, list[str]]) -> bytes:
     """The echo body gzip-compressed when the request accepts gzip, or always with
-    `force=1` (an upstream that ignores `Accept-Encoding`); identity otherwise."""
+    `force=1` (an upstream that ignores `Accept-Encoding`); identity otherwise. With
+    `te=1` the body is gzip-compressed as a transfer coding instead (`Transfer-Encoding:
+    gzip, chunked`, RFC 9112 6.1), whatever the request accepts."""
     body = b'{"echoed": "' + header_value(record, query).encode() + b'"}'
     accepted = ",".join(v for n, v in record["headers"] if n.lower() == "accept-encoding")
     head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    if query.get("te", ["0"])[0] == "1":
+        packed = gzip.compress(body)
+        return (
+            f"{head}Transfer-Encoding: gzip, chunked\r\n\r\n".encode()
+            + b"%x\r\n%s\r\n0\r\n\r\n"
+            % (
+                len(packed),
+                packed,
+            )
+        )
     if "gzip" in accepted.lower() or query.get("force", ["0"])[0] == "1":
         body = gzip.compress(body)
         head += "Content-Encoding: gzip\r\n"
@@ -167,12 +187,27 @@ def response_for(record: dict[str, Any]) -> bytes | list[bytes]:
         return echo_body(record, parse_qs(parts.query))
     if parts.path == "/echo-compressed":
         return echo_compressed(record, parse_qs(parts.query))
+    if parts.path == "/echo-reason":  # the value in the status line's reason phrase
+        value = header_value(record, parse_qs(parts.query))
+        return f"HTTP/1.1 401 Bad key {value}\r\nContent-Length: 0\r\n\r\n".encode("latin-1")
+    if parts.path == "/echo-switch":  # a 101 nobody asked for, then raw bytes
+        value = header_value(record, parse_qs(parts.query))
+        return (
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
+            f"raw before;{value};after"
+        ).encode("latin-1")
     if parts.path == "/echo-header":
         wanted = parse_qs(parts.query).get("name", [""])[0].lower()
         for name, value in record["headers"]:
             if name.lower() == wanted:
                 extra.append(("X-Echoed", value))
                 extra.append(("X-Echoed-Embedded", f"before;{value};after"))
+                break
+    elif parts.path == "/echo-header-name":  # the value as a header's name
+        wanted = parse_qs(parts.query).get("name", [""])[0].lower()
+        for name, value in record["headers"]:
+            if name.lower() == wanted:
+                extra.append((f"X-Echo-{value}", "1"))
                 break
     elif parts.path == "/fake-denied":
         extra.append(("X-Egress-Denied", "fake"))

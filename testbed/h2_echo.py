@@ -7,7 +7,7 @@ the client offered). Every event is appended as one JSON line to `--log` before 
 * `{"event": "tls", "listener", "sni", "alpn"}` after each handshake;
 * `{"event": "request", "listener", "version", "path", "headers": [[name, value], ...]}` for
   each request (HTTP/2 pseudo-headers included, in order; over HTTP/2 with `body_len`, the
-  request body's size) once it has ended;
+  request body's size, and `trailers` when the request had some) once it has ended;
 * with `--log-heads`, `{"event": "head", "listener", "path"}` as soon as an HTTP/2 request's
   head arrives (the push gate's tests: did anything of a refused request get here?).
 
@@ -68,6 +68,7 @@ async def serve_h2(
     writer.write(conn.data_to_send())
     pending: dict[int, list[list[str]]] = {}
     sizes: dict[int, int] = {}
+    trailers: dict[int, list[list[str]]] = {}
     while data := await asyncio.wait_for(reader.read(65536), IO_TIMEOUT):
         for event in conn.receive_data(data):
             ended: int | None = None
@@ -81,14 +82,18 @@ async def serve_h2(
             elif isinstance(event, h2.events.DataReceived):
                 conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 sizes[event.stream_id] = sizes.get(event.stream_id, 0) + len(event.data)
+            elif isinstance(event, h2.events.TrailersReceived):
+                trailers[event.stream_id] = [[str(n), str(v)] for n, v in event.headers]
             elif isinstance(event, h2.events.StreamEnded):
                 ended = event.stream_id
             if ended is not None and ended in pending:
                 headers = pending.pop(ended)
                 path = dict((n, v) for n, v in headers).get(":path", "/")
-                log.write({"event": "request", "listener": listener, "version": "h2",
-                           "path": path, "headers": headers,
-                           "body_len": sizes.pop(ended, 0)})  # fmt: skip
+                record = {"event": "request", "listener": listener, "version": "h2",
+                          "path": path, "headers": headers, "body_len": sizes.pop(ended, 0)}  # fmt: skip
+                if ended in trailers:
+                    record["trailers"] = trailers.pop(ended)
+                log.write(record)
                 if urlsplit(path).path == "/reset":  # the stream reset, no answer
                     conn.reset_stream(ended, h2.errors.ErrorCodes.INTERNAL_ERROR)
                     continue

@@ -61,6 +61,15 @@ REASONS = frozenset(
         "upstream_refused",
         "upstream_reset",
         "upstream_timeout",
+        # issue 47
+        "approval_denied",
+        "approval_timeout",
+        "approval_limit",
+        # issue 46
+        "llm_model_denied",
+        "llm_bad_request",
+        "llm_budget_exceeded",
+        "llm_model_unpriced",
     }
 )
 AUDIT_KEYS = frozenset(

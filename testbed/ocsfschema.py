@@ -7,6 +7,7 @@ OCSF event `--audit-format ocsf` would have written for it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from datetime import datetime
 from typing import Any
@@ -44,8 +45,11 @@ def problems(event: dict[str, Any]) -> list[str]:
 
 def record_of(line: dict[str, Any]) -> tuple[AuditRecord, datetime, int | None]:
     """The record a JSON audit line was written from, its time and worker."""
-    fields = {k: v for k, v in line.items() if k not in ("time", "worker")}
+    known = {f.name for f in dataclasses.fields(AuditRecord)}
+    fields = {k: v for k, v in line.items() if k in known}
     fields["injected"] = tuple(fields.get("injected", ()))
+    extra = tuple((k, v) for k, v in line.items() if k not in known | {"time", "worker"})
+    fields["extra"] = extra  # a clause's fields (`AuditRecord.extra`)
     at = datetime.fromisoformat(line["time"].replace("Z", "+00:00"))
     return AuditRecord(**fields), at, line.get("worker")
 

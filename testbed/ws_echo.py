@@ -3,11 +3,14 @@
 Run inside a network namespace (`python -m testbed.ws_echo`). Each upgrade request is one
 JSON line in `--log` (`{"event": "upgrade", "path", "headers": [[name, value], ...]}`,
 headers in wire order, written before the handshake is answered); each message is echoed
-back unchanged.
+back unchanged. On `/echo-header?name=H` it first sends the value of request header H
+inside a text message, then inside a binary one (a reflecting server, the redaction tests).
 The file named by `--ready` is created once it listens. SIGTERM stops it.
 """
 
 from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request
@@ -30,6 +33,12 @@ async def main(argv: list[str]) -> int:
         log.write({"event": "upgrade", "path": request.path, "headers": headers})
 
     async def echo(connection: ServerConnection) -> None:
+        upgrade = urlsplit(connection.request.path if connection.request else "/")
+        if upgrade.path == "/echo-header":  # a server that reflects a request header
+            wanted = parse_qs(upgrade.query).get("name", [""])[0]
+            value = connection.request.headers.get(wanted, "") if connection.request else ""
+            await connection.send(f"text before;{value};after")
+            await connection.send(f"binary before;{value};after".encode())
         async for message in connection:
             await connection.send(message)
 

@@ -97,5 +97,5 @@ def test_the_readmes_first_commands_are_the_offline_ones() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^demo: install$", makefile, re.M)
     assert re.search(r"^try: install$", makefile, re.M)
-    assert "python -m demo.tryout $(CONFIG) $(URL)" in makefile
+    assert "python -m demo.tryout $(call quoted,$(CONFIG)) $(call quoted,$(URL))" in makefile
     assert README.index("make try") < README.index("httpbin.org/headers")

@@ -5,7 +5,9 @@ The request stage (`addons.request`) decides once, then walks the adapters in ta
 order at each step of a request: `admit` before the request is applied (budgets),
 `write` once it is applied (credentials fetched, signatures), `hold` (a body read
 before it goes on), `judge` (the held body, in the `request` hook) and `answer` (the
-response's stream). A step a clause has nothing to do at is the base class's: nothing.
+response's stream); the response stage walks `finish` once the flow is done (a model
+API call charged, issue 46), before the audit line, which carries `FlowState.audit`.
+A step a clause has nothing to do at is the base class's: nothing.
 
 Invariants: an adapter refuses by returning a refusal (`Decision`), never by raising;
 an exception is the core's fail-closed refusal (`addons.failclosed`). Its state for one
@@ -76,3 +78,8 @@ class Adapter:
     def answer(self, turn: Turn, stream: Stream) -> Stream:
         """The response's stream function, wrapped when the clause reads answers."""
         return stream
+
+    def finish(self, turn: Turn) -> None:
+        """The flow is done (answered, refused or failed), before its audit line: settle
+        what is owed, add audit fields (`FlowState.audit`)."""
+        return None

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_egress.hookrunner.ax import claudeinstall, firebound, quickbuild, quickfire
+from sandbox_egress.hookrunner.ax.bridge import bridge_word, grant_steps
 from sandbox_egress.hookrunner.ax.claudeout import claude_answer, claude_json
 from sandbox_egress.hookrunner.ax.events import EventInput, parse_event
 from sandbox_egress.hookrunner.ax.model import (
@@ -45,6 +46,8 @@ from sandbox_egress.hookrunner.ax.model import (
     Verdict,
 )
 from sandbox_egress.hookrunner.ax.session import AxSession
+from sandbox_egress.hookrunner.bridge.answer import with_bridge
+from sandbox_egress.hookrunner.bridge.settings import from_env as settings_from
 from sandbox_egress.hookrunner.console import emit, read_stdin_json, say
 from sandbox_egress.hookrunner.enforce.bounds import PayloadRefused
 from sandbox_egress.hookrunner.errors import HookRunnerError, UsageError
@@ -341,14 +344,24 @@ def _claude_answer(
     """Claude Code's stdout document (``claude_json`` with ``--claude-json``, else
     ``claude_answer``), and for a Bash call it may run (allowed, or `ask`: the user's yes
     runs it) the command under the boundary (``updatedInput``), or the first call's word
-    that there is none (D380, D382)."""
+    that there is none (D380, D382); the approvals bridge's ask or deny (``bridge``, D500)."""
     answer = (claude_json if as_json else claude_answer)(result)
     runs = result.allowed or result.decision is Verdict.ASK
+    bridge = settings_from(os.environ)  # issue 47: the approvals bridge (D500)
+    word = bridge_word(inp, bridge, boundary) if runs and inp and bridge else None
+    if word is not None and word.decision == "deny":
+        return with_bridge(answer, word, ())
     if not runs or inp is None or not firebound.wraps(inp):
-        return answer
+        return with_bridge(answer, word, ()) if word is not None else answer
     if boundary:
         root = firebound.mask_root(session.workspace, os.environ)
-        return firebound.bounded_answer(answer, inp.claude_input, root)
+        masks = (bridge.token_file,) if bridge is not None else ()
+        answer = firebound.bounded_answer(answer, inp.claude_input, root, masks)
+        if word is None or bridge is None:
+            return answer
+        return with_bridge(answer, word, grant_steps(word, bridge))
+    if word is not None:  # no boundary: the ask names the host, no grant step (D503)
+        answer = with_bridge(answer, word, ())
     said = firebound.first_notice(inp.session_id)
     if said is None:
         return answer

@@ -30,6 +30,7 @@ from typing import Any
 
 from sandbox_egress.hookrunner.ax.events import EventInput
 from sandbox_egress.hookrunner.ax.model import AxEvent
+from sandbox_egress.hookrunner.bridge.answer import unwrapped as without_grants
 from sandbox_egress.hookrunner.enforce.bound import original, shell_command
 from sandbox_egress.hookrunner.enforce.toolns import _SYSTEM_PATH as SYSTEM_PATH
 from sandbox_egress.hookrunner.enforce.toolns import boundary_problem, guard_python, programs
@@ -67,7 +68,7 @@ def unwrapped(inp: EventInput) -> EventInput:
     if inp.event not in _AFTER or inp.claude_tool not in SHELL_TOOLS:
         return inp
     command = inp.claude_input.get("command")
-    text = original(command) if isinstance(command, str) else None
+    text = original(without_grants(command)) if isinstance(command, str) else None
     if text is None:
         return inp
     claude_input = {**inp.claude_input, "command": text}
@@ -86,7 +87,10 @@ def mask_root(workspace: Path, env: Mapping[str, str]) -> Path:
 
 
 def bounded_answer(
-    answer: Mapping[str, Any] | None, tool_input: Mapping[str, Any], workspace: Path
+    answer: Mapping[str, Any] | None,
+    tool_input: Mapping[str, Any],
+    workspace: Path,
+    masks: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Claude Code's answer with ``updatedInput`` carrying the command under the boundary.
 
@@ -100,7 +104,7 @@ def bounded_answer(
     command = base.get("command")
     if not isinstance(command, str):
         return result
-    base["command"] = shell_command(command, workspace)
+    base["command"] = shell_command(command, workspace, masks=masks)
     specific["hookEventName"] = "PreToolUse"
     if specific.get("permissionDecision") not in ("ask", "deny"):
         specific["permissionDecision"] = "allow"

@@ -72,11 +72,16 @@ def decode(text: str) -> str:
     )
 
 
-def shell_command(command: str, workspace: Path, python: str | None = None) -> str:
+def shell_command(
+    command: str, workspace: Path, python: str | None = None, masks: Sequence[str] = ()
+) -> str:
     """The text that replaces ``command`` in the caller's shell: the command under the
-    boundary, then a ``cd`` to where it ended, then its exit status."""
+    boundary, then a ``cd`` to where it ended, then its exit status. ``masks``: files
+    masked besides the workspace's ``.env`` files (the bridge's token, D505)."""
     entry = [python or sys.executable, "-I", "-S", "-c", BOOT, package_root()]
     entry += ["--workspace", str(workspace)]
+    for path in masks:
+        entry += ["--mask", path]
     fds = ["--cwd-fd", "3", "--definitions-fd", str(DEFINITIONS_FD)]
     runner = shlex.join([*entry, *fds, encode(command)])
     return (

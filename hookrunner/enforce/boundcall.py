@@ -82,14 +82,23 @@ def run(
     env: Mapping[str, str],
     cwd_fd: int | None,
     definitions_fd: int | None = None,
+    extra: Sequence[str] = (),
 ) -> int:
     """Run ``command`` under the boundary on this process's descriptors; its exit status.
-    ``definitions_fd``: the caller's shell definitions (``bound.DEFINITIONS``), sourced first."""
+    ``definitions_fd``: the caller's shell definitions (``bound.DEFINITIONS``), sourced first.
+    ``extra``: more files to mask (the approvals bridge's admin token, D505)."""
     try:
         found = protected_identities(Path(workspace))  # mounted only where still so (D438)
         masks = [("/dev/null", path, found[path]) for path in sorted(found)]
     except MaskIncomplete as exc:
         return refuse(f"the .env files cannot all be masked ({exc})")
+    for given in extra:
+        try:
+            path = os.path.realpath(given)
+            info = os.stat(path)
+        except OSError as exc:
+            return refuse(f"{given!r} cannot be masked ({exc.strerror or exc})")
+        masks.append(("/dev/null", path, f"{info.st_dev}:{info.st_ino}"))
     try:
         cwd_file = _private_file()
     except OSError as exc:
@@ -100,7 +109,8 @@ def run(
         define = f". /dev/fd/{definitions_fd} 2>/dev/null; exec {definitions_fd}<&-; "
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
-        keep = read_only_paths(env, Path(workspace))  # what runs before the next boundary (D435)
+        # What runs before the next boundary (D435); with the bridge's token, git's too (D543).
+        keep = read_only_paths(env, Path(workspace), git=bool(extra))
         made, _, inside = tool_namespace(
             argv, [], None, env, lasting=True, keep=keep, checked=masks
         )
@@ -192,16 +202,19 @@ def _venv_prefix() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``--workspace WS [--cwd-fd N] [--definitions-fd N] B64``; a malformed call is
-    refused, never run."""
+    """``--workspace WS [--mask FILE]... [--cwd-fd N] [--definitions-fd N] B64``; a
+    malformed call is refused, never run."""
     _venv_prefix()
     args = list(argv)
     workspace: str | None = None
+    extra: list[str] = []
     fds: dict[str, int] = {}
-    while len(args) > 1 and args[0] in ("--workspace", "--cwd-fd", "--definitions-fd"):
+    while len(args) > 1 and args[0] in ("--workspace", "--mask", "--cwd-fd", "--definitions-fd"):
         option, value, args = args[0], args[1], args[2:]
         if option == "--workspace":
             workspace = value
+        elif option == "--mask":
+            extra.append(value)
         elif value.isdigit():
             fds[option] = int(value)
     cwd_fd = fds.get("--cwd-fd")
@@ -221,4 +234,4 @@ def main(argv: Sequence[str]) -> int:
             os.set_inheritable(cwd_fd, False)
         except OSError:
             cwd_fd = None
-    return run(command, root, os.environ, cwd_fd, fds.get("--definitions-fd"))
+    return run(command, root, os.environ, cwd_fd, fds.get("--definitions-fd"), extra)

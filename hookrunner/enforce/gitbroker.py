@@ -29,8 +29,9 @@ cgroup ends it with the tool, but ``fire``'s lasting namespace has neither.
 Invariants: the real git's descriptor is close-on-exec (no git child inherits
 it) and exists only in the broker and its non-dumpable workers; the real git
 processes are non-dumpable too (an execute-only file), so no ``/proc`` link of
-theirs opens it; nothing the client sends is run before the worker has dropped
-its privileges. Standard library only, like the guard.
+theirs opens it; a worker drops its privileges before it reads anything of the
+client's, and waits for the request ``RECEIVE_TIMEOUT`` seconds at most (D515).
+Standard library only, like the guard.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ HEADER = struct.Struct("!I")
 STATUS = struct.Struct("!i")
 FD = struct.Struct("i")
 MAX_REQUEST = 8 << 20
+RECEIVE_TIMEOUT = 10.0  # seconds a worker waits for its request (gitclient sends it at once)
 IDLE = 2.0  # seconds between two looks at whether anything is left to serve
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 4, 24, 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
@@ -131,8 +133,10 @@ def receive(conn: _socket.socket) -> tuple[list[bytes], list[int]]:
 
 
 def serve_one(conn: _socket.socket, real: int, credentials: str) -> int:
+    become(credentials)  # before the request is read: a client that sends nothing holds
+    conn.settimeout(RECEIVE_TIMEOUT)  # an unprivileged worker, and only for so long (D515)
     fields, fds = receive(conn)
-    become(credentials)  # before anything of the request is used
+    conn.settimeout(None)
     stdin, stdout, stderr, cwd = fds
     os.fchdir(cwd)
     for source, target in ((stdin, 0), (stdout, 1), (stderr, 2)):

@@ -38,11 +38,18 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:
     from sandbox_egress.hookrunner.enforce import gitpush
-    from sandbox_egress.hookrunner.enforce.gitrun import Git, Real, Refusal, spawn, wait
+    from sandbox_egress.hookrunner.enforce.gitrun import (
+        Git,
+        Real,
+        Refusal,
+        loader_free,
+        spawn,
+        wait,
+    )
 else:  # copied with gitrun.py and gitpush.py into the runner-owned directory, run with -I -S
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gitpush
-    from gitrun import Git, Real, Refusal, spawn, wait
+    from gitrun import Git, Real, Refusal, loader_free, spawn, wait
 
 REFUSED = 1
 # Global options that take a value: attached with "=" or as the next argument.
@@ -172,12 +179,14 @@ def judge_send_pack(args: list[str]) -> list[str]:
         raise Refusal("git send-pack cannot be judged; use git push")
     specs = [*positional[1:], *(stdin_refspecs() if "--stdin" in options else [])]
     for spec in specs:
+        if spec.startswith("-"):  # send-pack would read it as an option (--force, D512)
+            raise Refusal(f"a refspec that reads as an option ({spec}) is refused")
         if spec.startswith("+"):
             raise Refusal(f"a forced push ({spec}) is refused")
         if spec.startswith(":") or not spec:
             raise Refusal(f"a push that deletes a ref ({spec}) is refused")
     kept = [o for o in options if o != "--stdin"]
-    return [*kept, positional[0], *specs]
+    return [*kept, "--", positional[0], *specs]
 
 
 def verdict(real: Real, argv0: str, args: list[str]) -> gitpush.Plan:
@@ -186,6 +195,8 @@ def verdict(real: Real, argv0: str, args: list[str]) -> gitpush.Plan:
     base = os.path.basename(argv0)
     dashed = base.startswith("git-") and base != "git-"
     if dashed:
+        if base[4:].startswith("-"):  # git-- and git---paginate: git has no such command (D510)
+            raise Refusal(f"{base!r} names no git command: cannot judge it")
         options: list[str] = []
         command, information = [base[4:], *args], False
     else:
@@ -207,12 +218,21 @@ def verdict(real: Real, argv0: str, args: list[str]) -> gitpush.Plan:
     return gitpush.Plan(git.argv(*command), env, [])
 
 
+def nothing(plan: gitpush.Plan) -> int:
+    """A push whose refspecs matched no ref: what git says then, and nothing run (D511)."""
+    if not plan.quiet:
+        sys.stderr.write("Everything up-to-date\n")
+        sys.stderr.flush()
+    return 0
+
+
 def upstream(real: Real, plan: gitpush.Plan) -> int:
-    """Run the push, then record each pushed branch's upstream as ``-u`` would have."""
+    """Run the push, then record each pushed branch's upstream as ``-u`` would have (in
+    the repository the push named: ``-C``, ``--git-dir``; D513)."""
     status = wait(spawn(real, plan.argv, plan.env))
     if status != 0:
         return status
-    git = Git(real, [])
+    git = Git(real, list(plan.options))
     for branch, repository, destination in plan.upstream:
         git.run("config", f"branch.{branch}.remote", repository)
         git.run("config", f"branch.{branch}.merge", destination)
@@ -236,6 +256,8 @@ def guarded(real: Real, argv0: str, args: list[str]) -> int:
     plan = judged(real, argv0, args)
     if plan is None:
         return REFUSED
+    if not plan.argv:
+        return nothing(plan)
     if plan.upstream:
         return upstream(real, plan)
     return wait(spawn(real, plan.argv, plan.env))
@@ -251,9 +273,11 @@ def main(argv: list[str]) -> int:
     plan = judged(real, argv0, args)
     if plan is None:
         return REFUSED
+    if not plan.argv:
+        return nothing(plan)
     if plan.upstream:
         return upstream(real, plan)
-    os.execve(real, plan.argv, plan.env)
+    os.execve(real, plan.argv, loader_free(plan.env))
     return 0  # not reached
 
 

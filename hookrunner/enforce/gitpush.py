@@ -235,10 +235,11 @@ def pin(git: Git, updates: list[Update]) -> dict[str, str]:
 
 
 class Plan(NamedTuple):
-    argv: list[str]  # the real git's argv (argv[0] "git")
+    argv: list[str]  # the real git's argv (argv[0] "git"); empty: nothing to run (D511)
     env: dict[str, str]
     upstream: list[tuple[str, str, str]]  # (branch, repository, destination) for -u
     quiet: bool = False
+    options: tuple[str, ...] = ()  # the agent's global options (-C, --git-dir): where -u writes
 
 
 def plan_push(git: Git, args: list[str]) -> Plan | None:
@@ -254,6 +255,9 @@ def plan_push(git: Git, args: list[str]) -> Plan | None:
     specs = [spec.removeprefix("+") for spec in push.positional[1:]]
     mapped, _ = dry_run(git, push, [repository, *specs] if repository else [])
     judge(mapped, push.forced)
+    quiet = any(o.name == "quiet" and o.positive for o in push.options)
+    if not mapped:  # a push without refspecs would be git's default's, unjudged (D511)
+        return Plan([], {}, [], quiet)
     pinned = pin(git, mapped)
     # once each: a remote with several push URLs lists every update once per URL
     refspecs = list(dict.fromkeys(f"{pinned[u.source]}:{u.destination}" for u in mapped))
@@ -270,8 +274,7 @@ def plan_push(git: Git, args: list[str]) -> Plan | None:
             branch = branch_of(git, update.source)
             if branch and update.destination.startswith("refs/heads/"):
                 upstream.append((branch, repository, update.destination))
-    quiet = any(o.name == "quiet" and o.positive for o in kept)
-    return Plan(argv, push_environment(dict(os.environ)), upstream, quiet)
+    return Plan(argv, push_environment(dict(os.environ)), upstream, quiet, tuple(git.options))
 
 
 def branch_of(git: Git, source: str) -> str:

@@ -13,6 +13,11 @@ environment's ``GIT_CONFIG_*``), so the agent cannot take them back:
   not run inside the guard) and ``protocol.ext.allow=never`` with ``ext``
   removed from ``GIT_ALLOW_PROTOCOL`` (no ``ext::`` program; D372).
 
+Every git it starts has none of the variables that make the dynamic loader or
+glibc load a file into it (``LD_*``, ``GCONV_PATH``, ``GLIBC_TUNABLES``...):
+code of the agent's inside the real git could exec ``/proc/self/exe``, the
+broker's real git, unguarded (D514). The programs git starts lose them too.
+
 Invariants: a query's output is read whole from memory files (no pipe to
 deadlock on) and its stdin is ``/dev/null``; ``Refusal`` is the one error, and
 its message is what the tool's stderr shows.
@@ -38,10 +43,23 @@ class Ran(NamedTuple):
 
 
 Real = int | str  # the real git: a path, or the broker's descriptor of it (D375)
+# Besides every LD_*: what glibc ignores for a set-user-ID program because it loads or
+# parses a file the caller names (its unsecvars.h), but TMPDIR, TZDIR and the resolver's;
+# and git's own catalogue of translations (they are printf formats, %n included).
+LOADED = frozenset(
+    {"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "LOCPATH", "MALLOC_TRACE", "NLSPATH"}
+    | {"GIT_TEXTDOMAINDIR"}
+)
+
+
+def loader_free(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what would load the agent's code into the real git (D514)."""
+    return {k: v for k, v in env.items() if not k.startswith("LD_") and k not in LOADED}
 
 
 def spawn(real: Real, argv: list[str], env: dict[str, str], stdio: tuple[int, ...] = ()) -> int:
     """Start the real git (``stdio``: descriptors for 0, 1, 2; none: inherited); its pid."""
+    env = loader_free(env)
     if isinstance(real, str):
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
         return os.posix_spawn(real, argv, env, file_actions=actions)

@@ -44,6 +44,13 @@ SHELL_FILES = (
 )
 
 
+# What git runs commands from (core.fsmonitor, core.hooksPath, aliases, hooks), run by
+# whoever runs git in the workspace next, outside the boundary: Claude Code at its start,
+# the user, an editor. Kept from a bounded command while the approvals bridge is on (D543).
+GIT_FILES = ("config", "config.worktree", "hooks", "modules")
+HOME_GIT_FILES = (".gitconfig", ".config/git")
+
+
 def claude_config(env: Mapping[str, str]) -> str | None:
     """Claude Code's configuration directory (shell snapshots, settings, hooks)."""
     given = env.get("CLAUDE_CONFIG_DIR", "")
@@ -67,8 +74,9 @@ def runner_install() -> list[str]:
     return [os.path.commonpath(real), *real]
 
 
-def read_only_paths(env: Mapping[str, str], workspace: Path) -> list[str]:
-    """Real paths to make read-only for a command under the boundary (see module doc)."""
+def read_only_paths(env: Mapping[str, str], workspace: Path, git: bool = False) -> list[str]:
+    """Real paths to make read-only for a command under the boundary (see module doc);
+    ``git``: git's configuration and hooks too (the approvals bridge is on, D543)."""
     home = env.get("HOME", "")
     candidates: list[str] = list(runner_install())
     config = claude_config(env)
@@ -76,7 +84,14 @@ def read_only_paths(env: Mapping[str, str], workspace: Path) -> list[str]:
         candidates.append(config)
     if home and os.path.isabs(home):
         candidates += [os.path.join(home, name) for name in SHELL_FILES]
+        if git:
+            candidates += [os.path.join(home, name) for name in HOME_GIT_FILES]
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if git and xdg and os.path.isabs(xdg):
+        candidates.append(os.path.join(xdg, "git"))
     candidates += [str(workspace / name) for name in PROJECT_FILES]
+    if git:
+        candidates += [str(workspace / ".git" / name) for name in GIT_FILES]
     return _pruned(candidates, os.path.realpath(workspace))
 
 

@@ -74,6 +74,11 @@ class AuditRecord:
     path: str | None = None
 
     mcp: McpNames | None = None  # an MCP POST's names (1.14); the line omits it when None
+    approval: str | None = None  # issue 47: the approval that held or granted it; else omitted
+
+    # Fields a clause added (name, scalar), written as top-level keys: a model API call's
+    # `llm_model`, tokens and cost (issue 46). Never a secret: the clause says what it adds.
+    extra: tuple[tuple[str, object], ...] = ()
 
 
 _FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -105,14 +110,19 @@ def masked(text: str, searchers: Sequence[Searcher | None]) -> str:
 
 
 def masked_record(record: AuditRecord, searchers: Sequence[Searcher | None]) -> AuditRecord:
-    """`record` with `masked` applied to what the sandbox chose: host, SNI and path."""
+    """`record` with `masked` applied to what the sandbox chose: host, SNI, path and the
+    text fields a clause added."""
     if not any(s is not None for s in searchers):
         return record
     host, sni = masked(record.host, searchers), masked(record.sni or "", searchers)
     path = None if record.path is None else masked(record.path, searchers)
-    if (host, sni or None, path) == (record.host, record.sni, record.path):
+    extra = tuple(
+        (name, masked(value, searchers) if isinstance(value, str) else value)
+        for name, value in record.extra
+    )  # a clause's fields may hold what the sandbox chose (a model name)
+    if (host, sni or None, path, extra) == (record.host, record.sni, record.path, record.extra):
         return record
-    return replace(record, host=host, sni=sni or None, path=path)
+    return replace(record, host=host, sni=sni or None, path=path, extra=extra)
 
 
 AUDIT_PATH_CHARS = 512
@@ -162,12 +172,16 @@ class AuditLog:
             del line["credentials"]
         if record.path is None:
             del line["path"]
+        if record.approval is None:
+            del line["approval"]
 
         if record.mcp is None:
             del line["mcp"]
         else:
             methods, tools, arguments = record.mcp
             line["mcp"] = {"methods": methods, "tools": tools, "arguments": arguments}
+        del line["extra"]
+        line.update(record.extra)
         return json_line(line)
 
     def write(self, record: AuditRecord, at: datetime | None = None, flush: bool = True) -> None:

@@ -108,7 +108,7 @@ def event(record: AuditRecord, at: datetime, worker: int | None = None) -> dict[
             "decision": record.decision, "reason": record.reason, "rule": record.rule,
             "method": record.method, "client": record.client, "upstream": record.upstream,
             "clause": record.clause, "sandbox": record.sandbox, "sni": record.sni,
-            "injected": list(record.injected), "worker": worker,
+            "injected": list(record.injected), "worker": worker, **dict(record.extra),
         }},
     }  # fmt: skip
     if record.rule is not None:

@@ -15,7 +15,7 @@ gives are `CORE_REASONS`. A new clause is a module here, an adapter in
 
 from __future__ import annotations
 
-from sandbox_egress.proxy.clauses import budget, credentials, mcp, rulestage, sigv4
+from sandbox_egress.proxy.clauses import budget, credentials, llm, mcp, rulestage, sigv4
 from sandbox_egress.proxy.clauses.base import Clause, Head, Phase, Ruling
 from sandbox_egress.proxy.decision import Reason
 
@@ -61,6 +61,19 @@ CLAUSES: tuple[Clause, ...] = (
         ),
         parse=mcp.parse,
         head=mcp.head,
+    ),
+    Clause(  # issue 46: model APIs judged and metered (proxy/llm/)
+        "llm",
+        keys=("llm",),
+        phase=Phase.ALLOWED,
+        reasons=(
+            Reason.LLM_MODEL_DENIED,
+            Reason.LLM_BAD_REQUEST,
+            Reason.LLM_BUDGET_EXCEEDED,
+            Reason.LLM_MODEL_UNPRICED,
+        ),
+        parse=llm.parse,
+        head=llm.head,
     ),
 )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,36 @@ class Budgets:
         bucket = self._bucket(key, "upload", budget.upload, now)
         bucket.tokens -= size
         return bucket.tokens >= 0
+
+    # Spending metered after the fact (the `llm:` clause's tokens and cost, issue 46): a
+    # request is admitted while a whole unit is left; what it spent is charged once known,
+    # and may take the bucket below zero (the next requests wait until it refills).
+    def below(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...], now: float) -> Admission:
+        """Admitted while every `(kind, rate)` bucket holds at least one unit; spends none."""
+        for kind, rate in rates:
+            bucket = self._bucket(key, kind, rate, now)
+            if bucket.tokens < 1:
+                return Admission(False, bucket.wait(rate, 1), kind)
+        return Admission(True)
+
+    def charge(self, key: BudgetKey, kind: str, rate: Rate, amount: int, now: float) -> None:
+        self._bucket(key, kind, rate, now).tokens -= amount
+
+    def level(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
+        """Units left now, below zero when overspent, without creating state."""
+        found = self._buckets.get((key, kind))
+        if found is None:
+            return float(rate.amount)
+        return min(rate.amount, found.tokens + (now - found.at) * rate.per_second)
+
+    def spenders(self, kinds: Collection[str]) -> dict[str, set[str]]:
+        """Entry pattern -> the sandboxes with a bucket of one of `kinds` on it (`usage`,
+        issue 46), in one pass over every key."""
+        found: dict[str, set[str]] = {}
+        for key, kind in self._buckets:
+            if kind in kinds and key.sandbox is not None:
+                found.setdefault(key.entry, set()).add(key.sandbox)
+        return found
 
     def remaining(self, key: BudgetKey, kind: str, rate: Rate, now: float) -> float:
         """Tokens left now (the metric's value), without creating state."""

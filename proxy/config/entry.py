@@ -46,6 +46,9 @@ class Entry:
     # What to redact from a response to a request this entry injected into: every
     # resolved value and referenced part, and their matchers (proxy.redact). Never log it.
     redactions: Redactor = field(default=NO_REDACTION, repr=False, compare=False)
+    # issue 47: an entry no file wrote, naming one granted host:port (proxy.approvals.judge):
+    # the approval's id, carried to the audit line.
+    approval: str | None = None
 
     def allows_port(self, port: int) -> bool:
         return self.ports is None or port in self.ports

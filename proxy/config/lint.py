@@ -5,6 +5,10 @@
   itself is then a secret, copied into repositories and images. Write the credential into
   the environment or a file and reference it.
 
+* A `llm.budget.cost` that may admit a model no `llm.prices` glob prices
+  (`proxy.llm.config.unpriced`): such a model is refused at run time
+  (`llm_model_unpriced`); the warning names the `models` globs without a price.
+
 Invariant: a warning names the location and the credential's format, never its value.
 """
 
@@ -21,6 +25,7 @@ import yaml
 from sandbox_egress.common.problems import Problem
 from sandbox_egress.common.tokens import token_format
 from sandbox_egress.proxy.config.positions import compose
+from sandbox_egress.proxy.llm.config import parse_llm, unpriced
 
 _REFERENCE = re.compile(r"\$\{[^}]*\}")
 
@@ -46,7 +51,24 @@ def warnings(path: str | os.PathLike[str]) -> list[Problem]:
                     "environment or a file and write ${NAME} or ${file:/path}"
                 )
                 found.append(positions.place(Problem(source, where, message)))
+        found += [
+            positions.place(p) for p in _unpriced(entry, f"network.allowlist[{index}]", source)
+        ]
     return found
+
+
+def _unpriced(entry: Any, where: str, source: str) -> list[Problem]:
+    raw = entry.get("llm") if isinstance(entry, dict) else None
+    ok, clause = parse_llm(raw, f"{where}.llm", lambda _where, _message: None)
+    missing = unpriced(clause) if ok and clause is not None else []
+    if not missing:
+        return []
+    globs = ", ".join(missing)
+    message = (
+        f"llm.budget.cost needs a price for every model it admits; no llm.prices glob "
+        f"prices {globs} (such a model is refused: llm_model_unpriced)"
+    )
+    return [Problem(source, f"{where}.llm.prices", message)]
 
 
 def _credential_values(entry: Any, where: str) -> Iterator[tuple[str, str]]:

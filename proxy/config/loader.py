@@ -40,6 +40,7 @@ from sandbox_egress.common.problems import (
     syntax_problem,
 )
 from sandbox_egress.common.tokens import shown
+from sandbox_egress.proxy.approvals.settings import NO_APPROVALS, ApprovalsConfig, parse_approvals
 from sandbox_egress.proxy.clauses import CLAUSES
 from sandbox_egress.proxy.clauses.sigv4binding import sigv4_binding
 from sandbox_egress.proxy.config.combinations import combinations
@@ -94,6 +95,7 @@ class NetworkConfig:
     # The top-level `credentials:` (proxy.credentials), fetched per request through a cache.
     credentials: Definitions = field(default=NO_CREDENTIALS, repr=False)
     state: StateConfig = MEMORY  # where budgets are kept (proxy.state, issue 34)
+    approvals: ApprovalsConfig = NO_APPROVALS  # issue 47: held unknown destinations
 
 
 class ConfigError(Exception):
@@ -210,6 +212,7 @@ def parse(
         entries.append(entry)
     placeholders = placeholder_index(entries, report, source)
     state = parse_state(document, report, lookup)
+    approvals = parse_approvals(document, report, lookup)
     if problems:
         raise ConfigError(problems)
     report_only = isinstance(network, dict) and network.get("report_only") is True
@@ -222,6 +225,7 @@ def parse(
         secret_files=referenced_files(allowlist) + credential_files(_credentials_section(document)),
         credentials=credentials or NO_CREDENTIALS,
         state=state,
+        approvals=approvals,
     )
 
 

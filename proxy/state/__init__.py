@@ -9,6 +9,10 @@ The budget stage (`addons.clauses.budget`) asks its backend once per decision:
 * `spend(key, rate, size)` — `size` streamed upload bytes; False once the upload crossed.
   `spend_now` is the same answered at once by a backend held in this process, None
   from a remote one (a stream callback cannot wait: `proxy.state.meter` reserves blocks).
+* `admit_spending(key, rates)` — admitted while each `(kind, rate)` bucket holds a whole
+  unit; spends nothing. `charge(key, charges)` spends `(kind, rate, amount)` once a
+  request's spending is known (the `llm:` clause's tokens and cost, issue 46), possibly
+  below zero. `levels(key, rates)` reads what is left (negative: overspent).
 * `lock(key, ttl_s)` — True when this process took the named lock (for one replica at a
   time, e.g. a rotating refresh token); it lapses after `ttl_s`. `unlock(key)` releases
   it, only when this process still holds it.
@@ -47,6 +51,14 @@ class StateBackend(Protocol):
     async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool: ...
 
     def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None: ...
+
+    async def admit_spending(
+        self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]
+    ) -> Admission: ...
+
+    async def charge(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None: ...
+
+    async def levels(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]) -> list[float]: ...
 
     def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float | None: ...
 

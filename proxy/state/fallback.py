@@ -73,6 +73,32 @@ class Fallback:
         self._up()
         return within
 
+    async def admit_spending(
+        self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]
+    ) -> Admission:
+        try:
+            admission = await self.remote.admit_spending(key, rates)
+        except StateUnavailable as exc:
+            if self._down(exc) == "deny":
+                return Admission(False, unavailable=True)
+            return await self.local.admit_spending(key, rates)
+        self._up()
+        return admission
+
+    async def charge(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None:
+        """A charge the store did not take is kept locally (`local`) or lost (`deny`: the
+        store refuses the next admissions until it answers)."""
+        try:
+            await self.remote.charge(key, charges)
+        except StateUnavailable as exc:
+            if self._down(exc) == "local":
+                self.local.charge_now(key, charges)
+            return
+        self._up()
+
+    async def levels(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]) -> list[float]:
+        return await self.remote.levels(key, rates)
+
     def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None:
         return self.remote.spend_now(key, rate, size)
 

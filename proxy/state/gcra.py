@@ -81,3 +81,52 @@ if tokens - size >= 0 then return 1 end
 return 0
 """
 )
+
+# Spending metered after the fact (issue 46). KEYS: one per budget. ARGV: amount and span
+# (us) per key, then the clock override. BELOW returns {admitted, retry_after_s, the
+# refusing key's 1-based index}; it spends nothing.
+BELOW = (
+    _COMMON
+    + """
+local now = now_us(ARGV[#ARGV])
+for i = 1, #KEYS do
+  local amount, span = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local tat, tokens = bucket(KEYS[i], amount, span, now)
+  if tokens < 1 then return {0, wait(1, tokens, amount, span), i} end
+end
+return {1, 0, 0}
+"""
+)
+
+# KEYS: one per budget. ARGV: amount, span (us) and the units to charge per key, then the
+# clock override. Charges every key (below zero when overspent).
+CHARGE = (
+    _COMMON
+    + """
+local now = now_us(ARGV[#ARGV])
+for i = 1, #KEYS do
+  local amount, span = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+  local size = tonumber(ARGV[3 * i])
+  local tat = bucket(KEYS[i], amount, span, now)
+  store(KEYS[i], tat + size * span / amount, now)
+end
+return 1
+"""
+)
+
+# KEYS: one per budget. ARGV: amount and span (us) per key, then the clock override.
+# Returns each bucket's units left (as strings: negative when overspent), spending none.
+LEVELS = (
+    _COMMON
+    + """
+local now = now_us(ARGV[#ARGV])
+local out = {}
+for i = 1, #KEYS do
+  local amount, span = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  if tat < now then tat = now end
+  out[i] = string.format('%.17g', (now + span - tat) * amount / span)
+end
+return out
+"""
+)

@@ -22,6 +22,9 @@ class MemoryState:
         self._locks: dict[str, tuple[float, str]] = {}  # key -> (lapses at, holder)
         self._values: dict[str, tuple[float, str]] = {}  # key -> (lapses at, value)
 
+    def clock(self) -> float:
+        return self._clock()
+
     async def admit(
         self, key: BudgetKey, budget: Budget, body: int | None, reserve: int
     ) -> Admission:
@@ -36,6 +39,23 @@ class MemoryState:
 
     def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool:
         return self.budgets.take_upload(key, _upload(rate), size, self._clock())
+
+    async def admit_spending(
+        self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]
+    ) -> Admission:
+        return self.budgets.below(key, rates, self._clock())
+
+    async def charge(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None:
+        self.charge_now(key, charges)
+
+    def charge_now(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None:
+        now = self._clock()
+        for kind, rate, amount in charges:
+            self.budgets.charge(key, kind, rate, amount, now)
+
+    async def levels(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]) -> list[float]:
+        now = self._clock()
+        return [self.budgets.level(key, kind, rate, now) for kind, rate in rates]
 
     def remaining(self, key: BudgetKey, kind: str, rate: Rate) -> float:
         return self.budgets.remaining(key, kind, rate, self._clock())

@@ -16,8 +16,9 @@ import json
 import secrets
 import socketserver
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateUnavailable, bounded
@@ -26,6 +27,7 @@ from sandbox_egress.proxy.state.memory import MemoryState
 SOCKET_ENV = "EGRESS_STATE_SOCKET"
 TIMEOUT_S = 2.0  # a local socket: only a stuck parent is this slow
 MAX_LINE = 16384  # a shared value (MAX_VALUE) escaped in JSON fits
+T = TypeVar("T")
 
 
 def _rate(raw: Any) -> Rate | None:
@@ -34,6 +36,14 @@ def _rate(raw: Any) -> Rate | None:
 
 def _pack(rate: Rate | None) -> list[int] | None:
     return None if rate is None else [rate.amount, rate.window_s]
+
+
+def _spending_key(key: BudgetKey) -> dict[str, Any]:
+    return {"sandbox": key.sandbox, "entry": key.entry}
+
+
+def _rates(rates: tuple[tuple[str, Rate], ...]) -> list[list[Any]]:
+    return [[kind, rate.amount, rate.window_s] for kind, rate in rates]
 
 
 class NodeService:
@@ -61,6 +71,11 @@ class NodeService:
         self._server.shutdown()
         self._server.server_close()
 
+    def read(self, reader: Callable[[MemoryState], T]) -> T:
+        """`reader` over the node's memory, between two answers (the admin API's /usage)."""
+        with self._lock:
+            return reader(self.memory)
+
     def answer(self, line: bytes) -> bytes:
         try:
             ask = json.loads(line)
@@ -84,6 +99,8 @@ class NodeService:
             memory.put_now(str(ask["key"]), str(ask["value"]), float(ask["ttl"]))
             return {"ok": True}
         key = BudgetKey(ask["sandbox"], str(ask["entry"]))
+        if op in ("below", "charge", "levels"):
+            return self._spending(op, key, ask)
         if op == "spend":
             rate = Rate(int(ask["rate"][0]), int(ask["rate"][1]))
             return {"ok": memory.spend_now(key, rate, int(ask["size"]))}
@@ -99,6 +116,23 @@ class NodeService:
             "wait": admission.retry_after_s,
             "budget": admission.budget,
             "reserved": reserved,
+        }
+
+    def _spending(self, op: str, key: BudgetKey, ask: dict[str, Any]) -> dict[str, Any]:
+        memory, now = self.memory, self.memory.clock()
+        if op == "charge":
+            charges = [(str(k), Rate(int(a), int(w)), int(n)) for k, a, w, n in ask["charges"]]
+            for kind, rate, amount in charges:
+                memory.budgets.charge(key, kind, rate, amount, now)
+            return {"ok": True}
+        rates = tuple((str(k), Rate(int(a), int(w))) for k, a, w in ask["rates"])
+        if op == "levels":
+            return {"ok": True, "levels": [memory.budgets.level(key, k, r, now) for k, r in rates]}
+        admission = memory.budgets.below(key, rates, now)
+        return {
+            "ok": admission.admitted,
+            "wait": admission.retry_after_s,
+            "budget": admission.budget,
         }
 
 
@@ -159,6 +193,22 @@ class NodeState:
     async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool:
         ask = {"op": "spend", "sandbox": key.sandbox, "entry": key.entry, "size": size}
         return bool((await self._ask({**ask, "rate": _pack(rate)}))["ok"])
+
+    async def admit_spending(
+        self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]
+    ) -> Admission:
+        answer = await self._ask({"op": "below", **_spending_key(key), "rates": _rates(rates)})
+        if answer["ok"]:
+            return Admission(True)
+        return Admission(False, int(answer["wait"]), str(answer["budget"]))
+
+    async def charge(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None:
+        packed = [[k, r.amount, r.window_s, n] for k, r, n in charges]
+        await self._ask({"op": "charge", **_spending_key(key), "charges": packed})
+
+    async def levels(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]) -> list[float]:
+        answer = await self._ask({"op": "levels", **_spending_key(key), "rates": _rates(rates)})
+        return [float(v) for v in answer["levels"]]
 
     def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from sandbox_egress.proxy.clauses.budget import Admission, Budget, BudgetKey, Rate
 from sandbox_egress.proxy.state import StateUnavailable, bounded, budget_key
-from sandbox_egress.proxy.state.gcra import ADMIT, SPEND
+from sandbox_egress.proxy.state.gcra import ADMIT, BELOW, CHARGE, LEVELS, SPEND
 from sandbox_egress.proxy.state.settings import StateConfig
 
 _KINDS = {1: "requests", 2: "upload"}
@@ -26,6 +26,11 @@ UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def _escape(text: str) -> str:
+    """`text` matched literally by a Redis glob."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _span_us(rate: Rate | None) -> tuple[int, int]:
@@ -49,7 +54,10 @@ class RedisState:
         self._client = client
         self._prefix = config.key_prefix
         self._timeout = config.timeout_s
-        self._sha = {s: hashlib.sha1(s.encode()).hexdigest() for s in (ADMIT, SPEND, UNLOCK)}
+        self._sha = {
+            s: hashlib.sha1(s.encode()).hexdigest()
+            for s in (ADMIT, SPEND, UNLOCK, BELOW, CHARGE, LEVELS)
+        }
         self._holder = secrets.token_hex(8)
         self.clock = ""  # tests only: a fixed clock in microseconds replaces the store's
 
@@ -86,6 +94,37 @@ class RedisState:
     async def spend(self, key: BudgetKey, rate: Rate, size: int) -> bool:
         keys = [budget_key(self._prefix, key, "upload")]
         return bool(await self._run(SPEND, keys, [*_span_us(rate), size, self.clock]))
+
+    async def admit_spending(
+        self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]
+    ) -> Admission:
+        keys = [budget_key(self._prefix, key, kind) for kind, _ in rates]
+        args = [n for _, rate in rates for n in _span_us(rate)]
+        admitted, wait, by = await self._run(BELOW, keys, [*args, self.clock])
+        if admitted:
+            return Admission(True)
+        return Admission(False, int(wait), rates[int(by) - 1][0])
+
+    async def charge(self, key: BudgetKey, charges: tuple[tuple[str, Rate, int], ...]) -> None:
+        keys = [budget_key(self._prefix, key, kind) for kind, _, _ in charges]
+        args = [n for _, rate, size in charges for n in (*_span_us(rate), size)]
+        await self._run(CHARGE, keys, [*args, self.clock])
+
+    async def levels(self, key: BudgetKey, rates: tuple[tuple[str, Rate], ...]) -> list[float]:
+        keys = [budget_key(self._prefix, key, kind) for kind, _ in rates]
+        args = [n for _, rate in rates for n in _span_us(rate)]
+        return [float(v) for v in await self._run(LEVELS, keys, [*args, self.clock])]
+
+    async def sandboxes(self, entry: str, kind: str) -> list[str]:
+        """The sandboxes with spending of `kind` on `entry` in the store (`usage`)."""
+        head = budget_key(self._prefix, BudgetKey(None, entry), kind).split(":-:", 1)[0] + ":"
+        tail = f":{entry}:{kind}"
+        pattern = _escape(head) + "*" + _escape(tail)
+        found: set[str] = set()
+        async for name in self._client.scan_iter(match=pattern, count=500):
+            text = name.decode() if isinstance(name, bytes) else str(name)
+            found.add(text[len(head) : -len(tail)])
+        return sorted(found)
 
     def spend_now(self, key: BudgetKey, rate: Rate, size: int) -> bool | None:
         return None  # a round trip: streams reserve blocks (proxy.state.meter)

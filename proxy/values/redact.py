@@ -6,7 +6,8 @@ Every spelling comes from one table (`proxy.values.spellings`, D360), which the
 configuration (`Redactor.build`, called by the loader for each entry with a
 `transform`), never per request:
 
-* headers and trailers: `Redactor.header` replaces every spelling of the table, the
+* headers and trailers: a field whose name holds a secret is dropped (D527);
+  `Redactor.header` replaces every spelling of the table, the
   secrets also in any letter case with a space as `+`, with `[redacted]`; escapes in a
   value (percent once or twice, JSON) are decoded first, each on its own, so a mix of
   escaped and plain bytes (any subset percent-encoded) is caught too (D30). One
@@ -150,15 +151,17 @@ class Redactor:
         return b"".join(parts)
 
     def fields(self, fields: Fields) -> Fields:
-        """Header or trailer fields with `header` applied to each value: `fields` itself
-        when none of them holds an escape or a match (one search of all the values
-        joined: a literal that matches inside one value matches in the joined text)."""
+        """Header or trailer fields with `header` applied to each value, and without a
+        field whose name holds a secret (a name cannot hold `[redacted]`, D527): `fields`
+        itself when none of them holds an escape or a match (one search of all the values
+        and names joined: a literal that matches inside one matches in the joined text)."""
         if self._pattern is None:
             return fields
-        joined = b"\n".join([v for _, v in fields])
+        joined = b"\n".join([*(v for _, v in fields), *(n for n, _ in fields)])
         if b"%" not in joined and b"\\" not in joined and self._pattern.search(joined) is None:
             return fields
-        return tuple((n, self.header(v)) for n, v in fields)
+        pattern = self._pattern
+        return tuple((n, self.header(v)) for n, v in fields if pattern.search(n) is None)
 
     def spelled(self, spellings: tuple[bytes, ...]) -> Redactor:
         """This redactor, whose body matcher also masks `spellings`: the exact bytes the

@@ -14,7 +14,9 @@ A spelling is a *form* of the secret's bytes written with an *escape*:
   of RFC 3986's unreserved, `encodeURIComponent`, `quote`, `encodeURI`, Java's
   `URLEncoder`, and none); `json` as JSON encoders write a string (the characters JSON
   escapes as their short escape or as `\\u00XX` in either hex case; `/` as it is, `\\/`
-  or `\\u002f`; HTML-safe `<>&'` as `\\u003c`...; non-ASCII as UTF-8 or `\\uXXXX`).
+  or `\\u002f`; HTML-safe `<>&'` as `\\u003c`...; non-ASCII as UTF-8 or `\\uXXXX`);
+  `html` as HTML templates write a value into a page (`&amp;`, `&lt;`, `&gt;`, and a
+  quote as it is or as any of the entities common encoders choose, D522).
 
 `SPELLINGS` lists each (form, escape) pair; `spellings(secret)` is all of them, as
 literal bytes: matched by literal search, never by a per-byte expression, so a body's
@@ -147,6 +149,36 @@ def _json(secret: bytes) -> Iterable[bytes]:
     return found
 
 
+# How HTML encoders write `"` and `'` in a page (`&`, `<`, `>` are always the named ones):
+# left as they are (Python's html.escape(quote=False), Apache's escapeHtml4 for `'`),
+# `&quot;` (Python, Django, PHP, Spring), `&#34;` (markupsafe/Jinja2, Go html/template),
+# `&#x27;` (Python, Django), `&#39;` (markupsafe, Go, Ruby's ERB, lodash, escape-html),
+# `&#039;` (PHP's htmlspecialchars), `&apos;` (PHP's ENT_HTML5, XML) (D522).
+_HTML_NAMED = {0x26: b"&amp;", 0x3C: b"&lt;", 0x3E: b"&gt;"}
+_HTML_QUOT = (b'"', b"&quot;", b"&#34;")
+_HTML_APOS = (b"'", b"&#x27;", b"&#39;", b"&#039;", b"&apos;")
+
+
+def _html(secret: bytes) -> Iterable[bytes]:
+    """`secret` as HTML encoders write it into a page, every way they write a quote."""
+    if not _HTML.intersection(secret) and 0x22 not in secret:
+        return (secret,)
+    found: set[bytes] = set()
+    for quot, apos in product(_HTML_QUOT, _HTML_APOS):
+        out = bytearray()
+        for byte in secret:
+            if byte in _HTML_NAMED:
+                out += _HTML_NAMED[byte]
+            elif byte == 0x22:
+                out += quot
+            elif byte == 0x27:
+                out += apos
+            else:
+                out.append(byte)
+        found.add(bytes(out))
+    return found
+
+
 def _percent_base64(core: bytes) -> Iterable[bytes]:
     """A base64 core in a URL: its `+` and `/` encoded (either hex case), or as it is."""
     return {core, *(core.replace(b"+", p).replace(b"/", s) for p, s in _B64_PERCENT)}
@@ -161,6 +193,7 @@ SPELLINGS: tuple[tuple[str, Spell, str, Spell], ...] = (
     ("raw", _raw, "plain", _raw),
     ("raw", _raw, "percent", _percent),
     ("raw", _raw, "json", _json),
+    ("raw", _raw, "html", _html),
     ("base64", _base64, "plain", _raw),
     ("base64", _base64, "percent", _percent_base64),
     ("base64", _base64, "json", _json),

@@ -18,10 +18,11 @@ Invariants:
   name that carries one of the entry's placeholders, must carry one: no credential of the
   sandbox's own travels beside a placeholder.
 * A resolved value of any entry (a transform's, a secret's, their referenced parts) found
-  the same way in any spelling (`proxy.values.spellings`, D360), or in the host name, or
+  the same way in any spelling (`proxy.values.spellings`, D360), or in a header's name (D521),
+  or in the host name, or
   percent-decoded in a header, refuses the request `secret_elsewhere` (D208): checked
   before the placeholders, with the same exceptions. So does one in a body the proxy
-  reads (`held_in`, D364).
+  reads (`held_in`, D364), as sent or with its JSON or percent escapes decoded (D523).
 * Values are written only for a real allow (`Decision.injects`), never a `would_deny`;
   into a query, a value is percent-encoded; into a `Basic` credential, re-encoded.
 * The answer names where values went (header names, `query`), never a value.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
@@ -92,7 +94,8 @@ def swap(
     # A placeholder holds no LF: no match can span two values.
     headers = b"\n".join([*(v for _, v in fields), *(c[1] for c in basics.values())])
     names = b"\n".join(n for n, _ in fields)  # searched, never swapped (D113)
-    if index.values is not None and _held(index.values, headers, path, host):
+    # A value may be a field's name too: HTTP/1 keeps a name's bytes as sent (D521).
+    if index.values is not None and _held(index.values, headers + b"\n" + names, path, host):
         return Swap(Reason.SECRET_ELSEWHERE)
     if index.pattern is not None and _foreign(
         index, own, headers, names + b"\n" + host.encode(), path
@@ -144,13 +147,36 @@ def secret_elsewhere(
     if values is None or not (decision.allowed or decision.reason in _PREEMPTED):
         return False
     basics = [c[1] for _, v in fields if (c := _basic(v)) is not None]
-    return _held(values, b"\n".join([*(v for _, v in fields), *basics]), path, host)
+    names = [n for n, _ in fields]  # a field's name is sent as it is, too (D521)
+    return _held(values, b"\n".join([*(v for _, v in fields), *basics, *names]), path, host)
 
 
 def held_in(values: Sequence[Spelled | None], body: bytes) -> bool:
     """Whether a request body the proxy read holds a value of `values` (every spelling,
-    D360): such a request is `secret_elsewhere` too (D364)."""
-    return any(v is not None and v.search(body) is not None for v in values)
+    D360), also once its JSON string escapes or its percent escapes are decoded (a JSON
+    or form decoder reads any mix of them, D523): such a request is `secret_elsewhere`
+    too (D364)."""
+    places = [body]
+    if b"\\" in body:
+        places.append(_JSON_ESCAPE.sub(_json_unescaped, body))
+    if b"%" in body:
+        places.append(unquote_to_bytes(body))
+    return any(v is not None and v.search(p) is not None for v in values for p in places)
+
+
+# A JSON string escape, read left to right (so `\\\\u0041` stays a backslash and text): a
+# run of `\\uXXXX` (a UTF-16 surrogate pair is two), or a short escape.
+_JSON_ESCAPE = re.compile(rb'\\((?:u[0-9A-Fa-f]{4})(?:\\u[0-9A-Fa-f]{4})*|["\\/bfnrt])')
+_JSON_SHORT = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n"}
+_JSON_SHORT |= {b"r": b"\r", b"t": b"\t"}
+
+
+def _json_unescaped(match: re.Match[bytes]) -> bytes:
+    escape = match.group(1)
+    if escape in _JSON_SHORT:
+        return _JSON_SHORT[escape]
+    units = b"".join(int(h, 16).to_bytes(2, "big") for h in escape[1:].split(b"\\u"))
+    return units.decode("utf-16-be", "surrogatepass").encode("utf-8", "surrogatepass")
 
 
 def _held(values: Searcher, headers: bytes, path: str, host: str) -> bool:

@@ -16,12 +16,14 @@ Invariants:
 * Workers share nothing in memory but the budgets: each decides with its own copy of
   the configuration, which a SIGHUP reloads in every worker; with the memory state
   backend this process holds the budgets and the workers ask it over a Unix socket
-  (`proxy.state.node`, D218), so a budget is one budget for the node.
+  (`proxy.state.node`, D218), so a budget is one budget for the node; with
+  `--admin-token-file` this process answers `GET /usage` from it (D572).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -37,9 +39,11 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 
 from sandbox_egress.common.serve import MetricsServer
 from sandbox_egress.proxy.config import loader as configuration
+from sandbox_egress.proxy.config.loader import NetworkConfig
 from sandbox_egress.proxy.state.node import SOCKET_ENV, NodeService
 from sandbox_egress.proxy.tenancy import sandboxes
 from sandbox_egress.runtime.status import INTERVAL_S, ProbedState, StatusBoard
+from sandbox_egress.runtime.usageapi import NodeUsage
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_ENV = "EGRESS_WORKER_READY_DIR"
@@ -53,8 +57,27 @@ def worker_ready(index: int) -> None:
         Path(ready_dir, f"worker-{index}").touch()
 
 
-def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[str, int]) -> int:
-    """Start `count` workers running `argv` (the parent's own `run` arguments)."""
+def _current(path: str, start: NetworkConfig) -> Callable[[], NetworkConfig]:
+    """The file as a SIGHUP would reload it in the workers (the last good one)."""
+    kept = [start]
+
+    def current() -> NetworkConfig:
+        with contextlib.suppress(configuration.ConfigError):  # the workers keep it too
+            kept[0] = configuration.load(path)
+        return kept[0]
+
+    return current
+
+
+def run_workers(
+    argv: list[str],
+    count: int,
+    config_path: str,
+    metrics: tuple[str, int],
+    admin_token: str | None = None,
+) -> int:
+    """Start `count` workers running `argv` (the parent's own `run` arguments); with a
+    token, the node's model API spending on the admin API (`GET /usage`, D572)."""
     network = configuration.load(config_path)  # refuse a bad file before anything starts
     state = Path(tempfile.mkdtemp(prefix="egress-proxy-"))
     multiproc, ready = state / "metrics", state / "ready"
@@ -74,6 +97,8 @@ def run_workers(argv: list[str], count: int, config_path: str, metrics: tuple[st
     if budgets is not None:
         budgets.start()
         env[SOCKET_ENV] = str(budgets.path)
+        if admin_token is not None:
+            server.admin = NodeUsage(budgets, admin_token, _current(config_path, network))
     command = [sys.executable, "-m", "sandbox_egress.runtime.cli", *argv]
     workers: list[subprocess.Popen[bytes]] = []
     stopping = False

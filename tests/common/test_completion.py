@@ -61,10 +61,12 @@ def test_every_subcommand_is_offered_after_the_command_name(tmp_path: Path) -> N
         "run",
         "dns",
         "propose",
+        "usage",
         "check",
         "import",
         "ca",
         "health",
+        "approvals",
     ]
 
 

@@ -28,6 +28,7 @@ import pytest
 from testbed import nsock, procs
 from testbed.expect import Observed
 from testbed.harness import AuditLines, Harness, JsonLines
+from testbed.moto import Moto, start_moto
 from testbed.netns import INTERNAL_IP, UPSTREAM_IP, Topology, netns_available
 from testbed.ocsfschema import audit_file_problems
 from testbed.proxyproc import ProxyProcess, start_proxy
@@ -476,3 +477,10 @@ def relaying(start: Callable[..., PrivateProxy], on: bool) -> Callable[..., Priv
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The leak scan reads everything the proxy ever wrote: run it after all other traffic.
     items.sort(key=lambda item: item.path.name == "test_leaks_e2e.py")
+
+
+@pytest.fixture(scope="module")
+def moto(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Moto]:
+    """moto's server checking every SigV4 signature (testbed.moto), one per test module."""
+    with start_moto(topology, pki, e2e_dir) as server:
+        yield server

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import ssl
 import subprocess
@@ -29,8 +28,8 @@ import httpx2
 import pytest
 
 from testbed.expect import Observed
+from testbed.moto import MOTO_PORT, PLACEHOLDER, Moto, boto3_env
 from tests.e2e.conftest import PrivateProxy, relaying
-from tests.e2e.test_sigv4_e2e import ENDPOINT, MOTO_PORT, PLACEHOLDER, Moto, _config, moto
 
 pytestmark = pytest.mark.netns
 
@@ -42,8 +41,6 @@ def private_proxy(
     """Every proxy of this module's tests, with the body relay off and on (issue 49)."""
     return relaying(private_proxy, body_relay)
 
-
-__all__ = ["moto"]  # the module fixture, shared with test_sigv4_e2e.py
 
 MIB = 1024 * 1024
 CONFIG = """\
@@ -90,21 +87,12 @@ def test_boto3_put_object_with_a_key_the_binding_does_not_own_shows_the_reason(
     moto: Moto, private_proxy: Callable[..., PrivateProxy], e2e_dir: Path, size: int
 ) -> None:
     """Failed before: `SSLError: EOF occurred in violation of protocol` (issue 43)."""
-    key_file, secret_file = e2e_dir / "linger-aws-id", e2e_dir / "linger-aws-key"
-    key_file.write_text(moto.key_id + "\n")
-    secret_file.write_text(moto.secret + "\n")
-    proxy = private_proxy("linger-sigv4", _config(key_file, secret_file)).view
-    home = e2e_dir / "linger-aws-home"
-    home.mkdir(exist_ok=True)
-    url = f"http://{proxy.proxy_host}:{proxy.proxy_port}"
-    env = {
-        "PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
-        "HTTPS_PROXY": url, "https_proxy": url,
-        "AWS_ENDPOINT_URL": ENDPOINT, "AWS_CA_BUNDLE": str(proxy.proxy_ca),
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1",
-        # not the placeholder: a key of the sandbox's own, which the binding does not own
-        "AWS_ACCESS_KEY_ID": "AKIASANDBOXOWNKEY000", "AWS_SECRET_ACCESS_KEY": "own-secret",
-    }  # fmt: skip
+    proxy = private_proxy("linger-sigv4", moto.config(e2e_dir, prefix="linger-aws")).view
+    # not the placeholder: a key of the sandbox's own, which the binding does not own
+    env = boto3_env(
+        proxy, e2e_dir / "linger-aws-home", "AKIASANDBOXOWNKEY000", "own-secret",
+        AWS_MAX_ATTEMPTS="1",
+    )  # fmt: skip
     assert env["AWS_ACCESS_KEY_ID"] != PLACEHOLDER
     before = moto.requests()
     ran = subprocess.run(

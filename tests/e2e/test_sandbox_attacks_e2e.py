@@ -19,10 +19,8 @@ from pathlib import Path
 import pytest
 
 from testbed.expect import Observed, header_values
-from testbed.harness import Harness
-from testbed.rawhttp import Response
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.test_sandboxes_e2e import basic, node_proxy
+from tests.e2e.sandbox_node import basic, node_proxy, node_with_secrets, request_as
 
 pytestmark = pytest.mark.netns
 
@@ -46,17 +44,6 @@ def alias_bomb(levels: int) -> str:
     for level in range(1, levels):
         lines.append(f"x{level}: &x{level} [" + ", ".join([f"*x{level - 1}"] * 9) + "]")
     return "\n".join(lines) + f"\nnetwork:\n  allowlist: *x{levels - 1}\n"
-
-
-def request_as(
-    view: Harness, credential: str, host: str, headers: list[tuple[str, str]]
-) -> Response:
-    with view.conn() as conn:
-        response = conn.connect(f"{host}:443", [("Proxy-Authorization", credential)])
-        if response.status != 200:
-            return response
-        conn.start_tls(view.client_tls(), host)
-        return conn.request("GET", "/", [("Host", host), *headers])
 
 
 def test_an_alias_bomb_is_refused_and_the_node_serves_the_others(
@@ -130,21 +117,7 @@ def test_a_file_too_large_to_search_is_refused_alone_and_never_logged(
         for n in range(12)
     )
     big = f'token: "{EVIL_TOKEN}"\nnetwork:\n  allowlist:\n    - domain: api.allowed.test\n      secrets:\n{entries}'
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    (directory / "good.yaml").write_text(GOOD)
-    (directory / "big.yaml").write_text(big)
-    node = f"""\
-network:
-  allowlist:
-    - domain: "*.allowed.test"
-    - domain: 198.18.1.0/24
-sandboxes:
-  directory: {directory}
-  secrets: {secrets}
-  identify: [proxy_auth]
-"""
-    p = private_proxy("node", node, "--watch-interval", "0.2")
+    p, _ = node_with_secrets(private_proxy, tmp_path, good=GOOD, big=big)
     response = request_as(
         p.view, basic("good", GOOD_TOKEN), "api.allowed.test", [("X-Key", "good-placeholder-0001")]
     )
@@ -156,28 +129,6 @@ sandboxes:
     shown = json.dumps(status) + p.view.proxy_stderr.read_text() + p.view.proxy_stdout.read_text()
     for value in values:
         assert value[14:54] not in shown and value[-40:] not in shown  # the hex, unescaped
-
-
-def node_with_secrets(
-    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, **files: str
-) -> tuple[PrivateProxy, Path]:
-    secrets = tmp_path / "secrets"
-    secrets.mkdir(exist_ok=True)
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    for name, text in files.items():
-        (directory / f"{name}.yaml").write_text(text.replace("SECRETS", str(secrets)))
-    node = f"""\
-network:
-  allowlist:
-    - domain: "*.allowed.test"
-    - domain: 198.18.1.0/24
-sandboxes:
-  directory: {directory}
-  secrets: {secrets}
-  identify: [proxy_auth]
-"""
-    return private_proxy("node", node, "--watch-interval", "0.2"), secrets
 
 
 LINKED = f"""\

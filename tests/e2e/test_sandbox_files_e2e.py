@@ -25,7 +25,7 @@ from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness
 from testbed.rawhttp import Response
 from tests.e2e.conftest import SECRET_ENV, PrivateProxy
-from tests.e2e.test_sandboxes_e2e import basic
+from tests.e2e.sandbox_node import basic
 
 pytestmark = pytest.mark.netns
 

@@ -21,7 +21,7 @@ from testbed.harness import Harness
 from testbed.netns import UPSTREAM_IP
 from testbed.rawhttp import Response
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.test_sandboxes_e2e import basic, wait_loads
+from tests.e2e.sandbox_node import basic, node_config, request_as, wait_loads, write_sandboxes
 
 pytestmark = pytest.mark.netns
 
@@ -52,11 +52,7 @@ network:
 def node_proxy(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path, **files: str
 ) -> PrivateProxy:
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    for name, text in files.items():
-        (directory / f"{name}.yaml").write_text(text)
-    return private_proxy("ceiling", NODE.format(directory=directory))
+    return private_proxy("ceiling", NODE.format(directory=write_sandboxes(tmp_path, files)))
 
 
 def https_as(view: Harness, credential: str, method: str, host: str, path: str = "/") -> Response:
@@ -100,16 +96,6 @@ GAMMA_TOKEN = "gamma-proxy-token-5555555555"
 ALPHA_PH, BETA_PH = "alpha-egress-placeholder", "beta-egress-placeholder"
 ALPHA_VALUE, BETA_VALUE = "alpha-real-key-0123456789", "beta-real-key-9876543210"
 
-PLACEHOLDER_NODE = """\
-network:
-  allowlist:
-    - domain: "*.allowed.test"
-    - domain: 198.18.1.0/24
-sandboxes:
-  directory: {directory}
-  identify: [proxy_auth]
-"""
-
 
 def holding(token: str, placeholder: str, value: str) -> str:
     return f"""\
@@ -123,28 +109,18 @@ network:
 """
 
 
-def send_as(view: Harness, credential: str, host: str, fields: list[tuple[str, str]]) -> Response:
-    with view.conn() as conn:
-        response = conn.connect(f"{host}:443", [("Proxy-Authorization", credential)])
-        if response.status != 200:
-            return response
-        conn.start_tls(view.client_tls(), host)
-        return conn.request("GET", "/", [("Host", host), *fields])
-
-
 def test_one_sandbox_never_gets_anothers_secret_through_its_placeholder(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
 ) -> None:
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    (directory / "alpha.yaml").write_text(holding(ALPHA_TOKEN, ALPHA_PH, ALPHA_VALUE))
-    (directory / "beta.yaml").write_text(holding(BETA_TOKEN, BETA_PH, BETA_VALUE))
-    p = private_proxy(
-        "placeholders", PLACEHOLDER_NODE.format(directory=directory), "--watch-interval", "0.2"
-    )
+    files = {
+        "alpha": holding(ALPHA_TOKEN, ALPHA_PH, ALPHA_VALUE),
+        "beta": holding(BETA_TOKEN, BETA_PH, BETA_VALUE),
+    }
+    directory = write_sandboxes(tmp_path, files)
+    p = private_proxy("placeholders", node_config(directory), "--watch-interval", "0.2")
     alpha = basic("alpha", ALPHA_TOKEN)
 
-    own = send_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
+    own = request_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
     assert own.status == 200, own.describe()
     assert header_values(obs.only_request(), "Authorization") == [f"Bearer {ALPHA_VALUE}"]
 
@@ -154,7 +130,7 @@ def test_one_sandbox_never_gets_anothers_secret_through_its_placeholder(
         ("api.allowed.test", [("Authorization", f"Bearer {BETA_PH}")]),  # beta's, same host
         ("other.allowed.test", [(f"X-{BETA_PH}", "1")]),  # in a header name
     ):
-        sent = send_as(p.view, alpha, host, fields)
+        sent = request_as(p.view, alpha, host, fields)
         assert sent.status == 200, sent.describe()
         assert obs.requests()[-1]["headers"][1:] == [list(f) for f in fields]
     assert len(obs.requests()) == 3
@@ -163,7 +139,7 @@ def test_one_sandbox_never_gets_anothers_secret_through_its_placeholder(
     # (D342): gamma's request is swapped from gamma's file, alpha's from alpha's.
     (directory / "gamma.yaml").write_text(holding(GAMMA_TOKEN, ALPHA_PH, "gamma-real-key-000"))
     wait_loads(p, "ok", 3)
-    gamma = send_as(
+    gamma = request_as(
         p.view,
         basic("gamma", GAMMA_TOKEN),
         "api.allowed.test",
@@ -171,7 +147,7 @@ def test_one_sandbox_never_gets_anothers_secret_through_its_placeholder(
     )
     assert gamma.status == 200, gamma.describe()
     assert header_values(obs.requests()[-1], "Authorization") == ["Bearer gamma-real-key-000"]
-    again = send_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
+    again = request_as(p.view, alpha, "api.allowed.test", [("Authorization", f"Bearer {ALPHA_PH}")])
     assert again.status == 200, again.describe()
     assert header_values(obs.requests()[-1], "Authorization") == [f"Bearer {ALPHA_VALUE}"]
     for secret in (ALPHA_VALUE, BETA_VALUE):
@@ -201,10 +177,9 @@ network:
 def test_raw_tcp_through_a_sandbox_does_not_lift_the_nodes_rules(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path, obs: Observed
 ) -> None:
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    (directory / "alpha.yaml").write_text(RAW_SANDBOX)
-    p = private_proxy("raw", RAW_NODE.format(directory=directory))
+    p = private_proxy(
+        "raw", RAW_NODE.format(directory=write_sandboxes(tmp_path, {"alpha": RAW_SANDBOX}))
+    )
     mark = p.view.audit_log.mark()
     # mitmproxy relays what does not start like an HTTP method as raw TCP: the node's
     # entry has rules, so the stream is refused and the connection closed.

@@ -8,7 +8,6 @@ watched: a changed file takes effect, an invalid one keeps the last good policy.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,20 +18,17 @@ from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness
 from testbed.rawhttp import Response
 from tests.e2e.conftest import PrivateProxy
+from tests.e2e.sandbox_node import (
+    basic,
+    node_config,
+    node_proxy,
+    wait_loads,
+    write_sandboxes,
+)
 
 pytestmark = pytest.mark.netns
 
 ALPHA_TOKEN, BETA_TOKEN = "alpha-proxy-token-0123456789", "beta-proxy-token-9876543210"
-
-NODE = """\
-network:
-  allowlist:
-    - domain: "*.allowed.test"
-    - domain: 198.18.1.0/24
-sandboxes:
-  directory: {directory}
-  identify: [{identify}]
-"""
 
 ALPHA = f"""\
 token: "{ALPHA_TOKEN}"
@@ -58,10 +54,6 @@ network:
 """
 
 
-def basic(user: str, token: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
-
-
 def https_as(view: Harness, credential: str | None, host: str, path: str = "/") -> Response:
     """CONNECT (with the credential, when given), TLS, one GET inside."""
     auth = [("Proxy-Authorization", credential)] if credential is not None else []
@@ -78,27 +70,6 @@ def plain_as(view: Harness, credential: str | None, host: str, path: str = "/") 
     with view.conn() as conn:
         headers = [("Host", host), *auth, ("Connection", "close")]
         return conn.request("GET", f"http://{host}{path}", headers)
-
-
-def node_proxy(
-    private_proxy: Callable[..., PrivateProxy], tmp_path: Path, identify: str, **files: str
-) -> tuple[PrivateProxy, Path]:
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    for name, text in files.items():
-        (directory / f"{name}.yaml").write_text(text)
-    node = NODE.format(directory=directory, identify=identify)
-    return private_proxy("node", node, "--watch-interval", "0.2"), directory
-
-
-def wait_loads(p: PrivateProxy, result: str, count: float) -> None:
-    key = ("egress_sandbox_file_loads_total", (("result", result),))
-    procs.wait_until(
-        f"{count} sandbox file loads {result}",
-        lambda: p.process.scrape().get(key, 0) >= count,
-        timeout=10,
-        child=p.process.child,
-    )
 
 
 def test_two_sandboxes_each_reach_only_their_own_hosts(
@@ -234,13 +205,8 @@ def test_source_address_identifies_and_an_unclaimed_client_is_unknown(
 def test_one_sandbox_cannot_take_the_connections_of_another(
     private_proxy: Callable[..., PrivateProxy], tmp_path: Path
 ) -> None:
-    directory = tmp_path / "sandboxes"
-    directory.mkdir()
-    (directory / "alpha.yaml").write_text(ALPHA)
-    (directory / "beta.yaml").write_text(BETA)
-    node = NODE.format(directory=directory, identify="proxy_auth").replace(
-        "  identify:", "  max_connections: 2\n  identify:"
-    )
+    directory = write_sandboxes(tmp_path, {"alpha": ALPHA, "beta": BETA})
+    node = node_config(directory).replace("  identify:", "  max_connections: 2\n  identify:")
     p = private_proxy("bounded", node)
     alpha, beta = basic("alpha", ALPHA_TOKEN), basic("beta", BETA_TOKEN)
     held = []

@@ -1,5 +1,5 @@
 """End to end, `buckets:` and the buckets a request reads from (D428): the real proxy,
-moto's server checking every signature (the `moto` fixture of test_sigv4_e2e.py).
+moto's server checking every signature (the `moto` fixture, testbed.moto).
 
 A binding naming `scoped-*` re-signed a `CopyObject` into its own bucket whose
 `x-amz-copy-source` named another: the proxy's keys copied a bucket it was told not to
@@ -17,21 +17,13 @@ from pathlib import Path
 import pytest
 
 from testbed.expect import assert_refused
+from testbed.moto import AUTHORITY, ENDPOINT, Moto, signed_by_the_sandbox
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.test_sigv4_e2e import (  # noqa: F401 (the fixture)
-    ENDPOINT,
-    MOTO_PORT,
-    Moto,
-    _config,
-    _signed_by_the_sandbox,
-    moto,
-)
 
 pytestmark = pytest.mark.netns
 
-AUTHORITY = f"{UPSTREAM_IP}:{MOTO_PORT}"
 PRIVATE = b"bytes of a bucket the binding does not name"
 
 # Run in the upstream namespace with the real keys: a bucket no sandbox may read.
@@ -57,7 +49,7 @@ EMPTY = hashlib.sha256(b"").hexdigest()
     ],
 )
 def test_a_copy_from_a_bucket_not_named_is_refused(
-    moto: Moto,  # noqa: F811
+    moto: Moto,
     private_proxy: Callable[..., PrivateProxy],
     e2e_dir: Path,
     topology: Topology,
@@ -71,45 +63,36 @@ def test_a_copy_from_a_bucket_not_named_is_refused(
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert planted.returncode == 0 or "BucketAlreadyOwnedByYou" in planted.stderr, planted.stderr
-    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
-    key_file.write_text(moto.key_id + "\n")
-    secret_file.write_text(moto.secret + "\n")
-    proxy = private_proxy("sigv4-copy", _config(key_file, secret_file, ", buckets: [scoped-*]"))
+    proxy = private_proxy("sigv4-copy", moto.config(e2e_dir, ", buckets: [scoped-*]"))
     view = proxy.view
-    made = view.https(AUTHORITY, "/scoped-copy", _signed_by_the_sandbox(EMPTY), method="PUT")
+    made = view.https(AUTHORITY, "/scoped-copy", signed_by_the_sandbox(EMPTY), method="PUT")
     assert made.status == 200, made.describe()
     before = moto.requests()
-    copy = [*_signed_by_the_sandbox(EMPTY), ("x-amz-copy-source", source)]
+    copy = [*signed_by_the_sandbox(EMPTY), ("x-amz-copy-source", source)]
     refused = view.https(AUTHORITY, "/scoped-copy/stolen.txt", copy, method="PUT")
     assert_refused(refused, "sigv4_scope_denied", host=UPSTREAM_IP)
     assert moto.requests() == before  # nothing reached moto
-    got = view.https(AUTHORITY, "/scoped-copy/stolen.txt", _signed_by_the_sandbox(EMPTY))
+    got = view.https(AUTHORITY, "/scoped-copy/stolen.txt", signed_by_the_sandbox(EMPTY))
     assert got.status == 404 and PRIVATE not in got.body
 
 
 def test_a_copy_between_named_buckets_is_resigned(
-    moto: Moto,  # noqa: F811
+    moto: Moto,
     private_proxy: Callable[..., PrivateProxy],
     e2e_dir: Path,
 ) -> None:
-    key_file, secret_file = e2e_dir / "aws-id", e2e_dir / "aws-key"
-    key_file.write_text(moto.key_id + "\n")
-    secret_file.write_text(moto.secret + "\n")
-    view = private_proxy(
-        "sigv4-copy-ok", _config(key_file, secret_file, ", buckets: [scoped-*]")
-    ).view
+    view = private_proxy("sigv4-copy-ok", moto.config(e2e_dir, ", buckets: [scoped-*]")).view
     body = b"the agent's own bytes"
     assert (
-        view.https(AUTHORITY, "/scoped-a", _signed_by_the_sandbox(EMPTY), method="PUT").status
-        == 200
+        view.https(AUTHORITY, "/scoped-a", signed_by_the_sandbox(EMPTY), method="PUT").status == 200
     )
     put = view.https(
         AUTHORITY, "/scoped-a/own.txt",
-        _signed_by_the_sandbox(hashlib.sha256(body).hexdigest()), method="PUT", body=body,
+        signed_by_the_sandbox(hashlib.sha256(body).hexdigest()), method="PUT", body=body,
     )  # fmt: skip
     assert put.status == 200, put.describe()
-    copy = [*_signed_by_the_sandbox(EMPTY), ("x-amz-copy-source", "/scoped-a/own.txt")]
+    copy = [*signed_by_the_sandbox(EMPTY), ("x-amz-copy-source", "/scoped-a/own.txt")]
     copied = view.https(AUTHORITY, "/scoped-a/copy.txt", copy, method="PUT")
     assert copied.status == 200, copied.describe()
-    got = view.https(AUTHORITY, "/scoped-a/copy.txt", _signed_by_the_sandbox(EMPTY))
+    got = view.https(AUTHORITY, "/scoped-a/copy.txt", signed_by_the_sandbox(EMPTY))
     assert (got.status, got.body) == (200, body)

@@ -30,22 +30,12 @@ import pytest
 from sandbox_egress.hookrunner.enforce import mask, toolns
 from sandbox_egress.hookrunner.report import WarningKind
 from sandbox_egress.hookrunner.session import HookSession
+from tests.hookrunner.gitrepos import diverged_clone, git
 from tests.hookrunner.helpers import HOOKRUNNER
 
 NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 SECRET = "API_KEY=sk-live-do-not-leak-123"
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 @pytest.fixture
@@ -54,17 +44,8 @@ def top() -> Iterator[Path]:
     top = Path(tempfile.mkdtemp(prefix="hr-userns-"))
     try:
         top.chmod(0o755)
-        remote, work = top / "remote.git", top / "ws"
-        git(top, "init", "-q", "--bare", "-b", "main", str(remote))
-        git(top, "init", "-q", "-b", "main", str(work))
-        for key, value in (("user.email", "a@example.test"), ("user.name", "a")):
-            git(work, "config", key, value)
-        (work / "f").write_text("1\n")
-        git(work, "add", "f")
-        git(work, "commit", "-qm", "one")
-        git(work, "remote", "add", "origin", str(remote))
-        git(work, "push", "-q", "origin", "main")
-        git(work, "commit", "-q", "--amend", "-m", "diverged")
+        work = top / "ws"
+        diverged_clone(top, work, top / "remote.git", "main")
         (work / ".env").write_text(SECRET + "\n")
         (top / "shared").mkdir()
         (top / "shared" / ".env").write_text(SECRET + "\n")

@@ -15,19 +15,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox_egress.common.contain import Credentials
 from sandbox_egress.hookrunner.enforce import gitguard, gitpush, toolns
-from sandbox_egress.hookrunner.enforce.tools import Workspace, run_tool
-
-NOBODY = Credentials(65534, 65534, "nobody")
-ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+from tests.hookrunner.gitrepos import git, make_repos, refs, tool
 
 
 @pytest.mark.parametrize(
@@ -76,62 +71,6 @@ def test_the_guard_covers_every_copy_of_the_git_binary() -> None:
     exec_path = subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout
     core_git = os.path.realpath(os.path.join(exec_path.strip(), "git"))
     assert core_git in covered  # /usr/lib/git-core/git: every dashed git-* symlink leads there
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
-@pytest.fixture
-def repos() -> Iterator[tuple[Path, Path]]:
-    """(workspace: a clone whose main has diverged from the remote's, the bare remote)."""
-    top = Path(tempfile.mkdtemp(prefix="hr-gitguard-"))
-    try:
-        yield make_repos(top)
-    finally:
-        shutil.rmtree(top)
-
-
-def make_repos(top: Path) -> tuple[Path, Path]:
-    """The remote has main and keep; the clone's main is amended, so pushing it forces."""
-    top.chmod(0o755)
-    remote, work = top / "remote.git", top / "ws"
-    git(top, "init", "-q", "--bare", "-b", "main", str(remote))
-    git(top, "init", "-q", "-b", "main", str(work))
-    for key, value in (("user.email", "a@example.test"), ("user.name", "a")):
-        git(work, "config", key, value)
-    (work / "f").write_text("1\n")
-    git(work, "add", "f")
-    git(work, "commit", "-qm", "one")
-    git(work, "remote", "add", "origin", str(remote))
-    git(work, "push", "-q", "origin", "main", "main:keep")
-    git(work, "commit", "-q", "--amend", "-m", "diverged")  # main needs a force now
-    for path in (top, *top.rglob("*")):
-        os.chown(path, NOBODY.uid, NOBODY.gid, follow_symlinks=False)
-    return work, remote
-
-
-def refs(remote: Path) -> str:
-    return git(remote, "for-each-ref", "--format=%(refname) %(objectname)")
-
-
-def tool(work: Path, code: str, env: dict[str, str] | None = None) -> tuple[bool, str, str]:
-    result = run_tool(
-        "code_execution",
-        {"code": code},
-        workspace=Workspace(work),
-        env=ENV if env is None else env,
-        timeout=60,
-        user=NOBODY,
-    )
-    return result.ok, result.output, result.error or ""
 
 
 FORCED = {

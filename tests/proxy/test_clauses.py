@@ -69,6 +69,6 @@ def test_a_clause_that_owns_keys_parses_them_or_says_the_core_does() -> None:
 def test_head_rules_run_by_phase_in_table_order() -> None:
     assert [c.name for c in heads(Phase.POLICY)] == ["rules"]
     assert [c.name for c in heads(Phase.SIGNED)] == ["sigv4"]
-    assert [c.name for c in heads(Phase.ALLOWED)] == ["credentials", "mcp"]
+    assert [c.name for c in heads(Phase.ALLOWED)] == ["credentials", "mcp", "llm"]
     ordered = [c.name for p in Phase for c in heads(p)]
     assert sorted(ordered) == sorted(c.name for c in CLAUSES if c.head is not None)

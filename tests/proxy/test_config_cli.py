@@ -62,7 +62,7 @@ def test_secrets_pasted_in_the_wrong_field_are_not_printed(tmp_path: Path) -> No
         f"error: {path}:3:35: network.allowlist[0].ports[0]: port must be an integer in 1-65535",
         f"error: {path}:4:39: network.allowlist[1].transform.X-Key: value must be a string",
         f"error: {path}:5:7: network.allowlist[2]: unknown key 'token' (expected: "
-        "allow_encoded_slash, allow_plaintext, budget, credential, deny, domain, git, mcp, "
+        "allow_encoded_slash, allow_plaintext, budget, credential, deny, domain, git, llm, mcp, "
         "passthrough, ports, report_only, rules, secrets, transform)",
         f"error: {path}:6:3: network.token: unknown key (expected: allowlist, report_only)",
     ]
@@ -138,7 +138,7 @@ def test_every_problem_names_its_line_and_column(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
         f"error: {path}:3:7: network.allowlist[0]: unknown key 'port' (expected: "
-        "allow_encoded_slash, allow_plaintext, budget, credential, deny, domain, git, mcp, "
+        "allow_encoded_slash, allow_plaintext, budget, credential, deny, domain, git, llm, mcp, "
         "passthrough, ports, report_only, rules, secrets, transform); did you mean 'ports'?",
         f"error: {path}:5:7: network.allowlist[1].domain: invalid host: whitespace or control "
         "character not allowed (got 'bad host')",
@@ -188,7 +188,7 @@ def test_a_pasted_credential_is_never_echoed(tmp_path: Path) -> None:
         "character not allowed (got <not shown: a credential (bearer-credential)>)",
         f"error: {path}:4:7: network.allowlist[1]: unknown key <not shown: a credential "
         "(openai-or-anthropic-key)> (expected: allow_encoded_slash, allow_plaintext, budget, "
-        "credential, deny, domain, git, mcp, passthrough, ports, report_only, rules, secrets, "
+        "credential, deny, domain, git, llm, mcp, passthrough, ports, report_only, rules, secrets, "
         "transform)",
         f"error: {path}:5:27: network.allowlist[2].transform: invalid header name "
         "<not shown: a credential (bearer-credential)>",

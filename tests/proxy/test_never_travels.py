@@ -253,6 +253,7 @@ def test_a_value_the_cache_fetched_is_secret_elsewhere_in_any_request() -> None:
     held, allowed = cache.held(), POLICY.decide(canonical_host("other.test"), 443, tls=True)
     cases = [
         ([(b"X-Id", b"AKIAREALREALREAL0001")], "/", allowed, True),
+        ([(b"X-AKIAREALREALREAL0001", b"1")], "/", allowed, True),  # a name (D521)
         ([(b"Authorization", basic("me", "real/secret key"))], "/", allowed, True),
         ([], "/?k=real%2Fsecret%20key", allowed, True),
         ([(b"X", b"AKIAEGRESSPLACEHOLDR")], "/", allowed, False),

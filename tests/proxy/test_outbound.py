@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox_egress.proxy.outbound import encoded_answer, outbound_fields
+from sandbox_egress.proxy.outbound import encoded_answer, outbound_fields, unasked_switch
 
 H = list[tuple[str, str]]
 
@@ -125,6 +125,25 @@ def test_encoded_answers(header: str | None, refused: bool) -> None:
     assert encoded_answer(header) is refused
 
 
+TRANSFER = [
+    ("chunked", "chunked", False),
+    ("chunked-case", " Chunked ", False),
+    ("gzip-chunked", "gzip, chunked", True),  # D520: de-chunked, never inflated
+    ("deflate-chunked", "deflate,chunked", True),
+    ("gzip-to-close", "gzip", True),
+    ("identity", "identity", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("header", "refused"), [c[1:] for c in TRANSFER], ids=[c[0] for c in TRANSFER]
+)
+def test_transfer_coded_answers(header: str, refused: bool) -> None:
+    assert encoded_answer(None, header) is refused
+    assert encoded_answer("identity", header) is refused
+    assert encoded_answer("chunked", header) is True  # no content coding of that name
+
+
 _TOKENS = st.sampled_from(
     ["gzip", "GZIP", "br", "zstd", "deflate", "*", "compress", "identity;q=0"]
 )
@@ -141,3 +160,24 @@ def test_an_injected_request_asks_for_identity_whatever_the_sandbox_asked(fields
     out = run([*HOST, *fields], ("Authorization",))
     encodings = [(n, v) for n, v in out if n.lower().replace("_", "-") == "accept-encoding"]
     assert encodings == [("Accept-Encoding", "identity")]
+
+
+SWITCHES = [
+    ("websocket", 101, "websocket", "WebSocket", False),
+    ("not a switch", 200, None, "echo", False),
+    ("unasked", 101, None, "echo", True),  # D526
+    ("unasked websocket", 101, None, "websocket", True),
+    ("another protocol", 101, "websocket", "h2c", True),
+    ("no upgrade named", 101, "websocket", None, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "asked", "answered", "dropped"),
+    [c[1:] for c in SWITCHES],
+    ids=[c[0] for c in SWITCHES],
+)
+def test_unasked_switches(
+    status: int, asked: str | None, answered: str | None, dropped: bool
+) -> None:
+    assert unasked_switch(status, asked, answered) is dropped

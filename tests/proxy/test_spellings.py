@@ -193,6 +193,12 @@ def test_a_value_in_a_header_in_any_spelling_is_secret_elsewhere(
     )
 
 
+def test_a_value_in_a_header_name_is_secret_elsewhere() -> None:
+    """D521: a field's name reaches an HTTP/1 upstream as it was sent."""
+    assert _decide("other.test", "/", (b"X-" + TOKEN.encode(), b"1")) is Reason.SECRET_ELSEWHERE
+    assert _decide("other.test", "/", (b"X-Tok0dns", b"1")) is Reason.ALLOWLISTED
+
+
 @pytest.mark.parametrize("encode", ENCODERS.values(), ids=ENCODERS.keys())
 def test_a_value_in_the_target_in_any_spelling_is_secret_elsewhere(
     encode: Callable[[str], str],

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from testbed.claude_code import HOOKRUNNER, ClaudeHome
+from tests.hookrunner import gitrepos
 from tests.hookrunner.ax.test_claude_cli import claude, netns, user  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.netns
@@ -28,10 +29,7 @@ GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM
 
 
 def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=GIT_ENV
-    )
-    return done.stdout.strip()
+    return gitrepos.git(cwd, *args, env=GIT_ENV)
 
 
 def bash(command: str) -> dict[str, Any]:
@@ -41,16 +39,7 @@ def bash(command: str) -> dict[str, Any]:
 def prepare(home: ClaudeHome) -> Path:
     """The workspace a clone whose main diverged from its bare remote, with a .env."""
     ws, remote = home.workspace, home.root / "remote.git"
-    git(home.root, "init", "-q", "--bare", "-b", "main", str(remote))
-    git(ws, "init", "-q", "-b", "main")
-    for key, value in (("user.email", "a@example.test"), ("user.name", "a")):
-        git(ws, "config", key, value)
-    (ws / "f").write_text("1\n")
-    git(ws, "add", "f")
-    git(ws, "commit", "-qm", "one")
-    git(ws, "remote", "add", "origin", str(remote))
-    git(ws, "push", "-q", "origin", "main")
-    git(ws, "commit", "-q", "--amend", "-m", "diverged")
+    gitrepos.diverged_clone(home.root, ws, remote, "main", env=GIT_ENV)
     (ws / ".env").write_text(SECRET + "\n")
     (ws / "sub").mkdir()
     return remote

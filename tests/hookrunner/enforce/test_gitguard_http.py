@@ -24,7 +24,7 @@ import pytest
 
 from testbed import procs
 from testbed.testca import make_test_pki
-from tests.hookrunner.test_git_guard import ENV, NOBODY, git, refs, tool
+from tests.hookrunner.gitrepos import ENV, NOBODY, git, refs, tool
 
 REPO = Path(__file__).resolve().parents[3]
 GUARD = "git guard (hookrunner)"

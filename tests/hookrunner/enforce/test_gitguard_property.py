@@ -122,6 +122,7 @@ ANY_REFSPEC = st.sampled_from(
     + ["ahead:keep", "+ahead:keep", "HEAD:refs/heads/new", "+HEAD:main", "--delete", "-d"]
     + ["--prune", "--mirror", "--all", "--tags", "--follow-tags", "refs/heads/*:refs/heads/*"]
     + ["+refs/heads/*:refs/heads/*", "v1", "+v1:refs/tags/v1", "ahead~1:keep"]
+    + ["refs/heads/none*:refs/heads/none*"]  # maps to nothing (D511)
 )
 FAST_FORWARD = st.sampled_from(
     ["ahead:keep", "+ahead:keep", "ahead:main", "+ahead:refs/heads/main", "HEAD:refs/heads/new"]
@@ -165,6 +166,14 @@ def command(
 @example(config=[], quiet=["-q"], force=["-f"], harmless=[], remote=["origin"], specs=["main"])
 @example(config=[], quiet=["--quiet"], force=[], harmless=[], remote=["origin"], specs=["+main"])
 @example(config=[], quiet=["-q"], force=[], harmless=[], remote=["origin"], specs=[":keep"])
+@example(
+    config=["-c", "remote.origin.push=+refs/heads/main:refs/heads/main"],
+    quiet=[],
+    force=[],
+    harmless=[],
+    remote=["origin"],
+    specs=["refs/heads/none*:refs/heads/none*"],
+)
 def test_no_forced_update_or_deletion_of_a_protected_ref_ever_lands(
     prepared: Path,
     config: list[str],

@@ -12,18 +12,15 @@ own user, in an unprivileged user namespace).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox_egress.hookrunner.enforce import toolns
+from tests.hookrunner.gitrepos import refs, tool
 from tests.hookrunner.test_boundary_without_root import as_non_root_runner
 from tests.hookrunner.test_boundary_without_root import guard as non_root_guard
 from tests.hookrunner.test_boundary_without_root import top as non_root_top
-from tests.hookrunner.test_git_guard import make_repos, refs, tool
 
 __all__ = ["non_root_guard", "non_root_top"]
 
@@ -61,15 +58,6 @@ echo "tried $tried"
 kill %1 2>/dev/null
 true
 """
-
-
-@pytest.fixture
-def repos() -> Iterator[tuple[Path, Path]]:
-    top = Path(tempfile.mkdtemp(prefix="hr-gitguard-paths-"))
-    try:
-        yield make_repos(top)
-    finally:
-        shutil.rmtree(top)
 
 
 def check(before: str, after: str, output: str) -> None:
