@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         drain_seconds=args.drain_seconds,
         watch_interval=args.watch_interval,
         engine=args.engine,
+        body_relay=args.body_relay,
         log_format=args.log_format,
         http2=args.http2,
         audit_format=args.audit_format,

@@ -127,6 +127,13 @@ def parser() -> argparse.ArgumentParser:
         "mitmproxy's full addon chain, as before (for comparison)",
     )
     run.add_argument(
+        "--body-relay",
+        action="store_true",
+        help="relay a streamed HTTP/1.1 body between the two TLS legs below mitmproxy's "
+        "layers once the policy has nothing more to read in it (lean engine; off by "
+        "default for one release, D560)",
+    )
+    run.add_argument(
         "--watch-interval",
         type=float,
         default=1.0,

@@ -120,7 +120,12 @@ class StatusBoard:
         if self._workers is not None:
             document["workers"] = self._workers
         if self._engine is not None:  # a worker: what it changes below mitmproxy's hooks
-            document["engine"] = {"name": self._engine, "patches": patches.active(self._engine)}
+            active = patches.active(self._engine)
+            document["engine"] = {"name": self._engine, "patches": active}
+            if "relay" in active:  # what the body relay carried (issue 49)
+                from sandbox_egress.runtime.engine import relay
+
+                document["engine"]["relayed"] = dict(relay.relayed)
         return document
 
     def _refused_files(self) -> list[dict[str, Any]]:

@@ -7,6 +7,9 @@ the tests import `pattern_chunks` to produce or verify the same bytes.
   last byte is handed to the kernel, `{"event": "download", "bytes", "sha256"}` is logged.
 * `POST /upload` (Content-Length or chunked): the body is hashed as it arrives, never
   kept; `{"event": "upload", "bytes", "sha256"}` is logged and returned as the JSON body.
+* `GET /echo?size=N&every=K`: N bytes of `echo_body(N, value, K)`, the request's
+  `Authorization` value written into the pattern every K bytes (the echo that redaction
+  masks, across any read's boundary); logged as `{"event": "echo", "bytes", "sha256"}`.
 * `GET /ok`: a 2-byte answer, counted in memory only (no log line: the soak sends
   ~10^5 of them); `GET /stats` returns the counts as JSON.
 
@@ -35,6 +38,15 @@ CHUNK = 1 << 20
 IO_TIMEOUT = 60.0
 MAX_HEAD = 64 * 1024
 _BASE = random.Random(20240917).randbytes(CHUNK)
+
+
+def echo_body(size: int, value: bytes, every: int) -> bytes:
+    """`size` pattern bytes with `value` written at 0, `every`, 2 * `every`... (where it
+    fits): what `/echo` answers, for a test to rebuild and compare."""
+    body = bytearray(b"".join(pattern_chunks(size)))
+    for at in range(0, size - len(value) + 1, every) if value else ():
+        body[at : at + len(value)] = value
+    return bytes(body)
 
 
 def pattern_chunks(size: int, chunk: int = CHUNK) -> Iterator[bytes]:
@@ -157,6 +169,13 @@ class Handler(socketserver.BaseRequestHandler):
                 sent_digest.update(chunk)
                 sent += len(chunk)
             log.write({"event": "download", "bytes": sent, "sha256": sent_digest.hexdigest()})
+        elif parts.path == "/echo":
+            query = parse_qs(parts.query)
+            size, every = int(query["size"][0]), int(query["every"][0])
+            body = echo_body(size, headers.get("authorization", "").encode("latin-1"), every)
+            respond(sock, "200 OK", body, "application/octet-stream")
+            digest = hashlib.sha256(body).hexdigest()
+            log.write({"event": "echo", "bytes": len(body), "sha256": digest})
         else:
             respond(sock, "404 Not Found", b"not found\n")
         return headers.get("connection", "").lower() != "close"

@@ -42,11 +42,17 @@ def widen_writer(writer: asyncio.StreamWriter | None) -> None:
         writer.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
 
 
+# Upstream legs whose body `runtime.engine.relay` is carrying below the layers (no h11
+# buffer there): they read `READ_SIZE` too while it does (issue 49, D564).
+relaying: set[Connection] = set()
+
+
 def read_size(connection: Connection, client: bool) -> int:
-    """How much one read of `connection` takes: `READ_SIZE` on the client leg and on an
-    HTTP/2 upstream leg (h2 parses frames from a buffer it trims in place, D290), mitmproxy's
-    65535 on an HTTP/1 upstream leg (h11 copies its receive buffer per read)."""
-    if client or connection.alpn == b"h2":
+    """How much one read of `connection` takes: `READ_SIZE` on the client leg, on an
+    HTTP/2 upstream leg (h2 parses frames from a buffer it trims in place, D290) and on an
+    upstream leg the body relay is reading, mitmproxy's 65535 on another HTTP/1 upstream
+    leg (h11 copies its receive buffer per read)."""
+    if client or connection.alpn == b"h2" or connection in relaying:
         return READ_SIZE
     return SERVER_READ_SIZE
 
@@ -110,6 +116,7 @@ async def _handle_connection(handler: Any, connection: Connection) -> None:
     except OSError:
         pass
     handler.transports.pop(connection)
+    relaying.discard(connection)
 
     if cancelled:
         raise cancelled

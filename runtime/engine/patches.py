@@ -21,6 +21,9 @@ The stages, in the order a run meets them:
   limits, backpressure, pushgate, upstream failures); listed here so that the list is
   whole, never installed from here (addons must not import the runtime).
 
+A row with a `switch` (the body relay's `--body-relay`) is installed only when the
+argument of that name is given and true: off, it is neither installed nor shown.
+
 Three rows answer "a hook that finished at once"; runtime/engine/__init__.py states
 their precedence.
 """
@@ -56,6 +59,7 @@ class Patch:
     pinned_by: str  # "tests/...py::test_name"
     installs: tuple[str, ...] = ()  # a class-level row: the replacement of each `replaces`
     arguments: tuple[str, ...] = ()  # what `install` is called with, by name
+    switch: str = ""  # the argument of `install(stage, ...)` that turns this row on
 
 
 def _row(name: str, decision: str, stage: Stage, pinned_by: str, **rest: Any) -> Patch:
@@ -108,6 +112,9 @@ PATCHES: tuple[Patch, ...] = (
     _row("tlsread", "D304", Stage.ENGINE, "tests/runtime/test_tlsread.py::test_the_method_it_replaces_is_mitmproxys",
          replaces=(_PROXY + "layers.tls:TLSLayer.receive_data", _PROXY + "layers.tls:TLSLayer.tls_interact"),
          installs=(_E + "tlsread:_receive_data", _E + "tlsread:_tls_interact")),
+    _row("relay", "D560", Stage.ENGINE, "tests/runtime/test_relay.py::test_the_internals_the_relay_reads_are_mitmproxys",
+         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay)",),
+         switch="body_relay"),
     _row("hooksinplace", "D314", Stage.ENGINE, "tests/runtime/test_hooksinplace.py::test_the_copies_are_mitmproxys_methods_and_two_lines",
          replaces=(_PROXY + "layer:Layer.handle_event", _PROXY + "layer:Layer._Layer__process"),
          installs=(_E + "hooksinplace:handle_event", _E + "hooksinplace:_process")),
@@ -214,6 +221,8 @@ def install(
     """Install the rows of `stage` (IMPORT, PROCESS, ENGINE) in the table's order."""
     given = arguments or {}
     for row in rows(stage, engine):
+        if row.switch and not given.get(row.switch):
+            continue  # a row behind a switch that is off: not installed, not shown
         resolve(row.install)(**{name: given[name] for name in row.arguments})
         if row.name not in _installed:
             _installed.append(row.name)

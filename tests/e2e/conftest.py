@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -455,6 +456,23 @@ def private_proxy(
     finally:
         for process in reversed(started):
             process.child.stop()
+
+
+@pytest.fixture(params=[False, True], ids=["layers", "relay"])
+def body_relay(request: pytest.FixtureRequest) -> bool:
+    """A test that asks for it runs twice: `--body-relay` off (the default) and on (issue
+    49), so that the relay can never answer differently from mitmproxy's layers."""
+    return bool(request.param)
+
+
+def relaying(start: Callable[..., PrivateProxy], on: bool) -> Callable[..., PrivateProxy]:
+    """`private_proxy`'s `start`, with `--body-relay` when `on`: a module that overrides
+    its `private_proxy` fixture with this runs each of its proxies both ways."""
+
+    def start_relaying(name: str, config_text: str, *extra: str, **rest: Any) -> PrivateProxy:
+        return start(name, config_text, *extra, *(["--body-relay"] if on else []), **rest)
+
+    return start_relaying
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -26,7 +26,14 @@ from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.proxyproc import ProxyProcess, RssSampler, record_result
 from testbed.streaming import read_head
-from tests.e2e.conftest import BULK_TLS_PORT, SECRET_ENV, Bulk, PrivateProxy, _start_and_wait
+from tests.e2e.conftest import (
+    BULK_TLS_PORT,
+    SECRET_ENV,
+    Bulk,
+    PrivateProxy,
+    _start_and_wait,
+    relaying,
+)
 
 MIB = 1 << 20
 SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
@@ -74,8 +81,10 @@ def hostile_fixture(topology: Topology, e2e_dir: Path) -> Iterator[Hostile]:
 
 
 @pytest.fixture(name="proxy")
-def proxy_fixture(private_proxy: Callable[..., PrivateProxy], bulk: Bulk) -> PrivateProxy:
-    p = private_proxy("memory", CONFIG)
+def proxy_fixture(
+    private_proxy: Callable[..., PrivateProxy], bulk: Bulk, body_relay: bool
+) -> PrivateProxy:
+    p = relaying(private_proxy, body_relay)("memory", CONFIG)  # off and on (issue 49)
     with p.view.tunnel(f"api.allowed.test:{BULK_TLS_PORT}") as conn:  # warm up TLS
         assert conn.request("GET", "/ok", [("Host", "api.allowed.test")]).status == 200
     return p

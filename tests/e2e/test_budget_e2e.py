@@ -16,9 +16,18 @@ import pytest
 
 from testbed.expect import Observed, assert_refused
 from testbed.rawhttp import chunked
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, relaying
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], body_relay: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the body relay off and on (issue 49)."""
+    return relaying(private_proxy, body_relay)
+
 
 CONFIG = """\
 network:

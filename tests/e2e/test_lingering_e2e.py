@@ -29,9 +29,18 @@ import pytest
 
 from testbed.expect import Observed
 from testbed.moto import MOTO_PORT, PLACEHOLDER, Moto, boto3_env
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, relaying
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], body_relay: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the body relay off and on (issue 49)."""
+    return relaying(private_proxy, body_relay)
+
 
 MIB = 1024 * 1024
 CONFIG = """\

@@ -208,3 +208,14 @@ def test_an_http2_upstream_leg_reads_more_than_mitmproxys_64_kib() -> None:
     assert received == payload
     assert max(relay.reads) > bulkio.SERVER_READ_SIZE
     assert max(relay.reads) <= bulkio.READ_SIZE
+
+
+def test_an_upstream_leg_the_body_relay_reads_reads_wide_until_it_stops() -> None:
+    connection = Server(address=("127.0.0.1", 3))
+    connection.alpn = b"http/1.1"
+    bulkio.relaying.add(connection)  # what runtime/engine/relay.py does (D564)
+    try:
+        assert bulkio.read_size(connection, False) == bulkio.READ_SIZE
+    finally:
+        bulkio.relaying.discard(connection)
+    assert bulkio.read_size(connection, False) == bulkio.SERVER_READ_SIZE
