@@ -175,6 +175,7 @@ def measure(
         name: {
             "cpu_ms_per_call": statistics.median(per_round),
             "cpu_ms_range": [min(per_round), max(per_round)],
+            "cpu_ms_rounds": per_round,
             "p50_ms": statistics.median(walls[name]) * 1000,
         }
         for name, per_round in cpu.items()
@@ -227,21 +228,36 @@ def measure_live(
             child.stop()
 
 
+def paired(row: dict[str, Any], base: dict[str, Any]) -> list[float]:
+    """Each round's CPU per call ÷ the base's in the same round (the two ran minutes
+    apart at most: a drift of the machine's load between rounds cancels)."""
+    return [a / b for a, b in zip(row["cpu_ms_rounds"], base["cpu_ms_rounds"], strict=True)]
+
+
 def lines(section: dict[str, Any], grid: Any) -> list[str]:
-    """CPU per call and p50 latency per contender, each ÷ `egress-proxy`'s (same run)."""
+    """CPU per call and p50 latency per contender, each ÷ `egress-proxy`'s (same run):
+    the ratio of the medians, and the median (and range) of the rounds' ratios."""
     found = section["contenders"]
     base = found.get(BASE)
-    header = ["contender", "CPU ms/call (range)", "÷ egress-proxy", "p50 ms", "÷ egress-proxy"]
+    header = ["contender", "CPU ms/call (range)", "÷ egress-proxy", "per round ÷ (range)"]
+    header += ["p50 ms", "÷ egress-proxy"]
     rows = []
     for name, row in found.items():
         low, high = row["cpu_ms_range"]
         cpu_ratio = f"{row['cpu_ms_per_call'] / base['cpu_ms_per_call']:.2f}×" if base else ""
+        ratios = paired(row, base) if base and "cpu_ms_rounds" in row else []  # older files: none
+        by_round = (
+            f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}-{max(ratios):.2f})"
+            if ratios
+            else ""
+        )
         p50_ratio = f"{row['p50_ms'] / base['p50_ms']:.2f}×" if base else ""
         rows.append(
             [
                 name,
                 f"{row['cpu_ms_per_call']:.2f} ({low:.2f}-{high:.2f})",
                 cpu_ratio,
+                by_round,
                 f"{row['p50_ms']:.1f}",
                 p50_ratio,
             ]

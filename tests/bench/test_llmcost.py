@@ -57,6 +57,11 @@ def test_rounds_rotate_the_contenders_and_report_medians_and_ratios() -> None:
     assert found["egress-proxy"]["p50_ms"] == pytest.approx(1000.0)
     table = "\n".join(llmcost.lines(section, text_grid))
     assert "2.00×" in table and "1.00×" in table  # llm 6.0 ÷ 3.0; before 3.0 ÷ 3.0
+    # round by round: llm 5/2, 6/4, 7/3 (median 2.33); before 3/2, 3/4, 3/3 (median 1.00)
+    llm_row = next(line for line in table.splitlines() if line.startswith("egress-proxy llm"))
+    assert "2.33× (1.50-2.50)" in llm_row
+    before = next(line for line in table.splitlines() if line.startswith("egress-proxy before"))
+    assert "1.00× (0.75-1.50)" in before
 
 
 @pytest.mark.netns
