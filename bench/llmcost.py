@@ -245,7 +245,8 @@ def lines(section: dict[str, Any], grid: Any) -> list[str]:
     for name, row in found.items():
         low, high = row["cpu_ms_range"]
         cpu_ratio = f"{row['cpu_ms_per_call'] / base['cpu_ms_per_call']:.2f}×" if base else ""
-        ratios = paired(row, base) if base and "cpu_ms_rounds" in row else []  # older files: none
+        # a results file of before the rounds were kept has no rounds' ratios
+        ratios = paired(row, base) if base and "cpu_ms_rounds" in row else []
         by_round = (
             f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}-{max(ratios):.2f})"
             if ratios
