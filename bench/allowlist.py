@@ -21,6 +21,7 @@ from typing import Any
 TARGET = "api-0000.tx.bench.test"
 HOOK_HOST = "hook.bench.test"
 BULK_HOST = "bulk.bench.test"
+CHAT_HOST = "chat.bench.test"  # scenario 13's model server (bench/llmcost.py)
 NOT_LISTED = "nope.unlisted.example"
 UPSTREAM_CIDR = "198.18.77.0/24"
 

@@ -242,7 +242,7 @@ class Stage:
 def build_stage(ns: netns.Namespaces, work: Path, logs: Path) -> Stage:
     """The namespaces' hosts, the upstream PKI and servers, the proxies' CA and the
     1,000-entry policy (the children to stop are `servers.nginx` and `servers.sink`)."""
-    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST]
+    names = [allowlist.TARGET, allowlist.HOOK_HOST, allowlist.BULK_HOST, allowlist.CHAT_HOST]
     policy = allowlist.generate(1000, (allowlist.HOOK_HOST, allowlist.BULK_HOST))
     ns.build({name: netns.UPSTREAM_IP for name in names})
     upstream_pki = pki.make_upstream_pki(work, names)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench import boundary_call, claude_hook, rules, sandboxes, session, targets
+from bench import boundary_call, claude_hook, llmcost, rules, sandboxes, session, targets
 from bench.targets import load_line
 
 BASELINES = ("direct", "mitmdump", "squid")
@@ -355,6 +355,7 @@ def render(results: dict[str, Any], grid: Grid = text_grid) -> str:
         ("session", session.lines),
         ("claudehook", claude_hook.lines),
         ("boundary", boundary_call.lines),
+        ("llm", llmcost.lines),
         ("profile", profile_lines),
     ):
         if results.get(key):

@@ -42,6 +42,7 @@ from bench import (
     hooks,
     idle,
     latency,
+    llmcost,
     memory,
     netns,
     probe,
@@ -71,6 +72,7 @@ SCENARIOS = (
     "session",
     "claudehook",
     "boundary",
+    "llm",
 )
 PURE = frozenset(
     {"decide", "redact", "sandboxes", "claudehook", "boundary"}
@@ -197,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--session-rounds", type=int, default=1, help="replayed sessions per contender (10)"
     )
+    parser.add_argument(
+        "--llm-calls", type=int, default=200, help="streamed chat calls per round (13)"
+    )
     parser.add_argument("--profile", action="store_true", help="also profile with py-spy")
     parser.add_argument("--profile-seconds", type=float, default=8.0)
     parser.add_argument("--output", type=Path, default=REPO / "bench-results")
@@ -281,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if "fairness" in wanted:
         _say("scenario 9: another client's latency while one client misbehaves")
         results["fairness"] = fairness.measure(args.fairness_requests, progress=_say)
-    if wanted & {"throughput", "memory", "idle", "latency", "hooks", "session"} or args.profile:
+    network = {"throughput", "memory", "idle", "latency", "hooks", "session", "llm"}
+    if wanted & network or args.profile:
         ok = False
         work = Path(tempfile.mkdtemp(prefix="egress-bench-"))
         try:
@@ -418,6 +424,11 @@ def _network_scenarios(
             replayed += [(p.name, p.proxy_url, str(ca.cert)) for p in proxies]
             results["session"] = session.measure(
                 prefix, replayed, work / "session-client", REPO, args.session_rounds, _say
+            )
+        if "llm" in wanted:
+            _say("scenario 13: a streamed chat call through the proxy, without and with `llm:`")
+            results["llm"] = llmcost.measure_live(
+                ns, ca, upstream_pki, variants, work, logs, args.rounds, args.llm_calls, _say
             )
         if "hooks" in wanted:
             _say("scenario 4: hook runner overhead")
