@@ -36,8 +36,8 @@ KEY = "sk-egress-placeholder-openai"
 CONFIG = """\
 network:
   allowlist:
-    - domain: api.allowed.test            # openai (nothing listens on 9444)
-      ports: [{port}, 9444]
+    - domain: api.allowed.test            # openai (nothing listens on 9399)
+      ports: [{port}, 9399]
       secrets: [{{placeholder: "{key}", value: "${{{secret}}}", require: true}}]
       llm:
         api: openai
@@ -273,7 +273,7 @@ def test_an_api_error_and_an_unreachable_upstream_cost_nothing(
     limited = raw(p.view, "api.allowed.test", path, body, **{"X-Test-Status": "429"})
     assert limited.status == 429 and limited.header("X-Egress-Denied") is None  # the API's
     headers = [("Content-Type", "application/json"), ("Authorization", f"Bearer {KEY}")]
-    gone = p.view.https("api.allowed.test:9444", path, headers, method="POST", body=body)
+    gone = p.view.https("api.allowed.test:9399", path, headers, method="POST", body=body)
     assert gone.status == 502 and gone.header("X-Egress-Denied") == "upstream_refused"
     lines = audits(p.view, mark, 2)
     assert [(a["status"], a["llm_input_tokens"], a["llm_output_tokens"]) for a in lines] == [
