@@ -20,12 +20,31 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mitmproxy import http
+from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from sandbox_egress.addons.shared import FlowState, Shared
 from sandbox_egress.proxy.decision import Decision
+from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 from sandbox_egress.proxy.stages import RequestAnswer
 
 Stream = Callable[[bytes], Iterable[bytes] | bytes]
+# mitmproxy's own buffering bound: a held body never switches to streaming behind a judge.
+HELD_BODY_LIMIT = 1024 * 1024
+if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes
+    raise ImportError("addons.clauses.base: HELD_BODY_LIMIT must follow STREAM_BODIES_OVER")
+
+
+def holdable(request: http.Request, limit: int = HELD_BODY_LIMIT) -> bool:
+    """A body a clause may read whole before it goes on (MCP's, a model API's): announced,
+    at most `limit` (at most mitmproxy's buffering bound, so it never switches to
+    streaming, D212, D463), not compressed."""
+    if "content-encoding" in request.headers or "content-length" not in request.headers:
+        return False
+    try:
+        size = expected_http_body_size(request)
+    except ValueError:
+        return False
+    return size is not None and size <= limit
 
 
 @dataclass

@@ -24,11 +24,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from mitmproxy import http
-from mitmproxy.net.http.http1.read import expected_http_body_size
-
-from sandbox_egress.addons.clauses.base import Adapter, Stream, Turn
-from sandbox_egress.addons.clauses.mcp import HELD_BODY_LIMIT
+from sandbox_egress.addons.clauses.base import Adapter, Stream, Turn, holdable
 from sandbox_egress.proxy.clauses.budget import BudgetKey
 from sandbox_egress.proxy.decision import Decision, Reason
 from sandbox_egress.proxy.llm import Api
@@ -93,7 +89,7 @@ class LlmAdapter(Adapter):
             return False
         request = turn.flow.request
         request.headers["accept-encoding"] = "identity"  # an answer whose usage is readable
-        if not _holdable(request):
+        if not holdable(request):
             return Decision.deny(Reason.LLM_BAD_REQUEST, turn.state.decision.entry, "llm")
         request.stream = False
         call.held = True
@@ -175,15 +171,3 @@ def _schedule(work: Any) -> None:
     task = asyncio.get_running_loop().create_task(work)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
-
-
-def _holdable(request: http.Request) -> bool:
-    """A body read whole before it goes on: announced, within mitmproxy's buffering
-    bound, not compressed (D463)."""
-    if "content-encoding" in request.headers or "content-length" not in request.headers:
-        return False
-    try:
-        size = expected_http_body_size(request)
-    except ValueError:
-        return False
-    return size is not None and size <= HELD_BODY_LIMIT

@@ -14,17 +14,13 @@ by one (`proxy.mcp.sse`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 from mitmproxy import http
-from mitmproxy.net.http.http1.read import expected_http_body_size
 
 from sandbox_egress.addons import mitm
-from sandbox_egress.addons.clauses.base import Adapter, Turn
+from sandbox_egress.addons.clauses.base import HELD_BODY_LIMIT, Adapter, Stream, Turn, holdable
 from sandbox_egress.addons.layers.limits import body_follows
 from sandbox_egress.addons.shared import FlowState
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.limits import STREAM_BODIES_OVER
 from sandbox_egress.proxy.mcp import McpPolicy, McpState
 from sandbox_egress.proxy.mcp.judge import judge_post, refusal_body
 from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route
@@ -42,11 +38,6 @@ from sandbox_egress.proxy.mcp.tools_list import (
 from sandbox_egress.proxy.mcp.websocket import filter_received, judge_sent
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
-Stream = Callable[[bytes], Iterable[bytes] | bytes]
-# mitmproxy's own buffering bound: a held body never switches to streaming behind the judge.
-HELD_BODY_LIMIT = 1024 * 1024
-if STREAM_BODIES_OVER != "1m":  # the bound above is mitmproxy's, written as bytes
-    raise ImportError("addons.mcp: HELD_BODY_LIMIT must follow STREAM_BODIES_OVER")
 MIRRORED = ("mcp-method", "mcp-name")
 WEBSOCKET_KEY = "egress-mcp"  # flow.metadata: the request's McpState, for its WebSocket messages
 
@@ -71,25 +62,13 @@ def start(
         request.headers["accept-encoding"] = "identity"  # event streams the filter can read
     if route not in (Route.POST, Route.SNIFF):
         return None, False
-    if not _holdable(request, min(HELD_BODY_LIMIT, *(p.max_body for p in policies))):
+    if not holdable(request, min(HELD_BODY_LIMIT, *(p.max_body for p in policies))):
         if route is Route.POST or _may_be_json(request):
             return refused, False  # a body that can be neither read nor let through (D331)
         return None, False  # a body no MCP server reads as JSON-RPC: the entry's rules
     request.stream = False
     held.held = True
     return None, True
-
-
-def _holdable(request: http.Request, limit: int) -> bool:
-    """A body read whole before it goes on: announced, at most `limit`, not compressed
-    (at most mitmproxy's buffering bound, so it never switches to streaming, D212)."""
-    if "content-encoding" in request.headers or "content-length" not in request.headers:
-        return False
-    try:
-        size = expected_http_body_size(request)
-    except ValueError:
-        return False
-    return size is not None and size <= limit
 
 
 def _may_be_json(request: http.Request) -> bool:
