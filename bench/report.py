@@ -327,7 +327,11 @@ def targets_lines(results: dict[str, Any], grid: Grid = text_grid) -> list[str]:
     if not found:
         return []
     header = ["figure", "value", "target"]
-    return ["Issues 26's and 36's figures (egress-proxy, this run)", *grid(header, found)]
+    lines = ["Issues 26's and 36's figures (egress-proxy, this run)", *grid(header, found)]
+    columns, issue_49 = targets.issue_49(results)
+    if issue_49:
+        lines += ["", "Issue 49's targets (this run; ✓ met)", *grid(columns, issue_49)]
+    return lines
 
 
 def render(results: dict[str, Any], grid: Grid = text_grid) -> str:

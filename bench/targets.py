@@ -1,5 +1,6 @@
-"""Issues 26's and 36's figures, each against its target, and whether a run was quiet
-(bench/report.py prints both; docs/benchmarks.md, D169)."""
+"""Issues 26's and 36's figures, each against its target; issue 49's table, a column per
+contender of the run; and whether a run was quiet (bench/report.py prints them;
+docs/benchmarks.md, D169)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,74 @@ def _issue_36_rows(results: dict[str, Any]) -> list[list[str]]:
                     [f"session {part} ÷ direct", f"{ours[part] / seconds_direct:.2f}", bound]
                 )
     return found
+
+
+# Issue 49's table: (figure, target, bound, higher is better) per row, every contender.
+ISSUE_49 = (
+    ("session total ÷ direct", "≤ 1.25", 1.25, False),
+    ("session 1 GiB download ÷ direct", "≤ 1.5", 1.5, False),
+    ("session 300 chat calls ÷ direct", "≤ 1.3", 1.3, False),
+    ("kept-alive CPU (a) ÷ bare mitmdump", "≤ 0.5", 0.5, False),
+    ("kept-alive CPU (b) ÷ bare mitmdump", "≤ 0.5", 0.5, False),
+    ("throughput per core (c) ÷ squid", "≥ 0.25", 0.25, True),
+    ("added p50 at low load (b), ms", "≤ 1.5", 1.5, False),
+    ("idle KiB per intercepted connection", "≤ 64", 64.0, False),
+)
+
+
+def _issue_49_values(results: dict[str, Any], name: str) -> list[float | None]:
+    """One contender's figure for each row of ISSUE_49 (None where the run has none)."""
+    workloads = results.get("throughput", {}).get("workloads", {})
+
+    def cpu(key: str, who: str) -> float | None:
+        return _median(workloads, key, "contenders", who, "summary", "proxy_cpu_ms_per_req")
+
+    def ratio(top: float | None, bottom: float | None) -> float | None:
+        return top / bottom if top and bottom else None
+
+    seconds = results.get("session", {}).get("seconds", {})
+    ours, direct = seconds.get(name, {}), seconds.get("direct", {})
+    latency = results.get("latency", {}).get("workloads", {}).get("https_keepalive", {})
+    idle = results.get("idle", {}).get("proxies", {}).get(name) or {}
+    return [
+        ratio(ours.get("total"), direct.get("total")),
+        ratio(ours.get("download"), direct.get("download")),
+        ratio(ours.get("chat"), direct.get("chat")),
+        ratio(cpu("http_keepalive", name), cpu("http_keepalive", "mitmdump")),
+        ratio(cpu("https_keepalive", name), cpu("https_keepalive", "mitmdump")),
+        ratio(cpu("https_new_conn", "squid"), cpu("https_new_conn", name)),
+        latency.get("contenders", {}).get(name, {}).get("added_p50_ms"),
+        idle.get("kib_per_connection"),
+    ]
+
+
+def issue_49(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Issue 49's figures: a column per egress-proxy contender (the default and each
+    `--variant`, so the switches' figures sit beside the default's), then squid's and
+    bare mitmdump's; a figure that meets its target is marked `✓`."""
+    names: list[str] = []
+    for section in (
+        results.get("session", {}).get("seconds", {}),
+        results.get("idle", {}).get("proxies", {}),
+        *(
+            w.get("contenders", {})
+            for w in results.get("throughput", {}).get("workloads", {}).values()
+        ),
+    ):
+        names += [n for n in section if n.startswith("egress-proxy") and n not in names]
+    names += ["squid", "mitmdump"]
+    columns = [_issue_49_values(results, name) for name in names]
+    found: list[list[str]] = []
+    for row, (label, target, bound, higher) in enumerate(ISSUE_49):
+        cells = []
+        for values in columns:
+            value = values[row]
+            met = value is not None and (value >= bound if higher else value <= bound)
+            digits = 3 if higher else 2
+            cells.append("-" if value is None else f"{value:.{digits}f}" + (" ✓" if met else ""))
+        if any(cell != "-" for cell in cells):
+            found.append([label, target, *cells])
+    return ["figure", "target", *names], found
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

@@ -46,9 +46,13 @@ RESULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
+def _first_table(lines: list[str]) -> dict[str, list[str]]:
+    rows = lines[3 : lines.index("")] if "" in lines else lines[3:]
+    return {line.split("  ")[0]: line.split() for line in rows}
+
+
 def test_each_figure_of_issue_26_against_its_target() -> None:
-    lines = report.targets_lines(RESULTS)
-    table = {line.split("  ")[0]: line.split() for line in lines[3:]}
+    table = _first_table(report.targets_lines(RESULTS))
     assert table["CPU per request (a) ÷ bare mitmdump"][-3:] == ["0.50", "≤", "0.6"]
     assert table["throughput per core (b) ÷ squid"][-3:] == ["0.100", "≥", "0.12"]
     assert table["throughput per core (c) ÷ squid"][-3:] == ["0.200", "≥", "0.25"]
@@ -58,8 +62,7 @@ def test_each_figure_of_issue_26_against_its_target() -> None:
 
 
 def test_each_figure_of_issue_36_against_its_target() -> None:
-    lines = report.targets_lines(RESULTS)
-    table = {line.split("  ")[0]: line.split() for line in lines[3:]}
+    table = _first_table(report.targets_lines(RESULTS))
     assert table["CPU ms per new TLS connection (c)"][-3:] == ["4.00", "≤", "4"]
     assert table["low load (b) added_p50_ms vs direct"][-3:] == ["1.25", "≤", "2"]
     assert table["bulk download MiB/s ÷ direct"][-3:] == ["0.30", "≥", "0.6"]
@@ -67,6 +70,34 @@ def test_each_figure_of_issue_36_against_its_target() -> None:
     assert table["session chat ÷ direct"][-3:] == ["2.00", "≤", "1.5"]
     assert table["session pip ÷ direct"][-3:] == ["1.00", "≤", "1.5"]
     assert table["session total ÷ direct"][-3:] == ["2.04", "≤", "1.25"]
+
+
+def test_issue_49s_table_has_a_column_per_contender_and_marks_what_is_met() -> None:
+    results = {**RESULTS, "idle": {"proxies": {
+        "egress-proxy": {"kib_per_connection": 80.0, "rss_before_kib": 1},
+        "egress-proxy relay": {"kib_per_connection": 60.0, "rss_before_kib": 1},
+        "squid": {"kib_per_connection": 62.0, "rss_before_kib": 1},
+    }}}  # fmt: skip
+    lines = report.targets_lines(results)
+    start = lines.index("Issue 49's targets (this run; ✓ met)")
+    header, table = (
+        lines[start + 1],
+        {line.split("  ")[0]: line for line in lines[start + 3 :] if line},
+    )
+    assert header.split("  ")[0] == "figure"
+    assert [c.strip() for c in header.split("  ") if c.strip()] == [
+        "figure", "target", "egress-proxy", "egress-proxy relay", "squid", "mitmdump"
+    ]  # fmt: skip
+    cells = lambda label: [c.strip() for c in table[label].split("  ") if c.strip()]  # noqa: E731
+    assert cells("idle KiB per intercepted connection") == [
+        "idle KiB per intercepted connection", "≤ 64", "80.00", "60.00 ✓", "62.00 ✓", "-"
+    ]  # fmt: skip
+    assert cells("kept-alive CPU (b) ÷ bare mitmdump") == [
+        "kept-alive CPU (b) ÷ bare mitmdump", "≤ 0.5", "0.50 ✓", "-", "0.05 ✓", "1.00"
+    ]  # fmt: skip
+    assert cells("throughput per core (c) ÷ squid")[2:] == ["0.200", "-", "1.000 ✓", "0.100"]
+    assert cells("session 300 chat calls ÷ direct")[2:] == ["2.00", "-", "-", "-"]
+    assert cells("added p50 at low load (b), ms")[2:] == ["1.25 ✓", "-", "-", "-"]
 
 
 def test_after_is_read_once_the_benchs_own_load_has_decayed() -> None:

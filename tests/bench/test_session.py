@@ -67,7 +67,7 @@ def test_the_table_gives_each_part_and_the_total_against_direct() -> None:
         "seconds": {"direct": parts, "squid": {k: v * 2 for k, v in parts.items()}},
     }
     lines = session.lines(section, text_grid)
-    assert lines[0].startswith("Scenario 10: a replayed agent session (median of 1)")
+    assert lines[0].startswith("Scenario 10: a replayed agent session (median [min-max] of 1)")
     assert lines[-1].split() == [
         "squid",
         "2.00",
@@ -81,3 +81,17 @@ def test_the_table_gives_each_part_and_the_total_against_direct() -> None:
         "15.00",
         "(2.00×)",
     ]
+
+
+def test_with_rounds_each_part_shows_its_spread() -> None:
+    seconds = {"git": 1.0, "pip": 0.5, "chat": 2.0, "download": 4.0, "total": 7.5}
+    section = {
+        "rounds": 3,
+        "parts": {"git_mib": 100, "git_commits": 300, "wheels": 40, "chats": 300,
+                  "download_bytes": 1 << 30},
+        "seconds": {"direct": seconds},
+        "spread": {"direct": {k: [v - 0.25, v + 0.5] for k, v in seconds.items()}},
+    }  # fmt: skip
+    row = session.lines(section, text_grid)[-1].split()
+    assert row[:4] == ["direct", "1.00", "[0.75-1.50]", "(1.00×)"]
+    assert row[-3:] == ["7.50", "[7.25-8.00]", "(1.00×)"]
