@@ -5,11 +5,14 @@ the tests import `pattern_chunks` to produce or verify the same bytes.
 
 * `GET /download?size=N`: N bytes of `pattern_chunks(N)`, with a Content-Length. When the
   last byte is handed to the kernel, `{"event": "download", "bytes", "sha256"}` is logged.
+  With `&chunked=K`, the same bytes in chunked coding, chunks of K bytes (each written
+  on its own, as a streaming server writes events).
 * `POST /upload` (Content-Length or chunked): the body is hashed as it arrives, never
   kept; `{"event": "upload", "bytes", "sha256"}` is logged and returned as the JSON body.
 * `GET /echo?size=N&every=K`: N bytes of `echo_body(N, value, K)`, the request's
   `Authorization` value written into the pattern every K bytes (the echo that redaction
   masks, across any read's boundary); logged as `{"event": "echo", "bytes", "sha256"}`.
+  With `&chunked=K`, in chunked coding, chunks of K bytes.
 * `GET /ok`: a 2-byte answer, counted in memory only (no log line: the soak sends
   ~10^5 of them); `GET /stats` returns the counts as JSON.
 
@@ -158,22 +161,38 @@ class Handler(socketserver.BaseRequestHandler):
             log.write(record)
             respond(sock, "200 OK", json.dumps(record).encode(), "application/json")
         elif parts.path == "/download":
-            size = int(parse_qs(parts.query).get("size", ["0"])[0])
+            query = parse_qs(parts.query)
+            size = int(query.get("size", ["0"])[0])
+            chunked = int(query.get("chunked", ["0"])[0])
+            framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}"
             sock.sendall(
                 f"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                f"Content-Length: {size}\r\n\r\n".encode()
+                f"{framing}\r\n\r\n".encode()
             )
             sent_digest, sent = hashlib.sha256(), 0
-            for chunk in pattern_chunks(size):
-                sock.sendall(chunk)
+            for chunk in pattern_chunks(size, chunked or CHUNK):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
                 sent_digest.update(chunk)
                 sent += len(chunk)
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
             log.write({"event": "download", "bytes": sent, "sha256": sent_digest.hexdigest()})
         elif parts.path == "/echo":
             query = parse_qs(parts.query)
             size, every = int(query["size"][0]), int(query["every"][0])
             body = echo_body(size, headers.get("authorization", "").encode("latin-1"), every)
-            respond(sock, "200 OK", body, "application/octet-stream")
+            chunked = int(query.get("chunked", ["0"])[0])
+            if chunked:  # in chunks of that size, each written on its own
+                sock.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
+                for at in range(0, size, chunked):
+                    piece = body[at : at + chunked]
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+                sock.sendall(b"0\r\n\r\n")
+            else:
+                respond(sock, "200 OK", body, "application/octet-stream")
             digest = hashlib.sha256(body).hexdigest()
             log.write({"event": "echo", "bytes": len(body), "sha256": digest})
         else:

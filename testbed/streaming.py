@@ -69,12 +69,49 @@ def receive_body(sock: socket.socket, already: bytes, length: int) -> Received:
     return Received(200, {}, count, digest.hexdigest())
 
 
+def receive_chunked(sock: socket.socket, already: bytes, keep: bytearray | None = None) -> Received:
+    """Read a chunked body to its last chunk (no trailers), hashing the data as it comes
+    (and adding it to `keep` if given); at most one chunk's bytes are held otherwise. A
+    framing error raises ValueError."""
+    digest, count, buf = hashlib.sha256(), 0, bytearray(already)
+
+    def fill(need: int) -> None:
+        while len(buf) < need:
+            data = sock.recv(BUFFER)
+            if not data:
+                raise ConnectionError(f"closed inside a chunked body after {count} bytes")
+            buf.extend(data)
+
+    while True:
+        while b"\r\n" not in buf:
+            fill(len(buf) + 1)
+        line, _, rest = bytes(buf).partition(b"\r\n")
+        size = int(line, 16)
+        del buf[: len(line) + 2]
+        if size == 0:
+            fill(2)
+            if bytes(buf[:2]) != b"\r\n":
+                raise ValueError(f"trailers or junk after the last chunk: {bytes(buf[:40])!r}")
+            return Received(200, {}, count, digest.hexdigest())
+        fill(size + 2)
+        if bytes(buf[size : size + 2]) != b"\r\n":
+            raise ValueError(f"a chunk of {size} not ended by CRLF")
+        digest.update(buf[:size])
+        if keep is not None:
+            keep += buf[:size]
+        count += size
+        del buf[: size + 2]
+
+
 def download(sock: socket.socket, request: bytes) -> Received:
-    """Send `request`, then stream the response body into a digest."""
+    """Send `request`, then stream the response body (of a length, or chunked) into a
+    digest."""
     sock.sendall(request)
     status, headers, rest = read_head(sock)
-    length = int(headers.get("content-length", "0"))
-    body = receive_body(sock, rest, length)
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = receive_chunked(sock, rest)
+    else:
+        body = receive_body(sock, rest, int(headers.get("content-length", "0")))
     return Received(status, headers, body.count, body.sha256)
 
 

@@ -21,11 +21,15 @@ the watchdog sees the same reads (timeouts). The HTTP/1 reader's count
 relayed, its upstream leg reads `bulkio.READ_SIZE` at a time (no h11 buffer, D564).
 
 Eligible (`_route`), checked per read, else mitmproxy's path: both legs TLS and HTTP/1.1;
-the reading layer in `read_body` of a `Content-Length` body with nothing buffered and more
-than one byte left; the stream in `state_stream_{request,response}_body`, not paused and
-with nothing queued; the message sent on without chunked coding; `store_streamed_bodies`
-off; the flow not killed. The body's last byte always takes mitmproxy's path, so the end
-of the message, the `request`/`response` hooks, trailers and the audit line are as before.
+the reading layer in `read_body` with nothing buffered, of a `Content-Length` body with
+more than one byte left or of a chunked body before its trailers; the stream in
+`state_stream_{request,response}_body`, not paused and with nothing queued;
+`store_streamed_bodies` off; the flow not killed. A `Content-Length` body's last byte and
+a chunked body's last chunk always take mitmproxy's path, so the end of the message, the
+`request`/`response` hooks, trailers and the audit line are as before. A chunked body is
+read by `relaychunks.take` from h11's own reader state, stricter than h11 (anything it
+would not accept whole is left to the layers), and a message sent on in chunks is framed
+per piece as mitmproxy's HTTP/1 layer frames it (D605).
 A held push, an MCP or model-API body, a SigV4 hold, a refused request: none of them is in
 a streaming state, so none is relayed (D561).
 """
@@ -37,14 +41,14 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from h11._readers import ContentLengthReader
+from h11._readers import ChunkedReader, ContentLengthReader
 from mitmproxy import connection
 from mitmproxy.proxy import commands, events, tunnel
 from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http1
 
-from sandbox_egress.runtime.engine import bulkio, tlsread
+from sandbox_egress.runtime.engine import bulkio, relaychunks, tlsread
 
 Commands = Generator[commands.Command, Any, None]
 
@@ -54,11 +58,12 @@ relayed = {"events": 0, "bytes": 0}  # what the relay carried, for the tests and
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    reader: ContentLengthReader  # the reading leg's body reader
+    reader: ContentLengthReader | ChunkedReader  # the reading leg's body reader
     callable: Callable[[bytes], Iterable[bytes] | bytes] | None  # the stream's, or None
     flow: Any
     out: tls.TLSLayer  # the other leg's TLS layer
     above: bool  # whether `out` is above the reading leg (a download), so it encrypts
+    chunked: bool  # whether the message is sent on in chunks (framed as mitmproxy does)
 
 
 def _http_layer(layer: tls.TLSLayer) -> Any:
@@ -87,12 +92,12 @@ def _reading(layer: tls.TLSLayer) -> tuple[Any, Any, Any] | None:
     else:
         return None
     reader = getattr(h1, "body_reader", None)
-    if (
-        h1.state != h1.read_body
-        or type(reader) is not ContentLengthReader
-        or reader._remaining <= 1
-        or len(h1.buf)
-    ):
+    if h1.state != h1.read_body or len(h1.buf):
+        return None
+    if type(reader) is ContentLengthReader:
+        if reader._remaining <= 1:  # the last byte: the layers'
+            return None
+    elif type(reader) is not ChunkedReader or reader._reading_trailer:
         return None
     stream = layers.streams.get(h1.stream_id)
     if stream is None or stream._paused is not None or stream.__dict__.get("_paused_event_queue"):
@@ -146,12 +151,12 @@ def _route(layer: tls.TLSLayer) -> Route | None:
         out.tunnel_state is not tunnel.TunnelState.OPEN
         or out_h1.stream_id != h1.stream_id
         or not (out.conn.state & connection.ConnectionState.CAN_WRITE)
-        or "chunked" in message.headers.get("transfer-encoding", "").lower()
         or message.stream is False
     ):
         return None
     stream_callable = message.stream if callable(message.stream) else None
-    return Route(h1.body_reader, stream_callable, stream.flow, out, download)
+    chunked = "chunked" in message.headers.get("transfer-encoding", "").lower()
+    return Route(h1.body_reader, stream_callable, stream.flow, out, download, chunked)
 
 
 def _receive_data(self: Any, data: bytes) -> Commands:
@@ -172,12 +177,20 @@ def _receive_data(self: Any, data: bytes) -> Commands:
         yield commands.Log(f"TLS Error: {error}", logging.WARNING)
     yield from self.tls_interact()
 
-    take = min(len(plaintext), route.reader._remaining - 1)  # the last byte: the layers'
-    if take > 0:
-        part = plaintext if take == len(plaintext) else plaintext[:take]
-        plaintext = plaintext[take:]
-        route.reader._remaining -= take
-        yield from _relay(route, part)
+    reader = route.reader
+    if type(reader) is ContentLengthReader:
+        take = min(len(plaintext), reader._remaining - 1)  # the last byte: the layers'
+        if take > 0:
+            part = plaintext if take == len(plaintext) else plaintext[:take]
+            plaintext = plaintext[take:]
+            reader._remaining -= take
+            yield from _relay(route, part)
+    elif type(reader) is ChunkedReader:  # whole chunks and parts; the last chunk: the layers'
+        taken = relaychunks.take(plaintext, reader._bytes_in_chunk, reader._bytes_to_discard)
+        reader._bytes_in_chunk, reader._bytes_to_discard = taken.in_chunk, taken.to_discard
+        plaintext = plaintext[taken.stop :] if taken.stop else plaintext
+        for piece in taken.pieces:
+            yield from _relay(route, piece)
     if plaintext:
         yield from self.event_to_child(events.DataReceived(self.conn, plaintext))
     if close:  # tlsread's (mitmproxy's) handling of a close_notify
@@ -196,6 +209,8 @@ def _relay(route: Route, part: bytes) -> Commands:
         if not chunk:
             continue
         sent += len(chunk)
+        if route.chunked:
+            chunk = relaychunks.frame(chunk)
         if route.above:  # the client's TLS layer is above the reading leg: it encrypts
             yield commands.SendData(route.out.conn, chunk)
         else:  # the server's TLS layer is below: encrypt as its `send_data` does

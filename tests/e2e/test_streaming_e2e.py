@@ -25,13 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bulk_server import echo_body
+from testbed.bulk_server import echo_body, pattern_chunks
 from testbed.proxyproc import ProxyProcess, RssSampler, record_result
 from testbed.streaming import (
     download,
     expected_sha256,
     read_head,
     receive_body,
+    receive_chunked,
     send_pattern,
     send_until_closed,
 )
@@ -181,10 +182,11 @@ def test_1gib_upload_streams_with_bounded_memory(
     _relayed(p, scheme, SIZE)
 
 
-def _relayed(p: PrivateProxy, scheme: str, size: int) -> None:
+def _relayed(p: PrivateProxy, scheme: str, size: int, chunked: bool = False) -> None:
     """With `--body-relay`, an intercepted TLS body went below the layers, all but what
     came before its stream was open (with the head, while the upstream connection was
-    made) and its last byte; a plain HTTP leg never does (D561)."""
+    made) and its last byte (a chunked body: its last chunk, which holds none of the
+    data); a plain HTTP leg never does (D561)."""
     engine = p.process.status()["engine"]
     if "relay" not in engine["patches"]:
         assert "relayed" not in engine
@@ -193,7 +195,7 @@ def _relayed(p: PrivateProxy, scheme: str, size: int) -> None:
     if scheme == "http":
         assert carried == 0
     else:
-        assert size * 0.9 <= carried <= size - 1, carried
+        assert size * 0.9 <= carried <= size - (0 if chunked else 1), carried
 
 
 def test_bodies_one_after_another_on_one_kept_alive_tunnel(stream_proxy: PrivateProxy, bulk: Bulk):
@@ -235,27 +237,94 @@ def test_bodies_one_after_another_on_one_kept_alive_tunnel(stream_proxy: Private
     ]
 
 
+# (size, chunk size): 64 KiB chunks; 100-byte chunks written one by one, as a streaming
+# server writes its events; an odd size that cuts reads and records anywhere.
+CHUNKED = [(8 * MIB, 65536), (MIB, 100), (3 * MIB + 1, 7777)]
+CHUNKED_UPLOAD, UPLOAD_CHUNK = 6 * MIB + 5, 100_003
+
+
+def _carried(p: PrivateProxy) -> int | None:
+    """The bytes the relay carried so far, or None when it is off."""
+    engine = p.process.status()["engine"]
+    return engine["relayed"]["bytes"] if "relay" in engine["patches"] else None
+
+
+def test_chunked_bodies_both_ways_on_one_kept_alive_tunnel(stream_proxy: PrivateProxy, bulk: Bulk):
+    """Chunked answers and a chunked upload in turn on one intercepted connection, each
+    byte-exact and counted whole in the audit; with the relay on, most of their bytes went
+    below the layers, framed as mitmproxy frames them (D605)."""
+    p, mark, before = stream_proxy, bulk.log.mark(), _carried(stream_proxy)
+    host = f"api.allowed.test:{BULK_TLS_PORT}"
+    with _open(p, "https") as sock:
+        for size, chunk in CHUNKED:
+            request = f"GET /download?size={size}&chunked={chunk} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+            got = download(sock, request.encode())
+            assert (got.status, got.headers.get("transfer-encoding"), got.count, got.sha256) == (
+                200,
+                "chunked",
+                size,
+                expected_sha256(size),
+            )
+        head = f"POST /upload HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n"
+        sock.sendall(head.encode())
+        digest = hashlib.sha256()
+        for piece in pattern_chunks(CHUNKED_UPLOAD, UPLOAD_CHUNK):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            digest.update(piece)
+        sock.sendall(b"0\r\n\r\n")
+        status, headers, body = read_head(sock)
+        while len(body) < int(headers.get("content-length", "0")):
+            body += sock.recv(65536)
+    sent = {"event": "upload", "bytes": CHUNKED_UPLOAD, "sha256": digest.hexdigest()}
+    assert (status, json.loads(body)) == (200, sent)
+    events = [(e["event"], e["bytes"], e["sha256"]) for e in bulk.log.since(mark)]
+    assert events == [
+        *(("download", size, expected_sha256(size)) for size, _ in CHUNKED),
+        ("upload", CHUNKED_UPLOAD, digest.hexdigest()),
+    ]
+    lines = p.view.audit_log.wait_count(0, 2 + 1 + len(CHUNKED) + 1)  # warm-up, CONNECT, ours
+    counted = [(a["method"], a["bytes_sent"], a["bytes_received"]) for a in lines[-4:]]
+    assert counted == [
+        *(("GET", 0, size) for size, _ in CHUNKED),
+        ("POST", CHUNKED_UPLOAD, len(json.dumps(sent))),
+    ]
+    after = _carried(p)
+    if before is not None and after is not None:
+        moved = sum(size for size, _ in CHUNKED) + CHUNKED_UPLOAD
+        assert moved * 0.5 <= after - before < moved, (before, after)
+
+
 ECHO_SIZE = 8 * MIB
 ECHO_EVERY = 65_521  # prime: the echoes fall across reads' and TLS records' boundaries
 
 
-def test_an_echoed_secret_is_masked_in_a_streamed_answer(stream_proxy: PrivateProxy, bulk: Bulk):
+@pytest.mark.parametrize("chunked", [0, 1000], ids=["length", "chunks-of-1000"])
+def test_an_echoed_secret_is_masked_in_a_streamed_answer(
+    stream_proxy: PrivateProxy, bulk: Bulk, chunked: int
+):
     """The upstream echoes the injected Authorization value every 65,521 bytes of an 8 MiB
-    answer: each echo reaches the sandbox masked in place, every other byte as sent (with
-    the relay on: masked in the relay's own pass, by the stream's own callable)."""
+    answer (of a length, or in chunks of 1,000 bytes that cut the value): each echo reaches
+    the sandbox masked in place, every other byte as sent (with the relay on: masked in the
+    relay's own pass, by the stream's own callable)."""
     p, mark = stream_proxy, bulk.log.mark()
     value = f"Bearer {p.view.secrets[0]}".encode()
     with _open(p, "https") as sock:
-        host, target = _where("https", f"/echo?size={ECHO_SIZE}&every={ECHO_EVERY}")
+        query = f"size={ECHO_SIZE}&every={ECHO_EVERY}&chunked={chunked}"
+        host, target = _where("https", f"/echo?{query}")
         sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         status, headers, rest = read_head(sock)
-        got = bytearray(rest)
-        while len(got) < ECHO_SIZE:
-            chunk = sock.recv(MIB)
-            if not chunk:
-                break
-            got += chunk
-    assert (status, int(headers["content-length"]), len(got)) == (200, ECHO_SIZE, ECHO_SIZE)
+        if chunked:
+            got = bytearray()
+            receive_chunked(sock, rest, keep=got)
+        else:
+            got = bytearray(rest)
+            while len(got) < ECHO_SIZE:
+                chunk = sock.recv(MIB)
+                if not chunk:
+                    break
+                got += chunk
+    framing = headers.get("transfer-encoding") if chunked else int(headers["content-length"])
+    assert (status, framing, len(got)) == (200, "chunked" if chunked else ECHO_SIZE, ECHO_SIZE)
     sent = bytearray(echo_body(ECHO_SIZE, value, ECHO_EVERY))
     logged = bulk.log.wait_for(mark, lambda e: e["event"] == "echo")
     assert logged["sha256"] == hashlib.sha256(sent).hexdigest()  # the upstream did echo it
@@ -268,7 +337,7 @@ def test_an_echoed_secret_is_masked_in_a_streamed_answer(stream_proxy: PrivatePr
     assert got == sent  # nothing else changed, nothing moved
     line = p.view.audit_log.wait_for(0, lambda a: a.get("path", "").startswith("/echo"))
     assert line["bytes_received"] == ECHO_SIZE
-    _relayed(p, "https", ECHO_SIZE)
+    _relayed(p, "https", ECHO_SIZE, chunked=bool(chunked))
 
 
 def _refused_upload(p: PrivateProxy, framing: str) -> tuple[int, BaseException | None, dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from h11._readers import ContentLengthReader
+from h11._readers import ChunkedReader, ContentLengthReader
 from mitmproxy.proxy import commands, layer, tunnel
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http1
@@ -100,14 +100,17 @@ class Out:
         yield commands.SendData(self.conn, b"<" + data + b">")
 
 
-def _route(remaining: int, above: bool, out: Out, seen: list[bytes]) -> relay.Route:
-    reader = ContentLengthReader(remaining)
+def _route(
+    remaining: int | None, above: bool, out: Out, seen: list[bytes], chunked: bool = False
+) -> relay.Route:
+    """A route of a body of `remaining` bytes, or of a chunked body (None)."""
+    reader = ContentLengthReader(remaining) if remaining is not None else ChunkedReader()
 
     def stream(chunk: bytes) -> list[bytes]:  # a stream callable that splits and marks
         seen.append(chunk)
         return [chunk[:1].upper(), b"", chunk[1:]]
 
-    return relay.Route(reader, stream, object(), out, above)  # type: ignore[arg-type]
+    return relay.Route(reader, stream, object(), out, above, chunked)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("above", [True, False], ids=["download", "upload"])
@@ -136,6 +139,37 @@ def test_a_read_goes_through_the_stream_callable_to_the_other_leg_but_its_last_b
     assert route.reader._remaining == 1
     assert leg.got == [("data", body[-1:]), ("closed",)]  # the last byte: the layers'
     assert relay.relayed["bytes"] - before["bytes"] == len(relayed)
+
+
+@pytest.mark.parametrize("above", [True, False], ids=["download", "upload"])
+def test_a_chunked_body_goes_through_framed_but_its_last_chunk(
+    certificate: Path, above: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, client = _pair(certificate)
+    out, seen = Out(), list[bytes]()
+    data = [bytes([65 + n % 26]) * (n * 37 + 1) for n in range(40)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in data) + b"0\r\n\r\n"
+    route = _route(None, above, out, seen, chunked=True)
+    monkeypatch.setattr(relay, "_route", lambda layer: route)
+    leg = Leg(client)
+    wire = _ciphertext(server, [body], close=False)
+    sent = []
+    for cut in (0, 1000, len(wire) // 2):  # three reads that cut chunks and size lines
+        end = {0: 1000, 1000: len(wire) // 2}.get(cut, len(wire))
+        sent += list(relay._receive_data(leg, wire[cut:end]))
+    assert b"".join(seen) == b"".join(data)  # every byte of data, once, in order
+    framed = b"".join(
+        b"%x\r\n%s\r\n" % (len(m), m) for s in seen for m in (s[:1].upper(), s[1:]) if m
+    )
+    if above:
+        got = b"".join(c.data for c in sent if isinstance(c, commands.SendData))
+    else:
+        got = b"".join(out.encrypted)
+    assert got == framed  # each non-empty piece the callable returned, framed on its own
+    assert leg.got == [("data", b"0\r\n\r\n")]  # the last chunk: the layers'
+    reader = route.reader
+    assert isinstance(reader, ChunkedReader)
+    assert (reader._bytes_in_chunk, reader._bytes_to_discard) == (0, b"")
 
 
 def test_without_a_route_the_read_is_tlsreads(
