@@ -190,7 +190,7 @@ PATCHES: tuple[Patch, ...] = (
 # fmt: on
 
 # Modules of runtime/engine/ that change nothing below mitmproxy themselves.
-SUPPORT = ("__init__", "lean", "patches", "hookargs")
+SUPPORT = ("__init__", "lean", "patches", "hookargs", "relaychunks")
 
 _installed: list[str] = []
 _attach: tuple[tuple[Any, str], ...] | None = None
