@@ -1,6 +1,8 @@
 """Memory per idle intercepted connection, engine only (issue 26; D144's method, repeatable).
 
-`python -m bench.connmem [--connections 300] [--trace 25]`, no root, loopback only.
+`python -m bench.connmem [--connections 300] [--trace 25] [--without ADDON]`, no root,
+loopback only. `--without` runs the engine without one of its lean addons (by class name),
+for the same run's figure with and without one change.
 
 The lean engine (runtime/engine/lean.py, no policy, no egress addons) runs in a process of its own
 under `-O` (`serve`, below). This process is the client and the upstream: a TLS server on
@@ -59,6 +61,22 @@ def _heap() -> dict[str, int]:
     return {"malloc": malloc_in_use(), "pymalloc": sys.getallocatedblocks()}
 
 
+def _without(names: list[str]) -> None:
+    """The lean engine made without the addons of these class names (the same run's
+    before/after of one addon, issue 49)."""
+    from sandbox_egress.runtime.engine import lean
+
+    made = lean.lean_addons
+
+    def lean_addons() -> list[Any]:
+        kept = [each for each in made() if type(each).__name__ not in names]
+        if len(kept) != len(made()) - len(names):
+            raise SystemExit(f"--without {names}: not all are lean addons")
+        return kept
+
+    lean.lean_addons = lean_addons
+
+
 async def _serve(confdir: str, trace: int, snapshots: str) -> None:
     master, runner, port = await start_lean_engine(confdir)
     taken = 0
@@ -113,7 +131,9 @@ async def stop(engine: asyncio.subprocess.Process) -> None:
         await engine.wait()
 
 
-async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
+async def measure(
+    connections: int, trace: int, work: Path, without: tuple[str, ...] = ()
+) -> dict[str, Any]:
     up = await asyncio.get_running_loop().create_server(
         FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(work), backlog=1024
     )
@@ -123,6 +143,8 @@ async def measure(connections: int, trace: int, work: Path) -> dict[str, Any]:
     if trace:
         argv += ["--trace", str(trace), "--snapshots", str(work / "snap")]
         env["PYTHONTRACEMALLOC"] = "1"
+    for name in without:
+        argv += ["--without", name]
     engine = await asyncio.create_subprocess_exec(
         *argv, stdout=subprocess.PIPE, env=env, cwd=Path(__file__).resolve().parents[1]
     )
@@ -203,12 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=int, default=0, help="tracemalloc's top N lines")
     parser.add_argument("--confdir", default="")
     parser.add_argument("--snapshots", default="")
+    parser.add_argument(
+        "--without", action="append", default=[], metavar="ADDON",
+        help="run the engine without this lean addon (class name; repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "serve":
+        if args.without:
+            _without(args.without)
         asyncio.run(_serve(args.confdir, args.trace, args.snapshots))
         return 0
     with tempfile.TemporaryDirectory(prefix="connmem-") as work:
-        found = asyncio.run(measure(args.connections, args.trace, Path(work)))
+        found = asyncio.run(measure(args.connections, args.trace, Path(work), tuple(args.without)))
     traced = found.pop("traced", None)
     print(json.dumps(found))
     if traced:

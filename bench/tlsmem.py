@@ -13,6 +13,14 @@ then runtime/engine/idlebios.py's release of the memory BIOs. The figure is glib
 * `pair with secp256r1`: the key exchange without the post-quantum hybrid (what it costs;
   the engine keeps OpenSSL's default, D309).
 
+Issue 49's candidates (D596), each against `pair` or `pair, upstream tickets`:
+
+* `pair, upstream tickets`: the server leg sends OpenSSL's two TLS 1.3 tickets, as most
+  upstreams do, so the client leg keeps the last one in its session;
+* `pair, upstream tickets, client no-ticket`: the client leg with `SSL_OP_NO_TICKET`;
+* `pair, free buffers`: `SSL_free_buffers` on both legs once the exchange is read;
+* `pair, server cache off`: the server leg's context without OpenSSL's session cache.
+
 Each variant runs in a child process of its own, so one does not reuse another's freed heap.
 """
 
@@ -35,6 +43,10 @@ VARIANTS = {
     "pair": ("pair",),
     "pair without release-buffers": ("pair", "norelease"),
     "pair with secp256r1": ("pair", "p256"),
+    "pair, upstream tickets": ("pair", "tickets"),
+    "pair, upstream tickets, client no-ticket": ("pair", "tickets", "clientnoticket"),
+    "pair, free buffers": ("pair", "freebuffers"),
+    "pair, server cache off": ("pair", "cacheoff"),
 }
 
 
@@ -55,6 +67,27 @@ def _pump(one: Any, other: Any) -> None:
                 pass
         if not moved:
             return
+
+
+def _free_buffers() -> Any:
+    """OpenSSL's `SSL_free_buffers` (not in the cffi bindings), placed as
+    runtime/engine/tickets.py places its two functions."""
+    import ctypes
+    from pathlib import Path
+
+    from cryptography.hazmat.bindings import _rust
+    from cryptography.hazmat.bindings._rust import _openssl
+
+    from sandbox_egress.runtime.engine import tickets
+
+    anchor = "SSL_new"
+    values = tickets.symbol_values(
+        Path(_rust.__file__ or ""), ("_cffi_d_" + anchor, "SSL_free_buffers")
+    )
+    base = (
+        tickets._address(_openssl.ffi.addressof(_openssl.lib, anchor)) - values["_cffi_d_" + anchor]
+    )
+    return ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(base + values["SSL_free_buffers"])
 
 
 def measure(flags: tuple[str, ...], pairs: int) -> dict[str, Any]:
@@ -78,6 +111,11 @@ def measure(flags: tuple[str, ...], pairs: int) -> dict[str, Any]:
             ctx.set_mode(SSL.MODE_RELEASE_BUFFERS)
         if "p256" in flags:
             ctx.set_tmp_ecdh(ec.SECP256R1())
+    if "clientnoticket" in flags:
+        client_ctx.set_options(SSL.OP_NO_TICKET)
+    if "cacheoff" in flags:
+        server_ctx.set_session_cache_mode(SSL.SESS_CACHE_OFF)
+    free_buffers = _free_buffers() if "freebuffers" in flags else None
     no_tickets = tickets.resolve()
     kept: list[Any] = []
     group = ""
@@ -87,7 +125,7 @@ def measure(flags: tuple[str, ...], pairs: int) -> dict[str, Any]:
         server = SSL.Connection(server_ctx, None)
         ssl_lib.SSL_use_certificate(server._ssl, cert._x509)
         ssl_lib.SSL_use_PrivateKey(server._ssl, key._pkey)
-        if no_tickets is not None:
+        if no_tickets is not None and "tickets" not in flags:
             no_tickets.set(server, 0)  # as the engine does (D301)
         server.set_accept_state()
         client = SSL.Connection(client_ctx, None)
@@ -100,6 +138,9 @@ def measure(flags: tuple[str, ...], pairs: int) -> dict[str, Any]:
             server.send(b"HTTP/1.1 204 No Content\r\n\r\n")
             _pump(client, server)
             client.recv(1024)
+            if free_buffers is not None:
+                for leg in (server, client):
+                    free_buffers(tickets._address(leg._ssl))
             idlebios.release(server)
             idlebios.release(client)
             group = ffi.string(ssl_lib.SSL_get0_group_name(server._ssl)).decode()
@@ -133,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         result = json.loads(found.stdout)
         unit = "pair" if result["ssl"] == 2 else "SSL "
-        print(f"{name:30s} {result['bytes']:7d} bytes per {unit}  {result['group']}")
+        print(f"{name:42s} {result['bytes']:7d} bytes per {unit}  {result['group']}")
     return 0
 
 

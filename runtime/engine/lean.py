@@ -63,6 +63,7 @@ from sandbox_egress.runtime.engine.coalesce import (
 )
 from sandbox_egress.runtime.engine.emptylines import skip_empty_lines
 from sandbox_egress.runtime.engine.hookargs import hook_args
+from sandbox_egress.runtime.engine.idlechain import DropUpstreamChainCopy
 from sandbox_egress.runtime.engine.patches import Stage
 
 # Immutable option values are handed out as they are; anything else is copied as before.
@@ -80,7 +81,8 @@ def lean_addons() -> list[Any]:
     Core (options and commands), Block (mitmproxy's refusal of non-local clients, as in
     mitmdump), DisableH2C, Proxyserver and NextLayer (coalescing their sends), TlsConfig,
     ErrorCheck (stop at start when an option or addon failed), then the engine's own
-    ReleaseIdleTlsBuffers, OneRecordPerRequest, NoSessionTickets and FreezeAtStart. The
+    ReleaseIdleTlsBuffers, OneRecordPerRequest, NoSessionTickets, DropUpstreamChainCopy
+    (runtime/engine/idlechain.py) and FreezeAtStart. The
     egress addons and the log sink are added by the launcher.
     """
     return [
@@ -94,6 +96,7 @@ def lean_addons() -> list[Any]:
         ReleaseIdleTlsBuffers(),
         OneRecordPerRequest(),
         NoSessionTickets(),
+        DropUpstreamChainCopy(),
         FreezeAtStart(),
     ]
 

@@ -168,7 +168,7 @@ def test_the_lean_master_has_only_the_addons_it_needs() -> None:
     assert asyncio.run(main()) == [
         "Core", "Block", "DisableH2C", "CoalescingProxyserver", "CoalescingNextLayer", "TlsConfig",
         "ErrorCheck", "ReleaseIdleTlsBuffers", "OneRecordPerRequest", "NoSessionTickets",
-        "FreezeAtStart",
+        "DropUpstreamChainCopy", "FreezeAtStart",
     ]  # fmt: skip
 
 
