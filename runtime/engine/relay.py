@@ -32,6 +32,9 @@ would not accept whole is left to the layers), and a message sent on in chunks i
 per piece as mitmproxy's HTTP/1 layer frames it (D605).
 A held push, an MCP or model-API body, a SigV4 hold, a refused request: none of them is in
 a streaming state, so none is relayed (D561).
+
+HTTP/2: a download with both legs HTTP/2 is `runtime.engine.relayh2`'s (`route` before
+the read is decrypted, `relay` after), dispatched from `_receive_data` (D575).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http1
 
-from sandbox_egress.runtime.engine import bulkio, relaychunks, tlsread
+from sandbox_egress.runtime.engine import bulkio, relaychunks, relayh2, tlsread
 
 Commands = Generator[commands.Command, Any, None]
 
@@ -161,12 +164,13 @@ def _route(layer: tls.TLSLayer) -> Route | None:
 
 def _receive_data(self: Any, data: bytes) -> Commands:
     route = _route(self) if data else None
+    legs = relayh2.route(self) if data and route is None else None  # HTTP/2 (D575)
     if type(self) is tls.ServerTLSLayer:  # a download's upstream reads wider while relayed
         if route is None:
             bulkio.relaying.discard(self.conn)
         else:
             bulkio.relaying.add(self.conn)
-    if route is None:
+    if route is None and legs is None:
         if _below is None:  # pragma: no cover - only reachable through install()
             raise RuntimeError("the body relay is not installed")
         yield from _below(self, data)
@@ -177,20 +181,28 @@ def _receive_data(self: Any, data: bytes) -> Commands:
         yield commands.Log(f"TLS Error: {error}", logging.WARNING)
     yield from self.tls_interact()
 
-    reader = route.reader
-    if type(reader) is ContentLengthReader:
-        take = min(len(plaintext), reader._remaining - 1)  # the last byte: the layers'
-        if take > 0:
-            part = plaintext if take == len(plaintext) else plaintext[:take]
-            plaintext = plaintext[take:]
-            reader._remaining -= take
-            yield from _relay(route, part)
-    elif type(reader) is ChunkedReader:  # whole chunks and parts; the last chunk: the layers'
-        taken = relaychunks.take(plaintext, reader._bytes_in_chunk, reader._bytes_to_discard)
-        reader._bytes_in_chunk, reader._bytes_to_discard = taken.in_chunk, taken.to_discard
-        plaintext = plaintext[taken.stop :] if taken.stop else plaintext
-        for piece in taken.pieces:
-            yield from _relay(route, piece)
+    if legs is not None:
+        if plaintext:
+            sent = yield from relayh2.relay(self, legs, plaintext)
+            if sent:
+                relayed["events"] += 1
+                relayed["bytes"] += sent
+        plaintext = b""
+    elif route is not None:
+        reader = route.reader
+        if type(reader) is ContentLengthReader:
+            take = min(len(plaintext), reader._remaining - 1)  # the last byte: the layers'
+            if take > 0:
+                part = plaintext if take == len(plaintext) else plaintext[:take]
+                plaintext = plaintext[take:]
+                reader._remaining -= take
+                yield from _relay(route, part)
+        elif type(reader) is ChunkedReader:  # whole chunks and parts; the last: the layers'
+            taken = relaychunks.take(plaintext, reader._bytes_in_chunk, reader._bytes_to_discard)
+            reader._bytes_in_chunk, reader._bytes_to_discard = taken.in_chunk, taken.to_discard
+            plaintext = plaintext[taken.stop :] if taken.stop else plaintext
+            for piece in taken.pieces:
+                yield from _relay(route, piece)
     if plaintext:
         yield from self.event_to_child(events.DataReceived(self.conn, plaintext))
     if close:  # tlsread's (mitmproxy's) handling of a close_notify

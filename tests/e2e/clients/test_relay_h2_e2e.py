@@ -1,0 +1,196 @@
+"""End to end, HTTP/2 on both legs with the body relay off and on (issue 49, D575-D579).
+
+The session's case: curl speaks HTTP/2 to the proxy inside an intercepted tunnel, nginx
+speaks HTTP/2 upstream (testbed/nginx.py), and a large file streams down. Each test runs
+on a fresh proxy, `--body-relay` off and on (`relaying`), and asserts the same outcome:
+the bytes at both ends (sha256 of what nginx served and of what curl received), the
+audit's count, the echoed secret masked in place, the proxy's memory bounded when the
+client stops reading, the connection usable after the client resets the stream. With the
+relay on, /status says how much it carried (`engine.relayed`).
+
+The download's proxy CPU per GiB (from /proc) is written to the results file
+(`EGRESS_E2E_RESULTS`) for docs/benchmarks.md. `EGRESS_E2E_STREAM_BYTES` changes the size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import h2.errors
+import h2.settings
+import pytest
+
+from testbed import nginx, registries
+from testbed.bulk_server import echo_body, pattern_chunks
+from testbed.h2stream import H2Stream
+from testbed.proxyproc import RssSampler, record_result
+from testbed.streaming import expected_sha256
+from tests.e2e.clients.conftest import HTTPS_PORT
+from tests.e2e.conftest import SECRET_ENV, PrivateProxy, relaying
+from tests.e2e.memory_support import GROWTH_BOUND_MIB, h2_request, h2_tunnel
+from tests.e2e.test_streaming_e2e import _cpu_s
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+MIB = 1 << 20
+SIZE = int(os.environ.get("EGRESS_E2E_STREAM_BYTES", str(1 << 30)))
+ECHO_SIZE, ECHO_EVERY = 8 * MIB, 65_521
+AUTHORITY = f"api.allowed.test:{HTTPS_PORT}"
+URL = f"https://{AUTHORITY}"
+CONFIG = f"""\
+network:
+  allowlist:
+    - domain: api.allowed.test
+      transform:
+        Authorization: "Bearer ${{{SECRET_ENV}}}"
+    - domain: 198.18.1.0/24
+"""
+
+
+@pytest.fixture(scope="module")
+def files(content: registries.Content) -> Iterator[Path]:
+    """The test's files in nginx's root: `relay-h2.bin` (`SIZE` pattern bytes), and
+    `small.txt`; removed at the end."""
+    big, small = content.root / "relay-h2.bin", content.root / "small.txt"
+    with big.open("wb") as out:
+        for chunk in pattern_chunks(SIZE):
+            out.write(chunk)
+    small.write_bytes(b"small\n")
+    try:
+        yield content.root
+    finally:
+        big.unlink()
+        small.unlink()
+        (content.root / "echo-h2.bin").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def h2_proxy(
+    private_proxy: Callable[..., PrivateProxy],
+    nginx_upstream: nginx.Nginx,
+    files: Path,
+    body_relay: bool,
+) -> PrivateProxy:
+    p = relaying(private_proxy, body_relay)("relay-h2", CONFIG)
+    _curl(p, "/small.txt", Path(os.devnull))  # warm up: the first handshakes, the certificate
+    return p
+
+
+def _curl(p: PrivateProxy, path: str, output: Path | None = None) -> tuple[str, int, str]:
+    """curl --http2 through the proxy: (HTTP version, bytes, sha256 of the body), the body
+    hashed as it streams (into `output` instead when given)."""
+    argv = ["curl", "-sS", "--http2", "--proxy", f"http://{p.view.proxy_host}:{p.view.proxy_port}",
+            "--cacert", str(p.view.proxy_ca), "-w", "%{stderr}%{http_version} %{size_download}",
+            "-o", str(output) if output else "-", URL + path]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as curl:
+        digest = hashlib.sha256()
+        assert curl.stdout is not None and curl.stderr is not None
+        while chunk := curl.stdout.read(MIB):
+            digest.update(chunk)
+        stderr = curl.stderr.read().decode()
+        assert curl.wait(timeout=300) == 0, stderr
+    version, size = stderr.split()
+    return version, int(size), digest.hexdigest()
+
+
+def _relayed(p: PrivateProxy) -> int | None:
+    """What /status says the relay carried, None when it is off."""
+    engine = p.process.status()["engine"]
+    if "relay" not in engine["patches"]:
+        assert "relayed" not in engine
+        return None
+    return int(engine["relayed"]["bytes"])
+
+
+def test_an_http2_download_arrives_byte_exact_and_counted(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+) -> None:
+    p, mark = h2_proxy, nginx_upstream.mark()
+    started, cpu = time.monotonic(), _cpu_s(p.process)
+    baseline = p.process.status_kib("VmRSS")
+    with RssSampler(p.process) as rss:
+        version, size, sha256 = _curl(p, "/relay-h2.bin")
+    elapsed, cpu = time.monotonic() - started, _cpu_s(p.process) - cpu
+    carried = _relayed(p)
+    record_result("relay_h2_download" + ("_relay" if body_relay else ""), {
+        "bytes": SIZE, "seconds": round(elapsed, 2),
+        "proxy_cpu_s_per_gib": round(cpu * (1 << 30) / SIZE, 2),
+        "relayed_bytes": carried, "rss_growth_mib": round((rss.peak_kib - baseline) / 1024, 1),
+    })  # fmt: skip
+    assert (version, size, sha256) == ("2", SIZE, expected_sha256(SIZE))
+    (served,) = [e for e in nginx_upstream.since(mark) if e["uri"] == "/relay-h2.bin"]
+    assert (served["proto"], served["alpn"], served["status"], served["bytes"]) == (
+        "HTTP/2.0", "h2", 200, SIZE,
+    )  # fmt: skip
+    line = p.view.audit_log.wait_for(0, lambda a: a.get("path") == "/relay-h2.bin")
+    assert (line["status"], line["bytes_received"]) == (200, SIZE)
+    if body_relay:  # all but what came with the head and the last frame went below
+        assert carried is not None and SIZE * 0.9 <= carried < SIZE, carried
+    else:
+        assert carried is None
+
+
+def test_an_echoed_secret_is_masked_the_same_way(
+    h2_proxy: PrivateProxy, files: Path, body_relay: bool, tmp_path: Path
+) -> None:
+    """nginx serves the injected Authorization value every 65,521 bytes of 8 MiB: each
+    reaches curl masked in place, every other byte as served, relayed or not."""
+    p = h2_proxy
+    value = f"Bearer {p.view.secrets[0]}".encode()
+    sent = bytearray(echo_body(ECHO_SIZE, value, ECHO_EVERY))
+    (files / "echo-h2.bin").write_bytes(sent)
+    output = tmp_path / "echo-h2.out"
+    before = _relayed(p) or 0
+    version, size, _ = _curl(p, "/echo-h2.bin", output)
+    got = bytearray(output.read_bytes())
+    output.unlink()
+    assert (version, size, len(got)) == ("2", ECHO_SIZE, ECHO_SIZE)
+    assert p.view.secrets[0].encode() not in got
+    echoes = range(0, ECHO_SIZE - len(value) + 1, ECHO_EVERY)
+    assert len(echoes) == 129
+    for at in echoes:
+        assert got[at : at + len(value)] != value, at
+        got[at : at + len(value)] = sent[at : at + len(value)] = bytes(len(value))
+    assert got == sent  # nothing else changed, nothing moved
+    line = p.view.audit_log.wait_for(0, lambda a: a.get("path") == "/echo-h2.bin")
+    assert line["bytes_received"] == ECHO_SIZE
+    if body_relay:
+        assert (_relayed(p) or 0) - before > ECHO_SIZE // 2
+
+
+def test_a_client_that_stops_reading_then_resets_holds_the_upstream_back(
+    h2_proxy: PrivateProxy,
+) -> None:
+    """The client opens windows of 8 MiB (so the relay has room to carry), reads 16 MiB,
+    stops reading for 4 s (the proxy's memory must not grow with the body), then resets
+    the stream: the connection still answers the next request."""
+    p = h2_proxy
+    baseline = p.process.status_kib("VmRSS")
+    with RssSampler(p.process) as rss, h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(30)
+        client = H2Stream(conn.sock)
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 8 * MIB})
+        client.conn.increment_flow_control_window(64 * MIB)
+        client._flush()
+        sid = client.open(h2_request(AUTHORITY, "GET", "/relay-h2.bin"), end_stream=True)
+        outcome = client.outcomes[sid]
+        while outcome.body_bytes < 16 * MIB and not client.done(sid):
+            client._pump()
+        time.sleep(4)  # not reading: the windows close, the proxy must hold nginx back
+        stalled = p.process.status_kib("VmRSS")
+        client.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+        client._flush()
+        after = client.open(h2_request(AUTHORITY, "GET", "/small.txt"), end_stream=True)
+        answer = client.read_response(after)
+    assert outcome.status == "200" and not outcome.ended
+    assert (answer.status, answer.body_bytes) == ("200", len(b"small\n"))
+    growth = (max(rss.peak_kib, stalled) - baseline) / 1024
+    assert growth < GROWTH_BOUND_MIB, growth
+    line = p.view.audit_log.wait_for(0, lambda a: a.get("path") == "/relay-h2.bin")
+    assert 16 * MIB <= line["bytes_received"] < SIZE // 2, line
