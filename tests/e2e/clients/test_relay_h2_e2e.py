@@ -9,7 +9,8 @@ client stops reading, the connection usable after the client resets the stream. 
 relay on, /status says how much it carried (`engine.relayed`).
 
 The download's proxy CPU per GiB (from /proc) is written to the results file
-(`EGRESS_E2E_RESULTS`) for docs/benchmarks.md. `EGRESS_E2E_STREAM_BYTES` changes the size.
+(`EGRESS_E2E_RESULTS`) for docs/benchmarks.md; `EGRESS_E2E_RELAY_ROUNDS=3` runs it three
+times each way. `EGRESS_E2E_STREAM_BYTES` changes the size.
 """
 
 from __future__ import annotations
@@ -108,8 +109,12 @@ def _relayed(p: PrivateProxy) -> int | None:
     return int(engine["relayed"]["bytes"])
 
 
+ROUNDS = int(os.environ.get("EGRESS_E2E_RELAY_ROUNDS", "1"))  # >1: the figures of D579
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
 def test_an_http2_download_arrives_byte_exact_and_counted(
-    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool, round_: int
 ) -> None:
     p, mark = h2_proxy, nginx_upstream.mark()
     started, cpu = time.monotonic(), _cpu_s(p.process)
@@ -118,7 +123,7 @@ def test_an_http2_download_arrives_byte_exact_and_counted(
         version, size, sha256 = _curl(p, "/relay-h2.bin")
     elapsed, cpu = time.monotonic() - started, _cpu_s(p.process) - cpu
     carried = _relayed(p)
-    record_result("relay_h2_download" + ("_relay" if body_relay else ""), {
+    record_result(f"relay_h2_download{'_relay' if body_relay else ''}_{round_}", {
         "bytes": SIZE, "seconds": round(elapsed, 2),
         "proxy_cpu_s_per_gib": round(cpu * (1 << 30) / SIZE, 2),
         "relayed_bytes": carried, "rss_growth_mib": round((rss.peak_kib - baseline) / 1024, 1),

@@ -1,0 +1,109 @@
+"""runtime/engine/relayh2.py: the frames it relays (`data_frames`, tables and a property
+over any frames cut anywhere), and the mitmproxy and h2 internals it reads or does in
+mitmproxy's place are those of the installed versions (a change there fails here, not as
+a corrupted body). End to end, both ways: tests/e2e/clients/test_relay_h2_e2e.py."""
+
+from __future__ import annotations
+
+import inspect
+
+import h2.connection
+import h2.frame_buffer
+import h2.stream
+from hypothesis import given
+from hypothesis import strategies as st
+from mitmproxy.proxy.layers import http
+from mitmproxy.proxy.layers.http import _http2
+
+from sandbox_egress.runtime.engine import h2data, relayh2
+from testbed.h2pair import open_get
+
+
+def _source(obj: object) -> str:
+    return inspect.getsource(obj)  # type: ignore[arg-type]
+
+
+def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
+
+
+def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
+    # An upstream's DATA: handed on as the stream's data, credit given back per event.
+    received = _source(_http2.Http2Connection.handle_h2_event)
+    assert "yield ReceiveHttp(self.ReceiveData(event.stream_id, event.data))" in received
+    assert "self.h2_conn.acknowledge_received_data(" in received
+    assert "event.flow_controlled_length, event.stream_id" in received
+    # The stream's callable, then the client's connection sends what is open for it.
+    down = _source(http.HttpStream.state_stream_response_body)
+    assert "self.flow.response.stream(event.data)" in down
+    sent = _source(_http2.Http2Connection._handle_event)
+    assert "if self.is_open_for_us(event.stream_id):" in sent
+    assert "self.h2_conn.send_data(event.stream_id, event.data)" in sent
+    # The upstream's stream ids are mapped to the client's; its activity is timed.
+    client = _source(_http2.Http2Client._handle_event)
+    assert "self.their_stream_id[ours] = event.stream_id" in client
+    assert "self.last_activity = time.time()" in _source(_http2.Http2Client._handle_event2)
+    # An upstream connected first (ALPN): its HTTP/2 connection sits in the HTTP layer's
+    # table, under the client's TLS layer (`route`).
+    layer = _source(http.HttpLayer._handle_event)
+    assert "child_layer = Http2Client(self.context.fork())" in layer
+    assert "self.connections[self.context.server] = child_layer" in layer
+    # h2data keeps mitmproxy's receive_data for the relay.
+    assert "super().receive_data(data)" in _source(h2data.ORIGINAL_RECEIVE_DATA)
+    # h2: what `_streaming` checks before h2 receives the frames.
+    assert "self._data = bytearray()" in _source(h2.frame_buffer.FrameBuffer.__init__)
+    assert "if expected < actual" in _source(h2.stream.H2Stream._track_content_length)
+    assert "def remote_flow_control_window" in _source(h2.connection.H2Connection)
+    client_side = h2.connection.H2Connection()
+    sid = open_get(client_side, h2.connection.H2Connection(h2.config.H2Configuration(False)))
+    stream = client_side.streams[sid]
+    assert (stream._expected_content_length, stream._actual_content_length) == (None, 0)
+
+
+def test_complete_data_frames_of_one_stream_without_flags() -> None:
+    one, two = frame(0, 0, 1, b"a" * 10), frame(0, 0, 1, b"b" * 5)
+    assert relayh2.data_frames(one + two) == (1, len(one + two), 15)
+    assert relayh2.data_frames(one + two[:4]) == (1, len(one), 10)  # a cut header waits
+    assert relayh2.data_frames(one + two[:12]) == (1, len(one), 10)  # a cut payload waits
+
+
+def test_anything_else_is_mitmproxys() -> None:
+    data = frame(0, 0, 1, b"a" * 10)
+    assert relayh2.data_frames(b"") is None
+    assert relayh2.data_frames(data[:12]) is None  # no complete frame
+    assert relayh2.data_frames(data + frame(0, 0x1, 1, b"z")) is None  # END_STREAM
+    assert relayh2.data_frames(frame(0, 0x8, 1, b"\0zz")) is None  # padded
+    assert relayh2.data_frames(data + frame(0, 0, 3, b"z")) is None  # another stream
+    assert relayh2.data_frames(data + frame(8, 0, 1, b"\0\0\0\1")) is None  # WINDOW_UPDATE
+    assert relayh2.data_frames(frame(3, 0, 1, b"\0\0\0\0")) is None  # RST_STREAM
+    assert relayh2.data_frames(frame(1, 0x4, 1, b"")) is None  # HEADERS (trailers)
+    assert relayh2.data_frames(frame(0, 0, 0, b"z")) is None  # DATA on stream 0
+
+
+FRAMES = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0, 0, 1, 3, 8]),  # DATA mostly; HEADERS, RST_STREAM, WINDOW_UPDATE
+        st.sampled_from([0, 0, 0, 0x1, 0x8]),  # none mostly; END_STREAM, PADDED
+        st.sampled_from([1, 1, 1, 3]),
+        st.integers(0, 40),
+    ),
+    max_size=8,
+)
+
+
+@given(FRAMES, st.integers(0, 400))
+def test_any_frames_cut_anywhere(frames: list[tuple[int, int, int, int]], cut: int) -> None:
+    wire = b"".join(frame(k, f, s, bytes([s]) * n) for k, f, s, n in frames)
+    buffer = wire[:cut]
+    complete, at = [], 0
+    for kind, flags, sid, n in frames:
+        if at + 9 + n > len(buffer):
+            break
+        complete.append((kind, flags, sid, n))
+        at += 9 + n
+    relayed = bool(complete) and all(
+        (kind, flags, sid) == (0, 0, complete[0][2]) for kind, flags, sid, _ in complete
+    )
+    expected = (complete[0][2], at, sum(n for *_, n in complete)) if relayed else None
+    assert relayh2.data_frames(buffer) == expected
+    assert relayh2.data_frames(bytearray(buffer)) == expected
