@@ -113,7 +113,7 @@ PATCHES: tuple[Patch, ...] = (
          replaces=(_PROXY + "layers.tls:TLSLayer.receive_data", _PROXY + "layers.tls:TLSLayer.tls_interact"),
          installs=(_E + "tlsread:_receive_data", _E + "tlsread:_tls_interact")),
     _row("relay", "D560", Stage.ENGINE, "tests/runtime/test_relay.py::test_the_internals_the_relay_reads_are_mitmproxys",
-         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay)",),
+         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay; HTTP/2 downloads: relayh2, D575)",),
          switch="body_relay"),
     _row("hooksinplace", "D314", Stage.ENGINE, "tests/runtime/test_hooksinplace.py::test_the_copies_are_mitmproxys_methods_and_two_lines",
          replaces=(_PROXY + "layer:Layer.handle_event", _PROXY + "layer:Layer._Layer__process"),
@@ -193,7 +193,8 @@ PATCHES: tuple[Patch, ...] = (
 # fmt: on
 
 # Modules of runtime/engine/ that change nothing below mitmproxy themselves.
-SUPPORT = ("__init__", "lean", "patches", "hookargs", "relaychunks")
+# relayh2 installs nothing of its own: it is the `relay` row's HTTP/2 half (D575).
+SUPPORT = ("__init__", "lean", "patches", "hookargs", "relaychunks", "relayh2")
 
 _installed: list[str] = []
 _attach: tuple[tuple[Any, str], ...] | None = None
