@@ -41,7 +41,6 @@ from sandbox_egress.runtime.engine import h2frames
 
 _SHOWN = 10  # bytes of the body hyperframe's repr shows (20 hex digits, then "...")
 _original_receive_data = BufferedH2Connection.receive_data
-ORIGINAL_RECEIVE_DATA = _original_receive_data  # mitmproxy's, for runtime.engine.relayh2
 
 
 def install() -> None:

@@ -9,10 +9,13 @@ and its backpressure watch (addons/layers/backpressure.py). Here, once the read 
 decrypted, when it is nothing but complete DATA frames of one stream without flags (after
 what an earlier read left of a frame, `h2frames`'s `_pending_frames`):
 
-* the upstream's h2 connection still receives them (joined by `h2frames.coalesce`, as
-  mitmproxy's path joins them, D318): its state machines, windows and content-length
-  count are h2's own, and the credit is given back as mitmproxy gives it
-  (`acknowledge_received_data` per event; the WINDOW_UPDATEs encrypted to the upstream);
+* a minimal frame reader (`data_frames`, `payload`) takes their payloads, joined, out of
+  the read in one copy, and the upstream's h2 connection is told of them as one DATA
+  frame of their total length, through the methods h2's own `_receive_data_frame` calls
+  (the connection's state machine and inbound window, `H2Stream.receive_data`: the
+  stream's state machine, window and content-length count), so both stay h2's; the
+  credit is given back as mitmproxy gives it (`acknowledge_received_data`, its
+  WINDOW_UPDATEs encrypted to the upstream at once);
 * their payload goes through the stream's own callable (counter, meter, echo mask), in
   the order mitmproxy calls it, and what it returns goes into the client's h2 connection
   (`send_data`, mitmproxy's, framed by `h2frames`), then encrypted by the client's TLS
@@ -37,15 +40,13 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import h2.events
+import h2.connection
 import h2.stream
 from mitmproxy import connection
 from mitmproxy.proxy import commands, events, tunnel
 from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http2
-
-from sandbox_egress.runtime.engine import h2data, h2frames
 
 Commands = Generator[commands.Command, Any, int]
 
@@ -91,22 +92,36 @@ def route(layer: tls.TLSLayer) -> Legs | None:
     return Legs(upstream, server, layers, out)
 
 
-def data_frames(buffer: bytes | bytearray) -> tuple[int, int, int] | None:
+def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] | None:
     """(the stream, where the complete frames end, their payload) when the complete
-    frames at the head of `buffer` are one or more DATA frames of one stream with no flags,
-    else None. An incomplete frame at the end is not looked at."""
+    frames at the head of `buffer` are one or more DATA frames of one stream with no flags
+    and none longer than `limit`, else None. An incomplete frame at the end is not looked
+    at."""
     size, at, payload, sid = len(buffer), 0, 0, 0
     while size - at >= _HEADER:
         high, low, kind, flags, stream = _FIELDS.unpack_from(buffer, at)
         length = high << 8 | low
         if at + _HEADER + length > size:
             break
-        if kind or flags or not stream & 0x7FFFFFFF or (sid and stream != sid):
+        if kind or flags or length > limit or not stream & 0x7FFFFFFF or (sid and stream != sid):
             return None
         sid = stream
         payload += length
         at += _HEADER + length
     return (sid, at, payload) if at else None
+
+
+def payload(buffer: bytearray, end: int) -> bytes:
+    """The payloads of the frames before `end` (checked by `data_frames`), joined."""
+    view, at, pieces = memoryview(buffer), 0, []
+    while at < end:
+        length = int.from_bytes(view[at : at + 3])
+        pieces.append(view[at + _HEADER : at + _HEADER + length])
+        at += _HEADER + length
+    joined = b"".join(pieces)
+    del pieces
+    view.release()
+    return joined
 
 
 def _streaming(legs: Legs, sid: int, payload: int) -> tuple[Any, int] | None:
@@ -155,28 +170,29 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     pending: bytearray | None = h2c.__dict__.get("_pending_frames")
     whole = bytearray(pending) if pending else bytearray()
     whole += plaintext  # the one copy mitmproxy's path makes too (h2data, D318)
-    found = data_frames(whole) if not h2c.incoming_buffer._data else None
+    unread = h2c.incoming_buffer._data or h2c.incoming_buffer._headers_buffer
+    found = None if unread else data_frames(whole, h2c.max_inbound_frame_size)
     streaming = _streaming(legs, found[0], found[2]) if found is not None else None
     if found is None or streaming is None:
         yield from layer.event_to_child(events.DataReceived(layer.conn, plaintext))
         return 0
-    sid = found[0]
+    sid, end, size = found
     stream, cid = streaming
-    joined = h2frames.coalesce(whole, h2c.max_inbound_frame_size)  # `whole` keeps the tail
+    data = payload(whole, end)
+    del whole[:end]  # an incomplete last frame waits for the next read, as in h2data
     h2c.__dict__["_pending_frames"] = whole
-    # `_streaming` checked all h2 checks of DATA (stream state, windows, content length,
-    # frame size): an error here is a bug, and the layers' exception closes both legs.
-    received = h2data.ORIGINAL_RECEIVE_DATA(h2c, joined)
+    # What h2's `_receive_data_frame` and `H2Stream.receive_data` do for one DATA frame of
+    # `size` bytes without flags, and mitmproxy's credit for it (D575). `_streaming`
+    # checked what h2 checks there (states, windows, content length): an error here is a
+    # bug, and the layers' exception handling closes both legs (D577).
+    h2c.state_machine.process_input(h2.connection.ConnectionInputs.RECV_DATA)
+    h2c._inbound_flow_control_window_manager.window_consumed(size)
+    h2c.streams[sid].receive_data(data, False, size)
+    h2c.acknowledge_received_data(size, sid)
     legs.upstream.last_activity = time.time()
-    pieces: list[bytes] = []
-    for event in received:  # DATA of `sid` only: the frames said so
-        if type(event) is h2.events.DataReceived:
-            pieces.append(event.data)
-            h2c.acknowledge_received_data(event.flow_controlled_length, sid)
     credit = h2c.data_to_send()
     if credit:
         yield from layer.send_data(credit)
-    data = b"".join(pieces) if len(pieces) != 1 else pieces[0]
     sent = _to_client(legs, stream, cid, data)
     out = legs.client.h2_conn.data_to_send()
     if out:

@@ -23,6 +23,13 @@ def _source(obj: object) -> str:
     return inspect.getsource(obj)  # type: ignore[arg-type]
 
 
+LIMIT = 64
+
+
+def _found(buffer: bytes | bytearray) -> tuple[int, int, int] | None:
+    return relayh2.data_frames(buffer, LIMIT)
+
+
 def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
 
@@ -48,10 +55,20 @@ def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
     layer = _source(http.HttpLayer._handle_event)
     assert "child_layer = Http2Client(self.context.fork())" in layer
     assert "self.connections[self.context.server] = child_layer" in layer
-    # h2data keeps mitmproxy's receive_data for the relay.
-    assert "super().receive_data(data)" in _source(h2data.ORIGINAL_RECEIVE_DATA)
-    # h2: what `_streaming` checks before h2 receives the frames.
-    assert "self._data = bytearray()" in _source(h2.frame_buffer.FrameBuffer.__init__)
+    # An incomplete frame of the upstream waits in h2data's buffer (D318).
+    assert '"_pending_frames"' in _source(h2data._merging_receive_data)
+    # h2: what it does for a received DATA frame, which the relay does for the joined ones.
+    frame_in = _source(h2.connection.H2Connection._receive_data_frame)
+    assert "ConnectionInputs.RECV_DATA" in frame_in
+    assert "self._inbound_flow_control_window_manager.window_consumed(" in frame_in
+    assert "frames, stream_events = stream.receive_data(" in frame_in
+    stream_in = _source(h2.stream.H2Stream.receive_data)
+    assert "self.state_machine.process_input(StreamInputs.RECV_DATA)" in stream_in
+    assert "self._inbound_window_manager.window_consumed(flow_control_len)" in stream_in
+    assert "self._track_content_length(len(data), end_stream)" in stream_in
+    # ... and what `_streaming` checks first: nothing left in h2's own buffers.
+    buffered = _source(h2.frame_buffer.FrameBuffer.__init__)
+    assert "self._data = bytearray()" in buffered and "self._headers_buffer" in buffered
     assert "if expected < actual" in _source(h2.stream.H2Stream._track_content_length)
     assert "def remote_flow_control_window" in _source(h2.connection.H2Connection)
     client_side = h2.connection.H2Connection()
@@ -62,22 +79,30 @@ def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
 
 def test_complete_data_frames_of_one_stream_without_flags() -> None:
     one, two = frame(0, 0, 1, b"a" * 10), frame(0, 0, 1, b"b" * 5)
-    assert relayh2.data_frames(one + two) == (1, len(one + two), 15)
-    assert relayh2.data_frames(one + two[:4]) == (1, len(one), 10)  # a cut header waits
-    assert relayh2.data_frames(one + two[:12]) == (1, len(one), 10)  # a cut payload waits
+    assert _found(one + two) == (1, len(one + two), 15)
+    assert _found(one + two[:4]) == (1, len(one), 10)  # a cut header waits
+    assert _found(one + two[:12]) == (1, len(one), 10)  # a cut payload waits
 
 
 def test_anything_else_is_mitmproxys() -> None:
     data = frame(0, 0, 1, b"a" * 10)
-    assert relayh2.data_frames(b"") is None
-    assert relayh2.data_frames(data[:12]) is None  # no complete frame
-    assert relayh2.data_frames(data + frame(0, 0x1, 1, b"z")) is None  # END_STREAM
-    assert relayh2.data_frames(frame(0, 0x8, 1, b"\0zz")) is None  # padded
-    assert relayh2.data_frames(data + frame(0, 0, 3, b"z")) is None  # another stream
-    assert relayh2.data_frames(data + frame(8, 0, 1, b"\0\0\0\1")) is None  # WINDOW_UPDATE
-    assert relayh2.data_frames(frame(3, 0, 1, b"\0\0\0\0")) is None  # RST_STREAM
-    assert relayh2.data_frames(frame(1, 0x4, 1, b"")) is None  # HEADERS (trailers)
-    assert relayh2.data_frames(frame(0, 0, 0, b"z")) is None  # DATA on stream 0
+    assert _found(b"") is None
+    assert _found(data[:12]) is None  # no complete frame
+    assert _found(data + frame(0, 0x1, 1, b"z")) is None  # END_STREAM
+    assert _found(frame(0, 0x8, 1, b"\0zz")) is None  # padded
+    assert _found(data + frame(0, 0, 3, b"z")) is None  # another stream
+    assert _found(data + frame(8, 0, 1, b"\0\0\0\1")) is None  # WINDOW_UPDATE
+    assert _found(frame(3, 0, 1, b"\0\0\0\0")) is None  # RST_STREAM
+    assert _found(frame(1, 0x4, 1, b"")) is None  # HEADERS (trailers)
+    assert _found(frame(0, 0, 0, b"z")) is None  # DATA on stream 0
+    assert _found(frame(0, 0, 1, b"z" * (LIMIT + 1))) is None  # over the maximum: h2 refuses
+
+
+def test_the_payload_is_the_frames_joined() -> None:
+    wire = bytearray(frame(0, 0, 1, b"ab") + frame(0, 0, 1, b"") + frame(0, 0, 1, b"cde"))
+    found = _found(wire + b"\0\0")
+    assert found == (1, len(wire), 5)
+    assert relayh2.payload(wire + bytearray(b"\0\0"), found[1]) == b"abcde"
 
 
 FRAMES = st.lists(
@@ -85,7 +110,7 @@ FRAMES = st.lists(
         st.sampled_from([0, 0, 0, 1, 3, 8]),  # DATA mostly; HEADERS, RST_STREAM, WINDOW_UPDATE
         st.sampled_from([0, 0, 0, 0x1, 0x8]),  # none mostly; END_STREAM, PADDED
         st.sampled_from([1, 1, 1, 3]),
-        st.integers(0, 40),
+        st.integers(0, LIMIT + 8),
     ),
     max_size=8,
 )
@@ -102,8 +127,11 @@ def test_any_frames_cut_anywhere(frames: list[tuple[int, int, int, int]], cut: i
         complete.append((kind, flags, sid, n))
         at += 9 + n
     relayed = bool(complete) and all(
-        (kind, flags, sid) == (0, 0, complete[0][2]) for kind, flags, sid, _ in complete
+        (kind, flags, sid) == (0, 0, complete[0][2]) and n <= LIMIT
+        for kind, flags, sid, n in complete
     )
     expected = (complete[0][2], at, sum(n for *_, n in complete)) if relayed else None
-    assert relayh2.data_frames(buffer) == expected
-    assert relayh2.data_frames(bytearray(buffer)) == expected
+    assert _found(buffer) == expected
+    assert _found(bytearray(buffer)) == expected
+    if expected is not None:
+        assert relayh2.payload(bytearray(buffer), at) == bytes([expected[0]]) * expected[2]
