@@ -18,9 +18,9 @@ what an earlier read left of a frame, `h2frames`'s `_pending_frames`):
   WINDOW_UPDATEs encrypted to the upstream at once);
 * their payload goes through the stream's own callable (counter, meter, echo mask), in
   the order mitmproxy calls it, and what it returns goes into the client's h2 connection
-  (`send_data`, mitmproxy's, framed by `h2frames`), then encrypted by the client's TLS
-  layer's `send_data`: the client offered ALPN, so mitmproxy connected upstream first and
-  the client's TLS layer is the child of the upstream's (`route`).
+  (`send_data`, mitmproxy's, framed by `h2frames`), then to the client's TLS layer: its
+  `send_data` when it is below the upstream's, a `SendData` climbing to it when it is
+  above (`route`: which depends on who opened the upstream connection).
 
 Relayed only when (checked per read, else the read goes to mitmproxy's path unchanged):
 the frames are complete DATA of one stream, unpadded, without flags (END_STREAM, so the
@@ -60,36 +60,51 @@ class Legs:
     upstream: _http2.Http2Client
     client: _http2.Http2Server
     layers: Any  # the HttpLayer
-    out: tls.TLSLayer  # the client's TLS layer, below the upstream's: it encrypts here
+    out: tls.TLSLayer  # the client's TLS layer
+    above: bool  # whether `out` is above the upstream's TLS layer (`route`)
 
 
 def route(layer: tls.TLSLayer) -> Legs | None:
     """The two HTTP/2 legs when `layer` is an upstream's TLS leg that may carry a relayed
     download (the frames decide per read, `relay`), else None.
 
-    The client offered ALPN, so mitmproxy opened the upstream first (to offer the client
-    what the upstream chose): the upstream's TLS layer is above the client's, whose
-    NextLayer holds the HTTP layer, whose table has both HTTP/2 connections."""
+    Two stacks: when mitmproxy opened the upstream first (the client offered `h2` and
+    `http/1.1`: the client gets what the upstream chose), the upstream's TLS layer is
+    above the client's, whose NextLayer holds the HTTP layer; when the HTTP layer opened
+    it (an `h2`-only client, D82), the upstream's TLS layer is below the HTTP layer, under
+    an `HttpClient`, and the client's TLS layer is above. Either way the HTTP layer's
+    table holds the client's `Http2Server`."""
     if type(layer) is not tls.ServerTLSLayer or layer.context.options.store_streamed_bodies:
         return None
-    out: Any = layer.child_layer
-    if type(out) is not tls.ClientTLSLayer:
+    child: Any = layer.child_layer
+    client = layer.context.client
+    out: Any
+    layers: Any
+    upstream: Any
+    if type(child) is tls.ClientTLSLayer:  # opened first: the client's TLS layer below
+        out, above = child, False
+        layers = child.child_layer
+        if type(layers) is NextLayer:
+            layers = layers.layer
+        upstream = getattr(layers, "connections", {}).get(layer.conn)
+    elif type(child) is http.HttpClient:  # opened by the HTTP layer: the client's above
+        above, upstream = True, child.child_layer
+        found = layer.context.layers
+        layers = next((x for x in reversed(found) if type(x) is http.HttpLayer), None)
+        out = next((x for x in found if type(x) is tls.ClientTLSLayer and x.conn is client), None)
+    else:
         return None
-    layers: Any = out.child_layer
-    if type(layers) is NextLayer:
-        layers = layers.layer
-    if type(layers) is not http.HttpLayer:
+    if type(layers) is not http.HttpLayer or out is None:
         return None
-    upstream = layers.connections.get(layer.conn)
-    server = layers.connections.get(out.conn)
+    server = layers.connections.get(client)
     if (
         type(upstream) is not _http2.Http2Client
         or type(server) is not _http2.Http2Server
         or out.tunnel_state is not tunnel.TunnelState.OPEN
-        or not (out.conn.state & connection.ConnectionState.CAN_WRITE)
+        or not (client.state & connection.ConnectionState.CAN_WRITE)
     ):
         return None
-    return Legs(upstream, server, layers, out)
+    return Legs(upstream, server, layers, out, above)
 
 
 def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] | None:
@@ -195,8 +210,10 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
         yield from layer.send_data(credit)
     sent = _to_client(legs, stream, cid, data)
     out = legs.client.h2_conn.data_to_send()
-    if out:
-        yield from legs.out.send_data(out)  # the client's TLS layer encrypts it
+    if out and legs.above:  # up to the client's TLS layer, which encrypts it on its way
+        yield commands.SendData(legs.out.conn, out)
+    elif out:  # the client's TLS layer is below: encrypt as its `send_data` does
+        yield from legs.out.send_data(out)
     return sent
 
 

@@ -55,6 +55,9 @@ def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
     layer = _source(http.HttpLayer._handle_event)
     assert "child_layer = Http2Client(self.context.fork())" in layer
     assert "self.connections[self.context.server] = child_layer" in layer
+    # One the HTTP layer opened: its TLS layer under the HTTP layer, an HttpClient on it.
+    assert "stack /= HttpClient(context)" in _source(http.HttpLayer)
+    assert "self.child_layer = Http2Client(self.context)" in _source(http.HttpClient._handle_event)
     # An incomplete frame of the upstream waits in h2data's buffer (D318).
     assert '"_pending_frames"' in _source(h2data._merging_receive_data)
     # h2: what it does for a received DATA frame, which the relay does for the joined ones.

@@ -169,12 +169,14 @@ def test_an_echoed_secret_is_masked_the_same_way(
         assert (_relayed(p) or 0) - before > ECHO_SIZE // 2
 
 
+@pytest.mark.parametrize("pause", [0, 4])
 def test_a_client_that_stops_reading_then_resets_holds_the_upstream_back(
-    h2_proxy: PrivateProxy,
+    h2_proxy: PrivateProxy, pause: int
 ) -> None:
     """The client opens windows of 8 MiB (so the relay has room to carry), reads 16 MiB,
-    stops reading for 4 s (the proxy's memory must not grow with the body), then resets
-    the stream: the connection still answers the next request."""
+    stops reading for `pause` s (the proxy's memory must not grow with the body; 0: the
+    reset comes while the body flows), then resets the stream: the connection still
+    answers the next request."""
     p = h2_proxy
     baseline = p.process.status_kib("VmRSS")
     with RssSampler(p.process) as rss, h2_tunnel(p, AUTHORITY) as conn:
@@ -187,7 +189,7 @@ def test_a_client_that_stops_reading_then_resets_holds_the_upstream_back(
         outcome = client.outcomes[sid]
         while outcome.body_bytes < 16 * MIB and not client.done(sid):
             client._pump()
-        time.sleep(4)  # not reading: the windows close, the proxy must hold nginx back
+        time.sleep(pause)  # not reading: the windows close, the proxy must hold nginx back
         stalled = p.process.status_kib("VmRSS")
         client.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
         client._flush()
@@ -199,3 +201,32 @@ def test_a_client_that_stops_reading_then_resets_holds_the_upstream_back(
     assert growth < GROWTH_BOUND_MIB, growth
     line = p.view.audit_log.wait_for(0, lambda a: a.get("path") == "/relay-h2.bin")
     assert 16 * MIB <= line["bytes_received"] < SIZE // 2, line
+
+
+@pytest.mark.parametrize("window", [65_535, MIB + 1, 16 * MIB])
+def test_a_client_with_a_small_window_gets_every_byte_in_order(
+    h2_proxy: PrivateProxy, window: int, body_relay: bool
+) -> None:
+    """With the client's window smaller than a read (h2's default: every read waits for
+    mitmproxy's queue), a few reads (the relay and the queue take turns) or larger (the
+    relay carries it), 64 MiB arrive whole and in order: the relay never sends while
+    something is queued. An `h2`-only client: the HTTP layer opened the upstream (D82),
+    the other stack of `relayh2.route`."""
+    p, size = h2_proxy, min(SIZE, 64 * MIB)
+    before = _relayed(p) or 0
+    with h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(30)
+        client = H2Stream(conn.sock)
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        if window > 65_535:  # the connection's window too (h2's default is 65,535)
+            client.conn.increment_flow_control_window(window - 65_535)
+        client._flush()
+        head = h2_request(AUTHORITY, "GET", "/relay-h2.bin", ("range", f"bytes=0-{size - 1}"))
+        outcome = client.read_response(client.open(head, end_stream=True))
+    assert (outcome.status, outcome.body_bytes, outcome.ended) == ("206", size, True)
+    assert outcome.sha256 == expected_sha256(size)
+    carried = (_relayed(p) or 0) - before
+    if body_relay and window == MIB + 1:  # the relay and mitmproxy's queue took turns
+        assert 0 < carried < size * 0.9, carried
+    elif body_relay and window > MIB:  # the window never closed: (nearly) all relayed
+        assert carried >= size * 0.9, carried
