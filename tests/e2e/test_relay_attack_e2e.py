@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -84,7 +85,9 @@ class Seen:
     relayed: int  # bytes the relay carried (0 with the relay off)
 
 
-def _read_all(conn: Conn) -> bytes:
+def _read_all(conn: Conn, until: int | None = None) -> bytes:
+    """Every byte until the proxy closes or goes quiet; or, with `until`, until that many
+    came, and then the client resets the connection (RST, no close_notify)."""
     got = b""
     conn.sock.settimeout(QUIET_S)
     deadline = time.monotonic() + 20
@@ -98,6 +101,10 @@ def _read_all(conn: Conn) -> bytes:
         if not data:
             break
         got += data
+        if until is not None and len(got) >= until:
+            break
+    if until is not None:
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return got
 
 
@@ -114,6 +121,7 @@ def attack(
     client: list[bytes],
     pause: float = 0.2,
     host: str = HOST,
+    until: int | None = None,
 ) -> Seen:
     """Run `steps` as the upstream's script `name` while the client writes `client` (each
     piece a write, `pause` apart) in a tunnel to the upstream, then reads to the end."""
@@ -128,7 +136,7 @@ def attack(
                 conn.send(piece)
             except OSError:
                 break
-        got = _read_all(conn)
+        got = _read_all(conn, until)
     try:
         upstream = up.log.wait_for(mark, lambda e: e["event"] == "conn", timeout=5)
     except AssertionError:  # the proxy never connected: nothing reached the upstream
@@ -144,10 +152,10 @@ def attack(
 
 def both(
     pair: tuple[PrivateProxy, PrivateProxy], up: Scripted, name: str, steps: list[list[Any]],
-    client: list[bytes], pause: float = 0.2, host: str = HOST,
+    client: list[bytes], pause: float = 0.2, host: str = HOST, until: int | None = None,
 ) -> tuple[Seen, Seen]:  # fmt: skip
-    layers = attack(pair[0], up, f"{name}-layers", steps, client, pause, host)
-    relay = attack(pair[1], up, f"{name}-relay", steps, client, pause, host)
+    layers = attack(pair[0], up, f"{name}-layers", steps, client, pause, host, until)
+    relay = attack(pair[1], up, f"{name}-relay", steps, client, pause, host, until)
     assert relay.client == layers.client, _tails(relay.client, layers.client)
     assert relay.upstream == layers.upstream, _tails(relay.upstream, layers.upstream)
     assert relay.audit == layers.audit
@@ -407,23 +415,28 @@ def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(pair, script
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "forwarded"),
     [
-        pytest.param((CHUNKED, "Content-Length: 3000"), id="te-and-cl"),
-        pytest.param(("Transfer-Encoding: chunked, identity",), id="chunked-identity"),
-        pytest.param(("Transfer-Encoding: gzip, chunked",), id="gzip-chunked"),
-        pytest.param(("Transfer-Encoding: identity, chunked",), id="identity-chunked"),
-        pytest.param(("Transfer-Encoding: xchunked",), id="xchunked"),
+        pytest.param((CHUNKED, "Content-Length: 3000"), False, id="te-and-cl"),
+        pytest.param(("Transfer-Encoding: chunked, identity",), False, id="chunked-identity"),
+        pytest.param(("Transfer-Encoding: gzip, chunked",), True, id="gzip-chunked"),
+        pytest.param(("Transfer-Encoding: identity, chunked",), False, id="identity-chunked"),
+        pytest.param(("Transfer-Encoding: xchunked",), False, id="xchunked"),
     ],
 )
-def test_smuggling_shapes_are_decided_alike(pair, scripted, fields):
-    seen, _ = both(
-        pair, scripted, f"smuggle-{abs(hash(fields)) % 10000}", UPLOAD_ANSWER,
+def test_smuggling_shapes_are_decided_alike(pair, scripted, fields, forwarded: bool):
+    seen, relay = both(
+        pair, scripted, f"smuggle-{fields[-1][-9:].replace(' ', '')}", UPLOAD_ANSWER,
         [get("POST", *fields) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n"],
     )  # fmt: skip
-    if seen.upstream:
-        _, _, body = seen.upstream.partition(b"\r\n\r\n")
-        assert body.startswith(framed(A, B, A) + b"0\r\n\r\n")
+    if not forwarded:  # mitmproxy's HTTP/1 layer refuses the head: nothing goes upstream
+        assert seen.client.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert (seen.upstream, seen.audit, relay.relayed) == (b"", [], 0)
+        return
+    _, _, body = seen.upstream.partition(b"\r\n\r\n")
+    assert body == framed(A, B, A) + b"0\r\n\r\n"
+    assert seen.audit == [(200, "allowlisted", 9000, 2)]
+    assert relay.relayed >= 3000
 
 
 def test_a_client_sending_more_than_its_content_length_sends_a_second_request(pair, scripted):
@@ -471,3 +484,26 @@ def test_an_upload_budget_cuts_at_the_same_byte(pair, scripted):
     assert seen.client == b""  # hung up at the cut
     assert seen.audit == [(None, "budget_exceeded", 8000, 0)]
     assert relay.relayed > 0
+
+
+def test_a_client_reset_mid_upload_leaves_the_upstream_an_unfinished_body(pair, scripted):
+    seen, relay = both(
+        pair, scripted, "up-reset", UPLOAD_ANSWER,
+        [get("POST", CHUNKED) + chunk(A), chunk(B), b"bb8\r\n" + A[:100]], until=0,
+    )  # fmt: skip
+    _, _, body = seen.upstream.partition(b"\r\n\r\n")
+    assert body == framed(A, B, A[:100])  # what came, never a last chunk
+    assert [line[:3] for line in seen.audit] == [(200, "allowlisted", 6100)]  # it answered
+    assert relay.relayed == 3100
+
+
+def test_a_client_reset_mid_download_ends_it_alike(pair, scripted):
+    steps = [send(head(CHUNKED) + chunk(A)), ["sleep", 0.3], send(chunk(B)), ["sleep", 1.0]]
+    steps += [item for _ in range(20) for item in (send(chunk(A)), ["sleep", 0.05])]
+    steps += [["close"]]
+    seen, relay = both(pair, scripted, "down-reset", steps, [get()], until=6000)
+    status, body = answer(seen)
+    assert status == b"HTTP/1.1 200 OK"
+    assert body.startswith(framed(A))
+    assert [line[:2] for line in seen.audit] == [(200, "allowlisted")]
+    assert relay.relayed >= 3000
