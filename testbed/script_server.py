@@ -27,6 +27,7 @@ import json
 import socket
 import struct
 from pathlib import Path
+from typing import Any
 
 from testbed.serving import EventLog, arguments, parse_hostport, run, tls_context, until_stopped
 
@@ -47,7 +48,7 @@ async def _drain(reader: asyncio.StreamReader, quiet: float) -> bytes:
 
 
 async def _steps(
-    steps: list[list], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    steps: list[list[Any]], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> tuple[bytes, str | None]:
     """Run one script: (what `drain` read, how the connection ended or None)."""
     drained = b""
