@@ -505,3 +505,16 @@ def test_a_client_reset_mid_download_ends_it_alike(pair, scripted):
     assert body.startswith(framed(A))
     assert [line[:2] for line in seen.audit] == [(200, "allowlisted")]
     assert relay.relayed >= 3000
+
+
+def test_an_upload_after_100_continue_is_relayed_alike(pair, scripted):
+    seen, relay = both(
+        pair, scripted, "up-continue", UPLOAD_ANSWER,
+        [get("POST", "Expect: 100-continue", "Content-Length: 9000"), A, B, A],
+    )  # fmt: skip
+    assert seen.client.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    sent_head, _, body = seen.upstream.partition(b"\r\n\r\n")
+    assert b"expect" not in sent_head.lower()  # mitmproxy answered it
+    assert body == A + B + A
+    assert seen.audit == [(200, "allowlisted", 9000, 2)]
+    assert relay.relayed >= 5999
