@@ -85,7 +85,7 @@ def metered(
     count: Callable[[bytes], bytes],
     sandbox: str | None = None,
     reserved: int = 0,
-) -> Callable[[bytes], bytes]:
+) -> Callable[[bytes], bytes] | Callable[[bytes], list[bytes]]:
     """`count`, cutting the upload that crosses the entry's upload budget (`reserved`:
     bytes its admission already spent)."""
     key, entry = key_of(flow_state.decision, sandbox), flow_state.decision.entry
@@ -112,13 +112,16 @@ def metered(
 
     meter = Meter(state, key, entry.budget.upload, reserved, cut_now, schedule)
 
-    def take(chunk: bytes) -> bytes:
+    def take(chunk: bytes) -> list[bytes]:
+        # None rather than an empty piece: mitmproxy frames `b""` on a chunked upload as
+        # its last chunk, so a cut upload reached the upstream looking complete (D620).
         if cut:
-            return b""
+            return []
         if meter.take(len(chunk)):
-            return count(chunk)
+            out = count(chunk)
+            return [out] if out else []
         cut_now()
-        return b""
+        return []
 
     return take
 

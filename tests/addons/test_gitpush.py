@@ -125,7 +125,7 @@ def test_an_allowed_push_is_spent_from_the_upload_budget() -> None:
         async def stream() -> bytes:
             meter = flow.request.stream
             assert callable(meter)
-            return b"".join(meter(chunk) for chunk in (b"x" * 1000, b"y" * 24))
+            return b"".join(b"".join(meter(chunk)) for chunk in (b"x" * 1000, b"y" * 24))
 
         assert run(stream()) == b"x" * 1000 + b"y" * 24
         key = BudgetKey(None, "git.example")
