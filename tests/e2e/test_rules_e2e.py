@@ -12,9 +12,17 @@ import pytest
 from testbed.expect import Observed, assert_refused
 from testbed.h2client import exchange
 from testbed.rawhttp import Response
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, fast_pathing
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], fast_path: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the fast path off and on (issue 49, D612)."""
+    return fast_pathing(private_proxy, fast_path)
 
 CONFIG = """\
 network:
