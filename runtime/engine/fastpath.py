@@ -96,7 +96,11 @@ def _server(layer: tls.ClientTLSLayer, layers: Any) -> Any:
 def _parse(data: bytes) -> mhttp.Request | None:
     """The request of a read that is one whole plain GET or HEAD head, parsed as
     `Http1Server.read_headers` parses it; None for anything else (the layers take it)."""
-    if len(data) > MAX_HEAD or not data.startswith(_METHODS) or data.find(b"\r\n\r\n") != len(data) - 4:
+    if (
+        len(data) > MAX_HEAD
+        or not data.startswith(_METHODS)
+        or data.find(b"\r\n\r\n") != len(data) - 4
+    ):
         return None
     buf = ReceiveBuffer()
     buf += data
@@ -216,7 +220,11 @@ def _client(top: Any, event: Any) -> Any:
     h1 = getattr(below, "child_layer", None)
     if type(below) is not http.HttpClient or type(h1) is not _http1.Http1Client:
         return None
-    if not (_idle(top) and _idle(below) and _idle(h1)) or h1.state != h1.read_headers or len(h1.buf):
+    if (
+        not (_idle(top) and _idle(below) and _idle(h1))
+        or h1.state != h1.read_headers
+        or len(h1.buf)
+    ):
         return None
     if type(event) is _events.RequestHeaders:
         request = event.request

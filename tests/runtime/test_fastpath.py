@@ -43,7 +43,11 @@ def _response(response: Any) -> Any:
 
 
 def _reader(reader: Any) -> tuple[str, Any, Any]:
-    return type(reader).__name__, getattr(reader, "_length", None), getattr(reader, "_remaining", None)
+    return (
+        type(reader).__name__,
+        getattr(reader, "_length", None),
+        getattr(reader, "_remaining", None),
+    )
 
 
 def snapshot(layers: Any) -> dict[str, Any]:
@@ -80,7 +84,12 @@ def snapshot(layers: Any) -> dict[str, Any]:
             "stream queue": len(stream._paused_event_queue),
             "stream handle_event": stream._handle_event.__qualname__,
             "stream server": stream.context.server is flow.server_conn,
-            "flow": (flow.live, flow.error and flow.error.msg, _response(flow.response), flow.request.stream),
+            "flow": (
+                flow.live,
+                flow.error and flow.error.msg,
+                _response(flow.response),
+                flow.request.stream,
+            ),
             "flow request": _data(flow.request),
             "flow conns": (flow.client_conn is layers.context.client, flow.server_conn is top.conn),
         }
@@ -223,23 +232,34 @@ def assert_same(layers: dict[str, Any], fast: dict[str, Any]) -> None:
         assert ours == theirs
 
 
-NAMES = st.sampled_from(["Accept", "User-Agent", "X-Thing", "Cookie", "Authorization", "Connection"])
+NAMES = st.sampled_from(
+    ["Accept", "User-Agent", "X-Thing", "Cookie", "Authorization", "Connection"]
+)
 VALUES = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=0, max_size=20)
-PATHS = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#"), max_size=30)
+PATHS = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#"), max_size=30
+)
 
 
 @st.composite
 def requests(draw: st.DrawFn) -> bytes:
     method = draw(st.sampled_from([b"GET", b"HEAD"]))
     path = b"/" + draw(PATHS).encode()
-    headers = [(n, "keep-alive" if n == "Connection" else v) for n, v in draw(st.lists(st.tuples(NAMES, VALUES), max_size=4, unique_by=lambda h: h[0]))]
+    headers = [
+        (n, "keep-alive" if n == "Connection" else v)
+        for n, v in draw(st.lists(st.tuples(NAMES, VALUES), max_size=4, unique_by=lambda h: h[0]))
+    ]
     lines = b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in headers)
     return b"%s %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" % (method, path, lines)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(reads=st.lists(requests(), min_size=1, max_size=5))
-def test_the_fast_path_leaves_what_the_layers_leave(tmp_path_factory: pytest.TempPathFactory, reads: list[bytes]) -> None:
+def test_the_fast_path_leaves_what_the_layers_leave(
+    tmp_path_factory: pytest.TempPathFactory, reads: list[bytes]
+) -> None:
     tmp = tmp_path_factory.mktemp("same")
     layers, fast = both_ways(tmp, reads)
     assert layers["taken"] == 0
@@ -250,15 +270,36 @@ def test_the_fast_path_leaves_what_the_layers_leave(tmp_path_factory: pytest.Tem
 
 CASES = {
     # (reads after the first GET, how many the fast path takes)
-    "an answer set by the request hook": ([b"GET /answer HTTP/1.1\r\nHost: localhost\r\n\r\n", b"GET /after HTTP/1.1\r\nHost: localhost\r\n\r\n"], 2),
+    "an answer set by the request hook": (
+        [
+            b"GET /answer HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            b"GET /after HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ],
+        2,
+    ),
     "a flow killed by the request hook": ([b"GET /kill HTTP/1.1\r\nHost: localhost\r\n\r\n"], 1),
-    "a header name the stream refuses": ([b"GET / HTTP/1.1\r\nHost: localhost\r\nBad Header: x\r\n\r\n"], 1),
+    "a header name the stream refuses": (
+        [b"GET / HTTP/1.1\r\nHost: localhost\r\nBad Header: x\r\n\r\n"],
+        1,
+    ),
     "a head the parser refuses": ([b"GET / HTTP/1.1\r\nHost: localhost\r\nNo colon\r\n\r\n"], 0),
-    "two pipelined requests": ([b"GET /a HTTP/1.1\r\nHost: localhost\r\n\r\nGET /b HTTP/1.1\r\nHost: localhost\r\n\r\n"], 0),
-    "a POST with a body": ([b"POST /p HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi"], 0),
-    "Expect: 100-continue": ([b"GET /e HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n\r\n"], 0),
+    "two pipelined requests": (
+        [b"GET /a HTTP/1.1\r\nHost: localhost\r\n\r\nGET /b HTTP/1.1\r\nHost: localhost\r\n\r\n"],
+        0,
+    ),
+    "a POST with a body": (
+        [b"POST /p HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi"],
+        0,
+    ),
+    "Expect: 100-continue": (
+        [b"GET /e HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n\r\n"],
+        0,
+    ),
     "Connection: close": ([b"GET /c HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"], 0),
-    "an absolute-form target": ([b"GET https://localhost/x HTTP/1.1\r\nHost: localhost\r\n\r\n"], 0),
+    "an absolute-form target": (
+        [b"GET https://localhost/x HTTP/1.1\r\nHost: localhost\r\n\r\n"],
+        0,
+    ),
     "a space before the colon": ([b"GET / HTTP/1.1\r\nHost : localhost\r\n\r\n"], 1),
 }
 
@@ -303,12 +344,18 @@ def test_the_internals_it_copies_are_mitmproxys() -> None:
     assert "if connection in self.waiting_for_establishment:" in reuse
     heads = inspect.getsource(_http1.Http1Server.read_headers)
     parse = heads.index("self.request = http1.read_request_head(")
-    assert parse < heads.index("RequestHeaders(\n                        self.stream_id, self.request, expected_body_size == 0")
-    assert heads.index("self.body_reader = make_body_reader(expected_body_size)") < heads.index("self.state = self.read_body")
+    assert parse < heads.index(
+        "RequestHeaders(\n                        self.stream_id, self.request, expected_body_size == 0"
+    )
+    assert heads.index("self.body_reader = make_body_reader(expected_body_size)") < heads.index(
+        "self.state = self.read_body"
+    )
     send = inspect.getsource(_http1.Http1Client.send)
     assert "raw = http1.assemble_request_head(request)" in send
     assert "yield from self.mark_done(request=True)" in send
     assert "self.state = self.wait" in inspect.getsource(_http1.Http1Server.mark_done)
-    assert "yield from self._handle_command(command)" in inspect.getsource(tunnel.TunnelLayer.event_to_child)
+    assert "yield from self._handle_command(command)" in inspect.getsource(
+        tunnel.TunnelLayer.event_to_child
+    )
     assert "_handle_command" not in tls.ClientTLSLayer.__dict__
     assert layer.NextLayer.handle_event.__qualname__ == "NextLayer.handle_event"
