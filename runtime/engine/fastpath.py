@@ -125,7 +125,11 @@ def _parse(data: bytes) -> mhttp.Request | None:
 
 def _event_to_child(self: Any, event: events.Event) -> Commands:
     request = None
-    if type(event) is events.DataReceived and type(self) is tls.ClientTLSLayer:
+    if (  # the client's read: the upstream's pass through this layer too
+        type(event) is events.DataReceived
+        and type(self) is tls.ClientTLSLayer
+        and event.connection is self.conn
+    ):
         layers = _http_layer(self)
         h1 = _server(self, layers) if layers is not None else None
         if h1 is not None and self.tunnel_state is tunnel.TunnelState.OPEN:

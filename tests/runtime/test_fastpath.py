@@ -24,6 +24,7 @@ from sandbox_egress.runtime.engine import fastpath, patches
 from testbed.fixed_upstream import server_context, start_lean_engine
 
 BODY = b"fast path " * 10
+WAIT = b"wait"  # a read that is a pause
 FIELDS = ("method", "scheme", "host", "port", "path", "authority", "http_version")
 
 
@@ -143,6 +144,9 @@ def through_engine(tmp_path: Path, reads: list[bytes], fast: bool) -> dict[str, 
             while b"\r\n\r\n" in self.buffer:
                 head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
                 body = b"" if head.startswith(b"HEAD ") else BODY
+                if b" /unsolicited " in head:  # a request's head from the upstream, later
+                    unsolicited = b"GET /evil HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                    asyncio.get_running_loop().call_later(0.05, self.transport.write, unsolicited)
                 self.transport.write(
                     b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), body)
                 )
@@ -170,6 +174,9 @@ def through_engine(tmp_path: Path, reads: list[bytes], fast: bool) -> dict[str, 
         await writer.start_tls(context, server_hostname="localhost")
         answers: list[bytes] = []
         for read in [b"GET /first HTTP/1.1\r\nHost: localhost\r\n\r\n", *reads]:
+            if read == WAIT:
+                await asyncio.sleep(0.3)
+                continue
             writer.write(read)
             answers.append(await _answer(reader, read.count(b"\r\n\r\n"), read))
             if not answers[-1].endswith(b"\r\n\r\n") and b"HTTP/1.1" not in answers[-1]:
@@ -301,6 +308,14 @@ CASES = {
         0,
     ),
     "a space before the colon": ([b"GET / HTTP/1.1\r\nHost : localhost\r\n\r\n"], 1),
+    "a request head the upstream sends": (
+        [
+            b"GET /unsolicited HTTP/1.1\r\nHost: localhost\r\n\r\n",
+            WAIT,
+            b"GET /next HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        ],
+        2,  # the client's two, never the upstream's
+    ),
 }
 
 
