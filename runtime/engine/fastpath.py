@@ -230,6 +230,7 @@ def _client(top: Any, event: Any) -> Any:
         or len(h1.buf)
     ):
         return None
+    request: mhttp.Request | None
     if type(event) is _events.RequestHeaders:
         request = event.request
         if h1.stream_id is not None or not event.end_stream or request.is_http2 or request.is_http3:
@@ -245,7 +246,7 @@ def _client(top: Any, event: Any) -> Any:
             return None
     else:
         return None
-    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+    if request is None or "chunked" in request.headers.get("transfer-encoding", "").lower():
         return None
     return h1
 
@@ -255,7 +256,8 @@ def _upstream(top: Any, h1: Any, event: Any) -> Commands:
     if type(event) is _events.RequestHeaders:
         h1.stream_id, h1.request = event.stream_id, event.request
         taken["upstream"] += 1
-        yield from top.send_data(http1.assemble_request_head(event.request))
+        head = http1.assemble_request_head(event.request)  # type: ignore[no-untyped-call]
+        yield from top.send_data(head)
     else:
         h1.request_done = True  # mark_done(request=True) with the response still to come
 
