@@ -38,8 +38,8 @@ from testbed.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
-# E2E_FAST_PATH=1: the session's shared proxy (`harness`) runs with `--fast-path` (issue 49,
-# D612), so that a suite written against it runs through the fast path whole.
+# E2E_FAST_PATH=1: the session's shared proxy (`harness`) and every private proxy run with
+# `--fast-path` (issue 49, D612), so that any suite runs through the fast path whole.
 FAST_PATH = os.environ.get("E2E_FAST_PATH") == "1"
 ECHO_SERVER = ["-m", "testbed.echo_server"]
 PROXY_PORT = 8080
@@ -441,7 +441,8 @@ def private_proxy(
             config,
             ["--listen", f"{topology.proxy_ip}:{port}"]
             + ["--metrics", f"{topology.proxy_ip}:{metrics}"]
-            + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra],
+            + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra]
+            + (["--fast-path"] if FAST_PATH else []),
             e2e_dir,
             proxy_env(harness.secrets[0]),
             lambda: socket.create_connection((topology.proxy_ip, metrics), timeout=5),
