@@ -24,7 +24,8 @@ they set them; an existing upstream connection is handed to the stream as
 
 Eligible, else the layers whole: the connection is a `ClientTLSLayer` whose child is the
 HTTP layer (regular or transparent) with `Http1Server` reading a head, nothing buffered,
-at least one request done on it, no stream open, nothing paused or queued; the read is
+at least one request done on it, no stream open, nothing paused or queued, no
+`proxy_debug` logging; the read is
 exactly one whole `GET` or `HEAD` head in origin form, under 16 KiB, no body, no
 `Expect`, `Upgrade`, `Transfer-Encoding`, `TE`, `Content-Length`, no `Connection` but
 `keep-alive`, which mitmproxy's parser and `expected_http_body_size` accept.
@@ -88,6 +89,7 @@ def _server(layer: tls.ClientTLSLayer, layers: Any) -> Any:
         or not _idle(layers)
         or not _idle(h1)
         or isinstance(layer.context.client.proxy_mode, ReverseMode)
+        or layers.debug is not None  # `proxy_debug`: the layers' own logging of each pass
     ):
         return None
     return h1
