@@ -115,7 +115,11 @@ def _parse(data: bytes) -> mhttp.Request | None:
             return None
     except ValueError:  # the layers refuse it, as they do
         return None
-    if request.data.authority or not request.data.path.startswith(b"/"):
+    if (
+        request.data.authority
+        or not request.data.path.startswith(b"/")
+        or request.data.http_version != b"HTTP/1.1"
+    ):
         return None
     headers = request.headers
     if any(name in headers for name in _REFUSED):

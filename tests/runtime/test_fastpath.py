@@ -302,6 +302,7 @@ CASES = {
         [b"GET /e HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n\r\n"],
         0,
     ),
+    "HTTP/1.0": ([b"GET /old HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n"], 0),
     "Connection: close": ([b"GET /c HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"], 0),
     "an absolute-form target": (
         [b"GET https://localhost/x HTTP/1.1\r\nHost: localhost\r\n\r\n"],
