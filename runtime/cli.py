@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         watch_interval=args.watch_interval,
         engine=args.engine,
         body_relay=args.body_relay,
+        fast_path=args.fast_path,
         log_format=args.log_format,
         http2=args.http2,
         audit_format=args.audit_format,

@@ -134,6 +134,12 @@ def parser() -> argparse.ArgumentParser:
         "default for one release, D560)",
     )
     run.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="take a plain kept-alive HTTP/1.1 GET or HEAD to its stream and upstream "
+        "below mitmproxy's layers (lean engine; off by default, D610)",
+    )
+    run.add_argument(
         "--watch-interval",
         type=float,
         default=1.0,

@@ -126,6 +126,10 @@ class StatusBoard:
                 from sandbox_egress.runtime.engine import relay
 
                 document["engine"]["relayed"] = dict(relay.relayed)
+            if "fastpath" in active:  # what the kept-alive fast path took (issue 49, D610)
+                from sandbox_egress.runtime.engine import fastpath
+
+                document["engine"]["fast"] = dict(fastpath.taken)
         return document
 
     def _refused_files(self) -> list[dict[str, Any]]:

@@ -296,12 +296,15 @@ def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:
 class LeanMaster(master.Master):
     """A mitmproxy master with `lean_addons()` and the caching addon manager."""
 
-    def __init__(self, opts: LeanOptions, body_relay: bool = False) -> None:
+    def __init__(
+        self, opts: LeanOptions, body_relay: bool = False, fast_path: bool = False
+    ) -> None:
         super().__init__(opts)
         # Master made a plain AddonManager and connected it to option changes: replace it
         # before any addon exists.
         self.options.changed.disconnect(self.addons._configure_all)
         self.addons = LeanAddonManager(self)
         self.addons.add(*lean_addons())
-        # the class-level rows of runtime/engine/patches.py (the relay's with its switch)
-        patches.install(Stage.ENGINE, arguments={"body_relay": body_relay})
+        # the class-level rows of runtime/engine/patches.py (the relay's and the fast
+        # path's with their switches)
+        patches.install(Stage.ENGINE, arguments={"body_relay": body_relay, "fast_path": fast_path})

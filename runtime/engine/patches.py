@@ -21,7 +21,7 @@ The stages, in the order a run meets them:
   limits, backpressure, pushgate, upstream failures); listed here so that the list is
   whole, never installed from here (addons must not import the runtime).
 
-A row with a `switch` (the body relay's `--body-relay`) is installed only when the
+A row with a `switch` (the body relay's `--body-relay`, the fast path's `--fast-path`) is installed only when the
 argument of that name is given and true: off, it is neither installed nor shown.
 
 Three rows answer "a hook that finished at once"; runtime/engine/__init__.py states
@@ -115,6 +115,9 @@ PATCHES: tuple[Patch, ...] = (
     _row("relay", "D560", Stage.ENGINE, "tests/runtime/test_relay.py::test_the_internals_the_relay_reads_are_mitmproxys",
          replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay; HTTP/2 downloads: relayh2, D575)",),
          switch="body_relay"),
+    _row("fastpath", "D610", Stage.ENGINE, "tests/runtime/test_fastpath.py::test_the_internals_it_copies_are_mitmproxys",
+         replaces=(_PROXY + "layers.tls:ClientTLSLayer.event_to_child (with --fast-path)",),
+         switch="fast_path"),
     _row("hooksinplace", "D314", Stage.ENGINE, "tests/runtime/test_hooksinplace.py::test_the_copies_are_mitmproxys_methods_and_two_lines",
          replaces=(_PROXY + "layer:Layer.handle_event", _PROXY + "layer:Layer._Layer__process"),
          installs=(_E + "hooksinplace:handle_event", _E + "hooksinplace:_process")),

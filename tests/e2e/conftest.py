@@ -38,6 +38,9 @@ from testbed.testca import Pki, make_test_pki
 
 REPO = Path(__file__).resolve().parents[2]
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
+# E2E_FAST_PATH=1: the session's shared proxy (`harness`) and every private proxy run with
+# `--fast-path` (issue 49, D612), so that any suite runs through the fast path whole.
+FAST_PATH = os.environ.get("E2E_FAST_PATH") == "1"
 ECHO_SERVER = ["-m", "testbed.echo_server"]
 PROXY_PORT = 8080
 METRICS_PORT = 9464
@@ -330,6 +333,7 @@ def harness(
         str(audit),
         "--upstream-ca",
         str(pki.ca_cert),
+        *(["--fast-path"] if FAST_PATH else []),
     ]
     child = procs.start("proxy", argv, e2e_dir, env=proxy_env(secret))
     h = Harness(
@@ -437,7 +441,8 @@ def private_proxy(
             config,
             ["--listen", f"{topology.proxy_ip}:{port}"]
             + ["--metrics", f"{topology.proxy_ip}:{metrics}"]
-            + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra],
+            + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra]
+            + (["--fast-path"] if FAST_PATH else []),
             e2e_dir,
             proxy_env(harness.secrets[0]),
             lambda: socket.create_connection((topology.proxy_ip, metrics), timeout=5),
@@ -499,3 +504,20 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(params=[False, True], ids=["layers", "fast"])
+def fast_path(request: pytest.FixtureRequest) -> bool:
+    """A test that asks for it runs twice: `--fast-path` off (the default) and on (issue
+    49, D612), so that the fast path can never decide differently from mitmproxy's layers."""
+    return bool(request.param)
+
+
+def fast_pathing(start: Callable[..., PrivateProxy], on: bool) -> Callable[..., PrivateProxy]:
+    """`private_proxy`'s `start`, with `--fast-path` when `on` (as `relaying` does for the
+    body relay)."""
+
+    def start_fast(name: str, config_text: str, *extra: str, **rest: Any) -> PrivateProxy:
+        return start(name, config_text, *extra, *(["--fast-path"] if on else []), **rest)
+
+    return start_fast

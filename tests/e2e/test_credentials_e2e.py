@@ -31,7 +31,7 @@ from testbed import procs
 from testbed.expect import Observed, header_values
 from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, fast_pathing
 from tests.proxy.credentials.forge import Forge, forge
 
 pytestmark = pytest.mark.netns
@@ -90,6 +90,14 @@ def forges(
               host=UPSTREAM_IP, port=SHORT_PORT, pki=pki) as short,
     ):  # fmt: skip
         yield main, short
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], fast_path: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the fast path off and on (issue 49, D612)."""
+    return fast_pathing(private_proxy, fast_path)
 
 
 @pytest.fixture
@@ -206,7 +214,8 @@ def test_git_clones_and_pushes_through_a_github_app_token_minted_once(
     (work / "change").write_text("agent work\n")
     git(["add", "change"], work, env)
     git(["commit", "-qm", "agent"], work, env)
-    git(["push", "-q", "origin", "HEAD:refs/heads/agent/one"], work, env)
+    branch = f"agent/{tmp_path.name}"  # the forge is the module's: a branch per run
+    git(["push", "-q", "origin", f"HEAD:refs/heads/{branch}"], work, env)
     refused = subprocess.run(
         ["git", "push", "origin", "HEAD:refs/heads/main"], cwd=work, env=env,
         capture_output=True, text=True, timeout=120,
@@ -223,7 +232,7 @@ def test_git_clones_and_pushes_through_a_github_app_token_minted_once(
         ["for-each-ref", "--format=%(refname)"],
         (main.git_root or Path("/nonexistent")) / "acme/web.git",
     )
-    assert "refs/heads/agent/one" in heads.split()
+    assert f"refs/heads/{branch}" in heads.split()
     assert "x-access-token" not in (tmp_path / "work" / ".git" / "config").read_text()
 
 

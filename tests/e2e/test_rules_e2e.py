@@ -12,9 +12,18 @@ import pytest
 from testbed.expect import Observed, assert_refused
 from testbed.h2client import exchange
 from testbed.rawhttp import Response
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import PrivateProxy, fast_pathing
 
 pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def private_proxy(
+    private_proxy: Callable[..., PrivateProxy], fast_path: bool
+) -> Callable[..., PrivateProxy]:
+    """Every proxy of this module's tests, with the fast path off and on (issue 49, D612)."""
+    return fast_pathing(private_proxy, fast_path)
+
 
 CONFIG = """\
 network:
@@ -48,14 +57,20 @@ def test_each_request_of_a_kept_alive_connection_is_decided(
             conn.request("GET", "/user/keys", host),
             conn.request("GET", "/user/%6beys/1", host),
             conn.request("DELETE", "/repos/acme/web", host),
+            conn.request("GET", "/repos/acme/web", host),
         ]
     assert [r.status for r in statuses[:2]] == [200, 200]
     assert_refused(statuses[2], "rule_mismatch")
     assert_refused(statuses[3], "rule_denied")
     assert_refused(statuses[4], "rule_denied")
     assert_refused(statuses[5], "rule_mismatch")
-    assert [r["target"] for r in obs.requests()] == ["/repos/acme/web", "/repos/acme/web/issues"]
-    lines = [a for a in p.view.audit_log.wait_count(mark, 7) if a["method"] != "CONNECT"]
+    assert statuses[6].status == 200
+    assert [r["target"] for r in obs.requests()] == [
+        "/repos/acme/web",
+        "/repos/acme/web/issues",
+        "/repos/acme/web",
+    ]
+    lines = [a for a in p.view.audit_log.wait_count(mark, 8) if a["method"] != "CONNECT"]
     assert [(a["reason"], a.get("clause")) for a in lines] == [
         ("allowlisted", "rules[0]"),
         ("allowlisted", "rules[1]"),
@@ -63,7 +78,13 @@ def test_each_request_of_a_kept_alive_connection_is_decided(
         ("rule_denied", "deny[0]"),
         ("rule_denied", "deny[0]"),
         ("rule_mismatch", None),
+        ("allowlisted", "rules[0]"),
     ]
+    engine = p.process.status()["engine"]
+    if "fastpath" in engine["patches"]:  # the three kept-alive GETs went below the layers
+        assert engine["fast"] == {"requests": 3, "upstream": 1}, engine
+    else:
+        assert "fast" not in engine
 
 
 @pytest.mark.parametrize(
