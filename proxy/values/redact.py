@@ -200,20 +200,9 @@ class BodyMatcher:
     def __init__(self, spellings: tuple[bytes, ...], first: tuple[bytes, ...] = ()) -> None:
         """`spellings` to mask; `first`, when given, spellings one of which each of
         `spellings` holds: a buffer holding none of them is searched no further (D361)."""
-        ordered = tuple(sorted(set(spellings), key=lambda s: (-len(s), s)))
-        self._keep = max((len(s) for s in ordered), default=1) - 1
-        self._every = _by_escapes(ordered)
-        self._first = _by_escapes(tuple(sorted(set(first), key=lambda s: (-len(s), s))))
-        self._gated = bool(first)
-        if not first:
-            self._first = self._every
-        starting: dict[int, list[bytes]] = {}
-        for spelled in ordered:
-            starting.setdefault(spelled[0], []).append(spelled)
-        self._starting = {byte: tuple(found) for byte, found in starting.items()}
-        # Where in a tail a spelling can begin: one search in C, not a loop per byte.
-        begins = b"".join(re.escape(bytes([byte])) for byte in starting)
-        self._firsts = re.compile(b"[" + begins + b"]" if begins else b"(?!)")
+        tables = _tables(tuple(spellings), tuple(first))
+        self._keep, self._every, self._first = tables.keep, tables.every, tables.first
+        self._gated, self._starting, self._firsts = tables.gated, tables.starting, tables.firsts
         self._carry = b""
 
     def __call__(self, chunk: bytes) -> list[bytes]:
@@ -276,7 +265,45 @@ class BodyMatcher:
         return b"".join(parts), resume
 
 
-def _by_escapes(ordered: tuple[bytes, ...]) -> dict[tuple[bool, bool], tuple[bytes, ...]]:
+Escapes = dict[tuple[bool, bool], tuple[bytes, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """What a `BodyMatcher` searches with, the same for every body of one set of
+    spellings: made once per set (`_tables`), not per response (issue 49: built per
+    response, the spellings' sorting and their four escape tables were 6 % of a
+    kept-alive request's CPU on a host with a `transform`)."""
+
+    keep: int  # the longest spelling's length - 1: what a chunk's tail may hold back
+    every: Escapes
+    first: Escapes
+    gated: bool
+    starting: dict[int, tuple[bytes, ...]]  # by first byte; read only
+    firsts: re.Pattern[bytes]
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(spellings: tuple[bytes, ...], first: tuple[bytes, ...]) -> _Tables:
+    ordered = tuple(sorted(set(spellings), key=lambda s: (-len(s), s)))
+    every = _by_escapes(ordered)
+    gates = _by_escapes(tuple(sorted(set(first), key=lambda s: (-len(s), s)))) if first else every
+    starting: dict[int, list[bytes]] = {}
+    for spelled in ordered:
+        starting.setdefault(spelled[0], []).append(spelled)
+    # Where in a tail a spelling can begin: one search in C, not a loop per byte.
+    begins = b"".join(re.escape(bytes([byte])) for byte in starting)
+    return _Tables(
+        keep=max((len(s) for s in ordered), default=1) - 1,
+        every=every,
+        first=gates,
+        gated=bool(first),
+        starting={byte: tuple(found) for byte, found in starting.items()},
+        firsts=re.compile(b"[" + begins + b"]" if begins else b"(?!)"),
+    )
+
+
+def _by_escapes(ordered: tuple[bytes, ...]) -> Escapes:
     """Which spellings a buffer can hold, by whether it holds `%` and `\\`: one with `%`
     (`\\`) only where the buffer holds one; the usual body holds neither, and is searched
     for the plain ones only."""

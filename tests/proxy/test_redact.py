@@ -367,3 +367,16 @@ def test_echoing_methods_are_refused_only_to_transform_hosts(
 def test_an_echoing_method_does_not_turn_a_refusal_into_another() -> None:
     refused = Decision.deny(Reason.NOT_ALLOWLISTED)
     assert refuse_echoing_method(refused, "TRACE") is refused
+
+
+def test_a_body_matcher_per_response_shares_its_sets_tables() -> None:
+    """The spellings' order, escape tables and first-byte index are made once per set of
+    spellings, not per response (issue 49: 44 µs per response before, 6 % of a
+    kept-alive request's CPU); each matcher keeps only its own carry."""
+    redactor = Redactor.build((b"Bearer sk-live-0123456789abcdef",))
+    one, two = redactor.body(), redactor.body()
+    assert one._every is two._every and one._starting is two._starting
+    assert one.feed(b"x Bearer sk-live-0123") == b"x "  # a carry of its own ...
+    assert two.feed(b"y") == b"y"  # ... which the other does not see
+    value = b"Bearer sk-live-0123456789abcdef"
+    assert one.feed(b"456789abcdef z") + one.feed(b"") == mask(len(value)) + b" z"
