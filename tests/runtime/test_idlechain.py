@@ -9,7 +9,6 @@ set-up); the eager case (the client's handshake not done yet) with mitmproxy's o
 from __future__ import annotations
 
 import asyncio
-import ssl
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,13 @@ from OpenSSL import SSL
 
 from sandbox_egress.runtime.engine.idlechain import DropUpstreamChainCopy
 from sandbox_egress.runtime.engine.lean import LeanOptions, ReleaseIdleTlsBuffers, lean_addons
-from testbed.fixed_upstream import FixedResponse, server_context, start_lean_engine
-from tests.runtime.test_idleconn import RESPONSE, _get
+from tests.runtime.test_idleconn import idle_tunnel
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _idle(tmp_path: Path) -> dict[str, Any]:
-    up = await asyncio.get_running_loop().create_server(
-        FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(tmp_path)
-    )
-    up_port = up.sockets[0].getsockname()[1]
-    master, running, port = await start_lean_engine(tmp_path / "conf")
-    try:
-        client_tls = ssl.create_default_context()
-        client_tls.check_hostname, client_tls.verify_mode = False, ssl.CERT_NONE
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % up_port)
-        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
-        await writer.start_tls(client_tls, server_hostname="localhost")
-        await _get(reader, writer, up_port)
-        await asyncio.sleep(0.2)
-        (handler,) = master.addons.get("proxyserver").connections.values()
+    async with idle_tunnel(tmp_path) as (master, handler, again):
         (releasing,) = [a for a in master.addons.chain if isinstance(a, ReleaseIdleTlsBuffers)]
         (server,) = [c for c in handler.transports if isinstance(c, connection.Server)]
         kept = {
@@ -57,14 +41,9 @@ async def _idle(tmp_path: Path) -> dict[str, Any]:
             ],
             "tls legs": len(releasing.sweeper.connections),
         }
-        await _get(reader, writer, up_port)
+        await again()
         kept["second request"] = "served"
-        writer.close()
         return kept
-    finally:
-        master.shutdown()
-        await asyncio.wait_for(running, 20)
-        up.close()
 
 
 def test_an_idle_connection_keeps_no_python_copy_of_the_upstream_chain(tmp_path: Path) -> None:

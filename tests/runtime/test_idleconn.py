@@ -10,9 +10,11 @@ upstream of testbed.fixed_upstream. The connection's objects are read from the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import inspect
 import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +69,12 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port:
     assert await reader.readexactly(len(BODY)) == BODY
 
 
-async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
-    """One CONNECT + TLS connection after one GET, idle: what its handler keeps; then a
-    second GET on it."""
+@contextlib.asynccontextmanager
+async def idle_tunnel(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Any, Any, Callable[[], Awaitable[None]]]]:
+    """A lean engine with one CONNECT + TLS connection after one GET, idle: (the master,
+    the connection's handler, another GET on it); the engine stopped after."""
     up = await asyncio.get_running_loop().create_server(
         FixedResponse.serving(RESPONSE), "127.0.0.1", 0, ssl=server_context(tmp_path)
     )
@@ -85,6 +90,18 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
         await _get(reader, writer, up_port)
         await asyncio.sleep(0.2)  # both legs back in their reads
         (handler,) = master.addons.get("proxyserver").connections.values()
+        yield master, handler, lambda: _get(reader, writer, up_port)
+        writer.close()
+    finally:
+        master.shutdown()
+        await asyncio.wait_for(running, 20)
+        up.close()
+
+
+async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
+    """One CONNECT + TLS connection after one GET, idle: what its handler keeps; then a
+    second GET on it."""
+    async with idle_tunnel(tmp_path) as (master, handler, again):
         frames = _reading_frames(handler)
         kept = {
             "legs": len(handler.transports),
@@ -97,14 +114,9 @@ async def _idle_connection(tmp_path: Path) -> dict[str, Any]:
             "registrations suspended": len(_registrations(handler)),
             "tls legs releasing record buffers": _releasing(master),
         }
-        await _get(reader, writer, up_port)
+        await again()
         kept["second request"] = "served"
-        writer.close()
         return kept
-    finally:
-        master.shutdown()
-        await asyncio.wait_for(running, 20)
-        up.close()
 
 
 def test_an_idle_connection_holds_no_read_and_no_deque_and_still_serves(tmp_path: Path) -> None:
