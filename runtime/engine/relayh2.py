@@ -126,7 +126,7 @@ def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] |
     return (sid, at, payload) if at else None
 
 
-def payload(buffer: bytearray, end: int) -> bytes:
+def payload(buffer: bytes | bytearray, end: int) -> bytes:
     """The payloads of the frames before `end` (checked by `data_frames`), joined."""
     view, at, pieces = memoryview(buffer), 0, []
     while at < end:
@@ -183,8 +183,9 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     as mitmproxy would; returns the bytes relayed to the client (0 when not)."""
     h2c = legs.upstream.h2_conn
     pending: bytearray | None = h2c.__dict__.get("_pending_frames")
-    whole = bytearray(pending) if pending else bytearray()
-    whole += plaintext  # the one copy mitmproxy's path makes too (h2data, D318)
+    # Joined only when an earlier read left part of a frame: a read that is not relayed
+    # goes to the layers uncopied (they join it with what is pending themselves, D318).
+    whole: bytes | bytearray = pending + plaintext if pending else plaintext
     unread = h2c.incoming_buffer._data or h2c.incoming_buffer._headers_buffer
     found = None if unread else data_frames(whole, h2c.max_inbound_frame_size)
     streaming = _streaming(legs, found[0], found[2]) if found is not None else None
@@ -194,8 +195,8 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     sid, end, size = found
     stream, cid = streaming
     data = payload(whole, end)
-    del whole[:end]  # an incomplete last frame waits for the next read, as in h2data
-    h2c.__dict__["_pending_frames"] = whole
+    # an incomplete last frame waits for the next read, as in h2data
+    h2c.__dict__["_pending_frames"] = bytearray(whole[end:])
     # What h2's `_receive_data_frame` and `H2Stream.receive_data` do for one DATA frame of
     # `size` bytes without flags, and mitmproxy's credit for it (D575). `_streaming`
     # checked what h2 checks there (states, windows, content length): an error here is a
