@@ -134,3 +134,16 @@ def send_until_closed(sock: socket.socket, size: int) -> tuple[int, BaseExceptio
     except OSError as exc:  # reset, broken pipe, or a timeout once the window stays shut
         return sent, exc
     return sent, None
+
+
+def blank_echoes(
+    got: bytearray, sent: bytearray, value: bytes, every: int
+) -> tuple[int, list[int]]:
+    """Where `echo_body` wrote `value` into `sent` (every `every` bytes): how many places,
+    and those at which `got` still holds `value` (unmasked). Both are blanked there, so
+    that `got == sent` afterwards says nothing else changed and nothing moved."""
+    places = range(0, len(sent) - len(value) + 1, every)
+    unmasked = [at for at in places if got[at : at + len(value)] == value]
+    for at in places:
+        got[at : at + len(value)] = sent[at : at + len(value)] = bytes(len(value))
+    return len(places), unmasked
