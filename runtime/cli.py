@@ -33,6 +33,7 @@ from sandbox_egress.runtime.admin import usagecli as usage
 from sandbox_egress.runtime.admin.api import read_token
 from sandbox_egress.runtime.ca import CA_CERT, CAError, ensure_ca
 from sandbox_egress.runtime.cmdline import parser
+from sandbox_egress.runtime.engine import patches
 from sandbox_egress.runtime.fleet.nodeca import DEFAULT_DAYS, issue_intermediate
 from sandbox_egress.runtime.fleet.workers import run_workers
 from sandbox_egress.runtime.launcher import serve
@@ -178,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         drain_seconds=args.drain_seconds,
         watch_interval=args.watch_interval,
         engine=args.engine,
-        body_relay=args.body_relay,
-        fast_path=args.fast_path,
+        switches=frozenset(name for name in patches.switches() if getattr(args, name)),
         log_format=args.log_format,
         http2=args.http2,
         audit_format=args.audit_format,

@@ -146,7 +146,7 @@ async def serve(settings: Settings) -> int:
         metrics.audit_dropped.inc,
     )
 
-    options, master = _engine(settings.engine, settings.body_relay, settings.fast_path)
+    options, master = _engine(settings.engine, settings.switches)
     # mitmproxy logs to stdout by default, where `--audit-log -` writes its JSON lines:
     # operator messages (a refused reload, an addon error) go to stderr instead.
     termlog = TermLog(out=sys.stderr)
@@ -376,9 +376,7 @@ def _on_sighup(reload: lifecycle.Reloader, tenants: Tenants | None) -> Callable[
     return on_sighup
 
 
-def _engine(
-    name: str, body_relay: bool = False, fast_path: bool = False
-) -> tuple[EngineOptions, Engine]:
+def _engine(name: str, switches: frozenset[str] = frozenset()) -> tuple[EngineOptions, Engine]:
     """The lean master (runtime/engine/lean.py), or mitmdump's own for comparison (`--engine`)."""
     if name == "mitmdump":
         from mitmproxy.options import Options
@@ -389,4 +387,4 @@ def _engine(
     from sandbox_egress.runtime.engine.lean import LeanMaster, LeanOptions
 
     lean = LeanOptions()
-    return lean, LeanMaster(lean, body_relay=body_relay, fast_path=fast_path)
+    return lean, LeanMaster(lean, switches=switches)

@@ -61,8 +61,9 @@ class Settings:
     drain_seconds: float = 10.0  # SIGTERM: how long transfers in flight may still run
     watch_interval: float = lifecycle.WATCH_INTERVAL_S  # 0: reload on SIGHUP only
     engine: str = "lean"  # or "mitmdump": mitmproxy's full addon chain, for comparison
-    body_relay: bool = False  # issue 49: streamed HTTP/1.1 bodies below the layers (D560)
-    fast_path: bool = False  # issue 49: kept-alive requests below the layers (D610)
+    # rows of runtime/engine/patches.py turned on (issue 49: `body_relay`, D560;
+    # `fast_path`, D610), each a `run` flag
+    switches: frozenset[str] = frozenset()
     log_format: str = "text"  # or "json": operator messages on stderr as JSON lines
     http2: bool = True  # False: HTTP/1.1 only with clients, and so upstream (D76)
     audit_format: str = "jsonl"  # or "ocsf": OCSF 1.x events (proxy.ocsf, issue 34)

@@ -296,9 +296,7 @@ def _handlers_of(addon: Any, name: str) -> list[Callable[..., Any]]:
 class LeanMaster(master.Master):
     """A mitmproxy master with `lean_addons()` and the caching addon manager."""
 
-    def __init__(
-        self, opts: LeanOptions, body_relay: bool = False, fast_path: bool = False
-    ) -> None:
+    def __init__(self, opts: LeanOptions, switches: frozenset[str] = frozenset()) -> None:
         super().__init__(opts)
         # Master made a plain AddonManager and connected it to option changes: replace it
         # before any addon exists.
@@ -307,4 +305,4 @@ class LeanMaster(master.Master):
         self.addons.add(*lean_addons())
         # the class-level rows of runtime/engine/patches.py (the relay's and the fast
         # path's with their switches)
-        patches.install(Stage.ENGINE, arguments={"body_relay": body_relay, "fast_path": fast_path})
+        patches.install(Stage.ENGINE, arguments={name: True for name in switches})

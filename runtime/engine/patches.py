@@ -222,6 +222,12 @@ def rows(stage: Stage, engine: str = "lean") -> Iterable[Patch]:
     return (row for row in PATCHES if row.stage is stage and (engine != "mitmdump" or row.mitmdump))
 
 
+def switches() -> tuple[str, ...]:
+    """The names of the rows' switches (each also a `run` flag's destination: `--body-relay`
+    is `body_relay`): what the command line hands the engine as its set of switches on."""
+    return tuple(row.switch for row in PATCHES if row.switch)
+
+
 def install(
     stage: Stage, engine: str = "lean", arguments: Mapping[str, object] | None = None
 ) -> None:
