@@ -20,6 +20,7 @@ workspace is (its ``.venv`` is read-only for the agent's commands).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -77,6 +78,39 @@ def runner_install() -> list[str]:
 def read_only_paths(env: Mapping[str, str], workspace: Path, git: bool = False) -> list[str]:
     """Real paths to make read-only for a command under the boundary (see module doc);
     ``git``: git's configuration and hooks too (the approvals bridge is on, D543)."""
+    return _pruned(_candidates(env, workspace, git), os.path.realpath(workspace))
+
+
+def prepare(env: Mapping[str, str], workspace: Path, git: bool = False) -> str | None:
+    """Before ``read_only_paths``: make the folders whose absence and emptiness mean the
+    same to Claude Code (the project's ``.claude``, its configuration folder), so that they
+    are kept like existing ones (D650); a reason to refuse the call when a kept name, or a
+    folder holding one, is a link to nothing (a bind needs its target: the command could
+    make the target and write through the link, D651)."""
+    for folder in (str(workspace / ".claude"), claude_config(env)):
+        if folder is not None and not os.path.lexists(folder):
+            with contextlib.suppress(OSError):  # then the command cannot make it either
+                os.mkdir(folder)
+    for path in _candidates(env, workspace, git):
+        dangling = _dangling(path)
+        if dangling is not None:
+            return f"{dangling} is a link to nothing, which the boundary cannot keep read-only"
+    return None
+
+
+def _dangling(path: str) -> str | None:
+    """``path`` or the nearest folder holding it, when that is a link to nothing."""
+    while not os.path.exists(path):
+        if os.path.lexists(path):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return None
+
+
+def _candidates(env: Mapping[str, str], workspace: Path, git: bool) -> list[str]:
     home = env.get("HOME", "")
     candidates: list[str] = list(runner_install())
     config = claude_config(env)
@@ -92,7 +126,7 @@ def read_only_paths(env: Mapping[str, str], workspace: Path, git: bool = False) 
     candidates += [str(workspace / name) for name in PROJECT_FILES]
     if git:
         candidates += [str(workspace / ".git" / name) for name in GIT_FILES]
-    return _pruned(candidates, os.path.realpath(workspace))
+    return candidates
 
 
 def _inside(path: str, parent: str) -> bool:

@@ -217,3 +217,39 @@ def test_a_wrapping_that_starts_another_program_is_not_read_as_ours(tmp_path: Pa
     assert original(shell_command("pytest", tmp_path)) == "pytest"
     forged = shell_command("pytest", tmp_path, python=str(tmp_path / "evil"))
     assert original(forged) is None
+
+
+def test_a_project_without_a_claude_folder_gets_no_hooks_from_bash(tmp_path: Path) -> None:
+    """A project without ``.claude/``: a Bash call used to make it and write hooks into it,
+    which Claude Code ran unbounded at its next start (D542). The boundary makes the folder
+    first, empty (what no folder means to Claude Code), and keeps it like one that existed."""
+    session = Session(tmp_path)
+    hook = '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "cp .env x"}]}]}}'
+    done = session.bash(
+        f"mkdir -p .claude; echo $?; echo {shlex.quote(hook)} > .claude/settings.local.json; "
+        "echo $?; rmdir .claude; echo $?"
+    )
+    assert done.stdout.split() == ["0", "1", "1"]
+    assert (session.project / ".claude").is_dir()
+    assert list((session.project / ".claude").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [".claude", ".mcp.json", "~/.bashrc", "~/.claude.json"])
+def test_a_dangling_link_at_a_kept_name_refuses_the_call(tmp_path: Path, name: str) -> None:
+    """A kept name that is a link to nothing was not kept (a bind needs its target): the
+    call made the target and wrote through the link what runs outside the boundary next
+    (D542). Such a call is refused, and nothing of it runs."""
+    session = Session(tmp_path)
+    home = Path(session.env["HOME"])
+    link = home / name[2:] if name.startswith("~/") else session.project / name
+    target = tmp_path / "elsewhere"
+    link.symlink_to(target)
+    done = session.bash(f"echo '{{}}' > {shlex.quote(str(target))}; touch ran")
+    assert done.returncode == 126
+    assert done.stdout == ""
+    assert not target.exists() and not (session.project / "ran").exists()
+    assert done.stderr == (
+        f"hookrunner boundary: {link} "
+        "is a link to nothing, which the boundary cannot keep read-only (remove it or make "
+        "its target); the command was not run\n"
+    )
