@@ -5,7 +5,9 @@ written before nginx answers the next request on the connection: host, URI, prot
 (`HTTP/2.0` or `HTTP/1.1`), the ALPN and SNI of the TLS connection, the status, and the
 values of `Authorization` and `X-Api-Key`. nginx refuses a request that carries
 `Authorization` twice (400, "client sent duplicate header line"), so a 200 with the
-expected value in the log is exactly one such header.
+expected value in the log is exactly one such header. `POST /upload` keeps the request
+body in a file of its own below nginx's work folder, named by the line's `body_file` (the
+test removes it).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ http {{
         '{{"host":"$host","uri":"$request_uri","method":"$request_method",'
         '"proto":"$server_protocol","alpn":"$ssl_alpn_protocol","sni":"$ssl_server_name",'
         '"status":$status,"bytes":$body_bytes_sent,'
-        '"auth":"$http_authorization","api_key":"$http_x_api_key","ua":"$http_user_agent"}}';
+        '"auth":"$http_authorization","api_key":"$http_x_api_key","ua":"$http_user_agent",'
+        '"body_file":"$request_body_file"}}';
     access_log {dir}/access.jsonl clients;
     types {{ text/html html; application/json json; application/octet-stream bin whl tgz; }}
     default_type application/octet-stream;
@@ -64,6 +67,14 @@ http {{
         location = /npm/egress-demo {{
             default_type application/json;
             alias {content}/npm/egress-demo.json;
+        }}
+        location = /upload {{
+            client_max_body_size 0;
+            client_body_buffer_size 16m;
+            client_body_in_file_only on;
+            proxy_pass_request_body off;  # kept in the file; `/headers` answers the head
+            proxy_set_header Content-Length "";
+            proxy_pass http://{ip}:{http_port}/headers;
         }}
         location / {{ }}
     }}

@@ -16,7 +16,9 @@ Two changes, installed once by the lean engine (`install`):
   frames of the client's maximum frame size, and the flow-control credit given back
   upstream is the same sum of the same frames. Nothing waits: only what one read brought
   is joined, and any other event (headers, trailers, a reset, a ping, another stream's
-  data) ends a run, so the order of everything else is kept.
+  data) ends a run, so the order of everything else is kept. The frames an upstream read
+  left unfinished wait in `_pending_frames` (D318); on a client's leg, only what the
+  upload relay left there (relayh2up, D656), joined before the next read.
 * `short_body_repr`: h2 formats every received frame for its trace log (`repr(frame)` is
   evaluated even when nothing logs), and hyperframe's `DataFrame` repr hexlifies the whole
   body to show its first 10 bytes: 11 % of the proxy's time in the profile. The
@@ -85,6 +87,9 @@ def _merging_receive_data(self: BufferedH2Connection, data: Buffer) -> list[h2.e
         pending = self.__dict__.setdefault("_pending_frames", bytearray())
         pending += data
         data = h2frames.coalesce(pending, self.max_inbound_frame_size)
+    elif self.__dict__.get("_pending_frames"):  # a client leg: what the upload relay left
+        pending = self.__dict__.pop("_pending_frames")  # of a frame comes first (D656)
+        data = bytes(pending + data)
     return merged(_original_receive_data(self, data))
 
 

@@ -113,7 +113,7 @@ PATCHES: tuple[Patch, ...] = (
          replaces=(_PROXY + "layers.tls:TLSLayer.receive_data", _PROXY + "layers.tls:TLSLayer.tls_interact"),
          installs=(_E + "tlsread:_receive_data", _E + "tlsread:_tls_interact")),
     _row("relay", "D560", Stage.ENGINE, "tests/runtime/test_relay.py::test_the_internals_the_relay_reads_are_mitmproxys",
-         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay; HTTP/2 downloads: relayh2, D575)",),
+         replaces=(_PROXY + "layers.tls:TLSLayer.receive_data (with --body-relay; HTTP/2 downloads: relayh2, D575; uploads: relayh2up, D653)",),
          switch="body_relay"),
     _row("fastpath", "D610", Stage.ENGINE, "tests/runtime/test_fastpath.py::test_the_internals_it_copies_are_mitmproxys",
          replaces=(_PROXY + "layers.tls:ClientTLSLayer.event_to_child (with --fast-path)",),
@@ -196,8 +196,8 @@ PATCHES: tuple[Patch, ...] = (
 # fmt: on
 
 # Modules of runtime/engine/ that change nothing below mitmproxy themselves.
-# relayh2 installs nothing of its own: it is the `relay` row's HTTP/2 half (D575).
-SUPPORT = ("__init__", "lean", "patches", "hookargs", "relaychunks", "relayh2")
+# relayh2 and relayh2up install nothing of their own: the `relay` row's HTTP/2 variants (D575, D653).
+SUPPORT = ("__init__", "lean", "patches", "hookargs", "relaychunks", "relayh2", "relayh2up")
 
 _installed: list[str] = []
 _attach: tuple[tuple[Any, str], ...] | None = None

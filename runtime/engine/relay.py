@@ -33,8 +33,9 @@ per piece as mitmproxy's HTTP/1 layer frames it (D605).
 A held push, an MCP or model-API body, a SigV4 hold, a refused request: none of them is in
 a streaming state, so none is relayed (D561).
 
-HTTP/2: a download with both legs HTTP/2 is `runtime.engine.relayh2`'s (`route` before
-the read is decrypted, `relay` after), dispatched from `_receive_data` (D575).
+HTTP/2: with both legs HTTP/2, a download is `runtime.engine.relayh2`'s and an upload
+`runtime.engine.relayh2up`'s (`_H2`: `route` before the read is decrypted, `relay` after),
+dispatched from `_receive_data` (D575, D653).
 """
 
 from __future__ import annotations
@@ -51,12 +52,15 @@ from mitmproxy.proxy.layer import NextLayer
 from mitmproxy.proxy.layers import http, tls
 from mitmproxy.proxy.layers.http import _http1
 
-from sandbox_egress.runtime.engine import bulkio, relaychunks, relayh2, tlsread
+from sandbox_egress.runtime.engine import bulkio, relaychunks, relayh2, relayh2up, tlsread
 
 Commands = Generator[commands.Command, Any, None]
 
 _below: Callable[[Any, bytes], Commands] | None = None  # the receive_data it wraps
 relayed = {"events": 0, "bytes": 0}  # what the relay carried, for the tests and /status
+# The HTTP/2 variants, each `route(layer) -> legs | None` and `relay(layer, legs, plaintext)`
+# (the bytes relayed): a download read on the upstream's leg, an upload on the client's.
+_H2: tuple[Any, ...] = (relayh2, relayh2up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +166,24 @@ def _route(layer: tls.TLSLayer) -> Route | None:
     return Route(h1.body_reader, stream_callable, stream.flow, out, download, chunked)
 
 
+def _h2_route(layer: tls.TLSLayer) -> tuple[Any, Any] | None:
+    """(the HTTP/2 variant, its legs) that may relay this leg's reads, or None."""
+    for variant in _H2:
+        legs = variant.route(layer)
+        if legs is not None:
+            return variant, legs
+    return None
+
+
 def _receive_data(self: Any, data: bytes) -> Commands:
     route = _route(self) if data else None
-    legs = relayh2.route(self) if data and route is None else None  # HTTP/2 (D575)
+    h2 = _h2_route(self) if data and route is None else None  # HTTP/2 (D575, D653)
     if type(self) is tls.ServerTLSLayer:  # a download's upstream reads wider while relayed
         if route is None:
             bulkio.relaying.discard(self.conn)
         else:
             bulkio.relaying.add(self.conn)
-    if route is None and legs is None:
+    if route is None and h2 is None:
         if _below is None:  # pragma: no cover - only reachable through install()
             raise RuntimeError("the body relay is not installed")
         yield from _below(self, data)
@@ -181,9 +194,10 @@ def _receive_data(self: Any, data: bytes) -> Commands:
         yield commands.Log(f"TLS Error: {error}", logging.WARNING)
     yield from self.tls_interact()
 
-    if legs is not None:
+    if h2 is not None:
         if plaintext:
-            sent = yield from relayh2.relay(self, legs, plaintext)
+            variant, legs = h2
+            sent = yield from variant.relay(self, legs, plaintext)
             if sent:
                 relayed["events"] += 1
                 relayed["bytes"] += sent

@@ -126,6 +126,18 @@ def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] |
     return (sid, at, payload) if at else None
 
 
+def complete(buffer: bytes | bytearray, limit: int) -> int:
+    """Where the complete frames at the head of `buffer` end; all of it when the last,
+    incomplete frame announces more than `limit` (h2 refuses it from its header alone)."""
+    size, at = len(buffer), 0
+    while size - at >= _HEADER:
+        length = int.from_bytes(buffer[at : at + 3])
+        if at + _HEADER + length > size:
+            return size if length > limit else at
+        at += _HEADER + length
+    return at
+
+
 def payload(buffer: bytes | bytearray, end: int) -> bytes:
     """The payloads of the frames before `end` (checked by `data_frames`), joined."""
     view, at, pieces = memoryview(buffer), 0, []
@@ -157,16 +169,7 @@ def _streaming(legs: Legs, sid: int, payload: int) -> tuple[Any, int] | None:
         or stream.__dict__.get("_paused_event_queue")
     ):
         return None
-    h2s = h2c.streams.get(sid)
-    if (
-        h2s is None
-        or h2s.state_machine.state not in _RECEIVING
-        or h2c.remote_flow_control_window(sid) < payload
-        or (
-            h2s._expected_content_length is not None
-            and h2s._actual_content_length + payload > h2s._expected_content_length
-        )
-    ):
+    if not receiving(h2c, sid, payload):
         return None
     cid, down = stream.stream_id, legs.client.h2_conn
     if (
@@ -178,34 +181,77 @@ def _streaming(legs: Legs, sid: int, payload: int) -> tuple[Any, int] | None:
     return stream, cid
 
 
-def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
-    """The decrypted read relayed when it may be (module doc), else handed to the layers
-    as mitmproxy would; returns the bytes relayed to the client (0 when not)."""
-    h2c = legs.upstream.h2_conn
+def receiving(h2c: h2.connection.H2Connection, sid: int, payload: int) -> bool:
+    """Whether h2 would take a DATA frame of `payload` bytes on stream `sid` without
+    flags: the stream open for receiving, both inbound windows and the content length
+    large enough (what `_receive_data_frame` and `H2Stream.receive_data` check)."""
+    h2s = h2c.streams.get(sid)
+    return not (
+        h2s is None
+        or h2s.state_machine.state not in _RECEIVING
+        or h2c.remote_flow_control_window(sid) < payload
+        or (
+            h2s._expected_content_length is not None
+            and h2s._actual_content_length + payload > h2s._expected_content_length
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    stream: int  # the frames' stream
+    size: int  # their payloads' total length
+    whole: bytes | bytearray  # what was pending and the read, joined
+    end: int  # where the complete frames end in `whole`
+
+
+def take(h2c: h2.connection.H2Connection, plaintext: bytes) -> Taken | None:
+    """The complete DATA frames of one stream at the head of what `h2c` has pending and
+    `plaintext` (`data_frames`), when h2's own buffers hold nothing, else None."""
     pending: bytearray | None = h2c.__dict__.get("_pending_frames")
     # Joined only when an earlier read left part of a frame: a read that is not relayed
     # goes to the layers uncopied (they join it with what is pending themselves, D318).
     whole: bytes | bytearray = pending + plaintext if pending else plaintext
-    unread = h2c.incoming_buffer._data or h2c.incoming_buffer._headers_buffer
-    found = None if unread else data_frames(whole, h2c.max_inbound_frame_size)
-    streaming = _streaming(legs, found[0], found[2]) if found is not None else None
-    if found is None or streaming is None:
-        yield from layer.event_to_child(events.DataReceived(layer.conn, plaintext))
-        return 0
-    sid, end, size = found
-    stream, cid = streaming
-    data = payload(whole, end)
-    # an incomplete last frame waits for the next read, as in h2data
-    h2c.__dict__["_pending_frames"] = bytearray(whole[end:])
+    if h2c.incoming_buffer._data or h2c.incoming_buffer._headers_buffer:
+        return None
+    found = data_frames(whole, h2c.max_inbound_frame_size)
+    return None if found is None else Taken(found[0], found[2], whole, found[1])
+
+
+def received(h2c: h2.connection.H2Connection, taken: Taken) -> bytes:
+    """The frames' payloads, joined, once `h2c` is told of them as of one DATA frame of
+    their total length and has acknowledged it as mitmproxy does (its WINDOW_UPDATEs in
+    `h2c.data_to_send()`); an incomplete last frame waits for the next read, as in
+    h2data. The caller checked `receiving` and the rest (D575)."""
+    sid, size = taken.stream, taken.size
+    data = payload(taken.whole, taken.end)
+    h2c.__dict__["_pending_frames"] = bytearray(taken.whole[taken.end :])
     # What h2's `_receive_data_frame` and `H2Stream.receive_data` do for one DATA frame of
-    # `size` bytes without flags, and mitmproxy's credit for it (D575). `_streaming`
-    # checked what h2 checks there (states, windows, content length): an error here is a
-    # bug, and the layers' exception handling closes both legs (D577).
+    # `size` bytes without flags, and mitmproxy's credit for it. `receiving` checked what
+    # h2 checks there (states, windows, content length): an error here is a bug, and the
+    # layers' exception handling closes both legs (D577).
     h2c.state_machine.process_input(h2.connection.ConnectionInputs.RECV_DATA)
     h2c._inbound_flow_control_window_manager.window_consumed(size)
     h2c.streams[sid].receive_data(data, False, size)
     h2c.acknowledge_received_data(size, sid)
-    legs.upstream.last_activity = time.time()
+    return data
+
+
+now = time.time
+
+
+def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
+    """The decrypted read relayed when it may be (module doc), else handed to the layers
+    as mitmproxy would; returns the bytes relayed to the client (0 when not)."""
+    h2c = legs.upstream.h2_conn
+    taken = take(h2c, plaintext)
+    streaming = _streaming(legs, taken.stream, taken.size) if taken is not None else None
+    if taken is None or streaming is None:
+        yield from layer.event_to_child(events.DataReceived(layer.conn, plaintext))
+        return 0
+    stream, cid = streaming
+    data = received(h2c, taken)
+    legs.upstream.last_activity = now()
     credit = h2c.data_to_send()
     if credit:
         yield from layer.send_data(credit)

@@ -152,6 +152,27 @@ def test_each_read_is_its_own_event(installed: None) -> None:
     assert [len(e.data) for e in first + second] == [16384, 16384]
 
 
+def test_a_client_legs_frame_left_by_the_upload_relay_comes_first(installed: None) -> None:
+    """The upload relay (relayh2up) keeps the part of a frame its read ended in, on a
+    client leg's connection too; the next read that goes to the layers must be joined
+    after it (D656: the part was lost, and the connection's frames with it)."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = BufferedH2Connection(h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    server.receive_data(client.data_to_send())
+    stream = client.get_next_available_stream_id()
+    client.send_headers(stream, [(":method", "POST"), (":scheme", "https"),
+                                 (":authority", "a.test"), (":path", "/")])  # fmt: skip
+    server.receive_data(client.data_to_send())
+    client.send_data(stream, b"x" * 100, end_stream=True)
+    wire = client.data_to_send()
+    server.__dict__["_pending_frames"] = bytearray(wire[:50])  # what the relay left
+    found = server.receive_data(wire[50:])
+    assert [type(e).__name__ for e in found] == ["DataReceived", "StreamEnded"]
+    assert found[0].data == b"x" * 100
+    assert not server.__dict__.get("_pending_frames")
+
+
 def _frame(data: bytes | memoryview, pad: int | None) -> DataFrame:
     frame = DataFrame(1, data)
     if pad is not None:

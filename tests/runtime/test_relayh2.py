@@ -1,4 +1,4 @@
-"""runtime/engine/relayh2.py: the frames it relays (`data_frames`, tables and a property
+"""runtime/engine/relayh2.py and relayh2up.py: the frames they relay (`data_frames`, tables and a property
 over any frames cut anywhere), and the mitmproxy and h2 internals it reads or does in
 mitmproxy's place are those of the installed versions (a change there fails here, not as
 a corrupted body). End to end, both ways: tests/e2e/clients/test_relay_h2_e2e.py."""
@@ -80,6 +80,26 @@ def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
     assert (stream._expected_content_length, stream._actual_content_length) == (None, 0)
 
 
+def test_the_internals_relayh2up_reads_are_mitmproxys() -> None:
+    # A client's DATA on a streamed request: the stream's callable, each piece sent on to
+    # the stream's own server connection (relayh2up, D653).
+    up = _source(http.HttpStream.state_stream_request_body)
+    assert "chunks = self.flow.request.stream(event.data)" in up
+    assert "yield SendHttp(RequestData(self.stream_id, chunk), self.context.server)" in up
+    # The upstream maps the client's stream id to its own, or queues the stream's events
+    # while no stream is free; a server connection the HTTP layer opened has its TLS layer
+    # in the table, the first of the stack it made.
+    client = _source(_http2.Http2Client._handle_event)
+    assert "self.our_stream_id[event.stream_id] = ours" in client
+    assert "self.stream_queue[event.stream_id].append(event)" in client
+    assert "self.connections[context.server] = stack[0]" in _source(http.HttpLayer)
+    # A client's stream is mitmproxy's to read once its headers arrived.
+    server = _source(_http2.Http2Server.handle_h2_event)
+    assert "self.streams[event.stream_id] = StreamState.HEADERS_RECEIVED" in server
+    # What the upstream leg buffers while its window is closed (`stream_buffers`).
+    assert "stream_buffers" in _source(_http2.BufferedH2Connection)
+
+
 def test_complete_data_frames_of_one_stream_without_flags() -> None:
     one, two = frame(0, 0, 1, b"a" * 10), frame(0, 0, 1, b"b" * 5)
     assert _found(one + two) == (1, len(one + two), 15)
@@ -138,3 +158,29 @@ def test_any_frames_cut_anywhere(frames: list[tuple[int, int, int, int]], cut: i
     assert _found(bytearray(buffer)) == expected
     if expected is not None:
         assert relayh2.payload(bytearray(buffer), at) == bytes([expected[0]]) * expected[2]
+
+
+def test_complete_frames_end_before_an_unfinished_one() -> None:
+    one, two = frame(0, 0, 1, b"a" * 10), frame(1, 0x4, 3, b"h" * 4)
+    assert relayh2.complete(b"", LIMIT) == 0
+    assert relayh2.complete(one[:5], LIMIT) == 0  # a cut header waits
+    assert relayh2.complete(one + two, LIMIT) == len(one + two)  # any frames, whole
+    assert relayh2.complete(one + two[:-1], LIMIT) == len(one)
+    # An unfinished frame announcing more than h2 takes: h2 refuses it from its header.
+    big = frame(0, 0, 1, b"z" * (LIMIT + 1))
+    assert relayh2.complete(one + big[:20], LIMIT) == len(one) + 20
+
+
+@given(FRAMES, st.integers(0, 400))
+def test_complete_ends_where_the_frames_cut_anywhere_end(
+    frames: list[tuple[int, int, int, int]], cut: int
+) -> None:
+    wire = b"".join(frame(k, f, s, bytes([s]) * n) for k, f, s, n in frames)
+    buffer, at = wire[:cut], 0
+    for *_, n in frames:
+        if at + 9 + n > len(buffer):
+            if at + 9 <= len(buffer) and n > LIMIT:
+                at = len(buffer)
+            break
+        at += 9 + n
+    assert relayh2.complete(buffer, LIMIT) == at
