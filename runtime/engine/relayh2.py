@@ -255,7 +255,7 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     credit = h2c.data_to_send()
     if credit:
         yield from layer.send_data(credit)
-    sent = _to_client(legs, stream, cid, data)
+    sent = forward(stream.flow.response, legs.client, cid, data)
     out = legs.client.h2_conn.data_to_send()
     if out and legs.above:  # up to the client's TLS layer, which encrypts it on its way
         yield commands.SendData(legs.out.conn, out)
@@ -264,10 +264,11 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     return sent
 
 
-def _to_client(legs: Legs, stream: Any, cid: int, data: bytes) -> int:
-    """`data` through the stream's callable into the client's h2 stream, as
-    `HttpStream.state_stream_response_body` and `Http2Connection` do."""
-    message = stream.flow.response
+def forward(message: Any, h2: _http2.Http2Connection, sid: int, data: bytes) -> int:
+    """`data` through `message`'s stream callable into stream `sid` of `h2`, each piece
+    while the stream is open for us, as `HttpStream`'s `state_stream_*_body` and
+    `Http2Connection` do (an empty piece too: mitmproxy sends it as an empty DATA
+    frame); the bytes sent."""
     call: Callable[[bytes], Iterable[bytes] | bytes] | None = (
         message.stream if callable(message.stream) else None
     )
@@ -275,7 +276,7 @@ def _to_client(legs: Legs, stream: Any, cid: int, data: bytes) -> int:
     chunks = (out,) if isinstance(out, bytes) else out
     sent = 0
     for chunk in chunks:
-        if legs.client.is_open_for_us(cid):
-            legs.client.h2_conn.send_data(cid, chunk)
+        if h2.is_open_for_us(sid):
+            h2.h2_conn.send_data(sid, chunk)
             sent += len(chunk)
     return sent

@@ -1,5 +1,5 @@
 """An HTTP/2 upload's DATA relayed from the client's stream to the upstream's below
-mitmproxy's HTTP layers, behind `--body-relay` (issue 49, D653-D655).
+mitmproxy's HTTP layers, behind `--body-relay` (issue 49, D653-D657).
 
 `runtime.engine.relayh2`'s other direction, one variant of `relay.py`'s HTTP/2 table
 (`route` before the read is decrypted, `relay` after): both legs HTTP/2, a request body
@@ -31,7 +31,6 @@ does not, mitmproxy's path buffers as before and the backpressure watch sees it)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +151,7 @@ def relay(layer: tls.TLSLayer, legs: Legs, plaintext: bytes) -> Commands:
     if credit:  # the client's WINDOW_UPDATEs, as mitmproxy acknowledges a DATA frame
         yield from layer.send_data(credit)
     upstream.h2.last_activity = relayh2.now()  # as an event through `Http2Client` sets it
-    sent = _to_upstream(upstream.h2, stream, ours, data)
+    sent = relayh2.forward(stream.flow.request, upstream.h2, ours, data)
     out = upstream.h2.h2_conn.data_to_send()
     if out and upstream.above:  # up to the upstream's TLS layer, which encrypts it
         yield commands.SendData(upstream.out.conn, out)
@@ -179,20 +178,3 @@ def _to_layers(layer: tls.TLSLayer, h2c: Any, plaintext: bytes) -> Commands:
     if end < len(whole):  # after: h2data would join it before the read's frames (D656)
         h2c.__dict__["_pending_frames"] = bytearray(whole[end:])
     return 0
-
-
-def _to_upstream(h2c: _http2.Http2Client, stream: Any, ours: int, data: bytes) -> int:
-    """`data` through the stream's callable into the upstream's h2 stream, as
-    `HttpStream.state_stream_request_body` and `Http2Connection` do."""
-    message = stream.flow.request
-    call: Callable[[bytes], Iterable[bytes] | bytes] | None = (
-        message.stream if callable(message.stream) else None
-    )
-    out = call(data) if call is not None else data
-    chunks = (out,) if isinstance(out, bytes) else out
-    sent = 0
-    for chunk in chunks:
-        if chunk and h2c.is_open_for_us(ours):
-            h2c.h2_conn.send_data(ours, chunk)
-            sent += len(chunk)
-    return sent
