@@ -13,6 +13,7 @@ fields must be equal both ways.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import socket
@@ -47,7 +48,10 @@ network:
 """
 WARM = b"GET /warm HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n"
 # The audit fields that carry a decision (not times, ids or ports).
-AUDITED = ("status_code", "reason", "decision", "bytes_in", "bytes_out", "method", "path")
+AUDITED = (
+    "method", "host", "port", "decision", "reason", "rule", "injected", "status",
+    "bytes_sent", "bytes_received", "sni", "upstream", "clause", "path",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,34 +119,39 @@ def _read_answers(conn: Any, deadline: float) -> list[tuple[Any, ...]]:
         answers.append((response.status, response.reason, headers.get("x-egress-denied"), seen))
 
 
-def _exchange(side: Side, parts: list[bytes], pause: float = 0.03) -> dict[str, Any]:
+def _exchange(
+    side: Side, parts: list[bytes], pause: float = 0.03, sni: str = "", warm: bytes = WARM
+) -> dict[str, Any]:
     """The warm GET, then `parts` written one TLS record each; what the client and the
     audit saw."""
     audit = side.view.audit_log
     mark = audit.mark()
-    with side.view.tunnel(f"{HOST}:443") as conn:
-        conn.send(WARM)
-        warm = conn.read_response()
-        assert warm.status == 200
+    with side.view.tunnel(f"{HOST}:443", sni=sni, check_hostname=not sni) as conn:
+        conn.send(warm)
+        first = conn.read_response()
+        if sni == "":
+            assert first.status == 200
         for part in parts:
             conn.send(part)
             time.sleep(pause)
-        answers = _read_answers(conn, 1.5)
+        answers = _read_answers(conn, 1.0)
     time.sleep(0.2)
     lines = [
         tuple(line.get(k) for k in AUDITED)
         for line in audit.since(mark)
         if line.get("event") != "connection"
     ]
-    return {"answers": answers, "audit": lines}
+    return {"first": (first.status, first.header("x-egress-denied")), "answers": answers, "audit": lines}
 
 
 def _fast_taken(side: Side) -> int:
     return int(side.process.status()["engine"]["fast"]["requests"])
 
 
-def differential(sides: list[Side], parts: list[bytes]) -> dict[str, Any]:
-    off, on = (_exchange(side, parts) for side in sides)
+def differential(sides: list[Side], parts: list[bytes], **how: Any) -> dict[str, Any]:
+    # both sides at once (their own proxies, audits and tunnels): half the wall time
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        off, on = pool.map(lambda side: _exchange(side, parts, **how), sides)
     assert on == off
     return off
 
@@ -247,7 +256,7 @@ REQUEST = b"GET /split/r?q=1 HTTP/1.1\r\nHost: api.allowed.test\r\nX-Pad: abc\r\
 
 
 @settings(
-    max_examples=12,
+    max_examples=10,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -268,3 +277,17 @@ def test_requests_after_the_upstream_closed_are_decided_alike(sides: list[Side])
         ],
     )
     assert out["answers"][0][0] == 200
+
+
+@pytest.mark.parametrize(
+    "sni, host",
+    [
+        ("other.allowed.test", "api.allowed.test"),  # fronting: SNI and Host disagree
+        ("other.allowed.test", "other.allowed.test"),  # SNI and Host agree, CONNECT differs
+        ("evil.test", "evil.test"),
+    ],
+)
+def test_sni_host_and_connect_that_disagree_are_refused_alike(sides: list[Side], sni: str, host: str):
+    request = f"GET /front HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    out = differential(sides, [request], sni=sni, warm=request)
+    assert out["first"][0] != 200 or out["answers"] == [] or out["answers"][0][0] != 200
