@@ -39,7 +39,12 @@ Script = Callable[[int, dict[str, str]], list[Step]]
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
 
 
 def headers(stream: int, fields: list[tuple[str, str]], flags: int = END_HEADERS) -> bytes:
@@ -130,7 +135,7 @@ class H2Script:
                             payload = payload[5:]
                         block[stream] = block.get(stream, b"") + payload
                         if flags & END_HEADERS:
-                            fields = dict(decoder.decode(block.pop(stream)))
+                            fields = {str(k): str(v) for k, v in decoder.decode(block.pop(stream))}
                             paths.append(fields.get(":path", ""))
                             if not self._run(sock, stream, fields):
                                 return

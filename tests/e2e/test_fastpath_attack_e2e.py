@@ -141,7 +141,11 @@ def _exchange(
         for line in audit.since(mark)
         if line.get("event") != "connection"
     ]
-    return {"first": (first.status, first.header("x-egress-denied")), "answers": answers, "audit": lines}
+    return {
+        "first": (first.status, first.header("x-egress-denied")),
+        "answers": answers,
+        "audit": lines,
+    }
 
 
 def _fast_taken(side: Side) -> int:
@@ -214,8 +218,12 @@ HOSTILE = {
     b"GET /c2 HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n",
     "connection_keep_alive_case": b"GET /c HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: Keep-Alive\r\n\r\n",
     "two_connection_headers": b"GET /c HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
-    "huge_header": b"GET /big HTTP/1.1\r\nHost: api.allowed.test\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
-    "header_just_under_16k": b"GET /big HTTP/1.1\r\nHost: api.allowed.test\r\nX-Big: " + b"a" * 16300 + b"\r\n\r\n",
+    "huge_header": b"GET /big HTTP/1.1\r\nHost: api.allowed.test\r\nX-Big: "
+    + b"a" * 70000
+    + b"\r\n\r\n",
+    "header_just_under_16k": b"GET /big HTTP/1.1\r\nHost: api.allowed.test\r\nX-Big: "
+    + b"a" * 16300
+    + b"\r\n\r\n",
     "nul_in_value": b"GET /n HTTP/1.1\r\nHost: api.allowed.test\r\nX-N: a\x00b\r\n\r\n",
     "cr_in_value": b"GET /n HTTP/1.1\r\nHost: api.allowed.test\r\nX-N: a\rb\r\n\r\n",
     "cr_in_host": b"GET /n HTTP/1.1\r\nHost: api.allowed.test\revil.test\r\n\r\n",
@@ -287,7 +295,9 @@ def test_requests_after_the_upstream_closed_are_decided_alike(sides: list[Side])
         ("evil.test", "evil.test"),
     ],
 )
-def test_sni_host_and_connect_that_disagree_are_refused_alike(sides: list[Side], sni: str, host: str):
+def test_sni_host_and_connect_that_disagree_are_refused_alike(
+    sides: list[Side], sni: str, host: str
+):
     request = f"GET /front HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     out = differential(sides, [request], sni=sni, warm=request)
     assert out["first"][0] != 200 or out["answers"] == [] or out["answers"][0][0] != 200

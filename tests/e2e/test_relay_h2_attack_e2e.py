@@ -83,7 +83,9 @@ class Side:
 
 @pytest.fixture(scope="module")
 def upstream(topology: Topology, pki: Pki) -> Iterator[H2Script]:
-    server = H2Script(topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key))
+    server = H2Script(
+        topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key)
+    )
     try:
         yield server
     finally:
@@ -197,7 +199,9 @@ def fetch(
                 if isinstance(event, h2.events.ResponseReceived):
                     seen["status"][event.stream_id] = dict(event.headers).get(":status")
                 elif isinstance(event, h2.events.DataReceived):
-                    seen["body"][event.stream_id] = seen["body"].get(event.stream_id, b"") + event.data
+                    seen["body"][event.stream_id] = (
+                        seen["body"].get(event.stream_id, b"") + event.data
+                    )
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                     if on_data is not None and not acted:
                         acted = True
@@ -263,7 +267,9 @@ def differential(sides: list[Side], upstream: H2Script, name: str, script: h2scr
     # both sides at once, each its own request path (the upstream's records are told apart)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         off, on = pool.map(
-            lambda i: exchange(sides[i], upstream, f"/{name}/{stack}-{i}", alpn=list(alpn), **client),
+            lambda i: exchange(
+                sides[i], upstream, f"/{name}/{stack}-{i}", alpn=list(alpn), **client
+            ),
             (0, 1),
         )
     assert on == off
@@ -276,7 +282,9 @@ def differential(sides: list[Side], upstream: H2Script, name: str, script: h2scr
 @pytest.mark.parametrize("alpn", [("h2",), ("h2", "http/1.1")], ids=["h2-only", "h2-and-http1"])
 def test_a_plain_download_is_relayed_and_seen_alike(sides, upstream, alpn):
     before = relayed(sides[1])
-    out = differential(sides, upstream, "plain", lambda sid, _f: [*lead(sid), data(sid, b"end", END_STREAM)], alpn)
+    out = differential(
+        sides, upstream, "plain", lambda sid, _f: [*lead(sid), data(sid, b"end", END_STREAM)], alpn
+    )
     assert relayed(sides[1]) > before
     assert out["client"]["status"] == {1: "200"}
     assert out["client"]["body"][1][0] == len(LEAD_BODY) + 3
@@ -292,31 +300,159 @@ def _padded(sid: int, body: bytes, pad: int, declared: int | None = None) -> byt
 
 
 UPSTREAM_ATTACKS: dict[str, Callable[[int, dict[str, str]], list[Step]]] = {
-    "padded": lambda sid, _f: [*lead(sid), _padded(sid, b"pp", 10), 0.03, data(sid, b"e", END_STREAM)],
-    "pad_whole_frame": lambda sid, _f: [*lead(sid), _padded(sid, b"", 200), 0.03, data(sid, b"e", END_STREAM)],
-    "pad_over_length": lambda sid, _f: [*lead(sid), _padded(sid, b"ab", 1, declared=50), 0.03, data(sid, b"e", END_STREAM)],
-    "zero_length": lambda sid, _f: [*lead(sid), data(sid, b""), 0.03, data(sid, b""), data(sid, b"e", END_STREAM)],
-    "after_end_stream": lambda sid, _f: [*lead(sid), data(sid, b"e", END_STREAM), 0.03, data(sid, b"late" * 100), 0.3],
-    "stream_zero": lambda sid, _f: [*lead(sid), data(0, b"z" * 100), 0.03, data(sid, b"e", END_STREAM)],
-    "even_stream": lambda sid, _f: [*lead(sid), data(2, b"z" * 100), 0.03, data(sid, b"e", END_STREAM)],
-    "unopened_stream": lambda sid, _f: [*lead(sid), data(sid + 2, b"z" * 100), 0.03, data(sid, b"e", END_STREAM)],
-    "over_max_frame": lambda sid, _f: [*lead(sid), data(sid, b"o" * 16385), 0.03, data(sid, b"e", END_STREAM)],
-    "over_mitm_frame": lambda sid, _f: [*lead(sid), data(sid, b"o" * (2**17 + 1)), 0.03, data(sid, b"e", END_STREAM)],
-    "content_length_short": lambda sid, _f: [*lead(sid, [("content-length", str(len(LEAD_BODY) + 10))]), data(sid, b"e", END_STREAM)],
-    "content_length_exceeded": lambda sid, _f: [*lead(sid, [("content-length", str(PIECE * 2))]), data(sid, b"e", END_STREAM)],
-    "content_length_exceeded_in_one_read": lambda sid, _f: [*lead(sid, [("content-length", str(PIECE * LEAD + 5))]), data(sid, b"123456"), data(sid, b"", END_STREAM)],
-    "trailers": lambda sid, _f: [*lead(sid), headers(sid, [("x-trailer", "t")], END_HEADERS | END_STREAM)],
-    "upstream_reset": lambda sid, _f: [*lead(sid), frame(RST_STREAM, 0, sid, struct.pack(">I", 2)), 0.3],
-    "goaway": lambda sid, _f: [*lead(sid), frame(GOAWAY, 0, 0, struct.pack(">II", sid, 0)), 0.03, data(sid, b"more" * 100), 0.03, data(sid, b"e", END_STREAM), 0.3],
-    "goaway_error": lambda sid, _f: [*lead(sid), frame(GOAWAY, 0, 0, struct.pack(">II", sid, 1)), 0.03, data(sid, b"more" * 100), 0.3],
-    "window_overflow": lambda sid, _f: [*lead(sid), frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1)), 0.03, data(sid, b"e" * 100), 0.3],
-    "stream_window_overflow": lambda sid, _f: [*lead(sid), frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", 2**31 - 1)), 0.03, data(sid, b"e" * 100, END_STREAM), 0.3],
-    "ping_flood": lambda sid, _f: [*lead(sid), b"".join(frame(PING, 0, 0, struct.pack(">Q", i)) + data(sid, b"p" * 64) for i in range(300)), 0.1, data(sid, b"e", END_STREAM)],
-    "settings_window_zero": lambda sid, _f: [*lead(sid), frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)), 0.03, data(sid, b"w" * 100), 0.03, data(sid, b"e", END_STREAM)],
-    "settings_window_too_large": lambda sid, _f: [*lead(sid), frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 2**31)), 0.03, data(sid, b"w" * 100), 0.3],
-    "continuation_flood": lambda sid, _f: [*lead(sid), headers(sid, [("x-t", "1")], END_STREAM), b"".join(frame(CONTINUATION, 0, sid, b"") for _ in range(2000)), 0.3],
-    "interleaved_other_stream_headers": lambda sid, _f: [*lead(sid), headers(sid + 2, [(":status", "200")]), 0.03, data(sid, b"e", END_STREAM)],
-    "data_then_end_in_one_read": lambda sid, _f: [*lead(sid), data(sid, b"x" * 100) + data(sid, b"", END_STREAM)],
+    "padded": lambda sid, _f: [
+        *lead(sid),
+        _padded(sid, b"pp", 10),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "pad_whole_frame": lambda sid, _f: [
+        *lead(sid),
+        _padded(sid, b"", 200),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "pad_over_length": lambda sid, _f: [
+        *lead(sid),
+        _padded(sid, b"ab", 1, declared=50),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "zero_length": lambda sid, _f: [
+        *lead(sid),
+        data(sid, b""),
+        0.03,
+        data(sid, b""),
+        data(sid, b"e", END_STREAM),
+    ],
+    "after_end_stream": lambda sid, _f: [
+        *lead(sid),
+        data(sid, b"e", END_STREAM),
+        0.03,
+        data(sid, b"late" * 100),
+        0.3,
+    ],
+    "stream_zero": lambda sid, _f: [
+        *lead(sid),
+        data(0, b"z" * 100),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "even_stream": lambda sid, _f: [
+        *lead(sid),
+        data(2, b"z" * 100),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "unopened_stream": lambda sid, _f: [
+        *lead(sid),
+        data(sid + 2, b"z" * 100),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "over_max_frame": lambda sid, _f: [
+        *lead(sid),
+        data(sid, b"o" * 16385),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "over_mitm_frame": lambda sid, _f: [
+        *lead(sid),
+        data(sid, b"o" * (2**17 + 1)),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "content_length_short": lambda sid, _f: [
+        *lead(sid, [("content-length", str(len(LEAD_BODY) + 10))]),
+        data(sid, b"e", END_STREAM),
+    ],
+    "content_length_exceeded": lambda sid, _f: [
+        *lead(sid, [("content-length", str(PIECE * 2))]),
+        data(sid, b"e", END_STREAM),
+    ],
+    "content_length_exceeded_in_one_read": lambda sid, _f: [
+        *lead(sid, [("content-length", str(PIECE * LEAD + 5))]),
+        data(sid, b"123456"),
+        data(sid, b"", END_STREAM),
+    ],
+    "trailers": lambda sid, _f: [
+        *lead(sid),
+        headers(sid, [("x-trailer", "t")], END_HEADERS | END_STREAM),
+    ],
+    "upstream_reset": lambda sid, _f: [
+        *lead(sid),
+        frame(RST_STREAM, 0, sid, struct.pack(">I", 2)),
+        0.3,
+    ],
+    "goaway": lambda sid, _f: [
+        *lead(sid),
+        frame(GOAWAY, 0, 0, struct.pack(">II", sid, 0)),
+        0.03,
+        data(sid, b"more" * 100),
+        0.03,
+        data(sid, b"e", END_STREAM),
+        0.3,
+    ],
+    "goaway_error": lambda sid, _f: [
+        *lead(sid),
+        frame(GOAWAY, 0, 0, struct.pack(">II", sid, 1)),
+        0.03,
+        data(sid, b"more" * 100),
+        0.3,
+    ],
+    "window_overflow": lambda sid, _f: [
+        *lead(sid),
+        frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1)),
+        0.03,
+        data(sid, b"e" * 100),
+        0.3,
+    ],
+    "stream_window_overflow": lambda sid, _f: [
+        *lead(sid),
+        frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", 2**31 - 1)),
+        0.03,
+        data(sid, b"e" * 100, END_STREAM),
+        0.3,
+    ],
+    "ping_flood": lambda sid, _f: [
+        *lead(sid),
+        b"".join(
+            frame(PING, 0, 0, struct.pack(">Q", i)) + data(sid, b"p" * 64) for i in range(300)
+        ),
+        0.1,
+        data(sid, b"e", END_STREAM),
+    ],
+    "settings_window_zero": lambda sid, _f: [
+        *lead(sid),
+        frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)),
+        0.03,
+        data(sid, b"w" * 100),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "settings_window_too_large": lambda sid, _f: [
+        *lead(sid),
+        frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 2**31)),
+        0.03,
+        data(sid, b"w" * 100),
+        0.3,
+    ],
+    "continuation_flood": lambda sid, _f: [
+        *lead(sid),
+        headers(sid, [("x-t", "1")], END_STREAM),
+        b"".join(frame(CONTINUATION, 0, sid, b"") for _ in range(2000)),
+        0.3,
+    ],
+    "interleaved_other_stream_headers": lambda sid, _f: [
+        *lead(sid),
+        headers(sid + 2, [(":status", "200")]),
+        0.03,
+        data(sid, b"e", END_STREAM),
+    ],
+    "data_then_end_in_one_read": lambda sid, _f: [
+        *lead(sid),
+        data(sid, b"x" * 100) + data(sid, b"", END_STREAM),
+    ],
 }
 
 
@@ -330,7 +466,9 @@ def test_a_hostile_upstream_is_seen_alike(sides, upstream, name, alpn):
 
 
 @pytest.mark.parametrize("alpn", [("h2",), ("h2", "http/1.1")], ids=["h2-only", "h2-and-http1"])
-def test_the_injected_credential_echoed_across_frames_is_masked_alike(sides, upstream, harness, alpn):
+def test_the_injected_credential_echoed_across_frames_is_masked_alike(
+    sides, upstream, harness, alpn
+):
     secret = harness.secrets[0].encode()
 
     def echo(sid: int, fields: dict[str, str]) -> list[Step]:
@@ -391,11 +529,17 @@ def _reset(conn: h2.connection.H2Connection, sock: ssl.SSLSocket, sid: int) -> N
 
 CLIENT_ATTACKS: dict[str, dict[str, Any]] = {
     "client_reset": {"on_data": _reset},
-    "client_window_overflow": {"on_data": _raw(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 2**31 - 1)))},
-    "client_conn_window_overflow": {"on_data": _raw(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1)))},
+    "client_window_overflow": {
+        "on_data": _raw(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 2**31 - 1)))
+    },
+    "client_conn_window_overflow": {
+        "on_data": _raw(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1)))
+    },
     "client_window_to_zero": {"on_data": _raw(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)))},
     "client_goaway": {"on_data": _raw(frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0)))},
-    "client_ping_flood": {"on_data": _raw(b"".join(frame(PING, 0, 0, struct.pack(">Q", i)) for i in range(500)))},
+    "client_ping_flood": {
+        "on_data": _raw(b"".join(frame(PING, 0, 0, struct.pack(">Q", i)) for i in range(500)))
+    },
     "client_data_on_closed_stream": {"on_data": _raw(data(1, b"x" * 10))},
     "client_small_window": {"window": 1000},
 }
@@ -425,6 +569,7 @@ def test_interleaved_streams_are_seen_alike(sides, upstream, alpn):
     out = differential(sides, upstream, "many", many, alpn, streams=5, read_for=5.0)
     assert out["client"]["status"] == dict.fromkeys((1, 3, 5, 7, 9), "200")
     assert {k: v[0] for k, v in out["client"]["body"].items()} == {
-        1: 5, **dict.fromkeys((3, 5, 7, 9), 22801)
+        1: 5,
+        **dict.fromkeys((3, 5, 7, 9), 22801),
     }
     assert len(out["upstream"]) == 1  # one upstream connection
