@@ -10,7 +10,8 @@ returns a list of steps: bytes to write in one `sendall` (one TLS record or a fe
 to sleep, or None to close. Every frame the proxy sent is kept per connection as
 (type, flags, stream, payload), so a test compares what the upstream received.
 Frames are built raw (`frame`): a script may write any frame, valid or not.
-Bounded: every read has a timeout, a connection lives at most `LIFETIME` seconds.
+Bounded: every read has a timeout, a write that makes no progress for `WRITE_TIMEOUT`
+seconds ends the connection, which lives at most `LIFETIME` seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION =
 )  # fmt: skip
 END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
 LIFETIME = 20.0
+WRITE_TIMEOUT = 5.0
 Step = bytes | float | None
 Script = Callable[[int, dict[str, str]], list[Step]]
 
@@ -156,6 +158,8 @@ class H2Script:
                 return False
             if isinstance(step, float):
                 time.sleep(step)
-            else:
+            else:  # a proxy that stops reading holds a write up to WRITE_TIMEOUT, then it ends
+                sock.settimeout(WRITE_TIMEOUT)
                 sock.sendall(step)
+                sock.settimeout(0.2)
         return True
