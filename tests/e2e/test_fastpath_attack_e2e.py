@@ -17,6 +17,7 @@ import concurrent.futures
 import dataclasses
 import json
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.harness import AuditLines, Harness
-from testbed.netns import Topology
+from testbed.harness import AuditLines, Harness, JsonLines
+from testbed.netns import UPSTREAM_IP, Topology
 from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.testca import Pki
-from tests.e2e.conftest import EGRESS_PROXY, _private_ports, proxy_env
+from tests.e2e.conftest import EGRESS_PROXY, _private_ports, _start_and_wait, proxy_env
 
 pytestmark = [pytest.mark.netns]
 
@@ -109,7 +110,7 @@ def _read_answers(conn: Any, deadline: float) -> list[tuple[Any, ...]]:
             return answers
         headers = {k.lower(): v for k, v in response.headers}
         seen: Any = None
-        if response.status == 200 and response.body.startswith(b"{"):
+        if response.status == 200 and response.body.startswith(b'{"'):
             record = json.loads(response.body)
             # the head as the upstream received it; its base64 text is compared as is (the
             # proxy masks the injected credential inside it, both ways)
@@ -120,13 +121,18 @@ def _read_answers(conn: Any, deadline: float) -> list[tuple[Any, ...]]:
 
 
 def _exchange(
-    side: Side, parts: list[bytes], pause: float = 0.03, sni: str = "", warm: bytes = WARM
+    side: Side,
+    parts: list[bytes],
+    pause: float = 0.03,
+    sni: str = "",
+    warm: bytes = WARM,
+    authority: str = f"{HOST}:443",
 ) -> dict[str, Any]:
     """The warm GET, then `parts` written one TLS record each; what the client and the
     audit saw."""
     audit = side.view.audit_log
     mark = audit.mark()
-    with side.view.tunnel(f"{HOST}:443", sni=sni, check_hostname=not sni) as conn:
+    with side.view.tunnel(authority, sni=sni, check_hostname=not sni) as conn:
         conn.send(warm)
         first = conn.read_response()
         if sni == "":
@@ -301,3 +307,58 @@ def test_sni_host_and_connect_that_disagree_are_refused_alike(
     request = f"GET /front HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     out = differential(sides, [request], sni=sni, warm=request)
     assert out["first"][0] != 200 or out["answers"] == [] or out["answers"][0][0] != 200
+
+
+SCRIPT_PORT = 9448
+CLOSING = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+@pytest.fixture(scope="module")
+def closing_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
+    """testbed/script_server.py: `/s/closing` answers, then closes its connection."""
+    scripts, log, ready = (
+        e2e_dir / "fp-scripts",
+        e2e_dir / "fp-script.jsonl",
+        e2e_dir / "fp-script.ready",
+    )
+    scripts.mkdir(exist_ok=True)
+    (scripts / "closing.json").write_text(json.dumps([["send", CLOSING.hex()], ["close"]]))
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.script_server", "--listen", f"{UPSTREAM_IP}:{SCRIPT_PORT}",
+        "--cert", str(pki.server_cert), "--key", str(pki.server_key), "--scripts", str(scripts),
+        "--log", str(log), "--ready", str(ready),
+    ]  # fmt: skip
+    child = _start_and_wait("fp-script", argv, e2e_dir, ready)
+    try:
+        yield JsonLines(log)
+    finally:
+        child.stop()
+
+
+def test_requests_after_the_upstream_closed_its_connection_are_decided_alike(
+    sides: list[Side], closing_upstream: JsonLines
+):
+    """The upstream closes after each answer: the kept-alive requests after it (allowed,
+    denied, allowed) reach a new upstream connection, or none, alike."""
+    head = "GET {} HTTP/1.1\r\nHost: api.allowed.test:9448\r\n\r\n"
+    mark = closing_upstream.mark()
+    out = differential(
+        sides,
+        [head.format(p).encode() for p in ("/s/closing/2", "/denied/s/closing", "/s/closing/3")],
+        pause=0.3,
+        warm=head.format("/s/closing/1").encode(),
+        authority=f"{HOST}:{SCRIPT_PORT}",
+    )
+    assert out["first"] == (200, None)
+    assert [a[:3] for a in out["answers"]] == [
+        (200, "OK", None),
+        (403, "Forbidden", "rule_denied"),
+        (200, "OK", None),
+    ]
+    received = [bytes.fromhex(e["received"]) for e in closing_upstream.wait_count(mark, 6)]
+    targets = sorted(r.split(b"\r\n", 1)[0] for r in received)
+    assert targets == sorted(
+        [b"GET /s/closing/1 HTTP/1.1", b"GET /s/closing/2 HTTP/1.1", b"GET /s/closing/3 HTTP/1.1"]
+        * 2
+    )
