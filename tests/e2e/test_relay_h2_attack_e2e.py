@@ -265,7 +265,8 @@ def relayed(side: Side) -> int:
 
 
 def differential(sides: list[Side], upstream: H2Script, name: str, script: h2script.Script,
-                 alpn: tuple[str, ...] = ("h2",), **client: Any) -> dict[str, Any]:  # fmt: skip
+                 alpn: tuple[str, ...] = ("h2",), *, racy_body: bool = False,
+                 **client: Any) -> dict[str, Any]:  # fmt: skip
     upstream.scripts[name] = script
     stack = "-".join(alpn)
     # both sides at once, each its own request path (the upstream's records are told apart)
@@ -276,6 +277,12 @@ def differential(sides: list[Side], upstream: H2Script, name: str, script: h2scr
             ),
             (0, 1),
         )
+    if racy_body:  # how much was sent before the client's change took effect is timing (D635)
+        for side in (on, off):
+            assert side["client"]["end"] is None  # no frame past the window: h2 would refuse it
+            side["client"]["body"] = {
+                k: 0 < v[0] <= SLOW_TOTAL for k, v in side["client"]["body"].items()
+            }
     assert on == off
     return off
 
@@ -512,6 +519,9 @@ def test_frames_split_across_records_are_seen_alike(sides, upstream, cut, alpn):
 # -- a hostile client -----------------------------------------------------------------------------
 
 
+SLOW_TOTAL = len(LEAD_BODY) + 8 * PIECE + 1  # what `_slow` sends
+
+
 def _slow(sid: int, _f: dict[str, str]) -> list[Step]:
     steps = lead(sid)
     for i in range(8):
@@ -539,7 +549,10 @@ CLIENT_ATTACKS: dict[str, dict[str, Any]] = {
     "client_conn_window_overflow": {
         "on_data": _raw(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 2**31 - 1)))
     },
-    "client_window_to_zero": {"on_data": _raw(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)))},
+    "client_window_to_zero": {
+        "on_data": _raw(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0))),
+        "racy_body": True,
+    },
     "client_goaway": {"on_data": _raw(frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0)))},
     "client_ping_flood": {
         "on_data": _raw(b"".join(frame(PING, 0, 0, struct.pack(">Q", i)) for i in range(500)))
