@@ -72,8 +72,10 @@ def route(layer: tls.TLSLayer) -> Legs | None:
     `http/1.1`: the client gets what the upstream chose), the upstream's TLS layer is
     above the client's, whose NextLayer holds the HTTP layer; when the HTTP layer opened
     it (an `h2`-only client, D82), the upstream's TLS layer is below the HTTP layer, under
-    an `HttpClient`, and the client's TLS layer is above. Either way the HTTP layer's
-    table holds the client's `Http2Server`."""
+    an `HttpClient`, and the client's TLS layer is above. In the first stack the HTTP
+    layer's table holds the upstream's `Http2Client` when the upstream spoke first (its
+    SETTINGS before the request), else the `HttpClient` above it, as in the second (D630).
+    Either way the HTTP layer's table holds the client's `Http2Server`."""
     if type(layer) is not tls.ServerTLSLayer or layer.context.options.store_streamed_bodies:
         return None
     child: Any = layer.child_layer
@@ -87,6 +89,8 @@ def route(layer: tls.TLSLayer) -> Legs | None:
         if type(layers) is NextLayer:
             layers = layers.layer
         upstream = getattr(layers, "connections", {}).get(layer.conn)
+        if type(upstream) is http.HttpClient:  # the upstream did not speak first (D630)
+            upstream = getattr(upstream, "child_layer", None)
     elif type(child) is http.HttpClient:  # opened by the HTTP layer: the client's above
         above, upstream = True, child.child_layer
         found = layer.context.layers
