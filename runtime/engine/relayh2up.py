@@ -74,10 +74,13 @@ def route(layer: tls.TLSLayer) -> Legs | None:
 def _upstream(layer: tls.TLSLayer, legs: Legs, server: connection.Server) -> Upstream | None:
     """The stream's upstream leg, `relayh2.route`'s two stacks seen from the client's leg:
     when the upstream was opened first (a client offering `h2` and `http/1.1`), the HTTP
-    layer's table holds its `Http2Client` and its TLS layer is above ours; when the HTTP
+    layer's table holds its `Http2Client` (or, when the upstream did not speak first, the
+    `HttpClient` above it) and its TLS layer is above ours; when the HTTP
     layer opened it (an `h2`-only client, D82), the table holds the TLS layer of the
     stack it made, an `HttpClient` and the `Http2Client` below it."""
     found = legs.layers.connections.get(server)
+    if type(found) is http.HttpClient:  # opened first, but the upstream did not speak
+        found = found.child_layer  # first: the `HttpClient` above it (D630, D658)
     out: Any
     h2c: Any
     if type(found) is _http2.Http2Client:

@@ -621,3 +621,68 @@ def test_a_client_that_never_gives_credit_keeps_the_proxy_bounded_alike(sides, u
     for side in (on, off):
         assert side["audit"][-1][received] < 8 * 1024 * 1024
     assert off_growth < 40 * 1024 and on_growth < 40 * 1024, (off_growth, on_growth)
+
+
+# -- an upload, relayed alike in both stacks (D658) ------------------------------------------------
+
+
+def _upload(side: Side, path: str, alpn: list[str], body: list[bytes]) -> dict[str, Any]:
+    """A POST of `body`'s pieces through the proxy's tunnel, each piece a DATA frame in a
+    write of its own after the headers had time to reach the upstream; what came back."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding="utf-8"))
+    seen: dict[str, Any] = {"status": None, "end": None}
+    with side.view.tunnel(f"{HOST}:{PORT}", alpn=alpn) as tunnel:
+        sock: ssl.SSLSocket = tunnel.sock  # type: ignore[assignment]
+        conn.initiate_connection()
+        size = str(sum(len(piece) for piece in body))
+        request = [(":method", "POST"), (":scheme", "https"), (":authority", HOST),
+                   (":path", path), ("content-length", size)]  # fmt: skip
+        conn.send_headers(1, request)
+        sock.sendall(conn.data_to_send())
+        sock.settimeout(0.3)
+        time.sleep(0.5)  # the upstream opens and takes the headers: the body streams
+        for i, piece in enumerate(body):
+            conn.send_data(1, piece, end_stream=i == len(body) - 1)
+            sock.sendall(conn.data_to_send())
+            time.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while seen["end"] is None and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                seen["end"] = "closed"
+                break
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    seen["status"] = dict(event.headers).get(":status")
+                elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    seen["end"] = type(event).__name__
+            with_out = conn.data_to_send()
+            if with_out:
+                sock.sendall(with_out)
+    return seen
+
+
+@pytest.mark.parametrize("alpn", [("h2",), ("h2", "http/1.1")], ids=["h2-only", "h2-and-http1"])
+def test_an_upload_is_relayed_and_received_alike(sides, upstream, alpn):
+    """This upstream speaks only after the proxy's preface: with a client offering `h2`
+    and `http/1.1`, the HTTP layer's table holds the `HttpClient` above the upstream's
+    `Http2Client`, and the upload relay did not look below it (D658): nothing was
+    relayed. Both ways the upstream receives the same DATA, byte for byte."""
+    upstream.scripts["sink"] = lambda sid, _f: [
+        1.5,
+        headers(sid, [(":status", "200")], END_HEADERS | END_STREAM),
+    ]
+    body = [piece(i) for i in range(4)]
+    before, stack, got = relayed(sides[1]), "-".join(alpn), []
+    for i, side in enumerate(sides):
+        path = f"/sink/{stack}-{i}"
+        seen = _upload(side, path, list(alpn), body)
+        assert seen == {"status": "200", "end": "StreamEnded"}
+        (frames,) = [f for f, p in zip(list(upstream.received), list(upstream.paths),
+                                       strict=False) if path in p]  # fmt: skip
+        got.append(b"".join(p for k, _f, s, p in frames if k == 0 and s == 1))
+    assert got == [b"".join(body)] * 2
+    assert relayed(sides[1]) - before >= len(b"".join(body)) // 2
