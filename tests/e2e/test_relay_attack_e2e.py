@@ -1,11 +1,14 @@
 """End to end, the body relay attacked (issue 49, D620-D629): framing a hostile upstream or
 client writes must reach the other end exactly as it does through mitmproxy's layers.
 
-Each attack runs the same bytes through two fresh proxies, `--body-relay` off and on, against
+Each attack runs the same bytes through two proxies, `--body-relay` off and on, against
 testbed/script_server.py (a TLS upstream that writes exactly what the test scripted and logs
 every byte it received): what the client read, what the upstream received and the audit
 line's status and byte counts must be equal, and each test also pins the exact outcome.
 `engine.relayed` in `/status` shows the relay carried the attack's body where it should.
+The two proxies serve the whole module (issue 49, D640: two starts per test were most of
+its time); an attack begins once the one before it has no connection open in them, and reads
+only its own audit lines and its own change of `engine.relayed`.
 """
 
 from __future__ import annotations
@@ -71,10 +74,11 @@ def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
         child.stop()
 
 
-@pytest.fixture
-def pair(private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
-    """Two fresh proxies: the relay off, then on."""
-    return private_proxy("atk-layers", CONFIG), private_proxy("atk-relay", CONFIG, "--body-relay")
+@pytest.fixture(scope="module")
+def pair(module_private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
+    """Two proxies for the module: the relay off, then on."""
+    start = module_private_proxy
+    return start("atk-layers", CONFIG), start("atk-relay", CONFIG, "--body-relay")
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ def attack(
     piece a write, `pause` apart) in a tunnel to the upstream, then reads to the end."""
     (up.scripts / f"{name}.json").write_text(json.dumps(steps))
     client = [piece.replace(b"@@", name.encode()).replace(b"%%", host.encode()) for piece in client]
+    p.wait_idle()
     mark, audit_mark, before = up.log.mark(), p.view.audit_log.mark(), _relayed(p)
     with p.view.tunnel(f"{host}:{PORT}") as conn:
         for i, piece in enumerate(client):
