@@ -8,7 +8,8 @@ line's status and byte counts must be equal, and each test also pins the exact o
 `engine.relayed` in `/status` shows the relay carried the attack's body where it should.
 The two proxies serve the whole module (issue 49, D640: two starts per test were most of
 its time); an attack begins once the one before it has no connection open in them, and reads
-only its own audit lines and its own change of `engine.relayed`.
+only its own audit lines, its own upstream connection (the one carrying its script's name)
+and its own change of `engine.relayed`.
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ def pair(module_private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProx
     return start("atk-layers", CONFIG), start("atk-relay", CONFIG, "--body-relay")
 
 
+@pytest.fixture
+def fresh_pair(private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
+    """Two proxies of the test's own, the relay off then on: for the one attack whose
+    answer differs once the relaying proxy has carried earlier attacks (D640)."""
+    return private_proxy("atk-layers", CONFIG), private_proxy("atk-relay", CONFIG, "--body-relay")
+
+
 @dataclass(frozen=True)
 class Seen:
     client: bytes  # every byte the client read, until the proxy closed or went quiet
@@ -108,6 +116,13 @@ def _read_all(conn: Conn, until: int | None = None) -> bytes:
     if until is not None:
         conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return got
+
+
+def _of(event: dict[str, Any], name: str) -> bool:
+    """Whether `event` is the upstream's log of a connection that carried the request of
+    script `name` (an earlier attack's connection may end, and log, during this one)."""
+    request_line = f" /s/{name} HTTP/1.1\r\n".encode()
+    return event["event"] == "conn" and request_line in bytes.fromhex(event["received"])
 
 
 def _relayed(p: PrivateProxy) -> int:
@@ -141,7 +156,7 @@ def attack(
                 break
         got = _read_all(conn, until)
     try:
-        upstream = up.log.wait_for(mark, lambda e: e["event"] == "conn", timeout=5)
+        upstream = up.log.wait_for(mark, lambda e: _of(e, name), timeout=5)
     except AssertionError:  # the proxy never connected: nothing reached the upstream
         upstream = {"received": ""}
     lines = [
@@ -405,10 +420,10 @@ def test_an_interim_answer_then_a_body_is_forwarded_alike(pair, scripted):
 UPLOAD_ANSWER = [["drain", 1.0], send(head("Content-Length: 2") + b"ok"), ["drain", 0.5], ["close"]]
 
 
-def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(pair, scripted):
+def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(fresh_pair, scripted):
     second = get("GET")
     seen, relay = both(
-        pair, scripted, "up-pipelined", UPLOAD_ANSWER,
+        fresh_pair, scripted, "up-pipelined", UPLOAD_ANSWER,
         [get("POST", CHUNKED) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n" + second],
     )  # fmt: skip
     sent_head, _, body = seen.upstream.partition(b"\r\n\r\n")
