@@ -411,6 +411,17 @@ class PrivateProxy:
     process: ProxyProcess
     view: Harness
 
+    def wait_idle(self, timeout: float = 15.0) -> None:
+        """Wait (bounded) until no client connection is open in the proxy: for a proxy that
+        tests share (`module_private_proxy`), what an earlier test left running (a reset, an
+        upstream still writing) must not end, log or forward during the next one."""
+        procs.wait_until(
+            f"{self.process.child.name} without open connections",
+            lambda: self.process.scrape().get(("egress_active_connections", ()), 0) == 0,
+            timeout=timeout,
+            child=self.process.child,
+        )
+
 
 # The proxy namespace's trap (what reaches the proxy's own host) listens on these: a
 # private proxy never takes one (the 344th of a worker once met 8443 taken).
@@ -418,13 +429,13 @@ TRAPPED = (80, 443, 8443)
 _private_ports = (n for n in itertools.count() if 8100 + n not in TRAPPED)
 
 
-@pytest.fixture
-def private_proxy(
+@contextlib.contextmanager
+def _private_proxies(
     harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path
 ) -> Iterator[Callable[..., PrivateProxy]]:
     """`start(name, config_text, *extra_args, wrapper=())`: a fresh `egress-proxy run` beside
     the session's, with the session CA and secrets, on ports of its own, run through
-    `wrapper` (e.g. `prlimit --nofile=256`); stopped when the test ends."""
+    `wrapper` (e.g. `prlimit --nofile=256`); every one stopped when the block ends."""
     started: list[ProxyProcess] = []
 
     def start(
@@ -464,6 +475,26 @@ def private_proxy(
     finally:
         for process in reversed(started):
             process.child.stop()
+
+
+@pytest.fixture
+def private_proxy(
+    harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path
+) -> Iterator[Callable[..., PrivateProxy]]:
+    """`_private_proxies`' `start`: proxies of one test's own, stopped when the test ends."""
+    with _private_proxies(harness, topology, pki, e2e_dir) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def module_private_proxy(
+    harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path
+) -> Iterator[Callable[..., PrivateProxy]]:
+    """`_private_proxies`' `start` for proxies a module's tests share (issue 49, D640):
+    stopped when the module ends. Only for tests that need no fresh proxy state, or that
+    reset (or wait out) what they depend on themselves."""
+    with _private_proxies(harness, topology, pki, e2e_dir) as start:
+        yield start
 
 
 @pytest.fixture(params=[False, True], ids=["layers", "relay"])

@@ -58,9 +58,18 @@ network:
 TOOLS_LIST = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
 
 
+@pytest.fixture(scope="module")
+def shared_proxy(module_private_proxy) -> PrivateProxy:  # type: ignore[no-untyped-def]
+    return module_private_proxy("mcp-attack", CONFIG)
+
+
 @pytest.fixture(name="proxy")
-def proxy_fixture(private_proxy) -> PrivateProxy:  # type: ignore[no-untyped-def]
-    return private_proxy("mcp-attack", CONFIG)
+def proxy_fixture(shared_proxy: PrivateProxy) -> PrivateProxy:
+    """The module's proxy (issue 49, D641: a start per test was most of the module's time),
+    once no connection of an earlier test is open in it. The gate keeps no state between
+    connections that these tests read: each reads only its own audit lines and traffic."""
+    shared_proxy.wait_idle()
+    return shared_proxy
 
 
 def exchange(p: PrivateProxy, head: bytes, method: str) -> Response:

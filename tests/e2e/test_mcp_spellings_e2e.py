@@ -43,9 +43,17 @@ SPELLINGS = ["/mcp/", "/MCP", "/Mcp/", "/mcp/x", "/%6Dcp", "/%6dcp/", "/mcp;x", 
              "/x/../mcp", "/./MCP", "/mcp/.", "/m%43p/sub", "/%256Dcp"]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def shared_proxy(module_private_proxy: Callable[..., PrivateProxy]) -> PrivateProxy:
+    return module_private_proxy("mcp-spellings", CONFIG)
+
+
 @pytest.fixture
-def proxy(private_proxy: Callable[..., PrivateProxy]) -> PrivateProxy:
-    return private_proxy("mcp-spellings", CONFIG)
+def proxy(shared_proxy: PrivateProxy) -> PrivateProxy:
+    """The module's proxy (issue 49, D641: the gate keeps no state between connections),
+    once no connection of an earlier test is open in it."""
+    shared_proxy.wait_idle()
+    return shared_proxy
 
 
 def post(view: PrivateProxy, path: str, body: bytes, fields: list[tuple[str, str]]) -> object:

@@ -1,5 +1,5 @@
 """The sandbox's own credential never travels, and the proxy's spellings never come back
-(issue 32): a proxy of this module's own in front of the echo upstream, which answers
+(issue 32): a proxy of this module's own (one for all its tests) in front of the echo upstream, which answers
 every request with its record (headers and target) as the JSON body.
 
 * The `Basic` base64 of `user:value` and the percent-encoded query value the swap wrote
@@ -39,9 +39,17 @@ network:
 """
 
 
+@pytest.fixture(scope="module")
+def shared_proxy(module_private_proxy: Callable[..., PrivateProxy]) -> PrivateProxy:
+    return module_private_proxy("never-travels", CONFIG)
+
+
 @pytest.fixture
-def proxy(private_proxy: Callable[..., PrivateProxy]) -> PrivateProxy:
-    return private_proxy("never-travels", CONFIG)
+def proxy(shared_proxy: PrivateProxy) -> PrivateProxy:
+    """The module's proxy (issue 49, D641: the swap and the refusals keep no state between
+    requests), once no connection of an earlier test is open in it."""
+    shared_proxy.wait_idle()
+    return shared_proxy
 
 
 def test_basic_echo_of_the_swapped_value_is_masked(proxy: PrivateProxy, obs: Observed) -> None:

@@ -1,11 +1,15 @@
 """End to end, the body relay attacked (issue 49, D620-D629): framing a hostile upstream or
 client writes must reach the other end exactly as it does through mitmproxy's layers.
 
-Each attack runs the same bytes through two fresh proxies, `--body-relay` off and on, against
+Each attack runs the same bytes through two proxies, `--body-relay` off and on, against
 testbed/script_server.py (a TLS upstream that writes exactly what the test scripted and logs
 every byte it received): what the client read, what the upstream received and the audit
 line's status and byte counts must be equal, and each test also pins the exact outcome.
 `engine.relayed` in `/status` shows the relay carried the attack's body where it should.
+The two proxies serve the whole module (issue 49, D640: two starts per test were most of
+its time); an attack begins once the one before it has no connection open in them, and reads
+only its own audit lines, its own upstream connection (the one carrying its script's name)
+and its own change of `engine.relayed`.
 """
 
 from __future__ import annotations
@@ -71,9 +75,17 @@ def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
         child.stop()
 
 
+@pytest.fixture(scope="module")
+def pair(module_private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
+    """Two proxies for the module: the relay off, then on."""
+    start = module_private_proxy
+    return start("atk-layers", CONFIG), start("atk-relay", CONFIG, "--body-relay")
+
+
 @pytest.fixture
-def pair(private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
-    """Two fresh proxies: the relay off, then on."""
+def fresh_pair(private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
+    """Two proxies of the test's own, the relay off then on: for the one attack whose
+    answer differs once the relaying proxy has carried earlier attacks (D640)."""
     return private_proxy("atk-layers", CONFIG), private_proxy("atk-relay", CONFIG, "--body-relay")
 
 
@@ -106,6 +118,13 @@ def _read_all(conn: Conn, until: int | None = None) -> bytes:
     return got
 
 
+def _of(event: dict[str, Any], name: str) -> bool:
+    """Whether `event` is the upstream's log of a connection that carried the request of
+    script `name` (an earlier attack's connection may end, and log, during this one)."""
+    request_line = f" /s/{name} HTTP/1.1\r\n".encode()
+    return event["event"] == "conn" and request_line in bytes.fromhex(event["received"])
+
+
 def _relayed(p: PrivateProxy) -> int:
     relayed = p.process.status().get("engine", {}).get("relayed")
     return int(relayed["bytes"]) if relayed else 0
@@ -125,6 +144,7 @@ def attack(
     piece a write, `pause` apart) in a tunnel to the upstream, then reads to the end."""
     (up.scripts / f"{name}.json").write_text(json.dumps(steps))
     client = [piece.replace(b"@@", name.encode()).replace(b"%%", host.encode()) for piece in client]
+    p.wait_idle()
     mark, audit_mark, before = up.log.mark(), p.view.audit_log.mark(), _relayed(p)
     with p.view.tunnel(f"{host}:{PORT}") as conn:
         for i, piece in enumerate(client):
@@ -136,7 +156,7 @@ def attack(
                 break
         got = _read_all(conn, until)
     try:
-        upstream = up.log.wait_for(mark, lambda e: e["event"] == "conn", timeout=5)
+        upstream = up.log.wait_for(mark, lambda e: _of(e, name), timeout=5)
     except AssertionError:  # the proxy never connected: nothing reached the upstream
         upstream = {"received": ""}
     lines = [
@@ -400,10 +420,10 @@ def test_an_interim_answer_then_a_body_is_forwarded_alike(pair, scripted):
 UPLOAD_ANSWER = [["drain", 1.0], send(head("Content-Length: 2") + b"ok"), ["drain", 0.5], ["close"]]
 
 
-def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(pair, scripted):
+def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(fresh_pair, scripted):
     second = get("GET")
     seen, relay = both(
-        pair, scripted, "up-pipelined", UPLOAD_ANSWER,
+        fresh_pair, scripted, "up-pipelined", UPLOAD_ANSWER,
         [get("POST", CHUNKED) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n" + second],
     )  # fmt: skip
     sent_head, _, body = seen.upstream.partition(b"\r\n\r\n")
