@@ -30,8 +30,9 @@ def _found(buffer: bytes | bytearray) -> tuple[int, int, int] | None:
     return relayh2.data_frames(buffer, LIMIT)
 
 
-def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
+def frame(kind: int, flags: int, sid: int, payload: bytes, length: int | None = None) -> bytes:
+    size = len(payload) if length is None else length  # `length`: a header that lies
+    return size.to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
 
 
 def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
@@ -119,6 +120,10 @@ def test_anything_else_is_mitmproxys() -> None:
     assert _found(frame(1, 0x4, 1, b"")) is None  # HEADERS (trailers)
     assert _found(frame(0, 0, 0, b"z")) is None  # DATA on stream 0
     assert _found(frame(0, 0, 1, b"z" * (LIMIT + 1))) is None  # over the maximum: h2 refuses
+    # An unfinished frame announcing more than the maximum after a relayable one: the
+    # layers refuse it now rather than it waiting in `_pending_frames` (D660).
+    assert _found(data + frame(0, 0, 1, b"z", length=LIMIT + 1)) is None
+    assert _found(data + frame(0, 0, 1, b"z", length=LIMIT)) == (1, len(data), 10)
 
 
 def test_the_payload_is_the_frames_joined() -> None:
