@@ -8,6 +8,7 @@ record, so one read at the proxy), and asserts what the client sees and what ngi
 
 from __future__ import annotations
 
+import hashlib
 import select
 import socket
 import struct
@@ -22,7 +23,7 @@ import pytest
 
 from testbed import nginx
 from testbed.h2stream import H2Stream
-from tests.e2e.clients.test_relay_h2_e2e import AUTHORITY, CONFIG, _curl, _uploaded, files
+from tests.e2e.clients.test_relay_h2_e2e import AUTHORITY, CONFIG, _curl, _relayed, _uploaded, files
 from tests.e2e.conftest import PrivateProxy, relaying
 from tests.e2e.memory_support import h2_request, h2_tunnel
 
@@ -99,3 +100,77 @@ def test_an_oversized_frame_after_a_relayed_data_frame_is_refused_at_once(
     # Closed at once, not holding the frame for 16 MiB more (D660; before: nothing, relay
     # off or on, until the idle timeout).
     assert seen == ["FRAME_SIZE_ERROR", "PROTOCOL_ERROR", None], seen  # h2, then mitmproxy
+
+
+def _audits(p: PrivateProxy, mark: int) -> list[dict]:
+    return [a for a in p.view.audit_log.since(mark) if a.get("path") == "/upload"]
+
+
+def _padded(sid: int, data: bytes, pad: int, flags: int = 0) -> bytes:
+    return _frame(0, flags | 0x8, sid, bytes([pad]) + data + b"\0" * pad)
+
+
+def _wire(k: int, sid: int) -> tuple[bytes, bytes]:
+    """Upload `k`'s body and its DATA frames: unflagged (relayable), padded (pad length 0
+    and equal to the payload), zero-length."""
+    parts = [f"{k:04d}".encode() + b"a" * (97 + k), b"p" * k, b"", b"q" * 7, b"b" * 300, b"z"]
+    wire = (
+        _frame(0, 0, sid, parts[0])
+        + _padded(sid, parts[1], 0)
+        + _frame(0, 0, sid, parts[2])
+        + _padded(sid, parts[3], len(parts[3]))
+        + _frame(0, 0, sid, parts[4])
+        + _frame(0, 0, sid, parts[5])
+    )  # then END_STREAM on an empty DATA frame, through the client's h2 (its stream closes)
+    return b"".join(parts), wire
+
+
+def test_a_hundred_and_twenty_uploads_of_odd_frames_cut_anywhere_on_one_connection(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+) -> None:
+    """120 uploads one after the other on one connection (client stream ids 1..239, mapped
+    to the upstream's), each body in DATA frames unflagged, padded, empty and ending the
+    stream, its bytes cut in two reads at a different offset each time (a partial frame
+    header, a partial payload, the last frame alone): nginx keeps exactly each body, each
+    gets 200 and its audit line counts its bytes, relay off and on; with it on some of
+    them were relayed."""
+    p, mark, audit_mark = h2_proxy, nginx_upstream.mark(), h2_proxy.view.audit_log.mark()
+    before = _relayed(p) or 0
+    bodies: dict[str, int] = {}
+    with h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(30)
+        client = H2Stream(conn.sock)
+        for k in range(120):
+            sid = client.conn.get_next_available_stream_id()
+            body, wire = _wire(k, sid)
+            length = ("content-length", str(len(body)))
+            assert client.open(h2_request(AUTHORITY, "POST", "/upload", length)) == sid
+            bodies[hashlib.sha256(body).hexdigest()] = len(body)
+            time.sleep(0.03)  # the upstream takes the headers: the first frames may relay
+            first = 9 + 101 + k  # the first frame alone, relayable; the rest cut anywhere
+            conn.sock.sendall(wire[:first])
+            time.sleep(0.01)
+            cut = first + (k * 37) % (len(wire) - first)
+            conn.sock.sendall(wire[first:cut])
+            time.sleep(0.01)
+            conn.sock.sendall(wire[cut:])
+            client.conn.end_stream(sid)
+            client._flush()
+            outcome = client.read_response(sid)
+            assert (outcome.status, outcome.ended) == ("200", True), (k, outcome)
+    kept: dict[str, int] = {}
+    for line in nginx_upstream.since(mark):
+        if line["uri"] == "/upload":
+            assert (line["proto"], line["status"]) == ("HTTP/2.0", 200), line
+            data = Path(line["body_file"]).read_bytes()
+            Path(line["body_file"]).unlink()
+            kept[hashlib.sha256(data).hexdigest()] = len(data)
+    assert kept == bodies
+    deadline = time.monotonic() + 10
+    while len(audits := _audits(p, audit_mark)) < 120 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted((a["status"], a["bytes_sent"]) for a in audits) == sorted(
+        (200, size) for size in bodies.values()
+    )
+    carried = (_relayed(p) or 0) - before
+    assert (carried > 0) if body_relay else (carried == 0), carried
