@@ -174,3 +174,131 @@ def test_a_hundred_and_twenty_uploads_of_odd_frames_cut_anywhere_on_one_connecti
     )
     carried = (_relayed(p) or 0) - before
     assert (carried > 0) if body_relay else (carried == 0), carried
+
+
+def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 3) -> list[object]:
+    """What the proxy sent, as text, until it closed the connection (None), `ends` streams
+    ended, or `within` seconds passed."""
+    seen: list[object] = []
+    deadline = time.monotonic() + within
+    while (left := deadline - time.monotonic()) > 0 and sum(
+        1 for x in seen if str(x).startswith("ended")
+    ) < ends:
+        if not select.select([sock], [], [], left)[0]:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            seen.append(None)
+            break
+        try:
+            found = client.conn.receive_data(chunk)
+        except h2.exceptions.ProtocolError:
+            continue
+        client._flush()
+        for e in found:
+            if type(e) is h2.events.ConnectionTerminated:
+                seen.append(h2.errors.ErrorCodes(e.error_code).name)
+            elif type(e) is h2.events.StreamReset:
+                seen.append(f"reset {e.stream_id} {h2.errors.ErrorCodes(e.error_code).name}")
+            elif type(e) is h2.events.ResponseReceived:
+                seen.append(f"{e.stream_id} {dict(e.headers)[':status']}")
+            elif type(e) is h2.events.StreamEnded:
+                seen.append(f"ended {e.stream_id}")
+    return seen
+
+
+def _ping(payload: bytes = b"12345678") -> bytes:
+    return _frame(6, 0, 0, payload)
+
+
+# Each case: (what the client sends on stream 1, content-length 1000, after a relayable
+# 100-byte DATA frame read on its own; each bytes a read), the streams it then opens.
+_A, _B = b"a" * 100, b"b" * 900
+CASES: dict[str, list[bytes]] = {
+    "more-than-declared": [_frame(0, 0, 1, _B + b"x")],
+    "less-then-end": [_frame(0, 0x1, 1, b"")],
+    "pad-over-payload": [_frame(0, 0x8, 1, bytes([200]) + b"abcd")],
+    "data-on-an-even-stream": [_frame(0, 0, 2, b"x" * 10)],
+    "data-on-stream-0": [_frame(0, 0, 0, b"x" * 10)],
+    "data-after-end": [_frame(0, 0x1, 1, _B), _frame(0, 0, 1, b"late")],
+    "reset-mid-upload": [_frame(0, 0, 1, _B[:400]), _frame(3, 0, 1, (8).to_bytes(4))],
+    "control-frames-amid-data": [
+        _frame(0, 0, 1, _B[:300]) + _ping() + _frame(0, 0, 1, _B[300:600])
+        + _frame(8, 0, 1, (1000).to_bytes(4)) + _frame(4, 0, 0, b"")
+        + _frame(0, 0, 1, _B[600:]) + _frame(0, 0x1, 1, b"")
+    ],
+    "trailers": [_frame(0, 0, 1, _B)],  # then trailers through the client's h2
+    "half-a-frame-then-idle": [_frame(0, 0x1, 1, _B)[:500], _frame(0, 0x1, 1, _B)[500:]],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_frames_amid_a_relayed_upload_end_as_with_the_layers(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool, case: str
+) -> None:
+    """After a relayed DATA frame, a hostile client's next frames: what the client sees,
+    what nginx kept and the audit are the same relay off and on (the table, pinned from
+    the layers' outcome)."""
+    p, mark, audit_mark = h2_proxy, nginx_upstream.mark(), h2_proxy.view.audit_log.mark()
+    with h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(10)
+        client = H2Stream(conn.sock)
+        sid = client.open(h2_request(AUTHORITY, "POST", "/upload", ("content-length", "1000")))
+        time.sleep(0.3)  # the upstream takes the headers: the next frame is relayed
+        conn.sock.sendall(_frame(0, 0, sid, _A))
+        time.sleep(0.1)
+        for read in CASES[case]:
+            conn.sock.sendall(read)
+            time.sleep(1.5 if case == "half-a-frame-then-idle" else 0.1)
+        if case == "trailers":
+            client.conn.send_data(sid, b"", end_stream=False)
+            client.conn.send_headers(sid, [("x-trailer", "t")], end_stream=True)
+            client._flush()
+        seen = _watch(conn.sock, client, ends=1)
+        after: list[object] = []
+        if case == "reset-mid-upload":  # the connection still carries another upload
+            two = client.conn.get_next_available_stream_id()
+            client.open(h2_request(AUTHORITY, "POST", "/upload", ("content-length", "5")))
+            conn.sock.sendall(_frame(0, 0x1, two, b"again"))
+            after = _watch(conn.sock, client, ends=1)
+    kept = []
+    for line in nginx_upstream.since(mark):
+        if line["uri"] == "/upload":
+            body = Path(line["body_file"]) if line["body_file"] else None
+            data = body.read_bytes() if body is not None and body.exists() else None
+            if body is not None:
+                body.unlink(missing_ok=True)
+            kept.append((line["status"], hashlib.sha256(data).hexdigest()[:12] if data else data))
+    time.sleep(0.5)
+    audits = [(a["status"], a["bytes_sent"]) for a in _audits(p, audit_mark)]
+    outcome = (seen, after, kept, audits)
+    assert outcome == EXPECTED[case], outcome
+
+
+_REFUSED = (
+    ["PROTOCOL_ERROR", "PROTOCOL_ERROR", None],
+    [],
+    [(499, None)],
+    [(None, 100)],
+)  # h2's GOAWAY, then mitmproxy's
+_WHOLE = (["1 200", "ended 1"], [], [(200, "e3bbfc78228b")], [(200, 1000)])
+EXPECTED: dict[str, object] = {
+    "more-than-declared": _REFUSED,
+    "less-then-end": _REFUSED,
+    "pad-over-payload": _REFUSED,
+    "data-on-an-even-stream": _REFUSED,
+    "data-on-stream-0": _REFUSED,
+    "data-after-end": _WHOLE,
+    # The reset upload: nginx 499, the audit counts what the proxy took (100 + 400); the
+    # connection then carries another upload whole.
+    "reset-mid-upload": ([], ["3 200", "ended 3"], [(499, None), (200, "b4c9e14061c2")],
+                         [(None, 500), (200, 5)]),
+    "control-frames-amid-data": _WHOLE,
+    # Request trailers: nginx gives up on the request (499) and the client gets 502, relay
+    # off as on (mitmproxy's own handling, not the relay's: found, left, D662).
+    "trailers": (["1 502", "ended 1"], [], [(499, None)], [(502, 1000)]),
+    "half-a-frame-then-idle": _WHOLE,
+}  # fmt: skip
