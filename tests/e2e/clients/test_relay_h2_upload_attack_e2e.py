@@ -8,6 +8,7 @@ record, so one read at the proxy), and asserts what the client sees and what ngi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import select
 import socket
@@ -23,10 +24,11 @@ import pytest
 
 from testbed import nginx
 from testbed.h2stream import H2Stream
-from tests.e2e.clients.test_relay_h2_e2e import AUTHORITY, CONFIG, _curl, _relayed, _uploaded, files
+from tests.e2e.clients.test_relay_h2_e2e import AUTHORITY, CONFIG, _curl, _relayed, files
 from tests.e2e.conftest import PrivateProxy, relaying
 from tests.e2e.memory_support import h2_request, h2_tunnel
 
+MIB = 1 << 20
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 __all__ = ["files"]  # the module fixture, reused
@@ -197,7 +199,8 @@ def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 3) 
             found = client.conn.receive_data(chunk)
         except h2.exceptions.ProtocolError:
             continue
-        client._flush()
+        with contextlib.suppress(OSError):  # the proxy may have closed already
+            client._flush()
         for e in found:
             if type(e) is h2.events.ConnectionTerminated:
                 seen.append(h2.errors.ErrorCodes(e.error_code).name)
@@ -302,3 +305,46 @@ EXPECTED: dict[str, object] = {
     "trailers": (["1 502", "ended 1"], [], [(499, None)], [(502, 1000)]),
     "half-a-frame-then-idle": _WHOLE,
 }  # fmt: skip
+
+
+BUDGET_CONFIG = CONFIG.replace(
+    "    - domain: api.allowed.test\n",
+    '    - domain: api.allowed.test\n      budget:\n        upload: "1MiB/day"\n',
+)
+
+
+def test_an_upload_cut_by_its_budget_mid_stream_reaches_the_upstream_as_with_the_layers(
+    private_proxy: Callable[..., PrivateProxy],
+    nginx_upstream: nginx.Nginx,
+    files: Path,
+    body_relay: bool,
+) -> None:
+    """An upload of unknown length crossing the entry's 1 MiB upload budget while it
+    streams in relayable DATA frames: cut (the client's connection closed), nginx never
+    gets a complete body, the audit counts the same, relay off and on."""
+    p = relaying(private_proxy, body_relay)("relay-h2-budget", BUDGET_CONFIG)
+    mark, audit_mark = nginx_upstream.mark(), p.view.audit_log.mark()
+    sent, before = 0, _relayed(p) or 0
+    with h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(10)
+        client = H2Stream(conn.sock)
+        sid = client.open(h2_request(AUTHORITY, "POST", "/upload"))
+        time.sleep(0.3)
+        try:
+            for _ in range(256):  # 4 MiB in 16 KiB frames, one read each
+                conn.sock.sendall(_frame(0, 0, sid, b"u" * 16384))
+                sent += 16384
+                time.sleep(0.002)
+        except OSError:
+            pass
+        seen = _watch(conn.sock, client, ends=1)
+    time.sleep(1)
+    lines = [(x["status"], x["body_file"]) for x in nginx_upstream.since(mark) if x["uri"] == "/upload"]
+    audits = [(a["status"], a["bytes_sent"], a.get("reason")) for a in _audits(p, audit_mark)]
+    # Cut at the budget's byte: the client's connection closed, nginx gave up on the
+    # request (499, nothing kept), the audit counts the 1 MiB the meter let through.
+    assert (seen, lines, audits) == ([None], [(499, "")], [(None, MIB, "budget_exceeded")])
+    assert sent > MIB
+    carried = (_relayed(p) or 0) - before
+    # With the relay on, what it carried went through the meter: never past the budget.
+    assert (0 < carried <= MIB) if body_relay else (carried == 0), carried
