@@ -226,6 +226,7 @@ CASES: dict[str, list[bytes]] = {
     "pad-over-payload": [_frame(0, 0x8, 1, bytes([200]) + b"abcd")],
     "data-on-an-even-stream": [_frame(0, 0, 2, b"x" * 10)],
     "data-on-stream-0": [_frame(0, 0, 0, b"x" * 10)],
+    "data-on-an-unopened-stream": [_frame(0, 0, 5, b"x" * 10)],
     "data-after-end": [_frame(0, 0x1, 1, _B), _frame(0, 0, 1, b"late")],
     "reset-mid-upload": [_frame(0, 0, 1, _B[:400]), _frame(3, 0, 1, (8).to_bytes(4))],
     "control-frames-amid-data": [
@@ -294,6 +295,7 @@ EXPECTED: dict[str, object] = {
     "pad-over-payload": _REFUSED,
     "data-on-an-even-stream": _REFUSED,
     "data-on-stream-0": _REFUSED,
+    "data-on-an-unopened-stream": _REFUSED,
     "data-after-end": _WHOLE,
     # The reset upload: nginx 499, the audit counts what the proxy took (100 + 400); the
     # connection then carries another upload whole.
@@ -339,7 +341,9 @@ def test_an_upload_cut_by_its_budget_mid_stream_reaches_the_upstream_as_with_the
             pass
         seen = _watch(conn.sock, client, ends=1)
     time.sleep(1)
-    lines = [(x["status"], x["body_file"]) for x in nginx_upstream.since(mark) if x["uri"] == "/upload"]
+    lines = [
+        (x["status"], x["body_file"]) for x in nginx_upstream.since(mark) if x["uri"] == "/upload"
+    ]
     audits = [(a["status"], a["bytes_sent"], a.get("reason")) for a in _audits(p, audit_mark)]
     # Cut at the budget's byte: the client's connection closed, nginx gave up on the
     # request (499, nothing kept), the audit counts the 1 MiB the meter let through.
@@ -348,3 +352,39 @@ def test_an_upload_cut_by_its_budget_mid_stream_reaches_the_upstream_as_with_the
     carried = (_relayed(p) or 0) - before
     # With the relay on, what it carried went through the meter: never past the budget.
     assert (0 < carried <= MIB) if body_relay else (carried == 0), carried
+
+
+def test_two_uploads_interleaved_in_one_read_arrive_whole(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+) -> None:
+    """Two uploads open at once on one connection, their DATA frames interleaved in the
+    same reads (relayable reads of one stream between them): nginx keeps each body
+    exactly, relay off and on."""
+    p, mark = h2_proxy, nginx_upstream.mark()
+    one, two = b"1" * 50_000, b"2" * 70_000
+    with h2_tunnel(p, AUTHORITY) as conn:
+        conn.sock.settimeout(10)
+        client = H2Stream(conn.sock)
+        a = client.open(h2_request(AUTHORITY, "POST", "/upload", ("content-length", "50000")))
+        b = client.open(h2_request(AUTHORITY, "POST", "/upload", ("content-length", "70000")))
+        time.sleep(0.3)
+        for at in range(0, 70_000, 10_000):
+            mixed = _frame(0, 0, b, two[at : at + 10_000])
+            if at < 50_000:
+                mixed = _frame(0, 0, a, one[at : at + 5_000]) + mixed
+                mixed += _frame(0, 0, a, one[at + 5_000 : at + 10_000])
+            conn.sock.sendall(mixed)
+            conn.sock.sendall(_frame(0, 0, b, b""))  # an empty frame, a read of its own
+            time.sleep(0.01)
+        client.conn.end_stream(a)
+        client.conn.end_stream(b)
+        client._flush()
+        seen = _watch(conn.sock, client, ends=2)
+    assert sorted(x for x in seen if x is not None) == sorted(
+        [f"{a} 200", f"ended {a}", f"{b} 200", f"ended {b}"]
+    ), seen
+    lines = [x for x in nginx_upstream.since(mark) if x["uri"] == "/upload"]
+    kept = sorted(Path(x["body_file"]).read_bytes() for x in lines)
+    for x in lines:
+        Path(x["body_file"]).unlink()
+    assert ([x["status"] for x in lines], kept) == ([200, 200], [one, two])
