@@ -189,3 +189,43 @@ def test_complete_ends_where_the_frames_cut_anywhere_end(
             break
         at += 9 + n
     assert relayh2.complete(buffer, LIMIT) == at
+
+
+_FRAMES = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0, 0, 1, 8]),  # DATA mostly, HEADERS, WINDOW_UPDATE
+        st.sampled_from([0, 0, 1, 8]),  # no flags mostly, END_STREAM, PADDED
+        st.sampled_from([1, 1, 3]),
+        st.binary(max_size=LIMIT),
+    ),
+    max_size=8,
+)
+
+
+@given(_FRAMES, st.lists(st.integers(min_value=0, max_value=600), max_size=6), st.booleans())
+def test_reads_cut_anywhere_hand_on_the_frames_in_order_and_keep_at_most_one_unfinished(
+    frames: list[tuple[int, int, int, bytes]], cuts: list[int], oversized: bool
+) -> None:
+    """The relay's per-read split of a client's wire (D656, D660), its reads cut anywhere: a
+    read whose complete frames `data_frames` takes is relayed, else `complete` says what
+    goes to the layers; the rest waits. Whatever the cuts: the frames handed on are the
+    wire's in order, what waits is less than one frame, and a header announcing more than
+    the maximum never waits (it goes to the layers, which refuse it from its header)."""
+    wire = b"".join(frame(*f) for f in frames)
+    if oversized:
+        wire += frame(0, 0, 1, b"z", length=LIMIT + 1)
+    bounds = sorted({min(c, len(wire)) for c in cuts} | {len(wire)})
+    handed, pending, start = bytearray(), bytearray(), 0
+    for end in bounds:
+        whole = pending + wire[start:end]
+        start = end
+        found = relayh2.data_frames(whole, LIMIT)
+        upto = found[1] if found is not None else relayh2.complete(whole, LIMIT)
+        handed += whole[:upto]
+        pending = bytearray(whole[upto:])
+        assert len(pending) < 9 + LIMIT
+        if len(pending) >= 9:
+            assert int.from_bytes(pending[:3]) <= LIMIT
+    done = wire[: len(wire) - len(pending)]
+    assert bytes(handed) == done
+    assert not pending or not oversized  # the oversized header always reaches the layers
