@@ -303,7 +303,7 @@ EXPECTED: dict[str, object] = {
                          [(None, 500), (200, 5)]),
     "control-frames-amid-data": _WHOLE,
     # Request trailers: nginx gives up on the request (499) and the client gets 502, relay
-    # off as on (mitmproxy's own handling, not the relay's: found, left, D662).
+    # off as on (not the relay's; found and left, D662).
     "trailers": (["1 502", "ended 1"], [], [(499, None)], [(502, 1000)]),
     "half-a-frame-then-idle": _WHOLE,
 }  # fmt: skip
