@@ -35,12 +35,15 @@ from __future__ import annotations
 import binascii
 from collections.abc import Buffer
 
+import h2.errors
 import h2.events
+import h2.exceptions
 from hyperframe.frame import DataFrame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
 from sandbox_egress.runtime.engine import h2frames
 
+_HEADER = 9  # an HTTP/2 frame header
 _SHOWN = 10  # bytes of the body hyperframe's repr shows (20 hex digits, then "...")
 _original_receive_data = BufferedH2Connection.receive_data
 
@@ -90,7 +93,24 @@ def _merging_receive_data(self: BufferedH2Connection, data: Buffer) -> list[h2.e
     elif self.__dict__.get("_pending_frames"):  # a client leg: what the upload relay left
         pending = self.__dict__.pop("_pending_frames")  # of a frame comes first (D656)
         data = bytes(pending + data)
-    return merged(_original_receive_data(self, data))
+    found = merged(_original_receive_data(self, data))
+    _refuse_oversized(self)
+    return found
+
+
+def _refuse_oversized(conn: BufferedH2Connection) -> None:
+    """A frame whose header announces more than the connection accepts is refused once
+    its header is in, as h2 refuses it once it is whole: h2 4.4 keeps such a frame in its
+    buffer until all of it arrived, so a peer could make it hold 16 MiB per connection
+    (D660). The unfinished frame is in h2's buffer, or in `_pending_frames` on an upstream
+    leg (D318) or after the upload relay (D656)."""
+    waiting = conn.incoming_buffer._data or conn.__dict__.get("_pending_frames") or b""
+    if len(waiting) >= _HEADER and int.from_bytes(waiting[:3]) > conn.max_inbound_frame_size:
+        conn._terminate_connection(h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+        raise h2.exceptions.FrameTooLargeError(
+            f"Received overlong frame: length {int.from_bytes(waiting[:3])}, "
+            f"max {conn.max_inbound_frame_size}"
+        )
 
 
 def short_body_repr(self: DataFrame) -> str:

@@ -114,13 +114,16 @@ def route(layer: tls.TLSLayer) -> Legs | None:
 def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] | None:
     """(the stream, where the complete frames end, their payload) when the complete
     frames at the head of `buffer` are one or more DATA frames of one stream with no flags
-    and none longer than `limit`, else None. An incomplete frame at the end is not looked
-    at."""
+    and none longer than `limit`, else None. An incomplete frame at the end waits for the
+    next read, unless its header announces more than `limit` (None: the layers refuse it
+    now, D660)."""
     size, at, payload, sid = len(buffer), 0, 0, 0
     while size - at >= _HEADER:
         high, low, kind, flags, stream = _FIELDS.unpack_from(buffer, at)
         length = high << 8 | low
-        if at + _HEADER + length > size:
+        if at + _HEADER + length > size:  # unfinished: left for the next read, unless
+            if length > limit:  # it is refused from its header (h2data, D660)
+                return None
             break
         if kind or flags or length > limit or not stream & 0x7FFFFFFF or (sid and stream != sid):
             return None

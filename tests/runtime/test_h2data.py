@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import pytest
 from hyperframe.frame import DataFrame, Frame
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
@@ -205,3 +206,23 @@ def test_short_body_repr_is_hyperframes_text(data: bytes, pad: int | None) -> No
 def test_installed_repr_of_a_data_frame(installed: None) -> None:
     frame = _frame(bytes(range(100)), None)
     assert repr(frame) == "DataFrame(stream_id=1, flags=[]): <hex:00010203040506070809...>"
+
+
+def test_a_frame_announcing_more_than_the_maximum_is_refused_from_its_header(
+    installed: None,
+) -> None:
+    """h2 4.4 keeps an oversized frame until all of it arrived (up to 16 MiB); the installed
+    receive refuses it once its header is in, client leg and upstream leg alike (D660)."""
+    for client_side in (False, True):
+        conn = BufferedH2Connection(h2.config.H2Configuration(client_side=client_side))
+        conn.initiate_connection()
+        conn.data_to_send()
+        head = b"" if client_side else b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        settings = b"\0\0\0\x04\0\0\0\0\0"
+        conn.receive_data(head + settings)
+        conn.data_to_send()
+        over = (conn.max_inbound_frame_size + 1).to_bytes(3) + b"\0\0\0\0\0\1" + b"z" * 10
+        with pytest.raises(h2.exceptions.FrameTooLargeError):
+            conn.receive_data(over[:9])
+        sent = conn.data_to_send()  # a GOAWAY (type 7) with FRAME_SIZE_ERROR (6)
+        assert (sent[3], int.from_bytes(sent[13:17])) == (7, 6), sent

@@ -30,8 +30,9 @@ def _found(buffer: bytes | bytearray) -> tuple[int, int, int] | None:
     return relayh2.data_frames(buffer, LIMIT)
 
 
-def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
+def frame(kind: int, flags: int, sid: int, payload: bytes, length: int | None = None) -> bytes:
+    size = len(payload) if length is None else length  # `length`: a header that lies
+    return size.to_bytes(3) + bytes([kind, flags]) + sid.to_bytes(4) + payload
 
 
 def test_the_internals_relayh2_reads_are_mitmproxys_and_h2s() -> None:
@@ -119,6 +120,10 @@ def test_anything_else_is_mitmproxys() -> None:
     assert _found(frame(1, 0x4, 1, b"")) is None  # HEADERS (trailers)
     assert _found(frame(0, 0, 0, b"z")) is None  # DATA on stream 0
     assert _found(frame(0, 0, 1, b"z" * (LIMIT + 1))) is None  # over the maximum: h2 refuses
+    # An unfinished frame announcing more than the maximum after a relayable one: the
+    # layers refuse it now rather than it waiting in `_pending_frames` (D660).
+    assert _found(data + frame(0, 0, 1, b"z", length=LIMIT + 1)) is None
+    assert _found(data + frame(0, 0, 1, b"z", length=LIMIT)) == (1, len(data), 10)
 
 
 def test_the_payload_is_the_frames_joined() -> None:
@@ -184,3 +189,43 @@ def test_complete_ends_where_the_frames_cut_anywhere_end(
             break
         at += 9 + n
     assert relayh2.complete(buffer, LIMIT) == at
+
+
+_FRAMES = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0, 0, 1, 8]),  # DATA mostly, HEADERS, WINDOW_UPDATE
+        st.sampled_from([0, 0, 1, 8]),  # no flags mostly, END_STREAM, PADDED
+        st.sampled_from([1, 1, 3]),
+        st.binary(max_size=LIMIT),
+    ),
+    max_size=8,
+)
+
+
+@given(_FRAMES, st.lists(st.integers(min_value=0, max_value=600), max_size=6), st.booleans())
+def test_reads_cut_anywhere_hand_on_the_frames_in_order_and_keep_at_most_one_unfinished(
+    frames: list[tuple[int, int, int, bytes]], cuts: list[int], oversized: bool
+) -> None:
+    """The relay's per-read split of a client's wire (D656, D660), its reads cut anywhere: a
+    read whose complete frames `data_frames` takes is relayed, else `complete` says what
+    goes to the layers; the rest waits. Whatever the cuts: the frames handed on are the
+    wire's in order, what waits is less than one frame, and a header announcing more than
+    the maximum never waits (it goes to the layers, which refuse it from its header)."""
+    wire = b"".join(frame(*f) for f in frames)
+    if oversized:
+        wire += frame(0, 0, 1, b"z", length=LIMIT + 1)
+    bounds = sorted({min(c, len(wire)) for c in cuts} | {len(wire)})
+    handed, pending, start = bytearray(), bytearray(), 0
+    for end in bounds:
+        whole = pending + wire[start:end]
+        start = end
+        found = relayh2.data_frames(whole, LIMIT)
+        upto = found[1] if found is not None else relayh2.complete(whole, LIMIT)
+        handed += whole[:upto]
+        pending = bytearray(whole[upto:])
+        assert len(pending) < 9 + LIMIT
+        if len(pending) >= 9:
+            assert int.from_bytes(pending[:3]) <= LIMIT
+    done = wire[: len(wire) - len(pending)]
+    assert bytes(handed) == done
+    assert not pending or not oversized  # the oversized header always reaches the layers
