@@ -14,12 +14,10 @@ fields must be equal both ways.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import json
-import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.harness import AuditLines, Harness, JsonLines
+from testbed.harness import JsonLines
 from testbed.netns import UPSTREAM_IP, Topology
-from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.testca import Pki
-from tests.e2e.conftest import EGRESS_PROXY, _private_ports, _start_and_wait, proxy_env
+from tests.e2e.conftest import (
+    PrivateProxy,
+    _start_and_wait,
+)
 
 pytestmark = [pytest.mark.netns]
 
@@ -55,48 +55,16 @@ AUDITED = (
 )  # fmt: skip
 
 
-@dataclasses.dataclass(frozen=True)
-class Side:
-    process: ProxyProcess
-    view: Harness
+Side = PrivateProxy  # a proxy of the module's own: its process, the harness seen through it
 
 
 @pytest.fixture(scope="module")
-def sides(harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[list[Side]]:
+def sides(module_private_proxy: Callable[..., PrivateProxy]) -> list[Side]:
     """Two proxies of this module's own: the fast path off, then on."""
-    started: list[Side] = []
-    try:
-        for extra in ([], ["--fast-path"]):
-            n = next(_private_ports)
-            port, metrics = 8100 + n, 9500 + n
-            config = e2e_dir / f"fpattack-{n}.yaml"
-            config.write_text(CONFIG)
-            process = start_proxy(
-                f"fpattack-{n}",
-                topology.exec_prefix(topology.ns_proxy),
-                EGRESS_PROXY,
-                config,
-                ["--listen", f"{topology.proxy_ip}:{port}"]
-                + ["--metrics", f"{topology.proxy_ip}:{metrics}"]
-                + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra],
-                e2e_dir,
-                proxy_env(harness.secrets[0]),
-                lambda m=metrics: socket.create_connection((topology.proxy_ip, m), timeout=5),
-            )
-            view = dataclasses.replace(
-                harness,
-                proxy_port=port,
-                metrics_port=metrics,
-                audit_log=AuditLines(process.audit),
-                proxy_stdout=process.child.stdout,
-                proxy_stderr=process.child.stderr,
-                responses=[],
-            )
-            started.append(Side(process, view))
-        yield started
-    finally:
-        for side in reversed(started):
-            side.process.child.stop()
+    return [
+        module_private_proxy("fpattack", CONFIG),
+        module_private_proxy("fpattack", CONFIG, "--fast-path"),
+    ]
 
 
 def _read_answers(conn: Any, deadline: float) -> list[tuple[Any, ...]]:

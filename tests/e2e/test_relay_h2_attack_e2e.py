@@ -14,13 +14,10 @@ be equal both ways.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
-import socket
 import ssl
 import struct
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import h2.config
@@ -49,11 +46,9 @@ from testbed.h2script import (
     frame,
     headers,
 )
-from testbed.harness import AuditLines, Harness
 from testbed.netns import UPSTREAM_IP, Topology
-from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.testca import Pki
-from tests.e2e.conftest import EGRESS_PROXY, _private_ports, proxy_env
+from tests.e2e.conftest import PrivateProxy
 
 pytestmark = [pytest.mark.netns]
 
@@ -75,10 +70,7 @@ PIECE = 8192
 LEAD = 4  # DATA frames before the attack, a write each
 
 
-@dataclasses.dataclass(frozen=True)
-class Side:
-    process: ProxyProcess
-    view: Harness
+Side = PrivateProxy  # a proxy of the module's own: its process, the harness seen through it
 
 
 @pytest.fixture(scope="module")
@@ -93,41 +85,12 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[H2Script]:
 
 
 @pytest.fixture(scope="module")
-def sides(harness: Harness, topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[list[Side]]:
+def sides(module_private_proxy: Callable[..., PrivateProxy]) -> list[Side]:
     """Two proxies of this module's own: the relay off, then on."""
-    started: list[Side] = []
-    try:
-        for extra in ([], ["--body-relay"]):
-            n = next(_private_ports)
-            port, metrics = 8100 + n, 9500 + n
-            config = e2e_dir / f"h2attack-{n}.yaml"
-            config.write_text(CONFIG)
-            process = start_proxy(
-                f"h2attack-{n}",
-                topology.exec_prefix(topology.ns_proxy),
-                EGRESS_PROXY,
-                config,
-                ["--listen", f"{topology.proxy_ip}:{port}"]
-                + ["--metrics", f"{topology.proxy_ip}:{metrics}"]
-                + ["--certs", str(e2e_dir / "certs"), "--upstream-ca", str(pki.ca_cert), *extra],
-                e2e_dir,
-                proxy_env(harness.secrets[0]),
-                lambda m=metrics: socket.create_connection((topology.proxy_ip, m), timeout=5),
-            )
-            view = dataclasses.replace(
-                harness,
-                proxy_port=port,
-                metrics_port=metrics,
-                audit_log=AuditLines(process.audit),
-                proxy_stdout=process.child.stdout,
-                proxy_stderr=process.child.stderr,
-                responses=[],
-            )
-            started.append(Side(process, view))
-        yield started
-    finally:
-        for side in reversed(started):
-            side.process.child.stop()
+    return [
+        module_private_proxy("h2attack", CONFIG),
+        module_private_proxy("h2attack", CONFIG, "--body-relay"),
+    ]
 
 
 def piece(i: int) -> bytes:
@@ -266,7 +229,7 @@ def relayed(side: Side) -> int:
 
 def differential(sides: list[Side], upstream: H2Script, name: str, script: h2script.Script,
                  alpn: tuple[str, ...] = ("h2",), *, racy_body: bool = False,
-                 **client: Any) -> dict[str, Any]:  # fmt: skip
+                 racy_goaway: bool = False, **client: Any) -> dict[str, Any]:  # fmt: skip
     upstream.scripts[name] = script
     stack = "-".join(alpn)
     # both sides at once, each its own request path (the upstream's records are told apart)
@@ -283,6 +246,11 @@ def differential(sides: list[Side], upstream: H2Script, name: str, script: h2scr
             side["client"]["body"] = {
                 k: 0 < v[0] <= SLOW_TOTAL for k, v in side["client"]["body"].items()
             }
+    if racy_goaway:  # what is lost to the reset or not (RACY_GOAWAY): connection frames
+        for side in (on, off):  # after the preface's SETTINGS (a SETTINGS ACK, the GOAWAY)
+            side["upstream"] = [
+                [f for i, f in enumerate(got) if i == 0 or f[2] != 0] for got in side["upstream"]
+            ]
     assert on == off
     return off
 
@@ -473,7 +441,18 @@ STACKS = [("h2",), ("h2", "http/1.1")]  # the two layer stacks of D576
 @pytest.mark.parametrize("alpn", STACKS, ids=["h2-only", "h2-and-http1"])
 @pytest.mark.parametrize("name", sorted(UPSTREAM_ATTACKS))
 def test_a_hostile_upstream_is_seen_alike(sides, upstream, name, alpn):
-    differential(sides, upstream, name.replace("_", "-"), UPSTREAM_ATTACKS[name], alpn)
+    racy = name in RACY_GOAWAY
+    differential(sides, upstream, name.replace("_", "-"), UPSTREAM_ATTACKS[name], alpn,
+                 racy_goaway=racy)  # fmt: skip
+
+
+# The proxy refuses a frame announcing more than it takes from the header (D660) and closes
+# with the rest of the frame unread: its socket then resets, and the upstream may lose
+# what preceded the reset (the GOAWAY, a SETTINGS ACK), on either side (how much is unread
+# depends on the read size, wider while relaying). Its frames are compared without the
+# connection's frames after the preface (D664); the streams' frames, the client's view and
+# the audit exactly.
+RACY_GOAWAY = {"over_mitm_frame"}
 
 
 @pytest.mark.parametrize("alpn", [("h2",), ("h2", "http/1.1")], ids=["h2-only", "h2-and-http1"])
