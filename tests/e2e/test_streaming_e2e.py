@@ -291,8 +291,10 @@ def test_chunked_bodies_both_ways_on_one_kept_alive_tunnel(stream_proxy: Private
     ]
     after = _carried(p)
     if before is not None and after is not None:
+        # All of them when each head arrived in a read of its own, none of the body with it
+        # (the layers then read no body byte); never more than the bodies held.
         moved = sum(size for size, _ in CHUNKED) + CHUNKED_UPLOAD
-        assert moved * 0.5 <= after - before < moved, (before, after)
+        assert moved * 0.5 <= after - before <= moved, (before, after)
 
 
 ECHO_SIZE = 8 * MIB
