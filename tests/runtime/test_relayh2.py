@@ -228,4 +228,5 @@ def test_reads_cut_anywhere_hand_on_the_frames_in_order_and_keep_at_most_one_unf
             assert int.from_bytes(pending[:3]) <= LIMIT
     done = wire[: len(wire) - len(pending)]
     assert bytes(handed) == done
-    assert not pending or not oversized  # the oversized header always reaches the layers
+    if oversized:  # its header always reaches the layers; its one byte of body may wait
+        assert len(handed) >= len(wire) - 1, (len(handed), len(wire))
