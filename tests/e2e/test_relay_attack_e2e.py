@@ -82,13 +82,6 @@ def pair(module_private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProx
     return start("atk-layers", CONFIG), start("atk-relay", CONFIG, "--body-relay")
 
 
-@pytest.fixture
-def fresh_pair(private_proxy: Callable[..., PrivateProxy]) -> tuple[PrivateProxy, PrivateProxy]:
-    """Two proxies of the test's own, the relay off then on: for the one attack whose
-    answer differs once the relaying proxy has carried earlier attacks (D640)."""
-    return private_proxy("atk-layers", CONFIG), private_proxy("atk-relay", CONFIG, "--body-relay")
-
-
 @dataclass(frozen=True)
 class Seen:
     client: bytes  # every byte the client read, until the proxy closed or went quiet
@@ -418,18 +411,51 @@ def test_an_interim_answer_then_a_body_is_forwarded_alike(pair, scripted):
 # -- the client's framing (uploads) -----------------------------------------------------------
 
 UPLOAD_ANSWER = [["drain", 1.0], send(head("Content-Length: 2") + b"ok"), ["drain", 0.5], ["close"]]
+OK = head("Content-Length: 2") + b"ok"  # what the client reads of UPLOAD_ANSWER
 
 
-def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(fresh_pair, scripted):
-    second = get("GET")
+def _after_first(upstream: bytes, first_body: bytes) -> tuple[bytes, bytes]:
+    """The head and the rest the upstream received after the first request's `first_body`
+    on the same connection."""
+    _, _, rest = upstream.partition(b"\r\n\r\n")
+    assert rest.startswith(first_body), rest[:80]
+    head, _, body = rest[len(first_body) :].partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(pair, scripted):
+    """The pipelined GET follows the POST's answer on the same connection, as its head
+    alone: no chunked terminator of the POST's after it (D670; before, under python -O, a
+    stray `0\\r\\n\\r\\n` followed it)."""
     seen, relay = both(
-        fresh_pair, scripted, "up-pipelined", UPLOAD_ANSWER,
-        [get("POST", CHUNKED) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n" + second],
+        pair, scripted, "up-pipelined", UPLOAD_ANSWER,
+        [get("POST", CHUNKED) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n" + get("GET")],
     )  # fmt: skip
-    sent_head, _, body = seen.upstream.partition(b"\r\n\r\n")
-    assert sent_head.startswith(b"POST /s/")
-    assert body.startswith(framed(A, B, A) + b"0\r\n\r\n")
+    assert seen.upstream.startswith(b"POST /s/@@ HTTP/1.1\r\n")
+    sent, rest = _after_first(seen.upstream, framed(A, B, A) + b"0\r\n\r\n")
+    assert (sent.split(b"\r\n")[0], rest) == (b"GET /s/@@ HTTP/1.1", b"")
+    assert seen.client.startswith(OK), seen.client
+    assert seen.client[len(OK) :].startswith(b"HTTP/1.1 502 "), seen.client
     assert relay.relayed >= 5999
+
+
+def test_a_request_pipelined_after_a_chunked_one_reaches_the_upstream_as_sent(pair, scripted):
+    """A request of a length pipelined after a chunked one: its body reaches the upstream
+    as the client sent it, not framed as chunks; the request hidden in its tail stays body
+    (D670: under python -O mitmproxy's HTTP/1 client took the second request while it
+    still held the first, framed the second's body as the first's chunks, and the body's
+    tail reached the upstream as a request of its own, past the policy)."""
+    body = b"x" * 16 + f"GET /hidden HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
+    second = get("POST", f"Content-Length: {len(body)}") + body
+    seen, relay = both(
+        pair, scripted, "up-pipelined-cl", UPLOAD_ANSWER,
+        [get("POST", CHUNKED) + chunk(A), chunk(A) + b"0\r\n\r\n" + second],
+    )  # fmt: skip
+    sent, rest = _after_first(seen.upstream, framed(A, A) + b"0\r\n\r\n")
+    assert (sent.split(b"\r\n")[0], rest) == (b"POST /s/@@ HTTP/1.1", body)
+    assert seen.client.startswith(OK), seen.client
+    assert seen.client[len(OK) :].startswith(b"HTTP/1.1 502 "), seen.client  # never answered
+    assert relay.relayed >= 2999
 
 
 @pytest.mark.parametrize(
