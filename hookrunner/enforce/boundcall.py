@@ -30,7 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path  # ``keep`` and ``mask`` (D435, D438) take paths
 
-from sandbox_egress.hookrunner.enforce.keep import prepare, read_only_paths
+from sandbox_egress.hookrunner.enforce.keep import prepare
 from sandbox_egress.hookrunner.enforce.mask import MaskIncomplete, protected_identities
 from sandbox_egress.hookrunner.enforce.toolns import tool_namespace
 
@@ -110,10 +110,9 @@ def run(
         script = (define if defined else "") + INNER
         argv = [program, "-c", script, program, command, cwd_file]
         # What runs before the next boundary (D435); with the bridge's token, git's too (D543).
-        unkept = prepare(env, Path(workspace), git=bool(extra))
+        unkept, keep = prepare(env, Path(workspace), git=bool(extra))
         if unkept is not None:
             return refuse(f"{unkept} (remove it or make its target)")
-        keep = read_only_paths(env, Path(workspace), git=bool(extra))
         made, _, inside = tool_namespace(
             argv, [], None, env, lasting=True, keep=keep, checked=masks
         )

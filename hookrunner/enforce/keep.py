@@ -75,27 +75,26 @@ def runner_install() -> list[str]:
     return [os.path.commonpath(real), *real]
 
 
-def read_only_paths(env: Mapping[str, str], workspace: Path, git: bool = False) -> list[str]:
-    """Real paths to make read-only for a command under the boundary (see module doc);
-    ``git``: git's configuration and hooks too (the approvals bridge is on, D543)."""
-    return _pruned(_candidates(env, workspace, git), os.path.realpath(workspace))
-
-
-def prepare(env: Mapping[str, str], workspace: Path, git: bool = False) -> str | None:
-    """Before ``read_only_paths``: make the folders whose absence and emptiness mean the
-    same to Claude Code (the project's ``.claude``, its configuration folder), so that they
-    are kept like existing ones (D650); a reason to refuse the call when a kept name, or a
-    folder holding one, is a link to nothing (a bind needs its target: the command could
-    make the target and write through the link, D651)."""
+def prepare(
+    env: Mapping[str, str], workspace: Path, git: bool = False
+) -> tuple[str | None, list[str]]:
+    """The real paths to make read-only for a command under the boundary (see module doc;
+    ``git``: git's configuration and hooks too, the approvals bridge is on, D543), or a
+    reason to refuse the call. First it makes the folders whose absence and emptiness mean
+    the same to Claude Code (the project's ``.claude``, its configuration folder), so that
+    they are kept like existing ones (D650). The reason: a kept name, or a folder holding
+    one, is a link to nothing (a bind needs its target: the command could make the target
+    and write through the link, D651)."""
     for folder in (str(workspace / ".claude"), claude_config(env)):
         if folder is not None and not os.path.lexists(folder):
             with contextlib.suppress(OSError):  # then the command cannot make it either
                 os.mkdir(folder)
-    for path in _candidates(env, workspace, git):
+    candidates = _candidates(env, workspace, git)
+    for path in candidates:
         dangling = _dangling(path)
         if dangling is not None:
-            return f"{dangling} is a link to nothing, which the boundary cannot keep read-only"
-    return None
+            return f"{dangling} is a link to nothing, which the boundary cannot keep read-only", []
+    return None, _pruned(candidates, os.path.realpath(workspace))
 
 
 def _dangling(path: str) -> str | None:
