@@ -11,6 +11,9 @@ error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
   and noted on the flow, then mitmproxy handles it; the error it was about to send the
   client is replaced by the product's JSON answer (`addons.refusal`) — the refusal the
   `error` hook set, or one made from the failure's reason — on HTTP/1 and HTTP/2 alike;
+* one failure is repaired instead (D680): a safe request without a body that a kept-alive
+  connection lost before any answer byte goes once more, on a new connection
+  (`proxy.failures.send_again` decides; `_send_again` sends it as mitmproxy does);
 * `UpstreamFailures.tls_failed_server` notes the handshake that failed on a client's
   upstream connection (TLS wins over the connect error that follows it);
 * `UpstreamFailures.error` — mitmproxy's error hook, which runs before it answers —
@@ -33,7 +36,11 @@ from mitmproxy import connection, http, tls
 from mitmproxy.proxy import commands, layer
 from mitmproxy.proxy.layers.http import HttpStream, SendHttp
 from mitmproxy.proxy.layers.http._events import (
+    RequestData,
+    RequestEndOfMessage,
+    RequestHeaders,
     RequestProtocolError,
+    RequestTrailers,
     ResponseData,
     ResponseEndOfMessage,
     ResponseHeaders,
@@ -46,13 +53,14 @@ from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.timeouts import CONNECT_TIMEOUT_S, TIMED_OUT_KEY, Timeouts
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.failures import Quieted, classify
+from sandbox_egress.proxy.failures import Quieted, classify, send_again
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
 
 REFUSAL_KEY = "egress.upstream_refusal"  # flow.metadata: the response to send instead
 FAILED_KEY = "egress.upstream_failed"  # flow.metadata: the failure's Reason, before `error`
+AGAIN_KEY = "egress.sent_again"  # flow.metadata: the request went on a second connection
 
 _original = HttpStream.handle_protocol_error
 
@@ -64,6 +72,9 @@ def install() -> None:
 
 def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolError) -> Commands:
     flow = self.flow
+    if isinstance(event, ResponseProtocolError) and _lost_with_its_connection(self, event):
+        yield from _send_again(self)
+        return
     if isinstance(event, ResponseProtocolError) and flow.response is None:
         timed_out = bool(flow.metadata.get(TIMED_OUT_KEY))
         flow.metadata.setdefault(FAILED_KEY, classify(event.code.name, event.message, timed_out))
@@ -79,6 +90,53 @@ def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolEr
         return _send(self, refusal) if refusal is not None else None
 
     yield from relay(_original(self, event), instead)
+
+
+def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) -> bool:
+    """Whether the request was lost with a kept-alive connection and goes once more (D680):
+    the rule first, then that the stream has sent it all and waits for the answer head."""
+    flow = stream.flow
+    opened, came = flow.server_conn.timestamp_start, flow.request.timestamp_start
+    return (
+        flow.response is None
+        and send_again(
+            flow.request.method,
+            event.message,
+            reused=opened is not None and opened < came,
+            held=not flow.request.stream or _bodiless(flow.request),
+            again=bool(flow.metadata.get(AGAIN_KEY)),
+            timed_out=bool(flow.metadata.get(TIMED_OUT_KEY)),
+        )
+        and stream.client_state == stream.state_done
+        and stream.server_state == stream.state_wait_for_response_headers
+    )
+
+
+def _bodiless(request: http.Request) -> bool:
+    """An HTTP/1 request without a body (streamed or not, nothing of it is lost)."""
+    headers = request.headers
+    return (
+        request.http_version.startswith("HTTP/1")
+        and "transfer-encoding" not in headers
+        and headers.get("content-length", "0").strip() == "0"
+    )
+
+
+def _send_again(stream: HttpStream) -> layer.CommandGenerator[None]:
+    """The held request once more, on a new connection (the connect-time checks run
+    again; a connect that fails is answered as any failed connect)."""
+    stream.flow.metadata[AGAIN_KEY] = True
+    if not (yield from stream.make_server_connection()):
+        return
+    request, server = stream.flow.request, stream.context.server
+    content = request.raw_content
+    done = not (content or request.trailers)
+    yield SendHttp(RequestHeaders(stream.stream_id, request, done), server)
+    if content:
+        yield SendHttp(RequestData(stream.stream_id, content), server)
+    if request.trailers:
+        yield SendHttp(RequestTrailers(stream.stream_id, request.trailers), server)
+    yield SendHttp(RequestEndOfMessage(stream.stream_id), server)
 
 
 def _fallback(flow: http.HTTPFlow, event: ResponseProtocolError) -> http.Response | None:

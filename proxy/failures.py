@@ -9,6 +9,11 @@ before a complete answer head is `upstream_reset`, one that did not connect or b
 its answer in time is `upstream_timeout`. TLS (`upstream_tls`), names (`dns_failure`)
 and credentials (`credential_unavailable`) are decided where they happen.
 
+`send_again` says whether a request lost with its kept-alive connection goes once more
+on a new one (D680): only a safe method (RFC 9110 9.2.1; it changes nothing, so the
+upstream may see it twice), whose whole request the proxy holds, lost on a connection that
+was open before the request came and closed before any byte of an answer; once.
+
 `Quieted` bounds the operator's stderr: one line per (host, reason) per
 `QUIET_S`, the next one saying how many were left unsaid; at most `QUIET_KEYS` keys
 are remembered (a sandbox cycling through host names cannot grow it).
@@ -29,6 +34,9 @@ TIMED_OUT = "timed out"  # in the message of a connect the proxy gave up on
 # The engine's error codes (mitmproxy's `ErrorCode` by name) that mean the connection
 # to the upstream was never made.
 CONNECT_FAILED = "CONNECT_FAILED"
+# What mitmproxy's HTTP/1 client reports when the upstream closed before an answer byte.
+CLOSED_UNANSWERED = "server closed connection"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def classify(kind: str, message: str, timed_out: bool = False) -> Reason:
@@ -38,6 +46,22 @@ def classify(kind: str, message: str, timed_out: bool = False) -> Reason:
     if kind == CONNECT_FAILED:
         return Reason.UPSTREAM_REFUSED
     return Reason.UPSTREAM_RESET
+
+
+def send_again(
+    method: str, message: str, *, reused: bool, held: bool, again: bool, timed_out: bool
+) -> bool:
+    """Whether a request whose upstream failed with `message` goes once more, on a new
+    connection: `reused`, its connection was open before it came; `held`, the proxy holds
+    its whole request (not streamed); `again`, it already went twice; `timed_out`, the
+    proxy itself closed the connection (its answer deadline, D353)."""
+    return (
+        message == CLOSED_UNANSWERED
+        and method in SAFE_METHODS
+        and reused
+        and held
+        and not (again or timed_out)
+    )
 
 
 class Quieted:

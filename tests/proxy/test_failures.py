@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox_egress.proxy import failures
 from sandbox_egress.proxy.decision import FAILURES, STATUS, Decision, Reason
 from sandbox_egress.proxy.failures import QUIET_S, Quieted, classify
 
@@ -57,3 +58,29 @@ def test_the_hosts_remembered_are_bounded() -> None:
         assert quiet.say(f"h{n}.test", Reason.UPSTREAM_RESET, 1.0) == 0
     assert len(quiet._last) == 3
     assert quiet.say("h0.test", Reason.UPSTREAM_RESET, 1.5) == 0  # forgotten: said again
+
+
+LOST = failures.CLOSED_UNANSWERED
+SEND_AGAIN = {"reused": True, "held": True, "again": False, "timed_out": False}
+
+
+@pytest.mark.parametrize(
+    ("method", "message", "change", "expected"),
+    [
+        ("GET", LOST, {}, True),
+        ("HEAD", LOST, {}, True),
+        ("OPTIONS", LOST, {}, True),
+        ("POST", LOST, {}, False),  # not safe: the upstream may have acted on it
+        ("PUT", LOST, {}, False),  # idempotent, not safe: left to the client
+        ("DELETE", LOST, {}, False),
+        ("get", LOST, {}, False),  # methods are compared exactly
+        ("GET", "unexpected server response: b'x'", {}, False),  # an answer byte came
+        ("GET", "Connection reset by peer", {}, False),
+        ("GET", LOST, {"reused": False}, False),  # opened for this request: not the race
+        ("GET", LOST, {"held": False}, False),  # a body streamed on: not held to send again
+        ("GET", LOST, {"again": True}, False),  # once
+        ("GET", LOST, {"timed_out": True}, False),  # the proxy's own deadline closed it
+    ],
+)
+def test_send_again(method: str, message: str, change: dict[str, bool], expected: bool) -> None:
+    assert failures.send_again(method, message, **{**SEND_AGAIN, **change}) is expected
