@@ -47,13 +47,20 @@ run: install
 # The compose tests (tests/deploy/test_compose_up.py, test_compose_fleet.py) need a container engine, the Debian
 # base image and the image's wheels: the three scripts set them up (and say so) when missing.
 # `--durations=25`: the log ends with the 25 slowest tests, so a CI log shows where the
-# wall time (held under 30 minutes, issue 49) goes.
+# wall time (held under 30 minutes, issue 49) goes. The unit tests (test-unit's selection)
+# run first on two processes, then the rest with them left out (tests/conftest.py);
+# with PYTEST_ARGS, one run of what they select.
 test: install
 	@sh scripts/install-test-deps
 	@scripts/container-engine start
 	@scripts/base-image
 	@scripts/wheelhouse
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)"
+	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest --durations=25
+else
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+endif
 
 # The quick loop: every test that needs no root, no network namespace and no container
 # engine, on two processes, with coverage held to a floor per package (measured by
