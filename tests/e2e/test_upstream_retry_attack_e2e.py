@@ -334,3 +334,43 @@ def test_a_client_gone_during_the_second_sending_closes_its_connection(proxy, sc
     assert len(seen.heads) == 2
     assert time.monotonic() - started < 8  # the second connection did not wait for its drain
     assert [a[0] for a in seen.audit] in ([None], [])
+
+
+def test_a_second_connection_that_cannot_connect_is_answered_as_a_refused_connect(
+    proxies, topology: Topology, pki: Pki, e2e_dir: Path
+):
+    """The upstream goes away while the proxy waits on the kept-alive connection: its
+    listener closes, then the connection. The second sending's connect is refused."""
+    port, scripts = PORT + 1, e2e_dir / "retry-gone-scripts"
+    log, ready = e2e_dir / "retry-gone.jsonl", e2e_dir / "retry-gone.ready"
+    scripts.mkdir(exist_ok=True)
+    (scripts / "gone.json").write_text(
+        json.dumps([["send", WARM.hex()], ["drain", 0.3], ["sleep", 20]])
+    )
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, "-m", "testbed.script_server", "--log", str(log), "--ready", str(ready),
+        "--listen", f"{UPSTREAM_IP}:{port}", "--cert", str(pki.server_cert),
+        "--key", str(pki.server_key), "--scripts", str(scripts),
+    ]  # fmt: skip
+    child = _start_and_wait("retry-gone-upstream", argv, e2e_dir, ready)
+    p = proxies["layers"]
+    p.wait_idle()
+    audit_mark = p.view.audit_log.mark()
+    try:
+        with p.view.tunnel(f"{HOST}:{port}") as conn:
+            warm = conn.request("GET", "/s/gone", [("Host", HOST)])
+            assert (warm.status, warm.body) == (200, b"warm"), warm.describe()
+            conn.send(f"GET /s/gone/second HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+            time.sleep(0.8)  # the upstream read it (its drain ended)
+            child.stop()
+            answer = conn.read_response()
+    finally:
+        child.stop()
+    assert (answer.status, answer.header("X-Egress-Denied")) == (502, "upstream_refused")
+    p.view.audit_log.settle()
+    lines = [
+        (r["status"], r["reason"])
+        for r in p.view.audit_log.since(audit_mark)
+        if r.get("path") == "/s/gone/second"
+    ]
+    assert lines == [(502, "upstream_refused")]
