@@ -112,7 +112,7 @@ def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) 
             flow.request.data.method.decode("latin-1"),
             event.message,
             reused=flow.server_conn in _answered,
-            held=not flow.request.stream or _bodiless(flow.request),
+            held=_bodiless(flow.request),
             again=bool(flow.metadata.get(AGAIN_KEY)),
             timed_out=bool(flow.metadata.get(TIMED_OUT_KEY)),
             names=flow.request.headers.keys(),
@@ -123,8 +123,12 @@ def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) 
 
 
 def _bodiless(request: http.Request) -> bool:
-    """An HTTP/1 request without a body (streamed or not, nothing of it is lost)."""
+    """A request without a body (nothing of it is lost, and nothing is sent twice): an
+    HTTP/1 one whose head frames none; or one held whole (not streamed) that has none.
+    A held body (a SigV4 request's, a model API call's) is a body too (D687)."""
     headers = request.headers
+    if not request.stream:
+        return not (request.raw_content or request.trailers)
     return (
         request.http_version.startswith("HTTP/1")
         and "transfer-encoding" not in headers

@@ -35,11 +35,17 @@ from tests.e2e.conftest import PrivateProxy, _start_and_wait
 pytestmark = pytest.mark.netns
 
 PORT = 9471
-HOST, METERED = "other.allowed.test", "x.wild.test"
+HOST, METERED, SIGNED = "other.allowed.test", "x.wild.test", "api.allowed.test"
+PLACEHOLDER = "AKIAEGRESSPLACEHOLDR"
 ANSWER_S = 3  # --upstream-timeout
 CONFIG = f"""\
+credentials:
+  aws-test: {{aws: {{access_key_id: AKIAREALKEYOFTHETEST0, secret_access_key: "${{E2E_SECRET}}"}}}}
 network:
   allowlist:
+    - domain: {SIGNED}  # a SigV4 request's body is held whole (not streamed)
+      credential: {{name: aws-test, as: sigv4, placeholder_access_key_id: {PLACEHOLDER},
+                   services: [es], regions: [us-east-1]}}
     - domain: {HOST}
       transform:
         Authorization: "Bearer ${{E2E_SECRET}}"
@@ -119,6 +125,7 @@ def attack(
     answer_steps: list[list[Any]] | None = None,
     host: str = HOST,
     then: Callable[[Conn], Response | None] | None = None,
+    warm: bytes | None = None,
 ) -> Seen:
     """Warm a kept-alive connection with `NAME-a`, whose script reads what comes next and
     ends (`ending`, steps: a close by default) without an answer; then `attacked` (`@@`: `NAME-b`),
@@ -131,8 +138,9 @@ def attack(
     p.wait_idle()
     mark, audit_mark = up.log.mark(), p.view.audit_log.mark()
     with p.view.tunnel(f"{host}:{PORT}") as conn:
-        warm = conn.request("GET", f"/s/{a}", [("Host", host)])
-        assert (warm.status, warm.body) == (200, b"warm"), warm.describe()
+        conn.send(warm or f"GET /s/{a} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        warmed = conn.read_response()
+        assert (warmed.status, warmed.body) == (200, b"warm"), warmed.describe()
         conn.send(attacked.replace(b"@@", b.encode()).replace(b"%%", host.encode()))
         if then is not None:
             answer = then(conn)
@@ -374,3 +382,29 @@ def test_a_second_connection_that_cannot_connect_is_answered_as_a_refused_connec
         if r.get("path") == "/s/gone/second"
     ]
     assert lines == [(502, "upstream_refused")]
+
+
+def _signed_get(path: str, body: bytes) -> bytes:
+    """A SigV4-signed `GET` with a body (OpenSearch's `_search`), as the sandbox signs it
+    with the placeholder key: the proxy holds its body whole to sign it again."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = f"https://{SIGNED}:{PORT}{path}"
+    request = AWSRequest("GET", url, data=body, headers={"Content-Type": "application/json"})
+    SigV4Auth(Credentials(PLACEHOLDER, "fake-secret"), "es", "us-east-1").add_auth(request)
+    fields = [("Host", f"{SIGNED}:{PORT}"), *request.headers.items()]
+    fields.append(("Content-Length", str(len(body))))
+    head = f"GET {path} HTTP/1.1\r\n" + "".join(f"{n}: {v}\r\n" for n, v in fields)
+    return (head + "\r\n").encode() + body
+
+
+def test_a_held_get_body_goes_once(proxies, scripted):
+    """A body held whole (a SigV4 request's, re-signed) is still a body: not sent twice."""
+    body = b'{"query": {"match_all": {}}}'
+    attacked, warm = _signed_get("/s/held-b", body), _signed_get("/s/held-a", b"")
+    seen = attack(proxies["layers"], scripted, "held", attacked, host=SIGNED, warm=warm)
+    assert seen.bodies and seen.bodies[0].startswith(body)  # it did carry its body
+    assert len(seen.heads) == 1, seen.heads
+    assert status(seen) == (502, "upstream_reset")
