@@ -15,7 +15,8 @@ kernel gives up on its SYNs (about two minutes), an answer that never begins whe
 * answer (`--upstream-timeout`): once an allowed request is whole (the `request` hook:
   its body read, or streamed to its end), its answer head must begin within the bound.
   One sweep task per process looks at the requests waiting, once a second; no timer per
-  request. An overdue one is marked on its flow and its upstream connection is reset:
+  request. An overdue one is marked on its flow and its upstream connection is reset
+  (once it has one open: one still connecting is reset by a later sweep, D686):
   mitmproxy then sees the upstream close before the answer, and `addons.upstream`
   answers `504 upstream_timeout` (an HTTP/2 upstream connection carries the other
   streams on it too: they fail `upstream_reset`).
@@ -106,18 +107,25 @@ class Timeouts:
             if flow.response is not None or flow.error is not None or not flow.live:
                 del self._waiting[key]
             elif now >= deadline:
-                del self._waiting[key]
                 flow.metadata[TIMED_OUT_KEY] = True
-                log.debug("no answer within %g s: the upstream connection is reset", self.answer_s)
-                _reset_upstream(flow)
+                if _reset_upstream(flow):
+                    del self._waiting[key]
+                    log.debug("no answer within %g s: the upstream connection reset", self.answer_s)
+                # else no open connection yet (still connecting, or D680's second one):
+                # the next sweep resets it once it is open (D686); a connect that fails
+                # ends the flow, which the first branch forgets.
 
 
-def _reset_upstream(flow: http.HTTPFlow) -> None:
+def _reset_upstream(flow: http.HTTPFlow) -> bool:
     """Abort the socket of `flow`'s upstream connection (mitmproxy's table, as
-    `workarounds.hang_up` reads it); nothing happens if the table changed shape."""
+    `workarounds.hang_up` reads it): whether an open one was aborted. Nothing happens
+    if the table changed shape (and then the sweep forgets the flow)."""
     with contextlib.suppress(AttributeError, LookupError, RuntimeError):
         proxyserver = mitm.addon("proxyserver")
         handler = proxyserver.connections.get(flow.client_conn.id) if proxyserver else None
         io = handler.transports.get(flow.server_conn) if handler else None
-        if io is not None and io.writer is not None:
+        if io is not None and io.writer is not None and not io.writer.transport.is_closing():
             io.writer.transport.abort()
+            return True
+        return handler is None  # the client is gone: nothing left to reset
+    return True

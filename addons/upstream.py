@@ -13,7 +13,8 @@ error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
   `error` hook set, or one made from the failure's reason — on HTTP/1 and HTTP/2 alike;
 * one failure is repaired instead (D680): a safe request without a body that a kept-alive
   connection lost before any answer byte goes once more, on a new connection
-  (`proxy.failures.send_again` decides; `_send_again` sends it as mitmproxy does);
+  (`proxy.failures.send_again` decides; `_send_again` sends it as mitmproxy does); kept
+  alive: an answer head came on it before (`UpstreamFailures.responseheaders`, D683);
 * `UpstreamFailures.tls_failed_server` notes the handshake that failed on a client's
   upstream connection (TLS wins over the connect error that follows it);
 * `UpstreamFailures.error` — mitmproxy's error hook, which runs before it answers —
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import commands, layer
@@ -61,6 +63,11 @@ log = logging.getLogger("egress")
 REFUSAL_KEY = "egress.upstream_refusal"  # flow.metadata: the response to send instead
 FAILED_KEY = "egress.upstream_failed"  # flow.metadata: the failure's Reason, before `error`
 AGAIN_KEY = "egress.sent_again"  # flow.metadata: the request went on a second connection
+
+# Upstream connections an answer head came on (`UpstreamFailures.responseheaders`): only a
+# request lost on one of these is the kept-alive race (D683). Weak: a closed connection
+# leaves with its last flow.
+_answered: weakref.WeakSet[connection.Server] = weakref.WeakSet()
 
 _original = HttpStream.handle_protocol_error
 
@@ -94,18 +101,21 @@ def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolEr
 
 def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) -> bool:
     """Whether the request was lost with a kept-alive connection and goes once more (D680):
-    the rule first, then that the stream has sent it all and waits for the answer head."""
+    the rule first, then that the stream has sent it all and waits for the answer head.
+    Kept alive: the connection answered a request before (D683); one opened before this
+    request came but never used (the upstream first, D19) is not enough."""
     flow = stream.flow
-    opened, came = flow.server_conn.timestamp_start, flow.request.timestamp_start
     return (
         flow.response is None
         and send_again(
-            flow.request.method,
+            # As sent: mitmproxy's `method` is upper-cased, and `get` is not `GET` (D681).
+            flow.request.data.method.decode("latin-1"),
             event.message,
-            reused=opened is not None and opened < came,
-            held=not flow.request.stream or _bodiless(flow.request),
+            reused=flow.server_conn in _answered,
+            held=_bodiless(flow.request),
             again=bool(flow.metadata.get(AGAIN_KEY)),
             timed_out=bool(flow.metadata.get(TIMED_OUT_KEY)),
+            names=flow.request.headers.keys(),
         )
         and stream.client_state == stream.state_done
         and stream.server_state == stream.state_wait_for_response_headers
@@ -113,8 +123,12 @@ def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) 
 
 
 def _bodiless(request: http.Request) -> bool:
-    """An HTTP/1 request without a body (streamed or not, nothing of it is lost)."""
+    """A request without a body (nothing of it is lost, and nothing is sent twice): an
+    HTTP/1 one whose head frames none; or one held whole (not streamed) that has none.
+    A held body (a SigV4 request's, a model API call's) is a body too (D687)."""
     headers = request.headers
+    if not request.stream:
+        return not (request.raw_content or request.trailers)
     return (
         request.http_version.startswith("HTTP/1")
         and "transfer-encoding" not in headers
@@ -181,6 +195,13 @@ class UpstreamFailures:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._failed.pop(client.id, None)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """An answer head came from the upstream on this connection (D683). mitmproxy runs
+        this hook for an answer the proxy set itself too: a refusal is not one."""
+        state: FlowState | None = flow.metadata.get(FLOW_KEY)
+        if state is not None and state.decision.allowed and not state.refused_here:
+            _answered.add(flow.server_conn)
 
     def error(self, flow: http.HTTPFlow) -> None:
         tls_failure = self._failed.pop(flow.client_conn.id, None)

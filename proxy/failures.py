@@ -10,9 +10,10 @@ its answer in time is `upstream_timeout`. TLS (`upstream_tls`), names (`dns_fail
 and credentials (`credential_unavailable`) are decided where they happen.
 
 `send_again` says whether a request lost with its kept-alive connection goes once more
-on a new one (D680): only a safe method (RFC 9110 9.2.1; it changes nothing, so the
-upstream may see it twice), whose whole request the proxy holds, lost on a connection that
-was open before the request came and closed before any byte of an answer; once.
+on a new one (D680): only a safe method as sent (RFC 9110 9.2.1; it changes nothing, so the
+upstream may see it twice) without a method override field (D682), whose whole request the
+proxy holds, lost on a connection that had answered before (D683) and closed (or reset,
+D684) before any byte of an answer; once.
 
 `Quieted` bounds the operator's stderr: one line per (host, reason) per
 `QUIET_S`, the next one saying how many were left unsaid; at most `QUIET_KEYS` keys
@@ -24,6 +25,7 @@ Pure: no mitmproxy import; the adapter is `addons.upstream`.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from sandbox_egress.proxy.decision import Reason
 
@@ -37,6 +39,9 @@ CONNECT_FAILED = "CONNECT_FAILED"
 # What mitmproxy's HTTP/1 client reports when the upstream closed before an answer byte.
 CLOSED_UNANSWERED = "server closed connection"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Fields by which a client asks the upstream to treat a request as another method (D682):
+# a `GET` carrying one may be a `DELETE` to the upstream, so it is not sent twice.
+METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
 
 
 def classify(kind: str, message: str, timed_out: bool = False) -> Reason:
@@ -49,15 +54,25 @@ def classify(kind: str, message: str, timed_out: bool = False) -> Reason:
 
 
 def send_again(
-    method: str, message: str, *, reused: bool, held: bool, again: bool, timed_out: bool
+    method: str,
+    message: str,
+    *,
+    reused: bool,
+    held: bool,
+    again: bool,
+    timed_out: bool,
+    names: Iterable[str] = (),
 ) -> bool:
     """Whether a request whose upstream failed with `message` goes once more, on a new
-    connection: `reused`, its connection was open before it came; `held`, the proxy holds
-    its whole request (not streamed); `again`, it already went twice; `timed_out`, the
-    proxy itself closed the connection (its answer deadline, D353)."""
+    connection: `method` as the upstream receives it (case-sensitive, RFC 9110 9.1: `get`
+    is not `GET`, D681); `reused`, its connection was open before it came; `held`, the
+    proxy holds its whole request (not streamed); `again`, it already went twice;
+    `timed_out`, the proxy itself closed the connection (its answer deadline, D353);
+    `names`, its header field names (a method override is not sent twice, D682)."""
     return (
         message == CLOSED_UNANSWERED
         and method in SAFE_METHODS
+        and not any(name.lower() in METHOD_OVERRIDES for name in names)
         and reused
         and held
         and not (again or timed_out)

@@ -68,7 +68,7 @@ def _flow(allowed: bool = True) -> Any:
 
 def test_the_sweep_resets_only_the_overdue_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     reset: list[Any] = []
-    monkeypatch.setattr(timeouts, "_reset_upstream", reset.append)
+    monkeypatch.setattr(timeouts, "_reset_upstream", lambda flow: reset.append(flow) or True)
     addon = timeouts.Timeouts(connect_s=5, answer_s=2)
     slow, answered, refused = _flow(), _flow(), _flow(allowed=False)
     for flow in (slow, answered, refused):
@@ -88,3 +88,30 @@ def test_no_answer_timeout_keeps_nothing() -> None:
     addon = timeouts.Timeouts(connect_s=0, answer_s=0)
     addon.request(_flow())
     assert addon._waiting == {}
+
+
+def test_an_overdue_answer_without_a_connection_yet_is_reset_once_it_has_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D686: the deadline passing while the upstream connection is still being opened (a
+    slow connect, or D680's second sending) found nothing to reset and forgot the request:
+    the connection, once open, waited for its answer without a deadline."""
+    opened: list[bool] = [False]
+    reset: list[Any] = []
+
+    def reset_if_open(flow: Any) -> bool:
+        if opened[0]:
+            reset.append(flow)
+        return opened[0]
+
+    monkeypatch.setattr(timeouts, "_reset_upstream", reset_if_open)
+    addon = timeouts.Timeouts(connect_s=30, answer_s=2)
+    slow = _flow()
+    addon.request(slow)
+    deadline = addon._waiting[slow.id][0]
+    addon.sweep(deadline)  # still connecting: nothing to reset yet
+    assert slow.metadata[TIMED_OUT_KEY] is True and reset == []
+    assert set(addon._waiting) == {slow.id}
+    opened[0] = True
+    addon.sweep(deadline + 1)
+    assert reset == [slow] and addon._waiting == {}
