@@ -273,6 +273,8 @@ TE = "Transfer-Encoding: chunked"
 SMUGGLED = b"GET /s/smuggled HTTP/1.1\r\nHost: " + HOST.encode() + b"\r\n\r\n"
 BAD_GATEWAY = refused("502 Bad Gateway", Reason.UPSTREAM_RESET)
 ONE, TWO, THREE = ok(b"one"), ok(b"two"), ok(b"three")
+BIG = 120000
+A, B = b"a" * BIG, b"b" * BIG
 GETS = {"@1": answer(b"one"), "@2": answer(b"two"), "@3": answer(b"three")}
 
 CASES: dict[str, Case] = {
@@ -518,6 +520,34 @@ CASES: dict[str, Case] = {
         ],
         [allowed("POST", "@1"), allowed("POST", "@2"), allowed("GET", "@3")],
         plain=True,
+    ),
+    # Bodies of several reads each: the relay carries them (with `--body-relay`).
+    "large-bodies": Case(
+        {
+            "@1": [["read", BIG], send(ONE)],
+            "@2": [["read", BIG], send(TWO)],
+            "@3": answer(b"three"),
+        },
+        [
+            req("POST", "@1", f"Content-Length: {BIG}", body=A[:40000]),
+            A[40000:] + req("POST", "@2", f"Content-Length: {BIG}", body=B[:40000]),
+            B[40000:] + req("GET", "@3"),
+        ],
+        ONE + TWO + THREE,
+        [
+            sent("POST", "@1", f"Content-Length: {BIG}", body=A)
+            + sent("POST", "@2", f"Content-Length: {BIG}", body=B)
+            + sent("GET", "@3")
+        ],
+        [allowed("POST", "@1"), allowed("POST", "@2"), allowed("GET", "@3")],
+    ),
+    # An empty line before a request line is ignored (RFC 9112 2.2), here after a body.
+    "empty-line-after-a-body": Case(
+        {"@1": [["read", 5], send(ONE)], "@2": answer(b"two")},
+        [req("POST", "@1", CL5, body=b"hello") + b"\r\n" + req("GET", "@2")],
+        ONE + TWO,
+        [sent("POST", "@1", CL5, body=b"hello") + sent("GET", "@2")],
+        [allowed("POST", "@1"), allowed("GET", "@2")],
     ),
     # Bytes after an answer's end: the proxy closes that connection; what it kept for it
     # must not go out on it (D671): a 502, as for a connection the answer ended.
