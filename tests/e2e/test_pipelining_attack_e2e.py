@@ -94,6 +94,8 @@ def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
             child.stop()
 
 
+# (its arguments, what it runs under): the layers, the body relay, the fast path, and
+# the layers with mitmproxy's asserts on (what D670's defect did with them: it failed).
 VARIANTS = {
     "layers": ((), ()),
     "relay": (("--body-relay",), ()),
@@ -105,15 +107,13 @@ VARIANTS = {
 @pytest.fixture(scope="module")
 def proxies(module_private_proxy: Callable[..., PrivateProxy]) -> dict[str, PrivateProxy]:
     start = module_private_proxy
-    return {
+    started = {
         name: start(f"pipe-{name}", CONFIG, *extra, wrapper=wrapper)
         for name, (extra, wrapper) in VARIANTS.items()
     }
-
-
-@pytest.fixture(params=list(VARIANTS))
-def proxy(request: pytest.FixtureRequest, proxies: dict[str, PrivateProxy]) -> PrivateProxy:
-    return proxies[request.param]
+    banner = started["asserts"].process.child
+    assert "debug-only checks on" in banner.stdout.read_text() + banner.stderr.read_text()
+    return started
 
 
 @dataclass(frozen=True)
@@ -568,11 +568,21 @@ CASES: dict[str, Case] = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# With the asserts on, only the pipelines whose first exchange has a body or ends oddly
+# (where D670's re-entry met mitmproxy's checks): the module stays within its time.
+ASSERTS_ON = {
+    "head-after-chunked-post", "chunked-after-sized", "answer-before-the-body", "large-bodies",
+    "denied-body-hides-a-request", "budget-spent-in-the-pipeline", "plain-bodies",
+    "head-answer-with-a-body", "a-second-answer-after-the-first", "empty-line-after-a-body",
+}  # fmt: skip
+RUNS = [(v, n) for v in VARIANTS for n in CASES if v != "asserts" or n in ASSERTS_ON]
+
+
+@pytest.mark.parametrize(("variant", "name"), RUNS, ids=[f"{v}-{n}" for v, n in RUNS])
 def test_pipelined_requests_reach_the_upstream_as_a_correct_proxy_sends_them(
-    proxy: PrivateProxy, scripted: Scripted, name: str
+    proxies: dict[str, PrivateProxy], scripted: Scripted, variant: str, name: str
 ) -> None:
-    case = CASES[name]
+    case, proxy = CASES[name], proxies[variant]
     seen = attack(proxy, scripted, f"{name}-{proxy.process.child.name}", case)
     assert seen.upstream == case.upstream
     assert seen.client == case.answers
