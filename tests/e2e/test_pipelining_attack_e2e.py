@@ -549,6 +549,22 @@ CASES: dict[str, Case] = {
         [sent("POST", "@1", CL5, body=b"hello") + sent("GET", "@2")],
         [allowed("POST", "@1"), allowed("GET", "@2")],
     ),
+    # An upstream's interim answers are not its answer (D673): dropped, and the next
+    # request goes out after the final one.
+    "interim-100-then-the-answer": Case(
+        {"@1": [send(resp("100 Continue")), ["sleep", 0.3], send(ONE)], "@2": answer(b"two")},
+        [req("GET", "@1") + req("GET", "@2")],
+        ONE + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+    ),
+    "interim-103-with-the-answer": Case(
+        {"@1": [send(resp("103 Early Hints", "Link: </a>") + ONE)], "@2": answer(b"two")},
+        [req("GET", "@1") + req("GET", "@2")],
+        ONE + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+    ),
     # Bytes after an answer's end: the proxy closes that connection; what it kept for it
     # must not go out on it (D671): a 502, as for a connection the answer ended.
     "head-answer-with-a-body": Case(
@@ -574,6 +590,7 @@ ASSERTS_ON = {
     "head-after-chunked-post", "chunked-after-sized", "answer-before-the-body", "large-bodies",
     "denied-body-hides-a-request", "budget-spent-in-the-pipeline", "plain-bodies",
     "head-answer-with-a-body", "a-second-answer-after-the-first", "empty-line-after-a-body",
+    "interim-100-then-the-answer",
 }  # fmt: skip
 RUNS = [(v, n) for v in VARIANTS for n in CASES if v != "asserts" or n in ASSERTS_ON]
 
