@@ -37,7 +37,7 @@ ORIGINAL_READ_HEADERS = _http1.Http1Client.read_headers
 def interim_length(buf: ReceiveBuffer) -> int:
     """The length of the interim answer head `buf` begins with, else 0."""
     data: bytearray = buf._data  # h11's own bytes: no copy of a whole read
-    if data[:7] not in (b"HTTP/1.", b"http/1.") or data[9:10] != b"1":
+    if bytes(data[:7]) not in (b"HTTP/1.", b"http/1.") or data[9:10] != b"1":
         return 0
     match = blank_line_regex.search(data)
     if match is None:

@@ -22,7 +22,8 @@ error of a server that closed first (a 502 page). If it becomes a pipe (an upgra
 kept request is answered the same way; and so it is when the proxy closed the connection
 while finishing the held exchange (bytes after the answer's end: mitmproxy's "Unexpected
 data from server", D671), so that nothing goes out on a connection after its close. The
-test that fails when mitmproxy changes under it: tests/runtime/test_pipelined.py::test_mitmproxy_hands_the_next_request_on_before_it_is_done.
+test that fails when mitmproxy changes under it:
+tests/runtime/test_pipelined.py::test_mitmproxy_hands_the_next_request_on_before_it_is_done.
 """
 
 from __future__ import annotations
