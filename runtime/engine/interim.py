@@ -14,6 +14,10 @@ drops them: mitmproxy removes `Expect: 100-continue` and answers it itself, and 
 through the layers would be a second answer to one flow (hooks, audit). A sandbox's client
 loses only early hints.
 
+An empty line before the answer head is dropped the same way (D674): mitmproxy's reader
+(h11's `ReceiveBuffer`) takes one per read and then waits, so an answer behind it in the
+same read was left unread (the request hung until a timeout).
+
 Invariants: only while a request is outstanding; only whole heads that mitmproxy's parser
 reads as HTTP/1 answers of status 100-199 but 101 (an upgrade stays mitmproxy's); a head
 not yet whole, or anything else, is left to mitmproxy's reader as it was. The test that
@@ -52,9 +56,15 @@ def interim_length(buf: ReceiveBuffer) -> int:
     return match.end() if 100 <= status < 200 and status != 101 else 0
 
 
+def _empty_line(buf: ReceiveBuffer) -> int:
+    """The length of the empty line `buf` begins with, else 0 (D674)."""
+    data: bytearray = buf._data
+    return 2 if data[:2] == b"\r\n" else 1 if data[:1] == b"\n" else 0
+
+
 def _read_headers(self: Any, event: events.ConnectionEvent) -> Generator[Any, Any, None]:
     if isinstance(event, events.DataReceived) and self.request is not None:
-        while length := interim_length(self.buf):
+        while length := interim_length(self.buf) or _empty_line(self.buf):
             self.buf.maybe_extract_at_most(length)
     yield from ORIGINAL_READ_HEADERS(self, event)
 

@@ -565,6 +565,13 @@ CASES: dict[str, Case] = {
         [sent("GET", "@1") + sent("GET", "@2")],
         [allowed("GET", "@1"), allowed("GET", "@2")],
     ),
+    "empty-line-before-the-answer": Case(
+        {"@1": [send(b"\r\n" + ONE)], "@2": answer(b"two")},
+        [req("GET", "@1") + req("GET", "@2")],
+        ONE + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+    ),
     # Bytes after an answer's end: the proxy closes that connection; what it kept for it
     # must not go out on it (D671): a 502, as for a connection the answer ended.
     "head-answer-with-a-body": Case(

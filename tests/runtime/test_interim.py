@@ -72,6 +72,7 @@ def answers(reads: list[bytes]) -> list[Any]:
 def test_mitmproxy_takes_an_interim_answer_for_the_answer() -> None:
     assert answers([CONTINUE + OK]) == [100, "closed"]
     assert answers([CONTINUE, OK]) == [100, "closed"]
+    assert answers([b"\r\n" + OK]) == []  # an empty line taken, the answer left unread
 
 
 @pytest.mark.usefixtures("patched")
@@ -85,6 +86,8 @@ def test_mitmproxy_takes_an_interim_answer_for_the_answer() -> None:
         pytest.param([b"HTTP/1.1 101 Switching Protocols\r\n\r\n"], [101], id="upgrade-kept"),
         pytest.param([b"HTTP/1.1 199 X\r\n\r\n" + OK], [200, b"ok"], id="199"),
         pytest.param([OK], [200, b"ok"], id="no-interim"),
+        pytest.param([b"\r\n\n" + OK], [200, b"ok"], id="empty-lines-first"),
+        pytest.param([b"\r\n" + CONTINUE + b"\r\n" + OK], [200, b"ok"], id="empty-and-interim"),
     ],
 )
 def test_interim_answers_are_dropped_before_the_answer(
