@@ -160,7 +160,14 @@ def attack(p: PrivateProxy, up: Scripted, name: str, case: Case) -> Seen:
     secret `$SECRET`."""
     names = {key: f"{name}-{key[1:]}" for key in case.scripts}
     port = str(PLAIN_PORT if case.plain else PORT).encode()
+    secret = p.view.secrets[0].encode()
+    assert len(secret) == len(ECHO)  # a body's length is the same either way
+    echoed = bytes.maketrans(ECHO, secret)  # any piece of ECHO becomes that piece of it
     for key, steps in case.scripts.items():
+        steps = [  # the upstream may echo the injected secret (`ECHO`)
+            ["send", bytes.fromhex(s[1]).translate(echoed).hex()] if s[0] == "send" else s
+            for s in steps
+        ]
         (up.scripts / f"{names[key]}.json").write_text(json.dumps(steps))
 
     def spelled(data: bytes) -> bytes:
@@ -197,7 +204,6 @@ def attack(p: PrivateProxy, up: Scripted, name: str, case: Case) -> Seen:
             received = bytes.fromhex(event["received"])
             for key, real in sorted(names.items(), key=lambda kv: -len(kv[1])):
                 received = received.replace(real.encode(), key.encode())
-            secret = p.view.secrets[0].encode()
             upstream.append(received.replace(port, b"%P").replace(secret, b"$SECRET"))
     lines = []
     for a in p.view.audit_log.since(audit_mark):
@@ -273,6 +279,8 @@ TE = "Transfer-Encoding: chunked"
 SMUGGLED = b"GET /s/smuggled HTTP/1.1\r\nHost: " + HOST.encode() + b"\r\n\r\n"
 BAD_GATEWAY = refused("502 Bad Gateway", Reason.UPSTREAM_RESET)
 ONE, TWO, THREE = ok(b"one"), ok(b"two"), ok(b"three")
+ECHO = bytes(range(0x80, 0x80 + len("s3cr3t-e2e-") + 16))  # the secret, byte by byte
+MASKED = b"[redacted" + b"*" * (len(ECHO) - 10) + b"]"  # what the sandbox reads instead
 BIG = 120000
 A, B = b"a" * BIG, b"b" * BIG
 GETS = {"@1": answer(b"one"), "@2": answer(b"two"), "@3": answer(b"three")}
@@ -569,6 +577,24 @@ CASES: dict[str, Case] = {
         {"@1": [send(b"\r\n" + ONE)], "@2": answer(b"two")},
         [req("GET", "@1") + req("GET", "@2")],
         ONE + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+    ),
+    # An echoed secret is masked in its own length: the next answer stays framed.
+    "echoed-secret-sized": Case(
+        {"@1": [send(ok(b"tok=" + ECHO + b";"))], "@2": answer(b"two")},
+        [req("GET", "@1") + req("GET", "@2")],
+        ok(b"tok=" + MASKED + b";") + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+    ),
+    "echoed-secret-across-chunks": Case(
+        {
+            "@1": [send(resp("200 OK", TE, body=chunked(b"tok=" + ECHO[:6], ECHO[6:] + b";")))],
+            "@2": answer(b"two"),
+        },
+        [req("GET", "@1") + req("GET", "@2")],
+        resp("200 OK", TE, body=chunked(b"tok=", MASKED + b";")) + TWO,
         [sent("GET", "@1") + sent("GET", "@2")],
         [allowed("GET", "@1"), allowed("GET", "@2")],
     ),
