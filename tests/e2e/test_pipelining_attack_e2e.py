@@ -1,4 +1,4 @@
-"""End to end, HTTP/1.1 pipelining attacked (D670's fix with fresh eyes, D671-D679).
+"""End to end, HTTP/1.1 pipelining attacked (D670's fix with fresh eyes; D671-D674).
 
 A sandbox writes several requests on one connection without waiting for the answers,
 through real proxies: in an intercepted tunnel (TLS both legs) and as plain absolute-form
@@ -12,7 +12,8 @@ upstream).
 
 The proxies serve the whole module (D640): mitmproxy's layers, `--body-relay`,
 `--fast-path`, and the layers with mitmproxy's asserts on (`PYTHONOPTIMIZE=0`). Every
-attack runs on each (the same bytes, the same outcome).
+attack runs on each of the first three, the ones with bodies or odd ends on the fourth too
+(the same bytes, the same outcome).
 """
 
 from __future__ import annotations
