@@ -550,6 +550,21 @@ CASES: dict[str, Case] = {
         ],
         [allowed("POST", "@1"), allowed("POST", "@2"), allowed("GET", "@3")],
     ),
+    "large-answer-with-a-request-behind": Case(
+        {
+            "@1": [
+                send(resp("200 OK", f"Content-Length: {BIG}", body=A[:40000])),
+                ["sleep", 0.3],
+                send(A[40000:]),
+            ],
+            "@2": answer(b"two"),
+        },
+        [req("GET", "@1"), req("GET", "@2")],
+        resp("200 OK", f"Content-Length: {BIG}", body=A) + TWO,
+        [sent("GET", "@1") + sent("GET", "@2")],
+        [allowed("GET", "@1"), allowed("GET", "@2")],
+        pause=0.15,
+    ),
     # An empty line before a request line is ignored (RFC 9112 2.2), here after a body.
     "empty-line-after-a-body": Case(
         {"@1": [["read", 5], send(ONE)], "@2": answer(b"two")},
