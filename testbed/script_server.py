@@ -1,7 +1,9 @@
 """A TLS upstream that answers with exactly the bytes a test scripted (issue 49's attacks).
 
-    python -m testbed.script_server --listen IP:PORT --cert C --key K --scripts DIR
+    python -m testbed.script_server --listen IP:PORT [--cert C --key K] --scripts DIR
         --log FILE --ready FILE
+
+Without `--cert` and `--key` it speaks plain HTTP (the proxy's plain-HTTP path).
 
 Each connection reads a request head (up to CRLF CRLF); its target `/s/NAME...` names the
 script `DIR/NAME.json`: a list of steps, run in order:
@@ -9,6 +11,8 @@ script `DIR/NAME.json`: a list of steps, run in order:
 * `["send", HEX]`: write these bytes (one write, so usually one TLS record or a few);
 * `["sleep", S]`: wait S seconds;
 * `["drain", S]`: read whatever the proxy sends until it is silent S seconds;
+* `["read", N]`: take exactly N bytes (a body of known framing): first what came after
+  the head, then from the connection; what follows them is the start of the next head;
 * `["close"]`: close (TLS close_notify, then FIN); `["reset"]`: an RST, no close_notify.
 
 A script that neither closes nor resets waits for the next head on the connection (what
@@ -48,12 +52,24 @@ async def _drain(reader: asyncio.StreamReader, quiet: float) -> bytes:
 
 
 async def _steps(
-    steps: list[list[Any]], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    steps: list[list[Any]],
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    buffer: bytearray,
 ) -> tuple[bytes, str | None]:
-    """Run one script: (what `drain` read, how the connection ended or None)."""
+    """Run one script: (what `drain` and `read` read from the connection, how the
+    connection ended or None); `read` takes from `buffer` (what followed the head) first."""
     drained = b""
     for step in steps:
         match step:
+            case ["read", count]:
+                taken = bytes(buffer[: int(count)])
+                del buffer[: int(count)]
+                if len(taken) < int(count):
+                    more = await asyncio.wait_for(
+                        reader.readexactly(int(count) - len(taken)), IO_TIMEOUT
+                    )
+                    drained += more
             case ["send", text]:
                 writer.write(bytes.fromhex(text))
                 await writer.drain()
@@ -86,10 +102,11 @@ async def handle(
             target = head.split(b"\r\n", 1)[0].split(b" ")[1].decode()
             name = target.split("/s/", 1)[1].split("?", 1)[0].split("/", 1)[0]
             steps = json.loads((scripts / f"{name}.json").read_text())
-            drained, how = await _steps(steps, reader, writer)
+            rest = bytearray(buffer)
+            drained, how = await _steps(steps, reader, writer, rest)
             received += drained
-            if drained:
-                buffer = b""  # a drained body is not a next head
+            drains = any(step[0] == "drain" for step in steps)
+            buffer = b"" if drains and drained else bytes(rest)  # a drained body is no head
             if how is not None:
                 ended = how
                 return
@@ -111,13 +128,13 @@ async def handle(
 async def main(argv: list[str]) -> int:
     parser = arguments(__doc__)
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
-    parser.add_argument("--cert", required=True)
-    parser.add_argument("--key", required=True)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     parser.add_argument("--scripts", required=True)
     args = parser.parse_args(argv)
     log, scripts = EventLog(args.log), Path(args.scripts)
     host, port = parse_hostport(args.listen)
-    context = tls_context(args.cert, args.key)
+    context = tls_context(args.cert, args.key) if args.cert and args.key else None
 
     async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await handle(r, w, scripts, log)

@@ -19,8 +19,11 @@ What this does: an event of another stream than the one the client holds is kept
 handed to `send` once `mark_done` has finished the held one. If the connection ends there
 (`Connection: close`, a body read to the close), the kept request is answered with the
 error of a server that closed first (a 502 page). If it becomes a pipe (an upgrade), the
-kept request is answered the same way. The test that fails when mitmproxy changes under
-it: tests/runtime/test_pipelined.py::test_mitmproxy_hands_the_next_request_on_before_it_is_done.
+kept request is answered the same way; and so it is when the proxy closed the connection
+while finishing the held exchange (bytes after the answer's end: mitmproxy's "Unexpected
+data from server", D671), so that nothing goes out on a connection after its close. The
+test that fails when mitmproxy changes under it:
+tests/runtime/test_pipelined.py::test_mitmproxy_hands_the_next_request_on_before_it_is_done.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from mitmproxy.connection import ConnectionState
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import ErrorCode, HttpEvent, ResponseProtocolError
@@ -52,8 +56,12 @@ def _mark_done(
     kept: list[HttpEvent] | None = self.__dict__.get(KEPT)
     if not kept:
         return
-    if self.state == self.done or self.state == self.passthrough:
-        del self.__dict__[KEPT]  # the held exchange ended the connection, or made it a pipe
+    if (
+        self.state == self.done
+        or self.state == self.passthrough
+        or not self.conn.state & ConnectionState.CAN_WRITE
+    ):  # the held exchange ended the connection, made it a pipe, or the proxy closed it
+        del self.__dict__[KEPT]
         for stream_id in dict.fromkeys(e.stream_id for e in kept):
             error = ResponseProtocolError(stream_id, CLOSED_FIRST, ErrorCode.GENERIC_SERVER_ERROR)
             yield ReceiveHttp(error)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from mitmproxy import http
 from mitmproxy.addons.proxyserver import Proxyserver
+from mitmproxy.connection import ConnectionState
 from mitmproxy.proxy import commands, context, events
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
@@ -62,6 +63,7 @@ def exchange(
     with taddons.context(Proxyserver()) as tctx:
         ctx = context.Context(tflow.tclient_conn(), tctx.options)
         ctx.server = tflow.tserver_conn()
+        ctx.server.state = ConnectionState.OPEN  # connected, as a live upstream's
         client = _http1.Http1Client(ctx)
         wire: list[bytes] = []
         others: list[Any] = []
@@ -70,6 +72,8 @@ def exchange(
             for command in generator:
                 if isinstance(command, commands.SendData):
                     wire.append(command.data)
+                elif isinstance(command, commands.CloseConnection):
+                    command.connection.state = ConnectionState.CLOSED  # as the handler does
                 elif isinstance(command, ReceiveHttp):
                     if command.event.stream_id != 1:
                         others.append(command.event)
@@ -161,3 +165,22 @@ def test_a_pipelined_request_on_a_connection_that_ends_gets_the_closed_error(ans
         (ResponseProtocolError, 3, pipelined.CLOSED_FIRST, ErrorCode.GENERIC_SERVER_ERROR)
     ]
     assert ErrorCode.GENERIC_SERVER_ERROR.http_status_code() == 502
+
+
+@pytest.mark.usefixtures("patched")
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil", id="an-answer"),
+        pytest.param(b"x", id="a-byte"),
+    ],
+)
+def test_a_pipelined_request_on_a_connection_the_proxy_closed_is_never_sent(after: bytes) -> None:
+    """Bytes after the first answer's end: mitmproxy closes the connection ("Unexpected data
+    from server") while it finishes the first exchange. The kept request must not go out on
+    it after the close; its stream gets the closed error (D671)."""
+    wire, others = exchange(POST, OK + after, SIZED)
+    assert len(wire) == 3 and wire[-1] == b"0\r\n\r\n"
+    assert [(type(e), e.stream_id, e.message, e.code) for e in others] == [
+        (ResponseProtocolError, 3, pipelined.CLOSED_FIRST, ErrorCode.GENERIC_SERVER_ERROR)
+    ]
