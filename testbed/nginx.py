@@ -13,6 +13,7 @@ test removes it).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,19 @@ class Nginx:
 
     def since(self, mark: int) -> list[dict[str, Any]]:
         return self.entries()[mark:]
+
+    def lines_for(
+        self, mark: int, uri: str, count: int, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """The lines for `uri` since `mark` once there are `count` of them, or what there
+        is after `timeout` (nginx writes a line once it finalized the request, which can
+        be after its client already read the whole answer)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [e for e in self.since(mark) if e["uri"] == uri]
+            if len(lines) >= count or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
 
 
 def start(

@@ -94,7 +94,7 @@ def _read_all(conn: Conn, until: int | None = None) -> bytes:
     """Every byte until the proxy closes or goes quiet; or, with `until`, until that many
     came, and then the client resets the connection (RST, no close_notify)."""
     got = b""
-    conn.sock.settimeout(QUIET_S)
+    conn.sock.settimeout(QUIET_S if until is None else 10)  # with `until`: they must come
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -426,16 +426,17 @@ def _after_first(upstream: bytes, first_body: bytes) -> tuple[bytes, bytes]:
 def test_a_request_pipelined_after_the_last_chunk_goes_as_a_request(pair, scripted):
     """The pipelined GET follows the POST's answer on the same connection, as its head
     alone: no chunked terminator of the POST's after it (D670; before, under python -O, a
-    stray `0\\r\\n\\r\\n` followed it)."""
+    stray `0\\r\\n\\r\\n` followed it). The upstream closes that connection unanswered,
+    so the GET goes once more on a new one (D680), whose answer the client reads."""
     seen, relay = both(
         pair, scripted, "up-pipelined", UPLOAD_ANSWER,
         [get("POST", CHUNKED) + chunk(A), chunk(B), chunk(A) + b"0\r\n\r\n" + get("GET")],
+        until=2 * len(OK),
     )  # fmt: skip
     assert seen.upstream.startswith(b"POST /s/@@ HTTP/1.1\r\n")
     sent, rest = _after_first(seen.upstream, framed(A, B, A) + b"0\r\n\r\n")
     assert (sent.split(b"\r\n")[0], rest) == (b"GET /s/@@ HTTP/1.1", b"")
-    assert seen.client.startswith(OK), seen.client
-    assert seen.client[len(OK) :].startswith(b"HTTP/1.1 502 "), seen.client
+    assert seen.client == OK + OK
     assert relay.relayed >= 5999
 
 

@@ -152,7 +152,7 @@ def attack(
     p.wait_idle()
     # The proxy closed every connection; the upstream logs each as it reads the close.
     up.log.wait_for(mark, lambda e: f"/s/{a} ".encode() in bytes.fromhex(e["received"]))
-    time.sleep(0.3)
+    _quiet(up, mark)
     line = attacked.split(b"\r\n", 1)[0].replace(b"@@", b.encode())
     sends = [
         s for e in up.log.since(mark) for s in _sends(bytes.fromhex(e["received"]), line)
@@ -165,6 +165,19 @@ def attack(
     ]
     secret = p.view.secrets[0]
     return Seen(answer, [h for h, _ in sends], [r for _, r in sends], audit, secret)
+
+
+def _quiet(up: Scripted, mark: int, quiet_s: float = 0.5, limit_s: float = 5.0) -> None:
+    """Wait (bounded) until the upstream has logged no connection for `quiet_s`: the
+    second sending's connection ends a moment after the warm one's, later under load."""
+    seen, since, deadline = -1, time.monotonic(), time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        now = len(up.log.since(mark))
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.05)
 
 
 def get(method: str = "GET", *fields: str, body: bytes = b"") -> bytes:

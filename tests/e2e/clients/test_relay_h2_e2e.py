@@ -130,7 +130,7 @@ def test_an_http2_download_arrives_byte_exact_and_counted(
         "relayed_bytes": carried, "rss_growth_mib": round((rss.peak_kib - baseline) / 1024, 1),
     })  # fmt: skip
     assert (version, size, sha256) == ("2", SIZE, expected_sha256(SIZE))
-    (served,) = [e for e in nginx_upstream.since(mark) if e["uri"] == "/relay-h2.bin"]
+    (served,) = nginx_upstream.lines_for(mark, "/relay-h2.bin", 1)
     assert (served["proto"], served["alpn"], served["status"], served["bytes"]) == (
         "HTTP/2.0", "h2", 200, SIZE,
     )  # fmt: skip
@@ -235,7 +235,7 @@ UPLOAD = int(os.environ.get("EGRESS_E2E_UPLOAD_BYTES", str(64 * MIB)))
 def _uploaded(server: nginx.Nginx, mark: int) -> tuple[dict, str]:
     """nginx's line for the one `/upload` since `mark`, and the sha256 of the body it
     kept (the file is removed)."""
-    (line,) = [e for e in server.since(mark) if e["uri"] == "/upload"]
+    (line,) = server.lines_for(mark, "/upload", 1)
     kept = Path(line["body_file"])
     try:
         digest = hashlib.sha256()

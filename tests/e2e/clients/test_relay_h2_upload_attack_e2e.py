@@ -161,7 +161,7 @@ def test_a_hundred_and_twenty_uploads_of_odd_frames_cut_anywhere_on_one_connecti
             outcome = client.read_response(sid)
             assert (outcome.status, outcome.ended) == ("200", True), (k, outcome)
     kept: dict[str, int] = {}
-    for line in nginx_upstream.since(mark):
+    for line in nginx_upstream.lines_for(mark, "/upload", len(bodies)):
         if line["uri"] == "/upload":
             assert (line["proto"], line["status"]) == ("HTTP/2.0", 200), line
             data = Path(line["body_file"]).read_bytes()
@@ -383,7 +383,7 @@ def test_two_uploads_interleaved_in_one_read_arrive_whole(
     assert sorted(x for x in seen if x is not None) == sorted(
         [f"{a} 200", f"ended {a}", f"{b} 200", f"ended {b}"]
     ), seen
-    lines = [x for x in nginx_upstream.since(mark) if x["uri"] == "/upload"]
+    lines = nginx_upstream.lines_for(mark, "/upload", 2)
     kept = sorted(Path(x["body_file"]).read_bytes() for x in lines)
     for x in lines:
         Path(x["body_file"]).unlink()
