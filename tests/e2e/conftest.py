@@ -233,6 +233,38 @@ def _start_and_wait(name: str, argv: list[str], log_dir: Path, ready: Path) -> p
     return child
 
 
+@dataclass(frozen=True)
+class Scripted:
+    """testbed/script_server.py's upstreams of a module: their one log and script folder."""
+
+    log: JsonLines
+    scripts: Path
+
+
+@contextlib.contextmanager
+def script_upstreams(
+    topology: Topology, pki: Pki, e2e_dir: Path, name: str, ports: dict[int, bool]
+) -> Iterator[Scripted]:
+    """testbed/script_server.py on UPSTREAM_IP at each port (TLS when its value is true),
+    sharing one log (`NAME.jsonl`) and one script folder (`NAME-scripts`)."""
+    log, scripts = e2e_dir / f"{name}.jsonl", e2e_dir / f"{name}-scripts"
+    log.touch()
+    scripts.mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for port, tls in ports.items():
+            ready = e2e_dir / f"{name}-{port}.ready"
+            argv = topology.exec_prefix(topology.ns_upstream) + [
+                sys.executable, "-m", "testbed.script_server", "--log", str(log),
+                "--ready", str(ready), "--listen", f"{UPSTREAM_IP}:{port}",
+                "--scripts", str(scripts),
+            ]  # fmt: skip
+            if tls:
+                argv += ["--cert", str(pki.server_cert), "--key", str(pki.server_key)]
+            child = _start_and_wait(f"{name}-{port}", argv, e2e_dir, ready)
+            stack.callback(child.stop)
+        yield Scripted(JsonLines(log), scripts)
+
+
 @pytest.fixture(scope="session")
 def upstreams(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Upstreams]:
     log, trap_log = e2e_dir / "upstream.jsonl", e2e_dir / "trap-proxy-ns.jsonl"

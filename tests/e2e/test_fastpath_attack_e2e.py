@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,12 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from testbed.harness import JsonLines
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.testca import Pki
-from tests.e2e.conftest import (
-    PrivateProxy,
-    _start_and_wait,
-)
+from tests.e2e.conftest import PrivateProxy, script_upstreams
 
 pytestmark = [pytest.mark.netns]
 
@@ -285,24 +281,9 @@ CLOSING = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 @pytest.fixture(scope="module")
 def closing_upstream(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[JsonLines]:
     """testbed/script_server.py: `/s/closing` answers, then closes its connection."""
-    scripts, log, ready = (
-        e2e_dir / "fp-scripts",
-        e2e_dir / "fp-script.jsonl",
-        e2e_dir / "fp-script.ready",
-    )
-    scripts.mkdir(exist_ok=True)
-    (scripts / "closing.json").write_text(json.dumps([["send", CLOSING.hex()], ["close"]]))
-    log.touch()
-    argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, "-m", "testbed.script_server", "--listen", f"{UPSTREAM_IP}:{SCRIPT_PORT}",
-        "--cert", str(pki.server_cert), "--key", str(pki.server_key), "--scripts", str(scripts),
-        "--log", str(log), "--ready", str(ready),
-    ]  # fmt: skip
-    child = _start_and_wait("fp-script", argv, e2e_dir, ready)
-    try:
-        yield JsonLines(log)
-    finally:
-        child.stop()
+    with script_upstreams(topology, pki, e2e_dir, "fp-script", {SCRIPT_PORT: True}) as up:
+        (up.scripts / "closing.json").write_text(json.dumps([["send", CLOSING.hex()], ["close"]]))
+        yield up.log
 
 
 def test_requests_after_the_upstream_closed_its_connection_are_decided_alike(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,10 +30,9 @@ from typing import Any
 import pytest
 
 from sandbox_egress.proxy.decision import MESSAGES, Reason
-from testbed.harness import JsonLines
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.testca import Pki
-from tests.e2e.conftest import SECRET_ENV, PrivateProxy, _start_and_wait
+from tests.e2e.conftest import SECRET_ENV, PrivateProxy, Scripted, script_upstreams
 
 pytestmark = pytest.mark.netns
 
@@ -65,34 +63,12 @@ network:
 """
 
 
-@dataclass(frozen=True)
-class Scripted:
-    log: JsonLines
-    scripts: Path
-
-
 @pytest.fixture(scope="module")
 def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
     """The scripted upstream twice (one log, one script folder): TLS and plain."""
-    log, scripts = e2e_dir / "pipe-script.jsonl", e2e_dir / "pipe-scripts"
-    log.touch()
-    scripts.mkdir(exist_ok=True)
-    children = []
-    try:
-        for name, port, tls in (("pipe-tls", PORT, True), ("pipe-plain", PLAIN_PORT, False)):
-            ready = e2e_dir / f"{name}.ready"
-            argv = topology.exec_prefix(topology.ns_upstream) + [
-                sys.executable, "-m", "testbed.script_server", "--log", str(log),
-                "--ready", str(ready), "--listen", f"{UPSTREAM_IP}:{port}",
-                "--scripts", str(scripts),
-            ]  # fmt: skip
-            if tls:
-                argv += ["--cert", str(pki.server_cert), "--key", str(pki.server_key)]
-            children.append(_start_and_wait(name, argv, e2e_dir, ready))
-        yield Scripted(JsonLines(log), scripts)
-    finally:
-        for child in children:
-            child.stop()
+    ports = {PORT: True, PLAIN_PORT: False}
+    with script_upstreams(topology, pki, e2e_dir, "pipe-script", ports) as up:
+        yield up
 
 
 # (its arguments, what it runs under): the layers, the body relay, the fast path, and

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,11 +25,10 @@ from typing import Any
 
 import pytest
 
-from testbed.harness import JsonLines
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.rawhttp import Conn
 from testbed.testca import Pki
-from tests.e2e.conftest import SECRET_ENV, PrivateProxy, _start_and_wait
+from tests.e2e.conftest import SECRET_ENV, PrivateProxy, Scripted, script_upstreams
 
 pytestmark = pytest.mark.netns
 
@@ -52,27 +50,10 @@ network:
 """
 
 
-@dataclass(frozen=True)
-class Scripted:
-    log: JsonLines
-    scripts: Path
-
-
 @pytest.fixture(scope="module")
 def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
-    log, ready, scripts = e2e_dir / "script.jsonl", e2e_dir / "script.ready", e2e_dir / "scripts"
-    log.touch()
-    scripts.mkdir(exist_ok=True)
-    argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, "-m", "testbed.script_server", "--log", str(log), "--ready", str(ready),
-        "--listen", f"{UPSTREAM_IP}:{PORT}", "--cert", str(pki.server_cert),
-        "--key", str(pki.server_key), "--scripts", str(scripts),
-    ]  # fmt: skip
-    child = _start_and_wait("script-upstream", argv, e2e_dir, ready)
-    try:
-        yield Scripted(JsonLines(log), scripts)
-    finally:
-        child.stop()
+    with script_upstreams(topology, pki, e2e_dir, "relay-script", {PORT: True}) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ each with an answer deadline (`--upstream-timeout`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 
-from testbed.harness import JsonLines
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.rawhttp import Conn, Response
 from testbed.testca import Pki
-from tests.e2e.conftest import PrivateProxy, _start_and_wait
+from tests.e2e.conftest import PrivateProxy, Scripted, script_upstreams
 
 pytestmark = pytest.mark.netns
 
@@ -60,28 +59,10 @@ WARM = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nwarm"
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nanswer"
 
 
-@dataclass(frozen=True)
-class Scripted:
-    log: JsonLines
-    scripts: Path
-
-
 @pytest.fixture(scope="module")
 def scripted(topology: Topology, pki: Pki, e2e_dir: Path) -> Iterator[Scripted]:
-    log, ready = e2e_dir / "retry-script.jsonl", e2e_dir / "retry-script.ready"
-    scripts = e2e_dir / "retry-scripts"
-    log.touch()
-    scripts.mkdir(exist_ok=True)
-    argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, "-m", "testbed.script_server", "--log", str(log), "--ready", str(ready),
-        "--listen", f"{UPSTREAM_IP}:{PORT}", "--cert", str(pki.server_cert),
-        "--key", str(pki.server_key), "--scripts", str(scripts),
-    ]  # fmt: skip
-    child = _start_and_wait("retry-upstream", argv, e2e_dir, ready)
-    try:
-        yield Scripted(JsonLines(log), scripts)
-    finally:
-        child.stop()
+    with script_upstreams(topology, pki, e2e_dir, "retry-script", {PORT: True}) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
@@ -362,31 +343,21 @@ def test_a_second_connection_that_cannot_connect_is_answered_as_a_refused_connec
 ):
     """The upstream goes away while the proxy waits on the kept-alive connection: its
     listener closes, then the connection. The second sending's connect is refused."""
-    port, scripts = PORT + 1, e2e_dir / "retry-gone-scripts"
-    log, ready = e2e_dir / "retry-gone.jsonl", e2e_dir / "retry-gone.ready"
-    scripts.mkdir(exist_ok=True)
-    (scripts / "gone.json").write_text(
-        json.dumps([["send", WARM.hex()], ["drain", 0.3], ["sleep", 20]])
-    )
-    argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, "-m", "testbed.script_server", "--log", str(log), "--ready", str(ready),
-        "--listen", f"{UPSTREAM_IP}:{port}", "--cert", str(pki.server_cert),
-        "--key", str(pki.server_key), "--scripts", str(scripts),
-    ]  # fmt: skip
-    child = _start_and_wait("retry-gone-upstream", argv, e2e_dir, ready)
+    port, steps = PORT + 1, [["send", WARM.hex()], ["drain", 0.3], ["sleep", 20]]
     p = proxies["layers"]
-    p.wait_idle()
-    audit_mark = p.view.audit_log.mark()
-    try:
+    with contextlib.ExitStack() as upstream:
+        gone = {port: True}
+        up = upstream.enter_context(script_upstreams(topology, pki, e2e_dir, "retry-gone", gone))
+        (up.scripts / "gone.json").write_text(json.dumps(steps))
+        p.wait_idle()
+        audit_mark = p.view.audit_log.mark()
         with p.view.tunnel(f"{HOST}:{port}") as conn:
             warm = conn.request("GET", "/s/gone", [("Host", HOST)])
             assert (warm.status, warm.body) == (200, b"warm"), warm.describe()
             conn.send(f"GET /s/gone/second HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
             time.sleep(0.8)  # the upstream read it (its drain ended)
-            child.stop()
+            upstream.close()  # its listener goes, then the connection
             answer = conn.read_response()
-    finally:
-        child.stop()
     assert (answer.status, answer.header("X-Egress-Denied")) == (502, "upstream_refused")
     p.view.audit_log.settle()
     lines = [

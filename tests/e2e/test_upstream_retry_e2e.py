@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from testbed.rawhttp import Conn
-from tests.e2e.conftest import PrivateProxy
-from tests.e2e.test_relay_attack_e2e import CONFIG, HOST, PORT, Scripted, head, scripted
+from tests.e2e.conftest import PrivateProxy, Scripted
+from tests.e2e.test_relay_attack_e2e import CONFIG, HOST, PORT, head, scripted
 
 __all__ = ["scripted"]  # the fixture, imported for this module's tests
 
