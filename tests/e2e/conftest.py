@@ -228,6 +228,9 @@ def topology() -> Iterator[Topology]:
 
 
 def _start_and_wait(name: str, argv: list[str], log_dir: Path, ready: Path) -> procs.Child:
+    # A file an earlier start left (a module-scoped server started again by another
+    # module, as test_upstream_retry_e2e starts the relay suite's) is not this one's.
+    ready.unlink(missing_ok=True)
     child = procs.start(name, argv, log_dir)
     procs.wait_until(f"{name} ready", ready.exists, timeout=15, child=child)
     return child
