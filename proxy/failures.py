@@ -65,10 +65,11 @@ def send_again(
 ) -> bool:
     """Whether a request whose upstream failed with `message` goes once more, on a new
     connection: `method` as the upstream receives it (case-sensitive, RFC 9110 9.1: `get`
-    is not `GET`, D681); `reused`, its connection was open before it came; `held`, the
-    proxy holds its whole request (not streamed); `again`, it already went twice;
-    `timed_out`, the proxy itself closed the connection (its answer deadline, D353);
-    `names`, its header field names (a method override is not sent twice, D682)."""
+    is not `GET`, D681); `reused`, its connection had answered a request before (open is
+    not enough: the first request on a connection opened ahead of it is not sent twice,
+    D683); `held`, the proxy holds its whole request (not streamed); `again`, it already
+    went twice; `timed_out`, the proxy itself closed the connection (its answer deadline,
+    D353); `names`, its header field names (a method override is not sent twice, D682)."""
     return (
         message == CLOSED_UNANSWERED
         and method in SAFE_METHODS

@@ -96,3 +96,15 @@ def wait_until(
             extra = child.output() if child is not None else ""
             raise TimeoutError(f"{what}: not ready after {timeout}s\n{extra}")
         time.sleep(interval)
+
+
+def written(path: Path, last: str, timeout: float = 20.0) -> str:
+    """The text of `path` once it ends with `last` (a background run writes in pieces:
+    its first line alone is not its answer), or what it holds when `timeout` runs out,
+    for the caller's assertion to show."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().endswith(last):
+            break
+        time.sleep(0.05)
+    return path.read_text() if path.exists() else ""

@@ -67,6 +67,8 @@ PROXY_HOSTS: dict[str, list[str]] = {
 DNS_ONLY_NAMES = ["rebind-tunnel.allowed.test", "rebind-plain.allowed.test", "multi.allowed.test"]
 CERT_NAMES = [n for n in PROXY_HOSTS if n != "self.allowed.test"] + DNS_ONLY_NAMES
 BULK_SERVER = ["-m", "testbed.bulk_server"]
+HOSTILE_PORT = 8090
+HOSTILE_SERVER = ["-m", "testbed.hostile_server"]
 BULK_PORT, BULK_TLS_PORT = 8000, 8001
 
 CONFIG = """\
@@ -234,6 +236,31 @@ def _start_and_wait(name: str, argv: list[str], log_dir: Path, ready: Path) -> p
     child = procs.start(name, argv, log_dir)
     procs.wait_until(f"{name} ready", ready.exists, timeout=15, child=child)
     return child
+
+
+# One definition, found here by every module: a session fixture imported into several
+# test modules is a fixture per module, and the second one's server found the port taken.
+@dataclass(frozen=True)
+class Hostile:
+    log: JsonLines
+
+    def ended(self, mark: int, path: str) -> dict:
+        return self.log.wait_for(mark, lambda e: e.get("path") == path, timeout=15)
+
+
+@pytest.fixture(scope="session", name="hostile")
+def hostile_fixture(topology: Topology, e2e_dir: Path) -> Iterator[Hostile]:
+    log, ready = e2e_dir / "hostile.jsonl", e2e_dir / "hostile.ready"
+    log.touch()
+    argv = topology.exec_prefix(topology.ns_upstream) + [
+        sys.executable, *HOSTILE_SERVER, "--log", str(log), "--ready", str(ready),
+        "--listen", f"{UPSTREAM_IP}:{HOSTILE_PORT}",
+    ]  # fmt: skip
+    child = _start_and_wait("hostile-upstream", argv, e2e_dir, ready)
+    try:
+        yield Hostile(JsonLines(log))
+    finally:
+        child.stop()
 
 
 @dataclass(frozen=True)

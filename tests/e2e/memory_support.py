@@ -2,10 +2,11 @@
 
 `Measured` samples a proxy's VmRSS while a block runs and records the growth over the
 idle baseline; `GROWTH_BOUND_MIB` is the bound every path must stay under, for `SIZE`
-(256 MiB, `EGRESS_E2E_MEMORY_BYTES`) going through. The fixtures `proxy` (a fresh
-proxy per test, so one test's memory never hides in another's) and `hostile` (the
-upstream of testbed/hostile_server.py) are imported by the test modules (as
-`proxy_fixture` and `hostile_fixture`: pytest finds them by their `name`).
+(256 MiB, `EGRESS_E2E_MEMORY_BYTES`) going through. The fixture `proxy` (a fresh
+proxy per test, so one test's memory never hides in another's) is imported by the test
+modules (as `proxy_fixture`: pytest finds it by its `name`); the hostile upstream
+(testbed/hostile_server.py) is the session fixture `hostile` of tests/e2e/conftest.py,
+one server for every module.
 """
 
 from __future__ import annotations
@@ -14,16 +15,11 @@ import contextlib
 import os
 import select
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from testbed.harness import JsonLines
-from testbed.netns import UPSTREAM_IP, Topology
 from testbed.proxyproc import ProxyProcess, RssSampler, record_result
 from testbed.streaming import read_head
 from tests.e2e.conftest import (
@@ -31,7 +27,6 @@ from tests.e2e.conftest import (
     SECRET_ENV,
     Bulk,
     PrivateProxy,
-    _start_and_wait,
     relaying,
 )
 
@@ -42,8 +37,6 @@ SIZE = int(os.environ.get("EGRESS_E2E_MEMORY_BYTES", str(256 * MIB)))
 # 64 MiB is a quarter of what goes through, so buffering any body, head or message whole
 # would exceed it.
 GROWTH_BOUND_MIB = 64
-HOSTILE_PORT = 8090
-HOSTILE_SERVER = ["-m", "testbed.hostile_server"]
 TIMEOUT = 30.0
 
 CONFIG = f"""\
@@ -55,29 +48,6 @@ network:
         Authorization: "Bearer ${{{SECRET_ENV}}}"
     - domain: 198.18.1.0/24
 """
-
-
-@dataclass(frozen=True)
-class Hostile:
-    log: JsonLines
-
-    def ended(self, mark: int, path: str) -> dict:
-        return self.log.wait_for(mark, lambda e: e.get("path") == path, timeout=15)
-
-
-@pytest.fixture(scope="session", name="hostile")
-def hostile_fixture(topology: Topology, e2e_dir: Path) -> Iterator[Hostile]:
-    log, ready = e2e_dir / "hostile.jsonl", e2e_dir / "hostile.ready"
-    log.touch()
-    argv = topology.exec_prefix(topology.ns_upstream) + [
-        sys.executable, *HOSTILE_SERVER, "--log", str(log), "--ready", str(ready),
-        "--listen", f"{UPSTREAM_IP}:{HOSTILE_PORT}",
-    ]  # fmt: skip
-    child = _start_and_wait("hostile-upstream", argv, e2e_dir, ready)
-    try:
-        yield Hostile(JsonLines(log))
-    finally:
-        child.stop()
 
 
 @pytest.fixture(name="proxy")

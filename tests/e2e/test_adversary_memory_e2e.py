@@ -19,15 +19,12 @@ import pytest
 from testbed.bulk_server import pattern_chunks
 from testbed.h2stream import H2Stream
 from testbed.streaming import download, expected_sha256, send_pattern
-from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, Bulk, PrivateProxy
+from tests.e2e.conftest import BULK_PORT, BULK_TLS_PORT, HOSTILE_PORT, Bulk, Hostile, PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
-    HOSTILE_PORT,
     MIB,
     SIZE,
-    Hostile,
     h2_request,
     h2_tunnel,
-    hostile_fixture,
     measure,
     plain,
     proxy_fixture,

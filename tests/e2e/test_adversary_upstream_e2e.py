@@ -18,13 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.streaming import read_head
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import HOSTILE_PORT, Hostile, PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
-    HOSTILE_PORT,
     MIB,
     SIZE,
-    Hostile,
-    hostile_fixture,
     measure,
     plain,
     proxy_fixture,

@@ -29,11 +29,8 @@ import pytest
 from testbed.expect import Observed
 from testbed.hostile_server import MCP_STREAM_TYPES
 from testbed.rawhttp import Conn, Response
-from tests.e2e.conftest import PrivateProxy
+from tests.e2e.conftest import HOSTILE_PORT, Hostile, PrivateProxy
 from tests.e2e.memory_support import (  # noqa: F401 - fixtures
-    HOSTILE_PORT,
-    Hostile,
-    hostile_fixture,
     plain,
 )
 

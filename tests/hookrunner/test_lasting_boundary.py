@@ -9,12 +9,12 @@ user: uid 0 kept, every capability dropped, so a mask cannot be unmounted.
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from sandbox_egress.hookrunner.enforce import mask, toolns
+from testbed import procs
 from tests.hookrunner.test_boundary_without_root import (  # noqa: F401 (fixtures)
     AS_NOBODY,
     SECRET,
@@ -23,15 +23,6 @@ from tests.hookrunner.test_boundary_without_root import (  # noqa: F401 (fixture
     top,
     unprivileged,
 )
-
-
-def wait_for(path: Path, seconds: float = 20.0) -> str:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never written")
 
 
 def test_lasting_drops_the_pid_namespace_and_root_s_capabilities() -> None:
@@ -68,7 +59,7 @@ def test_without_root_a_background_run_outlives_the_command_under_the_boundary(
                           text=True, timeout=120)  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "no-umount\n"), done.stderr
     flag.touch()  # only now, after the command returned, does the background run go on
-    assert wait_for(out) == "1\nran\n"
+    assert procs.written(out, "ran\n") == "1\nran\n"
     assert git(top / "remote.git", "rev-parse", "main") == before
     assert (work / ".env").read_text() == SECRET + "\n"
 

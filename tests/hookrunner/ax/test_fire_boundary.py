@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from hypothesis import strategies as st
 
 from sandbox_egress.hookrunner import cli
 from sandbox_egress.hookrunner.enforce import bound, toolns
+from testbed import procs
 from tests.hookrunner.helpers import HOOKRUNNER
 
 SECRET = "API_KEY=sk-live-not-really-0123456789"
@@ -241,15 +241,6 @@ def test_a_cd_persists_from_one_call_to_the_next(claude: Claude) -> None:
     assert (status, out) == (0, f"{claude.workspace / 'sub'}\n")
 
 
-def wait_for(path: Path, seconds: float = 20.0) -> str:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never written")
-
-
 @pytest.mark.privileged
 def test_a_background_command_still_runs(claude: Claude) -> None:
     flag = claude.workspace / "go"
@@ -259,7 +250,7 @@ def test_a_background_command_still_runs(claude: Claude) -> None:
     status, out, _, _ = claude.bash(updated["command"])
     assert (status, out) == (0, "")
     flag.touch()  # only now, after the call returned, does the background run go on
-    assert wait_for(claude.workspace / "bg.txt") == "ran\n"  # still masked
+    assert procs.written(claude.workspace / "bg.txt", "ran\n") == "ran\n"  # still masked
 
 
 @pytest.mark.privileged
@@ -276,7 +267,7 @@ def test_run_in_background_keeps_its_flag_and_runs(claude: Claude) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert wait_for(claude.workspace / "later.txt") == "later\n"
+    assert procs.written(claude.workspace / "later.txt", "later\n") == "later\n"
 
 
 @pytest.mark.privileged
