@@ -57,7 +57,7 @@ test: install
 	@scripts/wheelhouse
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)"
-	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest --durations=25
+	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 else
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 endif
