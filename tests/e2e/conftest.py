@@ -35,6 +35,7 @@ from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.rawhttp import Conn
 from testbed.redisserver import RedisServer, start_redis
 from testbed.testca import Pki, make_test_pki
+from tests.e2e import session_scan
 
 REPO = Path(__file__).resolve().parents[2]
 EGRESS_PROXY = Path(sys.executable).parent / "egress-proxy"  # the venv running pytest
@@ -425,6 +426,8 @@ def harness(
     try:
         procs.wait_until("proxy /healthz", healthy, timeout=30, child=child)
         yield h
+        # This process's proxy, whichever process the leak tests ran on (D700).
+        assert session_scan.problems(h) == {}, session_scan.problems(h)
     finally:
         child.stop()
 
