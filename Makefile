@@ -48,8 +48,9 @@ run: install
 # base image and the image's wheels: the three scripts set them up (and say so) when missing.
 # `--durations=25`: the log ends with the 25 slowest tests, so a CI log shows where the
 # wall time (held under 30 minutes, issue 49) goes. The unit tests (test-unit's selection)
-# run first on two processes, then the rest with them left out (tests/conftest.py);
-# with PYTEST_ARGS, one run of what they select.
+# run first on two processes, then the rest with them left out (tests/conftest.py), also
+# on two, each file on one and the container tests together (D700); with PYTEST_ARGS, one
+# run of what they select.
 test: install
 	@sh scripts/install-test-deps
 	@scripts/container-engine start

@@ -34,7 +34,7 @@ def group(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") == "loadgroup":
+    if getattr(config.option, "loadgroup", False):  # a worker of `--dist loadgroup`
         for item in items:
             item.add_marker(pytest.mark.xdist_group(group(item)))
     if not os.environ.get(UNIT_DONE_ENV):
