@@ -49,7 +49,7 @@ run: install
 # `--durations=25`: the log ends with the 25 slowest tests, so a CI log shows where the
 # wall time (held under 30 minutes, issue 49) goes. The unit tests (test-unit's selection)
 # run first on two processes, then the rest with them left out (tests/conftest.py), also
-# on two, each file on one and the container tests together (D700); with PYTEST_ARGS, one
+# on two, each file on one, then the container tests on one (D700); with PYTEST_ARGS, one
 # run of what they select.
 test: install
 	@sh scripts/install-test-deps
@@ -58,7 +58,8 @@ test: install
 	@scripts/wheelhouse
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)"
-	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m "not container" --durations=25
+	$(BIN)/python -m pytest -m container --durations=25
 else
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 endif

@@ -22,21 +22,7 @@ UNIT_DONE_ENV = "EGRESS_UNIT_TESTS_DONE"
 NOT_UNIT_MARKS = ("netns", "slow", "container", "privileged")  # the Makefile's UNIT_MARKS
 
 
-def group(item: pytest.Item) -> str:
-    """Which tests one process runs, one after another, under `--dist loadgroup` (the rest
-    of `make test`, D700): a file's (its module and session fixtures are set up once per
-    process, and its tests may share them in order), or every test using the container
-    engine (they share the engine's container, network and image names)."""
-    if item.get_closest_marker("container"):
-        return "containers"
-    return item.nodeid.split("::", 1)[0]
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if getattr(config.option, "loadgroup", False):  # a worker of `--dist loadgroup`
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(group(item)))
     if not os.environ.get(UNIT_DONE_ENV):
         return
     e2e = os.path.join(os.path.dirname(__file__), "e2e") + os.sep
