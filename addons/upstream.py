@@ -14,7 +14,9 @@ error's text) or an HTTP/2 page of the same, and the audit line said `allow`,
 * one failure is repaired instead (D680): a safe request without a body that a kept-alive
   connection lost before any answer byte goes once more, on a new connection
   (`proxy.failures.send_again` decides; `_send_again` sends it as mitmproxy does); kept
-  alive: an answer head came on it before (`UpstreamFailures.responseheaders`, D683);
+  alive: an answer head came on it before (`UpstreamFailures.responseheaders`, D683); and
+  so does any request held whole that an HTTP/2 upstream did not process (its GOAWAY or
+  `REFUSED_STREAM`, runtime/engine/goaway.py, D701);
 * `UpstreamFailures.tls_failed_server` notes the handshake that failed on a client's
   upstream connection (TLS wins over the connect error that follows it);
 * `UpstreamFailures.error` — mitmproxy's error hook, which runs before it answers —
@@ -116,6 +118,8 @@ def _lost_with_its_connection(stream: HttpStream, event: ResponseProtocolError) 
             again=bool(flow.metadata.get(AGAIN_KEY)),
             timed_out=bool(flow.metadata.get(TIMED_OUT_KEY)),
             names=flow.request.headers.keys(),
+            # Held whole as it went out (a streamed body is not kept, D701).
+            whole=flow.request.raw_content is not None,
         )
         and stream.client_state == stream.state_done
         and stream.server_state == stream.state_wait_for_response_headers

@@ -13,7 +13,10 @@ and credentials (`credential_unavailable`) are decided where they happen.
 on a new one (D680): only a safe method as sent (RFC 9110 9.2.1; it changes nothing, so the
 upstream may see it twice) without a method override field (D682), whose whole request the
 proxy holds, lost on a connection that had answered before (D683) and closed (or reset,
-D684) before any byte of an answer; once.
+D684) before any byte of an answer; once. And any request, body included, whose whole
+request the proxy holds, that an HTTP/2 upstream said it never processed (`UNPROCESSED`:
+above the last stream of its GOAWAY, or refused with `REFUSED_STREAM`; RFC 9113 8.7, D701);
+once.
 
 `Quieted` bounds the operator's stderr: one line per (host, reason) per
 `QUIET_S`, the next one saying how many were left unsaid; at most `QUIET_KEYS` keys
@@ -38,6 +41,8 @@ TIMED_OUT = "timed out"  # in the message of a connect the proxy gave up on
 CONNECT_FAILED = "CONNECT_FAILED"
 # What mitmproxy's HTTP/1 client reports when the upstream closed before an answer byte.
 CLOSED_UNANSWERED = "server closed connection"
+# What runtime/engine/goaway.py reports for a stream an HTTP/2 upstream never processed.
+UNPROCESSED = "The upstream did not process the request (HTTP/2 GOAWAY or REFUSED_STREAM)."
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Fields by which a client asks the upstream to treat a request as another method (D682):
 # a `GET` carrying one may be a `DELETE` to the upstream, so it is not sent twice.
@@ -62,6 +67,7 @@ def send_again(
     again: bool,
     timed_out: bool,
     names: Iterable[str] = (),
+    whole: bool = False,
 ) -> bool:
     """Whether a request whose upstream failed with `message` goes once more, on a new
     connection: `method` as the upstream receives it (case-sensitive, RFC 9110 9.1: `get`
@@ -69,7 +75,10 @@ def send_again(
     not enough: the first request on a connection opened ahead of it is not sent twice,
     D683); `held`, the proxy holds its whole request (not streamed); `again`, it already
     went twice; `timed_out`, the proxy itself closed the connection (its answer deadline,
-    D353); `names`, its header field names (a method override is not sent twice, D682)."""
+    D353); `names`, its header field names (a method override is not sent twice, D682);
+    `whole`, the proxy holds the whole request as it went out, body included (D701)."""
+    if message == UNPROCESSED:  # the upstream says it did nothing with it: any method
+        return whole and not (again or timed_out)
     return (
         message == CLOSED_UNANSWERED
         and method in SAFE_METHODS

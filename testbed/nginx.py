@@ -2,8 +2,8 @@
 
 Every request is one JSON line in `access.jsonl` (nginx's own `escape=json` log format),
 written before nginx answers the next request on the connection: host, URI, protocol
-(`HTTP/2.0` or `HTTP/1.1`), the ALPN and SNI of the TLS connection, the status, and the
-values of `Authorization` and `X-Api-Key`. nginx refuses a request that carries
+(`HTTP/2.0` or `HTTP/1.1`), the ALPN and SNI of the TLS connection, the status, the
+values of `Authorization` and `X-Api-Key`, and the connection's serial number (`conn`). nginx refuses a request that carries
 `Authorization` twice (400, "client sent duplicate header line"), so a 200 with the
 expected value in the log is exactly one such header. `POST /upload` keeps the request
 body in a file of its own below nginx's work folder, named by the line's `body_file` (the
@@ -50,7 +50,7 @@ http {{
         '"proto":"$server_protocol","alpn":"$ssl_alpn_protocol","sni":"$ssl_server_name",'
         '"status":$status,"bytes":$body_bytes_sent,'
         '"auth":"$http_authorization","api_key":"$http_x_api_key","ua":"$http_user_agent",'
-        '"body_file":"$request_body_file"}}';
+        '"body_file":"$request_body_file","conn":$connection}}';
     access_log {dir}/access.jsonl clients;
     types {{ text/html html; application/json json; application/octet-stream bin whl tgz; }}
     default_type application/octet-stream;

@@ -61,6 +61,7 @@ def test_the_hosts_remembered_are_bounded() -> None:
 
 
 LOST = failures.CLOSED_UNANSWERED
+UNPROCESSED = failures.UNPROCESSED
 SEND_AGAIN = {"reused": True, "held": True, "again": False, "timed_out": False}
 
 
@@ -84,6 +85,15 @@ SEND_AGAIN = {"reused": True, "held": True, "again": False, "timed_out": False}
         ("GET", LOST, {"names": ("X-HTTP-Method-Override",)}, False),  # D682: maybe a DELETE
         ("GET", LOST, {"names": ("x-http-method",)}, False),
         ("HEAD", LOST, {"names": ("X-Method-Override",)}, False),
+        # D701: an HTTP/2 upstream said it did not process it: any method, a body too,
+        # if the proxy holds the whole request as it went out; once; not after its deadline
+        ("POST", UNPROCESSED, {"whole": True, "reused": False, "held": False}, True),
+        ("DELETE", UNPROCESSED, {"whole": True, "names": ("X-HTTP-Method-Override",)}, True),
+        ("GET", UNPROCESSED, {}, False),  # `whole` not said: a streamed body is not kept
+        ("POST", UNPROCESSED, {"whole": False}, False),
+        ("POST", UNPROCESSED, {"whole": True, "again": True}, False),
+        ("GET", UNPROCESSED, {"whole": True, "timed_out": True}, False),
+        ("POST", LOST, {"whole": True}, False),  # a closed connection: D680's rule alone
     ],
 )
 def test_send_again(method: str, message: str, change: dict[str, object], expected: bool) -> None:

@@ -20,6 +20,7 @@ import hashlib
 import os
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -339,3 +340,24 @@ def test_a_frame_cut_between_a_relayed_read_and_the_last_arrives_whole(
     assert (line["status"], sha256) == (200, hashlib.sha256(first + second).hexdigest())
     carried = (_relayed(p) or 0) - before
     assert carried == (len(first) if body_relay else 0)
+
+
+def test_more_requests_than_nginx_serves_on_one_connection_all_get_their_answer(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx
+) -> None:
+    """nginx ends an HTTP/2 connection after `keepalive_requests` (1000) requests with a
+    GOAWAY naming the last stream it serves, which it still answers (RFC 9113 6.8): every
+    answer arrives, the 1000th too, and the next ones on a second connection (D701)."""
+    mark = nginx_upstream.mark()
+    with h2_tunnel(h2_proxy, AUTHORITY) as conn:
+        conn.sock.settimeout(30)
+        client = H2Stream(conn.sock)
+        answers = []
+        for _ in range(1010):
+            sid = client.open(h2_request(AUTHORITY, "GET", "/small.txt"), end_stream=True)
+            answer = client.read_response(sid)
+            answers.append((answer.status, answer.body_bytes))
+    failed = [(i, a) for i, a in enumerate(answers) if a != ("200", len(b"small\n"))]
+    assert failed == []
+    lines = nginx_upstream.lines_for(mark, "/small.txt", 1010)
+    assert sorted(Counter(line["conn"] for line in lines).values()) == [10, 1000]
