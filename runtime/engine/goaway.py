@@ -36,7 +36,7 @@ from typing import Any
 import h2.connection
 import h2.errors
 import h2.events
-from mitmproxy import connection
+from mitmproxy.connection import Connection
 from mitmproxy.proxy import events
 from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http import _http2
@@ -54,12 +54,12 @@ LAST = "_egress_goaway_last"  # the stream the GOAWAY named: on the h2 connectio
 DRAINED = "HTTP/2 connection drained after the upstream's GOAWAY"
 
 # Upstream connections a graceful GOAWAY came on: no new request goes on them.
-_draining: weakref.WeakSet[connection.Connection] = weakref.WeakSet()
+_draining: weakref.WeakSet[Connection] = weakref.WeakSet()
 
 
 def _receive_goaway_frame(self: Any, frame: Any) -> tuple[list[Any], list[Any]]:
     if not self.config.client_side or frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
-        return ORIGINAL_RECEIVE_GOAWAY(self, frame)  # type: ignore[no-any-return]
+        return ORIGINAL_RECEIVE_GOAWAY(self, frame)
     self.__dict__[LAST] = frame.last_stream_id
     terminated = h2.events.ConnectionTerminated()
     terminated.error_code = h2.errors.ErrorCodes.NO_ERROR
@@ -88,7 +88,7 @@ def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
         yield from _unprocessed(self, [event.stream_id])
         return False
     if not (isinstance(event, h2.events.ConnectionTerminated) and LAST in self.h2_conn.__dict__):
-        return (yield from ORIGINAL_HANDLE_H2_EVENT(self, event))  # type: ignore[no-any-return]
+        return (yield from ORIGINAL_HANDLE_H2_EVENT(self, event))
     last = self.h2_conn.__dict__[LAST]
     self.__dict__[LAST] = last
     _draining.add(self.conn)
@@ -118,8 +118,8 @@ def close_connection(self: Any, msg: str) -> Generator[Any, Any, None]:
     yield from ORIGINAL_CLOSE(self, msg)
 
 
-def connection_spec_matches(self: Any, conn: connection.Connection) -> bool:
-    return conn not in _draining and ORIGINAL_SPEC_MATCHES(self, conn)  # type: ignore[no-any-return]
+def connection_spec_matches(self: Any, connection: Connection) -> bool:
+    return connection not in _draining and ORIGINAL_SPEC_MATCHES(self, connection)
 
 
 def install() -> None:
@@ -128,4 +128,4 @@ def install() -> None:
     _http2.Http2Client.handle_h2_event = _handle_h2_event  # type: ignore[method-assign]
     _http2.Http2Client._handle_event = _handle_event  # type: ignore[method-assign]
     _http2.Http2Client.close_connection = close_connection  # type: ignore[method-assign]
-    http_layers.GetHttpConnection.connection_spec_matches = connection_spec_matches  # type: ignore[method-assign]
+    setattr(http_layers.GetHttpConnection, "connection_spec_matches", connection_spec_matches)  # noqa: B010 (a dataclass: mypy types the method as a field)
