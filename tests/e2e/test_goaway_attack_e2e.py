@@ -1,0 +1,365 @@
+"""An attacker's round on the GOAWAY drain (runtime/engine/goaway.py, D701; D710-D719).
+
+A scripted TLS upstream (testbed/h2script.py) writes exactly the frames each case names and,
+unlike an orderly server, keeps its connection open after its GOAWAY unless the case closes
+it (RFC 9113 6.8 asks the receiver, not the sender, to stop using the connection); an h2
+client (testbed/h2stream.py) sends through a proxy of the module's own, the body relay off
+and on. Each case asserts what the client got, which upstream connection carried which
+request (the upstream's record of paths per connection), the credential each request
+carried to the upstream, and the audit lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from testbed.h2script import RST_STREAM, SETTINGS, H2Script, Step, data, frame, headers
+from testbed.h2stream import H2Stream, StreamOutcome
+from testbed.netns import UPSTREAM_IP, Topology
+from testbed.testca import Pki
+from tests.e2e.conftest import PrivateProxy
+from tests.e2e.memory_support import h2_request, h2_tunnel
+from tests.e2e.test_h2_goaway_e2e import REFUSED_STREAM, answer, goaway
+
+pytestmark = pytest.mark.netns
+
+PORT = 9480
+HOST = "api.allowed.test"
+AUTHORITY = f"{HOST}:{PORT}"
+SECRET_HEADER = "Bearer "  # the transform's value starts so (the rest is E2E_SECRET)
+CONFIG = """\
+network:
+  allowlist:
+    - domain: api.allowed.test
+      transform:
+        Authorization: "Bearer ${E2E_SECRET}"
+    - domain: 198.18.1.0/24
+"""
+PROTOCOL_ERROR, INTERNAL_ERROR = 0x1, 0x2
+MAX_CONCURRENT_STREAMS = 0x3
+SERIAL = itertools.count()
+WITHIN = 6.0  # what a request may take here (the upstream's connection lives 20 s)
+
+
+def unique(name: str) -> str:
+    return f"/{name}/{next(SERIAL)}"
+
+
+def refuse(sid: int) -> bytes:
+    return frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM))
+
+
+class Upstream(H2Script):
+    """`H2Script` that remembers, per request path, the upstream connection (its serving
+    thread) and the credential of each time the request reached it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.calls: dict[str, list[tuple[int, str]]] = {}
+        self.first_conn: dict[str, int] = {}  # a test's key -> the connection it drained
+        self._local = threading.local()  # the serving thread's connection serial
+        self._serial = itertools.count()
+
+    def note(self, fields: dict[str, str]) -> int:
+        """The call's connection; kept with its credential's prefix under the path."""
+        if not hasattr(self._local, "conn"):
+            self._local.conn = next(self._serial)
+        conn: int = self._local.conn
+        auth = fields.get("authorization", "")
+        self.calls.setdefault(fields[":path"], []).append((conn, auth[: len(SECRET_HEADER)]))
+        return conn
+
+
+def key(fields: dict[str, str]) -> str:
+    return fields[":path"].rsplit("/", 1)[0]  # /name/serial/which -> /name/serial
+
+
+@pytest.fixture(scope="module")
+def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
+    server = Upstream(
+        topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key)
+    )
+
+    def queue(sid: int, fields: dict[str, str]) -> list[Step]:
+        """The first request: a limit of one stream, then (while the rest wait in the proxy's
+        queue) a GOAWAY naming it and its answer; the connection stays open. A request on
+        the drained connection is ignored (RFC 9113 6.8); on any other, answered."""
+        conn = server.note(fields)
+        if fields[":path"].endswith("/a"):
+            server.first_conn[key(fields)] = conn
+            limit = frame(SETTINGS, 0, 0, struct.pack(">HI", MAX_CONCURRENT_STREAMS, 1))
+            return [limit, 0.8, goaway(sid), answer(sid, b"first")]
+        if server.first_conn.get(key(fields)) == conn:
+            return []
+        return [answer(sid, b"again")]
+
+    def error_after(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A graceful GOAWAY naming the stream, then one with an error; open, silent."""
+        server.note(fields)
+        return [0.1, goaway(sid), 0.2, goaway(sid, INTERNAL_ERROR)]
+
+    def down(sid: int, fields: dict[str, str]) -> list[Step]:
+        """Two requests at once: the first's GOAWAY names both, a second GOAWAY names only
+        the first (the last id going down); the first is answered; open after."""
+        conn = server.note(fields)
+        if fields[":path"].endswith("/a"):
+            server.first_conn[key(fields)] = conn
+            return [0.4, goaway(sid + 2), 0.1, goaway(sid), 0.1, answer(sid, b"first")]
+        if server.first_conn.get(key(fields)) == conn:
+            return []
+        return [answer(sid, b"again")]
+
+    def up(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming no stream, then one naming it (the last id going up, which RFC
+        9113 6.8 forbids), then an answer on the drained stream: never a second answer."""
+        conn = server.note(fields)
+        if server.first_conn.setdefault(key(fields), conn) == conn:
+            return [0.1, goaway(0), 0.05, goaway(sid), 0.3, answer(sid, b"liar")]
+        return [answer(sid, b"again")]
+
+    def above(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY whose last id is above every stream (and streams never opened)."""
+        server.note(fields)
+        return [headers(sid, [(":status", "200")]), goaway(2**31 - 1),
+                data(sid, b"the whole answer", 1)]  # fmt: skip
+
+    def split(sid: int, fields: dict[str, str]) -> list[Step]:
+        """The GOAWAY in two writes (two TLS records), its first half with DATA."""
+        server.note(fields)
+        away = goaway(sid)
+        return [headers(sid, [(":status", "200")]), data(sid, b"part one, ") + away[:7], 0.1,
+                away[7:] + data(sid, b"part two", 1)]  # fmt: skip
+
+    def late_refusal(sid: int, fields: dict[str, str]) -> list[Step]:
+        """REFUSED_STREAM after the answer's head and some of its body (a hostile upstream)."""
+        server.note(fields)
+        return [headers(sid, [(":status", "200")]), data(sid, b"some"), 0.1, refuse(sid)]
+
+    def refused(sid: int, fields: dict[str, str]) -> list[Step]:
+        """Refused every time: the connection stays open."""
+        server.note(fields)
+        return [0.05, refuse(sid)]
+
+    def plain(sid: int, fields: dict[str, str]) -> list[Step]:
+        server.note(fields)
+        return [answer(sid, b"plain")]
+
+    server.scripts.update(
+        queue=queue, errorafter=error_after, down=down, up=up, above=above, split=split,
+        laterefusal=late_refusal, refused=refused, plain=plain,
+    )  # fmt: skip
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
+def proxy(
+    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
+) -> PrivateProxy:
+    return module_private_proxy("goawayatk", CONFIG, *(["--body-relay"] if request.param else []))
+
+
+def collect(client: H2Stream, sids: list[int], within: float = WITHIN) -> list[StreamOutcome]:
+    """Read until every stream ended or was reset, at most `within` seconds."""
+    deadline = time.monotonic() + within
+    while not all(client.done(s) for s in sids) and time.monotonic() < deadline:
+        if client._readable() or select.select([client.sock], [], [], 0.1)[0]:
+            client._pump()
+    return [client.outcomes[s] for s in sids]
+
+
+def post(client: H2Stream, path: str) -> int:
+    body = b"a body the proxy streams on"
+    sid = client.open(h2_request(AUTHORITY, "POST", path, ("content-length", str(len(body)))))
+    client.send_body(sid, [body])
+    return sid
+
+
+def get(client: H2Stream, path: str) -> int:
+    return client.open(h2_request(AUTHORITY, "GET", path), True)
+
+
+def shape(outcome: StreamOutcome) -> tuple[str | None, int, bool, int | None]:
+    return (outcome.status, outcome.body_bytes, outcome.ended, outcome.reset_code)
+
+
+def audit_paths(proxy: PrivateProxy, mark: int) -> list[tuple[str, Any, Any]]:
+    time.sleep(0.4)
+    return [
+        (a["path"], a.get("status"), a.get("decision"))
+        for a in proxy.view.audit_log.since(mark)
+        if a.get("path")
+    ]
+
+
+def conns(upstream: Upstream, path: str) -> list[tuple[int, str]]:
+    return upstream.calls.get(path, [])
+
+
+# -- the defects ---------------------------------------------------------------------------------
+
+
+def test_requests_queued_behind_the_upstreams_stream_limit_go_on_a_new_connection(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    """D710: requests the proxy queued (SETTINGS_MAX_CONCURRENT_STREAMS) when the GOAWAY came
+    were sent on the drained connection after it, where the upstream ignores them, and
+    waited for the upstream to close it."""
+    base = unique("queue")
+    a, b, c = f"{base}/a", f"{base}/b", f"{base}/c"
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        first = get(client, a)
+        time.sleep(0.4)  # the upstream's limit of one stream has come
+        rest = [get(client, b), get(client, c)]
+        started = time.monotonic()
+        outcomes = collect(client, [first, *rest])
+        took = time.monotonic() - started
+    assert [shape(o) for o in outcomes] == [("200", 5, True, None), ("200", 5, True, None),
+                                            ("200", 5, True, None)]  # fmt: skip
+    assert took < 3.0
+    drained = upstream.first_conn[base]
+    assert conns(upstream, a) == [(drained, SECRET_HEADER)]
+    for path in (b, c):  # each sent once, on a connection other than the drained one
+        assert len(conns(upstream, path)) == 1
+        assert conns(upstream, path)[0][0] != drained
+        assert conns(upstream, path)[0][1] == SECRET_HEADER
+    assert sorted(audit_paths(proxy, mark)) == [(p, 200, "allow") for p in (a, b, c)]
+
+
+def test_an_error_goaway_after_a_graceful_one_fails_the_streams_it_had_left(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    """D711: a GOAWAY with an error after a graceful one is mitmproxy's as before: every
+    stream fails at once (it did wait for the upstream to close, silent, up to 20 s)."""
+    path = unique("errorafter")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        started = time.monotonic()
+        (outcome,) = collect(client, [get(client, path)])
+        took = time.monotonic() - started
+    assert outcome.status == "502" and outcome.ended
+    assert took < 3.0
+    assert len(conns(upstream, path)) == 1  # named by the GOAWAY: not sent again
+    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+
+
+# -- the attacks that held -----------------------------------------------------------------------
+
+
+def test_a_second_goaway_naming_fewer_streams_sends_the_rest_once_more(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    base = unique("down")
+    a, b = f"{base}/a", f"{base}/b"
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        sids = [get(client, a)]
+        time.sleep(0.15)  # on the connection the first one opened
+        sids.append(get(client, b))
+        outcomes = collect(client, sids)
+    assert [shape(o) for o in outcomes] == [("200", 5, True, None), ("200", 5, True, None)]
+    drained = upstream.first_conn[base]
+    assert [c for c, _ in conns(upstream, a)] == [drained]
+    time.sleep(0.3)  # the drained connection reads the second request once the first's
+    # script is done (the upstream's reads and writes are one thread): it ignores it
+    assert sorted(c == drained for c, _ in conns(upstream, b)) == [False, True]
+    assert sorted(audit_paths(proxy, mark)) == [(a, 200, "allow"), (b, 200, "allow")]
+
+
+def test_a_goaway_whose_last_id_goes_up_gets_no_second_answer_to_the_client(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("up")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [get(client, path)])
+        time.sleep(0.6)  # the liar's answer on the drained connection comes meanwhile
+        client.sock.settimeout(0.3)
+        try:
+            client._pump()
+        except TimeoutError:
+            pass
+    assert shape(outcome) == ("200", 5, True, None)  # the second connection's
+    assert len(conns(upstream, path)) == 2
+    assert audit_paths(proxy, mark) == [(path, 200, "allow")]
+
+
+@pytest.mark.parametrize("name", ["above", "split"])
+def test_a_goaway_naming_the_stream_lets_it_finish_and_the_next_goes_elsewhere(
+    proxy: PrivateProxy, upstream: Upstream, name: str
+) -> None:
+    path, after = unique(name), unique("plain")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (first,) = collect(client, [get(client, path)])
+        (second,) = collect(client, [get(client, after)])
+    size = 16 if name == "above" else len(b"part one, part two")
+    assert shape(first) == ("200", size, True, None)
+    assert shape(second) == ("200", 5, True, None)
+    assert conns(upstream, path)[0][0] != conns(upstream, after)[0][0]
+    assert audit_paths(proxy, mark) == [(path, 200, "allow"), (after, 200, "allow")]
+
+
+def test_a_refusal_after_the_answer_began_resets_the_stream_and_sends_nothing_again(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("laterefusal")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [get(client, path)])
+    assert outcome.status == "200" and not outcome.ended and outcome.reset_code is not None
+    assert len(conns(upstream, path)) == 1
+    assert [(p, s) for p, s, _ in audit_paths(proxy, mark)] == [(path, 200)]
+
+
+def test_a_request_refused_every_time_goes_twice_with_one_credential_each(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("refused")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [get(client, path)])
+    assert outcome.status == "502" and outcome.ended
+    sent = conns(upstream, path)
+    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
+    assert sent[0][0] == sent[1][0]  # a refused stream leaves its connection open
+    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+
+
+def test_a_streamed_post_refused_is_not_sent_again(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("refused")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [post(client, path)])
+    assert outcome.status == "502"
+    assert len(conns(upstream, path)) == 1
+    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
