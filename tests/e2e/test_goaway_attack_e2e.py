@@ -44,7 +44,19 @@ network:
         Authorization: "Bearer ${E2E_SECRET}"
     - domain: 198.18.1.0/24
 """
-PROTOCOL_ERROR, INTERNAL_ERROR = 0x1, 0x2
+BUDGET = 2
+BUDGETED = f"""\
+network:
+  allowlist:
+    - domain: api.allowed.test
+      transform:
+        Authorization: "Bearer ${{E2E_SECRET}}"
+      budget:
+        requests: "{BUDGET}/minute"
+    - domain: 198.18.1.0/24
+"""
+ANSWER_S = 1
+INTERNAL_ERROR = 0x2
 MAX_CONCURRENT_STREAMS = 0x3
 SERIAL = itertools.count()
 WITHIN = 6.0  # what a request may take here (the upstream's connection lives 20 s)
@@ -153,6 +165,34 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
         server.note(fields)
         return [answer(sid, b"plain")]
 
+    def silent(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming the stream, then nothing: never answered, never closed."""
+        server.note(fields)
+        return [goaway(sid)]
+
+    def first_call(fields: dict[str, str]) -> bool:
+        return len(server.calls.get(fields[":path"], [])) == 1
+
+    def refused_after(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming the stream, then REFUSED_STREAM for it; the connection stays."""
+        server.note(fields)
+        if first_call(fields):
+            return [goaway(sid), 0.1, refuse(sid)]
+        return [answer(sid, b"again")]
+
+    def reset_after(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming the stream, then a reset with an error (it was processed)."""
+        server.note(fields)
+        return [goaway(sid), 0.1, frame(RST_STREAM, 0, sid, struct.pack(">I", INTERNAL_ERROR))]
+
+    def refused_once(sid: int, fields: dict[str, str]) -> list[Step]:
+        server.note(fields)
+        return [refuse(sid)] if first_call(fields) else [answer(sid, b"again")]
+
+    server.scripts.update(
+        silent=silent, refusedafter=refused_after, resetafter=reset_after,
+        refusedonce=refused_once,
+    )  # fmt: skip
     server.scripts.update(
         queue=queue, errorafter=error_after, down=down, up=up, above=above, split=split,
         laterefusal=late_refusal, refused=refused, plain=plain,
@@ -168,6 +208,24 @@ def proxy(
     request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
 ) -> PrivateProxy:
     return module_private_proxy("goawayatk", CONFIG, *(["--body-relay"] if request.param else []))
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
+def timed(
+    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
+) -> PrivateProxy:
+    """A proxy whose answers must begin within `ANSWER_S` (`--upstream-timeout`)."""
+    relay = ["--body-relay"] if request.param else []
+    return module_private_proxy("goawaytimed", CONFIG, "--upstream-timeout", str(ANSWER_S), *relay)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
+def budgeted(
+    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
+) -> PrivateProxy:
+    """A proxy whose entry admits `BUDGET` requests a minute."""
+    relay = ["--body-relay"] if request.param else []
+    return module_private_proxy("goawaybudget", BUDGETED, *relay)
 
 
 def collect(client: H2Stream, sids: list[int], within: float = WITHIN) -> list[StreamOutcome]:
@@ -360,3 +418,69 @@ def test_a_streamed_post_refused_is_not_sent_again(proxy: PrivateProxy, upstream
     assert outcome.status == "502"
     assert len(conns(upstream, path)) == 1
     assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+
+
+def test_a_named_stream_never_answered_on_a_drained_connection_ends_at_the_deadline(
+    timed: PrivateProxy, upstream: Upstream
+) -> None:
+    """The drain does not outlive the answer deadline: the upstream named the stream (it
+    processes it) and then says nothing and keeps the connection: a 504, sent once."""
+    path = unique("silent")
+    mark = timed.view.audit_log.mark()
+    with h2_tunnel(timed, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        started = time.monotonic()
+        (outcome,) = collect(client, [get(client, path)])
+        took = time.monotonic() - started
+    assert outcome.status == "504" and outcome.ended
+    assert ANSWER_S <= took < ANSWER_S + 2.5  # the sweep runs once a second
+    assert len(conns(upstream, path)) == 1
+    assert audit_paths(timed, mark) == [(path, 504, "deny")]
+    timed.wait_idle()  # the drained connection is gone with it
+
+
+def test_a_named_stream_refused_after_the_goaway_goes_once_more_on_a_new_connection(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("refusedafter")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [get(client, path)])
+    assert shape(outcome) == ("200", 5, True, None)
+    sent = conns(upstream, path)
+    assert len(sent) == 2 and sent[0][0] != sent[1][0]  # not on the drained connection
+    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
+    assert audit_paths(proxy, mark) == [(path, 200, "allow")]
+
+
+def test_a_named_stream_reset_with_an_error_after_the_goaway_is_a_502_sent_once(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    path = unique("resetafter")
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        (outcome,) = collect(client, [get(client, path)])
+    assert outcome.status == "502" and outcome.ended
+    assert len(conns(upstream, path)) == 1
+    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+
+
+def test_a_request_sent_again_is_charged_once_against_the_requests_budget(
+    budgeted: PrivateProxy, upstream: Upstream
+) -> None:
+    refused, plain, over = unique("refusedonce"), unique("plain"), unique("plain")
+    mark = budgeted.view.audit_log.mark()
+    with h2_tunnel(budgeted, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        outcomes = [collect(client, [get(client, p)])[0] for p in (refused, plain, over)]
+    assert [o.status for o in outcomes] == ["200", "200", "429"]
+    assert [len(conns(upstream, p)) for p in (refused, plain, over)] == [2, 1, 0]
+    assert [(p, st) for p, st, _ in audit_paths(budgeted, mark)] == [
+        (refused, 200), (plain, 200), (over, 429)
+    ]  # fmt: skip
