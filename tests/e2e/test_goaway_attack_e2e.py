@@ -189,6 +189,18 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
         server.note(fields)
         return [refuse(sid)] if first_call(fields) else [answer(sid, b"again")]
 
+    def many(sid: int, fields: dict[str, str]) -> list[Step]:
+        """The first request: a GOAWAY naming stream 5 while the others are in flight. On
+        the drained connection, a stream it names is answered, one above it ignored."""
+        conn = server.note(fields)
+        if fields[":path"].endswith("/0"):
+            server.first_conn[key(fields)] = conn
+            return [0.4, goaway(5), answer(sid, b"first")]
+        if server.first_conn.get(key(fields)) == conn and sid > 5:
+            return []
+        return [answer(sid, b"again")]
+
+    server.scripts["many"] = many
     server.scripts.update(
         silent=silent, refusedafter=refused_after, resetafter=reset_after,
         refusedonce=refused_once,
@@ -484,3 +496,26 @@ def test_a_request_sent_again_is_charged_once_against_the_requests_budget(
     assert [(p, st) for p, st, _ in audit_paths(budgeted, mark)] == [
         (refused, 200), (plain, 200), (over, 429)
     ]  # fmt: skip
+
+
+def test_a_goaway_amid_many_streams_finishes_the_named_and_sends_the_rest_once_more(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    base = unique("many")
+    paths = [f"{base}/{i}" for i in range(8)]
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        sids = [get(client, paths[0])]
+        time.sleep(0.15)  # the rest on the connection the first one opened
+        sids += [get(client, p) for p in paths[1:]]
+        outcomes = collect(client, sids)
+    assert [o.status for o in outcomes] == ["200"] * 8
+    assert [o.body_bytes for o in outcomes] == [5] * 8
+    time.sleep(0.3)  # the drained connection reads (and ignores) the rest after the first
+    drained = upstream.first_conn[base]
+    went = [sorted(c == drained for c, _ in conns(upstream, p)) for p in paths]
+    # h2 streams 1, 3 and 5 (named) answered there; 7 and above there (ignored) and again
+    assert went == [[True]] * 3 + [[False, True]] * 5
+    assert sorted(audit_paths(proxy, mark)) == [(p, 200, "allow") for p in paths]
