@@ -200,7 +200,13 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
             return []
         return [answer(sid, b"again")]
 
+    def unprocessed(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming no stream; the connection stays open."""
+        server.note(fields)
+        return [goaway(0)]
+
     server.scripts["many"] = many
+    server.scripts["unprocessed"] = unprocessed
     server.scripts.update(
         silent=silent, refusedafter=refused_after, resetafter=reset_after,
         refusedonce=refused_once,
@@ -519,3 +525,30 @@ def test_a_goaway_amid_many_streams_finishes_the_named_and_sends_the_rest_once_m
     # h2 streams 1, 3 and 5 (named) answered there; 7 and above there (ignored) and again
     assert went == [[True]] * 3 + [[False, True]] * 5
     assert sorted(audit_paths(proxy, mark)) == [(p, 200, "allow") for p in paths]
+
+
+def test_a_client_that_resets_while_the_second_connection_opens_sends_nothing_again(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    """The second connection's TLS handshake waits a second; the client resets its stream
+    meanwhile: the request does not go on it, the audit has its one line."""
+    path = unique("unprocessed")
+    mark, opened = proxy.view.audit_log.mark(), len(upstream.paths)
+    upstream.handshake_delays[:] = [0.0, 1.0]
+    try:
+        with h2_tunnel(proxy, AUTHORITY) as tunnel:
+            tunnel.sock.settimeout(WITHIN)
+            client = H2Stream(tunnel.sock)
+            sid = get(client, path)
+            time.sleep(0.4)  # the GOAWAY came; the second connection is in its handshake
+            client.conn.reset_stream(sid, 0x8)  # CANCEL
+            client._flush()
+            time.sleep(1.5)  # the handshake is done
+            (outcome,) = collect(client, [sid], within=0.5)
+    finally:
+        upstream.handshake_delays.clear()
+    assert (outcome.status, outcome.body_bytes) == (None, 0)
+    assert len(conns(upstream, path)) == 1
+    assert len(upstream.paths) - opened == 2  # the second connection was opened, unused
+    assert [p for p, _st, _d in audit_paths(proxy, mark)] == [path]
+    proxy.wait_idle()
