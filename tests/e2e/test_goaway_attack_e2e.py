@@ -205,6 +205,12 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
         server.note(fields)
         return [goaway(0)]
 
+    def upload(sid: int, fields: dict[str, str]) -> list[Step]:
+        """A GOAWAY naming the stream as its request body still comes, then the answer."""
+        server.note(fields)
+        return [goaway(sid), 0.5, answer(sid, b"taken")]
+
+    server.scripts["upload"] = upload
     server.scripts["many"] = many
     server.scripts["unprocessed"] = unprocessed
     server.scripts.update(
@@ -553,3 +559,32 @@ def test_a_client_that_resets_while_the_second_connection_opens_sends_nothing_ag
     assert len(upstream.paths) - opened == 2  # the second connection was opened, unused
     assert audit_paths(proxy, mark) == [(path, None, "allow")]  # the client's side failed
     proxy.wait_idle()
+
+
+def test_the_named_streams_request_body_still_goes_on_the_drained_connection(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    """The GOAWAY names the stream while its (streamed) body is on its way: the rest of the
+    body goes on (h2's connection stays open for it), whole, then the answer."""
+    path = unique("upload")
+    body = bytes(range(256)) * 128  # 32 KiB: within the upstream's window (no update)
+    mark = proxy.view.audit_log.mark()
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        sid = client.open(h2_request(AUTHORITY, "POST", path, ("content-length", str(len(body)))))
+        time.sleep(0.2)  # the GOAWAY came
+        client.send_body(sid, [body[: len(body) // 2]], end=False)
+        time.sleep(0.1)
+        client.send_body(sid, [body[len(body) // 2 :]])
+        (outcome,) = collect(client, [sid])
+    assert shape(outcome) == ("200", 5, True, None)
+    time.sleep(0.3)
+    (frames,) = [f for f, p in zip(upstream.received, upstream.paths, strict=False) if path in p]
+    sid_up = next(stream for kind, _f, stream, _p in frames if kind == 1)
+    got = [(flags, payload) for kind, flags, stream, payload in frames
+           if kind == 0 and stream == sid_up]  # fmt: skip
+    assert b"".join(payload for _f, payload in got) == body
+    assert got[-1][0] & 1  # END_STREAM
+    assert len(conns(upstream, path)) == 1
+    assert audit_paths(proxy, mark) == [(path, 200, "allow")]
