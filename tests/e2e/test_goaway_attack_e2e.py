@@ -1,4 +1,4 @@
-"""An attacker's round on the GOAWAY drain (runtime/engine/goaway.py, D701; D710-D719).
+"""An attacker's round on the GOAWAY drain (runtime/engine/goaway.py, D701; D710-D712).
 
 A scripted TLS upstream (testbed/h2script.py) writes exactly the frames each case names and,
 unlike an orderly server, keeps its connection open after its GOAWAY unless the case closes
@@ -6,7 +6,10 @@ it (RFC 9113 6.8 asks the receiver, not the sender, to stop using the connection
 client (testbed/h2stream.py) sends through a proxy of the module's own, the body relay off
 and on. Each case asserts what the client got, which upstream connection carried which
 request (the upstream's record of paths per connection), the credential each request
-carried to the upstream, and the audit lines.
+carried to the upstream, and the audit lines. Defects found: requests queued behind the
+upstream's stream limit sent on the drained connection (D710), an error GOAWAY after a
+graceful one ignored (D711), a request sent again after its client reset it (D712); the
+rest held (docs/decisions.md, "Attack round on the GOAWAY drain").
 """
 
 from __future__ import annotations
