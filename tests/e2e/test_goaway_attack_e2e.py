@@ -213,6 +213,11 @@ def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
         server.note(fields)
         return [goaway(sid), 0.5, answer(sid, b"taken")]
 
+    def late(sid: int, fields: dict[str, str]) -> list[Step]:
+        server.note(fields)
+        return [0.6, answer(sid, b"late!")]
+
+    server.scripts["late"] = late
     server.scripts["upload"] = upload
     server.scripts["many"] = many
     server.scripts["unprocessed"] = unprocessed
@@ -591,3 +596,46 @@ def test_the_named_streams_request_body_still_goes_on_the_drained_connection(
     assert got[-1][0] & 1  # END_STREAM
     assert len(conns(upstream, path)) == 1
     assert audit_paths(proxy, mark) == [(path, 200, "allow")]
+
+
+def test_the_sandbox_clients_own_goaway_is_mitmproxys_as_before(
+    proxy: PrivateProxy, upstream: Upstream
+) -> None:
+    """The drain is for upstreams only: a sandbox client's graceful GOAWAY to the proxy,
+    its request in flight, is h2's and mitmproxy's (the connection ends, the request's
+    upstream stream is reset), not a drain."""
+    path = unique("late")
+    mark = proxy.view.audit_log.mark()
+    kinds: list[tuple[int, int]] = []  # (frame type, stream) the proxy sent after the GOAWAY
+    with h2_tunnel(proxy, AUTHORITY) as tunnel:
+        tunnel.sock.settimeout(WITHIN)
+        client = H2Stream(tunnel.sock)
+        sid = get(client, path)
+        time.sleep(0.2)  # the request is at the upstream
+        client.conn.close_connection(0, last_stream_id=0)
+        client._flush()  # h2 is CLOSED for the client now: what comes is read raw
+        tunnel.sock.settimeout(0.3)
+        raw, deadline, ended = b"", time.monotonic() + 1.5, False
+        while time.monotonic() < deadline and not ended:
+            try:
+                chunk = tunnel.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                chunk = b""
+            ended, raw = not chunk, raw + chunk
+        while len(raw) >= 9 and len(raw) >= 9 + int.from_bytes(raw[:3]):
+            size = int.from_bytes(raw[:3])
+            kinds.append((raw[3], int.from_bytes(raw[5:9]) & 0x7FFFFFFF))
+            raw = raw[9 + size :]
+    assert ended  # the proxy ended the connection
+    assert (1, sid) not in kinds  # no answer head for the stream
+    time.sleep(0.6)  # the upstream's answer came and went nowhere
+    (frames,) = [f for f, p in zip(upstream.received, upstream.paths, strict=False) if path in p]
+    sid_up = next(stream for kind, _f, stream, _p in frames if kind == 1)
+    resets = [
+        struct.unpack(">I", p)[0] for k, _f, st, p in frames if k == RST_STREAM and st == sid_up
+    ]
+    assert resets == [INTERNAL_ERROR]  # mitmproxy's code for its client's connection error
+    assert len(conns(upstream, path)) == 1
+    assert audit_paths(proxy, mark) == [(path, None, "allow")]
