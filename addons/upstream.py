@@ -142,9 +142,15 @@ def _bodiless(request: http.Request) -> bool:
 
 def _send_again(stream: HttpStream) -> layer.CommandGenerator[None]:
     """The held request once more, on a new connection (the connect-time checks run
-    again; a connect that fails is answered as any failed connect)."""
+    again; a connect that fails is answered as any failed connect), unless the client
+    cancelled it while that connection opened."""
     stream.flow.metadata[AGAIN_KEY] = True
     if not (yield from stream.make_server_connection()):
+        return
+    # The client may have reset its stream (or gone) while the connection opened: its
+    # error waits in the stream's queue; then nothing is sent (mitmproxy's own check after
+    # a hook, D712), and its error hook writes the audit line.
+    if (yield from stream.check_killed(True)):
         return
     request, server = stream.flow.request, stream.context.server
     content = request.raw_content

@@ -62,6 +62,8 @@ class H2Script:
         self.scripts: dict[str, Script] = {}
         self.received: list[list[tuple[int, int, int, bytes]]] = []  # per connection
         self.paths: list[list[str]] = []  # per connection, the requests' paths
+        # Per connection accepted from now, in order: seconds before its TLS handshake.
+        self.handshake_delays: list[float] = []
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
         context.set_alpn_protocols(["h2"])
@@ -93,15 +95,23 @@ class H2Script:
             paths: list[str] = []
             self.received.append(frames)
             self.paths.append(paths)
-            threading.Thread(target=self._serve, args=(sock, frames, paths), daemon=True).start()
+            delay = self.handshake_delays.pop(0) if self.handshake_delays else 0.0
+            threading.Thread(
+                target=self._serve, args=(sock, frames, paths, delay), daemon=True
+            ).start()
 
     def _serve(
-        self, raw: socket.socket, frames: list[tuple[int, int, int, bytes]], paths: list[str]
+        self,
+        raw: socket.socket,
+        frames: list[tuple[int, int, int, bytes]],
+        paths: list[str],
+        delay: float = 0.0,
     ) -> None:
         deadline = time.monotonic() + LIFETIME
         decoder = hpack.Decoder()
         block: dict[int, bytes] = {}
         try:
+            time.sleep(min(delay, WRITE_TIMEOUT))
             raw.settimeout(5)
             sock = self._context.wrap_socket(raw, server_side=True)
             sock.settimeout(0.2)

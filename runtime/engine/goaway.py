@@ -19,7 +19,11 @@ What this does, on a GOAWAY without an error (`NO_ERROR`) from an upstream:
 * the connection takes no new request (`connection_spec_matches` is false for it, so
   the HTTP layer opens another), and once its last stream has ended on a read, the proxy
   closes it; a stream it was given before the GOAWAY came, sent after it (so above the
-  named one and never answered), fails with `UNPROCESSED` when the connection closes.
+  named one and never answered), fails with `UNPROCESSED` when the connection closes;
+  the requests mitmproxy queued behind the upstream's SETTINGS_MAX_CONCURRENT_STREAMS
+  fail with `UNPROCESSED` at the GOAWAY, never sent on it (D710);
+* a later GOAWAY may lower the named stream, never raise it; one with an error code is
+  mitmproxy's: every stream left fails (D711).
 A stream the upstream resets with `REFUSED_STREAM` (RFC 9113 8.7: not processed, e.g. over
 its concurrency limit) fails with `UNPROCESSED` too. A GOAWAY with an error code is
 mitmproxy's as before: every stream fails.
@@ -52,6 +56,7 @@ ORIGINAL_CLOSE = _http2.Http2Client.close_connection
 ORIGINAL_SPEC_MATCHES = http_layers.GetHttpConnection.connection_spec_matches
 LAST = "_egress_goaway_last"  # the stream the GOAWAY named: on the h2 connection and the layer
 DRAINED = "HTTP/2 connection drained after the upstream's GOAWAY"
+UNSENT = "_egress_goaway_unsent"  # on the layer: the client's streams queued at the GOAWAY
 
 # Upstream connections a graceful GOAWAY came on: no new request goes on them.
 _draining: weakref.WeakSet[Connection] = weakref.WeakSet()
@@ -60,7 +65,8 @@ _draining: weakref.WeakSet[Connection] = weakref.WeakSet()
 def _receive_goaway_frame(self: Any, frame: Any) -> tuple[list[Any], list[Any]]:
     if not self.config.client_side or frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
         return ORIGINAL_RECEIVE_GOAWAY(self, frame)
-    self.__dict__[LAST] = frame.last_stream_id
+    # The last id may only go down (RFC 9113 6.8): one going up names no stream again.
+    self.__dict__[LAST] = min(frame.last_stream_id, self.__dict__.get(LAST, frame.last_stream_id))
     terminated = h2.events.ConnectionTerminated()
     terminated.error_code = h2.errors.ErrorCodes.NO_ERROR
     terminated.last_stream_id = frame.last_stream_id
@@ -87,12 +93,22 @@ def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
     ):  # refused before any processing (RFC 9113 8.7): as a stream above a GOAWAY's
         yield from _unprocessed(self, [event.stream_id])
         return False
-    if not (isinstance(event, h2.events.ConnectionTerminated) and LAST in self.h2_conn.__dict__):
+    if not (
+        isinstance(event, h2.events.ConnectionTerminated)
+        # A GOAWAY with an error after a graceful one: mitmproxy's (D711).
+        and event.error_code == h2.errors.ErrorCodes.NO_ERROR
+        and LAST in self.h2_conn.__dict__
+    ):
         return (yield from ORIGINAL_HANDLE_H2_EVENT(self, event))
     last = self.h2_conn.__dict__[LAST]
     self.__dict__[LAST] = last
     _draining.add(self.conn)
     yield from _unprocessed(self, sorted(s for s in self.streams if s > last))
+    # The requests queued behind the upstream's stream limit never go on this connection
+    # (mitmproxy would send them as its streams end): they fail as unprocessed once this
+    # read is handled, by the client's stream id (`_handle_event`, D710).
+    self.__dict__.setdefault(UNSENT, []).extend(self.stream_queue)
+    self.stream_queue.clear()
     if not self.streams and not self.stream_queue:
         yield from self.close_connection(DRAINED)
         return True
@@ -101,6 +117,11 @@ def _handle_h2_event(self: Any, event: Any) -> Generator[Any, Any, bool]:
 
 def _handle_event(self: Any, event: events.Event) -> Generator[Any, Any, None]:
     yield from ORIGINAL_HANDLE_EVENT(self, event)
+    # Outside mitmproxy's method: its stream id mapping is for streams that went out.
+    for stream_id in self.__dict__.pop(UNSENT, ()):
+        yield ReceiveHttp(
+            ResponseProtocolError(stream_id, UNPROCESSED, ErrorCode.GENERIC_SERVER_ERROR)
+        )
     if (
         LAST in self.__dict__
         and isinstance(event, events.DataReceived)  # a read: never inside a stream's send

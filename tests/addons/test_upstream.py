@@ -166,3 +166,9 @@ def test_the_internals_the_wrappers_rely_on_are_where_they_were() -> None:
 
     source = inspect.getsource(HttpStream.make_server_connection)
     assert "self.handle_protocol_error(" in source and "ErrorCode.CONNECT_FAILED" in source
+    # `_send_again` asks it whether the client reset its stream while the second
+    # connection opened (D712): it peeks at the events queued during the pause.
+    killed = inspect.getsource(HttpStream.check_killed)
+    assert "for evt in self._paused_event_queue:" in killed
+    assert "isinstance(evt, RequestProtocolError)" in killed
+    assert "yield HttpErrorHook(self.flow)" in killed
