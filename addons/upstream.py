@@ -57,7 +57,13 @@ from sandbox_egress.addons.refusal import refusal_response
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.addons.timeouts import CONNECT_TIMEOUT_S, TIMED_OUT_KEY, Timeouts
 from sandbox_egress.proxy.decision import Decision, Reason
-from sandbox_egress.proxy.failures import Quieted, classify, send_again
+from sandbox_egress.proxy.failures import (
+    SENT_AGAIN_CAUSES,
+    Quieted,
+    again_cause,
+    classify,
+    send_again,
+)
 from sandbox_egress.proxy.metrics import ProxyMetrics
 
 log = logging.getLogger("egress")
@@ -82,7 +88,7 @@ def install() -> None:
 def _readable(self: HttpStream, event: ResponseProtocolError | RequestProtocolError) -> Commands:
     flow = self.flow
     if isinstance(event, ResponseProtocolError) and _lost_with_its_connection(self, event):
-        yield from _send_again(self)
+        yield from _send_again(self, again_cause(event.message))
         return
     if isinstance(event, ResponseProtocolError) and flow.response is None:
         timed_out = bool(flow.metadata.get(TIMED_OUT_KEY))
@@ -140,11 +146,11 @@ def _bodiless(request: http.Request) -> bool:
     )
 
 
-def _send_again(stream: HttpStream) -> layer.CommandGenerator[None]:
+def _send_again(stream: HttpStream, cause: str) -> layer.CommandGenerator[None]:
     """The held request once more, on a new connection (the connect-time checks run
     again; a connect that fails is answered as any failed connect), unless the client
     cancelled it while that connection opened."""
-    stream.flow.metadata[AGAIN_KEY] = True
+    stream.flow.metadata[AGAIN_KEY] = cause  # counted as it ends (`UpstreamFailures`)
     if not (yield from stream.make_server_connection()):
         return
     # The client may have reset its stream (or gone) while the connection opened: its
@@ -212,9 +218,11 @@ class UpstreamFailures:
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
         if state is not None and state.decision.allowed and not state.refused_here:
             _answered.add(flow.server_conn)
+            self._count_again(flow, "answered")
 
     def error(self, flow: http.HTTPFlow) -> None:
         tls_failure = self._failed.pop(flow.client_conn.id, None)
+        self._count_again(flow, "failed")
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
         if state is None or flow.response is not None or not state.decision.allowed:
             return
@@ -231,6 +239,13 @@ class UpstreamFailures:
         # bytes (`unexpected server response: b'...'`), which may echo a secret.
         why = tls_failure or (flow.error.msg if flow.error else "").partition(":")[0]
         self._say(state.host, flow.request.port, reason, refusal.status_code, why)
+
+    def _count_again(self, flow: http.HTTPFlow, outcome: str) -> None:
+        """A request sent once more (D680, D701) ended: answered, or failed again (its
+        failure is counted as any, in `upstream_failures`)."""
+        cause = flow.metadata.get(AGAIN_KEY)
+        if cause in SENT_AGAIN_CAUSES and self.metrics is not None:
+            self.metrics.upstream_sent_again.labels(cause, outcome).inc()
 
     def _say(self, host: str, port: int, reason: Reason, status: int, why: str) -> None:
         unsaid = self._quiet.say(host, reason, time.monotonic())

@@ -44,6 +44,12 @@ CLOSED_UNANSWERED = "server closed connection"
 # What runtime/engine/goaway.py reports for a stream an HTTP/2 upstream never processed.
 UNPROCESSED = "The upstream did not process the request (HTTP/2 GOAWAY or REFUSED_STREAM)."
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Why a request went once more, and how it ended: the labels of
+# `egress_upstream_sent_again_total` (`closed`: a kept-alive connection lost it, D680;
+# `unprocessed`: an HTTP/2 upstream did not process it, D701).
+AGAIN_CLOSED, AGAIN_UNPROCESSED = "closed", "unprocessed"
+SENT_AGAIN_CAUSES = (AGAIN_CLOSED, AGAIN_UNPROCESSED)
+SENT_AGAIN_OUTCOMES = ("answered", "failed")
 # Fields by which a client asks the upstream to treat a request as another method (D682):
 # a `GET` carrying one may be a `DELETE` to the upstream, so it is not sent twice.
 METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
@@ -87,6 +93,11 @@ def send_again(
         and held
         and not (again or timed_out)
     )
+
+
+def again_cause(message: str) -> str:
+    """The cause label of a request `send_again` let go once more, from its failure."""
+    return AGAIN_UNPROCESSED if message == UNPROCESSED else AGAIN_CLOSED
 
 
 class Quieted:

@@ -24,6 +24,7 @@ from prometheus_client import (
 from sandbox_egress.common.serve import add_build_info
 from sandbox_egress.proxy.approvals.metrics import ApprovalMetrics
 from sandbox_egress.proxy.decision import DECIDING, REPORTABLE, Reason, Stage
+from sandbox_egress.proxy.failures import SENT_AGAIN_CAUSES, SENT_AGAIN_OUTCOMES
 from sandbox_egress.proxy.fairness import Bound
 from sandbox_egress.proxy.limits import Limit
 from sandbox_egress.proxy.llm.metrics import LlmMetrics
@@ -291,6 +292,17 @@ class ProxyMetrics:
         )
         for reason in UPSTREAM_FAILURES:
             self.upstream_failures.labels(reason.value)
+        self.upstream_sent_again = Counter(
+            "egress_upstream_sent_again_total",
+            "Requests the proxy sent once more on a new upstream connection or stream, by "
+            "cause (closed: a kept-alive connection lost it; unprocessed: an HTTP/2 "
+            "upstream's GOAWAY or REFUSED_STREAM) and outcome (answered, failed).",
+            ["cause", "outcome"],
+            registry=r,
+        )
+        for cause in SENT_AGAIN_CAUSES:
+            for outcome in SENT_AGAIN_OUTCOMES:
+                self.upstream_sent_again.labels(cause, outcome)
         for result in DNS_RESULTS:
             self.dns_lookups.labels(result)
         for kind in UPSTREAM_ERRORS:

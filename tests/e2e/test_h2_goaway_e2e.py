@@ -135,6 +135,12 @@ def carried(upstream: H2Script, mark: int) -> list[list[str]]:
     return [list(paths) for paths in upstream.paths[mark:]]
 
 
+def sent_again(proxy: PrivateProxy, outcome: str) -> float:
+    """`egress_upstream_sent_again_total{cause="unprocessed", outcome}` now."""
+    key = (("cause", "unprocessed"), ("outcome", outcome))
+    return proxy.process.scrape()[("egress_upstream_sent_again_total", key)]
+
+
 def audit(proxy: PrivateProxy, mark: int, path: str) -> list[Any]:
     line = proxy.view.audit_log.wait_for(mark, lambda a: a.get("path") == path)
     return [line["status"], line["decision"]]
@@ -161,6 +167,7 @@ def test_a_request_the_upstream_did_not_process_goes_once_more(
     proxy: PrivateProxy, upstream: H2Script, case: str
 ) -> None:
     mark, audit_mark = len(upstream.paths), proxy.view.audit_log.mark()
+    before = sent_again(proxy, "answered"), sent_again(proxy, "failed")
     path = unique(case)
     with h2_tunnel(proxy, AUTHORITY) as conn:
         conn.sock.settimeout(10)
@@ -175,6 +182,10 @@ def test_a_request_the_upstream_did_not_process_goes_once_more(
     time.sleep(0.3)
     lines = [a["path"] for a in proxy.view.audit_log.since(audit_mark) if "path" in a]
     assert lines == [path]  # one line for the request (the tunnel's CONNECT has its own)
+    assert (sent_again(proxy, "answered"), sent_again(proxy, "failed")) == (
+        before[0] + 1,
+        before[1],
+    )
 
 
 def test_a_streamed_body_the_upstream_did_not_process_is_not_sent_again(
@@ -195,7 +206,7 @@ def test_a_streamed_body_the_upstream_did_not_process_is_not_sent_again(
 def test_a_request_refused_twice_gets_a_502_and_goes_no_third_time(
     proxy: PrivateProxy, upstream: H2Script
 ) -> None:
-    mark = len(upstream.paths)
+    mark, before = len(upstream.paths), sent_again(proxy, "failed")
     with h2_tunnel(proxy, AUTHORITY) as conn:
         conn.sock.settimeout(10)
         client = H2Stream(conn.sock)
@@ -203,6 +214,7 @@ def test_a_request_refused_twice_gets_a_502_and_goes_no_third_time(
         outcome = client.read_response(client.open(h2_request(AUTHORITY, "GET", path), True))
     assert outcome.status == "502"
     assert carried(upstream, mark) == [[path], [path]]
+    assert sent_again(proxy, "failed") == before + 1
 
 
 def test_a_goaway_with_an_error_fails_the_stream_and_is_not_sent_again(

@@ -105,15 +105,25 @@ def _failed(body: bytes) -> str:
     return str(json.loads(body)["reason"])
 
 
+def _sent_again(proxy: PrivateProxy) -> tuple[float, float]:
+    """`egress_upstream_sent_again_total{cause="closed"}`, answered and failed, now."""
+    samples = proxy.process.scrape()
+    name = "egress_upstream_sent_again_total"
+    answered = samples[(name, (("cause", "closed"), ("outcome", "answered")))]
+    return answered, samples[(name, (("cause", "closed"), ("outcome", "failed")))]
+
+
 def test_a_get_the_kept_alive_connection_lost_is_sent_again_on_a_new_one(
     proxy: PrivateProxy, scripted: Scripted
 ) -> None:
+    answered, failed = _sent_again(proxy)
     answers, lines = _run(proxy, scripted, "t1", _request("GET", "answers", "t1"))
     assert answers == [(200, b"ok"), (200, b"again")]
     assert lines == [
         "GET /s/answers/t1 HTTP/1.1",
         "GET /s/keep/t1 HTTP/1.1 | GET /s/answers/t1 HTTP/1.1",
     ]
+    assert _sent_again(proxy) == (answered + 1, failed)
 
 
 def test_a_post_the_connection_lost_is_not_sent_again(
@@ -126,6 +136,7 @@ def test_a_post_the_connection_lost_is_not_sent_again(
 
 
 def test_a_get_lost_twice_is_answered_502(proxy: PrivateProxy, scripted: Scripted) -> None:
+    answered, failed = _sent_again(proxy)
     answers, lines = _run(proxy, scripted, "t3", _request("GET", "closes", "t3"))
     assert [a[0] for a in answers] == [200, 502]
     assert _failed(answers[1][1]) == "upstream_reset"
@@ -133,6 +144,7 @@ def test_a_get_lost_twice_is_answered_502(proxy: PrivateProxy, scripted: Scripte
         "GET /s/closes/t3 HTTP/1.1",
         "GET /s/keep/t3 HTTP/1.1 | GET /s/closes/t3 HTTP/1.1",
     ]
+    assert _sent_again(proxy) == (answered, failed + 1)
 
 
 def test_a_get_on_a_connection_opened_for_it_is_not_sent_again(
