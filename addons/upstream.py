@@ -222,7 +222,8 @@ class UpstreamFailures:
 
     def error(self, flow: http.HTTPFlow) -> None:
         tls_failure = self._failed.pop(flow.client_conn.id, None)
-        self._count_again(flow, "failed")
+        if flow.response is None:  # after an answer head it was counted answered
+            self._count_again(flow, "failed")
         state: FlowState | None = flow.metadata.get(FLOW_KEY)
         if state is None or flow.response is not None or not state.decision.allowed:
             return
