@@ -22,6 +22,8 @@ from sandbox_egress.addons import upstream
 from sandbox_egress.addons.shared import FLOW_KEY, FlowState
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Decision, Reason
+from sandbox_egress.proxy.failures import UNPROCESSED
+from sandbox_egress.proxy.metrics import ProxyMetrics
 
 ENTRY = parse({"network": {"allowlist": [{"domain": "*.test"}]}}, "e.yaml", {}).allowlist[0]
 
@@ -172,3 +174,86 @@ def test_the_internals_the_wrappers_rely_on_are_where_they_were() -> None:
     assert "for evt in self._paused_event_queue:" in killed
     assert "isinstance(evt, RequestProtocolError)" in killed
     assert "yield HttpErrorHook(self.flow)" in killed
+
+
+def _sent_again(metrics: ProxyMetrics, cause: str, outcome: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "egress_upstream_sent_again_total", {"cause": cause, "outcome": outcome}
+    )
+
+
+def test_a_request_sent_again_is_counted_as_it_ends() -> None:
+    """D702: answered when its answer head comes, failed when the error hook runs before
+    one; a request never sent again is not counted."""
+    metrics = ProxyMetrics()
+    failures = upstream.UpstreamFailures(metrics)
+
+    def flow_sent_again(cause: str | None) -> Any:
+        flow = tflow.tflow()
+        flow.response = None
+        flow.metadata[FLOW_KEY] = FlowState(Decision.allow(ENTRY), "api.test")
+        if cause is not None:
+            flow.metadata[upstream.AGAIN_KEY] = cause
+        return flow
+
+    answered = flow_sent_again("unprocessed")
+    answered.response = tflow.tresp()
+    failures.responseheaders(answered)
+    failures.error(flow_sent_again("closed"))
+    late = flow_sent_again("closed")  # failed after its answer head: counted answered only
+    late.response = tflow.tresp()
+    failures.error(late)
+    failures.responseheaders(flow_sent_again(None))
+    failures.error(flow_sent_again(None))
+    counts = {
+        (cause, outcome): _sent_again(metrics, cause, outcome)
+        for cause in ("closed", "unprocessed")
+        for outcome in ("answered", "failed")
+    }
+    assert counts == {
+        ("closed", "answered"): 0.0,
+        ("closed", "failed"): 1.0,
+        ("unprocessed", "answered"): 1.0,
+        ("unprocessed", "failed"): 0.0,
+    }
+
+
+def _retrying_stream(flow: Any, killed: bool = False) -> Any:
+    """What `_readable` and `_send_again` read of mitmproxy's `HttpStream`: a stream that
+    sent its whole request and waits for the answer head; its new connection opens."""
+
+    def make_server_connection() -> Any:
+        yield "GetHttpConnection"
+        return True
+
+    def check_killed(_emit: bool) -> Any:
+        yield from ()
+        return killed
+
+    done, waiting = object(), object()
+    return SimpleNamespace(
+        flow=flow, stream_id=1, context=SimpleNamespace(client=flow.client_conn, server="new"),
+        client_state=done, state_done=done, server_state=waiting,
+        state_wait_for_response_headers=waiting,
+        make_server_connection=make_server_connection, check_killed=check_killed,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["sent", "client-left"])
+def test_a_request_the_upstream_did_not_process_goes_once_more_on_the_new_connection(
+    killed: bool,
+) -> None:
+    flow = tflow.tflow()
+    flow.response = None
+    flow.request.content = b"held"  # held whole: a body may go again (D701)
+    flow.request.method = "POST"
+    event = ResponseProtocolError(1, UNPROCESSED, ErrorCode.GENERIC_SERVER_ERROR)
+    sent = list(upstream._readable(_retrying_stream(flow, killed), event))  # type: ignore[arg-type]
+    assert sent[0] == "GetHttpConnection"
+    names = [(type(c.event).__name__, c.connection) for c in sent[1:]]
+    expected = [("RequestHeaders", "new"), ("RequestData", "new"), ("RequestEndOfMessage", "new")]
+    assert names == ([] if killed else expected)  # D712: the client left, nothing is sent
+    assert flow.metadata[upstream.AGAIN_KEY] == "unprocessed"
+    assert [c.event.data for c in sent[1:] if hasattr(c.event, "data")] == (
+        [] if killed else [b"held"]
+    )
