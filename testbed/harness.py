@@ -107,7 +107,9 @@ class JsonLines:
     def all(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        text = self.path.read_text(encoding="utf-8")
+        # A writer appends a long line in several writes: the part after the last newline
+        # is a line still being written, read with the next call.
+        text = self.path.read_text(encoding="utf-8").rpartition("\n")[0]
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def mark(self) -> int:
