@@ -25,7 +25,7 @@ from testbed.expect import Observed, assert_refused, header_values
 from testbed.h2client import exchange
 from testbed.harness import Harness
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 API = "api.allowed.test"  # transform entry: Authorization and X-Api-Key are injected
 

@@ -32,7 +32,7 @@ from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     send_until_answered,
 )
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 
 # -- request bodies over HTTP/1 ---------------------------------------------------------------

@@ -28,7 +28,7 @@ from testbed.netns import UPSTREAM_IP, Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 H2_PORT = 9443
 H2_SERVER = ["-m", "testbed.h2_echo"]

@@ -32,7 +32,7 @@ from testbed.proxyproc import ProxyProcess, start_proxy
 from testbed.rawhttp import Conn, Response
 from tests.e2e.conftest import EGRESS_PROXY, REPO, PrivateProxy, proxy_env
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 
 # -- the proxy's own addresses (D22) --------------------------------------------------------

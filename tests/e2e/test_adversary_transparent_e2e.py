@@ -19,7 +19,7 @@ from testbed.rawhttp import Conn
 from testbed.transparent import DECOY_IP, REAL_IP
 from tests.e2e.test_transparent_e2e import Seen, Transparent, listener, seen, tp
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 __all__ = ["seen", "tp"]  # fixtures, imported so that pytest finds them here
 
 

@@ -20,7 +20,7 @@ from testbed.redisserver import RedisServer
 from tests.e2e.approvals_support import Background, api, config, curl, pending, start
 from tests.e2e.conftest import PrivateProxy
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 ASK = "http://egress.invalid/v1/access-requests"
 

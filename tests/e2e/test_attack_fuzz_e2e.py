@@ -52,6 +52,8 @@ from testbed.netns import UPSTREAM_IP
 from testbed.rawhttp import Conn, Response
 from tests.e2e.conftest import PROXY_HOSTS
 
+pytestmark = pytest.mark.both_paths
+
 TIMEOUT = 5.0
 LONG_RUN = int(os.environ.get("EGRESS_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(

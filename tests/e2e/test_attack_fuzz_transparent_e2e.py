@@ -32,6 +32,8 @@ from tests.e2e.test_attack_fuzz_e2e import (
 )
 from tests.e2e.test_transparent_e2e import Transparent, tp  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.both_paths
+
 DECIDED_TP = "api.t.test"
 HOST_TP = b"Host: " + DECIDED_TP.encode()
 _barriers = itertools.count()

@@ -29,6 +29,8 @@ from testbed.rawhttp import Conn, request_bytes
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
 
+pytestmark = pytest.mark.both_paths
+
 REFUSED = "http://notlisted.test/upload"
 SMUGGLED = "/smuggled-after-refusal"
 

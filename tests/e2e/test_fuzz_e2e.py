@@ -42,7 +42,7 @@ from testbed.h2client import H2Result, exchange
 from testbed.harness import REASONS, Harness
 from testbed.rawhttp import Response
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 LONG_RUN = int(os.environ.get("EGRESS_FUZZ_EXAMPLES", "0"))
 IO_TIMEOUT = 5.0

@@ -40,7 +40,7 @@ from tests.e2e.conftest import (
     scripted_dns,
 )
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 
 # -- fronting over HTTP/2 (regular mode; transparent mode: test_transparent_e2e.py) ------------

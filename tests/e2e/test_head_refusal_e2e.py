@@ -10,7 +10,7 @@ from testbed.expect import Observed
 from testbed.h2client import exchange
 from testbed.harness import Harness
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 
 def test_http2_refused_head_has_headers_and_no_body(harness: Harness, obs: Observed) -> None:

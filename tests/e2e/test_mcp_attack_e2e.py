@@ -34,7 +34,7 @@ from tests.e2e.memory_support import (  # noqa: F401 - fixtures
     plain,
 )
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 HOST = f"other.allowed.test:{HOSTILE_PORT}"
 CONFIG = f"""\

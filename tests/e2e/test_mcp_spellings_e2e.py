@@ -20,7 +20,7 @@ from testbed.netns import UPSTREAM_IP
 from tests.e2e.conftest import PrivateProxy
 from tests.proxy.test_mcp_route import endpoint_spellings
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 CONFIG = """\
 network:

@@ -19,7 +19,7 @@ from testbed.harness import Harness
 from testbed.netns import UPSTREAM_IP
 from testbed.rawhttp import chunked
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 TRANSFORM_HEADERS = ("authorization", "x-api-key")
 

@@ -19,7 +19,7 @@ import pytest
 from testbed.expect import Observed, assert_refused
 from testbed.harness import Harness, TunnelRefused
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 # Placeholder for the proxy's own address, which the topology picks at run time.
 SELF = "{proxy}"

@@ -30,7 +30,7 @@ from testbed.rawhttp import Conn
 from testbed.testca import Pki
 from tests.e2e.conftest import SECRET_ENV, PrivateProxy, Scripted, script_upstreams
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 PORT = 8093
 HOST, METERED = "other.allowed.test", "x.wild.test"

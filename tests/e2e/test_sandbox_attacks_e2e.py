@@ -22,7 +22,7 @@ from testbed.expect import Observed, header_values
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.sandbox_node import basic, node_proxy, node_with_secrets, request_as
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 GOOD_TOKEN, EVIL_TOKEN = "good-proxy-token-0123456789", "evil-proxy-token-9876543210"
 

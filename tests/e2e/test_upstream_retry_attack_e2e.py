@@ -31,7 +31,7 @@ from testbed.rawhttp import Conn, Response
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy, Scripted, script_upstreams
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
 PORT = 9471
 HOST, METERED, SIGNED = "other.allowed.test", "x.wild.test", "api.allowed.test"
