@@ -29,7 +29,7 @@ from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.memory_support import h2_tunnel
 
-NO_ERROR, INTERNAL_ERROR, ENHANCE_YOUR_CALM, REFUSED_STREAM = 0, 0x2, 0xB, 7
+NO_ERROR, REFUSED_STREAM = 0, 7
 UPSTREAMS = "198.18.1.0/24"  # the upstreams' range (198.18/15 is reserved)
 _SERIAL = itertools.count()
 

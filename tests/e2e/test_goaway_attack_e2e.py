@@ -21,6 +21,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -32,7 +33,6 @@ from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.h2_support import (
     CONFIG,
-    INTERNAL_ERROR,
     allowlist,
     answer,
     goaway,
@@ -52,6 +52,7 @@ SECRET_HEADER = "Bearer "  # the transform's value starts so (the rest is E2E_SE
 BUDGET = 2
 BUDGETED = allowlist("budget:", f'  requests: "{BUDGET}/minute"')
 ANSWER_S = 1
+INTERNAL_ERROR = 0x2
 MAX_CONCURRENT_STREAMS = 0x3
 WITHIN = 6.0  # what a request may take here (the upstream's connection lives 20 s)
 
@@ -250,23 +251,6 @@ def get(client: H2Stream, path: str) -> int:
     return client.open(h2_request(AUTHORITY, "GET", path), True)
 
 
-def one_timed(
-    proxy: PrivateProxy, path: str, send: Callable[[H2Stream, str], int] = get
-) -> tuple[StreamOutcome, float]:
-    """What the client got for one request to `path` (`send`: a GET, or a streamed POST)
-    on a tunnel of its own, and the seconds from its sending to its end."""
-    with h2_client(proxy, AUTHORITY, WITHIN) as client:
-        started = time.monotonic()
-        (outcome,) = collect(client, [send(client, path)])
-        return outcome, time.monotonic() - started
-
-
-def one(
-    proxy: PrivateProxy, path: str, send: Callable[[H2Stream, str], int] = get
-) -> StreamOutcome:
-    return one_timed(proxy, path, send)[0]
-
-
 def shape(outcome: StreamOutcome) -> tuple[str | None, int, bool, int | None]:
     return (outcome.status, outcome.body_bytes, outcome.ended, outcome.reset_code)
 
@@ -282,6 +266,30 @@ def audit_paths(proxy: PrivateProxy, mark: int) -> list[tuple[str, Any, Any]]:
 
 def conns(upstream: Upstream, path: str) -> list[tuple[int, str]]:
     return upstream.calls.get(path, [])
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request on a tunnel of its own, and what came of it."""
+
+    path: str
+    outcome: StreamOutcome
+    took: float  # seconds from its sending to its end
+    calls: list[tuple[int, str]]  # `conns`: each time it reached the upstream
+    audit: list[tuple[str, Any, Any]]  # `audit_paths` since it was sent
+
+
+def send_one(
+    proxy: PrivateProxy, upstream: Upstream, name: str, send: Callable[[H2Stream, str], int] = get
+) -> Sent:
+    """`send` (a GET, or a streamed POST) to a path of its own named `name`."""
+    path, mark = unique(name), proxy.view.audit_log.mark()
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
+        started = time.monotonic()
+        (outcome,) = collect(client, [send(client, path)])
+        took = time.monotonic() - started
+    audit = audit_paths(proxy, mark)
+    return Sent(path, outcome, took, conns(upstream, path), audit)
 
 
 # -- the defects ---------------------------------------------------------------------------------
@@ -320,13 +328,11 @@ def test_an_error_goaway_after_a_graceful_one_fails_the_streams_it_had_left(
 ) -> None:
     """D711: a GOAWAY with an error after a graceful one is mitmproxy's as before: every
     stream fails at once (it did wait for the upstream to close, silent, up to 20 s)."""
-    path = unique("errorafter")
-    mark = proxy.view.audit_log.mark()
-    outcome, took = one_timed(proxy, path)
-    assert outcome.status == "502" and outcome.ended
-    assert took < 3.0
-    assert len(conns(upstream, path)) == 1  # named by the GOAWAY: not sent again
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "errorafter")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert sent.took < 3.0
+    assert len(sent.calls) == 1  # named by the GOAWAY: not sent again
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 # -- the attacks that held -----------------------------------------------------------------------
@@ -387,34 +393,28 @@ def test_a_goaway_naming_the_stream_lets_it_finish_and_the_next_goes_elsewhere(
 def test_a_refusal_after_the_answer_began_resets_the_stream_and_sends_nothing_again(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("laterefusal")
-    mark = proxy.view.audit_log.mark()
-    outcome = one(proxy, path)
+    sent = send_one(proxy, upstream, "laterefusal")
+    outcome = sent.outcome
     assert outcome.status == "200" and not outcome.ended and outcome.reset_code is not None
-    assert len(conns(upstream, path)) == 1
-    assert [(p, s) for p, s, _ in audit_paths(proxy, mark)] == [(path, 200)]
+    assert len(sent.calls) == 1
+    assert [(p, s) for p, s, _ in sent.audit] == [(sent.path, 200)]
 
 
 def test_a_request_refused_every_time_goes_twice_with_one_credential_each(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("refused")
-    mark = proxy.view.audit_log.mark()
-    outcome = one(proxy, path)
-    assert outcome.status == "502" and outcome.ended
-    sent = conns(upstream, path)
-    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
-    assert sent[0][0] == sent[1][0]  # a refused stream leaves its connection open
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "refused")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert [auth for _, auth in sent.calls] == [SECRET_HEADER, SECRET_HEADER]
+    assert sent.calls[0][0] == sent.calls[1][0]  # a refused stream leaves its connection open
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_streamed_post_refused_is_not_sent_again(proxy: PrivateProxy, upstream: Upstream) -> None:
-    path = unique("refused")
-    mark = proxy.view.audit_log.mark()
-    outcome = one(proxy, path, post)
-    assert outcome.status == "502"
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "refused", post)
+    assert sent.outcome.status == "502"
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_named_stream_never_answered_on_a_drained_connection_ends_at_the_deadline(
@@ -422,38 +422,32 @@ def test_a_named_stream_never_answered_on_a_drained_connection_ends_at_the_deadl
 ) -> None:
     """The drain does not outlive the answer deadline: the upstream named the stream (it
     processes it) and then says nothing and keeps the connection: a 504, sent once."""
-    path = unique("silent")
-    mark = timed.view.audit_log.mark()
-    outcome, took = one_timed(timed, path)
-    assert outcome.status == "504" and outcome.ended
-    assert ANSWER_S <= took < ANSWER_S + 2.5  # the sweep runs once a second
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(timed, mark) == [(path, 504, "deny")]
+    sent = send_one(timed, upstream, "silent")
+    assert sent.outcome.status == "504" and sent.outcome.ended
+    assert ANSWER_S <= sent.took < ANSWER_S + 2.5  # the sweep runs once a second
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 504, "deny")]
     timed.wait_idle()  # the drained connection is gone with it
 
 
 def test_a_named_stream_refused_after_the_goaway_goes_once_more_on_a_new_connection(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("refusedafter")
-    mark = proxy.view.audit_log.mark()
-    outcome = one(proxy, path)
-    assert shape(outcome) == ("200", 5, True, None)
-    sent = conns(upstream, path)
-    assert len(sent) == 2 and sent[0][0] != sent[1][0]  # not on the drained connection
-    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
-    assert audit_paths(proxy, mark) == [(path, 200, "allow")]
+    sent = send_one(proxy, upstream, "refusedafter")
+    assert shape(sent.outcome) == ("200", 5, True, None)
+    calls = sent.calls
+    assert len(calls) == 2 and calls[0][0] != calls[1][0]  # not on the drained connection
+    assert [auth for _, auth in calls] == [SECRET_HEADER, SECRET_HEADER]
+    assert sent.audit == [(sent.path, 200, "allow")]
 
 
 def test_a_named_stream_reset_with_an_error_after_the_goaway_is_a_502_sent_once(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("resetafter")
-    mark = proxy.view.audit_log.mark()
-    outcome = one(proxy, path)
-    assert outcome.status == "502" and outcome.ended
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "resetafter")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_request_sent_again_is_charged_once_against_the_requests_budget(

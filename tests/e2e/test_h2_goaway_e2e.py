@@ -26,16 +26,7 @@ from testbed.h2stream import H2Stream
 from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.h2_support import (
-    CONFIG,
-    ENHANCE_YOUR_CALM,
-    answer,
-    goaway,
-    h2_client,
-    h2_upstream,
-    refuse,
-    unique,
-)
+from tests.e2e.h2_support import CONFIG, answer, goaway, h2_client, h2_upstream, refuse, unique
 from tests.e2e.memory_support import h2_request
 
 pytestmark = pytest.mark.netns
@@ -43,6 +34,7 @@ pytestmark = pytest.mark.netns
 PORT = 9473
 HOST = "api.allowed.test"
 AUTHORITY = f"{HOST}:{PORT}"
+ENHANCE_YOUR_CALM = 0xB
 BODY = b"the request's body, held whole by the proxy"
 
 
