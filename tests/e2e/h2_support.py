@@ -11,8 +11,8 @@ test_fastpath_attack_e2e.py).
 * `h2_client(...)`: an h2 client (testbed/h2stream.py) on a tunnel through a proxy;
   `unique(...)`: a request path of one test's own (the upstreams' scripts remember paths).
 
-The proxies with the body relay off and on are the conftest's module fixture
-`module_relaying`: a fixture defined here and imported would be one per importing module.
+The proxies with the body relay off and on come from the conftest's module fixture
+`module_relaying` (beside `body_relay` and `relaying`), found there by every module.
 """
 
 from __future__ import annotations
