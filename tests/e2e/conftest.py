@@ -579,6 +579,16 @@ def relaying(start: Callable[..., PrivateProxy], on: bool) -> Callable[..., Priv
     return start_relaying
 
 
+@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
+def module_relaying(
+    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
+) -> Callable[..., PrivateProxy]:
+    """`module_private_proxy`'s `start`, `relaying` when the parameter is on: a module whose
+    proxy fixtures start their proxies with it runs each of its tests against the relay off,
+    then on, each proxy shared by that half of the module's tests."""
+    return relaying(module_private_proxy, bool(request.param))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The leak scan reads everything the proxy ever wrote: run it after all other traffic.
     items.sort(key=lambda item: item.path.name == "test_leaks_e2e.py")

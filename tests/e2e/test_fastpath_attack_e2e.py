@@ -28,21 +28,12 @@ from testbed.harness import JsonLines
 from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy, script_upstreams
+from tests.e2e.h2_support import allowlist
 
 pytestmark = [pytest.mark.netns]
 
 HOST = "api.allowed.test"
-CONFIG = """\
-network:
-  allowlist:
-    - domain: api.allowed.test
-      transform:
-        Authorization: "Bearer ${E2E_SECRET}"
-      deny:
-        - paths: ["/denied/**"]
-    - domain: "*.allowed.test"
-    - domain: 198.18.1.0/24               # the upstreams' range (198.18/15 is reserved)
-"""
+CONFIG = allowlist("deny:", '  - paths: ["/denied/**"]', others=('"*.allowed.test"',))
 WARM = b"GET /warm HTTP/1.1\r\nHost: api.allowed.test\r\n\r\n"
 # The audit fields that carry a decision (not times, ids or ports).
 AUDITED = (

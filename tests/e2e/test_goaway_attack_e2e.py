@@ -21,17 +21,27 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from testbed.h2script import RST_STREAM, SETTINGS, H2Script, Step, data, frame, headers
 from testbed.h2stream import H2Stream, StreamOutcome
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.memory_support import h2_request, h2_tunnel
-from tests.e2e.test_h2_goaway_e2e import REFUSED_STREAM, answer, goaway
+from tests.e2e.h2_support import (
+    CONFIG,
+    allowlist,
+    answer,
+    goaway,
+    h2_client,
+    h2_upstream,
+    refuse,
+    unique,
+)
+from tests.e2e.memory_support import h2_request
 
 pytestmark = pytest.mark.netns
 
@@ -39,38 +49,12 @@ PORT = 9480
 HOST = "api.allowed.test"
 AUTHORITY = f"{HOST}:{PORT}"
 SECRET_HEADER = "Bearer "  # the transform's value starts so (the rest is E2E_SECRET)
-CONFIG = """\
-network:
-  allowlist:
-    - domain: api.allowed.test
-      transform:
-        Authorization: "Bearer ${E2E_SECRET}"
-    - domain: 198.18.1.0/24
-"""
 BUDGET = 2
-BUDGETED = f"""\
-network:
-  allowlist:
-    - domain: api.allowed.test
-      transform:
-        Authorization: "Bearer ${{E2E_SECRET}}"
-      budget:
-        requests: "{BUDGET}/minute"
-    - domain: 198.18.1.0/24
-"""
+BUDGETED = allowlist("budget:", f'  requests: "{BUDGET}/minute"')
 ANSWER_S = 1
 INTERNAL_ERROR = 0x2
 MAX_CONCURRENT_STREAMS = 0x3
-SERIAL = itertools.count()
 WITHIN = 6.0  # what a request may take here (the upstream's connection lives 20 s)
-
-
-def unique(name: str) -> str:
-    return f"/{name}/{next(SERIAL)}"
-
-
-def refuse(sid: int) -> bytes:
-    return frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM))
 
 
 class Upstream(H2Script):
@@ -100,164 +84,151 @@ def key(fields: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def upstream(topology: Topology, pki: Pki) -> Iterator[Upstream]:
-    server = Upstream(
-        topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key)
-    )
+    with h2_upstream(topology, pki, PORT, Upstream) as server:
 
-    def queue(sid: int, fields: dict[str, str]) -> list[Step]:
-        """The first request: a limit of one stream, then (while the rest wait in the proxy's
-        queue) a GOAWAY naming it and its answer; the connection stays open. A request on
-        the drained connection is ignored (RFC 9113 6.8); on any other, answered."""
-        conn = server.note(fields)
-        if fields[":path"].endswith("/a"):
-            server.first_conn[key(fields)] = conn
-            limit = frame(SETTINGS, 0, 0, struct.pack(">HI", MAX_CONCURRENT_STREAMS, 1))
-            return [limit, 0.8, goaway(sid), answer(sid, b"first")]
-        if server.first_conn.get(key(fields)) == conn:
-            return []
-        return [answer(sid, b"again")]
+        def queue(sid: int, fields: dict[str, str]) -> list[Step]:
+            """The first request: a limit of one stream, then (while the rest wait in the proxy's
+            queue) a GOAWAY naming it and its answer; the connection stays open. A request on
+            the drained connection is ignored (RFC 9113 6.8); on any other, answered."""
+            conn = server.note(fields)
+            if fields[":path"].endswith("/a"):
+                server.first_conn[key(fields)] = conn
+                limit = frame(SETTINGS, 0, 0, struct.pack(">HI", MAX_CONCURRENT_STREAMS, 1))
+                return [limit, 0.8, goaway(sid), answer(sid, b"first")]
+            if server.first_conn.get(key(fields)) == conn:
+                return []
+            return [answer(sid, b"again")]
 
-    def error_after(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A graceful GOAWAY naming the stream, then one with an error; open, silent."""
-        server.note(fields)
-        return [0.1, goaway(sid), 0.2, goaway(sid, INTERNAL_ERROR)]
+        def error_after(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A graceful GOAWAY naming the stream, then one with an error; open, silent."""
+            server.note(fields)
+            return [0.1, goaway(sid), 0.2, goaway(sid, INTERNAL_ERROR)]
 
-    def down(sid: int, fields: dict[str, str]) -> list[Step]:
-        """Two requests at once: the first's GOAWAY names both, a second GOAWAY names only
-        the first (the last id going down); the first is answered; open after."""
-        conn = server.note(fields)
-        if fields[":path"].endswith("/a"):
-            server.first_conn[key(fields)] = conn
-            return [0.4, goaway(sid + 2), 0.1, goaway(sid), 0.1, answer(sid, b"first")]
-        if server.first_conn.get(key(fields)) == conn:
-            return []
-        return [answer(sid, b"again")]
+        def down(sid: int, fields: dict[str, str]) -> list[Step]:
+            """Two requests at once: the first's GOAWAY names both, a second GOAWAY names only
+            the first (the last id going down); the first is answered; open after."""
+            conn = server.note(fields)
+            if fields[":path"].endswith("/a"):
+                server.first_conn[key(fields)] = conn
+                return [0.4, goaway(sid + 2), 0.1, goaway(sid), 0.1, answer(sid, b"first")]
+            if server.first_conn.get(key(fields)) == conn:
+                return []
+            return [answer(sid, b"again")]
 
-    def up(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming no stream, then one naming it (the last id going up, which RFC
-        9113 6.8 forbids), then an answer on the drained stream: never a second answer."""
-        conn = server.note(fields)
-        if server.first_conn.setdefault(fields[":path"], conn) == conn:
-            return [0.1, goaway(0), 0.05, goaway(sid), 0.3, answer(sid, b"liar")]
-        return [answer(sid, b"again")]
+        def up(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming no stream, then one naming it (the last id going up, which RFC
+            9113 6.8 forbids), then an answer on the drained stream: never a second answer."""
+            conn = server.note(fields)
+            if server.first_conn.setdefault(fields[":path"], conn) == conn:
+                return [0.1, goaway(0), 0.05, goaway(sid), 0.3, answer(sid, b"liar")]
+            return [answer(sid, b"again")]
 
-    def above(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY whose last id is above every stream (and streams never opened)."""
-        server.note(fields)
-        return [headers(sid, [(":status", "200")]), goaway(2**31 - 1),
-                data(sid, b"the whole answer", 1)]  # fmt: skip
+        def above(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY whose last id is above every stream (and streams never opened)."""
+            server.note(fields)
+            return [headers(sid, [(":status", "200")]), goaway(2**31 - 1),
+                    data(sid, b"the whole answer", 1)]  # fmt: skip
 
-    def split(sid: int, fields: dict[str, str]) -> list[Step]:
-        """The GOAWAY in two writes (two TLS records), its first half with DATA."""
-        server.note(fields)
-        away = goaway(sid)
-        return [headers(sid, [(":status", "200")]), data(sid, b"part one, ") + away[:7], 0.1,
-                away[7:] + data(sid, b"part two", 1)]  # fmt: skip
+        def split(sid: int, fields: dict[str, str]) -> list[Step]:
+            """The GOAWAY in two writes (two TLS records), its first half with DATA."""
+            server.note(fields)
+            away = goaway(sid)
+            return [headers(sid, [(":status", "200")]), data(sid, b"part one, ") + away[:7], 0.1,
+                    away[7:] + data(sid, b"part two", 1)]  # fmt: skip
 
-    def late_refusal(sid: int, fields: dict[str, str]) -> list[Step]:
-        """REFUSED_STREAM after the answer's head and some of its body (a hostile upstream)."""
-        server.note(fields)
-        return [headers(sid, [(":status", "200")]), data(sid, b"some"), 0.1, refuse(sid)]
+        def late_refusal(sid: int, fields: dict[str, str]) -> list[Step]:
+            """REFUSED_STREAM after the answer's head and some of its body (a hostile upstream)."""
+            server.note(fields)
+            return [headers(sid, [(":status", "200")]), data(sid, b"some"), 0.1, refuse(sid)]
 
-    def refused(sid: int, fields: dict[str, str]) -> list[Step]:
-        """Refused every time: the connection stays open."""
-        server.note(fields)
-        return [0.05, refuse(sid)]
+        def refused(sid: int, fields: dict[str, str]) -> list[Step]:
+            """Refused every time: the connection stays open."""
+            server.note(fields)
+            return [0.05, refuse(sid)]
 
-    def plain(sid: int, fields: dict[str, str]) -> list[Step]:
-        server.note(fields)
-        return [answer(sid, b"plain")]
+        def plain(sid: int, fields: dict[str, str]) -> list[Step]:
+            server.note(fields)
+            return [answer(sid, b"plain")]
 
-    def silent(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming the stream, then nothing: never answered, never closed."""
-        server.note(fields)
-        return [goaway(sid)]
+        def silent(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming the stream, then nothing: never answered, never closed."""
+            server.note(fields)
+            return [goaway(sid)]
 
-    def first_call(fields: dict[str, str]) -> bool:
-        return len(server.calls.get(fields[":path"], [])) == 1
+        def first_call(fields: dict[str, str]) -> bool:
+            return len(server.calls.get(fields[":path"], [])) == 1
 
-    def refused_after(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming the stream, then REFUSED_STREAM for it; the connection stays."""
-        server.note(fields)
-        if first_call(fields):
-            return [goaway(sid), 0.1, refuse(sid)]
-        return [answer(sid, b"again")]
+        def refused_after(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming the stream, then REFUSED_STREAM for it; the connection stays."""
+            server.note(fields)
+            if first_call(fields):
+                return [goaway(sid), 0.1, refuse(sid)]
+            return [answer(sid, b"again")]
 
-    def reset_after(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming the stream, then a reset with an error (it was processed)."""
-        server.note(fields)
-        return [goaway(sid), 0.1, frame(RST_STREAM, 0, sid, struct.pack(">I", INTERNAL_ERROR))]
+        def reset_after(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming the stream, then a reset with an error (it was processed)."""
+            server.note(fields)
+            return [goaway(sid), 0.1, refuse(sid, INTERNAL_ERROR)]
 
-    def refused_once(sid: int, fields: dict[str, str]) -> list[Step]:
-        server.note(fields)
-        return [refuse(sid)] if first_call(fields) else [answer(sid, b"again")]
+        def refused_once(sid: int, fields: dict[str, str]) -> list[Step]:
+            server.note(fields)
+            return [refuse(sid)] if first_call(fields) else [answer(sid, b"again")]
 
-    def many(sid: int, fields: dict[str, str]) -> list[Step]:
-        """The first request: a GOAWAY naming stream 5 while the others are in flight. On
-        the drained connection, a stream it names is answered, one above it ignored."""
-        conn = server.note(fields)
-        if fields[":path"].endswith("/0"):
-            server.first_conn[key(fields)] = conn
-            return [0.4, goaway(5), answer(sid, b"first")]
-        if server.first_conn.get(key(fields)) == conn and sid > 5:
-            return []
-        return [answer(sid, b"again")]
+        def many(sid: int, fields: dict[str, str]) -> list[Step]:
+            """The first request: a GOAWAY naming stream 5 while the others are in flight. On
+            the drained connection, a stream it names is answered, one above it ignored."""
+            conn = server.note(fields)
+            if fields[":path"].endswith("/0"):
+                server.first_conn[key(fields)] = conn
+                return [0.4, goaway(5), answer(sid, b"first")]
+            if server.first_conn.get(key(fields)) == conn and sid > 5:
+                return []
+            return [answer(sid, b"again")]
 
-    def unprocessed(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming no stream; the connection stays open."""
-        server.note(fields)
-        return [goaway(0)]
+        def unprocessed(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming no stream; the connection stays open."""
+            server.note(fields)
+            return [goaway(0)]
 
-    def upload(sid: int, fields: dict[str, str]) -> list[Step]:
-        """A GOAWAY naming the stream as its request body still comes, then the answer."""
-        server.note(fields)
-        return [goaway(sid), 0.5, answer(sid, b"taken")]
+        def upload(sid: int, fields: dict[str, str]) -> list[Step]:
+            """A GOAWAY naming the stream as its request body still comes, then the answer."""
+            server.note(fields)
+            return [goaway(sid), 0.5, answer(sid, b"taken")]
 
-    def late(sid: int, fields: dict[str, str]) -> list[Step]:
-        server.note(fields)
-        return [0.6, answer(sid, b"late!")]
+        def late(sid: int, fields: dict[str, str]) -> list[Step]:
+            server.note(fields)
+            return [0.6, answer(sid, b"late!")]
 
-    server.scripts["late"] = late
-    server.scripts["upload"] = upload
-    server.scripts["many"] = many
-    server.scripts["unprocessed"] = unprocessed
-    server.scripts.update(
-        silent=silent, refusedafter=refused_after, resetafter=reset_after,
-        refusedonce=refused_once,
-    )  # fmt: skip
-    server.scripts.update(
-        queue=queue, errorafter=error_after, down=down, up=up, above=above, split=split,
-        laterefusal=late_refusal, refused=refused, plain=plain,
-    )  # fmt: skip
-    try:
+        server.scripts["late"] = late
+        server.scripts["upload"] = upload
+        server.scripts["many"] = many
+        server.scripts["unprocessed"] = unprocessed
+        server.scripts.update(
+            silent=silent, refusedafter=refused_after, resetafter=reset_after,
+            refusedonce=refused_once,
+        )  # fmt: skip
+        server.scripts.update(
+            queue=queue, errorafter=error_after, down=down, up=up, above=above, split=split,
+            laterefusal=late_refusal, refused=refused, plain=plain,
+        )  # fmt: skip
         yield server
-    finally:
-        server.close()
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
-def proxy(
-    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
-) -> PrivateProxy:
-    return module_private_proxy("goawayatk", CONFIG, *(["--body-relay"] if request.param else []))
+@pytest.fixture(scope="module")
+def proxy(module_relaying: Callable[..., PrivateProxy]) -> PrivateProxy:
+    return module_relaying("goawayatk", CONFIG)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
-def timed(
-    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
-) -> PrivateProxy:
+@pytest.fixture(scope="module")
+def timed(module_relaying: Callable[..., PrivateProxy]) -> PrivateProxy:
     """A proxy whose answers must begin within `ANSWER_S` (`--upstream-timeout`)."""
-    relay = ["--body-relay"] if request.param else []
-    return module_private_proxy("goawaytimed", CONFIG, "--upstream-timeout", str(ANSWER_S), *relay)
+    return module_relaying("goawaytimed", CONFIG, "--upstream-timeout", str(ANSWER_S))
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
-def budgeted(
-    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
-) -> PrivateProxy:
+@pytest.fixture(scope="module")
+def budgeted(module_relaying: Callable[..., PrivateProxy]) -> PrivateProxy:
     """A proxy whose entry admits `BUDGET` requests a minute."""
-    relay = ["--body-relay"] if request.param else []
-    return module_private_proxy("goawaybudget", BUDGETED, *relay)
+    return module_relaying("goawaybudget", BUDGETED)
 
 
 def collect(client: H2Stream, sids: list[int], within: float = WITHIN) -> list[StreamOutcome]:
@@ -297,6 +268,30 @@ def conns(upstream: Upstream, path: str) -> list[tuple[int, str]]:
     return upstream.calls.get(path, [])
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request on a tunnel of its own, and what came of it."""
+
+    path: str
+    outcome: StreamOutcome
+    took: float  # seconds from its sending to its end
+    calls: list[tuple[int, str]]  # `conns`: each time it reached the upstream
+    audit: list[tuple[str, Any, Any]]  # `audit_paths` since it was sent
+
+
+def send_one(
+    proxy: PrivateProxy, upstream: Upstream, name: str, send: Callable[[H2Stream, str], int] = get
+) -> Sent:
+    """`send` (a GET, or a streamed POST) to a path of its own named `name`."""
+    path, mark = unique(name), proxy.view.audit_log.mark()
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
+        started = time.monotonic()
+        (outcome,) = collect(client, [send(client, path)])
+        took = time.monotonic() - started
+    audit = audit_paths(proxy, mark)
+    return Sent(path, outcome, took, conns(upstream, path), audit)
+
+
 # -- the defects ---------------------------------------------------------------------------------
 
 
@@ -309,9 +304,7 @@ def test_requests_queued_behind_the_upstreams_stream_limit_go_on_a_new_connectio
     base = unique("queue")
     a, b, c = f"{base}/a", f"{base}/b", f"{base}/c"
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         first = get(client, a)
         time.sleep(0.4)  # the upstream's limit of one stream has come
         rest = [get(client, b), get(client, c)]
@@ -335,18 +328,11 @@ def test_an_error_goaway_after_a_graceful_one_fails_the_streams_it_had_left(
 ) -> None:
     """D711: a GOAWAY with an error after a graceful one is mitmproxy's as before: every
     stream fails at once (it did wait for the upstream to close, silent, up to 20 s)."""
-    path = unique("errorafter")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        started = time.monotonic()
-        (outcome,) = collect(client, [get(client, path)])
-        took = time.monotonic() - started
-    assert outcome.status == "502" and outcome.ended
-    assert took < 3.0
-    assert len(conns(upstream, path)) == 1  # named by the GOAWAY: not sent again
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "errorafter")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert sent.took < 3.0
+    assert len(sent.calls) == 1  # named by the GOAWAY: not sent again
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 # -- the attacks that held -----------------------------------------------------------------------
@@ -358,9 +344,7 @@ def test_a_second_goaway_naming_fewer_streams_sends_the_rest_once_more(
     base = unique("down")
     a, b = f"{base}/a", f"{base}/b"
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         sids = [get(client, a)]
         time.sleep(0.15)  # on the connection the first one opened
         sids.append(get(client, b))
@@ -379,9 +363,7 @@ def test_a_goaway_whose_last_id_goes_up_gets_no_second_answer_to_the_client(
 ) -> None:
     path = unique("up")
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         (outcome,) = collect(client, [get(client, path)])
         time.sleep(0.6)  # the liar's answer on the drained connection comes meanwhile
         client.sock.settimeout(0.3)
@@ -398,9 +380,7 @@ def test_a_goaway_naming_the_stream_lets_it_finish_and_the_next_goes_elsewhere(
 ) -> None:
     path, after = unique(name), unique("plain")
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         (first,) = collect(client, [get(client, path)])
         (second,) = collect(client, [get(client, after)])
     size = 16 if name == "above" else len(b"part one, part two")
@@ -413,43 +393,28 @@ def test_a_goaway_naming_the_stream_lets_it_finish_and_the_next_goes_elsewhere(
 def test_a_refusal_after_the_answer_began_resets_the_stream_and_sends_nothing_again(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("laterefusal")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        (outcome,) = collect(client, [get(client, path)])
+    sent = send_one(proxy, upstream, "laterefusal")
+    outcome = sent.outcome
     assert outcome.status == "200" and not outcome.ended and outcome.reset_code is not None
-    assert len(conns(upstream, path)) == 1
-    assert [(p, s) for p, s, _ in audit_paths(proxy, mark)] == [(path, 200)]
+    assert len(sent.calls) == 1
+    assert [(p, s) for p, s, _ in sent.audit] == [(sent.path, 200)]
 
 
 def test_a_request_refused_every_time_goes_twice_with_one_credential_each(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("refused")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        (outcome,) = collect(client, [get(client, path)])
-    assert outcome.status == "502" and outcome.ended
-    sent = conns(upstream, path)
-    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
-    assert sent[0][0] == sent[1][0]  # a refused stream leaves its connection open
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "refused")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert [auth for _, auth in sent.calls] == [SECRET_HEADER, SECRET_HEADER]
+    assert sent.calls[0][0] == sent.calls[1][0]  # a refused stream leaves its connection open
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_streamed_post_refused_is_not_sent_again(proxy: PrivateProxy, upstream: Upstream) -> None:
-    path = unique("refused")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        (outcome,) = collect(client, [post(client, path)])
-    assert outcome.status == "502"
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "refused", post)
+    assert sent.outcome.status == "502"
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_named_stream_never_answered_on_a_drained_connection_ends_at_the_deadline(
@@ -457,49 +422,32 @@ def test_a_named_stream_never_answered_on_a_drained_connection_ends_at_the_deadl
 ) -> None:
     """The drain does not outlive the answer deadline: the upstream named the stream (it
     processes it) and then says nothing and keeps the connection: a 504, sent once."""
-    path = unique("silent")
-    mark = timed.view.audit_log.mark()
-    with h2_tunnel(timed, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        started = time.monotonic()
-        (outcome,) = collect(client, [get(client, path)])
-        took = time.monotonic() - started
-    assert outcome.status == "504" and outcome.ended
-    assert ANSWER_S <= took < ANSWER_S + 2.5  # the sweep runs once a second
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(timed, mark) == [(path, 504, "deny")]
+    sent = send_one(timed, upstream, "silent")
+    assert sent.outcome.status == "504" and sent.outcome.ended
+    assert ANSWER_S <= sent.took < ANSWER_S + 2.5  # the sweep runs once a second
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 504, "deny")]
     timed.wait_idle()  # the drained connection is gone with it
 
 
 def test_a_named_stream_refused_after_the_goaway_goes_once_more_on_a_new_connection(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("refusedafter")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        (outcome,) = collect(client, [get(client, path)])
-    assert shape(outcome) == ("200", 5, True, None)
-    sent = conns(upstream, path)
-    assert len(sent) == 2 and sent[0][0] != sent[1][0]  # not on the drained connection
-    assert [auth for _, auth in sent] == [SECRET_HEADER, SECRET_HEADER]
-    assert audit_paths(proxy, mark) == [(path, 200, "allow")]
+    sent = send_one(proxy, upstream, "refusedafter")
+    assert shape(sent.outcome) == ("200", 5, True, None)
+    calls = sent.calls
+    assert len(calls) == 2 and calls[0][0] != calls[1][0]  # not on the drained connection
+    assert [auth for _, auth in calls] == [SECRET_HEADER, SECRET_HEADER]
+    assert sent.audit == [(sent.path, 200, "allow")]
 
 
 def test_a_named_stream_reset_with_an_error_after_the_goaway_is_a_502_sent_once(
     proxy: PrivateProxy, upstream: Upstream
 ) -> None:
-    path = unique("resetafter")
-    mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
-        (outcome,) = collect(client, [get(client, path)])
-    assert outcome.status == "502" and outcome.ended
-    assert len(conns(upstream, path)) == 1
-    assert audit_paths(proxy, mark) == [(path, 502, "deny")]
+    sent = send_one(proxy, upstream, "resetafter")
+    assert sent.outcome.status == "502" and sent.outcome.ended
+    assert len(sent.calls) == 1
+    assert sent.audit == [(sent.path, 502, "deny")]
 
 
 def test_a_request_sent_again_is_charged_once_against_the_requests_budget(
@@ -507,9 +455,7 @@ def test_a_request_sent_again_is_charged_once_against_the_requests_budget(
 ) -> None:
     refused, plain, over = unique("refusedonce"), unique("plain"), unique("plain")
     mark = budgeted.view.audit_log.mark()
-    with h2_tunnel(budgeted, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(budgeted, AUTHORITY, WITHIN) as client:
         outcomes = [collect(client, [get(client, p)])[0] for p in (refused, plain, over)]
     assert [o.status for o in outcomes] == ["200", "200", "429"]
     assert [len(conns(upstream, p)) for p in (refused, plain, over)] == [2, 1, 0]
@@ -524,9 +470,7 @@ def test_a_goaway_amid_many_streams_finishes_the_named_and_sends_the_rest_once_m
     base = unique("many")
     paths = [f"{base}/{i}" for i in range(8)]
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         sids = [get(client, paths[0])]
         time.sleep(0.15)  # the rest on the connection the first one opened
         sids += [get(client, p) for p in paths[1:]]
@@ -551,9 +495,7 @@ def test_a_client_that_resets_while_the_second_connection_opens_sends_nothing_ag
     mark, opened = proxy.view.audit_log.mark(), len(upstream.paths)
     upstream.handshake_delays[:] = [0.0, 1.0]
     try:
-        with h2_tunnel(proxy, AUTHORITY) as tunnel:
-            tunnel.sock.settimeout(WITHIN)
-            client = H2Stream(tunnel.sock)
+        with h2_client(proxy, AUTHORITY, WITHIN) as client:
             sid = get(client, path)
             time.sleep(0.4)  # the GOAWAY came; the second connection is in its handshake
             client.conn.reset_stream(sid, 0x8)  # CANCEL
@@ -577,9 +519,7 @@ def test_the_named_streams_request_body_still_goes_on_the_drained_connection(
     path = unique("upload")
     body = bytes(range(256)) * 128  # 32 KiB: within the upstream's window (no update)
     mark = proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         sid = client.open(h2_request(AUTHORITY, "POST", path, ("content-length", str(len(body)))))
         time.sleep(0.2)  # the GOAWAY came
         client.send_body(sid, [body[: len(body) // 2]], end=False)
@@ -607,18 +547,16 @@ def test_the_sandbox_clients_own_goaway_is_mitmproxys_as_before(
     path = unique("late")
     mark = proxy.view.audit_log.mark()
     kinds: list[tuple[int, int]] = []  # (frame type, stream) the proxy sent after the GOAWAY
-    with h2_tunnel(proxy, AUTHORITY) as tunnel:
-        tunnel.sock.settimeout(WITHIN)
-        client = H2Stream(tunnel.sock)
+    with h2_client(proxy, AUTHORITY, WITHIN) as client:
         sid = get(client, path)
         time.sleep(0.2)  # the request is at the upstream
         client.conn.close_connection(0, last_stream_id=0)
         client._flush()  # h2 is CLOSED for the client now: what comes is read raw
-        tunnel.sock.settimeout(0.3)
+        client.sock.settimeout(0.3)
         raw, deadline, ended = b"", time.monotonic() + 1.5, False
         while time.monotonic() < deadline and not ended:
             try:
-                chunk = tunnel.sock.recv(65536)
+                chunk = client.sock.recv(65536)
             except TimeoutError:
                 continue
             except OSError:

@@ -15,112 +15,74 @@ the bodies that reached it, and the audit line:
 
 from __future__ import annotations
 
-import itertools
-import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from testbed.h2script import (
-    END_STREAM,
-    GOAWAY,
-    RST_STREAM,
-    H2Script,
-    Step,
-    data,
-    frame,
-    headers,
-)
+from testbed.h2script import END_STREAM, H2Script, Step, data, headers
 from testbed.h2stream import H2Stream
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
-from tests.e2e.memory_support import h2_request, h2_tunnel
+from tests.e2e.h2_support import CONFIG, answer, goaway, h2_client, h2_upstream, refuse, unique
+from tests.e2e.memory_support import h2_request
 
 pytestmark = pytest.mark.netns
 
 PORT = 9473
 HOST = "api.allowed.test"
 AUTHORITY = f"{HOST}:{PORT}"
-CONFIG = """\
-network:
-  allowlist:
-    - domain: api.allowed.test
-      transform:
-        Authorization: "Bearer ${E2E_SECRET}"
-    - domain: 198.18.1.0/24
-"""
-NO_ERROR, ENHANCE_YOUR_CALM, REFUSED_STREAM = 0, 0xB, 7
+ENHANCE_YOUR_CALM = 0xB
 BODY = b"the request's body, held whole by the proxy"
-SERIAL = itertools.count()  # a path of each test's own: the upstream's scripts remember paths
-
-
-def unique(name: str) -> str:
-    return f"/{name}/{next(SERIAL)}"
-
-
-def goaway(last: int, error: int = NO_ERROR) -> bytes:
-    return frame(GOAWAY, 0, 0, struct.pack(">II", last, error))
-
-
-def answer(sid: int, body: bytes) -> bytes:
-    return headers(sid, [(":status", "200")]) + data(sid, body, END_STREAM)
 
 
 @pytest.fixture(scope="module")
 def upstream(topology: Topology, pki: Pki) -> Iterator[H2Script]:
-    server = H2Script(
-        topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key)
-    )
-    seen: set[str] = set()
+    with h2_upstream(topology, pki, PORT, H2Script) as server:
+        seen: set[str] = set()
 
-    def first_time(fields: dict[str, str]) -> bool:
-        path = fields[":path"]
-        if path in seen:
-            return False
-        seen.add(path)
-        return True
+        def first_time(fields: dict[str, str]) -> bool:
+            path = fields[":path"]
+            if path in seen:
+                return False
+            seen.add(path)
+            return True
 
-    def drain(sid: int, _fields: dict[str, str]) -> list[Step]:
-        return [headers(sid, [(":status", "200")]), 0.05, goaway(sid), 0.05,
-                data(sid, b"the rest of the answer", END_STREAM)]  # fmt: skip
+        def drain(sid: int, _fields: dict[str, str]) -> list[Step]:
+            return [headers(sid, [(":status", "200")]), 0.05, goaway(sid), 0.05,
+                    data(sid, b"the rest of the answer", END_STREAM)]  # fmt: skip
 
-    def unprocessed(sid: int, fields: dict[str, str]) -> list[Step]:
-        if first_time(fields):
-            return [0.1, goaway(0), 0.05, None]  # the body read first (the script waits)
-        return [answer(sid, b"answered the second time")]
+        def unprocessed(sid: int, fields: dict[str, str]) -> list[Step]:
+            if first_time(fields):
+                return [0.1, goaway(0), 0.05, None]  # the body read first (the script waits)
+            return [answer(sid, b"answered the second time")]
 
-    def refused(sid: int, fields: dict[str, str]) -> list[Step]:
-        if first_time(fields):
-            return [0.1, frame(RST_STREAM, 0, sid, struct.pack(">I", REFUSED_STREAM))]
-        return [answer(sid, b"answered the second time")]
+        def refused(sid: int, fields: dict[str, str]) -> list[Step]:
+            if first_time(fields):
+                return [0.1, refuse(sid)]
+            return [answer(sid, b"answered the second time")]
 
-    def always(sid: int, _fields: dict[str, str]) -> list[Step]:
-        return [0.1, goaway(0), 0.05, None]
+        def always(sid: int, _fields: dict[str, str]) -> list[Step]:
+            return [0.1, goaway(0), 0.05, None]
 
-    def calm(sid: int, _fields: dict[str, str]) -> list[Step]:
-        return [0.1, goaway(sid, ENHANCE_YOUR_CALM), 0.05, None]
+        def calm(sid: int, _fields: dict[str, str]) -> list[Step]:
+            return [0.1, goaway(sid, ENHANCE_YOUR_CALM), 0.05, None]
 
-    def plain(sid: int, _fields: dict[str, str]) -> list[Step]:
-        return [answer(sid, b"plain")]
+        def plain(sid: int, _fields: dict[str, str]) -> list[Step]:
+            return [answer(sid, b"plain")]
 
-    server.scripts.update(
-        drain=drain, unprocessed=unprocessed, refused=refused, always=always, calm=calm,
-        plain=plain,
-    )  # fmt: skip
-    try:
+        server.scripts.update(
+            drain=drain, unprocessed=unprocessed, refused=refused, always=always, calm=calm,
+            plain=plain,
+        )  # fmt: skip
         yield server
-    finally:
-        server.close()
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["layers", "relay"])
-def proxy(
-    request: pytest.FixtureRequest, module_private_proxy: Callable[..., PrivateProxy]
-) -> PrivateProxy:
-    return module_private_proxy("goaway", CONFIG, *(["--body-relay"] if request.param else []))
+@pytest.fixture(scope="module")
+def proxy(module_relaying: Callable[..., PrivateProxy]) -> PrivateProxy:
+    return module_relaying("goaway", CONFIG)
 
 
 def post(client: H2Stream, path: str) -> int:
@@ -150,9 +112,7 @@ def test_a_graceful_goaway_lets_the_answer_finish_and_the_next_request_opens_a_c
     proxy: PrivateProxy, upstream: H2Script
 ) -> None:
     mark, audit_mark = len(upstream.paths), proxy.view.audit_log.mark()
-    with h2_tunnel(proxy, AUTHORITY) as conn:
-        conn.sock.settimeout(10)
-        client = H2Stream(conn.sock)
+    with h2_client(proxy, AUTHORITY, 10) as client:
         drain, plain = unique("drain"), unique("plain")
         first = client.read_response(client.open(h2_request(AUTHORITY, "GET", drain), True))
         second = client.read_response(client.open(h2_request(AUTHORITY, "GET", plain), True))
@@ -169,9 +129,7 @@ def test_a_request_the_upstream_did_not_process_goes_once_more(
     mark, audit_mark = len(upstream.paths), proxy.view.audit_log.mark()
     before = sent_again(proxy, "answered"), sent_again(proxy, "failed")
     path = unique(case)
-    with h2_tunnel(proxy, AUTHORITY) as conn:
-        conn.sock.settimeout(10)
-        client = H2Stream(conn.sock)
+    with h2_client(proxy, AUTHORITY, 10) as client:
         outcome = client.read_response(client.open(h2_request(AUTHORITY, "GET", path), True))
     assert (outcome.status, outcome.body_bytes) == ("200", len(b"answered the second time"))
     if case == "unprocessed":  # the GOAWAY's connection ended: a new one
@@ -195,9 +153,7 @@ def test_a_streamed_body_the_upstream_did_not_process_is_not_sent_again(
     send again, so the client gets the 502 and sends it again itself if it wants to."""
     mark = len(upstream.paths)
     path = unique("unprocessed")
-    with h2_tunnel(proxy, AUTHORITY) as conn:
-        conn.sock.settimeout(10)
-        client = H2Stream(conn.sock)
+    with h2_client(proxy, AUTHORITY, 10) as client:
         outcome = client.read_response(post(client, path))
     assert outcome.status == "502"
     assert carried(upstream, mark) == [[path]]
@@ -207,9 +163,7 @@ def test_a_request_refused_twice_gets_a_502_and_goes_no_third_time(
     proxy: PrivateProxy, upstream: H2Script
 ) -> None:
     mark, before = len(upstream.paths), sent_again(proxy, "failed")
-    with h2_tunnel(proxy, AUTHORITY) as conn:
-        conn.sock.settimeout(10)
-        client = H2Stream(conn.sock)
+    with h2_client(proxy, AUTHORITY, 10) as client:
         path = unique("always")
         outcome = client.read_response(client.open(h2_request(AUTHORITY, "GET", path), True))
     assert outcome.status == "502"
@@ -221,9 +175,7 @@ def test_a_goaway_with_an_error_fails_the_stream_and_is_not_sent_again(
     proxy: PrivateProxy, upstream: H2Script
 ) -> None:
     mark = len(upstream.paths)
-    with h2_tunnel(proxy, AUTHORITY) as conn:
-        conn.sock.settimeout(10)
-        client = H2Stream(conn.sock)
+    with h2_client(proxy, AUTHORITY, 10) as client:
         path = unique("calm")
         outcome = client.read_response(post(client, path))
     assert outcome.status == "502"

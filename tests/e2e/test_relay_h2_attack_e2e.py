@@ -46,22 +46,15 @@ from testbed.h2script import (
     frame,
     headers,
 )
-from testbed.netns import UPSTREAM_IP, Topology
+from testbed.netns import Topology
 from testbed.testca import Pki
 from tests.e2e.conftest import PrivateProxy
+from tests.e2e.h2_support import CONFIG, h2_upstream
 
 pytestmark = [pytest.mark.netns]
 
 HOST = "api.allowed.test"
 PORT = 9447
-CONFIG = """\
-network:
-  allowlist:
-    - domain: api.allowed.test
-      transform:
-        Authorization: "Bearer ${E2E_SECRET}"
-    - domain: 198.18.1.0/24
-"""
 AUDITED = (
     "method", "host", "port", "decision", "reason", "rule", "injected", "status",
     "bytes_sent", "bytes_received", "sni", "upstream", "clause", "path",
@@ -75,13 +68,8 @@ Side = PrivateProxy  # a proxy of the module's own: its process, the harness see
 
 @pytest.fixture(scope="module")
 def upstream(topology: Topology, pki: Pki) -> Iterator[H2Script]:
-    server = H2Script(
-        topology.ns_upstream, (UPSTREAM_IP, PORT), str(pki.server_cert), str(pki.server_key)
-    )
-    try:
+    with h2_upstream(topology, pki, PORT, H2Script) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The attack round on runtime/engine/goaway.py (D710-D711), at the layer: real `Http2Client`
-and h2, the upstream's frames written raw (tests/runtime/test_goaway.py's harness)."""
+and h2, the upstream's frames written raw (tests/runtime/goaway_support.py's harness)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import h2.connection
 from sandbox_egress.proxy.failures import UNPROCESSED
 from sandbox_egress.runtime.engine import goaway
 from testbed.h2script import END_STREAM, SETTINGS, data, frame
-from tests.runtime.test_goaway import Upstream, goaway_frame, patched, status_200, tctx
+from tests.runtime.goaway_support import Upstream, goaway_frame, patched, status_200, tctx
 
 __all__ = ["patched", "tctx"]  # the fixtures, used by name
 
