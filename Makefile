@@ -59,6 +59,7 @@ test: install
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)"
 	EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m "not container" --durations=25
+	E2E_FAST_PATH=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m "both_paths and not slow" --durations=10 tests/e2e
 	$(BIN)/python -m pytest -m container --durations=25
 else
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)

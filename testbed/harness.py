@@ -292,5 +292,12 @@ class Harness:
     def healthz(self) -> int:
         return self._metrics_get("/healthz")[0]
 
+    def status(self) -> dict[str, Any]:
+        """`GET /status`, parsed (runtime/status.py)."""
+        status, _ctype, text = self._metrics_get("/status")
+        assert status == 200, f"/status answered {status}"
+        found: dict[str, Any] = json.loads(text)
+        return found
+
     def upstream_requests_since(self, mark: int) -> list[dict[str, Any]]:
         return [r for r in self.upstream_log.since(mark) if r["event"] == "request"]

@@ -63,12 +63,15 @@ def test_make_test_prepares_the_engine_the_base_image_and_the_wheelhouse() -> No
         "scripts/base-image",
         "scripts/wheelhouse",
         # The unit selection on two processes, then the rest on two, a file each, then the
-        # container tests on one (D690, D700); with PYTEST_ARGS one run; each prints the 25
+        # container tests on one (D690, D700); between the last two, the both_paths suites on the fast path (D720); with PYTEST_ARGS one run; each prints the 25
         # slowest (D643).
         "ifeq ($(strip $(PYTEST_ARGS)),)",
         '$(BIN)/python -m pytest -p no:cacheprovider -n 2 --ignore=tests/e2e -m "$(UNIT_MARKS)"',
         "EGRESS_UNIT_TESTS_DONE=1 $(BIN)/python -m pytest -n 2 --dist loadfile"
         ' -m "not container" --durations=25',
+        # The conformance and attack suites again, every proxy on the fast path (D720).
+        "E2E_FAST_PATH=1 $(BIN)/python -m pytest -n 2 --dist loadfile"
+        ' -m "both_paths and not slow" --durations=10 tests/e2e',
         "$(BIN)/python -m pytest -m container --durations=25",
         "else",
         "$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)",

@@ -18,6 +18,7 @@ from testbed.expect import Observed, assert_refused, header_values
 from testbed.harness import Harness
 from testbed.netns import UPSTREAM_IP
 from testbed.rawhttp import chunked
+from tests.e2e.conftest import FAST_PATH
 
 pytestmark = [pytest.mark.netns, pytest.mark.both_paths]
 
@@ -273,6 +274,7 @@ def test_tunnel_keep_alive_second_request_for_another_host_is_refused(
 
 
 def test_tunnel_keep_alive_every_request_is_transformed(harness: Harness, obs: Observed):
+    taken = _fast_taken(harness)
     with harness.tunnel("api.allowed.test:443") as conn:
         for n in (1, 2):
             headers = [("Host", "api.allowed.test"), ("authorization", f"Bearer sandbox-{n}")]
@@ -285,6 +287,15 @@ def test_tunnel_keep_alive_every_request_is_transformed(harness: Harness, obs: O
         assert header_values(record, "Authorization") == [f"Bearer {secret(harness)}"]
     # Pinning must not cost keep-alive: both requests came over one upstream connection.
     assert records[0]["peer"] == records[1]["peer"]
+    # The second request is the kind the fast path takes: taken when the suite runs on it
+    # (`make test`'s both_paths run, D720), through the layers otherwise.
+    assert _fast_taken(harness) == (taken + 1 if FAST_PATH else None)
+
+
+def _fast_taken(harness: Harness) -> int | None:
+    """How many reads the session proxy's fast path took; None: it runs without one."""
+    fast = harness.status()["engine"].get("fast")
+    return None if fast is None else int(fast["requests"])
 
 
 def test_streamed_chunked_upload_is_transformed_and_complete(harness: Harness, obs: Observed):
