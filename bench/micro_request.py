@@ -13,7 +13,9 @@ the real loader into a real `Policy`; the request is hey's kept-alive GET's head
 * `streams_filter`: what an MCP entry's request builds for its answer's event streams.
 
 Run: `.venv/bin/python -m bench.micro_request [--rounds N]` (prints ns per operation).
-To compare two trees, run it from each with `PYTHONPATH=<tree>` in alternation.
+To compare two trees, run it in alternation from each tree's own directory
+(`cd <tree> && PYTHONPATH=<tree> python -m bench.micro_request`: `-m` puts the working
+directory first on the import path).
 """
 
 from __future__ import annotations
