@@ -345,7 +345,7 @@ async def decide_request(
     entry = decision.entry
     written = bool(swapped.injected) or bool(entry and (entry.transform or entry.credential))
     decision = node_requires(policy, decision, written)
-    signed = _heads(Phase.SIGNED, replace(head, decision=decision), parts)  # before budgets
+    signed = _heads(Phase.SIGNED, head.deciding(decision), parts)  # before budgets
     if not signed.allowed and decision.allowed:
         return RequestAnswer(signed, host)
     decision, address = await admit(policy, decision, located.host, located.port, resolve)
@@ -355,7 +355,7 @@ async def decide_request(
     entry = decision.entry
     if swapped.path is not None:
         located = replace(located, path=swapped.path)
-    decision = _heads(Phase.ALLOWED, replace(head, decision=decision), parts)
+    decision = _heads(Phase.ALLOWED, head.deciding(decision), parts)
     transforms = entry.transform if decision.injects and entry is not None else ()
     if not (transforms or swapped.injected or parts.get("credentials")) or entry is None:
         return RequestAnswer(decision, host, located, pin, parts=parts)  # no would_deny
@@ -379,7 +379,7 @@ def _heads(phase: Phase, head: Head, parts: dict[str, object]) -> Decision:
         if clause.head is None:
             continue
         ruling = clause.head(head)
-        head = replace(head, decision=ruling.decision)
+        head = head.deciding(ruling.decision)
         if ruling.part is not None:
             parts[clause.name] = ruling.part
     return head.decision

@@ -83,11 +83,28 @@ def tools_filter(policies: tuple[McpPolicy, ...], body: Body) -> ToolsFilter | N
     return ToolsFilter(filtering, ids) if filtering and ids else None
 
 
+# `streams_filter`'s answers by policies (at most this many; then it starts again): they
+# change only with the configuration, and every request on an MCP entry asks.
+STREAMS_KEPT = 64
+_STREAMS: dict[tuple[McpPolicy, ...], ToolsFilter | None] = {}
+
+
 def streams_filter(policies: tuple[McpPolicy, ...]) -> ToolsFilter | None:
     """The filter for every event stream an MCP entry answers (a POST's, the GET stream,
-    a replay after `Last-Event-ID`): each response listing tools, whatever its id."""
+    a replay after `Last-Event-ID`): each response listing tools, whatever its id.
+
+    Made once per policies: a policy hashes by identity, and a frozen policy and a
+    `ToolsFilter` never change, so the one kept is the one that would be made."""
+    try:
+        return _STREAMS[policies]
+    except KeyError:
+        pass
     filtering = tuple(p for p in policies if p.filter_tools_list and p.tools is not None)
-    return ToolsFilter(filtering, None) if filtering else None
+    made = ToolsFilter(filtering, None) if filtering else None
+    if len(_STREAMS) >= STREAMS_KEPT:
+        _STREAMS.clear()  # a reload's policies replace the old ones; bounded either way
+    _STREAMS[policies] = made
+    return made
 
 
 JSON_LABEL, SSE_LABEL, OTHER_LABEL, AMBIGUOUS_LABEL = "json", "sse", "other", "ambiguous"

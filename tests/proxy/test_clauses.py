@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import fields, replace
 from pathlib import Path
 
 from sandbox_egress.addons.clauses import ADAPTERS, Adapter
-from sandbox_egress.proxy.clauses import CLAUSES, CORE_KEYS, CORE_REASONS, Phase, heads
-from sandbox_egress.proxy.decision import MESSAGES, Reason
+from sandbox_egress.proxy.clauses import CLAUSES, CORE_KEYS, CORE_REASONS, Head, Phase, heads
+from sandbox_egress.proxy.decision import MESSAGES, Decision, Reason
 
 SCHEMA = Path(__file__).parents[2] / "schemas" / "egress-config.schema.json"
 STEPS = ("admit", "write", "hold", "holds", "judge", "answer")
@@ -72,3 +73,22 @@ def test_head_rules_run_by_phase_in_table_order() -> None:
     assert [c.name for c in heads(Phase.ALLOWED)] == ["credentials", "mcp", "llm"]
     ordered = [c.name for p in Phase for c in heads(p)]
     assert sorted(ordered) == sorted(c.name for c in CLAUSES if c.head is not None)
+
+
+def test_a_head_with_a_new_decision_is_a_copy_of_every_other_field() -> None:
+    """`Head.deciding` (the copy per head rule, D440) keeps every field but the decision,
+    whatever fields the head grows: each field a distinct value, compared with the
+    generic copy it replaces; the same decision gives the same head, not a copy."""
+    values = {f.name: object() for f in fields(Head)}
+    head = Head(**values)  # type: ignore[arg-type]
+    decision = Decision.deny(Reason.RULE_MISMATCH)
+    copied = head.deciding(decision)
+    assert copied == replace(head, decision=decision) and copied is not head
+    assert head.deciding(values["decision"]) is head  # type: ignore[arg-type]
+    assert head.decision is values["decision"]  # the original is never changed
+
+
+def test_the_head_rules_of_a_phase_are_the_table_s_in_order_each_time() -> None:
+    for phase in Phase:
+        expected = tuple(c for c in CLAUSES if c.head is not None and c.phase is phase)
+        assert heads(phase) == expected and heads(phase) is heads(phase)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sandbox_egress.proxy.config.loader import parse
 from sandbox_egress.proxy.decision import Reason
 from sandbox_egress.proxy.hosts import canonical_host
+from sandbox_egress.proxy.mcp import tools_list
 from sandbox_egress.proxy.mcp.judge import judge_post
 from sandbox_egress.proxy.mcp.policy import McpPolicy, parse_mcp
 from sandbox_egress.proxy.mcp.route import Route, maybe_jsonrpc, mcp_route, on_endpoint
@@ -171,3 +172,22 @@ def test_an_address_entry_with_mcp_never_relays_raw_tcp() -> None:
     assert (answer.decision.reason, answer.pin) == (Reason.MCP_BAD_REQUEST, None)
     plain = parse({"network": {"allowlist": [{"domain": "93.184.216.0/24"}]}}, "env.yaml", {})
     assert decide_tcp(Policy(plain), facts, False, ("93.184.216.34", 80)).pin is not None
+
+
+def test_a_stream_filter_is_made_once_per_policies_and_the_kept_ones_are_bounded() -> None:
+    """`streams_filter` keeps its answer per policies tuple (by the policies' identity):
+    the same answer as made anew, for filtering and non-filtering policies, never one
+    of an equal-looking but other policy, and never more than STREAMS_KEPT answers."""
+    tools_list._STREAMS.clear()
+    filtering, plain = policy(), policy(filter_tools_list=False)
+    first = streams_filter((filtering,))
+    assert first == tools_list.ToolsFilter((filtering,), None)
+    assert streams_filter((filtering,)) is first  # kept, not made again
+    assert streams_filter((plain,)) is None and streams_filter((plain,)) is None
+    assert streams_filter((plain, filtering)) == tools_list.ToolsFilter((filtering,), None)
+    twin = policy()  # equal fields, another configuration's object
+    assert streams_filter((twin,)) is not first and streams_filter((twin,)).policies[0] is twin  # type: ignore[union-attr]
+    made = [policy() for _ in range(tools_list.STREAMS_KEPT * 2)]
+    for each in made:
+        assert streams_filter((each,)) == tools_list.ToolsFilter((each,), None)
+        assert len(tools_list._STREAMS) <= tools_list.STREAMS_KEPT
