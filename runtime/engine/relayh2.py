@@ -42,6 +42,7 @@ from typing import Any
 
 import h2.connection
 import h2.stream
+from h2.frame_buffer import FrameBuffer
 from mitmproxy import connection
 from mitmproxy.proxy import commands, events, tunnel
 from mitmproxy.proxy.layer import NextLayer
@@ -133,7 +134,7 @@ def data_frames(buffer: bytes | bytearray, limit: int) -> tuple[int, int, int] |
     return (sid, at, payload) if at else None
 
 
-def complete(buffer: bytes | bytearray, limit: int) -> int:
+def complete(buffer: bytes | bytearray | memoryview, limit: int) -> int:
     """Where the complete frames at the head of `buffer` end; all of it when the last,
     incomplete frame announces more than `limit` (h2 refuses it from its header alone)."""
     size, at = len(buffer), 0
@@ -143,6 +144,22 @@ def complete(buffer: bytes | bytearray, limit: int) -> int:
             return size if length > limit else at
         at += _HEADER + length
     return at
+
+
+def layers_end(incoming: FrameBuffer, whole: bytes | bytearray, limit: int) -> int:
+    """Where the part of `whole` (a client leg's read, after what an earlier read left)
+    that goes to h2 ends: h2's rest of the preface, then up to the last complete frame of
+    what h2 holds and `whole`, so that h2's buffer is empty again once a read finishes
+    the frame it held (D657, D740); all of it while the preface or h2's unfinished frame
+    is not yet complete, or when the last frame announces more than `limit` (`complete`)."""
+    pre, held = incoming._preamble_len, incoming._data
+    if pre >= len(whole):
+        return len(whole)
+    if not held:
+        return pre + complete(memoryview(whole)[pre:], limit)
+    joined = held + memoryview(whole)[pre:]  # one copy, once: h2's buffer is empty after
+    end = complete(joined, limit)
+    return len(whole) if end < len(held) else pre + end - len(held)
 
 
 def payload(buffer: bytes | bytearray, end: int) -> bytes:

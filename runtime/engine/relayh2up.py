@@ -169,12 +169,11 @@ def _to_layers(layer: tls.TLSLayer, h2c: Any, plaintext: bytes) -> Commands:
     upstream's: were it left in h2's own buffer, `relayh2.take` would find it there at
     every later read, and a client whose frames straddle its reads (16 KiB of DATA in a
     TLS record of 16 KiB) would never be relayed again once the layers took one (D657).
-    While h2 still waits for the client's preface, all of it goes to h2."""
+    What h2 already holds (the preface's read, or reads before the relay's route existed,
+    may end mid-frame) is completed first, so h2's buffer empties too (D740)."""
     pending = h2c.__dict__.pop("_pending_frames", None)
     whole = pending + plaintext if pending else plaintext
-    end = len(whole)
-    if not h2c.incoming_buffer._preamble_len and not h2c.incoming_buffer._data:
-        end = relayh2.complete(whole, h2c.max_inbound_frame_size)
+    end = relayh2.layers_end(h2c.incoming_buffer, whole, h2c.max_inbound_frame_size)
     if end:
         data = whole if end == len(whole) else whole[:end]
         yield from layer.event_to_child(events.DataReceived(layer.conn, bytes(data)))

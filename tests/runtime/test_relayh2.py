@@ -230,3 +230,57 @@ def test_reads_cut_anywhere_hand_on_the_frames_in_order_and_keep_at_most_one_unf
     assert bytes(handed) == done
     if oversized:  # its header always reaches the layers; its one byte of body may wait
         assert len(handed) >= len(wire) - 1, (len(handed), len(wire))
+
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_CLIENT_FRAMES = st.lists(
+    st.one_of(
+        st.tuples(st.just(0), st.sampled_from([0, 0, 1]), st.just(1), st.binary(max_size=LIMIT)),
+        st.tuples(st.just(6), st.just(0), st.just(0), st.just(b"p" * 8)),  # PING
+    ),
+    max_size=10,
+)
+
+
+@given(
+    _CLIENT_FRAMES,
+    st.lists(st.integers(min_value=0, max_value=900), max_size=8),
+    st.integers(min_value=0, max_value=3),
+)
+def test_once_a_read_finishes_h2s_unfinished_frame_its_buffer_is_empty_again(
+    frames: list[tuple[int, int, int, bytes]], cuts: list[int], early: int
+) -> None:
+    """A client's leg as the upload relay sees it (D657, D740): its first `early` reads went
+    to h2 whole (the preface, and any read before the relay's route existed), so h2 may
+    hold part of a frame; every later read that is not relayed goes to h2 up to
+    `relayh2.layers_end`, the rest kept for the next read. Whatever the cuts: the frames
+    reach h2 or the relay in the wire's order, and once a read completes the frame h2
+    held, h2's buffer is empty after it, so `relayh2.take` can relay the next read (in
+    CI a read ending mid-frame before the relay was reached kept h2's buffer from ever
+    emptying: a 16 MiB upload relayed 0 bytes)."""
+    wire = _PREFACE + b"".join(frame(*f) for f in frames)
+    bounds = sorted({min(c, len(wire)) for c in cuts} | {len(wire)})
+    incoming = h2.frame_buffer.FrameBuffer(server=True)
+    incoming.max_frame_size = LIMIT
+    handed, pending, start = bytearray(), bytearray(), 0
+    for i, end in enumerate(bounds):
+        whole = pending + wire[start:end]
+        start = end
+        held = bytes(incoming._data)
+        found = relayh2.data_frames(whole, LIMIT)
+        if i < early:
+            upto = len(whole)
+        elif found is not None and not held and not incoming._preamble_len:
+            upto = found[1]  # relayed: h2 never sees these bytes
+            handed += whole[:upto]
+            pending = bytearray(whole[upto:])
+            continue
+        else:
+            upto = relayh2.layers_end(incoming, whole, LIMIT)
+        pending = bytearray(whole[upto:])
+        incoming.add_data(whole[:upto])
+        parsed = len(list(incoming))
+        handed += whole[:upto]
+        if i >= early and incoming._data:  # only the frame it held, still unfinished
+            assert held and not parsed and incoming._data.startswith(held), (held, parsed)
+    assert bytes(handed + pending) == wire
