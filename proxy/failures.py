@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from sandbox_egress.proxy.decision import Reason
+from sandbox_egress.proxy.fields import METHOD_OVERRIDES
 
 QUIET_S = 10.0  # one stderr line per (host, reason) this often
 QUIET_KEYS = 1024
@@ -50,9 +51,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 AGAIN_CLOSED, AGAIN_UNPROCESSED = "closed", "unprocessed"
 SENT_AGAIN_CAUSES = (AGAIN_CLOSED, AGAIN_UNPROCESSED)
 SENT_AGAIN_OUTCOMES = ("answered", "failed")
-# Fields by which a client asks the upstream to treat a request as another method (D682):
-# a `GET` carrying one may be a `DELETE` to the upstream, so it is not sent twice.
-METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
 
 
 def classify(kind: str, message: str, timed_out: bool = False) -> Reason:

@@ -24,6 +24,11 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # byte (NUL, CR, LF, which is how an obs-fold arrives here, ESC, DEL, ...) is refused.
 _FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
+# Fields by which a client asks the upstream to treat a request as another method: a
+# `GET` carrying one may be a `DELETE` to the upstream. The rules judge the method each
+# names (1.8) and such a request is never sent twice (D682).
+METHOD_OVERRIDES = frozenset({"x-http-method-override", "x-http-method", "x-method-override"})
+
 
 def head_problem(method: bytes, fields: Iterable[tuple[bytes, bytes]]) -> str | None:
     """What makes this request head unforwardable, or None when nothing does."""

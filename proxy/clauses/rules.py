@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote
 
+from sandbox_egress.proxy.fields import METHOD_OVERRIDES
 from sandbox_egress.proxy.paths import canonical_path, split_target
 
 Report = Callable[[str, str], None]  # (location, message)
@@ -115,8 +116,9 @@ def _first(
 
 NO_RULES = Rules()
 
-# Fields that turn a request into another method on upstreams that honour them (1.8).
-OVERRIDES = frozenset({b"x-http-method-override", b"x-http-method", b"x-method-override"})
+# Fields that turn a request into another method on upstreams that honour them (1.8), as
+# the head's bytes name them (one list, `proxy.fields`: the resend rule reads it too, D682).
+OVERRIDES = frozenset(name.encode() for name in METHOD_OVERRIDES)
 
 
 def override_methods(fields: tuple[tuple[bytes, bytes], ...]) -> tuple[str, ...]:
