@@ -606,17 +606,20 @@ def test_frames_straddling_reads_end_as_with_the_layers(
 # --- two streams: a read completes stream A's frame h2 held, then carries B's DATA ----
 
 
+@pytest.mark.parametrize("alpn", ["h2", "h2,http/1.1"])
 def test_a_read_completing_one_streams_held_frame_then_carrying_anothers_data(
-    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool, alpn: str
 ) -> None:
     """The first record (h2 takes it whole) holds both streams' HEADERS and ends 5000
     bytes into stream A's first DATA frame; the next completes it and carries two of B's
     frames and 100 bytes of a third; then B's frames alone (relayable), A's alone, both
-    ends. Both bodies whole, 200 each."""
+    ends. Both bodies whole, 200 each; the relay carries part of them. Both stacks: an
+    `h2`-only client, and one offering `http/1.1` too (the upstream opened first)."""
     p, mark, audit_mark = h2_proxy, nginx_upstream.mark(), h2_proxy.view.audit_log.mark()
     a_body, b_body = _body(5 * 16384 + 11, 10), _body(7 * 16384 + 22, 11)
     before = _relayed(p)
-    with h2_tunnel(p, AUTHORITY) as conn:
+    with p.view.tunnel(AUTHORITY, alpn=alpn.split(",")) as conn:
+        assert conn.sock.selected_alpn_protocol() == "h2"
         client, held, opening = _client(conn.sock)
         first = opening + _headers(client, held, len(a_body)) + _headers(client, held, len(b_body))
         a_frames = _data(1, a_body, 16384)
@@ -711,3 +714,46 @@ def test_a_mixed_connection_cut_at_random_offsets_arrives_whole(
         sorted([(200, _sha(bodies[1])), (200, _sha(bodies[3]))], key=repr),
         sorted([(200, len(bodies[1])), (200, len(bodies[3]))], key=repr),
     ), outcome
+
+
+# --- many clients, each holding an unfinished frame of the maximum ---------------------
+
+
+def test_many_connections_each_holding_an_unfinished_frame_hold_one_frame_each(
+    h2_proxy: PrivateProxy, nginx_upstream: nginx.Nginx, body_relay: bool
+) -> None:
+    """20 connections, each with an upload whose one DATA frame announces the maximum
+    (128 KiB) and is sent but for its last byte, in 16 KiB records: the proxy's memory
+    grows by about one frame per connection (well under 16 MiB for all 20, whichever
+    holds it, h2 or `_pending_frames`), and answers none of them; then each frame's last
+    byte and END_STREAM: 20 uploads whole, 200 each."""
+    p, mark, audit_mark = h2_proxy, nginx_upstream.mark(), h2_proxy.view.audit_log.mark()
+    count = 20
+    bodies = [_body(LIMIT, 100 + n) for n in range(count)]
+    frames = [_frame(DATA, 0, 1, body) for body in bodies]
+    baseline = p.process.status_kib("VmRSS")
+    with contextlib.ExitStack() as stack:
+        open_ = []
+        for frame in frames:
+            conn = stack.enter_context(h2_tunnel(p, AUTHORITY))
+            client, held, opening = _client(conn.sock)
+            first = opening + _headers(client, held, LIMIT)
+            _send(conn.sock, [first, *_pieces(frame[:-1], _every(16384, 16384, len(frame)))], 0.005)
+            open_.append((conn, client, held))
+        time.sleep(0.5)
+        growth_mib = (p.process.status_kib("VmRSS") - baseline) / 1024
+        quiet = [_watch(conn.sock, client, ends=1, within=0.05) for conn, client, _ in open_]
+        seen = []
+        for (conn, _, held), frame in zip(open_, frames, strict=True):
+            conn.sock.sendall(frame[-1:] + _frame(DATA, END_STREAM, 1, b"") + held.take())
+            held.holding = False
+        for conn, client, _ in open_:
+            seen.append(_watch(conn.sock, client, ends=1))
+    outcome = (quiet, seen, _kept(nginx_upstream, mark, count), _audits(p, audit_mark, count))
+    assert outcome == (
+        [[]] * count,
+        [["1 200", "ended 1"]] * count,
+        sorted(((200, _sha(b)) for b in bodies), key=repr),
+        [(200, LIMIT)] * count,
+    ), outcome
+    assert growth_mib < 16, growth_mib
