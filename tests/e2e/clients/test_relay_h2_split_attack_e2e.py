@@ -19,21 +19,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-import select
 import socket
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import h2.errors
-import h2.events
-import h2.exceptions
 import pytest
 
 from testbed import nginx
 from testbed.h2stream import H2Stream
 from tests.e2e.clients.test_relay_h2_e2e import AUTHORITY, _relayed
-from tests.e2e.clients.test_relay_h2_upload_attack_e2e import _frame, files, h2_proxy
+from tests.e2e.clients.test_relay_h2_upload_attack_e2e import _frame, _Held, files, h2_proxy
+from tests.e2e.clients.test_relay_h2_upload_attack_e2e import _watch as _watch_upload
 from tests.e2e.conftest import PrivateProxy
 from tests.e2e.memory_support import h2_request, h2_tunnel
 
@@ -46,31 +43,6 @@ LIMIT = 1 << 17  # mitmproxy's max_inbound_frame_size (and the SETTINGS it sends
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 8, 9
 END_STREAM, END_HEADERS, PADDED = 0x1, 0x4, 0x8
 PAUSE = 0.03  # between two writes: each its own read at the proxy
-
-
-class _Held:
-    """The tunnel's TLS socket with the h2 client's writes held while `holding` (`take`
-    gives them to the test, which sends them cut where the attack says)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.held, self.holding = sock, bytearray(), True
-
-    def sendall(self, data: bytes) -> None:
-        if self.holding:
-            self.held += data
-        else:
-            self.sock.sendall(data)
-
-    def take(self) -> bytes:
-        out = bytes(self.held)
-        self.held.clear()
-        return out
-
-    def recv(self, size: int) -> bytes:
-        return self.sock.recv(size)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
 
 
 def _client(sock: socket.socket) -> tuple[H2Stream, _Held, bytes]:
@@ -151,43 +123,8 @@ def _send(sock: socket.socket, pieces: Iterable[bytes], pause: float = PAUSE) ->
 
 
 def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 5) -> list[object]:
-    """What the proxy sent, as text, until it closed the connection (None), `ends` streams
-    ended or were reset, or `within` seconds passed: statuses, stream ends, resets, GOAWAY
-    codes and PING acks (the client's own answers, SETTINGS acks, go out as it reads)."""
-    seen: list[object] = []
-    deadline = time.monotonic() + within
-    done = 0
-    while (left := deadline - time.monotonic()) > 0 and done < ends:
-        if not select.select([sock], [], [], left)[0]:
-            break
-        try:
-            chunk = sock.recv(65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            seen.append(None)
-            break
-        try:
-            found = client.conn.receive_data(chunk)
-        except h2.exceptions.ProtocolError as e:
-            seen.append(f"client: {type(e).__name__}")
-            continue
-        with contextlib.suppress(OSError):  # the proxy may have closed already
-            client._flush()
-        for e in found:
-            if type(e) is h2.events.ConnectionTerminated:
-                seen.append(h2.errors.ErrorCodes(e.error_code).name)
-            elif type(e) is h2.events.StreamReset:
-                seen.append(f"reset {e.stream_id} {h2.errors.ErrorCodes(e.error_code).name}")
-                done += 1
-            elif type(e) is h2.events.ResponseReceived:
-                seen.append(f"{e.stream_id} {dict(e.headers)[':status']}")
-            elif type(e) is h2.events.StreamEnded:
-                seen.append(f"ended {e.stream_id}")
-                done += 1
-            elif type(e) is h2.events.PingAckReceived:
-                seen.append(f"ping ack {e.ping_data!r}")
-    return seen
+    """The upload attack round's `_watch`, every event listed (resets end a stream)."""
+    return _watch_upload(sock, client, ends, within, every=True)
 
 
 def _kept(nginx_upstream: nginx.Nginx, mark: int, count: int) -> list[tuple[int, str | None]]:

@@ -178,14 +178,17 @@ def test_a_hundred_and_twenty_uploads_of_odd_frames_cut_anywhere_on_one_connecti
     assert (carried > 0) if body_relay else (carried == 0), carried
 
 
-def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 3) -> list[object]:
+def _watch(
+    sock: socket.socket, client: H2Stream, ends: int, within: float = 3, *, every: bool = False
+) -> list[object]:
     """What the proxy sent, as text, until it closed the connection (None), `ends` streams
-    ended, or `within` seconds passed."""
+    ended, or `within` seconds passed. With `every` (the split attack round, D741), a reset
+    stream counts as ended too, and PING acks and the client's own protocol errors are
+    listed (the client's answers, SETTINGS acks, go out as it reads)."""
     seen: list[object] = []
     deadline = time.monotonic() + within
-    while (left := deadline - time.monotonic()) > 0 and sum(
-        1 for x in seen if str(x).startswith("ended")
-    ) < ends:
+    done = 0
+    while (left := deadline - time.monotonic()) > 0 and done < ends:
         if not select.select([sock], [], [], left)[0]:
             break
         try:
@@ -197,7 +200,9 @@ def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 3) 
             break
         try:
             found = client.conn.receive_data(chunk)
-        except h2.exceptions.ProtocolError:
+        except h2.exceptions.ProtocolError as e:
+            if every:
+                seen.append(f"client: {type(e).__name__}")
             continue
         with contextlib.suppress(OSError):  # the proxy may have closed already
             client._flush()
@@ -206,10 +211,14 @@ def _watch(sock: socket.socket, client: H2Stream, ends: int, within: float = 3) 
                 seen.append(h2.errors.ErrorCodes(e.error_code).name)
             elif type(e) is h2.events.StreamReset:
                 seen.append(f"reset {e.stream_id} {h2.errors.ErrorCodes(e.error_code).name}")
+                done += every
             elif type(e) is h2.events.ResponseReceived:
                 seen.append(f"{e.stream_id} {dict(e.headers)[':status']}")
             elif type(e) is h2.events.StreamEnded:
                 seen.append(f"ended {e.stream_id}")
+                done += 1
+            elif every and type(e) is h2.events.PingAckReceived:
+                seen.append(f"ping ack {e.ping_data!r}")
     return seen
 
 
@@ -390,8 +399,9 @@ def test_two_uploads_interleaved_in_one_read_arrive_whole(
     assert ([x["status"] for x in lines], kept) == ([200, 200], [one, two])
 
 
-class _Gathered:
-    """A TLS socket whose writes are held while `holding`, then sent as one record."""
+class _Held:
+    """The tunnel's TLS socket with the h2 client's writes held while `holding` (`take`
+    gives them to the test, which sends them cut where the attack says)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.held, self.holding = sock, bytearray(), True
@@ -401,6 +411,11 @@ class _Gathered:
             self.held += data
         else:
             self.sock.sendall(data)
+
+    def take(self) -> bytes:
+        out = bytes(self.held)
+        self.held.clear()
+        return out
 
     def recv(self, size: int) -> bytes:
         return self.sock.recv(size)
@@ -422,13 +437,13 @@ def test_an_upload_whose_first_read_ends_mid_frame_is_still_relayed(
     body = bytes(range(256)) * 160  # 40,960 bytes: within the client's first window
     with h2_tunnel(p, AUTHORITY) as conn:
         conn.sock.settimeout(10)
-        gathered = _Gathered(conn.sock)
-        client = H2Stream(gathered)  # type: ignore[arg-type]
+        held = _Held(conn.sock)
+        client = H2Stream(held)  # type: ignore[arg-type]  # a socket for what H2Stream uses
         length = ("content-length", str(len(body)))
         sid = client.open(h2_request(AUTHORITY, "POST", "/upload", length))
         wire = b"".join(_frame(0, 0, sid, body[at : at + 1000]) for at in range(0, len(body), 1000))
-        gathered.holding = False
-        conn.sock.sendall(bytes(gathered.held) + wire[:500])
+        held.holding = False
+        conn.sock.sendall(held.take() + wire[:500])
         time.sleep(0.5)  # the upstream connects and takes the headers: the body streams
         for at in range(500, len(wire), 1000):
             conn.sock.sendall(wire[at : at + 1000])
